@@ -1,0 +1,1 @@
+"""Click commands only: parse, call the library, print. No logic lives here."""

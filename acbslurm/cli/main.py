@@ -1,0 +1,92 @@
+"""The ``acbslurm`` entry point.
+
+Subcommands are imported lazily so that ``acbslurm render`` does not pay for Docker,
+MariaDB or gRPC imports, and the Slurm hooks stay fast.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import sys
+
+import click
+
+from acbslurm import __version__
+from acbslurm.errors import AcbslurmError
+
+# name -> "module:attribute"; each module owns its commands.
+COMMANDS: dict[str, str] = {
+    "sandbox": "acbslurm.cli.sandbox:sandbox",
+    "demo": "acbslurm.cli.demo:demo",
+    "render": "acbslurm.cli.jobs:render",
+    "submit": "acbslurm.cli.jobs:submit",
+    "status": "acbslurm.cli.jobs:status",
+    "cancel": "acbslurm.cli.jobs:cancel",
+    "run": "acbslurm.cli.container:run",
+    "prolog": "acbslurm.cli.hooks:prolog",
+    "epilog": "acbslurm.cli.hooks:epilog",
+    "task-prolog": "acbslurm.cli.hooks:task_prolog",
+    "gpus": "acbslurm.cli.hooks:gpus",
+    "report": "acbslurm.cli.report:report",
+    "broker": "acbslurm.cli.broker:broker",
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(name for name in COMMANDS if self._spec_exists(name))
+
+    @staticmethod
+    def _spec_exists(name: str) -> bool:
+        module = COMMANDS[name].split(":")[0]
+        return importlib.util.find_spec(module) is not None
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = COMMANDS.get(cmd_name)
+        if target is None or not self._spec_exists(cmd_name):
+            return None
+        module_name, attr = target.split(":")
+        cmd = getattr(importlib.import_module(module_name), attr)
+        assert isinstance(cmd, click.Command)
+        return cmd
+
+
+def configure_logging(verbose: int) -> None:
+    level = logging.WARNING - 10 * verbose
+    env_level = os.environ.get("ACBSLURM_LOG_LEVEL")
+    if env_level:
+        level = logging.getLevelName(env_level.upper())
+        if not isinstance(level, int):
+            level = logging.WARNING
+    logging.basicConfig(level=level, format="acbslurm: %(levelname)s: %(message)s")
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="acbslurm")
+@click.option("-v", "--verbose", count=True, help="More log output (repeat for debug).")
+def cli(verbose: int) -> None:
+    """Slurm-integrated GPU container jobs, GPU accounting reports and a GPU broker."""
+    configure_logging(verbose)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console entry point: library errors become one message and an exit code."""
+    try:
+        # standalone_mode=False returns ctx.exit()'s code instead of exiting.
+        rv = cli.main(args=argv, prog_name="acbslurm", standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("Aborted.", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except AcbslurmError as exc:
+        click.echo(f"Error: {exc}", err=True)
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    sys.exit(rv if isinstance(rv, int) else 0)
