@@ -1,0 +1,1 @@
+"""GPU usage read straight from slurmdbd's MariaDB."""

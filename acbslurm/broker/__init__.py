@@ -1,0 +1,1 @@
+"""The ACB-style GPU broker: per-request GPU leases over gRPC, agarun, eviction."""

@@ -1,0 +1,89 @@
+"""Layered site configuration: flag > environment > file > packaged default.
+
+The file is YAML (``ACBSLURM_CONFIG`` or /etc/acbslurm/acbslurm.yaml). Every key can
+also be set by an environment variable ``ACBSLURM_<KEY>`` (upper case). Values that
+are paths may contain ``{uid}`` and ``{user}``, filled per job user where documented.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+from acbslurm.errors import ConfigError
+
+DEFAULT_CONFIG_FILE = "/etc/acbslurm/acbslurm.yaml"
+
+
+@dataclass(frozen=True)
+class Settings:
+    # GPUs: a static inventory file (sandbox, sites without NVML); empty -> NVML.
+    gpu_inventory: str = ""
+    gres_conf: str = "/etc/slurm/gres.conf"
+    slurm_conf: str = "/etc/slurm/slurm.conf"
+    # Root-owned per-job records written by the prolog.
+    record_dir: str = "/run/acbslurm/jobs"
+    # The job user's rootless Docker daemon.
+    docker_host: str = "unix:///run/user/{uid}/docker.sock"
+    # A system (rootful) daemon the epilog also sweeps; empty -> none.
+    system_docker_host: str = ""
+    # Seconds every Docker call of a hook may take.
+    hook_docker_timeout: float = 5.0
+    # Seconds a container gets between SIGTERM and SIGKILL when its job is cancelled.
+    stop_grace: float = 5.0
+    # Accounting database (MySQL option file) and cluster name for `acbslurm report`.
+    db_config: str = ""
+    cluster: str = ""
+    # GPU broker address (unix:PATH or HOST:PORT).
+    broker_address: str = "unix:/run/acbslurm/broker.sock"
+
+
+def _coerce(name: str, raw: Any, default: Any, source: str) -> Any:
+    if isinstance(default, float):
+        try:
+            return float(raw)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{source}: {name} must be a number, got {raw!r}") from None
+    if raw is None:
+        return ""
+    if not isinstance(raw, str | int | float):
+        raise ConfigError(f"{source}: {name} must be a string, got {raw!r}")
+    return str(raw)
+
+
+def load_settings(path: str | None = None, **overrides: Any) -> Settings:
+    """Settings from packaged defaults, the file, the environment, then ``overrides``."""
+    settings = Settings()
+    known = {f.name: f for f in fields(Settings)}
+    file_path = path or os.environ.get("ACBSLURM_CONFIG") or DEFAULT_CONFIG_FILE
+    explicit = bool(path or os.environ.get("ACBSLURM_CONFIG"))
+    values: dict[str, Any] = {}
+    p = Path(file_path)
+    if p.is_file():
+        import yaml
+
+        try:
+            data = yaml.safe_load(p.read_text()) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{p}: not valid YAML: {exc}") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"{p}: must be a mapping of settings")
+        for key, raw in data.items():
+            if key not in known:
+                raise ConfigError(f"{p}: unknown setting {key!r}")
+            values[key] = _coerce(key, raw, getattr(settings, key), str(p))
+    elif explicit:
+        raise ConfigError(f"config file {file_path!r} does not exist")
+    for key in known:
+        env = os.environ.get(f"ACBSLURM_{key.upper()}")
+        if env is not None:
+            values[key] = _coerce(key, env, getattr(settings, key), f"ACBSLURM_{key.upper()}")
+    for key, raw in overrides.items():
+        if raw is None:
+            continue
+        if key not in known:
+            raise ConfigError(f"unknown setting {key!r}")
+        values[key] = _coerce(key, raw, getattr(settings, key), f"--{key.replace('_', '-')}")
+    return replace(settings, **values)

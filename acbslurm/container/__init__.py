@@ -1,0 +1,1 @@
+"""`acbslurm run`: the job's container in the user's rootless Docker."""

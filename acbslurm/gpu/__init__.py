@@ -1,0 +1,1 @@
+"""GPU inventories (NVML, static file) and the Slurm index -> UUID mapping."""

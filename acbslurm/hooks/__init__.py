@@ -1,0 +1,1 @@
+"""Slurm prolog, epilog and task-prolog: small, fast, explicit exit codes."""
