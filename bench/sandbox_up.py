@@ -48,8 +48,10 @@ def main() -> None:
     shutil.rmtree(ROOT, ignore_errors=True)
     print(f"fresh up (new directory, database created): {fresh:6.1f} s   goal <= 90 s")
     print(f"cold up (state kept), median of {args.runs}:        {statistics.median(colds):6.1f} s")
-    print(f"second up (only checks), median of {len(second)}:      {statistics.median(second):6.2f} s"
-          "   goal <= 5 s")
+    print(
+        f"second up (only checks), median of {len(second)}:      {statistics.median(second):6.2f} s"
+        "   goal <= 5 s"
+    )
     print(f"down, median of {args.runs}:                        {statistics.median(downs):6.1f} s")
 
 

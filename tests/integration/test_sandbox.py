@@ -153,3 +153,26 @@ def test_lifecycle_up_is_idempotent_and_down_leaves_nothing(second_sandbox: Sand
 def _not_same(pid: int) -> bool:
     # A recycled pid belongs to some other process, never to the sandbox.
     return b"ACBSLURM_SANDBOX=" not in Path(f"/proc/{pid}/environ").read_bytes()
+
+
+def test_failed_component_is_named_with_its_log_and_nothing_is_left() -> None:
+    import socket
+
+    from acbslurm.errors import SetupError
+
+    sb = Sandbox("/var/lib/acbslurm/sb-test-failure")
+    port_base = 22817
+    blocker = socket.socket()
+    blocker.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    blocker.bind(("0.0.0.0", port_base))  # slurmctld's port, taken
+    blocker.listen()
+    try:
+        with pytest.raises(SetupError) as exc:
+            sb.up(1, port_base=port_base)
+        msg = str(exc.value)
+        assert "slurmctld" in msg
+        assert "last" in msg and "slurmctld.log" in msg
+    finally:
+        blocker.close()
+        sb.down()
+    assert marked_pids(sb.marker) == []
