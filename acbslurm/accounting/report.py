@@ -12,7 +12,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from acbslurm.accounting.queries import Filters, job_query, step_util_query
+from acbslurm.accounting.grouping import Aggregator, Group
+from acbslurm.accounting.queries import (
+    GROUP_COLUMNS,
+    Filters,
+    group_query,
+    job_query,
+    step_util_query,
+)
 from acbslurm.accounting.schema import Schema
 from acbslurm.accounting.tres import tres_value
 from acbslurm.accounting.usage import JobRow, JobUsage, compute, newest_rows
@@ -126,3 +133,24 @@ def iter_jobs(conn: Any, schema: Schema, req: ReportRequest) -> Iterator[JobUsag
         if u is not None:
             job.gpu_util_ave, job.gpu_util_max, job.gpu_mem_max = u
         yield job
+
+
+def server_summable(req: ReportRequest) -> bool:
+    """Grouped by user/account/partition without a state filter: let MariaDB sum."""
+    return req.by in GROUP_COLUMNS and not req.states
+
+
+def fill_groups(conn: Any, schema: Schema, req: ReportRequest, agg: Aggregator) -> None:
+    """Per-group totals computed by the server (one query, one row per group)."""
+    sql, params = group_query(schema, req.filters, req.by, req.definition, req.now)
+    names = UserNames()
+    for key, user, jobs, running, gpu_s, wait_sum, started in _stream(conn, sql, params):
+        label = names.name(int(key), user) if req.by == "user" else str(key or "")
+        g = agg.groups.get(label) or Group(label)
+        agg.groups[label] = g
+        for target in (g, agg.total):
+            target.jobs += int(jobs)
+            target.running += int(running or 0)
+            target.gpu_seconds += int(gpu_s or 0)
+            target.wait_sum += int(wait_sum or 0)
+            target.waited += int(started or 0)

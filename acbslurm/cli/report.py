@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Iterable
 from typing import Any
 
 import click
@@ -11,10 +12,16 @@ import click
 from acbslurm.accounting.grouping import GROUP_KEYS, Aggregator
 from acbslurm.accounting.output import FORMATS, JSON_FORMAT, write_csv, write_json, write_table
 from acbslurm.accounting.queries import Filters
-from acbslurm.accounting.report import ReportRequest, iter_jobs, resolve_user
+from acbslurm.accounting.report import (
+    ReportRequest,
+    fill_groups,
+    iter_jobs,
+    resolve_user,
+    server_summable,
+)
 from acbslurm.accounting.states import normalize_state
 from acbslurm.accounting.timeparse import iso, parse_time
-from acbslurm.accounting.usage import DEFINITION_TEXT, DEFINITIONS
+from acbslurm.accounting.usage import DEFINITION_TEXT, DEFINITIONS, JobUsage
 
 DEFAULT_START = "now-30d"
 
@@ -228,7 +235,12 @@ def report(
         }
         out = sys.stdout
         agg = Aggregator(by, definition)
-        jobs = iter_jobs(conn, schema, req)
+        jobs: Iterable[JobUsage]
+        if server_summable(req):
+            fill_groups(conn, schema, req, agg)
+            jobs = ()
+        else:
+            jobs = iter_jobs(conn, schema, req)
         if as_json or fmt == "json":
             write_json(out, meta, jobs, agg)
         elif fmt == "csv":

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import re
 import subprocess
 import sys
@@ -73,7 +74,7 @@ def sacct_jobs(sb: Sandbox, start: int) -> dict[int, dict[str, Any]]:
             "-n",
             "--noconvert",
             "-o",
-            "JobIDRaw,JobID,User,State,AllocTRES,ElapsedRaw",
+            "JobIDRaw,JobID,UID,State,AllocTRES,ElapsedRaw",
             "-S",
             time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(start)),
             "-E",
@@ -82,10 +83,10 @@ def sacct_jobs(sb: Sandbox, start: int) -> dict[int, dict[str, Any]]:
     ).stdout
     jobs: dict[int, dict[str, Any]] = {}
     for line in out.splitlines():
-        raw, jid, user, state, tres, elapsed = line.split("|")
+        raw, jid, uid, state, tres, elapsed = line.split("|")
         jobs[int(raw)] = {
             "job_id": jid,
-            "user": user,
+            "uid": uid,
             "state": state,
             "gpu_seconds": gpus_of(tres) * int(elapsed),
             "gpus": gpus_of(tres),
@@ -174,9 +175,13 @@ def test_per_job_gpu_seconds_equal_sacct(sandbox: Sandbox, history: dict[str, An
     # Per-user sums.
     sums: dict[str, int] = {}
     for a in acct.values():
-        sums[a["user"]] = sums.get(a["user"], 0) + a["gpu_seconds"]
+        sums[a["uid"]] = sums.get(a["uid"], 0) + a["gpu_seconds"]
     res = report(sandbox, "--format", "json", "--by", "user", "--start", f"@{history['t0']}")
-    groups = {g["key"]: g for g in json.loads(res.stdout)["groups"]}
+    # Keys are user names (uids where passwd has none): compare by uid.
+    groups = {
+        g["key"] if g["key"].isdigit() else str(pwd.getpwnam(g["key"]).pw_uid): g
+        for g in json.loads(res.stdout)["groups"]
+    }
     assert set(groups) == set(sums)
     n_running_gpus = sum(a["gpus"] for a in acct.values() if a["state"] == "RUNNING")
     for user, total in sums.items():
