@@ -36,19 +36,48 @@ def _split_python(command: tuple[str, ...]) -> tuple[str, list[str]]:
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--broker", "address", metavar="ADDR",
-              help="Broker address (default: ACBSLURM_BROKER_ADDRESS / the job's socket).")
-@click.option("--device", "device_type", type=click.Choice(["cuda", "cpu"]), default="cuda",
-              show_default=True,
-              help="What the leases stand for: CUDA GPUs, or the CPU (CPU stand-in brokers).")
-@click.option("--memory", default="0", show_default=True, metavar="SIZE",
-              help="Memory the program needs on its device (e.g. 40G); 0 = the whole device.")
-@click.option("--idle-ms", type=click.FloatRange(min=1), default=50.0, show_default=True,
-              help="Release the lease after this many ms without device work.")
-@click.option("--stats", "stats_file", metavar="FILE", default="",
-              help="Write lease/eviction counters as JSON to FILE at exit.")
-@click.option("--connect-timeout", type=click.FloatRange(min=0.1), default=5.0,
-              show_default=True, help="Seconds to wait for the broker at start.")
+@click.option(
+    "--broker",
+    "address",
+    metavar="ADDR",
+    help="Broker address (default: ACBSLURM_BROKER_ADDRESS / the job's socket).",
+)
+@click.option(
+    "--device",
+    "device_type",
+    type=click.Choice(["cuda", "cpu"]),
+    default="cuda",
+    show_default=True,
+    help="What the leases stand for: CUDA GPUs, or the CPU (CPU stand-in brokers).",
+)
+@click.option(
+    "--memory",
+    default="0",
+    show_default=True,
+    metavar="SIZE",
+    help="Memory the program needs on its device (e.g. 40G); 0 = the whole device.",
+)
+@click.option(
+    "--idle-ms",
+    type=click.FloatRange(min=1),
+    default=50.0,
+    show_default=True,
+    help="Release the lease after this many ms without device work.",
+)
+@click.option(
+    "--stats",
+    "stats_file",
+    metavar="FILE",
+    default="",
+    help="Write lease/eviction counters as JSON to FILE at exit.",
+)
+@click.option(
+    "--connect-timeout",
+    type=click.FloatRange(min=0.1),
+    default=5.0,
+    show_default=True,
+    help="Seconds to wait for the broker at start.",
+)
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def cli(
     address: str | None,
@@ -94,7 +123,7 @@ def cli(
     sys.stdout.flush()
     sys.stderr.flush()
     try:
-        os.execvpe(exe, argv, env)
+        os.execvpe(exe, argv, env)  # noqa: S606 - replacing agarun with the program is the point
     except OSError as exc:
         raise click.UsageError(f"cannot start {exe!r}: {exc.strerror}") from None
 

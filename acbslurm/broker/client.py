@@ -31,10 +31,9 @@ from typing import Any
 
 import grpc
 
-from acbslurm.broker._generated import broker_pb2 as pb
-from acbslurm.broker._generated import broker_pb2_grpc as pb_grpc
 from acbslurm.broker.address import default_address, parse_address
 from acbslurm.broker.devices import parse_size
+from acbslurm.broker.proto import pb, pb_grpc
 from acbslurm.errors import BrokerError, ConfigError
 
 log = logging.getLogger(__name__)

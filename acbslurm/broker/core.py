@@ -324,11 +324,11 @@ class Broker:
                     assert dev not in owners, f"{dev} leased to {owners[dev]} and {info.client_id}"
                     owners[dev] = info.client_id
                     assert self.holder[dev] is lease
-        for dev, lease in self.holder.items():
-            if lease is not None:
-                assert owners.get(dev) == lease.client, f"stale holder on {dev}"
+        for dev, held in self.holder.items():
+            if held is not None:
+                assert owners.get(dev) == held.client, f"stale holder on {dev}"
                 # A holder never shares its device with a resident that still evicts.
-                assert not self._others_evicting(dev, lease.client)
+                assert not self._others_evicting(dev, held.client)
         for dev in self.devices:
             for c in self.resident[dev]:
                 assert c in self.clients, f"resident {c} on {dev} is gone"

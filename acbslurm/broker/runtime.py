@@ -63,9 +63,7 @@ class DeviceRuntime:
         while True:
             with self._lock:
                 lease = self._lease
-                if lease is not None and not (
-                    lease.yield_requested.is_set() and self._in_op == 0
-                ):
+                if lease is not None and not (lease.yield_requested.is_set() and self._in_op == 0):
                     self._in_op += 1
                     return
                 if lease is not None:  # asked to yield: this pause is the safe point
@@ -210,7 +208,7 @@ def install(
 ) -> DeviceRuntime:
     """Start the runtime and push the mode for the calling (main) thread, for good."""
     runtime = DeviceRuntime(client, device_type, memory, idle)
-    LeaseMode(runtime).__enter__()
+    LeaseMode(runtime).__enter__()  # type: ignore[no-untyped-call]
 
     def finish() -> None:
         runtime.close()

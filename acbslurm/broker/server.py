@@ -24,9 +24,8 @@ from typing import Any
 import grpc
 
 from acbslurm.broker import core
-from acbslurm.broker._generated import broker_pb2 as pb
-from acbslurm.broker._generated import broker_pb2_grpc as pb_grpc
 from acbslurm.broker.address import parse_address, socket_path
+from acbslurm.broker.proto import pb, pb_grpc
 from acbslurm.errors import BrokerError
 
 log = logging.getLogger(__name__)
@@ -36,7 +35,9 @@ MAX_SESSIONS = 512  # each session holds one server thread
 
 
 def device_msg(d: core.Device) -> Any:
-    return pb.Device(id=d.id, name=d.name, memory_total=d.memory_total, minor=d.minor, index=d.index)
+    return pb.Device(
+        id=d.id, name=d.name, memory_total=d.memory_total, minor=d.minor, index=d.index
+    )
 
 
 class BrokerService(pb_grpc.GpuBrokerServicer):  # type: ignore[misc]
@@ -87,7 +88,7 @@ class BrokerService(pb_grpc.GpuBrokerServicer):  # type: ignore[misc]
                 events = []
             self._deliver(events)
 
-    def Session(self, request_iterator: Iterator[Any], context: Any) -> Iterator[Any]:  # noqa: N802
+    def Session(self, request_iterator: Iterator[Any], context: Any) -> Iterator[Any]:
         try:
             first = next(request_iterator)
         except (StopIteration, grpc.RpcError):
@@ -128,7 +129,7 @@ class BrokerService(pb_grpc.GpuBrokerServicer):  # type: ignore[misc]
             log.info("client %d gone; freeing its leases", cid)
             self._deliver(self.broker.disconnect(cid, time.monotonic()))
 
-    def Status(self, request: Any, context: Any) -> Any:  # noqa: N802
+    def Status(self, request: Any, context: Any) -> Any:
         with self.lock:
             return self._status()
 
@@ -183,7 +184,9 @@ class BrokerService(pb_grpc.GpuBrokerServicer):  # type: ignore[misc]
 class RunningBroker:
     """A started broker; ``stop()`` ends it and removes its socket."""
 
-    def __init__(self, broker: core.Broker, address: str, source: str = "", socket_mode: int = 0o600) -> None:
+    def __init__(
+        self, broker: core.Broker, address: str, source: str = "", socket_mode: int = 0o600
+    ) -> None:
         self.address = parse_address(address)
         self.path = socket_path(self.address)
         if self.path:

@@ -131,8 +131,7 @@ def fetch_status(address: str, timeout: float = 5.0) -> dict[str, Any]:
     """The broker's state as a plain dict (also used by tests and benchmarks)."""
     import grpc
 
-    from acbslurm.broker._generated import broker_pb2 as pb
-    from acbslurm.broker._generated import broker_pb2_grpc as pb_grpc
+    from acbslurm.broker.proto import pb, pb_grpc
     from acbslurm.errors import BrokerError
 
     with grpc.insecure_channel(address) as channel:
@@ -150,8 +149,13 @@ def fetch_status(address: str, timeout: float = 5.0) -> dict[str, Any]:
 
 @broker.command()
 @click.option("--broker", "address", metavar="ADDR", help="Broker address (as for serve).")
-@click.option("--timeout", type=click.FloatRange(min=0.1), default=3.0, show_default=True,
-              help="Seconds to wait for the broker.")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0.1),
+    default=3.0,
+    show_default=True,
+    help="Seconds to wait for the broker.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the state as JSON.")
 def status(address: str | None, timeout: float, as_json: bool) -> None:
     """Show the broker's devices, holders, waiting clients and counters."""

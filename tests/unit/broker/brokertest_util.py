@@ -48,5 +48,3 @@ def start_broker(*args: str) -> Daemon:
             raise RuntimeError(f"broker did not start: {proc.stderr.read() if proc.stderr else ''}")
         time.sleep(0.05)
     return Daemon(address, proc)
-
-

@@ -12,12 +12,11 @@ import time
 from pathlib import Path
 
 import pytest
+from brokertest_util import ROOT, child_env
 
 from acbslurm.broker.client import BrokerClient
 from acbslurm.cli.broker import fetch_status
 from acbslurm.errors import BrokerError
-
-from brokertest_util import ROOT, child_env
 
 
 def test_gpus_context_acquire_release_and_status(broker_factory) -> None:
@@ -29,7 +28,7 @@ def test_gpus_context_acquire_release_and_status(broker_factory) -> None:
             assert sorted(x.id for x in devices) == ["cpu0", "cpu1"]
             st = fetch_status(d.address)
             assert {x["holder"] for x in st["devices"]} == {a.client_id}
-            with pytest.raises(BrokerError, match="within 0.3s"):
+            with pytest.raises(BrokerError, match=r"within 0\.3s"):
                 b.acquire(1, timeout=0.3)
         lease = b.acquire(1, timeout=5)
         holders = {x["id"]: x["holder"] for x in fetch_status(d.address)["devices"]}
@@ -80,7 +79,10 @@ HOLDER = textwrap.dedent(
 def test_client_death_frees_its_lease_within_one_second(broker_factory) -> None:
     d = broker_factory("--devices", "cpu:1")
     victim = subprocess.Popen(
-        [sys.executable, "-c", HOLDER, d.address], env=child_env(), stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", HOLDER, d.address],
+        env=child_env(),
+        stdout=subprocess.PIPE,
+        text=True,
     )
     assert victim.stdout is not None
     assert victim.stdout.readline().strip() == "held"
@@ -135,7 +137,10 @@ def test_eviction_handler_runs_before_the_other_client_is_granted(broker_factory
 
         a.on_evict(evict)
         a.release(a.acquire(1), resident={"cpu0": 1000})
-        assert fetch_status(d.address)["devices"][0]["residents"] == {str(a.client_id): 1000}
+        deadline = time.monotonic() + 5  # the release travels on a's own stream
+        while fetch_status(d.address)["devices"][0]["residents"] != {str(a.client_id): 1000}:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
         lease = b.acquire(1, timeout=5)
         order.append("granted")
         assert order == ["evicted ['cpu0']", "granted"]
@@ -144,7 +149,7 @@ def test_eviction_handler_runs_before_the_other_client_is_granted(broker_factory
 
 
 def test_no_broker_is_a_clear_error() -> None:
-    with pytest.raises(BrokerError, match="no GPU broker answers at unix:/nonexistent/b.sock"):
+    with pytest.raises(BrokerError, match=r"no GPU broker answers at unix:/nonexistent/b\.sock"):
         BrokerClient("unix:/nonexistent/b.sock", connect_timeout=0.2)
 
 
@@ -173,7 +178,11 @@ def test_broker_going_away_fails_waiters(broker_factory) -> None:
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "acbslurm", *args],
-        env=child_env(), capture_output=True, text=True, timeout=60, cwd=ROOT,
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
     )
 
 

@@ -103,7 +103,9 @@ class BrokerMachine(RuleBasedStateMachine):
 
 
 BrokerMachine.TestCase.settings = settings(
-    max_examples=300, stateful_step_count=40, deadline=None,
+    max_examples=300,
+    stateful_step_count=40,
+    deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
 TestBrokerInvariant = BrokerMachine.TestCase
