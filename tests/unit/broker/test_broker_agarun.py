@@ -5,6 +5,7 @@ evicted and restored for real, and their results are bit-identical to plain runs
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from brokertest_util import ROOT, child_env
@@ -27,7 +28,7 @@ def plain(seed: str) -> str:
     return r.stdout.strip()
 
 
-def agarun(address: str, seed: str, stats: Path) -> subprocess.Popen[str]:
+def agarun(address: str, seed: str, stats: Path, gate: Path) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [
             sys.executable,
@@ -46,6 +47,8 @@ def agarun(address: str, seed: str, stats: Path) -> subprocess.Popen[str]:
             APP,
             STEPS,
             seed,
+            "0.03",
+            str(gate),
         ],
         env=child_env(),
         stdout=subprocess.PIPE,
@@ -57,7 +60,12 @@ def agarun(address: str, seed: str, stats: Path) -> subprocess.Popen[str]:
 
 def test_two_programs_share_one_device_bit_identically(broker_factory, tmp_path: Path) -> None:
     d = broker_factory("--devices", "cpu:1")
-    procs = [agarun(d.address, seed, tmp_path / f"s{seed}.json") for seed in ("0", "1")]
+    procs = [agarun(d.address, s, tmp_path / f"s{s}.json", tmp_path) for s in ("0", "1")]
+    deadline = time.monotonic() + 120
+    while not all((tmp_path / f"ready-{s}").exists() for s in ("0", "1")):
+        assert time.monotonic() < deadline and all(p.poll() is None for p in procs)
+        time.sleep(0.05)
+    (tmp_path / "go").touch()
     outs = [p.communicate(timeout=300) for p in procs]
     for p, (_, err) in zip(procs, outs, strict=True):
         assert p.returncode == 0, err
@@ -70,7 +78,10 @@ def test_two_programs_share_one_device_bit_identically(broker_factory, tmp_path:
         assert st["leases"] > st["evictions"]
     status = fetch_status(d.address)
     assert status["evictions"] > 0 and status["grants"] > 2
-    assert status["clients"] == []  # both sessions ended with their programs
+    deadline = time.monotonic() + 5
+    while fetch_status(d.address)["clients"]:  # both sessions end with their programs
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
 
 
 def test_agarun_passes_the_exit_code_and_argv(broker_factory, tmp_path: Path) -> None:

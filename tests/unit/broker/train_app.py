@@ -9,12 +9,16 @@ import hashlib
 import random
 import sys
 import time
+from pathlib import Path
 
 import torch
 
 steps = int(sys.argv[1]) if len(sys.argv) > 1 else 20
 seed = int(sys.argv[2]) if len(sys.argv) > 2 else 0
 io_seconds = float(sys.argv[3]) if len(sys.argv) > 3 else 0.03
+# Optional start gate (a folder): say "ready", then wait for "go", so that concurrent
+# runs really overlap however long each takes to start.
+gate = Path(sys.argv[4]) if len(sys.argv) > 4 else None
 
 torch.set_num_threads(1)
 torch.manual_seed(seed)
@@ -23,6 +27,11 @@ model = torch.nn.Sequential(
     torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.BatchNorm1d(128), torch.nn.Linear(128, 4)
 )
 opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+
+if gate is not None:
+    (gate / f"ready-{seed}").touch()
+    while not (gate / "go").exists():
+        time.sleep(0.01)
 
 for _ in range(steps):
     # The program's CPU / I/O phase: no tensor work.
