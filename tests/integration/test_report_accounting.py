@@ -115,10 +115,10 @@ def history(sandbox: Sandbox) -> dict[str, Any]:
     wait_for(lambda: squeue_state(sb, ids["array"]) == "GONE", what="array to finish")
     ids["cancelled"] = sbatch(sb, "--gres=gpu:1", "--wrap", "sleep 300")
     ids["requeued"] = sbatch(sb, "--gres=gpu:1", "--requeue", "--wrap", "sleep 300")
-    ids["running"] = sbatch(sb, "--gres=gpu:2", "--wrap", "sleep 600")
-    for k in ("cancelled", "requeued", "running"):
+    for k in ("cancelled", "requeued"):
         wait_for(lambda k=k: squeue_state(sb, ids[k]) == "RUNNING", what=f"{k} to run")
-    # All 4 GPUs are taken: this one pends (Resources) and is cancelled, never started.
+    # Both GPUs of the sandbox are taken: this one pends (Resources) and is cancelled,
+    # never started.
     ids["pending_cancelled"] = sbatch(sb, "--gres=gpu:1", "--wrap", "true")
     wait_for(lambda: squeue_state(sb, ids["pending_cancelled"]) == "PENDING", what="pending")
     time.sleep(2)
@@ -128,6 +128,10 @@ def history(sandbox: Sandbox) -> dict[str, Any]:
         lambda: all(squeue_state(sb, ids[k]) == "GONE" for k in ("cancelled", "pending_cancelled")),
         what="cancel",
     )
+    # The requeued job waits before it is eligible again, so both GPUs are free for a
+    # 2-GPU job that is still running when the report is made.
+    ids["running"] = sbatch(sb, "--gres=gpu:2", "--wrap", "sleep 600")
+    wait_for(lambda: squeue_state(sb, ids["running"]) == "RUNNING", what="running to run")
 
     # slurmctld hands records to slurmdbd asynchronously: wait until they are stored.
     def stored() -> bool:
