@@ -262,6 +262,8 @@ def _mounts(value: Any, path: tuple[str, ...], e: _Errors) -> tuple[Mount, ...]:
     out: list[Mount] = []
     for i, item in enumerate(value):
         ipath = (*path, str(i))
+        src: Any
+        dst: Any
         if isinstance(item, str):
             parts = item.split(":")
             mode = ""
