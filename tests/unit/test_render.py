@@ -66,7 +66,7 @@ def test_no_empty_directives() -> None:
     for case in CASES.values():
         for line in render(load_spec(case), acbslurm=ACBSLURM).splitlines():
             if line.startswith("#SBATCH"):
-                flag, _, value = line.partition("=")
+                _, _, value = line.partition("=")
                 assert value and value != '""' and value != "None", line
 
 
@@ -93,7 +93,7 @@ def test_site_template_errors_are_config_errors(tmp_path: Path) -> None:
         render(load_spec(CASES["whisper"]), acbslurm=ACBSLURM, template=tmp_path / "none.j2")
     bad = tmp_path / "bad.j2"
     bad.write_text("{{ job.nosuchkey }}\n")
-    with pytest.raises(ConfigError, match="bad.j2"):
+    with pytest.raises(ConfigError, match=r"bad\.j2"):
         render(load_spec(CASES["whisper"]), acbslurm=ACBSLURM, template=bad)
 
 
