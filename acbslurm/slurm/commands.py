@@ -19,16 +19,21 @@ def slurm(
     *,
     input: str | None = None,
     user: str | int | None = None,
+    env: Mapping[str, str] | None = None,
     extra_env: Mapping[str, str] | None = None,
     cwd: str | None = None,
     check: bool = True,
     timeout: float = SLURM_TIMEOUT,
 ) -> Result:
-    """Run a Slurm command (``sbatch``, ``squeue``...) as ``user`` (root only) or as us."""
+    """Run a Slurm command (``sbatch``, ``squeue``...) as ``user`` (root only) or as us.
+
+    ``env`` replaces this process's environment (a job inherits it); ``extra_env`` adds to it.
+    """
     return run(
         argv,
         input=input,
         user=user,
+        env=env,
         extra_env=extra_env,
         cwd=cwd,
         check=check,

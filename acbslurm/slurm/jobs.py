@@ -180,6 +180,8 @@ def query_jobs(
 ) -> list[JobInfo]:
     """State of ``job_ids`` (or all jobs of ``user`` / everyone), in a few batched calls."""
     argv = ["squeue", "-h", "-o", _SQUEUE_FORMAT]
+    if job_ids:
+        argv += ["-t", "all"]  # finished jobs the controller still remembers
     if user:
         argv += ["-u", user]
     found = {j.job_id: j for j in parse_squeue(slurm(argv).stdout)}
@@ -238,6 +240,7 @@ def submit_script(
     *,
     count: int = 1,
     user: str | int | None = None,
+    env: Mapping[str, str] | None = None,
     extra_env: Mapping[str, str] | None = None,
     cwd: str | None = None,
     parallel: int = 8,
