@@ -101,7 +101,7 @@ class Sandbox:
     def user_env(self) -> dict[str, str]:
         pw = pwd.getpwnam(self.user)
         return {
-            "PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin",
+            "PATH": f"{Path(sys.executable).parent}:/usr/sbin:/usr/bin:/sbin:/bin:/usr/local/bin",
             "HOME": pw.pw_dir,
             "USER": pw.pw_name,
             "LOGNAME": pw.pw_name,
