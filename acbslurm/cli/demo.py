@@ -107,7 +107,7 @@ def demo(
     from acbslurm.errors import SetupError
     from acbslurm.render import render
     from acbslurm.sandbox import Sandbox
-    from acbslurm.slurm.experiment import run_phase
+    from acbslurm.slurm.experiment import clear_queue, run_phase
     from acbslurm.slurm.watch import describe
     from acbslurm.spec import load_spec
 
@@ -141,7 +141,7 @@ def demo(
     if not as_json:
         click.echo(f"Sandbox {sb.layout.root}: {len(inventory)} GPUs, jobs run as {params.user}")
         click.echo(f"Job spec: {spec_path} ({'sleep' if no_container else 'container'})")
-    sb.wait_idle(60)
+    clear_queue(60)
     phases = []
     for count in (1, 2, 4):
         if not as_json:

@@ -31,9 +31,20 @@ def acbslurm(sandbox: Any, *args: str, check: bool = True) -> Any:
 
 def submit(sandbox: Any, count: int, seconds: int) -> list[str]:
     res = acbslurm(
-        sandbox, "submit", str(SPEC), "-n", str(count), "--json",
-        "--set", "account=user1", "--set", "container=",
-        "--set", f"command=[sleep, '{seconds}']", "--set", "output=/dev/null",
+        sandbox,
+        "submit",
+        str(SPEC),
+        "-n",
+        str(count),
+        "--json",
+        "--set",
+        "account=user1",
+        "--set",
+        "container=",
+        "--set",
+        f"command=[sleep, '{seconds}']",
+        "--set",
+        "output=/dev/null",
     )
     ids: list[str] = json.loads(res.stdout)["job_ids"]
     assert len(ids) == count
@@ -55,12 +66,23 @@ def wait_for(sandbox: Any, ids: list[str], pred: Any, timeout: float = 60) -> di
         time.sleep(0.5)
 
 
+def no_jobs_left(sandbox: Any, timeout: float = 60) -> None:
+    """Cancel leftover jobs and wait until none is pending, running or completing."""
+    ids = sandbox.run_slurm(["squeue", "-h", "-o", "%i"]).stdout.split()
+    if ids:
+        sandbox.run_slurm(["scancel", *ids])
+    deadline = time.monotonic() + timeout
+    while sandbox.run_slurm(["squeue", "-h", "-o", "%i"]).stdout.split():
+        assert time.monotonic() < deadline, "jobs left on the sandbox"
+        time.sleep(0.3)
+
+
 @pytest.fixture
 def idle(sandbox: Any) -> Any:
     assert len(sandbox.gpus) == 2, "the experiment needs a sandbox with 2 GPUs"
-    sandbox.wait_idle(60)
+    no_jobs_left(sandbox)
     yield sandbox
-    sandbox.wait_idle(60)
+    no_jobs_left(sandbox)
 
 
 def test_one_job_gets_one_gpu(idle: Any) -> None:
@@ -128,9 +150,21 @@ def test_slurm_error_is_a_clear_message(idle: Any) -> None:
 
 def test_demo_reports_the_experiment(idle: Any) -> None:
     res = idle.run_slurm(
-        [sys.executable, "-m", "acbslurm", "demo", "--dir", str(idle.layout.root),
-         "--no-container", "--hold", "3", "--json"],
-        extra_env={"PYTHONPATH": str(REPO)}, check=False, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "acbslurm",
+            "demo",
+            "--dir",
+            str(idle.layout.root),
+            "--no-container",
+            "--hold",
+            "3",
+            "--json",
+        ],
+        extra_env={"PYTHONPATH": str(REPO)},
+        check=False,
+        timeout=300,
     )
     assert res.returncode == 0, res.stdout + res.stderr
     out = json.loads(res.stdout)
