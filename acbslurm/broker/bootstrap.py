@@ -12,6 +12,9 @@ import sys
 
 
 def main() -> None:
+    from acbslurm.broker.grpc_tuning import CLIENT_EXPERIMENTS, inline_io
+
+    inline_io(CLIENT_EXPERIMENTS)  # before grpc is imported
     from acbslurm.broker.client import BrokerClient
     from acbslurm.broker.runtime import install
 

@@ -1,23 +1,25 @@
 """The broker daemon: the gRPC front of ``core.Broker``.
 
-The core is touched only under one lock; each session has a reader thread (client ->
-core) and its response stream (outbox -> client). When a session ends for any
-reason (exit, crash, network cut) the client's leases are freed before the next
-message is handled. The synchronous gRPC server is used on purpose: its per-message
-cost in Python is about half that of grpc.aio (measured, see docs/broker.md).
+The daemon runs on one asyncio event loop (``grpc.aio``): every session's reads, the
+core's decisions and the pushes to other sessions happen on that one thread, so a
+request costs no thread hand-offs and the core needs no lock. Each session is a
+coroutine writing its outbox to the stream plus a reader task feeding the core. When
+a session ends for any reason (exit, crash, network cut) the client's leases are
+freed before the next message is handled.
+
+Measured on the 2-core box (docs/broker.md): the synchronous gRPC server with a reader
+thread and a writer thread per session cost about 400 us of server CPU per grant;
+this loop costs about 170 us.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
-import queue
 import signal
-import threading
 import time
-from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +33,9 @@ from acbslurm.errors import BrokerError
 log = logging.getLogger(__name__)
 
 TICK_SECONDS = 0.02  # how often the quantum policy looks at waiting clients
-MAX_SESSIONS = 512  # each session holds one server thread
+MAX_SESSIONS = 512  # concurrent sessions (each is one open stream)
+
+_EOF: Any = grpc.aio.EOF  # type: ignore[attr-defined]  # missing from grpc-stubs
 
 
 def device_msg(d: core.Device) -> Any:
@@ -41,14 +45,15 @@ def device_msg(d: core.Device) -> Any:
 
 
 class BrokerService(pb_grpc.GpuBrokerServicer):  # type: ignore[misc]
+    """All methods run on the server's event loop (no lock needed around the core)."""
+
     def __init__(self, broker: core.Broker, source: str = "") -> None:
         self.broker = broker
         self.source = source
-        self.lock = threading.Lock()
-        self.outboxes: dict[int, queue.SimpleQueue[Any]] = {}
+        self.outboxes: dict[int, asyncio.Queue[Any]] = {}
 
     def _deliver(self, events: list[core.Event]) -> None:
-        """Queue ``events`` to their clients (called with the lock held)."""
+        """Queue ``events`` to their clients' streams."""
         for ev in events:
             box = self.outboxes.get(ev.client)
             if box is None:
@@ -66,72 +71,83 @@ class BrokerService(pb_grpc.GpuBrokerServicer):  # type: ignore[misc]
                 msg = pb.ServerMessage(yield_asked=pb.YieldAsked(lease_id=ev.lease_id))
             else:
                 msg = pb.ServerMessage(evict=pb.Evict(devices=list(ev.devices)))
-            box.put(msg)
+            box.put_nowait(msg)
 
     def _handle(self, cid: int, msg: Any) -> None:
         kind = msg.WhichOneof("kind")
         b = self.broker
-        with self.lock:
-            now = time.monotonic()
-            if kind == "request":
-                r = msg.request
-                events = b.request(cid, r.request_id, r.count, now, r.memory_bytes, tuple(r.pin))
-            elif kind == "release":
-                res = {x.device: x.bytes for x in msg.release.resident}
-                events = b.release(cid, msg.release.lease_id, now, res)
-            elif kind == "cancel":
-                events = b.cancel(cid, msg.cancel.request_id, now)
-            elif kind == "evict_done":
-                events = b.evict_done(cid, tuple(msg.evict_done.devices), now)
-            else:
-                log.warning("client %d sent an unexpected %s message", cid, kind)
-                events = []
-            self._deliver(events)
+        now = time.monotonic()
+        if kind == "request":
+            r = msg.request
+            events = b.request(cid, r.request_id, r.count, now, r.memory_bytes, tuple(r.pin))
+        elif kind == "release":
+            res = {x.device: x.bytes for x in msg.release.resident}
+            events = b.release(cid, msg.release.lease_id, now, res)
+        elif kind == "cancel":
+            events = b.cancel(cid, msg.cancel.request_id, now)
+        elif kind == "evict_done":
+            events = b.evict_done(cid, tuple(msg.evict_done.devices), now)
+        else:
+            log.warning("client %d sent an unexpected %s message", cid, kind)
+            events = []
+        self._deliver(events)
 
-    def Session(self, request_iterator: Iterator[Any], context: Any) -> Iterator[Any]:
+    async def _read(self, cid: int, context: Any) -> None:
         try:
-            first = next(request_iterator)
-        except (StopIteration, grpc.RpcError):
-            return
-        if first.WhichOneof("kind") != "register":
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "first message must be register")
-        box: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        with self.lock:
-            cid = self.broker.register(first.register.name, first.register.pid)
-            self.outboxes[cid] = box
-        log.info("client %d registered (%s, pid %d)", cid, first.register.name, first.register.pid)
-        # The RPC ending (client gone, cancelled, server stopping) frees everything.
-        context.add_callback(lambda: self._drop(cid))
-
-        def read() -> None:
-            with contextlib.suppress(grpc.RpcError, ValueError):
-                for m in request_iterator:
-                    self._handle(cid, m)
+            while True:
+                m = await context.read()
+                if m is _EOF:
+                    break
+                self._handle(cid, m)
+        except (grpc.RpcError, asyncio.CancelledError, grpc.aio.UsageError):
+            pass
+        finally:
             self._drop(cid)
 
-        threading.Thread(target=read, name=f"broker-session-{cid}", daemon=True).start()
-        devices = [device_msg(d) for d in self.broker.devices.values()]
-        yield pb.ServerMessage(
-            registered=pb.Registered(client_id=cid, devices=devices, policy=self.broker.policy)
-        )
-        while True:
-            out = box.get()
-            if out is None:
-                return
-            yield out
+    async def Session(self, request_iterator: Any, context: Any) -> None:
+        try:
+            first = await context.read()
+        except grpc.RpcError:
+            return
+        if first is _EOF:
+            return
+        if first.WhichOneof("kind") != "register":
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "first message must be register")
+        box: asyncio.Queue[Any] = asyncio.Queue()
+        cid = self.broker.register(first.register.name, first.register.pid)
+        self.outboxes[cid] = box
+        log.info("client %d registered (%s, pid %d)", cid, first.register.name, first.register.pid)
+        # The RPC ending (client gone, cancelled, server stopping) frees everything.
+        context.add_done_callback(lambda _ctx: self._drop(cid))
+        reader = asyncio.get_running_loop().create_task(self._read(cid, context))
+        try:
+            devices = [device_msg(d) for d in self.broker.devices.values()]
+            await context.write(
+                pb.ServerMessage(
+                    registered=pb.Registered(
+                        client_id=cid, devices=devices, policy=self.broker.policy
+                    )
+                )
+            )
+            while True:
+                out = await box.get()
+                if out is None:
+                    return
+                await context.write(out)
+        finally:
+            reader.cancel()
+            self._drop(cid)
 
     def _drop(self, cid: int) -> None:
-        with self.lock:
-            box = self.outboxes.pop(cid, None)
-            if box is None:
-                return
-            box.put(None)
-            log.info("client %d gone; freeing its leases", cid)
-            self._deliver(self.broker.disconnect(cid, time.monotonic()))
+        box = self.outboxes.pop(cid, None)
+        if box is None:
+            return
+        box.put_nowait(None)
+        log.info("client %d gone; freeing its leases", cid)
+        self._deliver(self.broker.disconnect(cid, time.monotonic()))
 
-    def Status(self, request: Any, context: Any) -> Any:
-        with self.lock:
-            return self._status()
+    async def Status(self, request: Any, context: Any) -> Any:
+        return self._status()
 
     def _status(self) -> Any:
         b = self.broker
@@ -175,29 +191,32 @@ class BrokerService(pb_grpc.GpuBrokerServicer):  # type: ignore[misc]
             source=self.source,
         )
 
-    def tick_until(self, stop: threading.Event) -> None:
-        while not stop.wait(TICK_SECONDS):
-            with self.lock:
-                self._deliver(self.broker.tick(time.monotonic()))
+    async def tick_forever(self) -> None:
+        while True:
+            await asyncio.sleep(TICK_SECONDS)
+            self._deliver(self.broker.tick(time.monotonic()))
 
 
 class RunningBroker:
-    """A started broker; ``stop()`` ends it and removes its socket."""
+    """A started broker (on the running event loop); ``stop()`` ends it, removes its socket."""
 
-    def __init__(
-        self, broker: core.Broker, address: str, source: str = "", socket_mode: int = 0o600
-    ) -> None:
+    def __init__(self, broker: core.Broker, address: str, source: str = "") -> None:
+        self.broker = broker
         self.address = parse_address(address)
         self.path = socket_path(self.address)
+        self.source = source
+        self.service = BrokerService(broker, source)
+        self._tick: asyncio.Task[None] | None = None
+        self.server: Any = None
+
+    async def start(self, socket_mode: int = 0o600) -> None:
         if self.path:
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
             if Path(self.path).exists():
                 if _socket_alive(self.path):
                     raise BrokerError(f"a broker already listens on {self.address}")
                 Path(self.path).unlink()  # stale socket of a broker that died
-        self.service = BrokerService(broker, source)
-        self.server = grpc.server(
-            ThreadPoolExecutor(max_workers=MAX_SESSIONS + 8, thread_name_prefix="broker-rpc"),
+        self.server = grpc.aio.server(
             maximum_concurrent_rpcs=MAX_SESSIONS,
             options=[
                 # Notice dead peers on TCP too (unix sockets report a closed peer at once).
@@ -219,22 +238,19 @@ class RunningBroker:
                 os.umask(old_umask)
         if not self.path and port == 0:
             raise BrokerError(f"cannot listen on {self.address}")
-        self.server.start()
+        await self.server.start()
         if self.path:
             os.chmod(self.path, socket_mode)
-        self._stop = threading.Event()
-        if broker.policy == "quantum":
-            threading.Thread(
-                target=self.service.tick_until, args=(self._stop,), name="broker-tick", daemon=True
-            ).start()
-        log.info("broker listening on %s with %d device(s)", self.address, len(broker.devices))
+        if self.broker.policy == "quantum":
+            self._tick = asyncio.get_running_loop().create_task(self.service.tick_forever())
+        log.info("broker listening on %s with %d device(s)", self.address, len(self.broker.devices))
 
-    def stop(self, grace: float = 0.5) -> None:
-        self._stop.set()
-        with self.service.lock:
-            for box in self.service.outboxes.values():
-                box.put(None)
-        self.server.stop(grace).wait()
+    async def stop(self, grace: float = 0.5) -> None:
+        if self._tick is not None:
+            self._tick.cancel()
+        for box in self.service.outboxes.values():
+            box.put_nowait(None)
+        await self.server.stop(grace)
         if self.path:
             with contextlib.suppress(FileNotFoundError):
                 Path(self.path).unlink()
@@ -255,12 +271,17 @@ def _socket_alive(path: str) -> bool:
         s.close()
 
 
+async def _serve(broker: core.Broker, address: str, source: str, socket_mode: int) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    running = RunningBroker(broker, address, source)
+    await running.start(socket_mode)
+    await stop.wait()
+    await running.stop()
+
+
 def serve(broker: core.Broker, address: str, source: str = "", socket_mode: int = 0o600) -> None:
     """Run the daemon in the foreground; SIGTERM and SIGINT stop it cleanly."""
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-    running = RunningBroker(broker, address, source, socket_mode)
-    while not stop.wait(3600):
-        pass
-    running.stop()
+    asyncio.run(_serve(broker, address, source, socket_mode))

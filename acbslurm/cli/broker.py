@@ -66,6 +66,9 @@ def serve(
     listen: str | None, policy: str, quantum: float, device_spec: str, socket_mode: str
 ) -> None:
     """Run the broker in the foreground until SIGTERM or Ctrl-C."""
+    from acbslurm.broker.grpc_tuning import SERVER_EXPERIMENTS, inline_io
+
+    inline_io(SERVER_EXPERIMENTS)  # before grpc is imported
     from acbslurm.broker import core
     from acbslurm.broker.devices import resolve_devices
     from acbslurm.broker.server import serve as run_server
