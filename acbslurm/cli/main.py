@@ -7,6 +7,7 @@ MariaDB or gRPC imports, and the Slurm hooks stay fast.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import logging
 import os
 import sys

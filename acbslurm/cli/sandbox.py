@@ -1,0 +1,109 @@
+"""`acbslurm sandbox up|down|status|env`: a real single-node Slurm cluster on this machine."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import time
+
+import click
+
+from acbslurm.sandbox.layout import DEFAULT_DIR
+
+dir_option = click.option(
+    "--dir",
+    "root",
+    envvar="ACBSLURM_SANDBOX_DIR",
+    default=DEFAULT_DIR,
+    show_default=True,
+    type=click.Path(file_okay=False),
+    help="Sandbox directory (all config and state live there). Env: ACBSLURM_SANDBOX_DIR.",
+)
+
+
+def _progress(msg: str) -> None:
+    click.echo(f"  {msg}", err=True)
+
+
+@click.group()
+def sandbox() -> None:
+    """A complete local Slurm cluster (munge, MariaDB, slurmdbd, slurmctld, slurmd,
+    rootless Docker with emulated GPUs) for trying acbslurm and for its tests."""
+
+
+@sandbox.command()
+@dir_option
+@click.option(
+    "--gpus",
+    type=click.IntRange(1, 64),
+    default=None,
+    help="Number of emulated GPUs  [default: 2, or what the sandbox had].",
+)
+@click.option(
+    "--port-base",
+    type=click.IntRange(1024, 65000),
+    default=None,
+    help="slurmctld port; slurmd, slurmdbd and MariaDB use the next three  [default: 16817].",
+)
+def up(root: str, gpus: int | None, port_base: int | None) -> None:
+    """Start the sandbox, or check it if it is already up (idempotent)."""
+    from acbslurm.sandbox import Sandbox
+
+    sb = Sandbox(root)
+    click.echo(f"acbslurm sandbox: starting at {sb.layout.root}", err=True)
+    click.echo(sb.up(gpus, port_base, progress=_progress))
+
+
+@sandbox.command()
+@dir_option
+def down(root: str) -> None:
+    """Stop every process the sandbox started (its state stays for the next `up`)."""
+    from acbslurm.sandbox import Sandbox
+
+    sb = Sandbox(root)
+    t0 = time.monotonic()
+    stopped = sb.down(progress=_progress)
+    if stopped:
+        click.echo(f"sandbox down ({len(stopped)} components) in {time.monotonic() - t0:.1f} s")
+    else:
+        click.echo("sandbox was not running")
+
+
+@sandbox.command()
+@dir_option
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_context
+def status(ctx: click.Context, root: str, as_json: bool) -> None:
+    """Show each component; exit 0 only if all are up and ready."""
+    from acbslurm.sandbox import Sandbox
+
+    sb = Sandbox(root)
+    rows = sb.status()
+    if as_json:
+        click.echo(
+            json.dumps({"dir": str(sb.layout.root), "components": [r.as_dict() for r in rows]})
+        )
+    else:
+        click.echo(f"sandbox at {sb.layout.root}")
+        for r in rows:
+            state = "ready" if r.ready else ("running" if r.running else "stopped")
+            pid = str(r.pid) if r.pid and r.running else "-"
+            click.echo(f"  {r.name:16} {state:8} pid {pid:>7}  {r.detail}")
+    if not all(r.ready for r in rows):
+        ctx.exit(1)
+
+
+@sandbox.command()
+@dir_option
+@click.option("--json", "as_json", is_flag=True, help="A JSON object instead of export lines.")
+def env(root: str, as_json: bool) -> None:
+    """Print the export lines that point sinfo, sbatch, sacct, docker and acbslurm at the
+    sandbox:  eval "$(acbslurm sandbox env)"."""
+    from acbslurm.sandbox import Sandbox
+
+    values = Sandbox(root).env()
+    if as_json:
+        click.echo(json.dumps(values, indent=2))
+        return
+    for key, value in values.items():
+        click.echo(f"export {key}={shlex.quote(value)}")

@@ -1,0 +1,342 @@
+"""The sandbox as a whole: bring it up (idempotently), check it, stop it, describe it."""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import secrets
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import acbslurm
+from acbslurm import proc
+from acbslurm.errors import SetupError
+from acbslurm.gpu.inventory import GpuInfo
+from acbslurm.sandbox import docker, gpus, mariadb, munge, preflight, render, slurm
+from acbslurm.sandbox.layout import Layout, Params, default_dir, node_name
+from acbslurm.sandbox.procs import kill_marked, log_tail, read_proc, stop
+
+Progress = Callable[[str], None]
+
+
+def _quiet(_: str) -> None:
+    pass
+
+
+@dataclass(frozen=True)
+class ComponentStatus:
+    name: str
+    pid: int | None
+    running: bool
+    ready: bool
+    detail: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "pid": self.pid,
+            "running": self.running,
+            "ready": self.ready,
+            "detail": self.detail,
+        }
+
+
+class Sandbox:
+    """One sandbox cluster rooted at a directory (default /var/lib/acbslurm/sandbox)."""
+
+    def __init__(self, root: str | Path | None = None) -> None:
+        self.layout = Layout(Path(root) if root else default_dir())
+        self.marker = str(self.layout.root)
+
+    @classmethod
+    def load(cls, root: str | Path | None = None) -> Sandbox:
+        return cls(root)
+
+    # -- parameters ---------------------------------------------------------------
+    @property
+    def params(self) -> Params:
+        p = self.layout.load_params()
+        if p is None:
+            raise SetupError(
+                f"no sandbox at {self.layout.root}; start one with `acbslurm sandbox up`"
+            )
+        return p
+
+    @property
+    def user(self) -> str:
+        return self.params.user
+
+    @property
+    def uid(self) -> int:
+        return pwd.getpwnam(self.user).pw_uid
+
+    @property
+    def gpus(self) -> list[GpuInfo]:
+        return gpus.load(self.layout)
+
+    def components(self) -> list[str]:
+        user = self.layout.load_params()
+        name = user.user if user else "user1"
+        return ["munged", "mariadb", "slurmdbd", "slurmctld", "slurmd", f"dockerd-{name}"]
+
+    # -- environment ----------------------------------------------------------------
+    def env(self) -> dict[str, str]:
+        """Variables that point plain Slurm/Docker clients and acbslurm at this sandbox."""
+        p = self.params
+        lay = self.layout
+        return {
+            "SLURM_CONF": str(lay.slurm_conf),
+            "DOCKER_HOST": docker.docker_host(lay, p.user),
+            "ACBSLURM_CONFIG": str(lay.acbslurm_conf),
+            "ACBSLURM_DB_CONFIG": str(lay.report_db_cnf),
+            "ACBSLURM_CLUSTER": p.cluster,
+            "ACBSLURM_SANDBOX_DIR": str(lay.root),
+        }
+
+    def user_env(self) -> dict[str, str]:
+        pw = pwd.getpwnam(self.user)
+        return {
+            "PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin",
+            "HOME": pw.pw_dir,
+            "USER": pw.pw_name,
+            "LOGNAME": pw.pw_name,
+            "LANG": "C.UTF-8",
+            "XDG_RUNTIME_DIR": str(self.layout.user_runtime_dir(pw.pw_name)),
+            **self.env(),
+        }
+
+    def run_as_user(self, argv: Sequence[str], **kw: Any) -> proc.Result:
+        """Run a command as the sandbox user with the sandbox's environment (needs root)."""
+        pw = pwd.getpwnam(self.user)
+        env = self.user_env()
+        env.update(kw.pop("extra_env", None) or {})
+        kw.setdefault("cwd", pw.pw_dir)
+        return proc.run(argv, user=pw.pw_uid, env=env, **kw)
+
+    def run_slurm(self, argv: Sequence[str], **kw: Any) -> proc.Result:
+        """Run a Slurm client command as root against this sandbox."""
+        return proc.run(argv, env={**slurm.slurm_env(self.layout), **self.env()}, **kw)
+
+    def hook_records(self) -> list[dict[str, Any]]:
+        """What the stand-in NVIDIA hook saw: one record per container start, oldest first."""
+        out = []
+        for f in self.layout.hook_record_dir.glob("*.json"):
+            try:
+                out.append(json.loads(f.read_text()))
+            except (OSError, ValueError):
+                continue
+        return sorted(out, key=lambda r: (r.get("time", 0), r.get("container", "")))
+
+    def wait_idle(self, timeout: float = 60) -> None:
+        """Cancel every job and wait until the node has nothing allocated."""
+        slurm.cancel_all(self.layout, timeout=timeout)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            state = slurm.node_state(self.layout, self.params)
+            if state.startswith("idle"):
+                return
+            if state.startswith(("drain", "down")):
+                slurm.resume_if_drained(self.layout, self.params)
+            time.sleep(0.3)
+        raise SetupError(f"sandbox node not idle after {timeout:g} s (state: {state})")
+
+    # -- status ---------------------------------------------------------------------
+    def _ready(self, name: str, p: Params) -> tuple[bool, str]:
+        lay = self.layout
+        try:
+            if name == "munged":
+                return munge.ready(lay), str(lay.munge_socket)
+            if name == "mariadb":
+                return mariadb.ready(lay), f"127.0.0.1:{p.mariadb_port}"
+            if name == "slurmdbd":
+                slurm.run_sacctmgr_ping(lay)
+                return True, f"127.0.0.1:{p.slurmdbd_port}"
+            if name == "slurmctld":
+                ok = (
+                    "UP"
+                    in proc.run(["scontrol", "ping"], env=slurm.slurm_env(lay), timeout=5).stdout
+                )
+                return ok, f"127.0.0.1:{p.slurmctld_port}"
+            if name == "slurmd":
+                state = slurm.node_state(lay, p)
+                ok = state.startswith(("idle", "mixed", "alloc", "completing"))
+                return ok, f"node {p.node} {state}, gpu:{p.gpus}"
+            if name.startswith("dockerd-"):
+                ok = docker.ready(lay, p.user) and docker.has_image(lay, p.user)
+                return ok, docker.docker_host(lay, p.user)
+        except Exception as exc:  # a failed probe is a status, not a crash
+            return False, str(exc).splitlines()[0][:200]
+        return False, "unknown component"
+
+    def status(self) -> list[ComponentStatus]:
+        p = self.layout.load_params()
+        out = []
+        for name in self.components():
+            pr = read_proc(self.layout.run, name)
+            running = bool(pr and pr.alive())
+            if running and p is not None:
+                ready, detail = self._ready(name, p)
+            else:
+                ready, detail = False, "stopped"
+            out.append(ComponentStatus(name, pr.pid if pr else None, running, ready, detail))
+        return out
+
+    def is_up(self) -> bool:
+        return all(s.running and s.ready for s in self.status())
+
+    # -- up -------------------------------------------------------------------------
+    def up(
+        self,
+        gpu_count: int | None = None,
+        port_base: int | None = None,
+        progress: Progress = _quiet,
+    ) -> str:
+        """Start every component; a second call only checks. Returns a summary line."""
+        preflight.check()
+        t0 = time.monotonic()
+        old = self.layout.load_params()
+        procs = {n: read_proc(self.layout.run, n) for n in self.components()}
+        alive = [n for n, pr in procs.items() if pr and pr.alive()]
+        if old and alive:
+            if gpu_count is not None and gpu_count != old.gpus:
+                raise SetupError(
+                    f"the sandbox at {self.layout.root} is up with {old.gpus} GPUs; "
+                    f"run `acbslurm sandbox down` before `up --gpus {gpu_count}`"
+                )
+            if port_base is not None and port_base != old.port_base:
+                raise SetupError(
+                    f"the sandbox at {self.layout.root} is up on port base {old.port_base}; "
+                    "run `acbslurm sandbox down` first"
+                )
+            if len(alive) == len(procs):
+                bad = [s for s in self.status() if not s.ready]
+                if not bad:
+                    note = slurm.resume_if_drained(self.layout, old)
+                    extra = f"; {note}" if note else ""
+                    return f"sandbox already up at {self.layout.root} ({old.gpus} GPUs){extra}"
+                progress(f"not ready: {', '.join(s.name for s in bad)}; restarting")
+            else:
+                progress(f"partly up ({', '.join(alive)}); restarting")
+            self.down(progress)
+        params = self._new_params(old, gpu_count, port_base)
+        try:
+            self._cold_up(params, progress)
+        except BaseException:
+            progress("start-up failed; stopping what was started")
+            self.down(_quiet)
+            raise
+        return (
+            f"sandbox up at {self.layout.root} ({params.gpus} GPUs, "
+            f"user {params.user}) in {time.monotonic() - t0:.1f} s"
+        )
+
+    def _new_params(
+        self, old: Params | None, gpu_count: int | None, port_base: int | None
+    ) -> Params:
+        base = old or Params()
+        gpus_n = gpu_count if gpu_count is not None else base.gpus
+        if gpus_n < 1 or gpus_n > 64:
+            raise SetupError(f"--gpus must be between 1 and 64, got {gpus_n}")
+        return replace(
+            base,
+            gpus=gpus_n,
+            port_base=port_base if port_base is not None else base.port_base,
+            cpus=max(8, 4 * gpus_n),
+            memory_mb=max(16000, 8000 * gpus_n),
+            node=node_name(),
+            python=sys.executable,
+            pythonpath=str(Path(acbslurm.__file__).resolve().parent.parent),
+        )
+
+    def _secrets(self) -> dict[str, str]:
+        f = self.layout.secrets
+        if f.exists():
+            data: dict[str, str] = json.loads(f.read_text())
+            return data
+        data = {"slurm_db": secrets.token_hex(16), "readonly_db": secrets.token_hex(16)}
+        fd = os.open(f, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            json.dump(data, fh)
+        return data
+
+    def _cold_up(self, p: Params, progress: Progress) -> None:
+        lay = self.layout
+        for d in (lay.root, lay.etc, lay.run, lay.log, lay.state, lay.libexec, lay.bin):
+            d.mkdir(parents=True, exist_ok=True)
+            d.chmod(0o755)
+        lay.records.mkdir(parents=True, exist_ok=True)
+        lay.save_params(p)
+        sec = self._secrets()
+
+        def step(name: str, fn: Callable[[], object]) -> None:
+            t = time.monotonic()
+            fn()
+            progress(f"{name}: ok ({time.monotonic() - t:.1f} s)")
+
+        step("gpus", lambda: gpus.create(lay, p.gpus))
+        step("config", lambda: self._write_configs(p, sec))
+        pw = docker.prepare(lay, p.user)
+        munge.prepare(lay)
+        step("munged", lambda: munge.start(lay, self.marker))
+        mariadb.prepare(lay)
+        step("mariadb", lambda: mariadb.start(lay, p, self.marker))
+        mariadb.create_users(lay, sec["slurm_db"], sec["readonly_db"])
+        slurm.prepare(lay)
+        step("slurmdbd", lambda: slurm.start_slurmdbd(lay, self.marker))
+        step("accounts", lambda: slurm.ensure_accounts(lay, p))
+        step("slurmctld", lambda: slurm.start_slurmctld(lay, self.marker))
+        step("slurmd", lambda: slurm.start_slurmd(lay, p, self.marker))
+        step(f"dockerd-{p.user}", lambda: docker.start(lay, pw, self.marker))
+        step("image", lambda: docker.ensure_image(lay, p.user))
+        self._check_user_can_run_acbslurm(p)
+
+    def _write_configs(self, p: Params, sec: dict[str, str]) -> None:
+        lay = self.layout
+        render.write_slurm_configs(lay, p, gpus.load(lay), sec["slurm_db"])
+        render.write_hook_wrappers(lay, p)
+        render.write_standin_hook(lay)
+        render.write_acbslurm_settings(lay, p)
+        render.write_report_db_cnf(lay, p, sec["readonly_db"])
+
+    def _check_user_can_run_acbslurm(self, p: Params) -> None:
+        r = self.run_as_user(
+            [p.python, "-c", "import acbslurm"],
+            extra_env={"PYTHONPATH": p.pythonpath},
+            check=False,
+            timeout=30,
+        )
+        if r.returncode != 0:
+            raise SetupError(
+                f"{p.user} cannot run {p.python} with acbslurm from {p.pythonpath}, so jobs "
+                "could not start containers; put the checkout and its .venv where "
+                f"{p.user} can read them (not under /root)\n{r.stderr.strip()}"
+            )
+
+    # -- down -----------------------------------------------------------------------
+    def down(self, progress: Progress = _quiet) -> list[str]:
+        """Stop every process this sandbox started (by pid), newest first."""
+        stopped = []
+        slurmctld = read_proc(self.layout.run, "slurmctld")
+        if slurmctld and slurmctld.alive() and self.layout.slurm_conf.exists():
+            try:
+                slurm.cancel_all(self.layout, timeout=15)
+            except Exception as exc:  # stopping must go on even if Slurm is broken
+                progress(f"could not cancel jobs: {exc}")
+        for name in reversed(self.components()):
+            pr = read_proc(self.layout.run, name)
+            if pr and stop(pr):
+                stopped.append(name)
+                progress(f"stopped {name} (pid {pr.pid})")
+            (self.layout.run / f"{name}.proc.json").unlink(missing_ok=True)
+        leftovers = kill_marked(self.marker)
+        if leftovers:
+            progress(f"stopped {len(leftovers)} leftover process(es) of the sandbox")
+        return stopped
+
+    def log_tail(self, name: str, lines: int = 20) -> str:
+        return log_tail(self.layout.log_file(name), lines)

@@ -1,0 +1,173 @@
+"""The sandbox user's rootless Docker daemon, its GPU stand-in hook and local image."""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import stat
+import subprocess
+import tarfile
+import tempfile
+from pathlib import Path
+
+from acbslurm import proc
+from acbslurm.errors import SetupError
+from acbslurm.sandbox.layout import IMAGE, Layout
+from acbslurm.sandbox.procs import Proc, spawn, wait_for
+
+ROOTLESS_SCRIPT = "/usr/share/docker.io/contrib/dockerd-rootless.sh"
+DOCKER = "/usr/bin/docker"  # Debian's client, matching its daemon
+
+
+def ensure_user(user: str) -> pwd.struct_passwd:
+    """The sandbox user, with the subordinate id ranges rootless Docker maps."""
+    try:
+        pw = pwd.getpwnam(user)
+    except KeyError:
+        proc.run(["useradd", "--create-home", "--shell", "/bin/bash", user], timeout=30)
+        pw = pwd.getpwnam(user)
+    for f in ("/etc/subuid", "/etc/subgid"):
+        lines = Path(f).read_text().splitlines() if Path(f).exists() else []
+        if not any(line.split(":")[0] in (user, str(pw.pw_uid)) for line in lines):
+            start = 100000 + 65536 * (len(lines) + 1)
+            with open(f, "a") as fh:
+                fh.write(f"{user}:{start}:65536\n")
+    return pw
+
+
+def ensure_tun() -> None:
+    """slirp4netns opens /dev/net/tun as the user; Debian ships it root-only."""
+    tun = Path("/dev/net/tun")
+    if not tun.exists():
+        tun.parent.mkdir(exist_ok=True)
+        os.mknod(tun, 0o666 | stat.S_IFCHR, os.makedev(10, 200))
+    tun.chmod(0o666)
+
+
+def prepare(layout: Layout, user: str) -> pwd.struct_passwd:
+    pw = ensure_user(user)
+    ensure_tun()
+    runtime = layout.user_runtime_dir(user)
+    runtime.mkdir(parents=True, exist_ok=True)
+    os.chown(runtime, pw.pw_uid, pw.pw_gid)
+    runtime.chmod(0o700)
+    data = layout.docker_data(user)
+    data.mkdir(parents=True, exist_ok=True)
+    os.chown(data, pw.pw_uid, pw.pw_gid)
+    layout.hook_record_dir.mkdir(parents=True, exist_ok=True)
+    os.chown(layout.hook_record_dir, pw.pw_uid, pw.pw_gid)
+    return pw
+
+
+def docker_host(layout: Layout, user: str) -> str:
+    return f"unix://{layout.docker_socket(user)}"
+
+
+def daemon_env(layout: Layout, pw: pwd.struct_passwd) -> dict[str, str]:
+    return {
+        "HOME": pw.pw_dir,
+        "USER": pw.pw_name,
+        "LOGNAME": pw.pw_name,
+        "XDG_RUNTIME_DIR": str(layout.user_runtime_dir(pw.pw_name)),
+        # The stand-in hook must be on the daemon's PATH when it starts: that is what
+        # makes dockerd accept `--gpus`.
+        "PATH": f"{layout.bin}:/usr/sbin:/usr/bin:/sbin:/bin",
+        "LANG": "C.UTF-8",
+    }
+
+
+def start(layout: Layout, pw: pwd.struct_passwd, marker: str) -> Proc:
+    log = layout.log_file(f"dockerd-{pw.pw_name}")
+    p = spawn(
+        f"dockerd-{pw.pw_name}",
+        [
+            ROOTLESS_SCRIPT,
+            "--iptables=false",
+            f"--data-root={layout.docker_data(pw.pw_name)}",
+            f"--host={docker_host(layout, pw.pw_name)}",
+        ],
+        run_dir=layout.run,
+        log_file=log,
+        marker=marker,
+        env=daemon_env(layout, pw),
+        user=pw.pw_uid,
+        group=pw.pw_gid,
+        cwd=pw.pw_dir,
+    )
+    wait_for(
+        f"rootless dockerd of {pw.pw_name}",
+        lambda: ready(layout, pw.pw_name),
+        proc=p,
+        log_file=log,
+        timeout=60,
+        interval=0.3,
+    )
+    return p
+
+
+def docker(layout: Layout, user: str, *args: str, timeout: float = 60, **kw: object) -> str:
+    return proc.run(
+        [DOCKER, "-H", docker_host(layout, user), *args],
+        timeout=timeout,
+        env={"PATH": "/usr/bin:/bin", "HOME": "/root"},
+        **kw,  # type: ignore[arg-type]
+    ).stdout
+
+
+def ready(layout: Layout, user: str) -> bool:
+    return bool(docker(layout, user, "version", "--format", "{{.Server.Version}}", timeout=5))
+
+
+def has_image(layout: Layout, user: str, image: str = IMAGE) -> bool:
+    out = proc.run(
+        [DOCKER, "-H", docker_host(layout, user), "image", "inspect", image],
+        timeout=10,
+        check=False,
+        env={"PATH": "/usr/bin:/bin", "HOME": "/root"},
+    )
+    return out.returncode == 0
+
+
+def busybox_rootfs_tar(dest: Path) -> None:
+    """A minimal root file system: static busybox and a link per applet."""
+    busybox = Path("/bin/busybox")
+    if not busybox.exists():
+        raise SetupError("/bin/busybox missing; run `make setup` (package busybox-static)")
+    applets = subprocess.run(
+        [str(busybox), "--list"], capture_output=True, text=True, check=True
+    ).stdout.split()
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        (root / "bin").mkdir()
+        for d in ("tmp", "etc", "proc", "sys", "dev", "home", "root", "work"):
+            (root / d).mkdir()
+        (root / "tmp").chmod(0o1777)
+        shutil.copy2(busybox, root / "bin" / "busybox")
+        for a in applets:
+            if a != "busybox":
+                (root / "bin" / a).symlink_to("busybox")
+        (root / "etc" / "passwd").write_text("root:x:0:0:root:/root:/bin/sh\n")
+        (root / "etc" / "group").write_text("root:x:0:\n")
+        with tarfile.open(dest, "w") as tar:
+            tar.add(root, arcname=".")
+
+
+def ensure_image(layout: Layout, user: str, image: str = IMAGE) -> None:
+    if has_image(layout, user, image):
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        tar = Path(tmp) / "rootfs.tar"
+        busybox_rootfs_tar(tar)
+        docker(
+            layout,
+            user,
+            "import",
+            "--change",
+            'CMD ["/bin/sh"]',
+            "--change",
+            "ENV PATH=/bin",
+            str(tar),
+            image,
+            timeout=120,
+        )

@@ -1,0 +1,107 @@
+"""Where everything of one sandbox lives, and its saved parameters."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+DEFAULT_DIR = "/var/lib/acbslurm/sandbox"
+DEFAULT_PORT_BASE = 16817
+CLUSTER = "acbsandbox"
+USER = "user1"
+IMAGE = "acbslurm/busybox:latest"
+
+
+def default_dir() -> Path:
+    return Path(os.environ.get("ACBSLURM_SANDBOX_DIR") or DEFAULT_DIR)
+
+
+@dataclass(frozen=True)
+class Params:
+    """What ``up`` was asked for; saved so that later commands and a second ``up`` agree."""
+
+    gpus: int = 2
+    port_base: int = DEFAULT_PORT_BASE
+    cpus: int = 8
+    memory_mb: int = 16000
+    node: str = ""
+    cluster: str = CLUSTER
+    user: str = USER
+    # The interpreter and checkout whose acbslurm the Slurm hooks run.
+    python: str = ""
+    pythonpath: str = ""
+
+    @property
+    def slurmctld_port(self) -> int:
+        return self.port_base
+
+    @property
+    def slurmd_port(self) -> int:
+        return self.port_base + 1
+
+    @property
+    def slurmdbd_port(self) -> int:
+        return self.port_base + 2
+
+    @property
+    def mariadb_port(self) -> int:
+        return self.port_base + 3
+
+
+class Layout:
+    """Paths under the sandbox directory (all config and state live there)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root.resolve() if root.exists() else root.absolute()
+        self.etc = self.root / "etc"
+        self.run = self.root / "run"
+        self.log = self.root / "log"
+        self.state = self.root / "state"
+        self.dev = self.root / "dev"
+        self.bin = self.root / "bin"
+        self.libexec = self.root / "libexec"
+        self.params_file = self.root / "sandbox.json"
+        self.slurm_conf = self.etc / "slurm.conf"
+        self.gres_conf = self.etc / "gres.conf"
+        self.slurmdbd_conf = self.etc / "slurmdbd.conf"
+        self.inventory = self.etc / "gpus.json"
+        self.acbslurm_conf = self.etc / "acbslurm.yaml"
+        self.report_db_cnf = self.etc / "report-db.cnf"
+        self.secrets = self.etc / "secrets.json"
+        self.munge_key = self.etc / "munge" / "munge.key"
+        self.munge_socket = self.run / "munge" / "munge.socket.2"
+        self.mysql_data = self.state / "mysql"
+        self.mysql_socket = self.run / "mysqld" / "mysqld.sock"
+        self.records = self.state / "jobs"
+        self.hook_record = self.state / "gpu-hook.jsonl"
+        self.hook_record_dir = self.state / "gpu-hook"
+
+    def user_runtime_dir(self, user: str) -> Path:
+        return self.run / user
+
+    def docker_socket(self, user: str) -> Path:
+        return self.user_runtime_dir(user) / "docker.sock"
+
+    def docker_data(self, user: str) -> Path:
+        return self.state / "docker" / user
+
+    def log_file(self, name: str) -> Path:
+        return self.log / f"{name}.log"
+
+    def load_params(self) -> Params | None:
+        try:
+            data = json.loads(self.params_file.read_text())
+        except (OSError, ValueError):
+            return None
+        known = {k: v for k, v in data.items() if k in Params.__dataclass_fields__}
+        return Params(**known)
+
+    def save_params(self, params: Params) -> None:
+        self.params_file.write_text(json.dumps(asdict(params), indent=2) + "\n")
+
+
+def node_name() -> str:
+    return socket.gethostname().split(".")[0]

@@ -1,0 +1,104 @@
+"""The sandbox's configuration files, rendered from templates/sandbox/."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from acbslurm.gpu.inventory import GpuInfo
+from acbslurm.resources import templates_dir
+from acbslurm.sandbox.layout import Layout, Params
+
+HOOKS = {
+    "acbslurm-prolog": "prolog_main",
+    "acbslurm-epilog": "epilog_main",
+    "acbslurm-task-prolog": "task_prolog_main",
+}
+
+
+def _env() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(templates_dir() / "sandbox")),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        autoescape=False,  # noqa: S701 - config files, not HTML
+    )
+
+
+def _write(path: Path, text: str, mode: int = 0o644) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(text)
+    tmp.chmod(mode)
+    tmp.replace(path)
+
+
+def write_slurm_configs(
+    layout: Layout, params: Params, gpus: list[GpuInfo], slurm_db_password: str
+) -> None:
+    env = _env()
+    ctx: dict[str, Any] = {"layout": layout, "p": params, "gpus": gpus}
+    _write(layout.slurm_conf, env.get_template("slurm.conf.j2").render(ctx))
+    _write(layout.gres_conf, env.get_template("gres.conf.j2").render(ctx))
+    _write(
+        layout.slurmdbd_conf,
+        env.get_template("slurmdbd.conf.j2").render(ctx, slurm_db_password=slurm_db_password),
+        0o600,
+    )
+
+
+def write_hook_wrappers(layout: Layout, params: Params) -> None:
+    env = _env()
+    layout.libexec.mkdir(parents=True, exist_ok=True)
+    for name, func in HOOKS.items():
+        text = env.get_template("hook-wrapper.py.j2").render(
+            python=params.python,
+            pythonpath=params.pythonpath,
+            config=str(layout.acbslurm_conf),
+            hook=name,
+            func=func,
+        )
+        _write(layout.libexec / name, text, 0o755)
+
+
+def write_standin_hook(layout: Layout) -> None:
+    """The sandbox-only nvidia-container-runtime-hook, on the rootless daemon's PATH."""
+    layout.bin.mkdir(parents=True, exist_ok=True)
+    text = (templates_dir() / "sandbox" / "nvidia-container-runtime-hook.py").read_text()
+    text = text.replace("@RECORD_DIR@", str(layout.hook_record_dir))
+    _write(layout.bin / "nvidia-container-runtime-hook", text, 0o755)
+
+
+def write_acbslurm_settings(layout: Layout, params: Params) -> None:
+    """Settings the hooks, `acbslurm run` and `report` read inside the sandbox."""
+    settings = {
+        "gpu_inventory": str(layout.inventory),
+        "gres_conf": str(layout.gres_conf),
+        "slurm_conf": str(layout.slurm_conf),
+        "record_dir": str(layout.records),
+        "docker_host": f"unix://{layout.run}/{{user}}/docker.sock",
+        "db_config": str(layout.report_db_cnf),
+        "cluster": params.cluster,
+    }
+    # JSON is valid YAML; json.dumps quotes every path safely.
+    _write(
+        layout.acbslurm_conf,
+        "# acbslurm settings of the sandbox (generated)\n"
+        + "\n".join(f"{k}: {json.dumps(v)}" for k, v in settings.items())
+        + "\n",
+    )
+
+
+def write_report_db_cnf(layout: Layout, params: Params, password: str) -> None:
+    """A MySQL option file for the read-only accounting user (mode 600)."""
+    text = (
+        "[client]\n"
+        "host = 127.0.0.1\n"
+        f"port = {params.mariadb_port}\n"
+        "user = acbslurm_ro\n"
+        f"password = {password}\n"
+        "database = slurm_acct_db\n"
+    )
+    _write(layout.report_db_cnf, text, 0o600)

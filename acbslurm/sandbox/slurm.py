@@ -1,0 +1,178 @@
+"""slurmdbd, slurmctld and slurmd of the sandbox, and its accounts."""
+
+from __future__ import annotations
+
+from acbslurm import proc
+from acbslurm.sandbox.layout import Layout, Params
+from acbslurm.sandbox.procs import Proc, spawn, wait_for
+
+
+def slurm_env(layout: Layout) -> dict[str, str]:
+    return {
+        "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
+        "SLURM_CONF": str(layout.slurm_conf),
+        "HOME": "/root",
+        "LANG": "C.UTF-8",
+    }
+
+
+def _client(layout: Layout, argv: list[str], timeout: float = 20) -> str:
+    return proc.run(argv, env=slurm_env(layout), timeout=timeout).stdout
+
+
+def prepare(layout: Layout) -> None:
+    for d in ("slurmctld", "slurmd"):
+        (layout.state / d).mkdir(parents=True, exist_ok=True)
+
+
+def start_slurmdbd(layout: Layout, marker: str) -> Proc:
+    log = layout.log_file("slurmdbd")
+    # slurmdbd has no -f: it reads slurmdbd.conf beside $SLURM_CONF.
+    p = spawn(
+        "slurmdbd",
+        ["/usr/sbin/slurmdbd", "-D"],
+        run_dir=layout.run,
+        log_file=log,
+        marker=marker,
+        env=slurm_env(layout),
+    )
+    wait_for(
+        "slurmdbd",
+        lambda: _dbd_answers(layout),
+        proc=p,
+        log_file=log,
+        timeout=60,
+        interval=0.5,
+    )
+    return p
+
+
+def _dbd_answers(layout: Layout) -> bool:
+    _client(layout, ["sacctmgr", "-n", "-P", "list", "cluster"], 5)  # raises until it answers
+    return True
+
+
+def ensure_accounts(layout: Layout, params: Params) -> None:
+    """Cluster, account and association for the sandbox user (idempotent)."""
+    clusters = _client(layout, ["sacctmgr", "-n", "-P", "list", "cluster", "format=cluster"])
+    if params.cluster not in clusters.split():
+        _client(layout, ["sacctmgr", "-i", "add", "cluster", params.cluster])
+    accounts = _client(layout, ["sacctmgr", "-n", "-P", "list", "account", "format=account"])
+    if params.user not in accounts.split():
+        _client(
+            layout,
+            ["sacctmgr", "-i", "add", "account", params.user, f"cluster={params.cluster}"],
+        )
+    users = _client(
+        layout,
+        [
+            "sacctmgr",
+            "-n",
+            "-P",
+            "list",
+            "assoc",
+            "format=user,account",
+            "where",
+            f"cluster={params.cluster}",
+        ],
+    )
+    if f"{params.user}|{params.user}" not in users.split():
+        _client(
+            layout,
+            [
+                "sacctmgr",
+                "-i",
+                "add",
+                "user",
+                params.user,
+                f"account={params.user}",
+                f"defaultaccount={params.user}",
+                f"cluster={params.cluster}",
+            ],
+        )
+
+
+def start_slurmctld(layout: Layout, marker: str) -> Proc:
+    log = layout.log_file("slurmctld")
+    p = spawn(
+        "slurmctld",
+        ["/usr/sbin/slurmctld", "-D", "-f", str(layout.slurm_conf)],
+        run_dir=layout.run,
+        log_file=log,
+        marker=marker,
+        env=slurm_env(layout),
+    )
+    wait_for(
+        "slurmctld",
+        lambda: "UP" in _client(layout, ["scontrol", "ping"], 5),
+        proc=p,
+        log_file=log,
+        timeout=60,
+        interval=0.3,
+    )
+    return p
+
+
+def start_slurmd(layout: Layout, params: Params, marker: str) -> Proc:
+    log = layout.log_file("slurmd")
+    p = spawn(
+        "slurmd",
+        ["/usr/sbin/slurmd", "-D", "-f", str(layout.slurm_conf), "-N", params.node],
+        run_dir=layout.run,
+        log_file=log,
+        marker=marker,
+        env=slurm_env(layout),
+    )
+    wait_for(
+        "slurmd",
+        lambda: node_state(layout, params).startswith(("idle", "mixed", "alloc")),
+        proc=p,
+        log_file=log,
+        timeout=60,
+        interval=0.3,
+    )
+    return p
+
+
+def node_state(layout: Layout, params: Params) -> str:
+    out = _client(layout, ["sinfo", "-h", "-N", "-n", params.node, "-o", "%T"], 5)
+    return out.strip().lower()
+
+
+def resume_if_drained(layout: Layout, params: Params) -> str | None:
+    """A failed hook drains the node; a sandbox `up` puts it back and says why it was."""
+    out = _client(layout, ["sinfo", "-h", "-N", "-n", params.node, "-o", "%T|%E"], 5).strip()
+    state, _, reason = out.partition("|")
+    if state.startswith(("drain", "down")):
+        _client(
+            layout,
+            ["scontrol", "update", f"nodename={params.node}", "state=resume"],
+        )
+        return f"node was {state} ({reason}); resumed"
+    return None
+
+
+def cancel_all(layout: Layout, timeout: float = 20) -> None:
+    """Cancel every job and wait for them to leave the node (before slurmd stops)."""
+    import time
+
+    env = slurm_env(layout)
+    ids = proc.run(["squeue", "-h", "-o", "%i"], env=env, check=False, timeout=10).stdout.split()
+    if not ids:
+        return
+    proc.run(["scancel", *ids], env=env, check=False, timeout=10)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        left = proc.run(
+            ["squeue", "-h", "-t", "RUNNING,COMPLETING", "-o", "%i"],
+            env=env,
+            check=False,
+            timeout=10,
+        ).stdout.split()
+        if not left:
+            return
+        time.sleep(0.3)
+
+
+def run_sacctmgr_ping(layout: Layout) -> None:
+    _dbd_answers(layout)
