@@ -7,11 +7,10 @@ directly, each with a socket timeout.
 
 from __future__ import annotations
 
-import http.client
 import json
 import socket
+import time
 from typing import Any
-from urllib.parse import quote, urlencode
 
 from acbslurm.errors import DockerError
 
@@ -20,23 +19,10 @@ class DaemonUnreachable(DockerError):
     """No daemon listens on the socket (missing socket file or connection refused)."""
 
 
-class _UnixConnection(http.client.HTTPConnection):
-    def __init__(self, path: str, timeout: float) -> None:
-        super().__init__("localhost", timeout=timeout)
-        self._path = path
-
-    def connect(self) -> None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(self.timeout)
-        try:
-            sock.connect(self._path)
-        except (FileNotFoundError, ConnectionRefusedError) as exc:
-            sock.close()
-            raise DaemonUnreachable(f"no Docker daemon at {self._path}: {exc.strerror}") from None
-        except OSError:
-            sock.close()
-            raise
-        self.sock = sock
+def _quote(text: str) -> str:
+    """Percent-encode everything but unreserved characters (no urllib import: speed)."""
+    safe = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_.~"
+    return "".join(c if c in safe else "".join(f"%{b:02X}" for b in c.encode()) for c in text)
 
 
 def socket_path(docker_host: str) -> str:
@@ -54,31 +40,49 @@ class EngineApi:
         self.timeout = timeout
 
     def _call(self, method: str, url: str) -> Any:
-        conn = _UnixConnection(self.path, self.timeout)
+        # HTTP/1.0: the daemon answers with a plain body and closes the connection.
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
         try:
-            conn.request(method, url)
-            resp = conn.getresponse()
-            body = resp.read()
-        except DockerError:
-            raise
-        except (OSError, http.client.HTTPException) as exc:
+            try:
+                sock.connect(self.path)
+            except (FileNotFoundError, ConnectionRefusedError) as exc:
+                raise DaemonUnreachable(
+                    f"no Docker daemon at {self.path}: {exc.strerror}"
+                ) from None
+            sock.sendall(f"{method} {url} HTTP/1.0\r\nHost: docker\r\n\r\n".encode())
+            chunks = []
+            deadline = time.monotonic() + self.timeout  # a trickling answer must end too
+            while True:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"no complete answer in {self.timeout:g} s")
+                data = sock.recv(65536)
+                if not data:
+                    break
+                chunks.append(data)
+        except OSError as exc:
             raise DockerError(f"Docker at {self.path}: {method} {url}: {exc}") from None
         finally:
-            conn.close()
-        if resp.status == 404 and method == "DELETE":
-            return None  # already gone
-        if resp.status >= 400:
+            sock.close()
+        head, _, body = b"".join(chunks).partition(b"\r\n\r\n")
+        try:
+            status = int(head.split(b" ", 2)[1])
+        except (IndexError, ValueError):
             raise DockerError(
-                f"Docker at {self.path}: {method} {url}: {resp.status} {body[:300]!r}"
-            )
-        return json.loads(body) if body else None
+                f"Docker at {self.path}: {method} {url}: bad answer {head[:80]!r}"
+            ) from None
+        if status == 404 and method == "DELETE":
+            return None  # already gone
+        if status >= 400:
+            raise DockerError(f"Docker at {self.path}: {method} {url}: {status} {body[:300]!r}")
+        return json.loads(body) if body.strip() else None
 
     def containers_with_label(self, label: str) -> list[dict[str, Any]]:
         """All containers (running or not) carrying ``label`` (``key=value``)."""
-        q = urlencode({"all": "1", "filters": json.dumps({"label": [label]})})
-        result = self._call("GET", f"/containers/json?{q}")
+        filters = _quote(json.dumps({"label": [label]}))
+        result = self._call("GET", f"/containers/json?all=1&filters={filters}")
         return list(result or [])
 
     def remove_container(self, container_id: str) -> None:
         """Kill and remove, with its anonymous volumes."""
-        self._call("DELETE", f"/containers/{quote(container_id)}?force=1&v=1")
+        self._call("DELETE", f"/containers/{_quote(container_id)}?force=1&v=1")

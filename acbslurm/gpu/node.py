@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import socket
+import os
 from collections.abc import Mapping
 
 from acbslurm.config import Settings
@@ -13,7 +13,7 @@ from acbslurm.gpu.mapping import JobGpus, map_job_gpus
 
 def node_name(env: Mapping[str, str]) -> str:
     """Slurm's name for this node (SLURMD_NODENAME), else the short host name."""
-    return env.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+    return env.get("SLURMD_NODENAME") or os.uname().nodename.split(".")[0]
 
 
 def node_inventory(settings: Settings) -> list[GpuInfo]:

@@ -11,7 +11,6 @@ because slurmd waits for them on every job. Exit codes matter to Slurm:
 
 from __future__ import annotations
 
-import logging
 import os
 import sys
 import time
@@ -19,16 +18,17 @@ from collections.abc import Mapping
 
 from acbslurm.errors import AcbslurmError
 
-log = logging.getLogger("acbslurm.hooks")
+_NAME = "acbslurm"
+
+
+def _say(level: str, msg: str) -> None:
+    """One line on stderr (slurmd's log at debug levels); no logging import: speed."""
+    print(f"{_NAME}: {level}: {msg}", file=sys.stderr)
 
 
 def _setup_logging(name: str) -> None:
-    level = os.environ.get("ACBSLURM_LOG_LEVEL", "INFO").upper()
-    logging.basicConfig(
-        level=getattr(logging, level, logging.INFO),
-        format=f"acbslurm-{name}: %(levelname)s: %(message)s",
-        stream=sys.stderr,
-    )
+    global _NAME
+    _NAME = f"acbslurm-{name}"
 
 
 def _user_of(env: Mapping[str, str]) -> tuple[int, str]:
@@ -69,9 +69,9 @@ def run_prolog(env: Mapping[str, str]) -> int:
         )
         path = write_record(settings.record_dir, rec)
     except (AcbslurmError, OSError, ValueError) as exc:
-        log.error("job %s: %s", job_id or "?", exc)
+        _say("error", f"job {job_id or '?'}: {exc}")
         return 1
-    log.info("job %s: GPUs %s recorded in %s", job_id, ",".join(rec.gpu_uuids) or "-", path)
+    _say("info", f"job {job_id}: GPUs {','.join(rec.gpu_uuids) or '-'} recorded in {path}")
     return 0
 
 
@@ -85,12 +85,12 @@ def run_epilog(env: Mapping[str, str]) -> int:
         job_id = check_job_id(env.get("SLURM_JOB_ID", ""))
         settings = load_settings()
     except AcbslurmError as exc:
-        log.error("%s (nothing swept)", exc)
+        _say("error", f"{exc} (nothing swept)")
         return 0  # nothing we could do; draining would not help
     try:
         rec = read_record(settings.record_dir, job_id)
     except AcbslurmError as exc:
-        log.warning("job %s: %s", job_id, exc)
+        _say("warning", f"job {job_id}: {exc}")
         rec = None
     uid, user = (rec.uid, rec.user) if rec else _user_of(env)
     hosts = []
@@ -103,15 +103,15 @@ def run_epilog(env: Mapping[str, str]) -> int:
         time.sleep(0.5)  # one retry: a daemon may have been busy
         result = sweep_job_containers(job_id, hosts, settings.hook_docker_timeout)
     if result.removed:
-        log.info("job %s: removed containers %s", job_id, ",".join(result.removed))
+        _say("info", f"job {job_id}: removed containers {','.join(result.removed)}")
     try:
         remove_record(settings.record_dir, job_id)
     except OSError as exc:
-        log.warning("job %s: cannot remove record: %s", job_id, exc)
+        _say("warning", f"job {job_id}: cannot remove record: {exc}")
     if result.failures:
         for f in result.failures:
-            log.error("job %s: %s", job_id, f)
-        log.error("job %s: a container may still hold the job's GPUs: draining", job_id)
+            _say("error", f"job {job_id}: {f}")
+        _say("error", f"job {job_id}: a container may still hold the job's GPUs: draining")
         return 1
     return 0
 

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, field
 
 from acbslurm.container.engine_api import DaemonUnreachable, EngineApi
 from acbslurm.errors import DockerError
-
-log = logging.getLogger(__name__)
 
 JOB_LABEL = "acbslurm.job_id"
 USER_LABEL = "acbslurm.user"
@@ -29,9 +26,8 @@ def sweep_job_containers(job_id: str, docker_hosts: list[str], timeout: float) -
         try:
             api = EngineApi(host, timeout)
             containers = api.containers_with_label(f"{JOB_LABEL}={job_id}")
-        except DaemonUnreachable as exc:
-            log.info("%s (nothing to sweep)", exc)
-            continue
+        except DaemonUnreachable:
+            continue  # no daemon: no container of the job can be running there
         except DockerError as exc:
             result.failures.append(str(exc))
             continue
