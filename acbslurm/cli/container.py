@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import secrets
 import sys
 
 import click
@@ -26,11 +25,13 @@ def _bad(exc: OptionError) -> click.BadParameter:
     return click.BadParameter(str(exc), param_hint=f"'{exc.option}'")
 
 
-def _job_record(job_id: str | None, gpus_spec: str | list[str]) -> JobRecord | None:
+def _job_record(
+    record_dir: str, job_id: str | None, gpus_spec: str | list[str]
+) -> JobRecord | None:
     """The prolog's record of this job, checked to belong to the caller."""
     if job_id is None:
         return None
-    rec = read_record(load_settings().record_dir, check_job_id(job_id))
+    rec = read_record(record_dir, check_job_id(job_id))
     if rec is None:
         if gpus_spec == "none":
             return None
@@ -85,9 +86,9 @@ def run(
     Output is streamed, SIGTERM/SIGINT (scancel, time limit) stop the container after
     a grace period, and the container's exit code becomes this command's exit code.
     """
-    from acbslurm.container.daemon import connect
+    from acbslurm.container.engine_api import EngineApi
     from acbslurm.container.hosts import find_docker_host
-    from acbslurm.container.launch import LaunchSpec, command_of, limits_enforced, run_container
+    from acbslurm.container.launch import LaunchSpec, command_of, run_container
 
     ctx = click.get_current_context()
     try:
@@ -101,8 +102,9 @@ def run(
             f"must be an absolute path, got {workdir!r}", param_hint="'--workdir'"
         )
 
+    settings = load_settings()
     job_id = os.environ.get("SLURM_JOB_ID")
-    record = _job_record(job_id, gpus_spec)
+    record = _job_record(settings.record_dir, job_id, gpus_spec)
     try:
         uuids = resolve_gpus(gpus_spec, record)
         limits = resolve_limits(cpus, memory, record)
@@ -111,17 +113,8 @@ def run(
     except OptionError as exc:
         raise _bad(exc) from None
 
-    settings = load_settings()
     user = record.user if record else os.environ.get("USER", str(os.getuid()))
     host = find_docker_host(os.environ, settings, os.getuid(), user)
-    api = connect(host)
-    enforce = limits_enforced(api.info())
-    if not enforce and (limits.nano_cpus or limits.mem_bytes):
-        click.echo(
-            "acbslurm: warning: this Docker daemon runs without cgroups (rootless on cgroup "
-            "v1), so the job's CPU and memory limits are NOT enforced on the container",
-            err=True,
-        )
     spec = LaunchSpec(
         image=image,
         command=command_of(command),
@@ -129,11 +122,11 @@ def run(
         limits=limits,
         job_id=job_id or "",
         user=user,
-        name=name or f"acbslurm-{job_id or 'local'}-{secrets.token_hex(3)}",
+        name=name or f"acbslurm-{job_id or 'local'}-{os.urandom(3).hex()}",
         grace=settings.stop_grace if grace is None else grace,
         mounts=mount_list,
         env=env,
         workdir=workdir,
     )
     sys.stdout.flush()
-    ctx.exit(run_container(api, spec, enforce))
+    ctx.exit(run_container(EngineApi(host, timeout=30.0), spec))

@@ -228,3 +228,22 @@ def test_concurrent_jobs_never_share_a_uuid(idle: Any, scripts: Path) -> None:
     assert set(seen_jobs.values()) <= set(jobs)
     for cid in seen_jobs:
         assert len(devices[cid]) == 1 and devices[cid][0] in inventory
+
+
+def test_scancel_stops_the_container_gracefully(idle: Any, scripts: Path) -> None:
+    """With `exec acbslurm run` the container gets SIGTERM and its grace period."""
+    api = docker_api(idle)
+    inner = "trap 'echo got-TERM; exit 7' TERM; echo ready; sleep 600 & wait"
+    job = submit(idle, scripts, "exec " + acbslurm_run(IMAGE, "sh", "-c", inner), "--gres=gpu:1")
+    wait_container(api, job)
+    out = scripts / f"out-{job}.txt"
+    deadline = time.monotonic() + 10
+    while "ready" not in out.read_text() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    idle.run_slurm(["scancel", job])
+    wait_job(idle, job, ("CANCELLED",), 30)
+    deadline = time.monotonic() + 2
+    while job_containers(api, job) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert job_containers(api, job) == []
+    assert "got-TERM" in out.read_text()
