@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from acbslurm.sandbox import Sandbox  # noqa: E402
+from acbslurm.sandbox import Sandbox
 
 
 def timed(argv: list[str], env: dict[str, str]) -> float:

@@ -88,6 +88,7 @@ def run(
     """
     from acbslurm.container.engine_api import EngineApi
     from acbslurm.container.hosts import find_docker_host
+    from acbslurm.container.job_membership import in_job
     from acbslurm.container.launch import LaunchSpec, command_of, run_container
 
     ctx = click.get_current_context()
@@ -112,6 +113,12 @@ def run(
         raise click.BadParameter(str(exc), param_hint="'--gpus'") from None
     except OptionError as exc:
         raise _bad(exc) from None
+    if uuids and job_id is not None and not in_job(job_id):
+        raise click.BadParameter(
+            f"this process is not part of Slurm job {job_id} (SLURM_JOB_ID is set, but no "
+            "slurmstepd of that job is among its parents), so it gets none of its GPUs",
+            param_hint="'--gpus'",
+        )
 
     user = record.user if record else os.environ.get("USER", str(os.getuid()))
     host = find_docker_host(os.environ, settings, os.getuid(), user)

@@ -247,3 +247,17 @@ def test_scancel_stops_the_container_gracefully(idle: Any, scripts: Path) -> Non
         time.sleep(0.1)
     assert job_containers(api, job) == []
     assert "got-TERM" in out.read_text()
+
+
+def test_another_jobs_id_gets_none_of_its_gpus(idle: Any, scripts: Path) -> None:
+    """Setting SLURM_JOB_ID to another (own, running) job's id is refused."""
+    api = docker_api(idle)
+    a = submit(idle, scripts, "exec " + acbslurm_run(IMAGE, "sleep", "60"), "--gres=gpu:1")
+    wait_container(api, a)
+    body = f"SLURM_JOB_ID={a} " + acbslurm_run(IMAGE, "echo", "stolen")
+    b = submit(idle, scripts, body, "--gres=gpu:1")
+    f = wait_job(idle, b, ("COMPLETED", "FAILED"), 60)
+    out = (scripts / f"out-{b}.txt").read_text()
+    assert f["ExitCode"] == "2:0", out
+    assert f"this process is not part of Slurm job {a}" in out
+    assert "stolen" not in out

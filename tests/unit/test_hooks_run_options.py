@@ -113,8 +113,22 @@ def test_cli_names_the_missing_daemon(in_job: Path, capsys: pytest.CaptureFixtur
     from acbslurm.cli.main import main
 
     with pytest.raises(SystemExit) as exc:
-        main(["run", "img", "true"])
+        main(["run", "--gpus", "none", "img", "true"])
     assert exc.value.code == 3
     err = capsys.readouterr().err
     assert err.startswith("Error: no Docker daemon is running at unix://")
     assert "dockerd-rootless.sh" in err
+
+
+def test_cli_refuses_gpus_outside_the_job_it_names(in_job: Path) -> None:
+    # SLURM_JOB_ID=9 is only a variable here: no slurmstepd of job 9 is a parent.
+    res = CliRunner().invoke(run, ["img", "true"])
+    assert res.exit_code == 2
+    assert "this process is not part of Slurm job 9" in res.output
+
+
+def test_no_slurmstepd_above_a_plain_process() -> None:
+    from acbslurm.container.job_membership import in_job, stepd_job_of_ancestors
+
+    assert stepd_job_of_ancestors() is None
+    assert in_job("9") is False
