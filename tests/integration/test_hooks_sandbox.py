@@ -138,16 +138,22 @@ def test_container_exit_code_becomes_job_exit_code(idle: Any, scripts: Path) -> 
 
 def test_uuid_not_given_by_slurm_is_refused(idle: Any, scripts: Path) -> None:
     before = set(hook_devices(idle))
-    other = idle.gpus[1].uuid
-    # Ask for GPU 0 only, then for the other GPU's UUID.
-    body = f'[ "$ACBSLURM_GPU_UUIDS" = {other} ] && exit 99\n' + acbslurm_run(
-        "--gpus", other, IMAGE, "echo", "should-not-run"
+    uuids = " ".join(g.uuid for g in idle.gpus)
+    # The job holds one GPU and asks `acbslurm run` for one it was not given.
+    body = (
+        f"for u in {uuids}; do\n"
+        '  case ",$ACBSLURM_GPU_UUIDS," in *",$u,"*) ;; *) other=$u ;; esac\n'
+        "done\n"
+        'echo "other=$other"\n'
+        + acbslurm_run("--gpus", "UUID", IMAGE, "echo", "should-not-run").replace(
+            "UUID", '"$other"'
+        )
     )
-    job = submit(idle, scripts, body, "--gres=gpu:1", "--exclude=")
+    job = submit(idle, scripts, body, "--gres=gpu:1")
     f = wait_job(idle, job, ("COMPLETED", "FAILED"), 60)
     out = (scripts / f"out-{job}.txt").read_text()
-    if f["ExitCode"] == "99:0":
-        pytest.skip("Slurm gave this job the other GPU; rerun")
+    other = out.split("other=", 1)[1].split()[0]
+    assert other in uuids.split()
     assert f["ExitCode"] == "2:0", out
     assert f"GPU {other} was not given to job {job} by Slurm" in out
     assert "should-not-run" not in out
