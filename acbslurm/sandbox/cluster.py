@@ -101,7 +101,7 @@ class Sandbox:
     def user_env(self) -> dict[str, str]:
         pw = pwd.getpwnam(self.user)
         return {
-            "PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin",
+            "PATH": f"{Path(sys.executable).parent}:/usr/sbin:/usr/bin:/sbin:/bin:/usr/local/bin",
             "HOME": pw.pw_dir,
             "USER": pw.pw_name,
             "LOGNAME": pw.pw_name,
@@ -133,17 +133,23 @@ class Sandbox:
         return sorted(out, key=lambda r: (r.get("time", 0), r.get("container", "")))
 
     def wait_idle(self, timeout: float = 60) -> None:
-        """Cancel every job and wait until the node has nothing allocated."""
-        slurm.cancel_all(self.layout, timeout=timeout)
+        """Cancel every job (again, while any is left) until the node has nothing allocated."""
         deadline = time.monotonic() + timeout
+        state, left = "", ""
         while time.monotonic() < deadline:
+            left = self.run_slurm(["squeue", "-h", "-o", "%i %T %r"], check=False).stdout.strip()
+            if left:
+                ids = [line.split()[0] for line in left.splitlines()]
+                self.run_slurm(["scancel", *ids], check=False)
             state = slurm.node_state(self.layout, self.params)
-            if state.startswith("idle"):
+            if not left and state.startswith("idle"):
                 return
             if state.startswith(("drain", "down")):
                 slurm.resume_if_drained(self.layout, self.params)
             time.sleep(0.3)
-        raise SetupError(f"sandbox node not idle after {timeout:g} s (state: {state})")
+        raise SetupError(
+            f"sandbox node not idle after {timeout:g} s (node: {state}; jobs: {left or 'none'})"
+        )
 
     # -- status ---------------------------------------------------------------------
     def _ready(self, name: str, p: Params) -> tuple[bool, str]:

@@ -1,0 +1,231 @@
+"""Report output: a table for people, CSV for spreadsheets, JSON for jq.
+
+Per-job output is written as the rows arrive (a year of jobs never sits in memory);
+totals and groups come at the end. The JSON layout is documented in docs/report.md.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Iterable
+from typing import Any, TextIO
+
+from acbslurm.accounting.grouping import Aggregator, Group
+from acbslurm.accounting.timeparse import iso
+from acbslurm.accounting.usage import JobUsage
+
+JSON_FORMAT = "acbslurm.report/1"
+FORMATS = ("table", "csv", "json")
+JOB_CSV_FIELDS = (
+    "job_id",
+    "job_id_raw",
+    "user",
+    "uid",
+    "account",
+    "partition",
+    "state",
+    "running",
+    "gpus",
+    "submit",
+    "start",
+    "end",
+    "wait_s",
+    "elapsed_s",
+    "gpu_seconds",
+    "gpu_hours",
+)
+GROUP_CSV_FIELDS = ("key", "jobs", "running", "gpu_seconds", "gpu_hours", "mean_wait_s", "share")
+
+
+def hours(seconds: int) -> float:
+    return round(seconds / 3600, 4)
+
+
+def job_record(job: JobUsage) -> dict[str, Any]:
+    util: dict[str, float | None] | None = None
+    if job.gpu_util_ave is not None or job.gpu_util_max is not None:
+        util = {"ave": job.gpu_util_ave, "max": job.gpu_util_max, "mem_max": job.gpu_mem_max}
+    return {
+        "job_id": job.job_id,
+        "job_id_raw": job.job_id_raw,
+        "user": job.user,
+        "uid": job.uid,
+        "account": job.account,
+        "partition": job.partition,
+        "state": job.state,
+        "running": job.running,
+        "gpus": job.gpus,
+        "submit": iso(job.submit),
+        "start": iso(job.start),
+        "end": iso(job.end),
+        "submit_unix": job.submit,
+        "start_unix": job.start or None,
+        "end_unix": job.end or None,
+        "wait_s": job.wait,
+        "elapsed_s": job.elapsed,
+        "gpu_seconds": job.gpu_seconds,
+        "gpu_hours": hours(job.gpu_seconds),
+        "gpu_util": util,
+    }
+
+
+def group_record(g: Group, agg: Aggregator) -> dict[str, Any]:
+    return {
+        "key": g.key,
+        "jobs": g.jobs,
+        "running": g.running,
+        "gpu_seconds": g.gpu_seconds,
+        "gpu_hours": hours(g.gpu_seconds),
+        "mean_wait_s": None if g.mean_wait is None else round(g.mean_wait, 1),
+        "share": round(agg.share(g), 6),
+    }
+
+
+def totals_record(agg: Aggregator) -> dict[str, Any]:
+    t = agg.total
+    return {
+        "jobs": t.jobs,
+        "running": t.running,
+        "gpu_seconds": t.gpu_seconds,
+        "gpu_hours": hours(t.gpu_seconds),
+        "mean_wait_s": None if t.mean_wait is None else round(t.mean_wait, 1),
+    }
+
+
+def write_json(
+    out: TextIO, meta: dict[str, Any], jobs: Iterable[JobUsage], agg: Aggregator
+) -> None:
+    out.write('{"report": ' + json.dumps(meta, sort_keys=True))
+    if agg.by == "job":
+        out.write(',\n"jobs": [')
+        sep = "\n"
+        for job in jobs:
+            agg.add(job)
+            out.write(sep + json.dumps(job_record(job), sort_keys=True))
+            sep = ",\n"
+        out.write('\n],\n"groups": null')
+    else:
+        for job in jobs:
+            agg.add(job)
+        groups = [group_record(g, agg) for g in agg.sorted_groups()]
+        out.write(',\n"jobs": null,\n"groups": ' + json.dumps(groups, sort_keys=True))
+    out.write(',\n"totals": ' + json.dumps(totals_record(agg), sort_keys=True) + "}\n")
+
+
+def write_csv(out: TextIO, jobs: Iterable[JobUsage], agg: Aggregator) -> None:
+    w = csv.writer(out, lineterminator="\n")
+    if agg.by == "job":
+        w.writerow(JOB_CSV_FIELDS)
+        for job in jobs:
+            agg.add(job)
+            r = job_record(job)
+            w.writerow([_csv_value(r[k]) for k in JOB_CSV_FIELDS])
+        return
+    for job in jobs:
+        agg.add(job)
+    w.writerow(GROUP_CSV_FIELDS)
+    for g in agg.sorted_groups():
+        r = group_record(g, agg)
+        w.writerow([_csv_value(r[k]) for k in GROUP_CSV_FIELDS])
+
+
+def _csv_value(v: Any) -> Any:
+    if v is None:
+        return ""
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    return v
+
+
+def _dur(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    s = int(seconds)
+    d, s = divmod(s, 86400)
+    h, s = divmod(s, 3600)
+    m, s = divmod(s, 60)
+    return f"{d}-{h:02d}:{m:02d}:{s:02d}" if d else f"{h:02d}:{m:02d}:{s:02d}"
+
+
+def _short_time(ts: int) -> str:
+    text = iso(ts)
+    return text[:19] if text else "-"
+
+
+_JOB_ROW = "{:<16} {:<10} {:<10} {:<10} {:<11} {:>4} {:<19} {:<19} {:<19} {:>12} {:>12} {:>11}"
+_GROUP_ROW = "{:<20} {:>8} {:>7} {:>13} {:>12} {:>7}"
+
+
+def write_table(
+    out: TextIO, meta: dict[str, Any], jobs: Iterable[JobUsage], agg: Aggregator
+) -> None:
+    win = meta["window"]
+    out.write(
+        f"# cluster {meta['cluster']}, slurmdbd schema {meta['schema_version']} "
+        f"(Slurm {meta['slurm_release']}), {win['start']} .. {win['end']}\n"
+        f"# GPU-seconds definition: {meta['definition_text']}\n"
+        f"# GPU utilization: {meta['gpu_utilization']['note']}\n"
+    )
+    if agg.by == "job":
+        out.write(
+            _JOB_ROW.format(
+                "JOBID",
+                "USER",
+                "ACCOUNT",
+                "PARTITION",
+                "STATE",
+                "GPUS",
+                "SUBMIT",
+                "START",
+                "END",
+                "WAIT",
+                "ELAPSED",
+                "GPU-HOURS",
+            )
+            + "\n"
+        )
+        for job in jobs:
+            agg.add(job)
+            state = job.state + ("*" if job.running else "")
+            out.write(
+                _JOB_ROW.format(
+                    job.job_id[:16],
+                    job.user[:10],
+                    job.account[:10],
+                    job.partition[:10],
+                    state[:11],
+                    job.gpus,
+                    _short_time(job.submit),
+                    _short_time(job.start),
+                    "running" if job.running else _short_time(job.end),
+                    _dur(job.wait),
+                    _dur(job.elapsed),
+                    f"{hours(job.gpu_seconds):.2f}",
+                )
+                + "\n"
+            )
+    else:
+        for job in jobs:
+            agg.add(job)
+        out.write(
+            _GROUP_ROW.format(agg.by.upper(), "JOBS", "RUNNING", "GPU-HOURS", "MEAN-WAIT", "SHARE")
+            + "\n"
+        )
+        for g in agg.sorted_groups():
+            out.write(
+                _GROUP_ROW.format(
+                    g.key[:20],
+                    g.jobs,
+                    g.running,
+                    f"{hours(g.gpu_seconds):.2f}",
+                    _dur(g.mean_wait),
+                    f"{100 * agg.share(g):.1f}%",
+                )
+                + "\n"
+            )
+    t = agg.total
+    out.write(
+        f"# total: {t.jobs} jobs ({t.running} running, marked *), "
+        f"{hours(t.gpu_seconds):.2f} GPU-hours, mean wait {_dur(t.mean_wait)}\n"
+    )

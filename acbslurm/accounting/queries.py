@@ -1,0 +1,174 @@
+"""The report's SQL: fixed statements, values always passed as parameters.
+
+Only the per-cluster table names (validated against cluster_table) and the number of
+``%s`` placeholders in an ``IN (...)`` list vary; no user-supplied text is ever spliced
+into a statement. The WHERE clause is sacct's time filter, which lets MariaDB use the
+job table's ``sacct_def2 (id_user, time_end, time_eligible)`` index for user reports and
+``rollup2 (time_end, time_eligible)`` for all-user reports.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from acbslurm.accounting.schema import Schema
+from acbslurm.accounting.states import JOB_RESIZING, JOB_REVOKED
+
+# Order matters: usage.JobRow is built positionally from these.
+JOB_SELECT = (
+    "t1.job_db_inx",
+    "t1.id_job",
+    "t1.id_array_job",
+    "t1.id_array_task",
+    "t1.array_task_str",
+    "t1.id_user",
+    "t1.account",
+    "t1.`partition`",
+    "t1.state",
+    "t1.time_submit",
+    "t1.time_eligible",
+    "t1.time_start",
+    "t1.time_end",
+    "t1.time_suspended",
+    "t1.tres_alloc",
+    "t2.user",
+)
+
+
+@dataclass(frozen=True)
+class Filters:
+    start: int
+    end: int
+    uids: tuple[int, ...] = ()
+    accounts: tuple[str, ...] = ()
+    partitions: tuple[str, ...] = ()
+
+
+def _in(column: str, values: tuple[Any, ...], params: list[Any]) -> str:
+    params.extend(values)
+    return f" AND {column} IN ({', '.join(['%s'] * len(values))})"
+
+
+def where_clause(f: Filters) -> tuple[str, list[Any]]:
+    """sacct's selection: eligible before the window ends, not ended before it starts."""
+    params: list[Any] = [JOB_REVOKED, f.end, f.start]
+    sql = (
+        "WHERE t1.deleted = 0 AND t1.state != %s"
+        " AND t1.time_eligible != 0 AND t1.time_eligible < %s"
+        " AND (t1.time_end >= %s OR t1.time_end = 0)"
+    )
+    if f.uids:
+        sql += _in("t1.id_user", f.uids, params)
+    if f.accounts:
+        sql += _in("t1.account", f.accounts, params)
+    if f.partitions:
+        sql += _in("t1.`partition`", f.partitions, params)
+    return sql, params
+
+
+def job_query(schema: Schema, f: Filters) -> tuple[str, list[Any]]:
+    where, params = where_clause(f)
+    # Table names come from Schema (validated); every value is a %s parameter.
+    parts = (
+        "SELECT",
+        ", ".join(JOB_SELECT),
+        "FROM",
+        schema.table("job_table"),
+        "AS t1 LEFT JOIN",
+        schema.table("assoc_table"),
+        "AS t2 ON t1.id_assoc = t2.id_assoc",
+        where,
+        "ORDER BY t1.id_job, t1.time_submit DESC",
+    )
+    return " ".join(parts), params
+
+
+def step_util_query(schema: Schema, f: Filters) -> tuple[str, list[Any]]:
+    """Per-step GPU usage strings of the selected jobs (schema 13+ only)."""
+    where, params = where_clause(f)
+    parts = (
+        "SELECT s.job_db_inx, s.tres_usage_in_ave, s.tres_usage_in_max FROM",
+        schema.table("step_table"),
+        "AS s JOIN",
+        schema.table("job_table"),
+        "AS t1 ON s.job_db_inx = t1.job_db_inx",
+        where,
+        "AND s.deleted = 0",
+    )
+    return " ".join(parts), params
+
+
+# Grouped reports are summed by the server (one row per group comes back): the same
+# selection as job_query, the same arithmetic as usage.py, written in SQL. Signed casts
+# because the time columns are unsigned and differences may be negative.
+_S = "CAST({} AS SIGNED)"
+_GPUS = (
+    "IF(LOCATE(CONCAT(',', %s, '='), CONCAT(',', t1.tres_alloc, ',')) > 0,"
+    " CAST(SUBSTRING_INDEX(SUBSTRING_INDEX(CONCAT(',', t1.tres_alloc, ','),"
+    " CONCAT(',', %s, '='), -1), ',', 1) AS UNSIGNED), 0)"
+)
+_SACCT_START = (
+    "IF(t1.time_end > 0 AND (t1.time_start = 0 OR t1.time_start > t1.time_end), {te}, {ts})"
+)
+_SACCT_ELAPSED = (
+    "IF(t1.time_start = 0 AND t1.time_end = 0, 0, GREATEST(IF(t1.time_end > 0, {te}, %s)"
+    " - ({st}) - IF(t1.state = 2, %s - {su}, {su}), 0))"
+)
+_SREPORT_ELAPSED = (
+    "IF(t1.time_start = 0, 0,"
+    " GREATEST(LEAST(IF(t1.time_end > 0, {te}, %s), %s, %s) - GREATEST({ts}, %s), 0))"
+)
+GROUP_COLUMNS = {"user": "t1.id_user", "account": "t1.account", "partition": "t1.`partition`"}
+
+
+def group_query(
+    schema: Schema, f: Filters, by: str, definition: str, now: int
+) -> tuple[str, list[Any]]:
+    """One row per group: key, user name, jobs, running, GPU-seconds, wait sum, started."""
+    ts, te, su = (
+        _S.format("t1.time_start"),
+        _S.format("t1.time_end"),
+        _S.format("t1.time_suspended"),
+    )
+    gid = str(schema.gpu_tres_id)
+    params: list[Any] = [gid, gid]
+    if definition == "sreport":
+        elapsed = _SREPORT_ELAPSED.format(te=te, ts=ts)
+        params += [now, f.end, now, f.start]
+    else:
+        st = _SACCT_START.format(te=te, ts=ts)
+        elapsed = _SACCT_ELAPSED.format(te=te, st=st, su=su)
+        params += [now, now]
+    where, wparams = where_clause(f)
+    params += wparams
+    dedup = ""
+    if definition == "sacct":
+        # sacct keeps the newest selected row of each job id (and resize rows).
+        inner, iparams = where_clause(f)
+        inner = inner.replace("t1.", "t3.").replace("WHERE ", "AND ", 1)
+        dedup = " ".join(
+            (
+                f" AND (t1.state = {JOB_RESIZING} OR NOT EXISTS (SELECT 1 FROM",
+                schema.table("job_table"),
+                "AS t3 WHERE t3.id_job = t1.id_job AND t3.time_submit > t1.time_submit",
+                inner,
+                "))",
+            )
+        )
+        params += iparams
+    key = GROUP_COLUMNS[by]
+    parts = (
+        f"SELECT {key}, MAX(t2.user), COUNT(*),",
+        "SUM(t1.time_start > 0 AND t1.time_end = 0),",
+        f"SUM(({_GPUS}) * ({elapsed})),",
+        f"SUM(IF(t1.time_start > 0, {ts} - {_S.format('t1.time_submit')}, 0)),",
+        "SUM(t1.time_start > 0) FROM",
+        schema.table("job_table"),
+        "AS t1 LEFT JOIN",
+        schema.table("assoc_table"),
+        "AS t2 ON t1.id_assoc = t2.id_assoc",
+        where + dedup,
+        f"GROUP BY {key}",
+    )
+    return " ".join(parts), params

@@ -1,0 +1,169 @@
+"""GPU-seconds of job rows under the two definitions Slurm itself uses.
+
+* ``sacct`` (default): one row per job id, the newest (largest ``time_submit``), as
+  ``sacct`` without ``-D`` shows it; GPU-seconds = GPUs x ElapsedRaw, where ElapsedRaw is
+  (end, or now while running) - start - suspended. The window only selects jobs (those
+  eligible before its end and not ended before its start); it does not clip them.
+* ``sreport``: every row (a requeued job's earlier runs too), GPUs x wall time clipped
+  to the window; suspended time is not subtracted. This is what sreport's rollups count.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from acbslurm.accounting.states import JOB_RESIZING, state_name
+from acbslurm.accounting.tres import tres_count
+
+DEFINITIONS = ("sacct", "sreport")
+DEFINITION_TEXT = {
+    "sacct": (
+        "sacct: newest row per job id; GPU-seconds = gres/gpu x (end or now - start - "
+        "suspended); the window selects jobs, it does not clip them"
+    ),
+    "sreport": (
+        "sreport: every row (requeued runs too); GPU-seconds = gres/gpu x wall time "
+        "clipped to the window; suspended time not subtracted"
+    ),
+}
+# id_array_task of an array's pending meta-row (NO_VAL - 1... as slurmdbd stores it).
+ARRAY_META_TASK = 4294967294
+NO_VAL = 4294967295
+STATE_SUSPENDED = 2
+
+
+class JobRow(NamedTuple):
+    """One job-table row, columns in the order queries.JOB_SELECT names them."""
+
+    job_db_inx: int
+    id_job: int
+    id_array_job: int
+    id_array_task: int
+    array_task_str: str | None
+    id_user: int
+    account: str | None
+    partition: str | None
+    state: int
+    time_submit: int
+    time_eligible: int
+    time_start: int
+    time_end: int
+    time_suspended: int
+    tres_alloc: str | None
+    assoc_user: str | None
+
+
+@dataclass(slots=True)
+class JobUsage:
+    job_id: str
+    job_id_raw: int
+    job_db_inx: int
+    uid: int
+    user: str
+    account: str
+    partition: str
+    state: str
+    running: bool
+    gpus: int
+    submit: int
+    start: int
+    end: int
+    wait: int | None
+    elapsed: int
+    gpu_seconds: int
+    # The part of [start, end) the GPU-seconds cover (for per-day splitting).
+    span_start: int
+    span_end: int
+    # GPU utilization as Slurm 23.02+ records it per step (None: not recorded).
+    gpu_util_ave: float | None = None
+    gpu_util_max: float | None = None
+    gpu_mem_max: float | None = None
+
+
+def display_id(row: JobRow) -> str:
+    """``master_index`` for array tasks, ``master_[tasks]`` for an array's pending rest."""
+    if row.id_array_job and row.id_array_task not in (NO_VAL,):
+        if row.id_array_task == ARRAY_META_TASK:
+            return f"{row.id_array_job}_[{row.array_task_str or ''}]"
+        return f"{row.id_array_job}_{row.id_array_task}"
+    return str(row.id_job)
+
+
+def newest_rows(rows: Iterable[JobRow]) -> Iterator[JobRow]:
+    """sacct's de-duplication of rows ordered by (id_job, time_submit DESC).
+
+    The first row of each id_job is the newest; later ones are earlier runs of a
+    requeued job and are dropped, except rows closed by a resize, which sacct keeps.
+    """
+    last = -1
+    for row in rows:
+        if row.id_job == last and row.state != JOB_RESIZING:
+            continue
+        last = row.id_job
+        yield row
+
+
+def sacct_elapsed(row: JobRow, now: int) -> tuple[int, int, int]:
+    """(ElapsedRaw, span start, span end) exactly as slurmdbd computes it for sacct."""
+    start, end = row.time_start, row.time_end
+    if end and (not start or start > end):
+        start = end
+    suspended = row.time_suspended
+    if row.state == STATE_SUSPENDED:
+        # While suspended the column holds the moment of suspension, not a total.
+        suspended = now - suspended
+    if not start:
+        return 0, 0, 0
+    stop = end if end else now
+    elapsed = stop - start - suspended
+    return max(elapsed, 0), start, stop
+
+
+def sreport_elapsed(row: JobRow, win_start: int, win_end: int, now: int) -> tuple[int, int, int]:
+    """(wall seconds inside the window, span start, span end); suspension included."""
+    if not row.time_start:
+        return 0, 0, 0
+    start = max(row.time_start, win_start)
+    stop = min(row.time_end or now, win_end, now)
+    if stop <= start:
+        return 0, start, start
+    return stop - start, start, stop
+
+
+def compute(
+    row: JobRow,
+    gpu_tres_id: int | None,
+    definition: str,
+    win_start: int,
+    win_end: int,
+    now: int,
+    user: str,
+) -> JobUsage:
+    gpus = tres_count(row.tres_alloc, gpu_tres_id)
+    if definition == "sreport":
+        seconds, s0, s1 = sreport_elapsed(row, win_start, win_end, now)
+    else:
+        seconds, s0, s1 = sacct_elapsed(row, now)
+    running = row.time_start > 0 and row.time_end == 0
+    return JobUsage(
+        job_id=display_id(row),
+        job_id_raw=row.id_job,
+        job_db_inx=row.job_db_inx,
+        uid=row.id_user,
+        user=user,
+        account=row.account or "",
+        partition=row.partition or "",
+        state=state_name(row.state),
+        running=running,
+        gpus=gpus,
+        submit=row.time_submit,
+        start=row.time_start,
+        end=row.time_end,
+        wait=(row.time_start - row.time_submit) if row.time_start else None,
+        elapsed=seconds,
+        gpu_seconds=gpus * seconds,
+        span_start=s0,
+        span_end=s1,
+    )

@@ -1,0 +1,336 @@
+"""The broker's decisions, without I/O: who holds which device, who waits, who must evict.
+
+Every method takes the current time and returns the messages to send (``Event``s);
+the gRPC server only delivers them. Keeping the state machine pure lets the
+property test drive it through random interleavings and check its invariants.
+
+Rules:
+- A request asks for ``count`` devices as a gang: granted all at once or not at all.
+- Requests are served in arrival order (FIFO); the head of the queue is never passed
+  by a later request, so nobody starves behind a stream of small requests.
+- A device is leased to at most one client at a time.
+- A client may leave data on a device after releasing it (it is "resident"). Before a
+  device is granted, residents of other clients are asked to evict until the
+  request's memory fits (``memory == 0`` means the whole device); the grant waits
+  for their ``evict_done``.
+- Policy ``quantum``: when the queue head waits for a device held longer than the
+  quantum, the holder is asked once per lease to yield.
+- A disconnect frees the client's leases, requests and residency at once.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+POLICIES = ("fifo", "quantum")
+
+
+@dataclass(frozen=True)
+class Device:
+    id: str
+    name: str = ""
+    memory_total: int = 0  # bytes; 0 = unknown (every request then needs the whole device)
+    minor: int = -1
+    index: int = -1
+
+
+@dataclass(frozen=True)
+class Granted:
+    client: int
+    request_id: int
+    lease_id: int
+    devices: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Rejected:
+    client: int
+    request_id: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class YieldAsked:
+    client: int
+    lease_id: int
+
+
+@dataclass(frozen=True)
+class EvictAsked:
+    client: int
+    devices: tuple[str, ...]
+
+
+Event = Granted | Rejected | YieldAsked | EvictAsked
+
+
+@dataclass
+class Lease:
+    lease_id: int
+    client: int
+    devices: tuple[str, ...]
+    since: float
+    yield_asked: bool = False
+
+
+@dataclass
+class Waiting:
+    client: int
+    request_id: int
+    count: int
+    memory: int
+    pin: tuple[str, ...]
+    since: float
+
+
+@dataclass
+class ClientInfo:
+    client_id: int
+    name: str
+    pid: int
+    leases: dict[int, Lease] = field(default_factory=dict)
+
+
+@dataclass
+class Counters:
+    grants: int = 0
+    evictions: int = 0
+    yields_asked: int = 0
+    disconnects: int = 0
+
+
+class Broker:
+    def __init__(self, devices: list[Device], policy: str = "fifo", quantum: float = 1.0) -> None:
+        if policy not in POLICIES:
+            raise ValueError(f"unknown policy {policy!r} (one of {', '.join(POLICIES)})")
+        if len({d.id for d in devices}) != len(devices):
+            raise ValueError("device ids must be unique")
+        self.devices: dict[str, Device] = {d.id: d for d in devices}
+        self.policy = policy
+        self.quantum = quantum
+        self.clients: dict[int, ClientInfo] = {}
+        self.queue: list[Waiting] = []
+        self.holder: dict[str, Lease | None] = {d.id: None for d in devices}
+        # device -> client -> bytes, in least-recently-released order (evicted first).
+        self.resident: dict[str, OrderedDict[int, int]] = {d.id: OrderedDict() for d in devices}
+        # device -> clients asked to evict that have not answered yet.
+        self.evicting: dict[str, set[int]] = {d.id: set() for d in devices}
+        self.counters = Counters()
+        self._next_client = 1
+        self._next_lease = 1
+
+    # -- client life -------------------------------------------------------------------
+
+    def register(self, name: str, pid: int) -> int:
+        cid = self._next_client
+        self._next_client += 1
+        self.clients[cid] = ClientInfo(cid, name, pid)
+        return cid
+
+    def disconnect(self, client: int, now: float) -> list[Event]:
+        info = self.clients.pop(client, None)
+        if info is None:
+            return []
+        self.counters.disconnects += 1
+        for lease in info.leases.values():
+            for dev in lease.devices:
+                self.holder[dev] = None
+        self.queue = [w for w in self.queue if w.client != client]
+        for dev in self.devices:
+            self.resident[dev].pop(client, None)
+            self.evicting[dev].discard(client)
+        return self._schedule(now)
+
+    # -- requests ----------------------------------------------------------------------
+
+    def request(
+        self,
+        client: int,
+        request_id: int,
+        count: int,
+        now: float,
+        memory: int = 0,
+        pin: tuple[str, ...] = (),
+    ) -> list[Event]:
+        if client not in self.clients:
+            return []
+        reason = self._invalid(count, memory, pin)
+        if reason:
+            return [Rejected(client, request_id, reason)]
+        if any(w.client == client and w.request_id == request_id for w in self.queue):
+            return [Rejected(client, request_id, f"request {request_id} is already waiting")]
+        self.queue.append(Waiting(client, request_id, count, memory, pin, now))
+        return self._schedule(now)
+
+    def _invalid(self, count: int, memory: int, pin: tuple[str, ...]) -> str:
+        candidates = list(pin) if pin else list(self.devices)
+        unknown = [p for p in pin if p not in self.devices]
+        if unknown:
+            return f"unknown device(s): {', '.join(unknown)}"
+        if count < 1:
+            return f"count must be at least 1, got {count}"
+        if count > len(candidates):
+            where = "pinned devices" if pin else "devices on this broker"
+            return f"asked for {count} device(s), only {len(candidates)} {where}"
+        if memory < 0:
+            return f"memory must not be negative, got {memory}"
+        fitting = [d for d in candidates if self._fits(self.devices[d], memory)]
+        if len(fitting) < count:
+            return f"no {count} device(s) with {memory} bytes of memory"
+        return ""
+
+    @staticmethod
+    def _fits(dev: Device, memory: int) -> bool:
+        return dev.memory_total == 0 or memory <= dev.memory_total
+
+    def cancel(self, client: int, request_id: int, now: float) -> list[Event]:
+        before = len(self.queue)
+        self.queue = [
+            w for w in self.queue if not (w.client == client and w.request_id == request_id)
+        ]
+        return self._schedule(now) if len(self.queue) != before else []
+
+    def release(
+        self, client: int, lease_id: int, now: float, resident: dict[str, int] | None = None
+    ) -> list[Event]:
+        info = self.clients.get(client)
+        if info is None:
+            return []
+        lease = info.leases.pop(lease_id, None)
+        if lease is None:
+            return []
+        for dev in lease.devices:
+            self.holder[dev] = None
+            self.resident[dev].pop(client, None)
+            nbytes = (resident or {}).get(dev, 0)
+            if nbytes > 0:
+                self.resident[dev][client] = nbytes  # most recently used goes last
+        return self._schedule(now)
+
+    def evict_done(self, client: int, devices: tuple[str, ...], now: float) -> list[Event]:
+        for dev in devices:
+            if dev in self.devices:
+                self.evicting[dev].discard(client)
+                self.resident[dev].pop(client, None)
+        return self._schedule(now)
+
+    def tick(self, now: float) -> list[Event]:
+        """Ask holders to yield when the queue head has waited past the quantum."""
+        if self.policy != "quantum" or not self.queue:
+            return []
+        head = self.queue[0]
+        if now - head.since < self.quantum:
+            return []
+        events: list[Event] = []
+        candidates = head.pin or tuple(self.devices)
+        for dev in candidates:
+            lease = self.holder[dev]
+            if (
+                lease is not None
+                and lease.client != head.client
+                and not lease.yield_asked
+                and now - lease.since >= self.quantum
+            ):
+                lease.yield_asked = True
+                self.counters.yields_asked += 1
+                events.append(YieldAsked(lease.client, lease.lease_id))
+        return events
+
+    # -- scheduling --------------------------------------------------------------------
+
+    def _schedule(self, now: float) -> list[Event]:
+        """Grant from the head of the queue while its gang can be placed."""
+        events: list[Event] = []
+        while self.queue:
+            head = self.queue[0]
+            chosen = self._place(head)
+            if chosen is None:
+                break
+            blocked = False
+            for dev in chosen:
+                asks = self._evictions_needed(dev, head)
+                for victim in asks:
+                    self.evicting[dev].add(victim)
+                    self.counters.evictions += 1
+                    events.append(EvictAsked(victim, (dev,)))
+                if self._others_evicting(dev, head.client):
+                    blocked = True
+            if blocked:
+                break
+            self.queue.pop(0)
+            lease = Lease(self._next_lease, head.client, chosen, now)
+            self._next_lease += 1
+            for dev in chosen:
+                self.holder[dev] = lease
+            self.clients[head.client].leases[lease.lease_id] = lease
+            self.counters.grants += 1
+            events.append(Granted(head.client, head.request_id, lease.lease_id, chosen))
+        return events
+
+    def _place(self, w: Waiting) -> tuple[str, ...] | None:
+        """Free devices for ``w``: its own residency first, then least occupied ones."""
+        candidates = [
+            d
+            for d in (w.pin or tuple(self.devices))
+            if self.holder[d] is None and self._fits(self.devices[d], w.memory)
+        ]
+        if len(candidates) < w.count:
+            return None
+
+        def cost(dev: str) -> tuple[int, int, int]:
+            mine = 0 if w.client in self.resident[dev] else 1
+            others = sum(b for c, b in self.resident[dev].items() if c != w.client)
+            return (mine, others, list(self.devices).index(dev))
+
+        return tuple(sorted(candidates, key=cost)[: w.count])
+
+    def _evictions_needed(self, dev: str, w: Waiting) -> list[int]:
+        """Residents of ``dev`` (oldest first) that must leave so that ``w`` fits."""
+        others = [
+            (c, b)
+            for c, b in self.resident[dev].items()
+            if c != w.client and c not in self.evicting[dev]
+        ]
+        total = self.devices[dev].memory_total
+        if w.memory == 0 or total == 0:
+            return [c for c, _ in others]
+        pending = sum(self.resident[dev].get(c, 0) for c in self.evicting[dev])
+        used = sum(b for _, b in others) + pending + self.resident[dev].get(w.client, 0)
+        free = total - used
+        out: list[int] = []
+        for c, b in others:
+            if free >= w.memory:
+                break
+            out.append(c)
+            free += b
+        return out
+
+    def _others_evicting(self, dev: str, client: int) -> bool:
+        return any(c != client for c in self.evicting[dev])
+
+    # -- views -------------------------------------------------------------------------
+
+    def waiting_for(self, client: int) -> list[Waiting]:
+        return [w for w in self.queue if w.client == client]
+
+    def check_invariants(self) -> None:
+        """Raise AssertionError when the state is inconsistent (used by tests)."""
+        owners: dict[str, int] = {}
+        for info in self.clients.values():
+            for lease in info.leases.values():
+                assert lease.client == info.client_id
+                for dev in lease.devices:
+                    assert dev not in owners, f"{dev} leased to {owners[dev]} and {info.client_id}"
+                    owners[dev] = info.client_id
+                    assert self.holder[dev] is lease
+        for dev, held in self.holder.items():
+            if held is not None:
+                assert owners.get(dev) == held.client, f"stale holder on {dev}"
+                # A holder never shares its device with a resident that still evicts.
+                assert not self._others_evicting(dev, held.client)
+        for dev in self.devices:
+            for c in self.resident[dev]:
+                assert c in self.clients, f"resident {c} on {dev} is gone"
+        for w in self.queue:
+            assert w.client in self.clients

@@ -1,0 +1,184 @@
+"""Which devices a broker manages: a Slurm job's GPUs, NVML, the static inventory, or CPU.
+
+Inside a Slurm job (``SLURM_JOB_ID`` set) the broker manages exactly the GPUs Slurm
+gave the job, so one allocation can be shared by many programs and never grows:
+``ACBSLURM_GPU_UUIDS`` (exported by acbslurm's task prolog) first, else
+``SLURM_JOB_GPUS`` / ``CUDA_VISIBLE_DEVICES`` mapped through the GPU inventory.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from acbslurm.broker.core import Device
+from acbslurm.errors import ConfigError, GpuMappingError, SetupError
+from acbslurm.gpu.inventory import GpuInfo, load_static
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
+_UNITS = {"": 1, "k": 1000, "m": 1000**2, "g": 1000**3, "t": 1000**4}
+
+
+def parse_size(text: str | int) -> int:
+    """Bytes from ``20G``, ``512MiB``, ``1.5g`` or a plain number (binary units: KiB=1024).
+
+    ``G`` counts as GiB, as in PyTorch and nvidia-smi reports.
+    """
+    if isinstance(text, int):
+        if text < 0:
+            raise ValueError(f"size must not be negative: {text}")
+        return text
+    m = _SIZE.match(text)
+    if not m:
+        raise ValueError(f"not a size: {text!r} (examples: 20G, 512MiB, 1073741824)")
+    number = float(m.group(1))
+    unit = (m.group(2) or "").lower()
+    base = unit[:1]
+    if unit.endswith("b") and "i" not in unit and base:
+        factor = _UNITS[base]  # kB, MB, GB: decimal
+    else:
+        factor = 1024 ** " kmgt".index(base) if base else 1
+    return int(number * factor)
+
+
+@dataclass(frozen=True)
+class DeviceSet:
+    devices: list[Device]
+    source: str  # human-readable origin, shown by `broker status`
+
+
+def from_gpu_info(gpus: list[GpuInfo]) -> list[Device]:
+    return [Device(g.uuid, g.name, g.memory_total, g.minor, g.index) for g in gpus]
+
+
+def cpu_devices(spec: str) -> list[Device]:
+    """``cpu:N[:SIZE]``: N stand-in devices backed by host memory (tests, CPU-only nodes)."""
+    parts = spec.split(":")
+    if parts[0] != "cpu" or len(parts) not in (2, 3):
+        raise ConfigError(f"device spec {spec!r}: expected cpu:N or cpu:N:SIZE")
+    try:
+        count = int(parts[1])
+    except ValueError:
+        raise ConfigError(f"device spec {spec!r}: {parts[1]!r} is not a number") from None
+    if count < 1:
+        raise ConfigError(f"device spec {spec!r}: need at least one device")
+    memory = 0
+    if len(parts) == 3:
+        try:
+            memory = parse_size(parts[2])
+        except ValueError as exc:
+            raise ConfigError(f"device spec {spec!r}: {exc}") from None
+    return [Device(f"cpu{i}", "CPU stand-in", memory, -1, i) for i in range(count)]
+
+
+def nvml_gpus() -> list[GpuInfo]:
+    """The node's GPUs from NVML (pynvml is imported only here)."""
+    try:
+        import pynvml
+    except ImportError:
+        raise SetupError("NVML is not available: pip install nvidia-ml-py") from None
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as exc:
+        raise SetupError(f"NVML cannot start ({exc}); is the NVIDIA driver loaded?") from None
+    try:
+        out = []
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            h = pynvml.nvmlDeviceGetHandleByIndex(i)
+            uuid = pynvml.nvmlDeviceGetUUID(h)
+            name = pynvml.nvmlDeviceGetName(h)
+            minor = pynvml.nvmlDeviceGetMinorNumber(h)
+            mem = pynvml.nvmlDeviceGetMemoryInfo(h).total
+            out.append(
+                GpuInfo(
+                    index=i,
+                    minor=int(minor),
+                    uuid=uuid if isinstance(uuid, str) else uuid.decode(),
+                    name=name if isinstance(name, str) else name.decode(),
+                    memory_total=int(mem),
+                    device=f"/dev/nvidia{minor}",
+                )
+            )
+        return out
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def _split(value: str) -> list[str]:
+    return [v.strip() for v in value.split(",") if v.strip()]
+
+
+def slurm_job_gpus(env: Mapping[str, str], inventory: list[GpuInfo] | None) -> list[GpuInfo]:
+    """The GPUs of the Slurm job described by ``env``, in Slurm's order."""
+    job = env.get("SLURM_JOB_ID", "?")
+    by_uuid = {g.uuid: g for g in inventory or []}
+    uuids = _split(env.get("ACBSLURM_GPU_UUIDS", ""))
+    if uuids:
+        # The task prolog already mapped them; the inventory only adds names and sizes.
+        return [by_uuid.get(u) or GpuInfo(index=-1, minor=-1, uuid=u) for u in uuids]
+    for var, key in (("SLURM_JOB_GPUS", "minor"), ("CUDA_VISIBLE_DEVICES", "index")):
+        values = _split(env.get(var, ""))
+        if not values:
+            continue
+        if all(v.startswith(("GPU-", "MIG-")) for v in values):
+            return [by_uuid.get(v) or GpuInfo(index=-1, minor=-1, uuid=v) for v in values]
+        if inventory is None:
+            raise GpuMappingError(
+                f"job {job}: {var}={env[var]} needs a GPU inventory to map to UUIDs "
+                "(set gpu_inventory, or run the acbslurm task prolog)"
+            )
+        out = []
+        for v in values:
+            match = [g for g in inventory if str(getattr(g, key)) == v]
+            if len(match) != 1:
+                raise GpuMappingError(f"job {job}: {var} entry {v!r} is not a GPU {key} here")
+            out.append(match[0])
+        return out
+    raise GpuMappingError(
+        f"job {job} has no GPUs (no ACBSLURM_GPU_UUIDS, SLURM_JOB_GPUS or "
+        "CUDA_VISIBLE_DEVICES); request GPUs with --gres=gpu:N or use --devices"
+    )
+
+
+def resolve_devices(
+    spec: str, env: Mapping[str, str] | None = None, gpu_inventory: str = ""
+) -> DeviceSet:
+    """Devices for ``broker serve --devices SPEC``.
+
+    ``auto``: the Slurm job's GPUs inside a job, else the static inventory when
+    configured, else NVML. ``inventory``/``nvml``/``slurm`` force one source;
+    ``cpu:N[:SIZE]`` makes CPU stand-ins.
+    """
+    env = os.environ if env is None else env
+    if spec.startswith("cpu"):
+        return DeviceSet(cpu_devices(spec), f"{spec} (CPU stand-ins)")
+    if spec not in ("auto", "inventory", "nvml", "slurm"):
+        raise ConfigError(
+            f"device spec {spec!r}: expected auto, slurm, inventory, nvml or cpu:N[:SIZE]"
+        )
+
+    def inventory() -> list[GpuInfo]:
+        return load_static(gpu_inventory) if gpu_inventory else nvml_gpus()
+
+    if spec == "slurm" or (spec == "auto" and env.get("SLURM_JOB_ID")):
+        if not env.get("SLURM_JOB_ID"):
+            raise ConfigError("--devices slurm: not inside a Slurm job (SLURM_JOB_ID unset)")
+        needs_inventory = not env.get("ACBSLURM_GPU_UUIDS")
+        inv: list[GpuInfo] | None = None
+        if gpu_inventory or needs_inventory:
+            try:
+                inv = inventory()
+            except SetupError:
+                inv = None
+        gpus = slurm_job_gpus(env, inv)
+        return DeviceSet(from_gpu_info(gpus), f"Slurm job {env['SLURM_JOB_ID']}")
+    if spec == "inventory" or (spec == "auto" and gpu_inventory):
+        if not gpu_inventory:
+            raise ConfigError("--devices inventory: no gpu_inventory configured")
+        return DeviceSet(from_gpu_info(load_static(gpu_inventory)), f"inventory {gpu_inventory}")
+    gpus = nvml_gpus()
+    if not gpus:
+        raise SetupError("NVML reports no GPUs on this node; use --devices cpu:N to test")
+    return DeviceSet(from_gpu_info(gpus), "NVML")

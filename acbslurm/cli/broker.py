@@ -1,0 +1,182 @@
+"""``acbslurm broker serve|status``: the GPU broker daemon and a look at its state."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+from acbslurm.errors import AcbslurmError
+
+
+def _address(value: str | None) -> str:
+    from acbslurm.broker.address import default_address, parse_address
+
+    try:
+        return parse_address(value or default_address())
+    except AcbslurmError as exc:
+        raise click.BadParameter(str(exc), param_hint="'--listen/--broker'") from None
+
+
+@click.group()
+def broker() -> None:
+    """The ACB-style GPU broker: lease GPUs to programs per request."""
+
+
+@broker.command()
+@click.option(
+    "--listen",
+    metavar="ADDR",
+    help="unix:/PATH or HOST:PORT. Default: ACBSLURM_BROKER_ADDRESS, the job's socket "
+    "/tmp/acbslurm-broker-$SLURM_JOB_ID.sock inside a Slurm job, else broker_address.",
+)
+@click.option(
+    "--policy",
+    type=click.Choice(["fifo", "quantum"]),
+    default="fifo",
+    show_default=True,
+    help="fifo: strict arrival order. quantum: also ask a holder to yield once the "
+    "first waiter has waited --quantum seconds.",
+)
+@click.option(
+    "--quantum",
+    type=click.FloatRange(min=0.001),
+    default=1.0,
+    show_default=True,
+    help="Seconds a waiter waits before the holder is asked to yield (policy quantum).",
+)
+@click.option(
+    "--devices",
+    "device_spec",
+    default="auto",
+    show_default=True,
+    metavar="SPEC",
+    help="auto (the Slurm job's GPUs inside a job, else the static inventory if "
+    "configured, else NVML), slurm, inventory, nvml, or cpu:N[:SIZE] (CPU stand-ins).",
+)
+@click.option(
+    "--socket-mode",
+    default="600",
+    show_default=True,
+    metavar="OCTAL",
+    help="Permissions of the unix socket (666 lets every user of a node use it).",
+)
+def serve(
+    listen: str | None, policy: str, quantum: float, device_spec: str, socket_mode: str
+) -> None:
+    """Run the broker in the foreground until SIGTERM or Ctrl-C."""
+    from acbslurm.broker import core
+    from acbslurm.broker.devices import resolve_devices
+    from acbslurm.broker.server import serve as run_server
+    from acbslurm.config import load_settings
+
+    address = _address(listen)
+    try:
+        mode = int(socket_mode, 8)
+    except ValueError:
+        raise click.BadParameter(
+            f"{socket_mode!r} is not an octal mode", param_hint="'--socket-mode'"
+        ) from None
+    if not 0 <= mode <= 0o777:
+        raise click.BadParameter(f"{socket_mode!r} is out of range", param_hint="'--socket-mode'")
+    try:
+        found = resolve_devices(device_spec, gpu_inventory=load_settings().gpu_inventory)
+    except AcbslurmError as exc:
+        if device_spec.startswith("cpu") or "device spec" in str(exc):
+            raise click.BadParameter(str(exc), param_hint="'--devices'") from None
+        raise
+    state = core.Broker(found.devices, policy=policy, quantum=quantum)
+    ids = ", ".join(d.id for d in found.devices)
+    click.echo(f"broker: {len(found.devices)} device(s) from {found.source}: {ids}", err=True)
+    click.echo(f"broker: listening on {address} (policy {policy})", err=True)
+    run_server(state, address, source=found.source, socket_mode=mode)
+
+
+def _status_dict(reply: Any) -> dict[str, Any]:
+    return {
+        "policy": reply.policy,
+        "quantum_seconds": reply.quantum_seconds,
+        "source": reply.source,
+        "grants": reply.grants,
+        "evictions": reply.evictions,
+        "yields_asked": reply.yields_asked,
+        "disconnects": reply.disconnects,
+        "devices": [
+            {
+                "id": d.device.id,
+                "name": d.device.name,
+                "memory_total": d.device.memory_total,
+                "holder": d.holder or None,
+                "lease_id": d.lease_id or None,
+                "held_seconds": round(d.held_seconds, 3),
+                "residents": {str(r.client_id): r.bytes for r in d.residents},
+            }
+            for d in reply.devices
+        ],
+        "clients": [
+            {
+                "id": c.client_id,
+                "name": c.name,
+                "pid": c.pid,
+                "waiting_count": c.waiting_count,
+                "waiting_seconds": round(c.waiting_seconds, 3),
+            }
+            for c in reply.clients
+        ],
+    }
+
+
+def fetch_status(address: str, timeout: float = 5.0) -> dict[str, Any]:
+    """The broker's state as a plain dict (also used by tests and benchmarks)."""
+    import grpc
+
+    from acbslurm.broker.proto import pb, pb_grpc
+    from acbslurm.errors import BrokerError
+
+    with grpc.insecure_channel(address) as channel:
+        try:
+            reply = pb_grpc.GpuBrokerStub(channel).Status(
+                pb.StatusRequest(), timeout=timeout, wait_for_ready=True
+            )
+        except grpc.RpcError as exc:
+            raise BrokerError(
+                f"no GPU broker answers at {address} ({exc.code().name}); "
+                "start one with `acbslurm broker serve`"
+            ) from None
+    return _status_dict(reply)
+
+
+@broker.command()
+@click.option("--broker", "address", metavar="ADDR", help="Broker address (as for serve).")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0.1),
+    default=3.0,
+    show_default=True,
+    help="Seconds to wait for the broker.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the state as JSON.")
+def status(address: str | None, timeout: float, as_json: bool) -> None:
+    """Show the broker's devices, holders, waiting clients and counters."""
+    st = fetch_status(_address(address), timeout)
+    if as_json:
+        click.echo(json.dumps(st, indent=2))
+        return
+    click.echo(
+        f"policy {st['policy']} (quantum {st['quantum_seconds']:g}s), devices from "
+        f"{st['source']}; grants {st['grants']}, evictions {st['evictions']}, "
+        f"yields asked {st['yields_asked']}, disconnects {st['disconnects']}"
+    )
+    names = {c["id"]: f"{c['name']}[{c['pid']}]#{c['id']}" for c in st["clients"]}
+    for d in st["devices"]:
+        holder = names.get(d["holder"], "free") if d["holder"] else "free"
+        held = f" for {d['held_seconds']:.2f}s" if d["holder"] else ""
+        res = ", ".join(f"#{c}:{b}B" for c, b in d["residents"].items()) or "none"
+        click.echo(f"  {d['id']}: {holder}{held}; resident: {res}")
+    for c in st["clients"]:
+        if c["waiting_count"]:
+            click.echo(
+                f"  waiting: {names[c['id']]} for {c['waiting_count']} device(s), "
+                f"{c['waiting_seconds']:.2f}s"
+            )

@@ -1,0 +1,180 @@
+"""The seed's experiment: 1, 2, then 4 one-GPU jobs on a 2-GPU node, and what Slurm did.
+
+Each phase submits its jobs, follows them with one batched query per poll, and keeps
+for every job: the pending reasons seen, when it was submitted/started/ended (Slurm's
+times), and its GPU (index from Slurm, UUID from the job record or the inventory).
+``check_phase`` says what did not behave like the seed's observations.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from acbslurm.slurm.jobs import JobInfo, query_jobs, submit_script
+
+
+@dataclass
+class JobTrace:
+    job_id: str
+    hold: float
+    reasons: list[str] = field(default_factory=list)
+    state: str = ""
+    submit: str = ""
+    start: str = ""
+    end: str = ""
+    gpu_indices: list[int] = field(default_factory=list)
+    gpu_uuids: list[str] = field(default_factory=list)
+    uuid_source: str = ""
+
+    @property
+    def waited(self) -> float:
+        """Seconds between submission and start (Slurm's own timestamps)."""
+        if not self.submit or not self.start:
+            return 0.0
+        return (_ts(self.start) - _ts(self.submit)).total_seconds()
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "job_id": self.job_id,
+            "state": self.state,
+            "gpu_indices": self.gpu_indices,
+            "gpu_uuids": self.gpu_uuids,
+            "uuid_source": self.uuid_source,
+            "pending_reasons": self.reasons,
+            "submit": self.submit,
+            "start": self.start,
+            "end": self.end,
+            "waited_s": self.waited,
+        }
+
+
+def _ts(text: str) -> datetime:
+    return datetime.fromisoformat(text)
+
+
+@dataclass
+class Phase:
+    count: int
+    jobs: list[JobTrace]
+    problems: list[str] = field(default_factory=list)
+
+
+def run_phase(
+    scripts: list[tuple[str, float]],
+    *,
+    user: str | int | None,
+    env: Mapping[str, str] | None,
+    cwd: str | None,
+    record_dir: str,
+    inventory: Mapping[int, str],
+    timeout: float,
+    interval: float = 0.5,
+    on_update: Callable[[JobInfo], None] | None = None,
+) -> Phase:
+    """Submit each (script, hold seconds) in order and follow the jobs until they end."""
+    traces: dict[str, JobTrace] = {}
+    for script, hold in scripts:
+        res = submit_script(script, user=user, env=env, cwd=cwd)
+        if res.error is not None:
+            raise res.error
+        traces[res.job_ids[0]] = JobTrace(res.job_ids[0], hold)
+    ids = list(traces)
+    last: dict[str, tuple[str, str, tuple[int, ...]]] = {}
+    deadline = time.monotonic() + timeout
+    while True:
+        snapshot = query_jobs(ids, record_dir=record_dir)
+        for info in snapshot:
+            t = traces[info.job_id]
+            t.state = info.state
+            t.submit = info.submit_time or t.submit
+            t.start = info.start_time or t.start
+            t.end = info.end_time or t.end
+            if info.state == "PENDING" and info.reason and info.reason not in t.reasons:
+                t.reasons.append(info.reason)
+            if info.gpu_indices and not t.gpu_indices:
+                t.gpu_indices = list(info.gpu_indices)
+            if info.gpu_uuids and not t.gpu_uuids:
+                t.gpu_uuids, t.uuid_source = list(info.gpu_uuids), "job record"
+            key = (info.state, info.reason, tuple(info.gpu_indices))
+            if on_update and last.get(info.job_id) != key:
+                on_update(info)
+            last[info.job_id] = key
+        if all(j.finished for j in snapshot):
+            break
+        if time.monotonic() > deadline:
+            phase = Phase(len(ids), list(traces.values()))
+            phase.problems.append(f"jobs still not finished after {timeout:g} s")
+            return phase
+        time.sleep(interval)
+    for t in traces.values():
+        if not t.gpu_uuids and t.gpu_indices:
+            t.gpu_uuids = [inventory.get(i, "?") for i in t.gpu_indices]
+            t.uuid_source = "inventory"
+    phase = Phase(len(ids), list(traces.values()))
+    phase.problems = check_phase(phase.jobs, gpus_on_node=len(inventory))
+    return phase
+
+
+def check_phase(jobs: list[JobTrace], *, gpus_on_node: int) -> list[str]:
+    """What in this phase did not match the seed (one GPU per job, queue, hand-over)."""
+    problems: list[str] = []
+    for j in jobs:
+        if j.state != "COMPLETED":
+            problems.append(f"job {j.job_id} ended {j.state}, not COMPLETED")
+        if len(j.gpu_indices) != 1:
+            problems.append(f"job {j.job_id} got GPUs {j.gpu_indices}, not exactly one")
+    if problems:
+        return problems
+    for a in jobs:
+        for b in jobs:
+            if a.job_id < b.job_id and a.gpu_indices == b.gpu_indices and _overlap(a, b):
+                problems.append(f"jobs {a.job_id} and {b.job_id} held GPU {a.gpu_indices} at once")
+    ordered = sorted(jobs, key=lambda j: (_ts(j.start), int(j.job_id)))
+    first, later = ordered[:gpus_on_node], ordered[gpus_on_node:]
+    for a in first:
+        for b in first:
+            if a is not b and not _overlap(a, b):
+                problems.append(f"jobs {a.job_id} and {b.job_id} did not run at the same time")
+    for j in later:
+        if not {"Resources", "Priority"} & set(j.reasons):
+            problems.append(f"job {j.job_id} did not wait for a GPU (pending reasons {j.reasons})")
+        freed = [
+            o
+            for o in jobs
+            if o is not j
+            and o.gpu_indices == j.gpu_indices
+            and _ts(j.submit) <= _ts(o.end)
+            and _ts(o.end) <= _ts(j.start)
+        ]
+        if not freed:
+            problems.append(f"job {j.job_id} did not start on a GPU freed by an ended job")
+    if later and not any("Resources" in j.reasons for j in later):
+        problems.append("no waiting job showed the pending reason Resources")
+    return problems
+
+
+def _overlap(a: JobTrace, b: JobTrace) -> bool:
+    return _ts(a.start) < _ts(b.end) and _ts(b.start) < _ts(a.end)
+
+
+def clear_queue(timeout: float = 60) -> None:
+    """Cancel every job of the cluster and wait until none is left in the queue.
+
+    (The sandbox's node can show ``mixed`` for a while after its jobs ended, so the
+    queue, not the node state, tells when the GPUs are free again.)
+    """
+    from acbslurm.errors import SlurmError
+    from acbslurm.slurm.commands import slurm
+
+    ids = slurm(["squeue", "-h", "-o", "%i"]).stdout.split()
+    if ids:
+        slurm(["scancel", *ids])
+    deadline = time.monotonic() + timeout
+    while slurm(["squeue", "-h", "-o", "%i"]).stdout.split():
+        if time.monotonic() > deadline:
+            raise SlurmError(["squeue"], 0, reason=f"jobs still queued after {timeout:g} s")
+        time.sleep(0.3)

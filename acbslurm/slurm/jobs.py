@@ -1,0 +1,288 @@
+"""Submit, query and cancel jobs through Slurm's CLI, batched.
+
+``query_jobs`` answers for any number of jobs with one ``squeue`` call, plus one
+``scontrol`` call for the GPU indices of running jobs and one ``sacct`` call for jobs
+that already left the controller's memory.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from acbslurm.errors import SlurmError
+from acbslurm.slurm.commands import slurm
+
+log = logging.getLogger(__name__)
+
+TERMINAL_STATES = frozenset(
+    {
+        "COMPLETED",
+        "FAILED",
+        "CANCELLED",
+        "TIMEOUT",
+        "OUT_OF_MEMORY",
+        "NODE_FAIL",
+        "PREEMPTED",
+        "BOOT_FAIL",
+        "DEADLINE",
+        "REVOKED",
+        "SPECIAL_EXIT",
+    }
+)
+JOB_ID = re.compile(r"^[0-9]+(_[0-9]+)?$")
+
+# squeue fields, '|'-separated; the name is last because it may contain '|'.
+_SQUEUE_FORMAT = "%i|%T|%r|%M|%N|%u|%V|%S|%e|%j"
+_SACCT_FIELDS = "JobID,State,Elapsed,NodeList,User,Submit,Start,End,ExitCode,JobName"
+_IDX = re.compile(r"IDX:([0-9,\-]+)")
+
+
+@dataclass
+class JobInfo:
+    job_id: str
+    state: str
+    name: str = ""
+    user: str = ""
+    reason: str = ""
+    elapsed: str = ""
+    node: str = ""
+    submit_time: str = ""
+    start_time: str = ""
+    end_time: str = ""
+    exit_code: str = ""
+    gpu_indices: list[int] = field(default_factory=list)
+    gpu_uuids: list[str] = field(default_factory=list)
+
+    @property
+    def finished(self) -> bool:
+        return self.state in TERMINAL_STATES
+
+    @property
+    def failed(self) -> bool:
+        return self.finished and self.state != "COMPLETED"
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _clean_time(value: str) -> str:
+    return "" if value in ("N/A", "Unknown", "None", "") else value
+
+
+def parse_squeue(text: str) -> list[JobInfo]:
+    """Parse ``squeue -h -o _SQUEUE_FORMAT`` output."""
+    jobs: list[JobInfo] = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        parts = line.split("|", 9)
+        if len(parts) != 10:
+            log.warning("unexpected squeue line: %r", line)
+            continue
+        jid, state, reason, elapsed, node, user, submit, start, end, name = parts
+        jobs.append(
+            JobInfo(
+                job_id=jid.strip(),
+                state=state.strip(),
+                reason="" if reason in ("None", "(null)") else reason,
+                elapsed=elapsed,
+                node="" if node in ("(null)", "n/a") else node,
+                user=user,
+                submit_time=_clean_time(submit),
+                start_time=_clean_time(start) if state != "PENDING" else "",
+                end_time=_clean_time(end) if state in TERMINAL_STATES else "",
+                name=name,
+            )
+        )
+    return jobs
+
+
+def parse_sacct(text: str) -> list[JobInfo]:
+    """Parse ``sacct -n -P -X --format=_SACCT_FIELDS`` output."""
+    jobs: list[JobInfo] = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        parts = line.split("|", 9)
+        if len(parts) != 10:
+            log.warning("unexpected sacct line: %r", line)
+            continue
+        jid, state, elapsed, node, user, submit, start, end, exit_code, name = parts
+        jobs.append(
+            JobInfo(
+                job_id=jid,
+                state=state.split()[0] if state else "UNKNOWN",  # "CANCELLED by 0"
+                elapsed=elapsed,
+                node="" if node in ("None assigned", "(null)") else node,
+                user=user,
+                submit_time=_clean_time(submit),
+                start_time=_clean_time(start),
+                end_time=_clean_time(end),
+                exit_code=exit_code,
+                name=name,
+            )
+        )
+    return jobs
+
+
+def expand_indices(text: str) -> list[int]:
+    """``0-1,3`` -> [0, 1, 3]."""
+    out: list[int] = []
+    for part in text.split(","):
+        if "-" in part:
+            lo, hi = part.split("-", 1)
+            out.extend(range(int(lo), int(hi) + 1))
+        elif part:
+            out.append(int(part))
+    return out
+
+
+def parse_gpu_indices(text: str) -> dict[str, list[int]]:
+    """GPU indices per job from ``scontrol -d -o show job`` (``GRES=gpu:1(IDX:0)``)."""
+    out: dict[str, list[int]] = {}
+    for line in text.splitlines():
+        m = re.search(r"\bJobId=([0-9]+)", line)
+        if not m:
+            continue
+        indices: list[int] = []
+        for gres in re.findall(r"\bGRES=(\S+)", line):
+            for chunk in re.split(r",(?=[a-z])", gres):
+                if chunk.startswith("gpu"):
+                    for idx in _IDX.findall(chunk):
+                        indices.extend(expand_indices(idx))
+        out[m.group(1)] = sorted(set(indices))
+    return out
+
+
+def _read_record(record_dir: str, job_id: str) -> dict[str, Any] | None:
+    """The prolog's job record (``<record_dir>/<jobid>.json``), if this node has one."""
+    if not record_dir:
+        return None
+    try:
+        data = json.loads((Path(record_dir) / f"{job_id}.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def query_jobs(
+    job_ids: Sequence[str] = (),
+    *,
+    user: str | None = None,
+    record_dir: str = "",
+) -> list[JobInfo]:
+    """State of ``job_ids`` (or all jobs of ``user`` / everyone), in a few batched calls."""
+    argv = ["squeue", "-h", "-o", _SQUEUE_FORMAT]
+    if job_ids:
+        argv += ["-t", "all"]  # finished jobs the controller still remembers
+    if user:
+        argv += ["-u", user]
+    found = {j.job_id: j for j in parse_squeue(slurm(argv).stdout)}
+    wanted = list(dict.fromkeys(job_ids))
+    if wanted:
+        jobs = [found[j] for j in wanted if j in found]
+        missing = [j for j in wanted if j not in found]
+    else:
+        jobs, missing = list(found.values()), []
+    if missing:
+        out = slurm(
+            ["sacct", "-n", "-P", "-X", "-j", ",".join(missing), f"--format={_SACCT_FIELDS}"]
+        ).stdout
+        old = {j.job_id: j for j in parse_sacct(out)}
+        for jid in missing:
+            jobs.append(old.get(jid) or JobInfo(job_id=jid, state="UNKNOWN"))
+        order = {j: i for i, j in enumerate(wanted)}
+        jobs.sort(key=lambda j: order.get(j.job_id, len(order)))
+    running = [j for j in jobs if j.state in ("RUNNING", "COMPLETING", "SUSPENDED")]
+    if running:
+        _add_gpus(running, record_dir)
+    return jobs
+
+
+def _add_gpus(jobs: Iterable[JobInfo], record_dir: str) -> None:
+    indices = parse_gpu_indices(slurm(["scontrol", "-d", "-o", "show", "job"]).stdout)
+    for job in jobs:
+        base = job.job_id.split("_")[0]
+        job.gpu_indices = indices.get(base, indices.get(job.job_id, []))
+        record = _read_record(record_dir, job.job_id)
+        if record:
+            uuids = record.get("gpu_uuids")
+            if isinstance(uuids, list):
+                job.gpu_uuids = [str(u) for u in uuids]
+            if not job.gpu_indices and isinstance(record.get("gpu_indices"), list):
+                job.gpu_indices = [int(i) for i in record["gpu_indices"]]
+
+
+def parse_job_id(stdout: str) -> str:
+    """``sbatch --parsable`` prints ``JOBID`` or ``JOBID;CLUSTER``."""
+    first = stdout.strip().splitlines()[0] if stdout.strip() else ""
+    jid = first.split(";")[0].strip()
+    if not JOB_ID.match(jid):
+        raise ValueError(f"sbatch printed no job id: {stdout!r}")
+    return jid
+
+
+@dataclass
+class SubmitResult:
+    job_ids: list[str]
+    error: SlurmError | None = None
+
+
+def submit_script(
+    script: str,
+    *,
+    count: int = 1,
+    user: str | int | None = None,
+    env: Mapping[str, str] | None = None,
+    extra_env: Mapping[str, str] | None = None,
+    cwd: str | None = None,
+    parallel: int = 8,
+) -> SubmitResult:
+    """Submit ``script`` ``count`` times (several sbatch calls at once, ids in order).
+
+    sbatch has no call that submits N independent jobs, so the calls overlap instead of
+    running one after another. After a failure no further jobs are started; the ids
+    already submitted come back with the error.
+    """
+    if count < 1:
+        raise ValueError("count must be at least 1")
+
+    def one(_: int) -> str:
+        res = slurm(["sbatch", "--parsable"], input=script, user=user, extra_env=extra_env, cwd=cwd)
+        try:
+            return parse_job_id(res.stdout)
+        except ValueError as exc:
+            raise SlurmError(res.argv, res.returncode, res.stdout, res.stderr, str(exc)) from None
+
+    ids: list[str] = []
+    error: SlurmError | None = None
+    if count == 1:
+        try:
+            ids.append(one(0))
+        except SlurmError as exc:
+            error = exc
+        return SubmitResult(ids, error)
+    with ThreadPoolExecutor(max_workers=max(1, min(parallel, count))) as pool:
+        futures = [pool.submit(one, i) for i in range(count)]
+        for fut in futures:
+            try:
+                ids.append(fut.result())
+            except SlurmError as exc:
+                error = error or exc
+                for other in futures:
+                    other.cancel()
+    ids.sort(key=lambda j: [int(p) for p in j.split("_")])
+    return SubmitResult(ids, error)
+
+
+def cancel_jobs(job_ids: Sequence[str], *, user: str | int | None = None) -> None:
+    """Cancel ``job_ids`` with one scancel call."""
+    if job_ids:
+        slurm(["scancel", *job_ids], user=user)

@@ -1,0 +1,367 @@
+"""The job spec: what a job asks of Slurm and what it runs, validated.
+
+``validate`` turns a loaded document into a ``JobSpec`` or raises one ``SpecError``
+listing every problem with the place it came from (``file:line`` or ``--set key``).
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from acbslurm.errors import SpecError
+from acbslurm.spec import units
+from acbslurm.spec.yamlpos import Located
+
+JOB_KEYS = (
+    "name",
+    "partition",
+    "account",
+    "nodes",
+    "ntasks",
+    "ntasks_per_node",
+    "cpus_per_task",
+    "mem",
+    "gpus",
+    "time",
+    "output",
+    "error",
+    "array",
+    "dependency",
+    "env",
+    "workdir",
+    "command",
+    "container",
+)
+CONTAINER_KEYS = ("image", "command", "mounts", "env", "workdir")
+
+_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_GPU_TYPE = re.compile(r"^[A-Za-z0-9_.\-]+$")
+_ARRAY = re.compile(r"^[0-9][0-9,\-:%]*$")
+_DEPENDENCY = re.compile(r"^[A-Za-z0-9_:,?+\-]+$")
+_NODES = re.compile(r"^[1-9][0-9]*(-[1-9][0-9]*)?$")
+_IMAGE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-/:@]*$")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+@dataclass(frozen=True)
+class Mount:
+    source: str
+    target: str
+    readonly: bool = False
+
+    def as_arg(self) -> str:
+        """The ``SRC:DST[:ro]`` form ``acbslurm run --mount`` takes."""
+        return f"{self.source}:{self.target}" + (":ro" if self.readonly else "")
+
+
+@dataclass(frozen=True)
+class ContainerSpec:
+    image: str
+    command: tuple[str, ...] | str | None = None
+    mounts: tuple[Mount, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    workdir: str | None = None
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    name: str | None = None
+    partition: str | None = None
+    account: str | None = None
+    nodes: str | None = None
+    ntasks: int | None = None
+    ntasks_per_node: int | None = None
+    cpus_per_task: int | None = None
+    mem: str | None = None
+    gpus: str | None = None  # "N" or "type:N", as in --gres=gpu:...
+    time: str | None = None
+    output: str | None = None
+    error: str | None = None
+    array: str | None = None
+    dependency: str | None = None
+    env: tuple[tuple[str, str], ...] = ()
+    workdir: str | None = None
+    command: tuple[str, ...] | str | None = None
+    container: ContainerSpec | None = None
+    source: str = field(default="", compare=False)
+
+    @property
+    def gres(self) -> str | None:
+        return f"gpu:{self.gpus}" if self.gpus else None
+
+    @property
+    def gpu_count(self) -> int:
+        return int(self.gpus.rsplit(":", 1)[-1]) if self.gpus else 0
+
+
+class _Errors:
+    def __init__(self, doc: Located) -> None:
+        self.doc = doc
+        self.items: list[str] = []
+
+    def add(self, path: tuple[str, ...], message: str) -> None:
+        key = f"{'.'.join(path)}: " if path else ""
+        self.items.append(f"{self.doc.where(path)}: {key}{message}")
+
+
+def _suggest(key: str, valid: tuple[str, ...]) -> str:
+    candidates = difflib.get_close_matches(key.replace("-", "_"), valid, n=1, cutoff=0.6)
+    return f" (did you mean {candidates[0]!r}?)" if candidates else ""
+
+
+def _check_keys(
+    raw: dict[Any, Any], valid: tuple[str, ...], prefix: tuple[str, ...], e: _Errors
+) -> None:
+    for key in raw:
+        if str(key) not in valid:
+            hint = _suggest(str(key), valid) or f"; valid keys: {', '.join(valid)}"
+            e.add((*prefix, str(key)), f"unknown key{hint}")
+
+
+def _text(value: Any, path: tuple[str, ...], e: _Errors, *, what: str = "a string") -> str | None:
+    """A one-line string value (it ends up on an #SBATCH line or in a path)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        e.add(path, f"must be {what}, got {value!r}")
+        return None
+    text = str(value)
+    if not text:
+        e.add(path, "must not be empty (leave the key out instead)")
+        return None
+    if _CONTROL.search(text):
+        e.add(path, f"must be one line without control characters, got {text!r}")
+        return None
+    return text
+
+
+def _positive_int(value: Any, path: tuple[str, ...], e: _Errors) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        e.add(path, f"must be a positive integer, got {value!r}")
+        return None
+    text = str(value).strip()
+    if not text.isdigit() or int(text) <= 0:
+        e.add(path, f"must be a positive integer, got {value!r}")
+        return None
+    return int(text)
+
+
+def _pattern(
+    value: Any, rx: re.Pattern[str], path: tuple[str, ...], e: _Errors, hint: str
+) -> str | None:
+    text = _text(value, path, e)
+    if text is not None and not rx.match(text):
+        e.add(path, f"{text!r} is not {hint}")
+        return None
+    return text
+
+
+def _gpus(value: Any, path: tuple[str, ...], e: _Errors) -> str | None:
+    if value is None:
+        return None
+    hint = "a positive integer GPU count or TYPE:COUNT (e.g. 1, a100:2)"
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        e.add(path, f"must be {hint}, got {value!r}")
+        return None
+    text = str(value).strip()
+    gpu_type, _, count = text.rpartition(":")
+    if not count.isdigit() or int(count) <= 0 or (gpu_type and not _GPU_TYPE.match(gpu_type)):
+        e.add(path, f"{value!r} is not {hint}")
+        return None
+    if ":" in text and not gpu_type:
+        e.add(path, f"{value!r} is not {hint}")
+        return None
+    return f"{gpu_type}:{int(count)}" if gpu_type else str(int(count))
+
+
+def _unit(value: Any, parse: Any, path: tuple[str, ...], e: _Errors) -> str | None:
+    if value is None:
+        return None
+    try:
+        return str(parse(value))
+    except ValueError as exc:
+        e.add(path, str(exc))
+        return None
+
+
+def _env(value: Any, path: tuple[str, ...], e: _Errors) -> tuple[tuple[str, str], ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, dict):
+        e.add(path, f"must be a mapping of NAME: value, got {value!r}")
+        return ()
+    out: list[tuple[str, str]] = []
+    for key, raw in value.items():
+        kpath = (*path, str(key))
+        if not isinstance(key, str) or not _ENV_KEY.match(key):
+            e.add(kpath, "is not a valid variable name (letters, digits, _; not first a digit)")
+            continue
+        if isinstance(raw, bool):
+            out.append((key, "true" if raw else "false"))
+        elif raw is None:
+            out.append((key, ""))
+        elif isinstance(raw, str | int | float):
+            text = str(raw)
+            if "\x00" in text:
+                e.add(kpath, "must not contain a NUL character")
+                continue
+            out.append((key, text))
+        else:
+            e.add(kpath, f"must be a string or number, got {raw!r}")
+    return tuple(out)
+
+
+def _command(value: Any, path: tuple[str, ...], e: _Errors) -> tuple[str, ...] | str | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        if not value.strip():
+            e.add(path, "must not be empty")
+            return None
+        if "\x00" in value:
+            e.add(path, "must not contain a NUL character")
+            return None
+        return value
+    if isinstance(value, list):
+        if not value:
+            e.add(path, "must not be an empty list")
+            return None
+        words: list[str] = []
+        for i, item in enumerate(value):
+            if isinstance(item, bool) or not isinstance(item, str | int | float):
+                e.add((*path, str(i)), f"must be a string or number, got {item!r}")
+                return None
+            if "\x00" in str(item):
+                e.add((*path, str(i)), "must not contain a NUL character")
+                return None
+            words.append(str(item))
+        return tuple(words)
+    e.add(path, f"must be a list of arguments or a shell command string, got {value!r}")
+    return None
+
+
+def _path(value: Any, path: tuple[str, ...], e: _Errors, *, absolute: bool = False) -> str | None:
+    text = _text(value, path, e, what="a path")
+    if text is not None and absolute and not text.startswith("/"):
+        e.add(path, f"{text!r} must be an absolute path")
+        return None
+    return text
+
+
+def _mounts(value: Any, path: tuple[str, ...], e: _Errors) -> tuple[Mount, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        e.add(path, f"must be a list of SRC:DST[:ro] strings, got {value!r}")
+        return ()
+    out: list[Mount] = []
+    for i, item in enumerate(value):
+        ipath = (*path, str(i))
+        src: Any
+        dst: Any
+        if isinstance(item, str):
+            parts = item.split(":")
+            mode = ""
+            if len(parts) == 3:
+                mode = parts.pop()
+            if len(parts) != 2 or mode not in ("", "ro", "rw"):
+                e.add(ipath, f"{item!r} is not SRC:DST, SRC:DST:ro or SRC:DST:rw")
+                continue
+            src, dst, readonly = parts[0], parts[1], mode == "ro"
+        elif isinstance(item, dict):
+            unknown = [k for k in item if k not in ("source", "target", "readonly")]
+            if unknown:
+                _check_keys(item, ("source", "target", "readonly"), ipath, e)
+                continue
+            src, dst = item.get("source"), item.get("target")
+            readonly = item.get("readonly", False)
+            if not isinstance(readonly, bool):
+                e.add((*ipath, "readonly"), f"must be true or false, got {readonly!r}")
+                continue
+        else:
+            e.add(ipath, f"must be SRC:DST[:ro] or a mapping with source/target, got {item!r}")
+            continue
+        ok = True
+        for label, p in (("source", src), ("target", dst)):
+            if not isinstance(p, str) or not p.startswith("/"):
+                e.add(ipath, f"{label} {p!r} must be an absolute path")
+                ok = False
+            elif ":" in p or _CONTROL.search(p):
+                e.add(ipath, f"{label} {p!r} must not contain ':' or control characters")
+                ok = False
+        if ok:
+            out.append(Mount(str(src), str(dst), bool(readonly)))
+    return tuple(out)
+
+
+def _container(value: Any, path: tuple[str, ...], e: _Errors) -> ContainerSpec | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        e.add(path, f"must be a mapping with at least 'image', got {value!r}")
+        return None
+    _check_keys(value, CONTAINER_KEYS, path, e)
+    image_raw = value.get("image")
+    if image_raw is None:
+        e.add(
+            path, "missing required key 'image' (the container image to run, e.g. busybox:latest)"
+        )
+        image = None
+    else:
+        image = _pattern(
+            image_raw, _IMAGE, (*path, "image"), e, "an image reference such as name:tag"
+        )
+    command = _command(value.get("command"), (*path, "command"), e)
+    mounts = _mounts(value.get("mounts"), (*path, "mounts"), e)
+    env = _env(value.get("env"), (*path, "env"), e)
+    workdir = _path(value.get("workdir"), (*path, "workdir"), e, absolute=True)
+    if image is None:
+        return None
+    return ContainerSpec(image=image, command=command, mounts=mounts, env=env, workdir=workdir)
+
+
+def validate(doc: Located) -> JobSpec:
+    """Check a loaded spec; return the JobSpec or raise SpecError listing every problem."""
+    e = _Errors(doc)
+    raw = doc.value
+    if not isinstance(raw, dict):
+        raise SpecError(f"{doc.where(())}: a job spec must be a mapping of keys, got {raw!r}")
+    _check_keys(raw, JOB_KEYS, (), e)
+    get = raw.get
+    spec = JobSpec(
+        name=_text(get("name"), ("name",), e),
+        partition=_text(get("partition"), ("partition",), e),
+        account=_text(get("account"), ("account",), e),
+        nodes=_pattern(get("nodes"), _NODES, ("nodes",), e, "a node count such as 1 or 1-2"),
+        ntasks=_positive_int(get("ntasks"), ("ntasks",), e),
+        ntasks_per_node=_positive_int(get("ntasks_per_node"), ("ntasks_per_node",), e),
+        cpus_per_task=_positive_int(get("cpus_per_task"), ("cpus_per_task",), e),
+        mem=_unit(get("mem"), units.parse_mem, ("mem",), e),
+        gpus=_gpus(get("gpus"), ("gpus",), e),
+        time=_unit(get("time"), units.parse_time, ("time",), e),
+        output=_path(get("output"), ("output",), e),
+        error=_path(get("error"), ("error",), e),
+        array=_pattern(
+            get("array"), _ARRAY, ("array",), e, "an array spec such as 0-15 or 1,3,5%2"
+        ),
+        dependency=_pattern(
+            get("dependency"), _DEPENDENCY, ("dependency",), e, "a dependency such as afterok:123"
+        ),
+        env=_env(get("env"), ("env",), e),
+        workdir=_path(get("workdir"), ("workdir",), e),
+        command=_command(get("command"), ("command",), e),
+        container=_container(get("container"), ("container",), e),
+        source=doc.source,
+    )
+    if get("container") is not None and get("command") is not None:
+        e.add(("command",), "a job with a container runs container.command; remove 'command'")
+    if get("container") is None and get("command") is None:
+        e.add((), "nothing to run: give 'command' or a 'container' block with an 'image'")
+    if e.items:
+        raise SpecError("invalid job spec:\n  " + "\n  ".join(e.items))
+    return spec

@@ -1,0 +1,185 @@
+"""Time `acbslurm report` against sacct on the sandbox filled by report_fill.py.
+
+Runs, in one go: (1) ``report --user X`` for a year, (2) an all-users ``--by user``
+report for a month, (3) the equivalent ``sacct -X -a -P`` plus summing gres/gpu x
+ElapsedRaw in Python, for both. Prints wall times, the speed-up, the peak RSS of each
+report process, and whether the numbers agree (running jobs may grow by the seconds
+between the two reads; that slack is printed).
+
+    python bench/report_bench.py [--dir SANDBOX] [--user UID]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from acbslurm.sandbox import Sandbox
+
+ROOT = Path(__file__).resolve().parents[1]
+GOALS = {"user_year_s": 2.0, "all_month_s": 10.0, "speedup": 5.0, "rss_mb": 300.0}
+
+
+def timed_rss(argv: list[str], env: dict[str, str]) -> tuple[float, float, str]:
+    """(wall seconds, peak RSS MB of the report process itself, stdout).
+
+    /usr/bin/time measures the exec'd process alone (wait4 on a fork of this big
+    process would report the parent's pages too).
+    """
+    t0 = time.perf_counter()
+    p = subprocess.run(
+        ["/usr/bin/time", "-f", "maxrss_kb=%M", *argv], capture_output=True, text=True, env=env
+    )
+    wall = time.perf_counter() - t0
+    if p.returncode != 0:
+        sys.exit(f"{argv[:6]} failed ({p.returncode}): {p.stderr.strip()[-2000:]}")
+    kb = int(p.stderr.strip().splitlines()[-1].split("=", 1)[1])
+    return wall, kb / 1024, p.stdout
+
+
+def gpus_of(tres: str) -> int:
+    for item in tres.split(","):
+        if item.startswith("gres/gpu="):
+            return int(item.split("=", 1)[1])
+    return 0
+
+
+def sacct_sum(
+    sb: Sandbox, start: int, end: int, uid: int | None
+) -> tuple[float, dict[str, int], int]:
+    """(wall seconds incl. summing, GPU-seconds per uid, jobs) from sacct -X -a -P."""
+    fmt = "%Y-%m-%dT%H:%M:%S"
+    argv = [
+        "sacct",
+        "-X",
+        "-a",
+        "-P",
+        "-n",
+        "--noconvert",
+        "-o",
+        "JobIDRaw,UID,AllocTRES,ElapsedRaw",
+        "-S",
+        time.strftime(fmt, time.localtime(start)),
+        "-E",
+        time.strftime(fmt, time.localtime(end)),
+    ]
+    if uid is not None:
+        argv += ["-u", str(uid)]
+    env = {**os.environ, **sb.env()}
+    t0 = time.perf_counter()
+    out = subprocess.run(argv, capture_output=True, text=True, env=env, check=True).stdout
+    per: dict[str, int] = {}
+    jobs = 0
+    for line in out.splitlines():
+        _, u, tres, el = line.split("|")
+        per[u] = per.get(u, 0) + gpus_of(tres) * int(el or 0)
+        jobs += 1
+    return time.perf_counter() - t0, per, jobs
+
+
+def ensure_login(uid: int) -> str | None:
+    """sacct -u only takes uids that passwd knows: add a no-login user for the run.
+
+    Returns the name it created (to delete afterwards), or None if the uid existed.
+    """
+    import pwd
+
+    try:
+        pwd.getpwuid(uid)
+        return None
+    except KeyError:
+        name = f"acbbench{uid}"
+        subprocess.run(
+            ["useradd", "-M", "-N", "-u", str(uid), "-s", "/usr/sbin/nologin", name], check=True
+        )
+        return name
+
+
+def uid_key(key: str) -> str:
+    if key.isdigit():
+        return key
+    import pwd
+
+    try:
+        return str(pwd.getpwnam(key).pw_uid)
+    except KeyError:
+        return key
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dir", default=None, help="sandbox directory")
+    ap.add_argument("--user", type=int, default=None, help="uid for the one-user report")
+    a = ap.parse_args()
+    sb = Sandbox.load(a.dir)
+    meta = json.loads((sb.layout.state / "bench-fill.json").read_text())
+    uid = a.user if a.user is not None else int(meta["top_users"][0][0])
+    env = {**os.environ, **sb.env(), "PYTHONPATH": str(ROOT)}
+    created = ensure_login(uid)
+    try:
+        return run(sb, uid, env, meta)
+    finally:
+        if created:
+            subprocess.run(["userdel", created], check=False)
+
+
+def run(sb: Sandbox, uid: int, env: dict[str, str], meta: dict[str, Any]) -> int:
+    now = int(time.time())
+    year, month = now - 365 * 86400, now - 30 * 86400
+    base = [sys.executable, "-m", "acbslurm", "report", "--format", "json", "--end", f"@{now}"]
+    results: list[dict[str, Any]] = []
+    for name, extra, start, who in (
+        ("user_year", ["--user", str(uid), "--by", "user"], year, uid),
+        ("user_year_per_job", ["--user", str(uid)], year, uid),
+        ("all_month", ["--by", "user"], month, None),
+    ):
+        wall, rss, out = timed_rss([*base, "--start", f"@{start}", *extra], env)
+        doc = json.loads(out)
+        s_wall, s_per, s_jobs = sacct_sum(sb, start, now, who)
+        gap = time.time() - now
+        running_gpus_s = 8 * doc["totals"]["running"] * (gap + 2)
+        if doc["groups"] is None:
+            mine = {str(uid): doc["totals"]["gpu_seconds"]}
+        else:
+            mine = {uid_key(g["key"]): g["gpu_seconds"] for g in doc["groups"]}
+        diffs = {k: mine.get(k, 0) - s_per.get(k, 0) for k in set(mine) | set(s_per)}
+        worst = max((abs(d) for d in diffs.values()), default=0)
+        results.append(
+            {
+                "case": name,
+                "jobs": doc["totals"]["jobs"],
+                "sacct_jobs": s_jobs,
+                "report_s": round(wall, 3),
+                "sacct_s": round(s_wall, 3),
+                "speedup": round(s_wall / wall, 1),
+                "report_rss_mb": round(rss, 1),
+                "gpu_hours": doc["totals"]["gpu_hours"],
+                "sacct_gpu_hours": round(sum(s_per.values()) / 3600, 4),
+                "max_abs_diff_gpu_s": worst,
+                "allowed_running_slack_gpu_s": round(running_gpus_s),
+                "same_numbers": doc["totals"]["jobs"] == s_jobs and worst <= running_gpus_s,
+            }
+        )
+    print(f"rows in job table (synthetic): {meta['rows']:,}; one-user uid {uid}")
+    for r in results:
+        print(json.dumps(r))
+    ok = (
+        results[0]["report_s"] <= GOALS["user_year_s"]
+        and results[2]["report_s"] <= GOALS["all_month_s"]
+        and all(r["speedup"] >= GOALS["speedup"] for r in (results[0], results[2]))
+        and all(r["report_rss_mb"] <= GOALS["rss_mb"] for r in results)
+        and all(r["same_numbers"] for r in results)
+    )
+    print("user_year_per_job lists every job (JSON per job); its speed-up is shown, not a goal")
+    print(f"goals {GOALS}: {'met' if ok else 'NOT met'}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

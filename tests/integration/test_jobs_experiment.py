@@ -1,0 +1,175 @@
+"""The seed's experiment on the real sandbox (2 GPUs): 1, 2, then 4 one-GPU jobs.
+
+Jobs are submitted AS the sandbox user through `acbslurm submit`, and followed with
+`acbslurm status --json`, so the CLI, the renderer and the Slurm backend are all real.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+SPEC = REPO / "conf" / "examples" / "sandbox-gpu.yaml"
+
+
+def acbslurm(sandbox: Any, *args: str, check: bool = True) -> Any:
+    return sandbox.run_as_user(
+        [sys.executable, "-m", "acbslurm", *args],
+        extra_env={"PYTHONPATH": str(REPO)},
+        check=check,
+        timeout=120,
+    )
+
+
+def submit(sandbox: Any, count: int, seconds: int) -> list[str]:
+    res = acbslurm(
+        sandbox,
+        "submit",
+        str(SPEC),
+        "-n",
+        str(count),
+        "--json",
+        "--set",
+        "account=user1",
+        "--set",
+        "container=",
+        "--set",
+        f"command=[sleep, '{seconds}']",
+        "--set",
+        "output=/dev/null",
+    )
+    ids: list[str] = json.loads(res.stdout)["job_ids"]
+    assert len(ids) == count
+    return ids
+
+
+def status(sandbox: Any, ids: list[str]) -> dict[str, dict[str, Any]]:
+    res = acbslurm(sandbox, "status", "--json", *ids)
+    return {j["job_id"]: j for j in json.loads(res.stdout)["jobs"]}
+
+
+def wait_for(sandbox: Any, ids: list[str], pred: Any, timeout: float = 60) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        jobs = status(sandbox, ids)
+        if pred(jobs):
+            return jobs
+        assert time.monotonic() < deadline, f"timed out; last status {jobs}"
+        time.sleep(0.5)
+
+
+def no_jobs_left(sandbox: Any, timeout: float = 60) -> None:
+    """Cancel leftover jobs and wait until none is pending, running or completing."""
+    ids = sandbox.run_slurm(["squeue", "-h", "-o", "%i"]).stdout.split()
+    if ids:
+        sandbox.run_slurm(["scancel", *ids])
+    deadline = time.monotonic() + timeout
+    while sandbox.run_slurm(["squeue", "-h", "-o", "%i"]).stdout.split():
+        assert time.monotonic() < deadline, "jobs left on the sandbox"
+        time.sleep(0.3)
+
+
+@pytest.fixture
+def idle(sandbox: Any) -> Any:
+    assert len(sandbox.gpus) == 2, "the experiment needs a sandbox with 2 GPUs"
+    no_jobs_left(sandbox)
+    yield sandbox
+    no_jobs_left(sandbox)
+
+
+def test_one_job_gets_one_gpu(idle: Any) -> None:
+    ids = submit(idle, 1, 3)
+    jobs = wait_for(idle, ids, lambda j: j[ids[0]]["state"] == "RUNNING")
+    assert len(jobs[ids[0]]["gpu_indices"]) == 1
+    wait_for(idle, ids, lambda j: j[ids[0]]["state"] == "COMPLETED")
+
+
+def test_two_jobs_run_at_once_on_different_gpus(idle: Any) -> None:
+    ids = submit(idle, 2, 4)
+    jobs = wait_for(idle, ids, lambda j: all(x["state"] == "RUNNING" for x in j.values()))
+    gpus = [jobs[i]["gpu_indices"] for i in ids]
+    assert all(len(g) == 1 for g in gpus)
+    assert gpus[0] != gpus[1]
+
+
+def test_four_jobs_two_run_two_pend_then_take_the_freed_gpu(idle: Any) -> None:
+    first = submit(idle, 1, 4)  # short: frees its GPU while the second still runs
+    rest = submit(idle, 3, 12)
+    ids = first + rest
+
+    def two_running_two_resources(j: dict[str, Any]) -> bool:
+        running = [i for i in ids if j[i]["state"] == "RUNNING"]
+        pending = [i for i in ids if j[i]["state"] == "PENDING"]
+        # the job behind the first waiting one may say Priority until the next pass
+        return len(running) == 2 and len(pending) == 2 and j[pending[0]]["reason"] == "Resources"
+
+    jobs = wait_for(idle, ids, two_running_two_resources, timeout=30)
+    running = [jobs[i] for i in ids if jobs[i]["state"] == "RUNNING"]
+    pending = [jobs[i] for i in ids if jobs[i]["state"] == "PENDING"]
+    assert {r["job_id"] for r in running} == set(ids[:2])
+    assert sorted(r["gpu_indices"][0] for r in running) == [0, 1]
+    assert all(p["reason"] in ("Resources", "Priority") for p in pending)
+    assert any(p["reason"] == "Resources" for p in pending)
+    freed_gpu = jobs[ids[0]]["gpu_indices"]
+    busy_gpu = jobs[ids[1]]["gpu_indices"]
+
+    # the short job ends; the first waiting job starts on exactly its GPU
+    jobs = wait_for(idle, ids, lambda j: j[ids[2]]["state"] == "RUNNING", timeout=30)
+    assert jobs[ids[0]]["state"] == "COMPLETED"
+    assert jobs[ids[2]]["gpu_indices"] == freed_gpu
+    assert jobs[ids[1]]["state"] == "RUNNING"
+    assert jobs[ids[1]]["gpu_indices"] == busy_gpu
+    assert jobs[ids[3]]["state"] == "PENDING"
+    assert jobs[ids[3]]["reason"] == "Resources"
+
+
+def test_bad_spec_submits_nothing(idle: Any, tmp_path: Path) -> None:
+    before = idle.run_slurm(["squeue", "-h", "-t", "all", "-o", "%i"]).stdout.split()
+    res = acbslurm(idle, "submit", str(SPEC), "--set", "gpus=0", "--set", "mem=2X", check=False)
+    assert res.returncode == 2
+    assert "gpus" in res.stderr and "mem" in res.stderr and "Traceback" not in res.stderr
+    after = idle.run_slurm(["squeue", "-h", "-t", "all", "-o", "%i"]).stdout.split()
+    assert after == before
+
+
+def test_slurm_error_is_a_clear_message(idle: Any) -> None:
+    res = acbslurm(idle, "submit", str(SPEC), "--set", "partition=nosuchpart", check=False)
+    assert res.returncode == 1
+    assert "sbatch --parsable" in res.stderr and "exited with code 1" in res.stderr
+    assert "invalid partition" in res.stderr.lower()
+    assert "Traceback" not in res.stderr
+
+
+def test_demo_reports_the_experiment(idle: Any) -> None:
+    res = idle.run_slurm(
+        [
+            sys.executable,
+            "-m",
+            "acbslurm",
+            "demo",
+            "--dir",
+            str(idle.layout.root),
+            "--no-container",
+            "--hold",
+            "3",
+            "--json",
+        ],
+        extra_env={"PYTHONPATH": str(REPO)},
+        check=False,
+        timeout=300,
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    out = json.loads(res.stdout)
+    assert out["ok"] is True
+    assert [p["count"] for p in out["phases"]] == [1, 2, 4]
+    four = out["phases"][2]["jobs"]
+    assert sum(1 for j in four if "Resources" in j["pending_reasons"]) >= 1
+    assert all(j["gpu_uuids"] and j["gpu_uuids"][0].startswith("GPU-") for j in four)

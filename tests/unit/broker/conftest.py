@@ -1,0 +1,20 @@
+"""Fixtures for the broker tests."""
+
+from collections.abc import Iterator
+
+import pytest
+from brokertest_util import Daemon, start_broker
+
+
+@pytest.fixture
+def broker_factory() -> Iterator[object]:
+    started: list[Daemon] = []
+
+    def factory(*args: str) -> Daemon:
+        d = start_broker(*args)
+        started.append(d)
+        return d
+
+    yield factory
+    for d in started:
+        d.stop()

@@ -1,0 +1,148 @@
+"""agarun runs two unmodified CPU PyTorch training programs against one broker that
+manages the CPU as its only device: the programs take turns, their storages are
+evicted and restored for real, and their results are bit-identical to plain runs."""
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from brokertest_util import ROOT, child_env
+
+from acbslurm.cli.broker import fetch_status
+
+APP = str(Path(__file__).with_name("train_app.py"))
+STEPS = "15"
+
+
+def plain(seed: str) -> str:
+    r = subprocess.run(
+        [sys.executable, APP, STEPS, seed],
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    return r.stdout.strip()
+
+
+def agarun(address: str, seed: str, stats: Path, gate: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "acbslurm.broker.agarun",
+            "--broker",
+            address,
+            "--device",
+            "cpu",
+            "--idle-ms",
+            "10",
+            "--stats",
+            str(stats),
+            "--",
+            sys.executable,
+            APP,
+            STEPS,
+            seed,
+            "0.03",
+            str(gate),
+        ],
+        env=child_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
+
+
+def test_two_programs_share_one_device_bit_identically(broker_factory, tmp_path: Path) -> None:
+    d = broker_factory("--devices", "cpu:1")
+    procs = [agarun(d.address, s, tmp_path / f"s{s}.json", tmp_path) for s in ("0", "1")]
+    deadline = time.monotonic() + 120
+    while not all((tmp_path / f"ready-{s}").exists() for s in ("0", "1")):
+        assert time.monotonic() < deadline and all(p.poll() is None for p in procs)
+        time.sleep(0.05)
+    (tmp_path / "go").touch()
+    outs = [p.communicate(timeout=300) for p in procs]
+    for p, (_, err) in zip(procs, outs, strict=True):
+        assert p.returncode == 0, err
+    assert [o.strip() for o, _ in outs] == [plain("0"), plain("1")]
+    for seed in ("0", "1"):
+        st = json.loads((tmp_path / f"s{seed}.json").read_text())
+        assert st["device"] == "cpu0"
+        assert st["evictions"] > 0 and st["bytes_evicted"] > 100_000
+        assert st["restores"] >= st["evictions"] - 1
+        assert st["leases"] > st["evictions"]
+    status = fetch_status(d.address)
+    assert status["evictions"] > 0 and status["grants"] > 2
+    deadline = time.monotonic() + 5
+    while fetch_status(d.address)["clients"]:  # both sessions end with their programs
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+
+
+def test_agarun_passes_the_exit_code_and_argv(broker_factory, tmp_path: Path) -> None:
+    d = broker_factory("--devices", "cpu:1")
+    script = tmp_path / "app.py"
+    script.write_text(
+        "import sys, torch\nprint(sys.argv[1:], torch.ones(2).sum().item())\nsys.exit(7)\n"
+    )
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "acbslurm.broker.agarun",
+            "--broker",
+            d.address,
+            "--device",
+            "cpu",
+            "--",
+            sys.executable,
+            str(script),
+            "a b",
+            "--x",
+        ],
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 7, r.stderr
+    assert r.stdout.strip() == "['a b', '--x'] 2.0"
+
+
+def test_agarun_without_broker_or_python_is_a_clear_error(tmp_path: Path) -> None:
+    base = [sys.executable, "-m", "acbslurm.broker.agarun"]
+    r = subprocess.run(
+        [
+            *base,
+            "--broker",
+            "unix:/nonexistent/b.sock",
+            "--connect-timeout",
+            "0.2",
+            "--",
+            sys.executable,
+            "x.py",
+        ],
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 1 and "no GPU broker answers" in r.stderr
+    assert "Traceback" not in r.stderr
+    r = subprocess.run(
+        [*base, "--", "bash", "x.sh"], env=child_env(), capture_output=True, text=True, timeout=60
+    )
+    assert r.returncode == 2 and "'bash'" in r.stderr
+    r = subprocess.run(
+        [*base, "--memory", "lots", "--", sys.executable, "x.py"],
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 2 and "'lots'" in r.stderr

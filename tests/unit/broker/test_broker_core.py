@@ -1,0 +1,101 @@
+"""The broker's pure state machine: FIFO, gangs, eviction, quantum yields, disconnects."""
+
+import pytest
+
+from acbslurm.broker.core import Broker, Device, EvictAsked, Granted, Rejected, YieldAsked
+
+
+def devs(n: int, mem: int = 0) -> list[Device]:
+    return [Device(f"d{i}", memory_total=mem) for i in range(n)]
+
+
+def test_gang_is_all_or_nothing_and_fifo_is_not_overtaken() -> None:
+    b = Broker(devs(2))
+    a, c, e = b.register("a", 1), b.register("c", 2), b.register("e", 3)
+    [g] = b.request(a, 1, 1, now=0)
+    assert isinstance(g, Granted) and g.devices == ("d0",)
+    assert b.request(c, 1, 2, now=1) == []  # needs both: waits
+    # A later 1-device request must not pass the waiting gang (no starvation).
+    assert b.request(e, 1, 1, now=2) == []
+    events = b.release(a, g.lease_id, now=3)
+    assert [type(x) for x in events] == [Granted]
+    assert events[0].client == c and set(events[0].devices) == {"d0", "d1"}
+    b.check_invariants()
+
+
+def test_impossible_requests_are_rejected_with_a_reason() -> None:
+    b = Broker(devs(2, mem=100))
+    a = b.register("a", 1)
+    [r] = b.request(a, 1, 3, now=0)
+    assert isinstance(r, Rejected) and "only 2" in r.reason
+    [r] = b.request(a, 2, 1, now=0, memory=101)
+    assert isinstance(r, Rejected) and "memory" in r.reason
+    [r] = b.request(a, 3, 1, now=0, pin=("nope",))
+    assert isinstance(r, Rejected) and "nope" in r.reason
+
+
+def test_disconnect_frees_leases_and_grants_the_waiter() -> None:
+    b = Broker(devs(1))
+    a, c = b.register("a", 1), b.register("c", 2)
+    b.request(a, 1, 1, now=0)
+    assert b.request(c, 7, 1, now=0) == []
+    [g] = b.disconnect(a, now=1)
+    assert isinstance(g, Granted) and g.client == c and g.request_id == 7
+    assert a not in b.clients
+    b.check_invariants()
+
+
+def test_cancel_removes_a_waiting_request() -> None:
+    b = Broker(devs(1))
+    a, c = b.register("a", 1), b.register("c", 2)
+    [g] = b.request(a, 1, 1, now=0)
+    b.request(c, 1, 1, now=0)
+    b.cancel(c, 1, now=1)
+    assert b.release(a, g.lease_id, now=2) == []
+    assert b.holder["d0"] is None
+
+
+def test_whole_device_request_waits_for_residents_to_evict() -> None:
+    b = Broker(devs(1))
+    a, c = b.register("a", 1), b.register("c", 2)
+    [g] = b.request(a, 1, 1, now=0)
+    b.release(a, g.lease_id, now=1, resident={"d0": 500})
+    events = b.request(c, 1, 1, now=2)
+    assert events == [EvictAsked(a, ("d0",))]  # no grant before a's data are gone
+    [g2] = b.evict_done(a, ("d0",), now=3)
+    assert isinstance(g2, Granted) and g2.client == c
+    assert b.counters.evictions == 1
+    # Own residency never needs evicting.
+    b.release(c, g2.lease_id, now=4, resident={"d0": 10})
+    [g3] = b.request(c, 2, 1, now=5)
+    assert isinstance(g3, Granted)
+
+
+def test_memory_hint_evicts_only_as_much_as_needed_oldest_first() -> None:
+    b = Broker(devs(1, mem=100))
+    ids = [b.register(str(i), i) for i in range(4)]
+    for i, cid in enumerate(ids[:3]):
+        [g] = b.request(cid, 1, 1, now=i, memory=30)
+        b.release(cid, g.lease_id, now=i + 0.5, resident={"d0": 30})
+    # 90 resident, 10 free; 30 needed: only the least recently released one goes.
+    events = b.request(ids[3], 1, 1, now=10, memory=30)
+    assert events == [EvictAsked(ids[0], ("d0",))]
+    [g] = b.evict_done(ids[0], ("d0",), now=11)
+    assert g.client == ids[3]
+
+
+def test_quantum_policy_asks_the_holder_to_yield_once() -> None:
+    b = Broker(devs(1), policy="quantum", quantum=1.0)
+    a, c = b.register("a", 1), b.register("c", 2)
+    [g] = b.request(a, 1, 1, now=0)
+    b.request(c, 1, 1, now=0.2)
+    assert b.tick(now=0.9) == []  # waiter has not waited a quantum yet
+    assert b.tick(now=1.3) == [YieldAsked(a, g.lease_id)]
+    assert b.tick(now=5) == []  # asked once per lease
+    assert b.counters.yields_asked == 1
+    assert Broker(devs(1), policy="fifo").tick(now=100) == []
+
+
+def test_unknown_policy_is_refused() -> None:
+    with pytest.raises(ValueError, match="lottery"):
+        Broker(devs(1), policy="lottery")

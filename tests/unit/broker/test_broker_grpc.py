@@ -1,0 +1,225 @@
+"""Broker and client over real gRPC on a unix socket (a real `broker serve` process)."""
+
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from brokertest_util import ROOT, child_env
+
+from acbslurm.broker.client import BrokerClient
+from acbslurm.cli.broker import fetch_status
+from acbslurm.errors import BrokerError
+
+
+def test_gpus_context_acquire_release_and_status(broker_factory) -> None:
+    d = broker_factory("--devices", "cpu:2:1G")
+    with BrokerClient(d.address, name="t") as a, BrokerClient(d.address) as b:
+        assert [x.id for x in a.devices] == ["cpu0", "cpu1"]
+        assert a.devices[0].memory_total == 1024**3
+        with a.gpus(2, memory="512M") as devices:
+            assert sorted(x.id for x in devices) == ["cpu0", "cpu1"]
+            st = fetch_status(d.address)
+            assert {x["holder"] for x in st["devices"]} == {a.client_id}
+            with pytest.raises(BrokerError, match=r"within 0\.3s"):
+                b.acquire(1, timeout=0.3)
+        lease = b.acquire(1, timeout=5)
+        holders = {x["id"]: x["holder"] for x in fetch_status(d.address)["devices"]}
+        assert holders[lease.device_ids[0]] == b.client_id
+        b.release(lease)
+        with pytest.raises(BrokerError, match="only 2"):
+            a.acquire(3, timeout=5)
+        with pytest.raises(BrokerError, match="memory"):
+            a.acquire(1, memory="2G", timeout=5)
+    assert d.stop() == 0
+    assert not Path(d.address[5:]).exists()  # SIGTERM: clean stop, socket removed
+
+
+def test_socket_is_private_by_default(broker_factory) -> None:
+    d = broker_factory("--devices", "cpu:1")
+    mode = stat.S_IMODE(os.stat(d.address[5:]).st_mode)
+    assert mode == 0o600
+
+
+def test_waiter_is_granted_when_holder_releases(broker_factory) -> None:
+    d = broker_factory("--devices", "cpu:1")
+    with BrokerClient(d.address) as a, BrokerClient(d.address) as b:
+        lease = a.acquire(1)
+        got: list[float] = []
+        t = threading.Thread(target=lambda: got.append(time.monotonic()) or b.acquire(1))
+        t.start()
+        time.sleep(0.3)
+        released = time.monotonic()
+        a.release(lease)
+        t.join(5)
+        assert not t.is_alive()
+        assert fetch_status(d.address)["devices"][0]["holder"] == b.client_id
+        assert released - got[0] >= 0.25  # b really waited for a
+
+
+HOLDER = textwrap.dedent(
+    """
+    import sys, time
+    from acbslurm.broker.client import BrokerClient
+    c = BrokerClient(sys.argv[1], name="victim")
+    c.acquire(1)
+    print("held", flush=True)
+    time.sleep(60)
+    """
+)
+
+
+def test_client_death_frees_its_lease_within_one_second(broker_factory) -> None:
+    d = broker_factory("--devices", "cpu:1")
+    victim = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, d.address],
+        env=child_env(),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert victim.stdout is not None
+    assert victim.stdout.readline().strip() == "held"
+    with BrokerClient(d.address) as waiter:
+        result: dict[str, float] = {}
+
+        def wait() -> None:
+            waiter.acquire(1, timeout=10)
+            result["granted"] = time.monotonic()
+
+        t = threading.Thread(target=wait)
+        t.start()
+        time.sleep(0.2)
+        assert "granted" not in result
+        killed = time.monotonic()
+        victim.send_signal(signal.SIGKILL)
+        victim.wait()
+        t.join(10)
+        assert "granted" in result
+        freed_after = result["granted"] - killed
+        assert freed_after < 1.0, f"lease freed only after {freed_after:.3f}s"
+        st = fetch_status(d.address)
+        assert st["disconnects"] >= 1
+        assert [c["name"] for c in st["clients"]] != ["victim"]
+
+
+def test_quantum_policy_asks_holder_to_yield(broker_factory) -> None:
+    d = broker_factory("--devices", "cpu:1", "--policy", "quantum", "--quantum", "0.2")
+    with BrokerClient(d.address) as a, BrokerClient(d.address) as b:
+        lease = a.acquire(1)
+        asked = threading.Event()
+        a.on_yield(lambda held: asked.set() if held is lease else None)
+        t0 = time.monotonic()
+        t = threading.Thread(target=lambda: b.acquire(1, timeout=10))
+        t.start()
+        assert lease.yield_requested.wait(5)
+        assert asked.wait(5)
+        assert time.monotonic() - t0 >= 0.19
+        a.release(lease)
+        t.join(5)
+        assert fetch_status(d.address)["yields_asked"] == 1
+
+
+def test_eviction_handler_runs_before_the_other_client_is_granted(broker_factory) -> None:
+    d = broker_factory("--devices", "cpu:1")
+    with BrokerClient(d.address) as a, BrokerClient(d.address) as b:
+        order: list[str] = []
+
+        def evict(devices: list[str]) -> None:
+            time.sleep(0.2)
+            order.append(f"evicted {devices}")
+
+        a.on_evict(evict)
+        a.release(a.acquire(1), resident={"cpu0": 1000})
+        deadline = time.monotonic() + 5  # the release travels on a's own stream
+        while fetch_status(d.address)["devices"][0]["residents"] != {str(a.client_id): 1000}:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        lease = b.acquire(1, timeout=5)
+        order.append("granted")
+        assert order == ["evicted ['cpu0']", "granted"]
+        b.release(lease)
+        assert fetch_status(d.address)["evictions"] == 1
+
+
+def test_no_broker_is_a_clear_error() -> None:
+    with pytest.raises(BrokerError, match=r"no GPU broker answers at unix:/nonexistent/b\.sock"):
+        BrokerClient("unix:/nonexistent/b.sock", connect_timeout=0.2)
+
+
+def test_broker_going_away_fails_waiters(broker_factory) -> None:
+    d = broker_factory("--devices", "cpu:1")
+    a, b = BrokerClient(d.address), BrokerClient(d.address)
+    a.acquire(1)
+    errors: list[str] = []
+
+    def wait() -> None:
+        try:
+            b.acquire(1, timeout=10)
+        except BrokerError as exc:
+            errors.append(str(exc))
+
+    t = threading.Thread(target=wait)
+    t.start()
+    time.sleep(0.2)
+    d.stop()
+    t.join(10)
+    assert errors and "broker" in errors[0]
+    a.close()
+    b.close()
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "acbslurm", *args],
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+
+
+def test_status_cli_json_and_text(broker_factory) -> None:
+    d = broker_factory("--devices", "cpu:2")
+    r = run_cli("broker", "status", "--broker", d.address, "--json")
+    assert r.returncode == 0, r.stderr
+    st = json.loads(r.stdout)
+    assert [x["id"] for x in st["devices"]] == ["cpu0", "cpu1"] and st["policy"] == "fifo"
+    r = run_cli("broker", "status", "--broker", d.address)
+    assert "cpu0: free" in r.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["serve", "--listen", "nowhere"], "'nowhere'"),
+        (["serve", "--listen", "unix:rel.sock"], "absolute"),
+        (["serve", "--devices", "cpu:x"], "'x' is not a number"),
+        (["serve", "--devices", "tpu"], "'tpu'"),
+        (["serve", "--socket-mode", "9z"], "'9z'"),
+        (["serve", "--policy", "lottery"], "'lottery'"),
+    ],
+)
+def test_bad_input_exits_2_with_the_value_named(args: list[str], needle: str) -> None:
+    r = run_cli("broker", *args)
+    assert r.returncode == 2, r.stderr
+    assert needle in r.stderr and "Traceback" not in r.stderr
+
+
+def test_status_without_broker_is_an_error_not_a_traceback() -> None:
+    r = run_cli("broker", "status", "--broker", "unix:/nonexistent/b.sock", "--timeout", "0.3")
+    assert r.returncode == 1
+    assert r.stderr.startswith("Error: no GPU broker answers at unix:/nonexistent/b.sock")
+
+
+def test_second_broker_on_same_socket_is_refused(broker_factory) -> None:
+    d = broker_factory("--devices", "cpu:1")
+    r = run_cli("broker", "serve", "--listen", d.address, "--devices", "cpu:1")
+    assert r.returncode == 1 and "already listens" in r.stderr

@@ -1,0 +1,17 @@
+#!/bin/bash
+# Rendered by acbslurm from a job spec: edit the spec, not this script.
+#SBATCH --job-name=sandbox-gpu
+#SBATCH --partition=p1
+#SBATCH --account=user1
+#SBATCH --nodes=1
+#SBATCH --ntasks=1
+#SBATCH --cpus-per-task=2
+#SBATCH --mem=500M
+#SBATCH --gres=gpu:1
+#SBATCH --time=10:00
+#SBATCH --output=sandbox-gpu-%j.out
+
+# The container gets exactly the GPUs Slurm allocated to this job (--gpus auto).
+exec srun /usr/local/bin/acbslurm run --gpus auto \
+  --env HOLD_SECONDS=15 \
+  acbslurm/busybox:latest -- sh -c 'echo "GPU ${NVIDIA_VISIBLE_DEVICES:-none}"; sleep "$HOLD_SECONDS"'

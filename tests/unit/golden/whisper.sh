@@ -1,0 +1,18 @@
+#!/bin/bash
+# Rendered by acbslurm from a job spec: edit the spec, not this script.
+#SBATCH --job-name=openai-whisper
+#SBATCH --partition=p1
+#SBATCH --account=user1
+#SBATCH --nodes=1
+#SBATCH --ntasks=1
+#SBATCH --ntasks-per-node=1
+#SBATCH --cpus-per-task=2
+#SBATCH --mem=2G
+#SBATCH --gres=gpu:1
+#SBATCH --output=openai-whisper.out
+#SBATCH --error=openai-whisper.err
+
+# The container gets exactly the GPUs Slurm allocated to this job (--gpus auto).
+exec srun /usr/local/bin/acbslurm run --gpus auto \
+  --mount /home/user1:/home/user1 \
+  openai-whisper:latest -- whisper --model turbo --device cuda --language Japanese --model_dir /home/user1/openai-whisper /home/user1/Gmjrwl_D72E.wav

@@ -1,0 +1,91 @@
+"""The command runner, the settings layers, the inventory and the CLI's error handling."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from acbslurm import proc
+from acbslurm.cli.main import cli
+from acbslurm.config import load_settings
+from acbslurm.errors import CommandError, ConfigError
+from acbslurm.gpu.inventory import GpuInfo, load_static, write_static
+
+
+def test_command_error_carries_command_code_and_stderr() -> None:
+    with pytest.raises(CommandError) as exc:
+        proc.run(["sh", "-c", "echo out; echo 'bad thing' >&2; exit 4", "arg with space"])
+    e = exc.value
+    assert e.returncode == 4 and e.stdout == "out\n" and "bad thing" in e.stderr
+    assert "exited with code 4" in str(e) and "'arg with space'" in str(e)
+
+
+def test_missing_program_and_timeout_are_command_errors() -> None:
+    with pytest.raises(CommandError, match="not found"):
+        proc.run(["/nonexistent/prog"])
+    with pytest.raises(CommandError, match="timed out"):
+        proc.run(["sleep", "5"], timeout=0.2)
+
+
+def test_settings_layers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    f = tmp_path / "a.yaml"
+    f.write_text("cluster: fromfile\nstop_grace: 2\ngres_conf: /x/gres.conf\n")
+    monkeypatch.setenv("ACBSLURM_CONFIG", str(f))
+    monkeypatch.setenv("ACBSLURM_CLUSTER", "fromenv")
+    s = load_settings()
+    assert (s.cluster, s.stop_grace, s.gres_conf) == ("fromenv", 2.0, "/x/gres.conf")
+    assert load_settings(cluster="fromflag").cluster == "fromflag"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("nope: 1\n", "unknown setting 'nope'"),
+        ("stop_grace: soon\n", "must be a number"),
+        ("[1, 2]\n", "must be a mapping"),
+        ("a: [\n", "not valid YAML"),
+    ],
+)
+def test_bad_settings_file_is_named(tmp_path: Path, text: str, message: str) -> None:
+    f = tmp_path / "bad.yaml"
+    f.write_text(text)
+    with pytest.raises(ConfigError, match=message) as exc:
+        load_settings(str(f))
+    assert str(f) in str(exc.value)
+
+
+def test_inventory_round_trip_and_errors(tmp_path: Path) -> None:
+    f = tmp_path / "gpus.json"
+    gpus = [GpuInfo(0, 3, "GPU-x", "H200", 10, "/dev/nvidia3")]
+    write_static(f, gpus)
+    assert load_static(f) == gpus
+    f.write_text(json.dumps({"gpus": [{"index": 0}]}))
+    with pytest.raises(ConfigError, match=r"gpus\[0\] is invalid"):
+        load_static(f)
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_static(tmp_path / "none.json")
+
+
+def test_cli_lists_commands_and_maps_errors_to_exit_codes(tmp_path: Path) -> None:
+    r = CliRunner().invoke(cli, ["--help"])
+    assert r.exit_code == 0 and "sandbox" in r.output
+    # A library error: one line, its exit code, no traceback (real process).
+    p = subprocess.run(
+        [sys.executable, "-m", "acbslurm", "sandbox", "env", "--dir", str(tmp_path / "none")],
+        capture_output=True,
+        text=True,
+    )
+    assert p.returncode == 3
+    assert p.stderr.startswith("Error: no sandbox at") and "Traceback" not in p.stderr
+    p = subprocess.run(
+        [sys.executable, "-m", "acbslurm", "sandbox", "up", "--gpus", "0"],
+        capture_output=True,
+        text=True,
+    )
+    assert p.returncode == 2
+    assert "Invalid value for '--gpus': 0 is not in the range" in p.stderr

@@ -1,0 +1,116 @@
+"""The sandbox's generated configuration, without starting anything."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from acbslurm.gpu.inventory import GpuInfo, sandbox_uuid
+from acbslurm.sandbox import render
+from acbslurm.sandbox.layout import Layout, Params
+
+
+@pytest.fixture
+def layout(tmp_path: Path) -> Layout:
+    lay = Layout(tmp_path / "sb")
+    for d in (lay.etc, lay.libexec, lay.bin):
+        d.mkdir(parents=True)
+    return lay
+
+
+def _gpus(lay: Layout, n: int) -> list[GpuInfo]:
+    return [
+        GpuInfo(i, i, sandbox_uuid(str(lay.root), i), device=str(lay.dev / f"nvidia{i}"))
+        for i in range(n)
+    ]
+
+
+def test_slurm_conf_has_the_seed_settings(layout: Layout) -> None:
+    p = Params(gpus=3, node="gpuserver", port_base=20000)
+    render.write_slurm_configs(layout, p, _gpus(layout, 3), "s3cret-pw")
+    conf = layout.slurm_conf.read_text()
+    for line in (
+        "AccountingStorageTRES=gres/gpu",
+        "GresTypes=gpu",
+        "SelectType=select/cons_tres",
+        "PrologFlags=Alloc",
+        "SlurmctldPort=20000",
+        "SlurmdPort=20001",
+        "AccountingStoragePort=20002",
+        "PartitionName=p1 Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES",
+    ):
+        assert line in conf.splitlines(), line
+    assert "Gres=gpu:3" in conf
+    assert f"Prolog={layout.libexec}/acbslurm-prolog" in conf
+    gres = [ln for ln in layout.gres_conf.read_text().splitlines() if ln.startswith("NodeName")]
+    assert gres == [f"NodeName=gpuserver Name=gpu File={layout.dev}/nvidia{i}" for i in range(3)]
+    # The database password is only in the mode-600 slurmdbd.conf.
+    assert "s3cret-pw" not in conf
+    assert "StoragePass=s3cret-pw" in layout.slurmdbd_conf.read_text()
+    assert layout.slurmdbd_conf.stat().st_mode & 0o777 == 0o600
+    assert "StoragePort=20003" in layout.slurmdbd_conf.read_text()
+
+
+def test_uuids_are_deterministic_and_well_formed(layout: Layout) -> None:
+    a = sandbox_uuid("/x", 0)
+    assert a == sandbox_uuid("/x", 0)
+    assert a != sandbox_uuid("/x", 1) != sandbox_uuid("/y", 1)
+    parts = a.split("-")
+    assert parts[0] == "GPU" and [len(x) for x in parts[1:]] == [8, 4, 4, 4, 12]
+
+
+def test_hook_wrapper_runs_the_named_hook(layout: Layout, tmp_path: Path) -> None:
+    import sys
+
+    pkg = tmp_path / "fake" / "acbslurm" / "hooks"
+    pkg.mkdir(parents=True)
+    (pkg.parent / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "entry.py").write_text(
+        "import os\n"
+        "def prolog_main():\n    print('prolog', os.environ['ACBSLURM_CONFIG']); return 7\n"
+        "def epilog_main():\n    return 0\n"
+        "def task_prolog_main():\n    return 0\n"
+    )
+    p = Params(python=sys.executable, pythonpath=str(tmp_path / "fake"))
+    render.write_hook_wrappers(layout, p)
+    r = subprocess.run([str(layout.libexec / "acbslurm-prolog")], capture_output=True, text=True)
+    assert r.returncode == 7
+    assert r.stdout.strip() == f"prolog {layout.acbslurm_conf}"
+
+
+def test_standin_hook_records_the_devices_docker_asked_for(layout: Layout, tmp_path: Path) -> None:
+    layout.hook_record_dir.mkdir(parents=True)
+    render.write_standin_hook(layout)
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    config = {
+        "process": {
+            "args": ["sh", "-c", "echo NVIDIA_VISIBLE_DEVICES=$NVIDIA_VISIBLE_DEVICES"],
+            "env": ["PATH=/bin", "NVIDIA_VISIBLE_DEVICES=GPU-a,GPU-b"],
+        }
+    }
+    (bundle / "config.json").write_text(json.dumps(config))
+    state = json.dumps({"id": "c0ffee", "bundle": str(bundle), "pid": 1})
+    hook = layout.bin / "nvidia-container-runtime-hook"
+    r = subprocess.run([str(hook), "prestart"], input=state, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    rec = json.loads((layout.hook_record_dir / "c0ffee.json").read_text())
+    assert rec["devices"] == "GPU-a,GPU-b"
+    assert rec["hook_args"] == ["prestart"]
+
+
+def test_settings_file_is_read_by_load_settings(
+    layout: Layout, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from acbslurm.config import load_settings
+
+    render.write_acbslurm_settings(layout, Params(cluster="c1"))
+    monkeypatch.setenv("ACBSLURM_CONFIG", str(layout.acbslurm_conf))
+    s = load_settings()
+    assert s.gpu_inventory == str(layout.inventory)
+    assert s.docker_host.format(user="user1", uid=1001) == f"unix://{layout.run}/user1/docker.sock"
+    assert s.cluster == "c1"

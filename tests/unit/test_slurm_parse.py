@@ -1,0 +1,85 @@
+"""Parsing of Slurm's CLI output and the experiment's checks (pure logic)."""
+
+from __future__ import annotations
+
+import pytest
+
+from acbslurm.slurm.experiment import JobTrace, check_phase
+from acbslurm.slurm.jobs import (
+    expand_indices,
+    parse_gpu_indices,
+    parse_job_id,
+    parse_sacct,
+    parse_squeue,
+)
+
+
+def test_parse_squeue_keeps_name_with_pipes() -> None:
+    out = (
+        "7|RUNNING|None|0:05|vm|user1|2026-11-30T01:00:00|2026-11-30T01:00:01|2026-11-30T02:00:01|a|b\n"
+        "8|PENDING|Resources|0:00|(null)|user1|2026-11-30T01:00:00|N/A|N/A|x\n"
+    )
+    jobs = parse_squeue(out)
+    assert jobs[0].name == "a|b" and jobs[0].node == "vm" and jobs[0].reason == ""
+    assert jobs[0].end_time == ""  # a running job's end is only a limit
+    assert jobs[1].reason == "Resources" and jobs[1].node == "" and jobs[1].start_time == ""
+
+
+def test_parse_sacct_state_words() -> None:
+    jobs = parse_sacct("9|CANCELLED by 0|00:00:03|vm|user1|t1|t2|t3|0:15|job\n")
+    assert jobs[0].state == "CANCELLED" and jobs[0].failed and jobs[0].exit_code == "0:15"
+
+
+@pytest.mark.parametrize(
+    ("line", "want"),
+    [
+        ("JobId=5 JobName=x\n   Nodes=vm CPU_IDs=0-1 Mem=500 GRES=gpu:1(IDX:1)", {"5": [1]}),
+        ("JobId=6 Nodes=vm GRES=gpu:a100:2(IDX:0-1)", {"6": [0, 1]}),
+        ("JobId=7 Nodes=vm GRES=gpu(IDX:0,2),mps:0", {"7": [0, 2]}),
+        ("JobId=8 Nodes=vm", {"8": []}),
+    ],
+)
+def test_parse_gpu_indices(line: str, want: dict[str, list[int]]) -> None:
+    assert parse_gpu_indices(line.replace("\n", "")) == want
+
+
+def test_expand_indices() -> None:
+    assert expand_indices("0-2,5") == [0, 1, 2, 5]
+
+
+def test_parse_job_id() -> None:
+    assert parse_job_id("123\n") == "123"
+    assert parse_job_id("124;cluster\n") == "124"
+    with pytest.raises(ValueError):
+        parse_job_id("sbatch: error\n")
+
+
+def t(jid: str, gpu: int, submit: str, start: str, end: str, reasons: list[str]) -> JobTrace:
+    d = "2026-11-30T01:00:"
+    return JobTrace(jid, 1, reasons, "COMPLETED", d + submit, d + start, d + end, [gpu])
+
+
+def test_check_phase_accepts_the_seed_behaviour() -> None:
+    jobs = [
+        t("8", 0, "00", "01", "05", []),
+        t("9", 1, "00", "01", "09", ["Priority"]),
+        t("10", 0, "00", "05", "09", ["Priority", "Resources"]),
+        t("11", 1, "00", "09", "13", ["Resources"]),
+    ]
+    assert check_phase(jobs, gpus_on_node=2) == []
+
+
+def test_check_phase_finds_shared_gpu_and_early_start() -> None:
+    jobs = [
+        t("8", 0, "00", "01", "05", []),
+        t("9", 1, "00", "01", "09", []),
+        t("10", 0, "00", "03", "09", ["Resources"]),  # started before GPU 0 was freed
+    ]
+    problems = check_phase(jobs, gpus_on_node=2)
+    assert any("held GPU [0] at once" in p for p in problems)
+    assert any("job 10 did not start on a GPU freed" in p for p in problems)
+
+
+def test_check_phase_two_jobs_must_overlap() -> None:
+    jobs = [t("1", 0, "00", "01", "03", []), t("2", 1, "00", "04", "06", [])]
+    assert any("did not run at the same time" in p for p in check_phase(jobs, gpus_on_node=2))

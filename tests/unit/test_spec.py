@@ -1,0 +1,210 @@
+"""Job spec loading and validation: file:line messages, suggestions, units, overrides."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from acbslurm.errors import SpecError
+from acbslurm.spec import load_spec, parse_spec
+from acbslurm.spec.units import mem_megabytes, parse_mem, parse_time, time_seconds
+
+REPO = Path(__file__).resolve().parents[2]
+
+MINIMAL = "name: t\ncontainer:\n  image: busybox:latest\n"
+
+
+def errors_of(text: str, overrides: tuple[str, ...] = ()) -> str:
+    with pytest.raises(SpecError) as info:
+        parse_spec(text, "job.yaml", overrides)
+    return str(info.value)
+
+
+def test_whisper_example_is_the_seed_job() -> None:
+    spec = load_spec(REPO / "conf/examples/whisper.yaml")
+    assert spec.partition == "p1"
+    assert spec.account == "user1"
+    assert spec.cpus_per_task == 2
+    assert spec.mem == "2G"
+    assert spec.gres == "gpu:1"
+    assert spec.output == "openai-whisper.out"
+    assert spec.error == "openai-whisper.err"
+    assert spec.container is not None
+    assert spec.container.image == "openai-whisper:latest"
+    assert spec.container.mounts[0].as_arg() == "/home/user1:/home/user1"
+    assert spec.container.command is not None
+    assert spec.container.command[0] == "whisper"
+    assert "/home/user1/Gmjrwl_D72E.wav" in spec.container.command
+
+
+def test_sandbox_example_is_valid() -> None:
+    spec = load_spec(REPO / "conf/examples/sandbox-gpu.yaml")
+    assert spec.container is not None
+    assert spec.container.image == "acbslurm/busybox:latest"
+    assert spec.gpu_count == 1
+
+
+def test_unknown_key_names_line_and_closest_key() -> None:
+    msg = errors_of("name: t\nmemory: 2G\ncontainer:\n  image: x\n  comand: [a]\n")
+    assert "job.yaml:2: memory: unknown key (did you mean 'mem'?)" in msg
+    assert "job.yaml:5: container.comand: unknown key (did you mean 'command'?)" in msg
+
+
+def test_unknown_key_without_close_match_lists_valid_keys() -> None:
+    msg = errors_of(MINIMAL + "zzzzqq: 1\n")
+    assert "zzzzqq: unknown key; valid keys: name, partition" in msg
+
+
+def test_dashed_key_suggests_underscore_form() -> None:
+    assert "did you mean 'cpus_per_task'" in errors_of(MINIMAL + "cpus-per-task: 2\n")
+
+
+@pytest.mark.parametrize("gpus", ["0", "-1", "1.5", "abc", "true", "a100:0", ":2", "a b:1"])
+def test_bad_gpu_counts(gpus: str) -> None:
+    msg = errors_of(MINIMAL + f"gpus: {gpus}\n")
+    assert "job.yaml:4: gpus:" in msg
+
+
+@pytest.mark.parametrize(("gpus", "gres"), [(1, "gpu:1"), ("2", "gpu:2"), ("a100:2", "gpu:a100:2")])
+def test_good_gpu_counts(gpus: object, gres: str) -> None:
+    spec = parse_spec(MINIMAL + f"gpus: {gpus}\n", "job.yaml")
+    assert spec.gres == gres
+
+
+def test_missing_image() -> None:
+    msg = errors_of("name: t\ncontainer:\n  command: [echo]\n")
+    assert "job.yaml:2: container: missing required key 'image'" in msg
+
+
+def test_nothing_to_run() -> None:
+    assert "nothing to run" in errors_of("name: t\n")
+
+
+def test_command_and_container_conflict() -> None:
+    assert "remove 'command'" in errors_of(MINIMAL + "command: [echo]\n")
+
+
+def test_all_errors_reported_at_once() -> None:
+    msg = errors_of(MINIMAL + "mem: 2X\ntime: 1-25:00:00\nntasks: 0\n")
+    assert "job.yaml:4: mem: '2X' is not a size" in msg
+    assert "job.yaml:5: time:" in msg
+    assert "job.yaml:6: ntasks: must be a positive integer" in msg
+
+
+def test_newline_in_directive_value_refused() -> None:
+    msg = errors_of('name: "a\\nb"\ncontainer:\n  image: x\n')
+    assert "job.yaml:1: name: must be one line" in msg
+
+
+def test_yaml_syntax_error_has_line() -> None:
+    msg = errors_of("name: t\ncontainer: [\n")
+    assert msg.startswith("job.yaml:") and "not valid YAML" in msg
+
+
+def test_duplicate_key() -> None:
+    assert "appears twice" in errors_of("name: a\nname: b\ncommand: x\n")
+
+
+def test_spec_must_be_mapping() -> None:
+    assert "must be a mapping" in errors_of("- a\n- b\n")
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match="does not exist"):
+        load_spec(tmp_path / "nope.yaml")
+
+
+def test_mounts_forms_and_errors() -> None:
+    spec = parse_spec(
+        "container:\n  image: x\n  mounts:\n    - /a:/b:ro\n    - {source: /c, target: /d}\n",
+        "job.yaml",
+    )
+    assert spec.container is not None
+    assert [m.as_arg() for m in spec.container.mounts] == ["/a:/b:ro", "/c:/d"]
+    msg = errors_of("container:\n  image: x\n  mounts:\n    - rel:/b\n    - /a:/b:xx\n")
+    assert "job.yaml:4: container.mounts.0: source 'rel' must be an absolute path" in msg
+    assert "job.yaml:5: container.mounts.1:" in msg
+
+
+def test_env_names_checked_values_kept() -> None:
+    spec = parse_spec(MINIMAL + "env:\n  A: 1\n  B: true\n  C: 'x y'\n", "job.yaml")
+    assert spec.env == (("A", "1"), ("B", "true"), ("C", "x y"))
+    assert "env.1X: is not a valid variable name" in errors_of(MINIMAL + "env:\n  1X: a\n")
+
+
+def test_overrides_dotted_and_typed() -> None:
+    spec = parse_spec(
+        MINIMAL,
+        "job.yaml",
+        [
+            "container.image=other:2",
+            "gpus=2",
+            "container.command=[sh, -c, 'echo a b']",
+            "env.K=v=w",
+        ],
+    )
+    assert spec.container is not None
+    assert spec.container.image == "other:2"
+    assert spec.gpus == "2"
+    assert spec.container.command == ("sh", "-c", "echo a b")
+    assert spec.env == (("K", "v=w"),)
+
+
+def test_override_errors_name_the_flag() -> None:
+    msg = errors_of(MINIMAL, ("container.imag=x",))
+    assert "--set container.imag: container.imag: unknown key (did you mean 'image'?)" in msg
+    assert "--set mem: mem:" in errors_of(MINIMAL, ("mem=lots",))
+    with pytest.raises(SpecError, match="expected KEY=VALUE"):
+        parse_spec(MINIMAL, "job.yaml", ["novalue"])
+    with pytest.raises(SpecError, match="is not a mapping"):
+        parse_spec(MINIMAL, "job.yaml", ["name.x=1"])
+
+
+def test_override_text_with_colon_stays_text() -> None:
+    spec = parse_spec(MINIMAL, "job.yaml", ["name=a: b"])
+    assert spec.name == "a: b"
+
+
+@pytest.mark.parametrize(
+    ("raw", "norm", "mb"),
+    [
+        ("2G", "2G", 2048),
+        ("500m", "500M", 500),
+        (1024, "1024", 1024),
+        ("1T", "1T", 1048576),
+        ("2GB", "2G", 2048),
+    ],
+)
+def test_mem_units(raw: object, norm: str, mb: float) -> None:
+    assert parse_mem(raw) == norm
+    assert mem_megabytes(norm) == mb
+
+
+@pytest.mark.parametrize("raw", ["2X", "G", "-1G", "0", "1.5G", "", True])
+def test_bad_mem(raw: object) -> None:
+    with pytest.raises(ValueError):
+        parse_mem(raw)
+
+
+@pytest.mark.parametrize(
+    ("raw", "secs"),
+    [
+        ("30", 1800),
+        ("5:30", 330),
+        ("2:00:00", 7200),
+        ("1-00:00:00", 86400),
+        ("1-2", 93600),
+        ("1-02:30", 95400),
+        ("UNLIMITED", 0),
+        ("infinite", 0),
+    ],
+)
+def test_time_units(raw: str, secs: int) -> None:
+    assert time_seconds(parse_time(raw)) == secs
+
+
+@pytest.mark.parametrize("raw", ["1:60", "1-24:00:00", "abc", "1:2:3:4", "0", "", "-5", "2:61:00"])
+def test_bad_time(raw: str) -> None:
+    with pytest.raises(ValueError):
+        parse_time(raw)
