@@ -172,16 +172,18 @@ def _run_alone_after(sb: Any, scripts: Path, api: Any, gres: int) -> None:
     wait_job(sb, nxt, ("COMPLETED",), 60)
 
 
-@pytest.mark.parametrize("how", ["scancel", "scancel-KILL", "time-limit"])
+@pytest.mark.parametrize("how", ["scancel", "scancel-srun", "scancel-KILL", "time-limit"])
 def test_no_container_survives_its_job(idle: Any, scripts: Path, how: str) -> None:
     api = docker_api(idle)
     gres = len(idle.gpus)  # all GPUs: the next job must get one of this job's
     extra = ["--time=1"] if how == "time-limit" else []
     # The container ignores SIGTERM: only the hooks' forced removal can end it in time.
     body = acbslurm_run("--grace", "30", IMAGE, "sh", "-c", "trap '' TERM; sleep 600 & wait")
+    if how == "scancel-srun":
+        body = "exec srun " + body  # as rendered job scripts call it: in a job step
     job = submit(idle, scripts, body, f"--gres=gpu:{gres}", *extra)
     wait_container(api, job)
-    if how == "scancel":
+    if how in ("scancel", "scancel-srun"):
         idle.run_slurm(["scancel", job])
     elif how == "scancel-KILL":
         idle.run_slurm(["scancel", "-s", "KILL", job])
