@@ -8,7 +8,6 @@ The static inventory is a JSON file (used by the sandbox and by sites without NV
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -28,6 +27,8 @@ class GpuInfo:
 
 def sandbox_uuid(seed: str, minor: int) -> str:
     """A deterministic UUID in NVIDIA's format for emulated GPU ``minor``."""
+    import hashlib  # only the sandbox needs it; the hooks import this module
+
     h = hashlib.sha256(f"{seed}:{minor}".encode()).hexdigest()
     return f"GPU-{h[0:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
 

@@ -1,16 +1,148 @@
-"""Entry points Slurm runs (Prolog=, Epilog=, TaskProlog=). Placeholder until issue 4 lands:
-each hook succeeds without doing anything."""
+"""Slurm's Prolog, Epilog and TaskProlog (console scripts and ``acbslurm prolog`` etc.).
+
+Each returns an exit code. They import only what they need (no click, no Docker SDK)
+because slurmd waits for them on every job. Exit codes matter to Slurm:
+- prolog: non-zero drains the node and requeues the job; it fails only when the
+  job's GPUs cannot be mapped (or recorded, which ``acbslurm run`` needs);
+- epilog: non-zero drains the node; it fails only when a container of the job may
+  still be running (a daemon answered but the container could not be removed);
+- task prolog: always 0 (its stdout ``export`` lines go into the job's environment).
+"""
 
 from __future__ import annotations
 
+import os
+import sys
+import time
+from collections.abc import Mapping
+
+from acbslurm.errors import AcbslurmError
+
+_NAME = "acbslurm"
+
+
+def _say(level: str, msg: str) -> None:
+    """One line on stderr (slurmd's log at debug levels); no logging import: speed."""
+    print(f"{_NAME}: {level}: {msg}", file=sys.stderr)
+
+
+def _setup_logging(name: str) -> None:
+    global _NAME
+    _NAME = f"acbslurm-{name}"
+
+
+def _user_of(env: Mapping[str, str]) -> tuple[int, str]:
+    uid = int(env.get("SLURM_JOB_UID", "-1"))
+    user = env.get("SLURM_JOB_USER", "")
+    if not user and uid >= 0:
+        import pwd
+
+        user = pwd.getpwuid(uid).pw_name
+    return uid, user
+
+
+def run_prolog(env: Mapping[str, str]) -> int:
+    from acbslurm.config import load_settings
+    from acbslurm.gpu.node import job_gpus, node_name
+    from acbslurm.hooks.allocation import job_allocation
+    from acbslurm.hooks.record import JobRecord, check_job_id, write_record
+
+    job_id = ""
+    try:
+        job_id = check_job_id(env.get("SLURM_JOB_ID", ""))
+        settings = load_settings()
+        gpus = job_gpus(env, settings)
+        uid, user = _user_of(env)
+        node = node_name(env)
+        alloc = job_allocation(job_id, node)
+        rec = JobRecord(
+            job_id=job_id,
+            user=user,
+            uid=uid,
+            node=node,
+            gpu_indices=gpus.indices,
+            gpu_uuids=gpus.uuids,
+            gpu_minors=gpus.minors,
+            cpus=alloc.cpus,
+            mem_mb=alloc.mem_mb,
+            created=time.time(),
+        )
+        path = write_record(settings.record_dir, rec)
+    except (AcbslurmError, OSError, ValueError) as exc:
+        _say("error", f"job {job_id or '?'}: {exc}")
+        return 1
+    _say("info", f"job {job_id}: GPUs {','.join(rec.gpu_uuids) or '-'} recorded in {path}")
+    return 0
+
+
+def run_epilog(env: Mapping[str, str]) -> int:
+    from acbslurm.config import load_settings
+    from acbslurm.container.hosts import user_docker_host
+    from acbslurm.hooks.record import check_job_id, read_record, remove_record
+    from acbslurm.hooks.sweep import sweep_job_containers
+
+    try:
+        job_id = check_job_id(env.get("SLURM_JOB_ID", ""))
+        settings = load_settings()
+    except AcbslurmError as exc:
+        _say("error", f"{exc} (nothing swept)")
+        return 0  # nothing we could do; draining would not help
+    try:
+        rec = read_record(settings.record_dir, job_id)
+    except AcbslurmError as exc:
+        _say("warning", f"job {job_id}: {exc}")
+        rec = None
+    uid, user = (rec.uid, rec.user) if rec else _user_of(env)
+    hosts = []
+    if uid >= 0:
+        hosts.append(user_docker_host(settings, uid, user))
+    if settings.system_docker_host:
+        hosts.append(settings.system_docker_host)
+    result = sweep_job_containers(job_id, hosts, settings.hook_docker_timeout)
+    if result.failures:
+        time.sleep(0.5)  # one retry: a daemon may have been busy
+        result = sweep_job_containers(job_id, hosts, settings.hook_docker_timeout)
+    if result.removed:
+        _say("info", f"job {job_id}: removed containers {','.join(result.removed)}")
+    try:
+        remove_record(settings.record_dir, job_id)
+    except OSError as exc:
+        _say("warning", f"job {job_id}: cannot remove record: {exc}")
+    if result.failures:
+        for f in result.failures:
+            _say("error", f"job {job_id}: {f}")
+        _say("error", f"job {job_id}: a container may still hold the job's GPUs: draining")
+        return 1
+    return 0
+
+
+def run_task_prolog(env: Mapping[str, str]) -> int:
+    from acbslurm.config import load_settings
+    from acbslurm.hooks.record import check_job_id, read_record
+
+    try:
+        job_id = check_job_id(env.get("SLURM_JOB_ID", ""))
+        rec = read_record(load_settings().record_dir, job_id)
+    except AcbslurmError as exc:
+        print(f"print acbslurm: {exc}")
+        return 0
+    if rec is None:
+        print(f"print acbslurm: no job record for job {job_id}: is the acbslurm prolog set up?")
+        return 0
+    print(f"export ACBSLURM_GPU_UUIDS={','.join(rec.gpu_uuids)}")
+    return 0
+
 
 def prolog_main() -> int:
-    return 0
+    _setup_logging("prolog")
+    return run_prolog(os.environ)
 
 
 def epilog_main() -> int:
-    return 0
+    _setup_logging("epilog")
+    return run_epilog(os.environ)
 
 
 def task_prolog_main() -> int:
-    return 0
+    _setup_logging("task-prolog")
+    return run_task_prolog(os.environ)

@@ -1,0 +1,92 @@
+"""Slurm hook commands (prolog, epilog, task-prolog) and `acbslurm gpus`."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import click
+
+from acbslurm.errors import ConfigError
+
+
+@click.command()
+@click.pass_context
+def prolog(ctx: click.Context) -> None:
+    """Slurm Prolog: map the job's GPUs to UUIDs and write the job record (runs as root)."""
+    from acbslurm.hooks.entry import run_prolog
+
+    ctx.exit(run_prolog(os.environ))
+
+
+@click.command()
+@click.pass_context
+def epilog(ctx: click.Context) -> None:
+    """Slurm Epilog: remove every container of the job and its record (runs as root)."""
+    from acbslurm.hooks.entry import run_epilog
+
+    ctx.exit(run_epilog(os.environ))
+
+
+@click.command("task-prolog")
+@click.pass_context
+def task_prolog(ctx: click.Context) -> None:
+    """Slurm TaskProlog: export ACBSLURM_GPU_UUIDS into the job's environment."""
+    from acbslurm.hooks.entry import run_task_prolog
+
+    ctx.exit(run_task_prolog(os.environ))
+
+
+@click.command()
+@click.option("--job", "job_id", default=None, help="Job id (default: $SLURM_JOB_ID).")
+@click.option(
+    "--from-env",
+    is_flag=True,
+    help="Map SLURM_JOB_GPUS/CUDA_VISIBLE_DEVICES now instead of reading the job record.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def gpus(job_id: str | None, from_env: bool, as_json: bool) -> None:
+    """Print a job's GPUs: Slurm index, device minor number and UUID."""
+    from acbslurm.config import load_settings
+    from acbslurm.hooks.record import check_job_id, read_record
+
+    settings = load_settings()
+    rows: list[dict[str, object]]
+    if from_env:
+        from acbslurm.gpu.node import job_gpus
+
+        mapped = job_gpus(os.environ, settings)
+        idx: list[int | None] = list(mapped.indices) or [None] * len(mapped.gpus)
+        rows = [
+            {"index": i, "minor": g.minor, "uuid": g.uuid}
+            for i, g in zip(idx, mapped.gpus, strict=True)
+        ]
+        jid = job_id or os.environ.get("SLURM_JOB_ID", "")
+    else:
+        jid = job_id or os.environ.get("SLURM_JOB_ID", "")
+        if not jid:
+            raise click.UsageError("not inside a Slurm job: give --job ID or --from-env")
+        try:
+            rec = read_record(settings.record_dir, check_job_id(jid))
+        except ConfigError as exc:
+            raise click.BadParameter(str(exc), param_hint="'--job'") from None
+        if rec is None:
+            raise click.BadParameter(
+                f"no record of job {jid!r} in {settings.record_dir} on this node",
+                param_hint="'--job'",
+            )
+        idx = list(rec.gpu_indices) or [None] * len(rec.gpu_uuids)
+        rows = [
+            {"index": i, "minor": m, "uuid": u}
+            for i, m, u in zip(idx, rec.gpu_minors, rec.gpu_uuids, strict=True)
+        ]
+    if as_json:
+        click.echo(json.dumps({"job_id": jid, "gpus": rows}, indent=2))
+        return
+    if not rows:
+        click.echo(f"job {jid}: no GPUs")
+        return
+    click.echo(f"{'INDEX':>5}  {'MINOR':>5}  UUID")
+    for r in rows:
+        index = "-" if r["index"] is None else r["index"]
+        click.echo(f"{index!s:>5}  {r['minor']!s:>5}  {r['uuid']}")

@@ -1,0 +1,49 @@
+"""Is this process really part of Slurm job N? (SLURM_JOB_ID alone is just a variable.)
+
+A job's processes descend from a root-owned ``slurmstepd: [N.batch]`` (or ``[N.0]``,
+``[N.extern]``...). A user can set any environment and rename their own processes, but
+cannot create a root-owned ancestor, so walking up /proc proves membership cheaply.
+"""
+
+from __future__ import annotations
+
+import os
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path, "rb") as f:
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _parent_and_uid(pid: int) -> tuple[int, int]:
+    stat = _read(f"/proc/{pid}/stat")
+    # The command name (field 2) may hold spaces and parentheses: split after the last ')'.
+    fields = stat.rpartition(")")[2].split()
+    ppid = int(fields[1]) if len(fields) > 1 else 0
+    uid = -1
+    for line in _read(f"/proc/{pid}/status").splitlines():
+        if line.startswith("Uid:"):
+            uid = int(line.split()[1])  # real uid
+            break
+    return ppid, uid
+
+
+def stepd_job_of_ancestors(pid: int | None = None) -> str | None:
+    """The job id of the nearest root-owned slurmstepd above ``pid``, or None."""
+    pid = os.getpid() if pid is None else pid
+    seen = 0
+    while pid > 1 and seen < 64:
+        seen += 1
+        ppid, uid = _parent_and_uid(pid)
+        cmd = _read(f"/proc/{pid}/cmdline").split("\0", 1)[0]
+        if uid == 0 and cmd.startswith("slurmstepd: ["):
+            return cmd[len("slurmstepd: [") :].split(".", 1)[0].split("]", 1)[0]
+        pid = ppid
+    return None
+
+
+def in_job(job_id: str) -> bool:
+    return stepd_job_of_ancestors() == job_id

@@ -1,0 +1,223 @@
+"""Run one container for a job: exact GPUs, limits, labels, streamed output, signals.
+
+The container is a child of the Docker daemon, not of the job, so this process stands
+in for it: SIGTERM/SIGINT (scancel, time limit) stop the container with a grace
+period, and the container's exit code becomes this process's exit code. A SIGKILL of
+this process is covered by the epilog, which removes every container of the job.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import Any
+
+from acbslurm.container.daemon import start_hint
+from acbslurm.container.engine_api import AttachStream, DaemonUnreachable, EngineApi, EngineError
+from acbslurm.container.options import Limits, Mount
+from acbslurm.errors import DockerError, SetupError
+from acbslurm.hooks.sweep import JOB_LABEL, USER_LABEL
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    image: str
+    command: list[str]
+    gpu_uuids: list[str]
+    limits: Limits
+    job_id: str
+    user: str
+    name: str
+    grace: float
+    mounts: list[Mount] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    workdir: str | None = None
+
+
+def limits_enforced(info: dict[str, Any]) -> bool:
+    """False where the daemon runs without cgroups (rootless on cgroup v1)."""
+    return str(info.get("CgroupDriver", "")).lower() not in ("none", "")
+
+
+def device_request(uuids: Sequence[str]) -> dict[str, Any]:
+    """What `docker run --gpus device=UUID,...` asks for (as docker.types.DeviceRequest)."""
+    return {
+        "Driver": "nvidia",
+        "Count": 0,
+        "DeviceIDs": list(uuids),
+        "Capabilities": [["gpu"]],
+        "Options": {},
+    }
+
+
+def container_config(spec: LaunchSpec, with_limits: bool) -> dict[str, Any]:
+    """The body of POST /containers/create."""
+    env = dict(spec.env)
+    env.setdefault("ACBSLURM_JOB_ID", spec.job_id)
+    env.setdefault("ACBSLURM_GPU_UUIDS", ",".join(spec.gpu_uuids))
+    host: dict[str, Any] = {
+        "Init": True,  # docker-init as PID 1 forwards signals to the command
+        "Binds": [m.bind() for m in spec.mounts],
+    }
+    if spec.gpu_uuids:
+        host["DeviceRequests"] = [device_request(spec.gpu_uuids)]
+    if with_limits:
+        if spec.limits.nano_cpus:
+            host["NanoCpus"] = spec.limits.nano_cpus
+        if spec.limits.mem_bytes:
+            host["Memory"] = spec.limits.mem_bytes
+    config: dict[str, Any] = {
+        "Image": spec.image,
+        "Env": [f"{k}={v}" for k, v in env.items()],
+        "Labels": {JOB_LABEL: spec.job_id, USER_LABEL: spec.user},
+        "AttachStdout": True,
+        "AttachStderr": True,
+        "Tty": False,
+        "OpenStdin": False,
+        "HostConfig": host,
+    }
+    if spec.command:
+        config["Cmd"] = list(spec.command)
+    if spec.workdir:
+        config["WorkingDir"] = spec.workdir
+    return config
+
+
+def _pump(stream: AttachStream) -> None:
+    out = {1: sys.stdout.buffer, 2: sys.stderr.buffer}
+    try:
+        for kind, data in stream.frames():
+            target = out.get(kind, sys.stdout.buffer)
+            target.write(data)
+            target.flush()
+    except OSError:
+        pass  # the stream ends abruptly when the container is killed
+
+
+class _Stopper:
+    """Turns SIGTERM/SIGINT into a graceful stop, a second one into a kill."""
+
+    def __init__(self, api: EngineApi, cid: str, grace: float) -> None:
+        self.api, self.cid, self.grace = api, cid, grace
+        self.signalled = 0
+
+    def handle(self, signum: int, _frame: FrameType | None) -> None:
+        self.signalled += 1
+        target = self._stop if self.signalled == 1 else self._kill
+        threading.Thread(target=target, daemon=True).start()
+
+    def _stop(self) -> None:
+        try:
+            self.api.stop(self.cid, max(0, round(self.grace)))
+        except DockerError as exc:
+            print(f"acbslurm: stopping the container failed: {exc}", file=sys.stderr)
+
+    def _kill(self) -> None:
+        with contextlib.suppress(DockerError):  # already gone
+            self.api.kill(self.cid)
+
+
+def _create(api: EngineApi, spec: LaunchSpec) -> tuple[str, bool]:
+    """Create the container; returns its id and whether limits were passed."""
+    try:
+        try:
+            return api.create(spec.name, container_config(spec, True)), True
+        except EngineError as exc:
+            if exc.status != 400 or not (spec.limits.nano_cpus or spec.limits.mem_bytes):
+                raise
+            # A daemon without cgroups may refuse limits outright: run without them.
+            return api.create(spec.name, container_config(spec, False)), False
+    except DaemonUnreachable:
+        raise SetupError(start_hint(api.host)) from None
+    except EngineError as exc:
+        if exc.status == 404:
+            raise DockerError(
+                f"image {spec.image!r} is not in your Docker daemon: `docker pull` or "
+                "`docker load` it first"
+            ) from None
+        if exc.status == 409:
+            raise DockerError(f"a container named {spec.name!r} already exists") from None
+        raise DockerError(f"cannot create the container: {exc}") from None
+
+
+LIMITS_WARNING = (
+    "acbslurm: warning: this Docker daemon runs without cgroups (rootless on cgroup v1), "
+    "so the job's CPU and memory limits are NOT enforced on the container\n"
+)
+
+
+class _InfoProbe:
+    """The daemon's /info, fetched while the container is created (off the start path)."""
+
+    def __init__(self, api: EngineApi) -> None:
+        self.info: dict[str, Any] = {}
+        self.thread = threading.Thread(target=self._get, args=(api,), daemon=True)
+        self.thread.start()
+
+    def _get(self, api: EngineApi) -> None:
+        with contextlib.suppress(DockerError):
+            self.info = api.info()
+
+    def limits_enforced(self) -> bool:
+        self.thread.join(timeout=10)
+        return limits_enforced(self.info) if self.info else True
+
+
+def run_container(api: EngineApi, spec: LaunchSpec) -> int:
+    """Create, attach, start and wait; returns the container's exit code.
+
+    Says once on stderr when the job's CPU/memory limits cannot be enforced.
+    """
+    probe = _InfoProbe(api)
+    cid, with_limits = _create(api, spec)
+    stopper = _Stopper(api, cid, spec.grace)
+    # Worker threads inherit a blocked mask, so signals always reach the main thread.
+    sigs = {signal.SIGTERM, signal.SIGINT}
+    old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
+    old_handlers = {s: signal.signal(s, stopper.handle) for s in sigs}
+    try:
+        pump = threading.Thread(target=_pump, args=(api.attach(cid),), daemon=True)
+        pump.start()
+        try:
+            api.start(cid)
+        except EngineError as exc:
+            raise DockerError(f"cannot start the container: {exc}") from None
+        has_limits = bool(spec.limits.nano_cpus or spec.limits.mem_bytes)
+        if has_limits and not (with_limits and probe.limits_enforced()):
+            sys.stderr.write(LIMITS_WARNING)
+            sys.stderr.flush()
+        result: dict[str, Any] = {}
+        done = threading.Event()
+
+        def wait() -> None:
+            try:
+                result["code"] = api.wait(cid)
+            except DockerError as exc:
+                result["error"] = exc
+            done.set()
+
+        threading.Thread(target=wait, daemon=True).start()
+        signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+        while not done.wait(0.2):  # short waits let signal handlers run promptly
+            pass
+        pump.join(timeout=2.0)
+        if "error" in result:
+            raise DockerError(f"waiting for the container failed: {result['error']}")
+        return int(result["code"])
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+        for s, h in old_handlers.items():
+            signal.signal(s, h)
+        with contextlib.suppress(DockerError):  # else the epilog removes it
+            api.remove_container(cid)
+
+
+def command_of(args: Sequence[str]) -> list[str]:
+    """Drop a leading ``--`` separating the image from the command."""
+    args = list(args)
+    return args[1:] if args[:1] == ["--"] else args

@@ -1,0 +1,135 @@
+"""`acbslurm run`'s options, checked against the job's record before Docker is touched.
+
+Pure functions: every bad value raises ``OptionError`` naming the option and the value.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+
+from acbslurm.errors import GpuMappingError
+from acbslurm.gpu.mapping import is_uuid
+from acbslurm.hooks.record import JobRecord
+
+_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_SIZE = re.compile(r"^([0-9]+(?:\.[0-9]+)?)\s*([bkmgt]?)b?$", re.IGNORECASE)
+_UNITS = {"": 1, "b": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
+
+
+class OptionError(ValueError):
+    """A bad option value; ``option`` names the flag."""
+
+    def __init__(self, option: str, message: str) -> None:
+        self.option = option
+        super().__init__(message)
+
+
+class GpuNotAllocated(GpuMappingError):
+    """A GPU asked for is not one Slurm gave this job."""
+
+
+@dataclass(frozen=True)
+class Mount:
+    source: str
+    target: str
+    read_only: bool
+
+    def bind(self) -> str:
+        return f"{self.source}:{self.target}:{'ro' if self.read_only else 'rw'}"
+
+
+def parse_mount(spec: str, cwd: str | None = None) -> Mount:
+    parts = spec.split(":")
+    if len(parts) not in (2, 3) or not parts[0] or not parts[1]:
+        raise OptionError("--mount", f"expected SRC:DST[:ro|rw], got {spec!r}")
+    mode = parts[2] if len(parts) == 3 else "rw"
+    if mode not in ("ro", "rw"):
+        raise OptionError("--mount", f"mode must be ro or rw in {spec!r}, got {mode!r}")
+    source = os.path.abspath(os.path.join(cwd or os.getcwd(), parts[0]))
+    if not os.path.exists(source):
+        raise OptionError("--mount", f"source {source!r} (from {spec!r}) does not exist")
+    if not parts[1].startswith("/"):
+        raise OptionError("--mount", f"target must be an absolute path in {spec!r}")
+    return Mount(source, os.path.normpath(parts[1]), mode == "ro")
+
+
+def parse_env(spec: str) -> tuple[str, str]:
+    key, sep, value = spec.partition("=")
+    if not sep or not _ENV_KEY.match(key):
+        raise OptionError("--env", f"expected KEY=VALUE with a valid name, got {spec!r}")
+    return key, value
+
+
+def parse_size(spec: str) -> int:
+    """``512m``, ``2g``, ``2GB``, ``1048576`` (bytes) -> bytes."""
+    m = _SIZE.match(spec.strip())
+    if not m:
+        raise OptionError("--memory", f"expected a size like 512m or 2g, got {spec!r}")
+    value = int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+    if value <= 0:
+        raise OptionError("--memory", f"must be positive, got {spec!r}")
+    return value
+
+
+def parse_gpus(spec: str) -> str | list[str]:
+    """``auto`` | ``none`` | a comma list of GPU/MIG UUIDs."""
+    if spec in ("auto", "none"):
+        return spec
+    uuids = [t.strip() for t in spec.split(",") if t.strip()]
+    bad = [u for u in uuids if not is_uuid(u)]
+    if not uuids or bad:
+        raise OptionError(
+            "--gpus",
+            f"expected auto, none or GPU UUIDs, got {spec!r}" + (f" ({bad[0]!r})" if bad else ""),
+        )
+    if len(set(uuids)) != len(uuids):
+        raise OptionError("--gpus", f"a GPU is named twice in {spec!r}")
+    return uuids
+
+
+def resolve_gpus(spec: str | list[str], record: JobRecord | None) -> list[str]:
+    """The UUIDs to pass to Docker; refuses any the job's record does not hold."""
+    if spec == "none":
+        return []
+    given = record.gpu_uuids if record else []
+    if spec == "auto":
+        return list(given)
+    assert isinstance(spec, list)
+    if record is None:
+        raise GpuNotAllocated(f"--gpus {','.join(spec)}: no job record, so no GPU is allowed")
+    for u in spec:
+        if u not in given:
+            raise GpuNotAllocated(
+                f"--gpus: GPU {u} was not given to job {record.job_id} by Slurm "
+                f"(it has: {','.join(given) or 'no GPUs'})"
+            )
+    return list(spec)
+
+
+@dataclass(frozen=True)
+class Limits:
+    nano_cpus: int = 0  # 0: none
+    mem_bytes: int = 0  # 0: none
+
+
+def resolve_limits(cpus: float | None, memory: str | None, record: JobRecord | None) -> Limits:
+    """The allocation's CPUs/memory, or lower values asked for; never more."""
+    alloc_cpus = record.cpus if record else 0
+    alloc_mem = record.mem_mb * 1024**2 if record else 0
+    nano = alloc_cpus * 10**9
+    if cpus is not None:
+        if cpus <= 0:
+            raise OptionError("--cpus", f"must be positive, got {cpus:g}")
+        if alloc_cpus and cpus > alloc_cpus:
+            raise OptionError("--cpus", f"{cpus:g} is more than the job's {alloc_cpus} CPUs")
+        nano = int(cpus * 10**9)
+    mem = alloc_mem
+    if memory is not None:
+        mem = parse_size(memory)
+        if alloc_mem and mem > alloc_mem:
+            raise OptionError(
+                "--memory", f"{memory!r} is more than the job's {record.mem_mb if record else 0} MB"
+            )
+    return Limits(nano, mem)

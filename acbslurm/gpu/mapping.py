@@ -1,0 +1,136 @@
+"""Slurm's GPU allocation -> GPU UUIDs, never by NVML index alone.
+
+Path of one GPU: the index in SLURM_JOB_GPUS -> the gres.conf device file at that
+position (Slurm's order) -> the file's minor number (from the device node itself) ->
+the GPU with that minor number in the inventory -> its UUID. Newer Slurm puts UUIDs in
+CUDA_VISIBLE_DEVICES (or SLURM_JOB_GPUS); those are accepted when the node has them.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from acbslurm.errors import GpuMappingError
+from acbslurm.gpu.inventory import GpuInfo
+
+_UUID = re.compile(r"^(GPU|MIG)-[0-9A-Za-z][0-9A-Za-z/-]*$")
+
+
+@dataclass(frozen=True)
+class JobGpus:
+    """The GPUs of one job on this node, in Slurm's order."""
+
+    indices: list[int]  # Slurm's GRES indices (empty when Slurm gave UUIDs)
+    gpus: list[GpuInfo]
+
+    @property
+    def uuids(self) -> list[str]:
+        return [g.uuid for g in self.gpus]
+
+    @property
+    def minors(self) -> list[int]:
+        return [g.minor for g in self.gpus]
+
+
+def device_minor(path: str) -> int:
+    """The minor number of character device ``path``."""
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        raise GpuMappingError(f"GPU device file {path} (from gres.conf): {exc.strerror}") from None
+    if not stat.S_ISCHR(st.st_mode):
+        raise GpuMappingError(f"GPU device file {path} (from gres.conf) is not a character device")
+    return os.minor(st.st_rdev)
+
+
+def is_uuid(token: str) -> bool:
+    return bool(_UUID.match(token))
+
+
+def _tokens(value: str) -> list[str]:
+    return [t.strip() for t in value.split(",") if t.strip()]
+
+
+def map_job_gpus(
+    env: Mapping[str, str],
+    devices: Sequence[str],
+    inventory: Sequence[GpuInfo],
+    minor_of: Callable[[str], int] = device_minor,
+) -> JobGpus:
+    """Map the job's allocation found in ``env`` (Slurm's prolog/job environment)."""
+    job_gpus = _tokens(env.get("SLURM_JOB_GPUS", ""))
+    cvd = _tokens(env.get("CUDA_VISIBLE_DEVICES", ""))
+    cvd_uuids = cvd if cvd and all(is_uuid(t) for t in cvd) else []
+
+    if job_gpus and all(is_uuid(t) for t in job_gpus):
+        result = JobGpus([], _by_uuid(job_gpus, inventory, "SLURM_JOB_GPUS"))
+    elif job_gpus:
+        indices = []
+        for t in job_gpus:
+            if not t.isdigit():
+                raise GpuMappingError(f"SLURM_JOB_GPUS: {t!r} is neither a GPU index nor a UUID")
+            indices.append(int(t))
+        result = JobGpus(indices, _by_index(indices, devices, inventory, minor_of))
+    elif cvd_uuids:
+        result = JobGpus([], _by_uuid(cvd_uuids, inventory, "CUDA_VISIBLE_DEVICES"))
+    elif cvd:
+        # Plain numbers in CUDA_VISIBLE_DEVICES are relative to the step: unusable alone.
+        raise GpuMappingError(
+            f"CUDA_VISIBLE_DEVICES={','.join(cvd)} holds indices but SLURM_JOB_GPUS is not set"
+        )
+    else:
+        return JobGpus([], [])
+
+    if cvd_uuids and set(cvd_uuids) != set(result.uuids):
+        raise GpuMappingError(
+            f"CUDA_VISIBLE_DEVICES ({','.join(cvd_uuids)}) disagrees with the mapped "
+            f"GPUs ({','.join(result.uuids)})"
+        )
+    if len(set(result.uuids)) != len(result.uuids):
+        raise GpuMappingError(f"the allocation names a GPU twice: {','.join(result.uuids)}")
+    return result
+
+
+def _by_uuid(uuids: list[str], inventory: Sequence[GpuInfo], source: str) -> list[GpuInfo]:
+    known = {g.uuid: g for g in inventory}
+    out = []
+    for u in uuids:
+        if u not in known:
+            raise GpuMappingError(f"{source}: GPU {u} is not on this node")
+        out.append(known[u])
+    return out
+
+
+def _by_index(
+    indices: list[int],
+    devices: Sequence[str],
+    inventory: Sequence[GpuInfo],
+    minor_of: Callable[[str], int],
+) -> list[GpuInfo]:
+    # MIG devices share their parent's minor; only whole GPUs are mapped by minor.
+    by_minor: dict[int, list[GpuInfo]] = {}
+    for g in inventory:
+        if g.uuid.startswith("GPU-"):
+            by_minor.setdefault(g.minor, []).append(g)
+    out = []
+    for i in indices:
+        if i >= len(devices):
+            raise GpuMappingError(
+                f"SLURM_JOB_GPUS names GPU index {i} but gres.conf lists only "
+                f"{len(devices)} GPU device file(s) for this node"
+            )
+        path = devices[i]
+        minor = minor_of(path)
+        found = by_minor.get(minor, [])
+        if len(found) != 1:
+            what = "no GPU" if not found else f"{len(found)} GPUs"
+            raise GpuMappingError(
+                f"GPU index {i} -> {path} (minor {minor}): the inventory has {what} "
+                "with that minor number"
+            )
+        out.append(found[0])
+    return out

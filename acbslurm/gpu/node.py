@@ -1,0 +1,35 @@
+"""This node's view of GPUs: its inventory and a job's GPUs, from the site settings."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from acbslurm.config import Settings
+from acbslurm.gpu.gres_conf import gpu_device_files
+from acbslurm.gpu.inventory import GpuInfo, load_static
+from acbslurm.gpu.mapping import JobGpus, map_job_gpus
+
+
+def node_name(env: Mapping[str, str]) -> str:
+    """Slurm's name for this node (SLURMD_NODENAME), else the short host name."""
+    return env.get("SLURMD_NODENAME") or os.uname().nodename.split(".")[0]
+
+
+def node_inventory(settings: Settings) -> list[GpuInfo]:
+    """The static inventory when configured, else NVML."""
+    if settings.gpu_inventory:
+        return load_static(settings.gpu_inventory)
+    from acbslurm.gpu.nvml import nvml_inventory
+
+    return nvml_inventory()
+
+
+def job_gpus(env: Mapping[str, str], settings: Settings) -> JobGpus:
+    """Map the allocation in ``env`` to GPUs; reads gres.conf and the inventory only if needed."""
+    if not (env.get("SLURM_JOB_GPUS") or env.get("CUDA_VISIBLE_DEVICES")):
+        return JobGpus([], [])
+    inventory = node_inventory(settings)
+    uses_indices = any(t.strip().isdigit() for t in env.get("SLURM_JOB_GPUS", "").split(","))
+    devices = gpu_device_files(settings.gres_conf, node_name(env)) if uses_indices else []
+    return map_job_gpus(env, devices, inventory)

@@ -1,0 +1,77 @@
+"""The CPUs and memory Slurm gave a job on this node (the prolog's environment lacks them).
+
+Read from ``scontrol show job -d -o``: its per-node detail (``Nodes=n1 CPU_IDs=0-1
+Mem=2048``) and, for a one-node job without detail, ``NumCPUs`` and ``TRES mem=``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from acbslurm.gpu.gres_conf import expand_hostlist
+
+_MEM_UNITS = {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024}
+
+
+@dataclass(frozen=True)
+class Allocation:
+    cpus: int = 0  # 0: unknown
+    mem_mb: int = 0  # 0: unknown
+
+
+def count_cpu_ids(spec: str) -> int:
+    """``0-1,4`` -> 3."""
+    n = 0
+    for part in spec.split(","):
+        if not part:
+            continue
+        lo, _, hi = part.partition("-")
+        n += (int(hi) - int(lo) + 1) if hi else 1
+    return n
+
+
+def mem_to_mb(value: str) -> int:
+    """``2048`` / ``2048M`` / ``2G`` -> megabytes."""
+    value = value.strip()
+    unit = value[-1:].upper()
+    if unit in _MEM_UNITS:
+        return int(float(value[:-1]) * _MEM_UNITS[unit])
+    return int(float(value))
+
+
+def parse_scontrol_job(text: str, node: str) -> Allocation:
+    """The allocation on ``node`` from one ``scontrol show job -d -o`` line."""
+    tokens = text.split()
+    fields: dict[str, str] = {}
+    for i, tok in enumerate(tokens):
+        key, _, value = tok.partition("=")
+        if key == "Nodes" and i + 1 < len(tokens) and tokens[i + 1].startswith("CPU_IDs="):
+            if node in expand_hostlist(value):
+                cpus = count_cpu_ids(tokens[i + 1].partition("=")[2])
+                mem = 0
+                if i + 2 < len(tokens) and tokens[i + 2].startswith("Mem="):
+                    mem = mem_to_mb(tokens[i + 2].partition("=")[2])
+                return Allocation(cpus, mem)
+            continue
+        fields.setdefault(key, value)
+    if fields.get("NumNodes", "").split("-")[0] != "1":
+        return Allocation()
+    cpus = int(fields["NumCPUs"]) if fields.get("NumCPUs", "").isdigit() else 0
+    mem = 0
+    for item in fields.get("TRES", "").split(","):
+        k, _, v = item.partition("=")
+        if k == "mem" and v:
+            mem = mem_to_mb(v)
+    return Allocation(cpus, mem)
+
+
+def job_allocation(job_id: str, node: str, timeout: float = 5.0) -> Allocation:
+    """Ask slurmctld; an unknown allocation (0, 0) when it cannot answer in time."""
+    from acbslurm.errors import CommandError
+    from acbslurm.proc import run
+
+    try:
+        res = run(["scontrol", "show", "job", "-d", "-o", job_id], timeout=timeout)
+    except CommandError:
+        return Allocation()
+    return parse_scontrol_job(res.stdout, node)

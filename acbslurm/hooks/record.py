@@ -1,0 +1,93 @@
+"""The per-job record the prolog writes: who runs the job and which GPUs Slurm gave it.
+
+``<record_dir>/<jobid>.json``, root-owned, mode 0644 (jobs and ``acbslurm status`` read it;
+only root writes it, so it is what ``acbslurm run`` trusts).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from acbslurm.errors import ConfigError
+
+_JOB_ID = re.compile(r"^[0-9]+(_[0-9]+)?$")
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    job_id: str
+    user: str
+    uid: int
+    node: str
+    gpu_indices: list[int] = field(default_factory=list)
+    gpu_uuids: list[str] = field(default_factory=list)
+    gpu_minors: list[int] = field(default_factory=list)
+    cpus: int = 0  # 0: unknown, no limit
+    mem_mb: int = 0  # 0: unknown, no limit
+    created: float = 0.0
+
+
+def check_job_id(job_id: str) -> str:
+    """A job id safe to use in a file name (digits, or array form 12_3)."""
+    if not _JOB_ID.match(job_id):
+        raise ConfigError(f"invalid Slurm job id {job_id!r}")
+    return job_id
+
+
+def record_path(record_dir: str, job_id: str) -> Path:
+    return Path(record_dir) / f"{check_job_id(job_id)}.json"
+
+
+def write_record(record_dir: str, rec: JobRecord) -> Path:
+    """Write atomically (temp file + rename) so readers never see half a record."""
+    d = Path(record_dir)
+    d.mkdir(mode=0o755, parents=True, exist_ok=True)
+    path = record_path(record_dir, rec.job_id)
+    tmp = d / f".{rec.job_id}.{os.getpid()}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.fchmod(fd, 0o644)  # independent of the umask slurmd gives us
+        os.write(fd, (json.dumps(asdict(rec)) + "\n").encode())
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    return path
+
+
+def read_record(record_dir: str, job_id: str) -> JobRecord | None:
+    """The record of ``job_id``, or None when there is none."""
+    path = record_path(record_dir, job_id)
+    try:
+        data: Any = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"job record {path} is unreadable: {exc}") from None
+    try:
+        return JobRecord(
+            job_id=str(data["job_id"]),
+            user=str(data["user"]),
+            uid=int(data["uid"]),
+            node=str(data.get("node", "")),
+            gpu_indices=[int(i) for i in data.get("gpu_indices", [])],
+            gpu_uuids=[str(u) for u in data.get("gpu_uuids", [])],
+            gpu_minors=[int(m) for m in data.get("gpu_minors", [])],
+            cpus=int(data.get("cpus", 0)),
+            mem_mb=int(data.get("mem_mb", 0)),
+            created=float(data.get("created", 0.0)),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ConfigError(f"job record {path} is invalid ({exc})") from None
+
+
+def remove_record(record_dir: str, job_id: str) -> bool:
+    try:
+        record_path(record_dir, job_id).unlink()
+    except FileNotFoundError:
+        return False
+    return True

@@ -1,0 +1,83 @@
+"""Prolog and epilog wall time per job on the sandbox (goal: median <= 100 ms each).
+
+Runs the sandbox's real hook wrappers (the files slurm.conf names) the way slurmd does:
+as root, with the prolog environment of a real running GPU job, so the prolog asks the
+real slurmctld (scontrol) and the epilog sweeps user1's real rootless daemon. Records go
+to a scratch directory so the running job's own record is untouched.
+
+    python bench/hooks_bench.py [--dir SANDBOX_DIR] [-n 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from acbslurm.sandbox import Sandbox
+
+
+def timed(argv: list[str], env: dict[str, str]) -> float:
+    t0 = time.perf_counter()
+    subprocess.run(argv, env=env, check=True, stdout=subprocess.DEVNULL)
+    return (time.perf_counter() - t0) * 1000
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dir", default=os.environ.get("ACBSLURM_SANDBOX_DIR"))
+    ap.add_argument("-n", type=int, default=30)
+    args = ap.parse_args()
+    sb = Sandbox.load(args.dir)
+    libexec = sb.layout.libexec
+    job = sb.run_as_user(
+        ["sbatch", "--parsable", "--gres=gpu:1", "-o", "/dev/null", "--wrap", "sleep 300"]
+    ).stdout.strip()
+    try:
+        deadline = time.monotonic() + 30
+        while "JobState=RUNNING" not in sb.run_slurm(["scontrol", "show", "job", job]).stdout:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"job {job} did not start")
+            time.sleep(0.2)
+        idx = sb.run_slurm(["scontrol", "show", "job", "-d", job]).stdout
+        gpu_idx = idx.split("IDX:")[1].split(")")[0]
+        with tempfile.TemporaryDirectory() as records:
+            env = {
+                "PATH": os.environ["PATH"],
+                **sb.env(),
+                "ACBSLURM_RECORD_DIR": records,
+                "SLURM_JOB_ID": job,
+                "SLURM_JOB_UID": str(sb.uid),
+                "SLURM_JOB_USER": sb.user,
+                "SLURM_JOB_GPUS": gpu_idx,
+                "CUDA_VISIBLE_DEVICES": gpu_idx,
+                "SLURMD_NODENAME": sb.params.node,
+                "SLURM_SCRIPT_CONTEXT": "prolog_slurmd",
+            }
+            pro, epi = [], []
+            for _ in range(args.n):
+                pro.append(timed([str(libexec / "acbslurm-prolog")], env))
+                assert (Path(records) / f"{job}.json").exists()
+                epi.append(timed([str(libexec / "acbslurm-epilog")], env))
+                assert not (Path(records) / f"{job}.json").exists()
+    finally:
+        sb.run_slurm(["scancel", job])
+    for name, xs in (("prolog", pro), ("epilog", epi)):
+        xs.sort()
+        print(
+            f"{name}: median {statistics.median(xs):.1f} ms, "
+            f"p90 {xs[int(0.9 * (len(xs) - 1))]:.1f} ms, min {xs[0]:.1f} ms (n={len(xs)})"
+        )
+    total = statistics.median([p + e for p, e in zip(pro, epi, strict=True)])
+    print(f"prolog+epilog per job: median {total:.1f} ms (goal: each <= 100 ms)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,271 @@
+"""Issue 4's acceptance on the real sandbox: Slurm hooks + `acbslurm run` + rootless Docker.
+
+What Docker actually passed to the NVIDIA layer is read from the sandbox's stand-in
+hook records; containers are listed from user1's real rootless daemon.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+IMAGE = "acbslurm/busybox:latest"
+
+
+@pytest.fixture(scope="module")
+def sb(request: pytest.FixtureRequest) -> Any:
+    """The lead's session sandbox, else the one named by ACBSLURM_SANDBOX_DIR."""
+    try:
+        return request.getfixturevalue("sandbox")
+    except pytest.FixtureLookupError:
+        pass
+    from acbslurm.sandbox import Sandbox
+
+    d = os.environ.get("ACBSLURM_SANDBOX_DIR")
+    if not d:
+        pytest.skip("no sandbox fixture and ACBSLURM_SANDBOX_DIR is not set")
+    box = Sandbox.load(d)
+    if not box.is_up():
+        pytest.skip(f"sandbox at {d} is not up")
+    return box
+
+
+def no_jobs(sb: Any, timeout: float = 60) -> None:
+    """Cancel the sandbox user's jobs and wait until none is queued, running or completing.
+
+    (Not ``sb.wait_idle``: ``sinfo -o %T`` reports a node "mixed" for up to a minute
+    after a GPU job ended, while slurmctld already calls it IDLE.)
+    """
+    sb.run_slurm(["scancel", "-u", sb.user])
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        out = sb.run_slurm(["squeue", "-h", "-t", "PD,R,CG,S", "-o", "%i"]).stdout
+        if not out.strip():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"jobs still queued after {timeout} s: {out.split()}")
+
+
+@pytest.fixture
+def idle(sb: Any) -> Iterator[Any]:
+    no_jobs(sb)
+    yield sb
+    no_jobs(sb)
+
+
+@pytest.fixture(scope="module")
+def scripts() -> Iterator[Path]:
+    with tempfile.TemporaryDirectory(prefix="acbslurm-hooks-") as d:
+        os.chmod(d, 0o777)  # the job user writes its output here
+        yield Path(d)
+
+
+def acbslurm_run(*args: str) -> str:
+    """The command line a rendered job script uses, for this checkout."""
+    from shlex import join
+
+    return join([sys.executable, "-m", "acbslurm", "run", *args])
+
+
+def submit(sb: Any, scripts: Path, body: str, *sbatch: str) -> str:
+    script = scripts / f"job-{time.monotonic_ns()}.sh"
+    script.write_text("#!/bin/bash\n" + body + "\n")
+    script.chmod(0o755)
+    res = sb.run_as_user(
+        ["sbatch", "--parsable", "-o", f"{scripts}/out-%j.txt", *sbatch, str(script)],
+        extra_env={"PYTHONPATH": str(REPO)},
+    )
+    return str(res.stdout.strip().split(";")[0])
+
+
+def job_fields(sb: Any, job_id: str) -> dict[str, str]:
+    out = sb.run_slurm(["scontrol", "show", "job", "-o", job_id]).stdout
+    return dict(t.partition("=")[::2] for t in out.split() if "=" in t)
+
+
+def wait_job(sb: Any, job_id: str, states: tuple[str, ...], timeout: float) -> dict[str, str]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        f = job_fields(sb, job_id)
+        if f.get("JobState") in states:
+            return f
+        time.sleep(0.2)
+    raise AssertionError(f"job {job_id} not in {states} after {timeout} s: {f.get('JobState')}")
+
+
+def docker_api(sb: Any) -> Any:
+    import docker
+
+    return docker.APIClient(base_url=sb.env()["DOCKER_HOST"], timeout=10)
+
+
+def job_containers(api: Any, job_id: str) -> list[dict[str, Any]]:
+    return list(api.containers(all=True, filters={"label": f"acbslurm.job_id={job_id}"}))
+
+
+def wait_container(api: Any, job_id: str, timeout: float = 30) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        running = [c for c in job_containers(api, job_id) if c["State"] == "running"]
+        if running:
+            return running[0]
+        time.sleep(0.1)
+    raise AssertionError(f"no running container for job {job_id}")
+
+
+def hook_devices(sb: Any) -> dict[str, list[str]]:
+    """container id -> the GPU UUIDs Docker handed to the NVIDIA hook."""
+    return {r["container"]: [d for d in r["devices"].split(",") if d] for r in sb.hook_records()}
+
+
+def test_container_exit_code_becomes_job_exit_code(idle: Any, scripts: Path) -> None:
+    job = submit(idle, scripts, acbslurm_run(IMAGE, "sh", "-c", "echo out; exit 3"), "--gres=gpu:1")
+    f = wait_job(idle, job, ("COMPLETED", "FAILED"), 60)
+    assert f["ExitCode"] == "3:0"
+    assert "out" in (scripts / f"out-{job}.txt").read_text()
+
+
+def test_uuid_not_given_by_slurm_is_refused(idle: Any, scripts: Path) -> None:
+    before = set(hook_devices(idle))
+    uuids = " ".join(g.uuid for g in idle.gpus)
+    # The job holds one GPU and asks `acbslurm run` for one it was not given.
+    body = (
+        f"for u in {uuids}; do\n"
+        '  case ",$ACBSLURM_GPU_UUIDS," in *",$u,"*) ;; *) other=$u ;; esac\n'
+        "done\n"
+        'echo "other=$other"\n'
+        + acbslurm_run("--gpus", "UUID", IMAGE, "echo", "should-not-run").replace(
+            "UUID", '"$other"'
+        )
+    )
+    job = submit(idle, scripts, body, "--gres=gpu:1")
+    f = wait_job(idle, job, ("COMPLETED", "FAILED"), 60)
+    out = (scripts / f"out-{job}.txt").read_text()
+    other = out.split("other=", 1)[1].split()[0]
+    assert other in uuids.split()
+    assert f["ExitCode"] == "2:0", out
+    assert f"GPU {other} was not given to job {job} by Slurm" in out
+    assert "should-not-run" not in out
+    assert set(hook_devices(idle)) == before  # no container was started
+
+
+def _run_alone_after(sb: Any, scripts: Path, api: Any, gres: int) -> None:
+    """The next job on the freed GPUs is the only container holding its GPU."""
+    nxt = submit(sb, scripts, acbslurm_run(IMAGE, "sleep", "3"), f"--gres=gpu:{gres}")
+    c = wait_container(api, nxt)
+    mine = set(hook_devices(sb)[c["Id"]])
+    assert mine
+    others = [x for x in api.containers() if x["Id"] != c["Id"]]
+    devices = hook_devices(sb)
+    assert all(not (set(devices.get(x["Id"], [])) & mine) for x in others), others
+    wait_job(sb, nxt, ("COMPLETED",), 60)
+
+
+@pytest.mark.parametrize("how", ["scancel", "scancel-srun", "scancel-KILL", "time-limit"])
+def test_no_container_survives_its_job(idle: Any, scripts: Path, how: str) -> None:
+    api = docker_api(idle)
+    gres = len(idle.gpus)  # all GPUs: the next job must get one of this job's
+    extra = ["--time=1"] if how == "time-limit" else []
+    # The container ignores SIGTERM: only the hooks' forced removal can end it in time.
+    body = acbslurm_run("--grace", "30", IMAGE, "sh", "-c", "trap '' TERM; sleep 600 & wait")
+    if how == "scancel-srun":
+        body = "exec srun " + body  # as rendered job scripts call it: in a job step
+    job = submit(idle, scripts, body, f"--gres=gpu:{gres}", *extra)
+    wait_container(api, job)
+    if how in ("scancel", "scancel-srun"):
+        idle.run_slurm(["scancel", job])
+    elif how == "scancel-KILL":
+        idle.run_slurm(["scancel", "-s", "KILL", job])
+    states = ("CANCELLED", "TIMEOUT", "FAILED", "COMPLETED")
+    f = wait_job(idle, job, states, 150 if how == "time-limit" else 30)
+    if how == "time-limit":
+        assert f["JobState"] == "TIMEOUT"
+    ended = time.monotonic()
+    while job_containers(api, job) and time.monotonic() - ended < 2.0:
+        time.sleep(0.1)
+    assert job_containers(api, job) == [], f"container of job {job} still there 2 s later"
+    _run_alone_after(idle, scripts, api, 1)
+
+
+def test_concurrent_jobs_never_share_a_uuid(idle: Any, scripts: Path) -> None:
+    api = docker_api(idle)
+    inventory = {g.uuid for g in idle.gpus}
+    n_jobs = 4 * len(idle.gpus)
+    jobs = [
+        submit(idle, scripts, acbslurm_run(IMAGE, "sleep", "1"), "--gres=gpu:1")
+        for _ in range(n_jobs)
+    ]
+    snapshots: list[list[str]] = []
+    seen_jobs: dict[str, str] = {}  # container -> job
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.is_set():
+            running = api.containers(filters={"label": "acbslurm.job_id"})
+            snapshots.append([c["Id"] for c in running])
+            for c in running:
+                seen_jobs[c["Id"]] = c["Labels"]["acbslurm.job_id"]
+            time.sleep(0.05)
+
+    t = threading.Thread(target=watch, daemon=True)
+    t.start()
+    try:
+        for j in jobs:
+            f = wait_job(idle, j, ("COMPLETED", "FAILED", "CANCELLED"), 120)
+            assert f["JobState"] == "COMPLETED", f
+    finally:
+        stop.set()
+        t.join()
+    devices = hook_devices(idle)
+    overlapping = [s for s in snapshots if len(s) > 1]
+    assert overlapping, "jobs never ran concurrently; the test proves nothing"
+    for snap in snapshots:
+        held = [u for cid in snap for u in devices.get(cid, [])]
+        assert len(held) == len(set(held)), f"a GPU was handed to two containers: {held}"
+    assert set(seen_jobs.values()) <= set(jobs)
+    for cid in seen_jobs:
+        assert len(devices[cid]) == 1 and devices[cid][0] in inventory
+
+
+def test_scancel_stops_the_container_gracefully(idle: Any, scripts: Path) -> None:
+    """With `exec acbslurm run` the container gets SIGTERM and its grace period."""
+    api = docker_api(idle)
+    inner = "trap 'echo got-TERM; exit 7' TERM; echo ready; sleep 600 & wait"
+    job = submit(idle, scripts, "exec " + acbslurm_run(IMAGE, "sh", "-c", inner), "--gres=gpu:1")
+    wait_container(api, job)
+    out = scripts / f"out-{job}.txt"
+    deadline = time.monotonic() + 10
+    while "ready" not in out.read_text() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    idle.run_slurm(["scancel", job])
+    wait_job(idle, job, ("CANCELLED",), 30)
+    deadline = time.monotonic() + 2
+    while job_containers(api, job) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert job_containers(api, job) == []
+    assert "got-TERM" in out.read_text()
+
+
+def test_another_jobs_id_gets_none_of_its_gpus(idle: Any, scripts: Path) -> None:
+    """Setting SLURM_JOB_ID to another (own, running) job's id is refused."""
+    api = docker_api(idle)
+    a = submit(idle, scripts, "exec " + acbslurm_run(IMAGE, "sleep", "60"), "--gres=gpu:1")
+    wait_container(api, a)
+    body = f"SLURM_JOB_ID={a} " + acbslurm_run(IMAGE, "echo", "stolen")
+    b = submit(idle, scripts, body, "--gres=gpu:1")
+    f = wait_job(idle, b, ("COMPLETED", "FAILED"), 60)
+    out = (scripts / f"out-{b}.txt").read_text()
+    assert f["ExitCode"] == "2:0", out
+    assert f"this process is not part of Slurm job {a}" in out
+    assert "stolen" not in out

@@ -1,0 +1,95 @@
+"""The hooks' exit-code policy and files, on a temporary node (no Slurm, no Docker)."""
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from acbslurm.gpu.inventory import GpuInfo, write_static
+from acbslurm.hooks.entry import run_epilog, run_prolog, run_task_prolog
+
+
+@pytest.fixture
+def node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    for i in range(3):
+        try:
+            os.mknod(dev / f"nvidia{i}", 0o600 | 0o020000, os.makedev(195, i))
+        except PermissionError:
+            pytest.skip("mknod needs root")
+    (tmp_path / "gres.conf").write_text(f"NodeName=n1 Name=gpu File={dev}/nvidia[0-2]\n")
+    write_static(
+        tmp_path / "gpus.json",
+        [GpuInfo(index=i, minor=2 - i, uuid=f"GPU-{i}{i}{i}{i}") for i in range(3)],
+    )
+    (tmp_path / "acbslurm.yaml").write_text(
+        f"gres_conf: {tmp_path}/gres.conf\n"
+        f"gpu_inventory: {tmp_path}/gpus.json\n"
+        f"record_dir: {tmp_path}/jobs\n"
+        f"docker_host: unix://{tmp_path}/run/{{user}}/docker.sock\n"
+    )
+    monkeypatch.setenv("ACBSLURM_CONFIG", str(tmp_path / "acbslurm.yaml"))
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # no scontrol: allocation unknown
+    return tmp_path
+
+
+def job_env(**extra: str) -> dict[str, str]:
+    env = {"SLURM_JOB_ID": "77", "SLURM_JOB_UID": "1001", "SLURM_JOB_USER": "user1"}
+    env["SLURMD_NODENAME"] = "n1"
+    env.update(extra)
+    return env
+
+
+def test_prolog_records_uuids_task_prolog_exports_epilog_removes(
+    node: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run_prolog(job_env(SLURM_JOB_GPUS="0,2")) == 0
+    rec = json.loads((node / "jobs" / "77.json").read_text())
+    # index 0 -> nvidia0 -> minor 0 -> inventory entry with minor 0 (NVML index 2)
+    assert rec["gpu_uuids"] == ["GPU-2222", "GPU-0000"]
+    assert rec["gpu_minors"] == [0, 2]
+    assert rec["gpu_indices"] == [0, 2]
+    assert (rec["user"], rec["uid"], rec["node"]) == ("user1", 1001, "n1")
+
+    assert run_task_prolog(job_env()) == 0
+    assert capsys.readouterr().out == "export ACBSLURM_GPU_UUIDS=GPU-2222,GPU-0000\n"
+
+    # No daemon socket: nothing can be running there, so the epilog succeeds.
+    assert run_epilog(job_env()) == 0
+    assert not (node / "jobs" / "77.json").exists()
+
+
+def test_prolog_fails_only_when_gpus_cannot_be_mapped(node: Path) -> None:
+    assert run_prolog(job_env(SLURM_JOB_GPUS="5")) == 1
+    assert not (node / "jobs" / "77.json").exists()
+    assert run_prolog(job_env()) == 0  # a job without GPUs
+    assert json.loads((node / "jobs" / "77.json").read_text())["gpu_uuids"] == []
+
+
+def test_epilog_drains_when_a_daemon_fails(node: Path) -> None:
+    # A socket that accepts but answers garbage: a container may still be running.
+    import socket
+    import threading
+
+    (node / "run" / "user1").mkdir(parents=True)
+    srv = socket.socket(socket.AF_UNIX)
+    srv.bind(str(node / "run" / "user1" / "docker.sock"))
+    srv.listen(4)
+
+    def answer() -> None:
+        for _ in range(2):
+            conn, _ = srv.accept()
+            conn.recv(4096)
+            conn.sendall(b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 4\r\n\r\nboom")
+            conn.close()
+
+    threading.Thread(target=answer, daemon=True).start()
+    assert run_epilog(job_env()) == 1
+    srv.close()
+
+
+def test_task_prolog_without_record_says_so(node: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_task_prolog(job_env()) == 0
+    assert capsys.readouterr().out.startswith("print acbslurm: no job record for job 77")

@@ -1,0 +1,70 @@
+"""The container `acbslurm run` creates, and the output stream framing (no daemon)."""
+
+import socket
+import struct
+
+import docker.types
+
+from acbslurm.container.engine_api import AttachStream, _quote
+from acbslurm.container.launch import LaunchSpec, container_config, device_request
+from acbslurm.container.options import Limits, Mount
+
+
+def spec(**kw: object) -> LaunchSpec:
+    base: dict[str, object] = {
+        "image": "img:1",
+        "command": ["sh", "-c", "echo $X"],
+        "gpu_uuids": ["GPU-a", "GPU-b"],
+        "limits": Limits(2 * 10**9, 1024**3),
+        "job_id": "12",
+        "user": "user1",
+        "name": "acbslurm-12-x",
+        "grace": 5.0,
+        "mounts": [Mount("/data", "/d", True)],
+        "env": {"X": "1"},
+        "workdir": "/w",
+    }
+    base.update(kw)
+    return LaunchSpec(**base)  # type: ignore[arg-type]
+
+
+def test_device_request_is_what_the_docker_sdk_sends_for_gpus_device() -> None:
+    sdk = docker.types.DeviceRequest(
+        driver="nvidia", device_ids=["GPU-a", "GPU-b"], capabilities=[["gpu"]]
+    )
+    assert device_request(["GPU-a", "GPU-b"]) == dict(sdk)
+
+
+def test_container_config_has_exact_gpus_labels_limits_and_init() -> None:
+    c = container_config(spec(), with_limits=True)
+    host = c["HostConfig"]
+    assert host["DeviceRequests"][0]["DeviceIDs"] == ["GPU-a", "GPU-b"]
+    assert host["Init"] is True
+    assert (host["NanoCpus"], host["Memory"]) == (2 * 10**9, 1024**3)
+    assert host["Binds"] == ["/data:/d:ro"]
+    assert c["Labels"] == {"acbslurm.job_id": "12", "acbslurm.user": "user1"}
+    assert c["Cmd"] == ["sh", "-c", "echo $X"]
+    assert "X=1" in c["Env"] and "ACBSLURM_GPU_UUIDS=GPU-a,GPU-b" in c["Env"]
+    assert c["WorkingDir"] == "/w"
+
+
+def test_no_gpus_means_no_device_request_and_limits_can_be_left_out() -> None:
+    c = container_config(spec(gpu_uuids=[], command=[]), with_limits=False)
+    assert "DeviceRequests" not in c["HostConfig"]
+    assert "NanoCpus" not in c["HostConfig"] and "Memory" not in c["HostConfig"]
+    assert "Cmd" not in c  # the image's default command
+
+
+def test_attach_stream_splits_stdout_and_stderr_frames() -> None:
+    a, b = socket.socketpair()
+    frames = [(1, b"out\n"), (2, b"err\n"), (1, b"x" * 70000)]
+    wire = b"".join(bytes([k, 0, 0, 0]) + struct.pack(">I", len(d)) + d for k, d in frames)
+    b.sendall(wire[:5])  # the first bytes arrived with the HTTP answer
+    stream = AttachStream(a, b"")
+    b.sendall(wire[5:])
+    b.close()
+    assert list(stream.frames()) == frames
+
+
+def test_quote() -> None:
+    assert _quote('{"label": ["a=b"]}') == "%7B%22label%22%3A%20%5B%22a%3Db%22%5D%7D"

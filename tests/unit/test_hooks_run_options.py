@@ -1,0 +1,134 @@
+"""`acbslurm run`'s argument handling (no Docker needed: it refuses before connecting)."""
+
+import os
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from acbslurm.cli.container import run
+from acbslurm.container.options import (
+    GpuNotAllocated,
+    Limits,
+    OptionError,
+    parse_env,
+    parse_gpus,
+    parse_mount,
+    parse_size,
+    resolve_gpus,
+    resolve_limits,
+)
+from acbslurm.hooks.record import JobRecord, write_record
+
+REC = JobRecord("9", "root", os.getuid(), "n1", [0], ["GPU-aaaa"], [0], 2, 1024)
+
+
+def test_parse_mount(tmp_path: Path) -> None:
+    m = parse_mount(f"{tmp_path}:/data:ro")
+    assert (m.source, m.target, m.read_only, m.bind()) == (
+        str(tmp_path),
+        "/data",
+        True,
+        f"{tmp_path}:/data:ro",
+    )
+    assert parse_mount(".:/w", cwd=str(tmp_path)).source == str(tmp_path)
+    for bad, msg in [
+        ("/x", "expected SRC:DST"),
+        (f"{tmp_path}:rel", "absolute"),
+        (f"{tmp_path}:/d:rx", "mode must be ro or rw"),
+        ("/does/not/exist:/d", "does not exist"),
+    ]:
+        with pytest.raises(OptionError, match=msg):
+            parse_mount(bad)
+
+
+def test_parse_env_size_gpus() -> None:
+    assert parse_env("A_1=x=y") == ("A_1", "x=y")
+    with pytest.raises(OptionError, match="'1A=x'"):
+        parse_env("1A=x")
+    assert parse_size("512m") == 512 * 1024**2
+    assert parse_size("2GB") == 2 * 1024**3
+    assert parse_size("100") == 100
+    with pytest.raises(OptionError, match="'lots'"):
+        parse_size("lots")
+    assert parse_gpus("auto") == "auto"
+    assert parse_gpus("GPU-a1,MIG-b2") == ["GPU-a1", "MIG-b2"]
+    with pytest.raises(OptionError, match="'0'"):
+        parse_gpus("0")
+    with pytest.raises(OptionError, match="twice"):
+        parse_gpus("GPU-a,GPU-a")
+
+
+def test_resolve_gpus_refuses_what_slurm_did_not_give() -> None:
+    assert resolve_gpus("auto", REC) == ["GPU-aaaa"]
+    assert resolve_gpus("none", REC) == []
+    assert resolve_gpus(["GPU-aaaa"], REC) == ["GPU-aaaa"]
+    with pytest.raises(GpuNotAllocated, match="GPU-bbbb was not given to job 9"):
+        resolve_gpus(["GPU-bbbb"], REC)
+    with pytest.raises(GpuNotAllocated, match="no job record"):
+        resolve_gpus(["GPU-aaaa"], None)
+    assert resolve_gpus("auto", None) == []
+
+
+def test_limits_default_to_the_allocation_and_never_exceed_it() -> None:
+    assert resolve_limits(None, None, REC) == Limits(2 * 10**9, 1024 * 1024**2)
+    assert resolve_limits(0.5, "256m", REC) == Limits(5 * 10**8, 256 * 1024**2)
+    with pytest.raises(OptionError, match="more than the job's 2 CPUs"):
+        resolve_limits(3, None, REC)
+    with pytest.raises(OptionError, match="more than the job's 1024 MB"):
+        resolve_limits(None, "2g", REC)
+    assert resolve_limits(None, None, None) == Limits()
+
+
+@pytest.fixture
+def in_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    write_record(str(tmp_path), REC)
+    monkeypatch.setenv("ACBSLURM_RECORD_DIR", str(tmp_path))
+    monkeypatch.setenv("ACBSLURM_CONFIG", str(tmp_path / "none.yaml"))
+    (tmp_path / "none.yaml").write_text("{}\n")
+    monkeypatch.setenv("SLURM_JOB_ID", "9")
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no.sock")
+    return tmp_path
+
+
+def test_cli_refuses_foreign_uuid_with_exit_2(in_job: Path) -> None:
+    res = CliRunner().invoke(run, ["--gpus", "GPU-bbbb", "img", "true"])
+    assert res.exit_code == 2
+    assert "GPU-bbbb was not given to job 9 by Slurm (it has: GPU-aaaa)" in res.output
+
+
+def test_cli_bad_values_exit_2(in_job: Path) -> None:
+    for args, msg in [
+        (["--mount", "/nope:/x", "img"], "'/nope' (from '/nope:/x') does not exist"),
+        (["--env", "=x", "img"], "KEY=VALUE"),
+        (["--workdir", "rel", "img"], "absolute path"),
+        (["--cpus", "8", "img"], "more than the job's 2 CPUs"),
+    ]:
+        res = CliRunner().invoke(run, args)
+        assert res.exit_code == 2, res.output
+        assert msg in res.output
+
+
+def test_cli_names_the_missing_daemon(in_job: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from acbslurm.cli.main import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["run", "--gpus", "none", "img", "true"])
+    assert exc.value.code == 3
+    err = capsys.readouterr().err
+    assert err.startswith("Error: no Docker daemon is running at unix://")
+    assert "dockerd-rootless.sh" in err
+
+
+def test_cli_refuses_gpus_outside_the_job_it_names(in_job: Path) -> None:
+    # SLURM_JOB_ID=9 is only a variable here: no slurmstepd of job 9 is a parent.
+    res = CliRunner().invoke(run, ["img", "true"])
+    assert res.exit_code == 2
+    assert "this process is not part of Slurm job 9" in res.output
+
+
+def test_no_slurmstepd_above_a_plain_process() -> None:
+    from acbslurm.container.job_membership import in_job, stepd_job_of_ancestors
+
+    assert stepd_job_of_ancestors() is None
+    assert in_job("9") is False
