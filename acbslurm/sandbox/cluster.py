@@ -142,9 +142,9 @@ class Sandbox:
                 ids = [line.split()[0] for line in left.splitlines()]
                 self.run_slurm(["scancel", *ids], check=False)
             state = slurm.node_state(self.layout, self.params)
-            if not left and state.startswith("idle"):
+            if not left and state == "idle":
                 return
-            if state.startswith(("drain", "down")):
+            if "drain" in state or state.startswith("down"):
                 slurm.resume_if_drained(self.layout, self.params)
             time.sleep(0.3)
         raise SetupError(
@@ -170,7 +170,7 @@ class Sandbox:
                 return ok, f"127.0.0.1:{p.slurmctld_port}"
             if name == "slurmd":
                 state = slurm.node_state(lay, p)
-                ok = state.startswith(("idle", "mixed", "alloc", "completing"))
+                ok = slurm.slurmd_answers(state)
                 return ok, f"node {p.node} {state}, gpu:{p.gpus}"
             if name.startswith("dockerd-"):
                 ok = docker.ready(lay, p.user) and docker.has_image(lay, p.user)

@@ -125,7 +125,7 @@ def start_slurmd(layout: Layout, params: Params, marker: str) -> Proc:
     )
     wait_for(
         "slurmd",
-        lambda: node_state(layout, params).startswith(("idle", "mixed", "alloc")),
+        lambda: slurmd_answers(node_state(layout, params)),
         proc=p,
         log_file=log,
         timeout=60,
@@ -135,19 +135,32 @@ def start_slurmd(layout: Layout, params: Params, marker: str) -> Proc:
 
 
 def node_state(layout: Layout, params: Params) -> str:
-    out = _client(layout, ["sinfo", "-h", "-N", "-n", params.node, "-o", "%T"], 5)
-    return out.strip().lower()
+    """The node's state as slurmctld has it now, lower case (e.g. "idle", "mixed+drain").
+
+    scontrol, not sinfo: sinfo keeps showing "mixed" for up to a minute after the last
+    GPU job ended, while slurmctld already has the node idle.
+    """
+    out = _client(layout, ["scontrol", "show", "node", params.node, "-o"], 5)
+    for field in out.split():
+        if field.startswith("State="):
+            return field.removeprefix("State=").lower()
+    return "unknown"
+
+
+def slurmd_answers(state: str) -> bool:
+    """True when slurmctld hears from slurmd (a drained node still answers)."""
+    base, *flags = state.split("+")
+    return base in ("idle", "mixed", "allocated", "completing") and "not_responding" not in flags
 
 
 def resume_if_drained(layout: Layout, params: Params) -> str | None:
     """A failed hook drains the node; a sandbox `up` puts it back and says why it was."""
-    out = _client(layout, ["sinfo", "-h", "-N", "-n", params.node, "-o", "%T|%E"], 5).strip()
-    state, _, reason = out.partition("|")
-    if state.startswith(("drain", "down")):
-        _client(
-            layout,
-            ["scontrol", "update", f"nodename={params.node}", "state=resume"],
-        )
+    out = _client(layout, ["scontrol", "show", "node", params.node, "-o"], 5)
+    fields = dict(f.split("=", 1) for f in out.split() if "=" in f)
+    state = fields.get("State", "").lower()
+    if "drain" in state or state.startswith("down"):
+        reason = out.split("Reason=", 1)[1].strip() if "Reason=" in out else ""
+        _client(layout, ["scontrol", "update", f"nodename={params.node}", "state=resume"])
         return f"node was {state} ({reason}); resumed"
     return None
 
