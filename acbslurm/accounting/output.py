@@ -70,6 +70,38 @@ def job_record(job: JobUsage) -> dict[str, Any]:
     }
 
 
+_dump = json.JSONEncoder(sort_keys=True).encode
+_str = json.JSONEncoder().encode
+
+
+def _num(v: int | None) -> str:
+    return "null" if v is None else str(v)
+
+
+def job_json(job: JobUsage) -> str:
+    """``json.dumps(job_record(job), sort_keys=True)``, written out directly.
+
+    A year of one busy user is 100k+ jobs; building a dict and encoding it per job
+    costs several times this. The unit tests check both give the same text.
+    """
+    rec = job_record(job) if job.gpu_util_ave is not None or job.gpu_util_max is not None else None
+    util = "null" if rec is None else _dump(rec["gpu_util"])
+    start, end, submit = iso(job.start), iso(job.end), iso(job.submit)
+    return (
+        f'{{"account": {_str(job.account)}, "elapsed_s": {job.elapsed}, '
+        f'"end": {"null" if end is None else _str(end)}, "end_unix": {job.end or "null"}, '
+        f'"gpu_hours": {hours(job.gpu_seconds)!r}, "gpu_seconds": {job.gpu_seconds}, '
+        f'"gpu_util": {util}, "gpus": {job.gpus}, "job_id": {_str(job.job_id)}, '
+        f'"job_id_raw": {job.job_id_raw}, "partition": {_str(job.partition)}, '
+        f'"running": {"true" if job.running else "false"}, '
+        f'"start": {"null" if start is None else _str(start)}, '
+        f'"start_unix": {job.start or "null"}, "state": {_str(job.state)}, '
+        f'"submit": {"null" if submit is None else _str(submit)}, '
+        f'"submit_unix": {job.submit}, "uid": {job.uid}, "user": {_str(job.user)}, '
+        f'"wait_s": {_num(job.wait)}}}'
+    )
+
+
 def group_record(g: Group, agg: Aggregator) -> dict[str, Any]:
     return {
         "key": g.key,
@@ -99,11 +131,18 @@ def write_json(
     out.write('{"report": ' + json.dumps(meta, sort_keys=True))
     if agg.by == "job":
         out.write(',\n"jobs": [')
-        sep = "\n"
+        # Written in chunks: one write per job is the slowest part of a big report.
+        chunk: list[str] = []
+        first = True
         for job in jobs:
             agg.add(job)
-            out.write(sep + json.dumps(job_record(job), sort_keys=True))
-            sep = ",\n"
+            chunk.append(job_json(job))
+            if len(chunk) >= 2000:
+                out.write(("\n" if first else ",\n") + ",\n".join(chunk))
+                first = False
+                chunk.clear()
+        if chunk:
+            out.write(("\n" if first else ",\n") + ",\n".join(chunk))
         out.write('\n],\n"groups": null')
     else:
         for job in jobs:

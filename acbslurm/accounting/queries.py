@@ -103,10 +103,11 @@ def step_util_query(schema: Schema, f: Filters) -> tuple[str, list[Any]]:
 # selection as job_query, the same arithmetic as usage.py, written in SQL. Signed casts
 # because the time columns are unsigned and differences may be negative.
 _S = "CAST({} AS SIGNED)"
+# gres/gpu count of tres_alloc ("1=2,2=2048,1001=2"): the text after the last ",ID=";
+# the ",ID=0," put in front makes a job without GPUs read 0 (ids occur once per string).
 _GPUS = (
-    "IF(LOCATE(CONCAT(',', %s, '='), CONCAT(',', t1.tres_alloc, ',')) > 0,"
-    " CAST(SUBSTRING_INDEX(SUBSTRING_INDEX(CONCAT(',', t1.tres_alloc, ','),"
-    " CONCAT(',', %s, '='), -1), ',', 1) AS UNSIGNED), 0)"
+    "CAST(SUBSTRING_INDEX(SUBSTRING_INDEX(CONCAT(',', %s, '=0,', t1.tres_alloc),"
+    " CONCAT(',', %s, '='), -1), ',', 1) AS UNSIGNED)"
 )
 _SACCT_START = (
     "IF(t1.time_end > 0 AND (t1.time_start = 0 OR t1.time_start > t1.time_end), {te}, {ts})"
@@ -122,10 +123,63 @@ _SREPORT_ELAPSED = (
 GROUP_COLUMNS = {"user": "t1.id_user", "account": "t1.account", "partition": "t1.`partition`"}
 
 
+@dataclass(frozen=True)
+class Server:
+    """What the database server can do, from the connection handshake (no query)."""
+
+    mariadb: bool
+    version: tuple[int, int]
+
+    @classmethod
+    def parse(cls, info: str) -> Server:
+        """``get_server_info()`` text such as ``10.11.6-MariaDB-0+deb12u1`` or ``8.0.36``."""
+        mariadb = "mariadb" in info.lower()
+        if mariadb and info.startswith("5.5.5-"):
+            info = info[6:]  # old MariaDB servers pose as 5.5.5 for old clients
+        nums = info.split("-", 1)[0].split(".")
+        try:
+            version = (int(nums[0]), int(nums[1]))
+        except (IndexError, ValueError):
+            version = (0, 0)
+        return cls(mariadb=mariadb, version=version)
+
+    @property
+    def window_functions(self) -> bool:
+        """ROW_NUMBER() OVER: MariaDB 10.2+, MySQL 8.0+."""
+        return self.version >= ((10, 2) if self.mariadb else (8, 0))
+
+
+# Rowid-ordered index scans (fetch the rows in primary-key order, not index order):
+# MariaDB leaves them off by default; they cut the row lookups of a report by a third.
+_MRR_PREFIX = "SET STATEMENT optimizer_switch='mrr=on,mrr_cost_based=off' FOR "
+
+
+def _dedup_not_exists(schema: Schema, f: Filters) -> tuple[str, list[Any]]:
+    """sacct's newest-row rule as a per-row probe (servers without window functions)."""
+    inner, iparams = where_clause(f)
+    inner = inner.replace("t1.", "t3.").replace("WHERE ", "AND ", 1)
+    sql = " ".join(
+        (
+            f" AND (t1.state = {JOB_RESIZING} OR NOT EXISTS (SELECT 1 FROM",
+            schema.table("job_table"),
+            "AS t3 WHERE t3.id_job = t1.id_job AND t3.time_submit > t1.time_submit",
+            inner,
+            "))",
+        )
+    )
+    return sql, iparams
+
+
 def group_query(
-    schema: Schema, f: Filters, by: str, definition: str, now: int
+    schema: Schema, f: Filters, by: str, definition: str, now: int, server: Server
 ) -> tuple[str, list[Any]]:
-    """One row per group: key, user name, jobs, running, GPU-seconds, wait sum, started."""
+    """One row per group: key, user name, jobs, running, GPU-seconds, wait sum, started.
+
+    Three levels, so that the costly parts touch few rows: (1) the selected rows with
+    each row's figures and, for sacct, its rank among the selected rows of its job id
+    (newest first; one sort instead of a probe per row), (2) sums per group and
+    association, (3) the association's user name joined to those few rows.
+    """
     ts, te, su = (
         _S.format("t1.time_start"),
         _S.format("t1.time_end"),
@@ -142,33 +196,48 @@ def group_query(
         params += [now, now]
     where, wparams = where_clause(f)
     params += wparams
-    dedup = ""
-    if definition == "sacct":
-        # sacct keeps the newest selected row of each job id (and resize rows).
-        inner, iparams = where_clause(f)
-        inner = inner.replace("t1.", "t3.").replace("WHERE ", "AND ", 1)
-        dedup = " ".join(
-            (
-                f" AND (t1.state = {JOB_RESIZING} OR NOT EXISTS (SELECT 1 FROM",
-                schema.table("job_table"),
-                "AS t3 WHERE t3.id_job = t1.id_job AND t3.time_submit > t1.time_submit",
-                inner,
-                "))",
-            )
-        )
-        params += iparams
     key = GROUP_COLUMNS[by]
-    parts = (
-        f"SELECT {key}, MAX(t2.user), COUNT(*),",
-        "SUM(t1.time_start > 0 AND t1.time_end = 0),",
-        f"SUM(({_GPUS}) * ({elapsed})),",
-        f"SUM(IF(t1.time_start > 0, {ts} - {_S.format('t1.time_submit')}, 0)),",
-        "SUM(t1.time_start > 0) FROM",
-        schema.table("job_table"),
-        "AS t1 LEFT JOIN",
-        schema.table("assoc_table"),
-        "AS t2 ON t1.id_assoc = t2.id_assoc",
-        where + dedup,
-        f"GROUP BY {key}",
+    rank = ""
+    keep = ""
+    if definition == "sacct":
+        if server.window_functions:
+            rank = ", ROW_NUMBER() OVER (PARTITION BY t1.id_job ORDER BY t1.time_submit DESC) AS rn"
+            # sacct keeps the newest selected row of each job id (and resize rows).
+            keep = f" WHERE r.rn = 1 OR r.state = {JOB_RESIZING}"
+        else:
+            dedup, dparams = _dedup_not_exists(schema, f)
+            where += dedup
+            params += dparams
+    # The index sacct itself uses: per user, else by end time (MariaDB otherwise tends
+    # to walk a whole other index for a month of all users).
+    index = "sacct_def2" if f.uids else "rollup2"
+    rows = " ".join(
+        (
+            f"SELECT {key} AS k, t1.id_assoc AS a, t1.state AS state,",
+            "(t1.time_start > 0 AND t1.time_end = 0) AS running,",
+            f"({_GPUS}) * ({elapsed}) AS gpu_s,",
+            f"IF(t1.time_start > 0, {ts} - {_S.format('t1.time_submit')}, 0) AS wait_s,",
+            f"(t1.time_start > 0) AS started{rank} FROM",
+            schema.table("job_table"),
+            f"AS t1 FORCE INDEX ({index})",
+            where,
+        )
     )
-    return " ".join(parts), params
+    sums = " ".join(
+        (
+            "SELECT r.k, r.a, COUNT(*) AS jobs, SUM(r.running) AS running,",
+            "SUM(r.gpu_s) AS gpu_s, SUM(r.wait_s) AS wait_s, SUM(r.started) AS started",
+            f"FROM ({rows}) AS r{keep} GROUP BY r.k, r.a",
+        )
+    )
+    sql = " ".join(
+        (
+            "SELECT g.k, MAX(t2.user), SUM(g.jobs), SUM(g.running), SUM(g.gpu_s),",
+            f"SUM(g.wait_s), SUM(g.started) FROM ({sums}) AS g LEFT JOIN",
+            schema.table("assoc_table"),
+            "AS t2 ON t2.id_assoc = g.a GROUP BY g.k",
+        )
+    )
+    if server.mariadb:
+        sql = _MRR_PREFIX + sql
+    return sql, params

@@ -16,6 +16,7 @@ from acbslurm.accounting.grouping import Aggregator, Group
 from acbslurm.accounting.queries import (
     GROUP_COLUMNS,
     Filters,
+    Server,
     group_query,
     job_query,
     step_util_query,
@@ -142,7 +143,8 @@ def server_summable(req: ReportRequest) -> bool:
 
 def fill_groups(conn: Any, schema: Schema, req: ReportRequest, agg: Aggregator) -> None:
     """Per-group totals computed by the server (one query, one row per group)."""
-    sql, params = group_query(schema, req.filters, req.by, req.definition, req.now)
+    server = Server.parse(str(conn.get_server_info()))
+    sql, params = group_query(schema, req.filters, req.by, req.definition, req.now, server)
     names = UserNames()
     for key, user, jobs, running, gpu_s, wait_sum, started in _stream(conn, sql, params):
         label = names.name(int(key), user) if req.by == "user" else str(key or "")

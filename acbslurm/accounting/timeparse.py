@@ -32,7 +32,20 @@ def parse_time(text: str, now: float | None = None) -> int:
 
 
 def iso(ts: int | None) -> str | None:
-    """Local ISO-8601 with offset; None for 0/None (never started, still running)."""
+    """Local ISO-8601 with offset; None for 0/None (never started, still running).
+
+    The same text as ``datetime.fromtimestamp(ts).astimezone().isoformat("seconds")``,
+    built from one ``time.localtime`` call: per-job reports format three per job.
+    """
     if not ts:
         return None
-    return datetime.fromtimestamp(ts).astimezone().isoformat(timespec="seconds")
+    t = time.localtime(ts)
+    off = t.tm_gmtoff or 0
+    sign = "-" if off < 0 else "+"
+    hh, rest = divmod(abs(off), 3600)
+    mm, ss = divmod(rest, 60)
+    zone = f"{sign}{hh:02d}:{mm:02d}" + (f":{ss:02d}" if ss else "")
+    return (
+        f"{t.tm_year:04d}-{t.tm_mon:02d}-{t.tm_mday:02d}"
+        f"T{t.tm_hour:02d}:{t.tm_min:02d}:{t.tm_sec:02d}{zone}"
+    )
