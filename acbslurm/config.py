@@ -1,12 +1,14 @@
 """Layered site configuration: flag > environment > file > packaged default.
 
-The file is YAML (``ACBSLURM_CONFIG`` or /etc/acbslurm/acbslurm.yaml). Every key can
+The file is YAML (``ACBSLURM_CONFIG`` or /etc/acbslurm/acbslurm.yaml); a file in JSON,
+which is YAML too, is read without importing PyYAML. Every key can
 also be set by an environment variable ``ACBSLURM_<KEY>`` (upper case). Values that
 are paths may contain ``{uid}`` and ``{user}``, filled per job user where documented.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
@@ -53,6 +55,23 @@ def _coerce(name: str, raw: Any, default: Any, source: str) -> Any:
     return str(raw)
 
 
+def _parse(p: Path) -> Any:
+    text = p.read_text()
+    if text.lstrip().startswith("{"):
+        # JSON is YAML too; read without PyYAML, whose import would cost every Slurm
+        # hook and every `acbslurm run` about 12 ms.
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{p}: not valid JSON: {exc}") from None
+    import yaml
+
+    try:
+        return yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{p}: not valid YAML: {exc}") from None
+
+
 def load_settings(path: str | None = None, **overrides: Any) -> Settings:
     """Settings from packaged defaults, the file, the environment, then ``overrides``."""
     settings = Settings()
@@ -62,12 +81,7 @@ def load_settings(path: str | None = None, **overrides: Any) -> Settings:
     values: dict[str, Any] = {}
     p = Path(file_path)
     if p.is_file():
-        import yaml
-
-        try:
-            data = yaml.safe_load(p.read_text()) or {}
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{p}: not valid YAML: {exc}") from None
+        data = _parse(p)
         if not isinstance(data, dict):
             raise ConfigError(f"{p}: must be a mapping of settings")
         for key, raw in data.items():

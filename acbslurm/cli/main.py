@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import logging
 import os
 import sys
 
@@ -55,12 +54,17 @@ class LazyGroup(click.Group):
 
 
 def configure_logging(verbose: int) -> None:
-    level = logging.WARNING - 10 * verbose
     env_level = os.environ.get("ACBSLURM_LOG_LEVEL")
+    if not verbose and not env_level:
+        # Python's last-resort handler already prints warnings; importing logging here
+        # would cost `acbslurm run` (a job's start) about 15 ms.
+        return
+    import logging
+
+    level = logging.WARNING - 10 * verbose
     if env_level:
-        level = logging.getLevelName(env_level.upper())
-        if not isinstance(level, int):
-            level = logging.WARNING
+        named = logging.getLevelName(env_level.upper())
+        level = named if isinstance(named, int) else logging.WARNING
     logging.basicConfig(level=level, format="acbslurm: %(levelname)s: %(message)s")
 
 

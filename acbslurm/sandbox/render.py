@@ -82,13 +82,8 @@ def write_acbslurm_settings(layout: Layout, params: Params) -> None:
         "db_config": str(layout.report_db_cnf),
         "cluster": params.cluster,
     }
-    # JSON is valid YAML; json.dumps quotes every path safely.
-    _write(
-        layout.acbslurm_conf,
-        "# acbslurm settings of the sandbox (generated)\n"
-        + "\n".join(f"{k}: {json.dumps(v)}" for k, v in settings.items())
-        + "\n",
-    )
+    # JSON (which is YAML): the hooks read it without importing PyYAML.
+    _write(layout.acbslurm_conf, json.dumps(settings, indent=2) + "\n")
 
 
 def write_report_db_cnf(layout: Layout, params: Params, password: str) -> None:

@@ -89,3 +89,18 @@ def test_cli_lists_commands_and_maps_errors_to_exit_codes(tmp_path: Path) -> Non
     )
     assert p.returncode == 2
     assert "Invalid value for '--gpus': 0 is not in the range" in p.stderr
+
+
+def test_settings_file_in_json_is_read_without_pyyaml(tmp_path: Path) -> None:
+    f = tmp_path / "a.yaml"
+    f.write_text('{"cluster": "c", "stop_grace": 1.5}\n')
+    code = (
+        "import sys; from acbslurm.config import load_settings; "
+        f"s = load_settings({str(f)!r}); "
+        "assert 'yaml' not in sys.modules; print(s.cluster, s.stop_grace)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["c", "1.5"]
+    f.write_text('{"cluster": }')
+    with pytest.raises(ConfigError, match="not valid JSON"):
+        load_settings(str(f))
