@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -51,6 +52,24 @@ def _print_phase(phase: Phase, gpus: int) -> None:
         click.echo(f"  job {j.job_id} waited {j.waited:.0f} s for a free GPU")
     for problem in phase.problems:
         click.echo(f"  PROBLEM: {problem}")
+
+
+def _show_usage(acbslurm_cmd: list[str], user: str, ids: list[str], since: int) -> None:
+    """The demo's GPU-hours, as `acbslurm report` reads them from slurmdbd's MariaDB."""
+    from acbslurm import proc
+
+    # slurmctld hands finished jobs to slurmdbd asynchronously: wait until all are stored.
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        out = proc.run(
+            ["sacct", "-X", "-n", "-P", "-j", ",".join(ids), "-o", "JobID,State"], check=False
+        ).stdout.split()
+        if len(out) == len(ids) and not any(s.endswith(("RUNNING", "PENDING")) for s in out):
+            break
+        time.sleep(0.5)
+    argv = [*acbslurm_cmd, "report", "--user", user, "--start", f"@{since}"]
+    click.echo("\nGPU usage of these jobs, from slurmdbd's database (acbslurm report):")
+    click.echo(proc.run([*argv, "--by", "job"], timeout=60).stdout.rstrip())
 
 
 @click.command()
@@ -142,6 +161,7 @@ def demo(
         click.echo(f"Sandbox {sb.layout.root}: {len(inventory)} GPUs, jobs run as {params.user}")
         click.echo(f"Job spec: {spec_path} ({'sleep' if no_container else 'container'})")
     clear_queue(60)
+    started = int(time.time())
     phases = []
     for count in (1, 2, 4):
         if not as_json:
@@ -175,6 +195,8 @@ def demo(
             "\nAs in the seed: one GPU per job, jobs queue when no GPU is free, and a "
             "freed GPU goes to the next waiting job."
         )
+        ids = [j.job_id for p in phases for j in p.jobs]
+        _show_usage(acbslurm_cmd, params.user, ids, started)
     else:
         click.echo("\nThe experiment did NOT behave as expected (see PROBLEM lines).", err=True)
     if not ok:
