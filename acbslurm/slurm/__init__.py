@@ -1,1 +1,1 @@
-"""The only place that talks to Slurm (CLI backend by default, pyslurm optional)."""
+"""The only place that talks to Slurm: its command-line tools, through `commands.slurm()`."""
