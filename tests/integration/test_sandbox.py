@@ -176,3 +176,14 @@ def test_failed_component_is_named_with_its_log_and_nothing_is_left() -> None:
         blocker.close()
         sb.down()
     assert marked_pids(sb.marker) == []
+
+
+def test_without_root_it_names_the_fix(sandbox: Sandbox) -> None:
+    r = sandbox.run_as_user(
+        [sandbox.params.python, "-m", "acbslurm", "sandbox", "up", "--dir", "/tmp/sb-nonroot"],
+        extra_env={"PYTHONPATH": sandbox.params.pythonpath},
+        check=False,
+    )
+    assert r.returncode == 3
+    assert "needs root" in r.stderr and "Traceback" not in r.stderr
+    assert not Path("/tmp/sb-nonroot").exists()  # nothing half-done
