@@ -62,6 +62,8 @@ def run(
         )
     except FileNotFoundError as exc:
         raise error(argv, None, reason=f"{argv[0]} not found: {exc.strerror}") from None
+    except OSError as exc:  # not executable, a bad cwd...
+        raise error(argv, None, reason=f"{argv[0]} cannot be started: {exc.strerror}") from None
     except subprocess.TimeoutExpired as exc:
         out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
         err = exc.stderr.decode() if isinstance(exc.stderr, bytes) else (exc.stderr or "")

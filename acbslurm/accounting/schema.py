@@ -102,6 +102,11 @@ def _one(conn: Any, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, .
         cur.close()
 
 
+def is_cluster_name(name: str) -> bool:
+    """A name slurmdbd could use in its table names (letters, digits, _)."""
+    return bool(_CLUSTER_RE.match(name))
+
+
 def pick_cluster(requested: str, clusters: list[str]) -> str:
     """The cluster to report on: the one asked for, or the only one there is."""
     if requested:

@@ -18,7 +18,7 @@ from acbslurm.container.options import (
     resolve_limits,
 )
 from acbslurm.errors import SetupError
-from acbslurm.hooks.record import JobRecord, check_job_id, read_record
+from acbslurm.hooks.record import JobRecord, check_job_id, read_trusted_record
 
 
 def _bad(exc: OptionError) -> click.BadParameter:
@@ -31,7 +31,7 @@ def _job_record(
     """The prolog's record of this job, checked to belong to the caller."""
     if job_id is None:
         return None
-    rec = read_record(record_dir, check_job_id(job_id))
+    rec = read_trusted_record(record_dir, check_job_id(job_id))
     if rec is None:
         if gpus_spec == "none":
             return None

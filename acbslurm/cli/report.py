@@ -154,7 +154,7 @@ def report(
     """
     from acbslurm.accounting.connection import connect
     from acbslurm.accounting.dbconfig import resolve_db_config
-    from acbslurm.accounting.schema import detect
+    from acbslurm.accounting.schema import detect, is_cluster_name
     from acbslurm.config import load_settings
     from acbslurm.errors import AccountingError
 
@@ -172,6 +172,11 @@ def report(
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="'--user'") from None
     wanted_states = _states(states)
+    if cluster and not is_cluster_name(cluster):
+        raise click.BadParameter(
+            f"{cluster!r} is not a Slurm cluster name (letters, digits, _)",
+            param_hint="'--cluster'",
+        )
     settings = load_settings()
     cfg = resolve_db_config(
         option_file=db_config,

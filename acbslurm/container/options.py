@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from dataclasses import dataclass
 
 from acbslurm.errors import GpuMappingError
@@ -40,6 +41,11 @@ class Mount:
         return f"{self.source}:{self.target}:{'ro' if self.read_only else 'rw'}"
 
 
+def _is_device(path: str) -> bool:
+    mode = os.stat(path).st_mode
+    return stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+
+
 def parse_mount(spec: str, cwd: str | None = None) -> Mount:
     parts = spec.split(":")
     if len(parts) not in (2, 3) or not parts[0] or not parts[1]:
@@ -50,6 +56,12 @@ def parse_mount(spec: str, cwd: str | None = None) -> Mount:
     source = os.path.abspath(os.path.join(cwd or os.getcwd(), parts[0]))
     if not os.path.exists(source):
         raise OptionError("--mount", f"source {source!r} (from {spec!r}) does not exist")
+    real = os.path.realpath(source)
+    if real == "/dev" or real.startswith("/dev/") or _is_device(real):
+        # A bind-mounted /dev/nvidiaN would be a GPU Slurm did not give the job.
+        raise OptionError(
+            "--mount", f"source {source!r} (from {spec!r}) is a device: GPUs come only via --gpus"
+        )
     if not parts[1].startswith("/"):
         raise OptionError("--mount", f"target must be an absolute path in {spec!r}")
     return Mount(source, os.path.normpath(parts[1]), mode == "ro")

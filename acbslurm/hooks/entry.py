@@ -32,12 +32,17 @@ def _setup_logging(name: str) -> None:
 
 
 def _user_of(env: Mapping[str, str]) -> tuple[int, str]:
-    uid = int(env.get("SLURM_JOB_UID", "-1"))
+    """The job's uid (-1: unknown) and user name ("" when no name can be found)."""
+    raw = env.get("SLURM_JOB_UID", "").strip()
+    uid = int(raw) if raw.isdigit() else -1
     user = env.get("SLURM_JOB_USER", "")
     if not user and uid >= 0:
         import pwd
 
-        user = pwd.getpwuid(uid).pw_name
+        try:
+            user = pwd.getpwuid(uid).pw_name
+        except KeyError:  # e.g. a directory service that does not answer now
+            user = ""
     return uid, user
 
 
@@ -95,7 +100,12 @@ def run_epilog(env: Mapping[str, str]) -> int:
     uid, user = (rec.uid, rec.user) if rec else _user_of(env)
     hosts = []
     if uid >= 0:
-        hosts.append(user_docker_host(settings, uid, user))
+        try:
+            hosts.append(user_docker_host(settings, uid, user))
+        except (KeyError, IndexError, ValueError) as exc:
+            _say("error", f"job {job_id}: bad docker_host setting {settings.docker_host!r}: {exc}")
+            _say("error", f"job {job_id}: its containers cannot be swept: draining")
+            return 1
     if settings.system_docker_host:
         hosts.append(settings.system_docker_host)
     result = sweep_job_containers(job_id, hosts, settings.hook_docker_timeout)

@@ -6,9 +6,11 @@ only root writes it, so it is what ``acbslurm run`` trusts).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import stat
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,7 +51,10 @@ def write_record(record_dir: str, rec: JobRecord) -> Path:
     d.mkdir(mode=0o755, parents=True, exist_ok=True)
     path = record_path(record_dir, rec.job_id)
     tmp = d / f".{rec.job_id}.{os.getpid()}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    with contextlib.suppress(FileNotFoundError):
+        tmp.unlink()  # left by a killed prolog with the same pid
+    # O_EXCL|O_NOFOLLOW: never write through a link planted where the temp file goes
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
     try:
         os.fchmod(fd, 0o644)  # independent of the umask slurmd gives us
         os.write(fd, (json.dumps(asdict(rec)) + "\n").encode())
@@ -63,10 +68,18 @@ def read_record(record_dir: str, job_id: str) -> JobRecord | None:
     """The record of ``job_id``, or None when there is none."""
     path = record_path(record_dir, job_id)
     try:
-        data: Any = json.loads(path.read_text())
+        text = path.read_text()
     except FileNotFoundError:
         return None
-    except (OSError, json.JSONDecodeError) as exc:
+    except OSError as exc:
+        raise ConfigError(f"job record {path} is unreadable: {exc}") from None
+    return _decode(path, text)
+
+
+def _decode(path: Path, text: str) -> JobRecord:
+    try:
+        data: Any = json.loads(text)
+    except json.JSONDecodeError as exc:
         raise ConfigError(f"job record {path} is unreadable: {exc}") from None
     try:
         return JobRecord(
@@ -83,6 +96,47 @@ def read_record(record_dir: str, job_id: str) -> JobRecord | None:
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise ConfigError(f"job record {path} is invalid ({exc})") from None
+
+
+def _untrusted(st: os.stat_result) -> bool:
+    """True unless root owns it and nobody else may write it."""
+    return st.st_uid != 0 or bool(st.st_mode & (stat.S_IWGRP | stat.S_IWOTH))
+
+
+def read_trusted_record(record_dir: str, job_id: str) -> JobRecord | None:
+    """Like ``read_record``, for deciding which GPUs a job gets (``acbslurm run``).
+
+    ``record_dir`` comes from settings a user can change (ACBSLURM_CONFIG,
+    ACBSLURM_RECORD_DIR), so the record is trusted only when its directory and the file
+    itself are root-owned and writable by root alone (only the prolog writes there), and
+    when it is the record of ``job_id``. Anything else is a ConfigError, never GPUs.
+    """
+    path = record_path(record_dir, job_id)
+    try:
+        dir_stat = os.stat(path.parent)
+    except FileNotFoundError:
+        return None  # no prolog has written a record on this node
+    except OSError as exc:
+        raise ConfigError(f"job record directory {path.parent}: {exc.strerror}") from None
+    if _untrusted(dir_stat):
+        raise ConfigError(
+            f"job record directory {path.parent} is not root-owned and writable by root "
+            "alone, so its records are not trusted (record_dir setting)"
+        )
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise ConfigError(f"job record {path} is unreadable: {exc.strerror}") from None
+    # Checked and read through one descriptor: the file cannot be swapped in between.
+    with os.fdopen(fd, "rb") as f:
+        if _untrusted(os.fstat(f.fileno())):
+            raise ConfigError(f"job record {path} is not root-owned and writable by root alone")
+        rec = _decode(path, f.read().decode(errors="replace"))
+    if rec.job_id != job_id:
+        raise ConfigError(f"job record {path} is for job {rec.job_id!r}, not {job_id!r}")
+    return rec
 
 
 def remove_record(record_dir: str, job_id: str) -> bool:

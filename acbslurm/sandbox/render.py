@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +31,11 @@ def _env() -> jinja2.Environment:
 
 def _write(path: Path, text: str, mode: int = 0o644) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text)
-    tmp.chmod(mode)
+    # The mode is set before a byte is written: some of these files hold DB passwords.
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
+    with os.fdopen(fd, "w") as f:
+        os.fchmod(fd, mode)  # also when a stale temp file had another mode
+        f.write(text)
     tmp.replace(path)
 
 

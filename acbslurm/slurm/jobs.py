@@ -7,17 +7,18 @@ that already left the controller's memory.
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from acbslurm.errors import SlurmError
 from acbslurm.slurm.commands import slurm
+
+if TYPE_CHECKING:
+    from acbslurm.hooks.record import JobRecord
 
 log = logging.getLogger(__name__)
 
@@ -161,15 +162,17 @@ def parse_gpu_indices(text: str) -> dict[str, list[int]]:
     return out
 
 
-def _read_record(record_dir: str, job_id: str) -> dict[str, Any] | None:
-    """The prolog's job record (``<record_dir>/<jobid>.json``), if this node has one."""
+def _read_record(record_dir: str, job_id: str) -> JobRecord | None:
+    """The prolog's job record, if this node has a readable one (display only)."""
+    from acbslurm.errors import ConfigError
+    from acbslurm.hooks.record import read_record
+
     if not record_dir:
         return None
     try:
-        data = json.loads((Path(record_dir) / f"{job_id}.json").read_text())
-    except (OSError, ValueError):
+        return read_record(record_dir, job_id)
+    except ConfigError:  # not a plain job id (12_[1-3]), or a broken record
         return None
-    return data if isinstance(data, dict) else None
 
 
 def query_jobs(
@@ -213,11 +216,9 @@ def _add_gpus(jobs: Iterable[JobInfo], record_dir: str) -> None:
         job.gpu_indices = indices.get(base, indices.get(job.job_id, []))
         record = _read_record(record_dir, job.job_id)
         if record:
-            uuids = record.get("gpu_uuids")
-            if isinstance(uuids, list):
-                job.gpu_uuids = [str(u) for u in uuids]
-            if not job.gpu_indices and isinstance(record.get("gpu_indices"), list):
-                job.gpu_indices = [int(i) for i in record["gpu_indices"]]
+            job.gpu_uuids = list(record.gpu_uuids)
+            if not job.gpu_indices:
+                job.gpu_indices = list(record.gpu_indices)
 
 
 def parse_job_id(stdout: str) -> str:

@@ -7,6 +7,7 @@ hook records; containers are listed from user1's real rootless daemon.
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 import tempfile
 import threading
@@ -24,21 +25,9 @@ IMAGE = "acbslurm/busybox:latest"
 
 
 @pytest.fixture(scope="module")
-def sb(request: pytest.FixtureRequest) -> Any:
-    """The lead's session sandbox, else the one named by ACBSLURM_SANDBOX_DIR."""
-    try:
-        return request.getfixturevalue("sandbox")
-    except pytest.FixtureLookupError:
-        pass
-    from acbslurm.sandbox import Sandbox
-
-    d = os.environ.get("ACBSLURM_SANDBOX_DIR")
-    if not d:
-        pytest.skip("no sandbox fixture and ACBSLURM_SANDBOX_DIR is not set")
-    box = Sandbox.load(d)
-    if not box.is_up():
-        pytest.skip(f"sandbox at {d} is not up")
-    return box
+def sb(sandbox: Any) -> Any:
+    """The session sandbox (conftest.py): never skipped, it fails when it cannot start."""
+    return sandbox
 
 
 def no_jobs(sb: Any, timeout: float = 60) -> None:
@@ -269,3 +258,25 @@ def test_another_jobs_id_gets_none_of_its_gpus(idle: Any, scripts: Path) -> None
     assert f["ExitCode"] == "2:0", out
     assert f"this process is not part of Slurm job {a}" in out
     assert "stolen" not in out
+
+
+def test_a_forged_record_gets_no_gpus(idle: Any, scripts: Path) -> None:
+    """A job pointing ACBSLURM_RECORD_DIR at a record it wrote itself (all GPUs) is refused."""
+    before = set(hook_devices(idle))
+    uuids = [g.uuid for g in idle.gpus]
+    forge = (
+        "import json, os, pwd; j = os.environ['SLURM_JOB_ID']; d = os.environ['D']; "
+        "rec = {'job_id': j, 'uid': os.getuid(), 'user': pwd.getpwuid(os.getuid()).pw_name, "
+        f"'gpu_uuids': {uuids!r}}}; json.dump(rec, open(f'{{d}}/{{j}}.json', 'w'))"
+    )
+    body = (
+        f"export D=$(mktemp -d); {shlex.quote(sys.executable)} -c {shlex.quote(forge)}\n"
+        'export ACBSLURM_RECORD_DIR="$D"\n' + acbslurm_run(IMAGE, "echo", "forged-ran")
+    )
+    job = submit(idle, scripts, body, "--gres=gpu:1")
+    f = wait_job(idle, job, ("COMPLETED", "FAILED"), 60)
+    out = (scripts / f"out-{job}.txt").read_text()
+    assert f["ExitCode"] == "2:0", out
+    assert "is not root-owned and writable by root alone" in out
+    assert "forged-ran" not in out
+    assert set(hook_devices(idle)) == before  # no container was started

@@ -30,6 +30,10 @@ def test_missing_program_and_timeout_are_command_errors() -> None:
         proc.run(["/nonexistent/prog"])
     with pytest.raises(CommandError, match="timed out"):
         proc.run(["sleep", "5"], timeout=0.2)
+    with pytest.raises(CommandError, match="cannot be started"):
+        proc.run(["/etc/hostname"])  # a file that is not executable
+    with pytest.raises(CommandError, match="cannot be started"):
+        proc.run(["true"], cwd="/etc/hostname")
 
 
 def test_settings_layers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

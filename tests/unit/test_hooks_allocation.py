@@ -1,6 +1,11 @@
+from pathlib import Path
+
+import pytest
+
 from acbslurm.hooks.allocation import (
     Allocation,
     count_cpu_ids,
+    job_allocation,
     mem_to_mb,
     parse_scontrol_job,
 )
@@ -30,3 +35,14 @@ def test_units() -> None:
     assert mem_to_mb("2G") == 2048
     assert mem_to_mb("512M") == 512
     assert mem_to_mb("2048") == 2048
+
+
+def test_unreadable_scontrol_output_means_unknown_not_failure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The prolog must not drain a node because scontrol printed something odd."""
+    fake = tmp_path / "scontrol"
+    fake.write_text("#!/bin/sh\necho 'JobId=5 NumNodes=1 Nodes=n1 CPU_IDs=0-x Mem=lots'\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert job_allocation("5", "n1") == Allocation()

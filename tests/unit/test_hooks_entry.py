@@ -93,3 +93,26 @@ def test_epilog_drains_when_a_daemon_fails(node: Path) -> None:
 def test_task_prolog_without_record_says_so(node: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert run_task_prolog(job_env()) == 0
     assert capsys.readouterr().out.startswith("print acbslurm: no job record for job 77")
+
+
+@pytest.mark.parametrize("uid", ["abc", "", "4242"])
+def test_hooks_survive_a_job_user_without_name(
+    node: Path, uid: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A uid the node cannot name (directory service down) or garbage: no traceback, no drain."""
+    env = job_env(SLURM_JOB_UID=uid)
+    del env["SLURM_JOB_USER"]
+    assert run_prolog(env) == 0
+    rec = json.loads((node / "jobs" / "77.json").read_text())
+    assert (rec["uid"], rec["user"]) == (int(uid) if uid.isdigit() else -1, "")
+    (node / "jobs" / "77.json").unlink()
+    assert run_epilog(env) == 0  # no record: the user comes from the environment again
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def test_epilog_with_a_bad_docker_host_setting_says_why(
+    node: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("ACBSLURM_DOCKER_HOST", "unix:///run/{nope}/docker.sock")
+    assert run_epilog(job_env()) == 1  # it cannot sweep the user's daemon
+    assert "bad docker_host setting 'unix:///run/{nope}/docker.sock'" in capsys.readouterr().err

@@ -37,6 +37,9 @@ def test_parse_mount(tmp_path: Path) -> None:
         (f"{tmp_path}:rel", "absolute"),
         (f"{tmp_path}:/d:rx", "mode must be ro or rw"),
         ("/does/not/exist:/d", "does not exist"),
+        ("/dev/null:/dev/nvidia0", "is a device: GPUs come only via --gpus"),
+        ("/dev:/d", "is a device"),
+        ("/dev/shm/../:/d", "is a device"),
     ]:
         with pytest.raises(OptionError, match=msg):
             parse_mount(bad)

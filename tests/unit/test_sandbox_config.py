@@ -114,3 +114,39 @@ def test_settings_file_is_read_by_load_settings(
     assert s.gpu_inventory == str(layout.inventory)
     assert s.docker_host.format(user="user1", uid=1001) == f"unix://{layout.run}/user1/docker.sock"
     assert s.cluster == "c1"
+
+
+def test_password_files_are_never_readable_by_others(
+    layout: Layout, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The mode is 600 before the password is written, even over a stale 644 temp file."""
+    import os
+
+    stale = layout.slurmdbd_conf.with_suffix(".conf.tmp")
+    stale.write_text("old")
+    stale.chmod(0o644)
+    modes: list[int] = []
+    real_fdopen = os.fdopen
+
+    class Spy:
+        def __init__(self, f: object) -> None:
+            self.f = f
+
+        def __enter__(self) -> Spy:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            self.f.close()  # type: ignore[attr-defined]
+
+        def write(self, text: str) -> int:
+            if "s3cret-pw" in text:
+                modes.append(os.fstat(self.f.fileno()).st_mode & 0o777)  # type: ignore[attr-defined]
+            return int(self.f.write(text))  # type: ignore[attr-defined]
+
+    monkeypatch.setattr(os, "fdopen", lambda fd, *a, **kw: Spy(real_fdopen(fd, *a, **kw)))
+    p = Params(gpus=1, node="n", port_base=20000)
+    render.write_slurm_configs(layout, p, _gpus(layout, 1), "s3cret-pw")
+    render.write_report_db_cnf(layout, p, "s3cret-pw")
+    assert modes == [0o600, 0o600]
+    assert layout.report_db_cnf.stat().st_mode & 0o777 == 0o600
+    assert not stale.exists()

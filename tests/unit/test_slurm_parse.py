@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from acbslurm.slurm.experiment import JobTrace, check_phase
@@ -83,3 +85,17 @@ def test_check_phase_finds_shared_gpu_and_early_start() -> None:
 def test_check_phase_two_jobs_must_overlap() -> None:
     jobs = [t("1", 0, "00", "01", "03", []), t("2", 1, "00", "04", "06", [])]
     assert any("did not run at the same time" in p for p in check_phase(jobs, gpus_on_node=2))
+
+
+def test_status_reads_records_like_the_hooks_and_never_fails_on_one(tmp_path: Path) -> None:
+    from acbslurm.hooks.record import JobRecord, write_record
+    from acbslurm.slurm.jobs import _read_record
+
+    rec = JobRecord("5", "u", 1001, "n1", [1], ["GPU-b"], [1])
+    write_record(str(tmp_path), rec)
+    assert _read_record(str(tmp_path), "5") == rec
+    assert _read_record(str(tmp_path), "6") is None
+    assert _read_record(str(tmp_path), "12_[1-3]") is None  # a pending array, no file name
+    (tmp_path / "7.json").write_text('{"job_id": "7", "user": "u", "uid": 1, "gpu_indices": ["x"]}')
+    assert _read_record(str(tmp_path), "7") is None  # broken: shown without GPUs, no traceback
+    assert _read_record("", "5") is None

@@ -125,6 +125,11 @@ def test_mounts_forms_and_errors() -> None:
     msg = errors_of("container:\n  image: x\n  mounts:\n    - rel:/b\n    - /a:/b:xx\n")
     assert "job.yaml:4: container.mounts.0: source 'rel' must be an absolute path" in msg
     assert "job.yaml:5: container.mounts.1:" in msg
+    msg = errors_of("container:\n  image: x\n  mounts:\n    - /dev/nvidia1:/g\n    - //dev:/d\n")
+    assert "job.yaml:4: container.mounts.0: source '/dev/nvidia1' is a device path" in msg
+    assert "job.yaml:5: container.mounts.1: source '//dev' is a device path" in msg
+    ok = parse_spec("container:\n  image: x\n  mounts: [/devices:/d]\n", "job.yaml")
+    assert ok.container is not None and ok.container.mounts[0].source == "/devices"
 
 
 def test_env_names_checked_values_kept() -> None:
