@@ -220,10 +220,24 @@ def status(job_ids: tuple[str, ...], user: str | None, as_json: bool) -> None:
 
 @click.command()
 @click.argument("job_ids", nargs=-1, required=True, metavar="JOBID...")
-def cancel(job_ids: tuple[str, ...]) -> None:
-    """Cancel jobs (their containers are stopped by the job's own cleanup)."""
-    from acbslurm.slurm.jobs import cancel_jobs
+@click.pass_context
+def cancel(ctx: click.Context, job_ids: tuple[str, ...]) -> None:
+    """Cancel jobs (their containers are stopped by the job's own cleanup).
+
+    Exits 1 if a job id is unknown to Slurm (scancel itself says nothing then).
+    """
+    from acbslurm.slurm.jobs import TERMINAL_STATES, cancel_jobs, query_jobs
 
     ids = _validate_ids(job_ids)
-    cancel_jobs(ids)
-    click.echo(f"Cancelled {' '.join(ids)}")
+    jobs = {j.job_id: j for j in query_jobs(ids)}
+    unknown = [i for i in ids if jobs[i].state == "UNKNOWN"]
+    ended = [i for i in ids if jobs[i].state in TERMINAL_STATES]
+    live = [i for i in ids if i not in unknown and i not in ended]
+    cancel_jobs(live)
+    if live:
+        click.echo(f"Cancelled {' '.join(live)}")
+    for i in ended:
+        click.echo(f"Job {i} had already ended ({jobs[i].state})")
+    if unknown:
+        click.echo(f"Error: no such job: {' '.join(unknown)}", err=True)
+        ctx.exit(1)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from acbslurm.errors import AcbslurmError
 
@@ -143,16 +143,38 @@ def run_task_prolog(env: Mapping[str, str]) -> int:
     return 0
 
 
+# A hook never hangs: past this many seconds it gives up with a message (before Slurm's
+# own PrologEpilogTimeout would kill it silently). Every Docker and Slurm call has its own,
+# shorter timeout; this also bounds what has none (a hung NVML driver, a stuck file system).
+HOOK_DEADLINE_S = 30
+
+
+def _with_deadline(name: str, fn: Callable[[Mapping[str, str]], int], on_timeout: int) -> int:
+    import signal
+
+    def expired(_signum: int, _frame: object) -> None:
+        _say("error", f"{name} did not finish within {HOOK_DEADLINE_S} s: giving up")
+        # os._exit: no cleanup that could hang too.
+        os._exit(on_timeout)
+
+    _setup_logging(name)
+    signal.signal(signal.SIGALRM, expired)
+    signal.alarm(HOOK_DEADLINE_S)
+    try:
+        return fn(os.environ)
+    finally:
+        signal.alarm(0)
+
+
 def prolog_main() -> int:
-    _setup_logging("prolog")
-    return run_prolog(os.environ)
+    # A prolog that cannot map the GPUs in time must fail: the job would run unmapped.
+    return _with_deadline("prolog", run_prolog, 1)
 
 
 def epilog_main() -> int:
-    _setup_logging("epilog")
-    return run_epilog(os.environ)
+    # An epilog that cannot finish may leave a container on the GPU: drain the node.
+    return _with_deadline("epilog", run_epilog, 1)
 
 
 def task_prolog_main() -> int:
-    _setup_logging("task-prolog")
-    return run_task_prolog(os.environ)
+    return _with_deadline("task-prolog", run_task_prolog, 0)

@@ -11,6 +11,7 @@ import shutil
 import time
 
 from acbslurm import proc
+from acbslurm.errors import CommandError, SetupError
 from acbslurm.sandbox.layout import Layout, Params
 from acbslurm.sandbox.procs import Proc, spawn, wait_for
 
@@ -106,7 +107,14 @@ def create_users(layout: Layout, slurm_password: str, readonly_password: str) ->
             f"GRANT SELECT ON {DB_NAME}.* TO '{READONLY_USER}'@'{host}';",
         ]
     stmts.append("FLUSH PRIVILEGES;")
-    sql(layout, "\n".join(stmts))
+    try:
+        sql(layout, "\n".join(stmts))
+    except CommandError as exc:
+        # MariaDB quotes the statement near an error: keep the passwords out of it.
+        text = str(exc)
+        for secret in (slurm_password, readonly_password):
+            text = text.replace(secret, "***")
+        raise SetupError(f"sandbox: creating the database users failed: {text}") from None
 
 
 def wait_gone(layout: Layout, timeout: float = 10) -> None:

@@ -148,6 +148,17 @@ def test_slurm_error_is_a_clear_message(idle: Any) -> None:
     assert "Traceback" not in res.stderr
 
 
+def test_cancel_names_unknown_and_ended_jobs(idle: Any) -> None:
+    ids = submit(idle, 1, 60)
+    res = acbslurm(idle, "cancel", ids[0], "99999999", check=False)
+    assert res.returncode == 1
+    assert f"Cancelled {ids[0]}" in res.stdout
+    assert "no such job: 99999999" in res.stderr
+    wait_for(idle, ids, lambda j: j[ids[0]]["state"] == "CANCELLED")
+    again = acbslurm(idle, "cancel", ids[0], check=False)
+    assert again.returncode == 0 and "already ended (CANCELLED)" in again.stdout
+
+
 def test_demo_reports_the_experiment(idle: Any) -> None:
     res = idle.run_slurm(
         [

@@ -116,3 +116,22 @@ def test_epilog_with_a_bad_docker_host_setting_says_why(
     monkeypatch.setenv("ACBSLURM_DOCKER_HOST", "unix:///run/{nope}/docker.sock")
     assert run_epilog(job_env()) == 1  # it cannot sweep the user's daemon
     assert "bad docker_host setting 'unix:///run/{nope}/docker.sock'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("hook", "code"), [("prolog", 1), ("epilog", 1), ("task_prolog", 0)])
+def test_a_hook_that_hangs_gives_up_at_its_deadline(hook: str, code: int) -> None:
+    import subprocess
+    import sys
+    import time
+
+    prog = (
+        "import time, acbslurm.hooks.entry as e\n"
+        "e.HOOK_DEADLINE_S = 1\n"
+        f"e.run_{hook} = lambda env: time.sleep(30) or 0\n"
+        f"raise SystemExit(e.{hook}_main())\n"
+    )
+    t0 = time.monotonic()
+    r = subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True, timeout=20)
+    assert r.returncode == code
+    assert "did not finish within 1 s" in r.stderr
+    assert time.monotonic() - t0 < 10

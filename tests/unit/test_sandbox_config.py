@@ -150,3 +150,20 @@ def test_password_files_are_never_readable_by_others(
     assert modes == [0o600, 0o600]
     assert layout.report_db_cnf.stat().st_mode & 0o777 == 0o600
     assert not stale.exists()
+
+
+def test_db_user_errors_never_show_the_passwords(
+    layout: Layout, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from acbslurm.errors import CommandError, SetupError
+    from acbslurm.sandbox import mariadb
+
+    def failing_sql(_layout: Layout, statements: str, timeout: float = 30) -> str:
+        near = statements.splitlines()[1][-60:]
+        raise CommandError(["mariadb"], 1, "", f"ERROR 1064 (42000): syntax near '{near}'")
+
+    monkeypatch.setattr(mariadb, "sql", failing_sql)
+    with pytest.raises(SetupError) as exc:
+        mariadb.create_users(layout, "pw-slurm-0123abcd", "pw-ro-4567ef")
+    assert "ERROR 1064" in str(exc.value)
+    assert "pw-slurm-0123abcd" not in str(exc.value) and "pw-ro-4567ef" not in str(exc.value)
