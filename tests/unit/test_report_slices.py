@@ -1,0 +1,37 @@
+"""Adding up sliced server sums: id-list checks, straddling ids, surplus subtraction."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from acbslurm.accounting.report import _add_rows, _id_lists, _straddling
+
+
+def row(key: Any, user: str | None, jobs: int, ids: list[int] | None = None) -> tuple[Any, ...]:
+    base = (key, user, jobs, 0, 10 * jobs, 1, jobs)
+    if ids is None:
+        return base
+    return (*base, len(ids), sum(ids), ",".join(map(str, ids)) or None)
+
+
+def test_id_lists_detect_a_cut_list() -> None:
+    assert _id_lists([row(1, "a", 2, [5, 7]), row(2, None, 1, [9])]) == {5, 7, 9}
+    assert _id_lists([row(1, "a", 0, [])]) == set()
+    cut = (1, "a", 3, 0, 30, 1, 3, 3, 5 + 7 + 123, "5,7,12")  # "123" cut to "12"
+    assert _id_lists([cut]) is None
+    short = (1, "a", 3, 0, 30, 1, 3, 3, 12, "5,7")
+    assert _id_lists([short]) is None
+
+
+def test_straddling_ids_are_those_in_two_slices() -> None:
+    assert _straddling([{1, 2, 3}, {3, 4}, {4, 5, 1}]) == [1, 3, 4]
+    assert _straddling([{1}, {2}]) == []
+
+
+def test_add_rows_merges_keys_and_subtracts_surplus() -> None:
+    sums: dict[Any, list[Any]] = {}
+    _add_rows(sums, [row(1000, None, 2), row(1001, "bob", 1)])
+    _add_rows(sums, [row(1000, "alice", 3, [1, 2, 3])])
+    assert sums[1000] == ["alice", 5, 0, 50, 2, 5]
+    _add_rows(sums, [row(1001, None, 1)], sign=-1)
+    assert sums[1001] == ["bob", 0, 0, 0, 0, 0]
