@@ -238,34 +238,28 @@ def _row_figures(
 
 _NEWEST = "ROW_NUMBER() OVER (PARTITION BY t1.id_job ORDER BY t1.time_submit DESC)"
 # group_concat_max_len as high as it goes on 32-bit builds too; a list cut anyway (by
-# max_allowed_packet) is caught by the count and sum checks in report.py.
+# max_allowed_packet) is caught by the length check in report.py.
 _CONCAT_LEN = 4294967295
 
 
 def _grouped(schema: Schema, rows: str, keep: str, with_ids: bool = False) -> str:
-    """Sums per group and association over ``rows``, then the association's user name
-    joined to those few rows. ``with_ids`` adds, per group, how many rows were a job
-    id's newest (``rn = 1``), the sum of those ids and their list."""
-    ids_inner = ids_outer = ""
+    """Sums per group and association over ``rows``, with the association's user name
+    looked up for each of those few result rows (the caller adds the associations of a
+    group up). ``with_ids`` adds the list of the job ids whose newest row (``rn = 1``)
+    is in the group, and the length that list must have (digits plus one comma per id),
+    so that a list cut short shows. The lists are made at the top level only: a derived
+    table holding them would be a BLOB temporary table on disk."""
+    ids = ""
     if with_ids:
-        ids_inner = (
-            ", SUM(r.rn = 1) AS firsts, SUM(IF(r.rn = 1, r.j, 0)) AS idsum,"
-            " GROUP_CONCAT(IF(r.rn = 1, r.j, NULL)) AS ids"
-        )
-        ids_outer = ", SUM(g.firsts), SUM(g.idsum), GROUP_CONCAT(g.ids)"
-    sums = " ".join(
-        (
-            "SELECT r.k, r.a, COUNT(*) AS jobs, SUM(r.running) AS running,",
-            "SUM(r.gpu_s) AS gpu_s, SUM(r.wait_s) AS wait_s, SUM(r.started) AS started",
-            f"{ids_inner} FROM ({rows}) AS r{keep} GROUP BY r.k, r.a",
-        )
-    )
+        ids = ", SUM(IF(r.rn = 1, LENGTH(r.j) + 1, 0)), GROUP_CONCAT(IF(r.rn = 1, r.j, NULL))"
     return " ".join(
         (
-            "SELECT g.k, MAX(t2.user), SUM(g.jobs), SUM(g.running), SUM(g.gpu_s),",
-            f"SUM(g.wait_s), SUM(g.started){ids_outer} FROM ({sums}) AS g LEFT JOIN",
+            # CAST: user is TINYTEXT, which would put the grouping table on disk.
+            "SELECT r.k, CAST((SELECT t2.user FROM",
             schema.table("assoc_table"),
-            "AS t2 ON t2.id_assoc = g.a GROUP BY g.k",
+            "AS t2 WHERE t2.id_assoc = r.a) AS CHAR(255)), COUNT(*), SUM(r.running),",
+            "SUM(r.gpu_s),",
+            f"SUM(r.wait_s), SUM(r.started){ids} FROM ({rows}) AS r{keep} GROUP BY r.k, r.a",
         )
     )
 
@@ -287,13 +281,14 @@ def group_query(
     part: Slice | None = None,
     with_ids: bool = False,
 ) -> tuple[str, list[Any]]:
-    """One row per group: key, user name, jobs, running, GPU-seconds, wait sum, started
-    (and, ``with_ids``, the newest-row count, id sum and id list: see ``_grouped``).
+    """One row per group and association: key, user name, jobs, running, GPU-seconds,
+    wait sum, started (and, ``with_ids``, the id list's length and the list: see
+    ``_grouped``).
 
-    Three levels, so that the costly parts touch few rows: (1) the selected rows with
+    Two levels, so that the costly parts touch few rows: (1) the selected rows with
     each row's figures and, for sacct, its rank among the selected rows of its job id
     (newest first; one sort instead of a probe per row), (2) sums per group and
-    association, (3) the association's user name joined to those few rows.
+    association, with the association's user name looked up for those few rows.
 
     ``part`` restricts the rows to one slice of the selection. The newest-row rank is
     then taken within the slice: a job id with rows in two slices is counted once in

@@ -210,25 +210,29 @@ def _run_parallel(
     return results
 
 
-def _id_lists(rows: list[tuple[Any, ...]]) -> set[int] | None:
-    """The job ids a slice counted as newest, or None if a list came back cut short."""
-    ids: set[int] = set()
+def _id_lists(rows: list[tuple[Any, ...]]) -> set[str] | None:
+    """The job ids (as text) a slice counted as newest; None if a list came back cut
+    short (shorter than the length the server computed for it)."""
+    ids: set[str] = set()
     for row in rows:
-        firsts, idsum, text = int(row[7] or 0), int(row[8] or 0), row[9]
-        got = [int(x) for x in text.split(",")] if text else []
-        if len(got) != firsts or sum(got) != idsum:
+        want, text = int(row[7] or 0), row[8]
+        if isinstance(text, bytes):
+            text = text.decode("ascii")
+        if (len(text) + 1 if text else 0) != want:
             return None
-        ids.update(got)
+        if text:
+            ids.update(text.split(","))
     return ids
 
 
-def _straddling(per_slice: list[set[int]]) -> list[int]:
-    seen: set[int] = set()
-    twice: set[int] = set()
+def _straddling(per_slice: list[set[str]]) -> list[int]:
+    """Job ids found in more than one slice."""
+    seen: set[str] = set()
+    twice: set[str] = set()
     for ids in per_slice:
-        twice |= seen & ids
+        twice |= seen.intersection(ids)
         seen |= ids
-    return sorted(twice)
+    return sorted(int(x) for x in twice)
 
 
 def server_sums(

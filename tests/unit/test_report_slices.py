@@ -11,21 +11,23 @@ def row(key: Any, user: str | None, jobs: int, ids: list[int] | None = None) -> 
     base = (key, user, jobs, 0, 10 * jobs, 1, jobs)
     if ids is None:
         return base
-    return (*base, len(ids), sum(ids), ",".join(map(str, ids)) or None)
+    text = ",".join(map(str, ids))
+    return (*base, len(text) + 1 if ids else 0, text or None)
 
 
 def test_id_lists_detect_a_cut_list() -> None:
-    assert _id_lists([row(1, "a", 2, [5, 7]), row(2, None, 1, [9])]) == {5, 7, 9}
+    assert _id_lists([row(1, "a", 2, [5, 7]), row(2, None, 1, [9])]) == {"5", "7", "9"}
     assert _id_lists([row(1, "a", 0, [])]) == set()
-    cut = (1, "a", 3, 0, 30, 1, 3, 3, 5 + 7 + 123, "5,7,12")  # "123" cut to "12"
+    assert _id_lists([(1, "a", 2, 0, 20, 1, 2, 9, b"123,4567")]) == {"123", "4567"}
+    cut = (1, "a", 3, 0, 30, 1, 3, len("5,7,123") + 1, "5,7,12")  # "123" cut to "12"
     assert _id_lists([cut]) is None
-    short = (1, "a", 3, 0, 30, 1, 3, 3, 12, "5,7")
-    assert _id_lists([short]) is None
+    empty = (1, "a", 3, 0, 30, 1, 3, 4, None)
+    assert _id_lists([empty]) is None
 
 
 def test_straddling_ids_are_those_in_two_slices() -> None:
-    assert _straddling([{1, 2, 3}, {3, 4}, {4, 5, 1}]) == [1, 3, 4]
-    assert _straddling([{1}, {2}]) == []
+    assert _straddling([{"1", "2", "3"}, {"3", "4"}, {"4", "5", "1"}]) == [1, 3, 4]
+    assert _straddling([{"1"}, {"2"}]) == []
 
 
 def test_add_rows_merges_keys_and_subtracts_surplus() -> None:
