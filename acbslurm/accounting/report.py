@@ -9,6 +9,7 @@ connections, plus one small correction query when a job id's rows lie in two of 
 
 from __future__ import annotations
 
+import logging
 import pwd
 import threading
 from collections.abc import Callable, Iterator
@@ -33,6 +34,7 @@ from acbslurm.accounting.usage import JobRow, JobUsage, compute, newest_rows
 from acbslurm.errors import AccountingError
 
 FETCH = 2000
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -183,19 +185,26 @@ def _add_rows(sums: Sums, rows: list[tuple[Any, ...]], sign: int = 1) -> None:
 def _run_parallel(
     conn: Any, connect_more: Callable[[], Any], queries: list[tuple[str, list[Any]]]
 ) -> list[list[tuple[Any, ...]]]:
-    """Run the first query here and the others each on a new connection of its own."""
-    results: list[list[tuple[Any, ...]]] = [[] for _ in queries]
+    """Run the first query here and the others each on a new connection of its own.
+
+    A slice whose connection cannot be opened (say, the account's connection limit)
+    runs here afterwards instead: slower, same numbers.
+    """
+    results: list[list[tuple[Any, ...]] | None] = [None for _ in queries]
     errors: list[BaseException] = []
 
     def other(i: int) -> None:
         try:
             c = connect_more()
-            try:
-                results[i] = _fetch(c, *queries[i])
-            finally:
-                c.close()
+        except AccountingError as exc:
+            log.debug("no extra connection (%s): slice %d runs after the first", exc, i)
+            return
+        try:
+            results[i] = _fetch(c, *queries[i])
         except BaseException as exc:  # handed to the main thread below
             errors.append(exc)
+        finally:
+            c.close()
 
     threads = [threading.Thread(target=other, args=(i,)) for i in range(1, len(queries))]
     for t in threads:
@@ -207,7 +216,7 @@ def _run_parallel(
             t.join()
     if errors:
         raise errors[0]
-    return results
+    return [r if r is not None else _fetch(conn, *q) for r, q in zip(results, queries, strict=True)]
 
 
 def _id_lists(rows: list[tuple[Any, ...]]) -> set[str] | None:

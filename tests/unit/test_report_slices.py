@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
+from acbslurm.accounting import report
 from acbslurm.accounting.report import _add_rows, _id_lists, _straddling
+from acbslurm.errors import AccountingError
 
 
 def row(key: Any, user: str | None, jobs: int, ids: list[int] | None = None) -> tuple[Any, ...]:
@@ -37,3 +41,21 @@ def test_add_rows_merges_keys_and_subtracts_surplus() -> None:
     assert sums[1000] == ["alice", 5, 0, 50, 2, 5]
     _add_rows(sums, [row(1001, None, 1)], sign=-1)
     assert sums[1001] == ["bob", 0, 0, 0, 0, 0]
+
+
+def test_a_slice_without_its_own_connection_runs_on_the_first(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    ran: list[tuple[str, Any]] = []
+
+    def fake_fetch(conn: Any, sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
+        ran.append((sql, conn))
+        return [(sql,)]
+
+    def refuse() -> Any:
+        raise AccountingError("too many connections")
+
+    monkeypatch.setattr(report, "_fetch", fake_fetch)
+    got = report._run_parallel("main", refuse, [("q0", []), ("q1", []), ("q2", [])])
+    assert got == [[("q0",)], [("q1",)], [("q2",)]]
+    assert sorted(ran) == [("q0", "main"), ("q1", "main"), ("q2", "main")]
