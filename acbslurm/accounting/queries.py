@@ -1,10 +1,11 @@
 """The report's SQL: fixed statements, values always passed as parameters.
 
 Only the per-cluster table names (validated against cluster_table) and the number of
-``%s`` placeholders in an ``IN (...)`` list vary; no user-supplied text is ever spliced
-into a statement. The WHERE clause is sacct's time filter, which lets MariaDB use the
-job table's ``sacct_def2 (id_user, time_end, time_eligible)`` index for user reports and
-``rollup2 (time_end, time_eligible)`` for all-user reports.
+``%s`` placeholders (an ``IN (...)`` list, the split points of a sliced report) vary; no
+user-supplied text is ever spliced into a statement. The WHERE clause is sacct's time
+filter, which lets MariaDB use the job table's ``sacct_def2 (id_user, time_end,
+time_eligible)`` index for user reports and ``rollup2 (time_end, time_eligible)`` for
+all-user reports; a slice of it (``slices``) is a narrower range of the same index.
 """
 
 from __future__ import annotations
