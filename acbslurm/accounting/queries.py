@@ -1,10 +1,11 @@
 """The report's SQL: fixed statements, values always passed as parameters.
 
 Only the per-cluster table names (validated against cluster_table) and the number of
-``%s`` placeholders in an ``IN (...)`` list vary; no user-supplied text is ever spliced
-into a statement. The WHERE clause is sacct's time filter, which lets MariaDB use the
-job table's ``sacct_def2 (id_user, time_end, time_eligible)`` index for user reports and
-``rollup2 (time_end, time_eligible)`` for all-user reports.
+``%s`` placeholders (an ``IN (...)`` list, the split points of a sliced report) vary; no
+user-supplied text is ever spliced into a statement. The WHERE clause is sacct's time
+filter, which lets MariaDB use the job table's ``sacct_def2 (id_user, time_end,
+time_eligible)`` index for user reports and ``rollup2 (time_end, time_eligible)`` for
+all-user reports; a slice of it (``slices``) is a narrower range of the same index.
 """
 
 from __future__ import annotations
@@ -50,14 +51,28 @@ def _in(column: str, values: tuple[Any, ...], params: list[Any]) -> str:
     return f" AND {column} IN ({', '.join(['%s'] * len(values))})"
 
 
-def where_clause(f: Filters) -> tuple[str, list[Any]]:
-    """sacct's selection: eligible before the window ends, not ended before it starts."""
-    params: list[Any] = [JOB_REVOKED, f.end, f.start]
+# A slice of the selection by end time: rows that ended in [lo, hi), or, with hi None,
+# rows that ended at lo or later plus the unfinished ones (time_end = 0).
+Slice = tuple[int, int | None]
+
+
+def where_clause(f: Filters, part: Slice | None = None) -> tuple[str, list[Any]]:
+    """sacct's selection: eligible before the window ends, not ended before it starts.
+
+    With ``part``, only that slice of it (see ``slices``).
+    """
+    params: list[Any] = [JOB_REVOKED, f.end]
     sql = (
         "WHERE t1.deleted = 0 AND t1.state != %s"
         " AND t1.time_eligible != 0 AND t1.time_eligible < %s"
-        " AND (t1.time_end >= %s OR t1.time_end = 0)"
     )
+    lo, hi = part if part is not None else (f.start, None)
+    if hi is None:
+        sql += " AND (t1.time_end >= %s OR t1.time_end = 0)"
+        params.append(lo)
+    else:
+        sql += " AND t1.time_end >= %s AND t1.time_end < %s"
+        params += [lo, hi]
     if f.uids:
         sql += _in("t1.id_user", f.uids, params)
     if f.accounts:
@@ -65,6 +80,28 @@ def where_clause(f: Filters) -> tuple[str, list[Any]]:
     if f.partitions:
         sql += _in("t1.`partition`", f.partitions, params)
     return sql, params
+
+
+def split_points(f: Filters, now: int, parts: int) -> list[int]:
+    """End times that cut the window into ``parts`` equal spans (none if too short)."""
+    lo, hi = max(f.start, 1), min(f.end, now)
+    if parts < 2 or hi - lo < parts:
+        return []
+    return [lo + (hi - lo) * i // parts for i in range(1, parts)]
+
+
+def slices(f: Filters, points: list[int]) -> list[Slice]:
+    """Disjoint slices whose union is the whole selection: ended in [start, p1), ...,
+    [p(n-1), pn), and ended at pn or later or not ended. Every row is in exactly one."""
+    lo = max(f.start, 1)
+    if any(b <= a for a, b in zip([lo, *points], points, strict=False)):
+        raise ValueError(f"split points {points} must rise above the window start {lo}")
+    edges: list[int | None] = [*points, None]
+    out: list[Slice] = []
+    for hi in edges:
+        out.append((lo, hi))
+        lo = hi if hi is not None else lo
+    return out
 
 
 def job_query(schema: Schema, f: Filters) -> tuple[str, list[Any]]:
@@ -151,7 +188,7 @@ class Server:
 
 # Rowid-ordered index scans (fetch the rows in primary-key order, not index order):
 # MariaDB leaves them off by default; they cut the row lookups of a report by a third.
-_MRR_PREFIX = "SET STATEMENT optimizer_switch='mrr=on,mrr_cost_based=off' FOR "
+# (SET STATEMENT changes nothing in the session; see _prefix.)
 
 
 def _dedup_not_exists(schema: Schema, f: Filters) -> tuple[str, list[Any]]:
@@ -170,16 +207,10 @@ def _dedup_not_exists(schema: Schema, f: Filters) -> tuple[str, list[Any]]:
     return sql, iparams
 
 
-def group_query(
-    schema: Schema, f: Filters, by: str, definition: str, now: int, server: Server
+def _row_figures(
+    schema: Schema, by: str, definition: str, now: int, f: Filters
 ) -> tuple[str, list[Any]]:
-    """One row per group: key, user name, jobs, running, GPU-seconds, wait sum, started.
-
-    Three levels, so that the costly parts touch few rows: (1) the selected rows with
-    each row's figures and, for sacct, its rank among the selected rows of its job id
-    (newest first; one sort instead of a probe per row), (2) sums per group and
-    association, (3) the association's user name joined to those few rows.
-    """
+    """Per-row select list: group key, association, state, and the row's figures."""
     ts, te, su = (
         _S.format("t1.time_start"),
         _S.format("t1.time_end"),
@@ -194,50 +225,143 @@ def group_query(
         st = _SACCT_START.format(te=te, ts=ts)
         elapsed = _SACCT_ELAPSED.format(te=te, st=st, su=su)
         params += [now, now]
-    where, wparams = where_clause(f)
+    sql = " ".join(
+        (
+            f"{GROUP_COLUMNS[by]} AS k, t1.id_assoc AS a, t1.state AS state,",
+            "(t1.time_start > 0 AND t1.time_end = 0) AS running,",
+            f"({_GPUS}) * ({elapsed}) AS gpu_s,",
+            f"IF(t1.time_start > 0, {ts} - {_S.format('t1.time_submit')}, 0) AS wait_s,",
+            "(t1.time_start > 0) AS started",
+        )
+    )
+    return sql, params
+
+
+_NEWEST = "ROW_NUMBER() OVER (PARTITION BY t1.id_job ORDER BY t1.time_submit DESC)"
+# group_concat_max_len as high as it goes on 32-bit builds too; a list cut anyway (by
+# max_allowed_packet) is caught by the length check in report.py.
+_CONCAT_LEN = 4294967295
+
+
+def _grouped(schema: Schema, rows: str, keep: str, with_ids: bool = False) -> str:
+    """Sums per group and association over ``rows``, with the association's user name
+    looked up for each of those few result rows (the caller adds the associations of a
+    group up). ``with_ids`` adds the list of the job ids whose newest row (``rn = 1``)
+    is in the group, and the length that list must have (digits plus one comma per id),
+    so that a list cut short shows. The lists are made at the top level only: a derived
+    table holding them would be a BLOB temporary table on disk."""
+    ids = ""
+    if with_ids:
+        ids = ", SUM(IF(r.rn = 1, LENGTH(r.j) + 1, 0)), GROUP_CONCAT(IF(r.rn = 1, r.j, NULL))"
+    return " ".join(
+        (
+            # CAST: user is TINYTEXT, which would put the grouping table on disk.
+            "SELECT r.k, CAST((SELECT t2.user FROM",
+            schema.table("assoc_table"),
+            "AS t2 WHERE t2.id_assoc = r.a) AS CHAR(255)), COUNT(*), SUM(r.running),",
+            "SUM(r.gpu_s),",
+            f"SUM(r.wait_s), SUM(r.started){ids} FROM ({rows}) AS r{keep} GROUP BY r.k, r.a",
+        )
+    )
+
+
+def _prefix(server: Server, with_ids: bool) -> str:
+    if not server.mariadb:
+        return ""
+    extra = f", group_concat_max_len={_CONCAT_LEN}" if with_ids else ""
+    return f"SET STATEMENT optimizer_switch='mrr=on,mrr_cost_based=off'{extra} FOR "
+
+
+def group_query(
+    schema: Schema,
+    f: Filters,
+    by: str,
+    definition: str,
+    now: int,
+    server: Server,
+    part: Slice | None = None,
+    with_ids: bool = False,
+) -> tuple[str, list[Any]]:
+    """One row per group and association: key, user name, jobs, running, GPU-seconds,
+    wait sum, started (and, ``with_ids``, the id list's length and the list: see
+    ``_grouped``).
+
+    Two levels, so that the costly parts touch few rows: (1) the selected rows with
+    each row's figures and, for sacct, its rank among the selected rows of its job id
+    (newest first; one sort instead of a probe per row), (2) sums per group and
+    association, with the association's user name looked up for those few rows.
+
+    ``part`` restricts the rows to one slice of the selection. The newest-row rank is
+    then taken within the slice: a job id with rows in two slices is counted once in
+    each, which the caller corrects with ``overcount_query`` (``with_ids`` tells it which
+    ids those are). Without window functions the probe looks at the whole selection, so
+    slices need no correction there.
+    """
+    figures, params = _row_figures(schema, by, definition, now, f)
+    where, wparams = where_clause(f, part)
     params += wparams
-    key = GROUP_COLUMNS[by]
     rank = ""
     keep = ""
     if definition == "sacct":
         if server.window_functions:
-            rank = ", ROW_NUMBER() OVER (PARTITION BY t1.id_job ORDER BY t1.time_submit DESC) AS rn"
+            rank = f", {_NEWEST} AS rn"
             # sacct keeps the newest selected row of each job id (and resize rows).
             keep = f" WHERE r.rn = 1 OR r.state = {JOB_RESIZING}"
         else:
             dedup, dparams = _dedup_not_exists(schema, f)
             where += dedup
             params += dparams
+    if with_ids and not rank:
+        raise ValueError("job id lists need the window-function de-duplication")
     # The index sacct itself uses: per user, else by end time (MariaDB otherwise tends
     # to walk a whole other index for a month of all users).
     index = "sacct_def2" if f.uids else "rollup2"
+    ids = ", t1.id_job AS j" if with_ids else ""
     rows = " ".join(
         (
-            f"SELECT {key} AS k, t1.id_assoc AS a, t1.state AS state,",
-            "(t1.time_start > 0 AND t1.time_end = 0) AS running,",
-            f"({_GPUS}) * ({elapsed}) AS gpu_s,",
-            f"IF(t1.time_start > 0, {ts} - {_S.format('t1.time_submit')}, 0) AS wait_s,",
-            f"(t1.time_start > 0) AS started{rank} FROM",
+            f"SELECT {figures}{ids}{rank} FROM",
             schema.table("job_table"),
             f"AS t1 FORCE INDEX ({index})",
             where,
         )
     )
-    sums = " ".join(
+    return _prefix(server, with_ids) + _grouped(schema, rows, keep, with_ids), params
+
+
+def overcount_query(
+    schema: Schema,
+    f: Filters,
+    by: str,
+    now: int,
+    server: Server,
+    points: list[int],
+    job_ids: list[int],
+) -> tuple[str, list[Any]]:
+    """Per group, what slices cut at ``points`` counted too much for ``job_ids``.
+
+    For the given job ids (those with selected rows in more than one slice), every
+    selected row is ranked twice: within its job id, and within its job id and slice.
+    Each slice counted its own newest row; the rows that are a slice's newest but not
+    the job's newest (and not resize rows, which count anyway) are the surplus. The
+    rows are found through the ``id_job (id_job, time_submit)`` key.
+    """
+    figures, params = _row_figures(schema, by, "sacct", now, f)
+    # The slice a row falls in: how many split points its end lies at or after (an
+    # unfinished row, time_end = 0, is in the last).
+    part = " + ".join(["(t1.time_end = 0 OR t1.time_end >= %s)"] * len(points))
+    params += points
+    where, wparams = where_clause(f)
+    params += wparams
+    rows = " ".join(
         (
-            "SELECT r.k, r.a, COUNT(*) AS jobs, SUM(r.running) AS running,",
-            "SUM(r.gpu_s) AS gpu_s, SUM(r.wait_s) AS wait_s, SUM(r.started) AS started",
-            f"FROM ({rows}) AS r{keep} GROUP BY r.k, r.a",
+            f"SELECT {figures}, {_NEWEST} AS rn,",
+            f"ROW_NUMBER() OVER (PARTITION BY t1.id_job, {part} ORDER BY t1.time_submit DESC)",
+            "AS prn FROM",
+            schema.table("job_table"),
+            "AS t1 FORCE INDEX (id_job)",
+            where,
+            _in("t1.id_job", tuple(job_ids), params),
         )
     )
-    sql = " ".join(
-        (
-            "SELECT g.k, MAX(t2.user), SUM(g.jobs), SUM(g.running), SUM(g.gpu_s),",
-            f"SUM(g.wait_s), SUM(g.started) FROM ({sums}) AS g LEFT JOIN",
-            schema.table("assoc_table"),
-            "AS t2 ON t2.id_assoc = g.a GROUP BY g.k",
-        )
-    )
-    if server.mariadb:
-        sql = _MRR_PREFIX + sql
-    return sql, params
+    keep = f" WHERE r.prn = 1 AND r.rn > 1 AND r.state != {JOB_RESIZING}"
+    return _prefix(server, False) + _grouped(schema, rows, keep), params

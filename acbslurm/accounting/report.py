@@ -2,13 +2,17 @@
 
 A report costs a fixed number of queries whatever its size: four to check the schema,
 one for the jobs (streamed with a server-side cursor, so memory stays flat), and on
-Slurm 23.02+ schemas one more for the steps' GPU utilization.
+Slurm 23.02+ schemas one more for the steps' GPU utilization. Server-summed reports
+(``--by user|account|partition``) run as ``PARTS`` queries at once on as many
+connections, plus one small correction query when a job id's rows lie in two of them.
 """
 
 from __future__ import annotations
 
+import logging
 import pwd
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +23,9 @@ from acbslurm.accounting.queries import (
     Server,
     group_query,
     job_query,
+    overcount_query,
+    slices,
+    split_points,
     step_util_query,
 )
 from acbslurm.accounting.schema import Schema
@@ -27,6 +34,7 @@ from acbslurm.accounting.usage import JobRow, JobUsage, compute, newest_rows
 from acbslurm.errors import AccountingError
 
 FETCH = 2000
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -141,18 +149,176 @@ def server_summable(req: ReportRequest) -> bool:
     return req.by in GROUP_COLUMNS and not req.states
 
 
-def fill_groups(conn: Any, schema: Schema, req: ReportRequest, agg: Aggregator) -> None:
-    """Per-group totals computed by the server (one query, one row per group)."""
+# Slices run at once on this many connections: MariaDB runs each query on one thread.
+PARTS = 2
+
+
+@dataclass
+class GroupRun:
+    """How a server-summed report ran: slices, job ids corrected, fallback taken."""
+
+    slices: int = 1
+    straddling: int = 0
+    fallback: bool = False
+
+
+# Per group key: [assoc user, jobs, running, gpu_s, wait_s, started].
+Sums = dict[Any, list[Any]]
+
+
+def _fetch(conn: Any, sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
+    return list(_stream(conn, sql, params))
+
+
+def _add_rows(sums: Sums, rows: list[tuple[Any, ...]], sign: int = 1) -> None:
+    for key, user, *figures in rows:
+        acc = sums.get(key)
+        if acc is None:
+            acc = sums[key] = [None, 0, 0, 0, 0, 0]
+        # MAX(t2.user) over all slices (case-blind, like the server's collation).
+        if user is not None and (acc[0] is None or str(user).lower() > str(acc[0]).lower()):
+            acc[0] = user
+        for i, value in enumerate(figures[:5], start=1):
+            acc[i] += sign * int(value or 0)
+
+
+def _run_parallel(
+    conn: Any, connect_more: Callable[[], Any], queries: list[tuple[str, list[Any]]]
+) -> list[list[tuple[Any, ...]]]:
+    """Run the first query here and the others each on a new connection of its own.
+
+    A slice whose connection cannot be opened (say, the account's connection limit)
+    runs here afterwards instead: slower, same numbers.
+    """
+    results: list[list[tuple[Any, ...]] | None] = [None for _ in queries]
+    errors: list[BaseException] = []
+
+    def other(i: int) -> None:
+        try:
+            c = connect_more()
+        except AccountingError as exc:
+            log.debug("no extra connection (%s): slice %d runs after the first", exc, i)
+            return
+        try:
+            results[i] = _fetch(c, *queries[i])
+        except BaseException as exc:  # handed to the main thread below
+            errors.append(exc)
+        finally:
+            c.close()
+
+    threads = [threading.Thread(target=other, args=(i,)) for i in range(1, len(queries))]
+    for t in threads:
+        t.start()
+    try:
+        results[0] = _fetch(conn, *queries[0])
+    finally:
+        for t in threads:
+            t.join()
+    if errors:
+        raise errors[0]
+    return [r if r is not None else _fetch(conn, *q) for r, q in zip(results, queries, strict=True)]
+
+
+def _id_lists(rows: list[tuple[Any, ...]]) -> set[str] | None:
+    """The job ids (as text) a slice counted as newest; None if a list came back cut
+    short (shorter than the length the server computed for it)."""
+    ids: set[str] = set()
+    for row in rows:
+        want, text = int(row[7] or 0), row[8]
+        if isinstance(text, bytes):
+            text = text.decode("ascii")
+        if (len(text) + 1 if text else 0) != want:
+            return None
+        if text:
+            ids.update(text.split(","))
+    return ids
+
+
+def _straddling(per_slice: list[set[str]]) -> list[int]:
+    """Job ids found in more than one slice."""
+    seen: set[str] = set()
+    twice: set[str] = set()
+    for ids in per_slice:
+        twice |= seen.intersection(ids)
+        seen |= ids
+    return sorted(int(x) for x in twice)
+
+
+def server_sums(
+    conn: Any,
+    schema: Schema,
+    req: ReportRequest,
+    connect_more: Callable[[], Any] | None = None,
+    points: list[int] | None = None,
+) -> tuple[Sums, GroupRun]:
+    """Per-group sums computed by the server: one query, or, when ``connect_more`` can
+    open further connections (MariaDB), ``PARTS`` slices of the selection by end time
+    run at once and added up here.
+
+    sacct's newest-row rule is per job id, and a requeued job's rows may lie in two
+    slices: each slice returns the ids it counted, and for the ids found in more than
+    one a last query (through the id_job key) gives the surplus, which is subtracted.
+    ``points`` forces the split points (tests use it to put a requeued job's rows in
+    two slices).
+    """
     server = Server.parse(str(conn.get_server_info()))
-    sql, params = group_query(schema, req.filters, req.by, req.definition, req.now, server)
+    f = req.filters
+    if points is None:
+        points = (
+            split_points(f, req.now, PARTS) if connect_more is not None and server.mariadb else []
+        )
+    run = GroupRun()
+    sums: Sums = {}
+    if not points or connect_more is None:
+        _add_rows(
+            sums, _fetch(conn, *group_query(schema, f, req.by, req.definition, req.now, server))
+        )
+        return sums, run
+    with_ids = req.definition == "sacct" and server.window_functions
+    queries = [
+        group_query(schema, f, req.by, req.definition, req.now, server, part, with_ids)
+        for part in slices(f, points)
+    ]
+    results = _run_parallel(conn, connect_more, queries)
+    run.slices = len(queries)
+    straddling: list[int] = []
+    if with_ids:
+        lists = [_id_lists(rows) for rows in results]
+        if any(ids is None for ids in lists):
+            # A list was cut (a result over max_allowed_packet): ask once, unsplit.
+            run.fallback = True
+            rows = _fetch(conn, *group_query(schema, f, req.by, req.definition, req.now, server))
+            _add_rows(sums, rows)
+            return sums, run
+        straddling = _straddling([ids for ids in lists if ids is not None])
+    for rows in results:
+        _add_rows(sums, rows)
+    if straddling:
+        run.straddling = len(straddling)
+        sql, params = overcount_query(schema, f, req.by, req.now, server, points, straddling)
+        _add_rows(sums, _fetch(conn, sql, params), sign=-1)
+    # A group whose only counted row was a surplus one is not in the selection's result.
+    return {k: v for k, v in sums.items() if v[1] > 0}, run
+
+
+def fill_groups(
+    conn: Any,
+    schema: Schema,
+    req: ReportRequest,
+    agg: Aggregator,
+    connect_more: Callable[[], Any] | None = None,
+) -> GroupRun:
+    """Per-group totals computed by the server (one row per group comes back)."""
+    sums, run = server_sums(conn, schema, req, connect_more)
     names = UserNames()
-    for key, user, jobs, running, gpu_s, wait_sum, started in _stream(conn, sql, params):
+    for key, (user, jobs, running, gpu_s, wait_sum, started) in sums.items():
         label = names.name(int(key), user) if req.by == "user" else str(key or "")
         g = agg.groups.get(label) or Group(label)
         agg.groups[label] = g
         for target in (g, agg.total):
-            target.jobs += int(jobs)
-            target.running += int(running or 0)
-            target.gpu_seconds += int(gpu_s or 0)
-            target.wait_sum += int(wait_sum or 0)
-            target.waited += int(started or 0)
+            target.jobs += jobs
+            target.running += running
+            target.gpu_seconds += gpu_s
+            target.wait_sum += wait_sum
+            target.waited += started
+    return run

@@ -242,7 +242,8 @@ def report(
         agg = Aggregator(by, definition)
         jobs: Iterable[JobUsage]
         if server_summable(req):
-            fill_groups(conn, schema, req, agg)
+            # Slices of the selection run at once on extra connections (same config).
+            fill_groups(conn, schema, req, agg, lambda: connect(cfg))
             jobs = ()
         else:
             jobs = iter_jobs(conn, schema, req)

@@ -248,3 +248,51 @@ def test_errors_are_clear_and_hide_the_password(sandbox: Sandbox) -> None:
     res = report(sandbox, "--db-host", "127.0.0.1", "--db-port", "1")
     assert res.returncode != 0 and "cannot reach the accounting database" in res.stderr
     assert "Traceback" not in res.stderr
+
+
+def test_slices_correct_a_requeued_job_in_two_of_them(
+    sandbox: Sandbox, history: dict[str, Any]
+) -> None:
+    """Split the selection right after the requeued run ended: its old row falls in the
+    first slice, its new one in the second; the summed slices must equal one query."""
+    from acbslurm.accounting.connection import connect
+    from acbslurm.accounting.dbconfig import resolve_db_config
+    from acbslurm.accounting.queries import Filters
+    from acbslurm.accounting.report import ReportRequest, server_sums
+    from acbslurm.accounting.schema import detect
+
+    env = sandbox.env()
+    cfg = resolve_db_config(environ=env)
+    conn = connect(cfg)
+    try:
+        schema = detect(conn, env["ACBSLURM_CLUSTER"])
+        cur = conn.cursor()
+        cur.execute(
+            f"SELECT time_eligible, time_end FROM {schema.table('job_table')}"
+            " WHERE id_job = %s AND deleted = 0 ORDER BY time_submit",
+            (int(history["requeued"]),),
+        )
+        rows = cur.fetchall()
+        cur.close()
+        assert len(rows) >= 2, rows
+        first_end = int(rows[0][1])
+        later = [(int(e), int(t)) for e, t in rows[1:]]
+        assert first_end >= history["t0"] and all(t == 0 or t > first_end for _, t in later)
+        now = int(time.time())
+        # The window reaches a day ahead so that the new row (eligible after requeue's
+        # delay) is selected too.
+        f = Filters(start=history["t0"], end=now + 86400)
+        assert any(e != 0 and e < f.end for e, _ in later), rows
+        for by in ("user", "account", "partition"):
+            req = ReportRequest(filters=f, now=now, definition="sacct", by=by)
+            whole, one = server_sums(conn, schema, req)
+            assert one.slices == 1
+            split, run = server_sums(conn, schema, req, lambda: connect(cfg), [first_end + 1])
+            assert (run.slices, run.fallback) == (2, False)
+            assert run.straddling >= 1
+            assert split == whole
+            # The plain split (middle of the window) agrees too.
+            mid, _ = server_sums(conn, schema, req, lambda: connect(cfg))
+            assert mid == whole
+    finally:
+        conn.close()
