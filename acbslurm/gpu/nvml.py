@@ -34,21 +34,23 @@ def nvml_inventory(include_mig: bool = True) -> list[GpuInfo]:
         for i in range(pynvml.nvmlDeviceGetCount()):
             h = pynvml.nvmlDeviceGetHandleByIndex(i)
             minor = int(pynvml.nvmlDeviceGetMinorNumber(h))
-            out.append(
-                GpuInfo(
-                    index=i,
-                    minor=minor,
-                    uuid=_text(pynvml.nvmlDeviceGetUUID(h)),
-                    name=_text(pynvml.nvmlDeviceGetName(h)),
-                    memory_total=int(pynvml.nvmlDeviceGetMemoryInfo(h).total),
-                    device=f"/dev/nvidia{minor}",
-                )
-            )
+            out.append(_info(pynvml, h, i, minor))
             if include_mig:
                 out.extend(_mig_devices(pynvml, h, i, minor))
         return out
     finally:
         pynvml.nvmlShutdown()
+
+
+def _info(pynvml: Any, handle: Any, index: int, minor: int) -> GpuInfo:
+    return GpuInfo(
+        index=index,
+        minor=minor,
+        uuid=_text(pynvml.nvmlDeviceGetUUID(handle)),
+        name=_text(pynvml.nvmlDeviceGetName(handle)),
+        memory_total=int(pynvml.nvmlDeviceGetMemoryInfo(handle).total),
+        device=f"/dev/nvidia{minor}",
+    )
 
 
 def _mig_devices(pynvml: Any, parent: Any, index: int, minor: int) -> list[GpuInfo]:
@@ -64,14 +66,6 @@ def _mig_devices(pynvml: Any, parent: Any, index: int, minor: int) -> list[GpuIn
             mh = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(parent, j)
         except pynvml.NVMLError:
             continue  # empty slot
-        out.append(
-            GpuInfo(
-                index=index,
-                minor=minor,
-                uuid=_text(pynvml.nvmlDeviceGetUUID(mh)),
-                name=_text(pynvml.nvmlDeviceGetName(mh)),
-                memory_total=int(pynvml.nvmlDeviceGetMemoryInfo(mh).total),
-                device=f"/dev/nvidia{minor}",
-            )
-        )
+        # A MIG device is named by its own UUID but lives on its parent's device file.
+        out.append(_info(pynvml, mh, index, minor))
     return out

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -77,16 +77,22 @@ def _clean_time(value: str) -> str:
     return "" if value in ("N/A", "Unknown", "None", "") else value
 
 
-def parse_squeue(text: str) -> list[JobInfo]:
-    """Parse ``squeue -h -o _SQUEUE_FORMAT`` output."""
-    jobs: list[JobInfo] = []
+def _rows(text: str, fields: int, command: str) -> Iterator[list[str]]:
+    """The ``|``-separated rows of ``command``'s output; the last field may hold ``|``."""
     for line in text.splitlines():
         if not line.strip():
             continue
-        parts = line.split("|", 9)
-        if len(parts) != 10:
-            log.warning("unexpected squeue line: %r", line)
+        parts = line.split("|", fields - 1)
+        if len(parts) != fields:
+            log.warning("unexpected %s line: %r", command, line)
             continue
+        yield parts
+
+
+def parse_squeue(text: str) -> list[JobInfo]:
+    """Parse ``squeue -h -o _SQUEUE_FORMAT`` output."""
+    jobs: list[JobInfo] = []
+    for parts in _rows(text, 10, "squeue"):
         jid, state, reason, elapsed, node, user, submit, start, end, name = parts
         jobs.append(
             JobInfo(
@@ -108,13 +114,7 @@ def parse_squeue(text: str) -> list[JobInfo]:
 def parse_sacct(text: str) -> list[JobInfo]:
     """Parse ``sacct -n -P -X --format=_SACCT_FIELDS`` output."""
     jobs: list[JobInfo] = []
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        parts = line.split("|", 9)
-        if len(parts) != 10:
-            log.warning("unexpected sacct line: %r", line)
-            continue
+    for parts in _rows(text, 10, "sacct"):
         jid, state, elapsed, node, user, submit, start, end, exit_code, name = parts
         jobs.append(
             JobInfo(
