@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from acbslurm import proc
 from acbslurm.sandbox.layout import Layout, Params
 from acbslurm.sandbox.procs import Proc, spawn, wait_for
@@ -25,26 +27,31 @@ def prepare(layout: Layout) -> None:
         (layout.state / d).mkdir(parents=True, exist_ok=True)
 
 
+def _start(
+    layout: Layout,
+    marker: str,
+    name: str,
+    argv: list[str],
+    ready: Callable[[], bool],
+    interval: float,
+) -> Proc:
+    """Start one Slurm daemon in the foreground and wait until it answers."""
+    log = layout.log_file(name)
+    p = spawn(name, argv, run_dir=layout.run, log_file=log, marker=marker, env=slurm_env(layout))
+    wait_for(name, ready, proc=p, log_file=log, timeout=60, interval=interval)
+    return p
+
+
 def start_slurmdbd(layout: Layout, marker: str) -> Proc:
-    log = layout.log_file("slurmdbd")
     # slurmdbd has no -f: it reads slurmdbd.conf beside $SLURM_CONF.
-    p = spawn(
+    return _start(
+        layout,
+        marker,
         "slurmdbd",
         ["/usr/sbin/slurmdbd", "-D"],
-        run_dir=layout.run,
-        log_file=log,
-        marker=marker,
-        env=slurm_env(layout),
-    )
-    wait_for(
-        "slurmdbd",
         lambda: _dbd_answers(layout),
-        proc=p,
-        log_file=log,
-        timeout=60,
         interval=0.5,
     )
-    return p
 
 
 def _dbd_answers(layout: Layout) -> bool:
@@ -93,45 +100,25 @@ def ensure_accounts(layout: Layout, params: Params) -> None:
 
 
 def start_slurmctld(layout: Layout, marker: str) -> Proc:
-    log = layout.log_file("slurmctld")
-    p = spawn(
+    return _start(
+        layout,
+        marker,
         "slurmctld",
         ["/usr/sbin/slurmctld", "-D", "-f", str(layout.slurm_conf)],
-        run_dir=layout.run,
-        log_file=log,
-        marker=marker,
-        env=slurm_env(layout),
-    )
-    wait_for(
-        "slurmctld",
         lambda: "UP" in _client(layout, ["scontrol", "ping"], 5),
-        proc=p,
-        log_file=log,
-        timeout=60,
         interval=0.3,
     )
-    return p
 
 
 def start_slurmd(layout: Layout, params: Params, marker: str) -> Proc:
-    log = layout.log_file("slurmd")
-    p = spawn(
+    return _start(
+        layout,
+        marker,
         "slurmd",
         ["/usr/sbin/slurmd", "-D", "-f", str(layout.slurm_conf), "-N", params.node],
-        run_dir=layout.run,
-        log_file=log,
-        marker=marker,
-        env=slurm_env(layout),
-    )
-    wait_for(
-        "slurmd",
         lambda: slurmd_answers(node_state(layout, params)),
-        proc=p,
-        log_file=log,
-        timeout=60,
         interval=0.3,
     )
-    return p
 
 
 def node_state(layout: Layout, params: Params) -> str:
