@@ -10,10 +10,15 @@ N client processes (each one `BrokerClient`, looping `acquire(1)` + `release()`)
 - closed loop (maximum throughput): every client sends its next request as soon as the
   previous round trip ends; prints grants/s and the latency under that saturation.
 
+Both are run for each transport: the local lane (what a client on the broker's host
+uses by default: requests and grants as unix datagrams, docs/broker.md) and gRPC alone
+(what remote clients, and clients with ACBSLURM_BROKER_LANE=0, use).
+
 Goals (issue 6, 2-core box, 8 clients): p50 <= 0.5 ms, p99 <= 2 ms, >= 2000 grants/s.
 
     python bench/broker_latency.py [--clients 8] [--rate 2000] [--devices cpu:8]
-                                   [--seconds 5] [--mode both|open|closed] [--no-tuning]
+                                   [--seconds 5] [--mode both|open|closed]
+                                   [--transport both|lane|grpc] [--no-tuning]
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ def client(
     interval: float,
     offset: float,
     tuning: bool,
+    lane: bool,
     out: mp.Queue,  # type: ignore[type-arg]
 ) -> None:
     """One client; ``interval`` 0 = closed loop, else send every ``interval`` s."""
@@ -48,7 +54,9 @@ def client(
         inline_io(CLIENT_EXPERIMENTS)  # what agarun does; must precede `import grpc`
     from acbslurm.broker.client import BrokerClient
 
-    c = BrokerClient(address)
+    c = BrokerClient(address, lane=lane)
+    if c.on_lane != lane:
+        raise SystemExit(f"client lane {c.on_lane}, wanted {lane}")
     # `start` is wall-clock time shared by all processes; run on the monotonic clock.
     t_start = time.perf_counter() + (start - time.time())
     while time.perf_counter() < t_start:
@@ -77,7 +85,7 @@ def client(
 
 
 def run_phase(
-    address: str, clients: int, seconds: float, rate: float, tuning: bool
+    address: str, clients: int, seconds: float, rate: float, tuning: bool, lane: bool
 ) -> tuple[list[float], float]:
     """Run ``clients`` processes; ``rate`` 0 = closed loop. Returns sorted latencies, wall s."""
     out: mp.Queue = mp.Queue()  # type: ignore[type-arg]
@@ -86,7 +94,7 @@ def run_phase(
     procs = [
         mp.Process(
             target=client,
-            args=(address, seconds, start, interval, i * interval / clients, tuning, out),
+            args=(address, seconds, start, interval, i * interval / clients, tuning, lane, out),
         )
         for i in range(clients)
     ]
@@ -114,6 +122,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--policy", default="fifo")
     ap.add_argument("--mode", choices=["both", "open", "closed"], default="both")
+    ap.add_argument("--transport", choices=["both", "lane", "grpc"], default="both")
     ap.add_argument(
         "--no-tuning",
         action="store_true",
@@ -142,14 +151,21 @@ def main() -> None:
         env=env,
         stderr=subprocess.DEVNULL,
     )
-    results = {}
+    transports = ["lane", "grpc"] if args.transport == "both" else [args.transport]
+    results: dict[tuple[str, str], tuple[list[float], float]] = {}
     try:
-        while not sock.exists():
+        while not Path(f"{sock}.lane").exists():  # the lane opens right after gRPC
             time.sleep(0.05)
-        if args.mode in ("both", "open"):
-            results["open"] = run_phase(address, args.clients, args.seconds, args.rate, tuning)
-        if args.mode in ("both", "closed"):
-            results["closed"] = run_phase(address, args.clients, args.seconds, 0.0, tuning)
+        for t in transports:
+            lane = t == "lane"
+            if args.mode in ("both", "open"):
+                results[t, "open"] = run_phase(
+                    address, args.clients, args.seconds, args.rate, tuning, lane
+                )
+            if args.mode in ("both", "closed"):
+                results[t, "closed"] = run_phase(
+                    address, args.clients, args.seconds, 0.0, tuning, lane
+                )
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait(10)
@@ -159,21 +175,24 @@ def main() -> None:
         f"policy {args.policy}, {args.seconds:g}s per run, {os.cpu_count()} CPUs, "
         f"client gRPC tuning {'on' if tuning else 'off'}"
     )
-    if "open" in results:
-        lat, secs = results["open"]
-        p50, p99 = pct(lat, 0.50), pct(lat, 0.99)
-        print(f"  open loop, offered {args.rate:g} grants/s (latency from scheduled send):")
-        print(f"    achieved grants/s: {len(lat) / secs:.0f}")
-        print(f"    acquire+release p50: {p50:.3f} ms  (goal <= 0.5: {verdict(p50 <= 0.5)})")
-        print(f"    acquire+release p99: {p99:.3f} ms  (goal <= 2: {verdict(p99 <= 2)})")
-        print(f"    acquire+release max: {lat[-1] * 1000:.3f} ms" if lat else "    no samples")
-    if "closed" in results:
-        lat, secs = results["closed"]
-        gps = len(lat) / secs
-        print("  closed loop, saturating (maximum throughput):")
-        print(f"    grants/s: {gps:.0f}  (goal >= 2000: {verdict(gps >= 2000)})")
-        print(f"    acquire+release p50 at saturation: {pct(lat, 0.50):.3f} ms")
-        print(f"    acquire+release p99 at saturation: {pct(lat, 0.99):.3f} ms")
+    for t in transports:
+        label = "local lane (default on the broker's host)" if t == "lane" else "gRPC only"
+        print(f" transport: {label}")
+        if (t, "open") in results:
+            lat, secs = results[t, "open"]
+            p50, p99 = pct(lat, 0.50), pct(lat, 0.99)
+            print(f"  open loop, offered {args.rate:g} grants/s (latency from scheduled send):")
+            print(f"    achieved grants/s: {len(lat) / secs:.0f}")
+            print(f"    acquire+release p50: {p50:.3f} ms  (goal <= 0.5: {verdict(p50 <= 0.5)})")
+            print(f"    acquire+release p99: {p99:.3f} ms  (goal <= 2: {verdict(p99 <= 2)})")
+            print(f"    acquire+release max: {lat[-1] * 1000:.3f} ms" if lat else "    no samples")
+        if (t, "closed") in results:
+            lat, secs = results[t, "closed"]
+            gps = len(lat) / secs
+            print("  closed loop, saturating (maximum throughput):")
+            print(f"    grants/s: {gps:.0f}  (goal >= 2000: {verdict(gps >= 2000)})")
+            print(f"    acquire+release p50 at saturation: {pct(lat, 0.50):.3f} ms")
+            print(f"    acquire+release p99 at saturation: {pct(lat, 0.99):.3f} ms")
 
 
 if __name__ == "__main__":

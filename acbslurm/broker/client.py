@@ -11,8 +11,11 @@
     client.release(lease)
 
 The session is one gRPC stream: closing the client, or the process dying, frees
-every lease it holds. Programs that keep data on a device between leases install
-an eviction handler (``on_evict``) and report what stays resident at release.
+every lease it holds. On the broker's host the client moves its requests and their
+answers to the session's local lane (``lane_client``; ``ACBSLURM_BROKER_LANE=0`` or
+``lane=False`` keeps it on gRPC), which cuts a grant's cost several times over.
+Programs that keep data on a device between leases install an eviction handler
+(``on_evict``) and report what stays resident at release.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import os
 import queue
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -31,14 +35,16 @@ from typing import Any
 
 import grpc
 
-from acbslurm.broker.address import default_address, parse_address
+from acbslurm.broker.address import default_address, parse_address, socket_path
 from acbslurm.broker.devices import parse_size
+from acbslurm.broker.lane_client import Lane, LaneClosed, lane_wanted
 from acbslurm.broker.proto import pb, pb_grpc
 from acbslurm.errors import BrokerError, ConfigError
 
 log = logging.getLogger(__name__)
 
 _STOP = object()
+CANCEL_ANSWER_WAIT = 2.0  # s a timed-out acquire waits to learn whether a grant raced it
 
 
 @dataclass(frozen=True)
@@ -72,6 +78,8 @@ class _Pending:
     done: threading.Event = field(default_factory=threading.Event)
     lease: Lease | None = None
     error: str = ""
+    # The caller gave up (timeout): a grant that still comes is handed straight back.
+    abandoned: bool = False
 
 
 def _memory_bytes(memory: str | int | None) -> int:
@@ -91,6 +99,7 @@ class BrokerClient:
         address: str | None = None,
         name: str | None = None,
         connect_timeout: float = 5.0,
+        lane: bool | None = None,
     ) -> None:
         self.address = parse_address(address or default_address())
         self.name = name or os.path.basename(sys.argv[0] or "python")
@@ -106,8 +115,9 @@ class BrokerClient:
         self._out: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._pending: dict[int, _Pending] = {}
-        self._cancelled: set[int] = set()
         self._leases: dict[int, Lease] = {}
+        # Yields asked for leases whose grant (on the lane) this client has not read yet.
+        self._early_yields: set[int] = set()
         self._ids = itertools.count(1)
         self._closed = False
         self._lost = ""
@@ -127,8 +137,26 @@ class BrokerClient:
         self.client_id: int = reg.client_id
         self.policy: str = reg.policy
         self.devices = [DeviceInfo.from_pb(d) for d in reg.devices]
+        self._lane: Lane | None = None
+        # Whoever waits for a grant reads the lane; one reader at a time (the others
+        # wait on this condition until their answer was read for them).
+        self._lane_turn = threading.Condition(threading.Lock())
+        self._lane_reading = False
+        # The lane sits beside the socket this client reached (the broker's own path
+        # may differ, e.g. seen from a container with the directory mounted elsewhere).
+        mine = socket_path(self.address)
+        if reg.lane_path and mine and (lane_wanted() if lane is None else lane):
+            try:
+                self._lane = Lane(mine + ".lane", self.client_id, reg.lane_token)
+            except (OSError, LaneClosed) as exc:
+                log.debug("no local lane beside %s (%s); staying on gRPC", mine, exc)
         self._reader = threading.Thread(target=self._read, name="broker-reader", daemon=True)
         self._reader.start()
+
+    @property
+    def on_lane(self) -> bool:
+        """Whether this session's requests travel on the local lane."""
+        return self._lane is not None
 
     # -- public API --------------------------------------------------------------------
 
@@ -147,14 +175,18 @@ class BrokerClient:
             self._pending[rid] = slot
         req = pb.Request(request_id=rid, count=count, memory_bytes=_memory_bytes(memory))
         req.pin.extend(pin or [])
-        self._out.put(pb.ClientMessage(request=req))
-        if not slot.done.wait(timeout):
+        self._send(pb.ClientMessage(request=req))
+        if not self._wait(slot, timeout):
             with self._lock:
-                if not slot.done.is_set():
-                    self._pending.pop(rid, None)
-                    self._cancelled.add(rid)
-                    self._out.put(pb.ClientMessage(cancel=pb.Cancel(request_id=rid)))
-                    raise BrokerError(f"no {count} device(s) granted within {timeout:g}s")
+                slot.abandoned = not slot.done.is_set()
+            if slot.abandoned:
+                self._send(pb.ClientMessage(cancel=pb.Cancel(request_id=rid)))
+                if self._lane is not None:
+                    # The answer to the cancel (or a grant that raced it) comes on the
+                    # lane, which only callers read: read it now, or a raced grant would
+                    # keep the device leased to nobody's use.
+                    self._wait(slot, CANCEL_ANSWER_WAIT)
+                raise BrokerError(f"no {count} device(s) granted within {timeout:g}s")
         if slot.error:
             raise BrokerError(slot.error)
         assert slot.lease is not None
@@ -171,7 +203,7 @@ class BrokerClient:
         rel = pb.Release(lease_id=lease.lease_id)
         for dev, nbytes in (resident or {}).items():
             rel.resident.add(device=dev, bytes=nbytes)
-        self._out.put(pb.ClientMessage(release=rel))
+        self._send(pb.ClientMessage(release=rel))
 
     @contextlib.contextmanager
     def gpus(
@@ -201,6 +233,8 @@ class BrokerClient:
                 return
             self._closed = True
         self._out.put(_STOP)
+        if self._lane is not None:
+            self._lane.close()
         self._call.cancel()
         self._channel.close()
         self._worker.shutdown(wait=False)
@@ -219,6 +253,47 @@ class BrokerClient:
         if self._closed:
             raise BrokerError("the broker client is closed")
 
+    def _send(self, msg: Any) -> None:
+        if self._lane is None:
+            self._out.put(msg)
+            return
+        try:
+            self._lane.send(msg)
+        except OSError:
+            self._lose(f"lost the broker at {self.address} (its lane closed)")
+            raise BrokerError(self._lost) from None
+
+    def _wait(self, slot: _Pending, timeout: float | None) -> bool:
+        """Wait until ``slot`` is answered; False after ``timeout`` s."""
+        if self._lane is None:
+            return slot.done.wait(timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not slot.done.is_set():
+            left = None if deadline is None else deadline - time.monotonic()
+            with self._lane_turn:
+                while self._lane_reading and not slot.done.is_set():
+                    if left is not None and left <= 0:
+                        return False
+                    self._lane_turn.wait(left)
+                    left = None if deadline is None else deadline - time.monotonic()
+                if slot.done.is_set():
+                    break
+                if left is not None and left <= 0:
+                    return False
+                self._lane_reading = True
+            msg = None
+            try:
+                msg = self._lane.recv(left)
+            except (OSError, LaneClosed):
+                self._lose(f"lost the broker at {self.address} (its lane closed)")
+            finally:
+                if msg is not None:
+                    self._dispatch(msg)
+                with self._lane_turn:
+                    self._lane_reading = False
+                    self._lane_turn.notify_all()
+        return True
+
     def _read(self) -> None:
         try:
             for msg in self._call:
@@ -227,16 +302,25 @@ class BrokerClient:
         except grpc.RpcError as exc:
             code = exc.code() if hasattr(exc, "code") else None
             reason = f"lost the broker at {self.address} ({code})"
+        self._lose(reason)
+
+    def _lose(self, reason: str) -> None:
+        """The session is gone (or closed): fail every waiting acquire."""
         with self._lock:
-            if self._closed:
-                return
-            self._lost = reason
+            first = not (self._closed or self._lost)
+            if first:
+                self._lost = reason
+            error = self._lost or "the broker client is closed"
             pending = list(self._pending.values())
             self._pending.clear()
         for slot in pending:
-            slot.error = reason
+            slot.error = error
             slot.done.set()
-        log.warning("%s", reason)
+        if self._lane is not None:
+            with self._lane_turn:
+                self._lane_turn.notify_all()
+        if first:
+            log.warning("%s", reason)
 
     def _dispatch(self, msg: Any) -> None:
         kind = msg.WhichOneof("kind")
@@ -245,24 +329,36 @@ class BrokerClient:
             lease = Lease(g.lease_id, [DeviceInfo.from_pb(d) for d in g.devices])
             with self._lock:
                 slot = self._pending.pop(g.request_id, None)
-                if slot is not None:
+                if slot is not None and not slot.abandoned:
                     self._leases[lease.lease_id] = lease
+                    if lease.lease_id in self._early_yields:
+                        self._early_yields.discard(lease.lease_id)
+                        lease.yield_requested.set()
                     slot.lease = lease
                     slot.done.set()
                     return
-                self._cancelled.discard(g.request_id)
             # Granted after the caller gave up waiting: hand it straight back.
-            self._out.put(pb.ClientMessage(release=pb.Release(lease_id=g.lease_id)))
+            with contextlib.suppress(BrokerError):
+                self._send(pb.ClientMessage(release=pb.Release(lease_id=g.lease_id)))
+            if slot is not None:
+                slot.done.set()
         elif kind == "rejected":
             r = msg.rejected
             with self._lock:
                 slot = self._pending.pop(r.request_id, None)
             if slot is not None:
-                slot.error = f"broker rejected the request: {r.reason}"
+                if not slot.abandoned:
+                    slot.error = f"broker rejected the request: {r.reason}"
                 slot.done.set()
         elif kind == "yield_asked":
+            lid = msg.yield_asked.lease_id
             with self._lock:
-                held = self._leases.get(msg.yield_asked.lease_id)
+                held = self._leases.get(lid)
+                if held is None and self._lane is not None:
+                    # The stream can overtake the lane: the grant may still be unread.
+                    if len(self._early_yields) > 1024:
+                        self._early_yields.clear()  # leases released before the ask came
+                    self._early_yields.add(lid)
             if held is not None:
                 held.yield_requested.set()
                 if self._yield_handler is not None:
@@ -280,4 +376,4 @@ class BrokerClient:
         finally:
             # Even a failed handler must answer, or the device stays blocked.
             with contextlib.suppress(Exception):
-                self._out.put(pb.ClientMessage(evict_done=pb.EvictDone(devices=devices)))
+                self._send(pb.ClientMessage(evict_done=pb.EvictDone(devices=devices)))

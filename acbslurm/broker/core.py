@@ -189,7 +189,10 @@ class Broker:
         self.queue = [
             w for w in self.queue if not (w.client == client and w.request_id == request_id)
         ]
-        return self._schedule(now) if len(self.queue) != before else []
+        if len(self.queue) == before:
+            return []  # already granted (or unknown): the grant stands
+        # Answered so that a client can tell "cancelled" from "granted meanwhile".
+        return [Rejected(client, request_id, "cancelled"), *self._schedule(now)]
 
     def release(
         self, client: int, lease_id: int, now: float, resident: dict[str, int] | None = None

@@ -5,7 +5,8 @@ core's decisions and the pushes to other sessions happen on that one thread, so 
 request costs no thread hand-offs and the core needs no lock. Each session is a
 coroutine writing its outbox to the stream plus a reader task feeding the core. When
 a session ends for any reason (exit, crash, network cut) the client's leases are
-freed before the next message is handled.
+freed before the next message is handled. On a unix socket the daemon also serves the
+sessions' local lane (``lane_server``) from the same loop.
 
 Measured on the 2-core box (docs/broker.md): the synchronous gRPC server with a reader
 thread and a writer thread per session cost about 400 us of server CPU per grant;
@@ -18,8 +19,10 @@ import asyncio
 import contextlib
 import logging
 import os
+import secrets
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +30,7 @@ import grpc
 
 from acbslurm.broker import core
 from acbslurm.broker.address import parse_address, socket_path
+from acbslurm.broker.lane_server import LaneServer, lane_path, token_matches
 from acbslurm.broker.proto import pb, pb_grpc
 from acbslurm.errors import BrokerError
 
@@ -51,22 +55,41 @@ class BrokerService(pb_grpc.GpuBrokerServicer):  # type: ignore[misc]
         self.broker = broker
         self.source = source
         self.outboxes: dict[int, asyncio.Queue[Any]] = {}
+        self.lane: LaneServer | None = None  # set when the broker listens on a unix socket
+        self.lane_tokens: dict[int, bytes] = {}
+
+    def open_lane(self, path: str, socket_mode: int) -> None:
+        self.lane = LaneServer(
+            path,
+            check_token=lambda cid, token: token_matches(self.lane_tokens.get(cid), token),
+            handle=self._handle,
+            on_close=self._drop,
+        )
+        self.lane.start(socket_mode)
 
     def _deliver(self, events: list[core.Event]) -> None:
-        """Queue ``events`` to their clients' streams."""
+        """Send ``events`` to their clients: answers on the lane if open, else the stream."""
+        lane = self.lane
         for ev in events:
             box = self.outboxes.get(ev.client)
             if box is None:
                 continue
+            on_lane = lane is not None and lane.is_open(ev.client)
             if isinstance(ev, core.Granted):
                 devs = [device_msg(self.broker.devices[d]) for d in ev.devices]
                 msg = pb.ServerMessage(
                     granted=pb.Granted(request_id=ev.request_id, lease_id=ev.lease_id, devices=devs)
                 )
+                if on_lane:
+                    lane.send(ev.client, msg)  # type: ignore[union-attr]
+                    continue
             elif isinstance(ev, core.Rejected):
                 msg = pb.ServerMessage(
                     rejected=pb.Rejected(request_id=ev.request_id, reason=ev.reason)
                 )
+                if on_lane:
+                    lane.send(ev.client, msg)  # type: ignore[union-attr]
+                    continue
             elif isinstance(ev, core.YieldAsked):
                 msg = pb.ServerMessage(yield_asked=pb.YieldAsked(lease_id=ev.lease_id))
             else:
@@ -122,13 +145,13 @@ class BrokerService(pb_grpc.GpuBrokerServicer):  # type: ignore[misc]
         reader = asyncio.get_running_loop().create_task(self._read(cid, context))
         try:
             devices = [device_msg(d) for d in self.broker.devices.values()]
-            await context.write(
-                pb.ServerMessage(
-                    registered=pb.Registered(
-                        client_id=cid, devices=devices, policy=self.broker.policy
-                    )
-                )
-            )
+            reg = pb.Registered(client_id=cid, devices=devices, policy=self.broker.policy)
+            if self.lane is not None:
+                token = secrets.token_bytes(16)
+                self.lane_tokens[cid] = token
+                reg.lane_path = self.lane.path
+                reg.lane_token = token
+            await context.write(pb.ServerMessage(registered=reg))
             while True:
                 out = await box.get()
                 if out is None:
@@ -143,6 +166,9 @@ class BrokerService(pb_grpc.GpuBrokerServicer):  # type: ignore[misc]
         if box is None:
             return
         box.put_nowait(None)
+        self.lane_tokens.pop(cid, None)
+        if self.lane is not None:
+            self.lane.end(cid)
         log.info("client %d gone; freeing its leases", cid)
         self._deliver(self.broker.disconnect(cid, time.monotonic()))
 
@@ -241,6 +267,7 @@ class RunningBroker:
         await self.server.start()
         if self.path:
             os.chmod(self.path, socket_mode)
+            self.service.open_lane(lane_path(self.path), socket_mode)
         if self.broker.policy == "quantum":
             self._tick = asyncio.get_running_loop().create_task(self.service.tick_forever())
         log.info("broker listening on %s with %d device(s)", self.address, len(self.broker.devices))
@@ -250,6 +277,8 @@ class RunningBroker:
             self._tick.cancel()
         for box in self.service.outboxes.values():
             box.put_nowait(None)
+        if self.service.lane is not None:
+            self.service.lane.close()
         await self.server.stop(grace)
         if self.path:
             with contextlib.suppress(FileNotFoundError):
@@ -271,17 +300,34 @@ def _socket_alive(path: str) -> bool:
         s.close()
 
 
-async def _serve(broker: core.Broker, address: str, source: str, socket_mode: int) -> None:
+async def _serve(
+    broker: core.Broker,
+    address: str,
+    source: str,
+    socket_mode: int,
+    on_ready: Callable[[], None] | None,
+) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     running = RunningBroker(broker, address, source)
     await running.start(socket_mode)
+    if on_ready is not None:
+        on_ready()
     await stop.wait()
     await running.stop()
 
 
-def serve(broker: core.Broker, address: str, source: str = "", socket_mode: int = 0o600) -> None:
-    """Run the daemon in the foreground; SIGTERM and SIGINT stop it cleanly."""
-    asyncio.run(_serve(broker, address, source, socket_mode))
+def serve(
+    broker: core.Broker,
+    address: str,
+    source: str = "",
+    socket_mode: int = 0o600,
+    on_ready: Callable[[], None] | None = None,
+) -> None:
+    """Run the daemon in the foreground; SIGTERM and SIGINT stop it cleanly.
+
+    ``on_ready`` runs once the sockets accept connections.
+    """
+    asyncio.run(_serve(broker, address, source, socket_mode, on_ready))

@@ -92,8 +92,14 @@ def serve(
     state = core.Broker(found.devices, policy=policy, quantum=quantum)
     ids = ", ".join(d.id for d in found.devices)
     click.echo(f"broker: {len(found.devices)} device(s) from {found.source}: {ids}", err=True)
-    click.echo(f"broker: listening on {address} (policy {policy})", err=True)
-    run_server(state, address, source=found.source, socket_mode=mode)
+    run_server(
+        state,
+        address,
+        source=found.source,
+        socket_mode=mode,
+        # Said only once the socket accepts connections: scripts may wait for this line.
+        on_ready=lambda: click.echo(f"broker: listening on {address} (policy {policy})", err=True),
+    )
 
 
 def _status_dict(reply: Any) -> dict[str, Any]:

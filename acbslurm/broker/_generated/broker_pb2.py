@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1c\x61\x63\x62slurm/broker/broker.proto\x12\x12\x61\x63\x62slurm.broker.v1\"%\n\x08Register\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0b\n\x03pid\x18\x02 \x01(\x03\"O\n\x07Request\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\x12\r\n\x05\x63ount\x18\x02 \x01(\r\x12\x14\n\x0cmemory_bytes\x18\x03 \x01(\x04\x12\x0b\n\x03pin\x18\x04 \x03(\t\"*\n\tResidency\x12\x0e\n\x06\x64\x65vice\x18\x01 \x01(\t\x12\r\n\x05\x62ytes\x18\x02 \x01(\x04\"L\n\x07Release\x12\x10\n\x08lease_id\x18\x01 \x01(\x04\x12/\n\x08resident\x18\x02 \x03(\x0b\x32\x1d.acbslurm.broker.v1.Residency\"\x1c\n\x06\x43\x61ncel\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\"\x1c\n\tEvictDone\x12\x0f\n\x07\x64\x65vices\x18\x01 \x03(\t\"\x8c\x02\n\rClientMessage\x12\x30\n\x08register\x18\x01 \x01(\x0b\x32\x1c.acbslurm.broker.v1.RegisterH\x00\x12.\n\x07request\x18\x02 \x01(\x0b\x32\x1b.acbslurm.broker.v1.RequestH\x00\x12.\n\x07release\x18\x03 \x01(\x0b\x32\x1b.acbslurm.broker.v1.ReleaseH\x00\x12,\n\x06\x63\x61ncel\x18\x04 \x01(\x0b\x32\x1a.acbslurm.broker.v1.CancelH\x00\x12\x33\n\nevict_done\x18\x05 \x01(\x0b\x32\x1d.acbslurm.broker.v1.EvictDoneH\x00\x42\x06\n\x04kind\"V\n\x06\x44\x65vice\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x14\n\x0cmemory_total\x18\x03 \x01(\x04\x12\r\n\x05minor\x18\x04 \x01(\x05\x12\r\n\x05index\x18\x05 \x01(\x05\"\\\n\nRegistered\x12\x11\n\tclient_id\x18\x01 \x01(\x04\x12+\n\x07\x64\x65vices\x18\x02 \x03(\x0b\x32\x1a.acbslurm.broker.v1.Device\x12\x0e\n\x06policy\x18\x03 \x01(\t\"\\\n\x07Granted\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\x12\x10\n\x08lease_id\x18\x02 \x01(\x04\x12+\n\x07\x64\x65vices\x18\x03 \x03(\x0b\x32\x1a.acbslurm.broker.v1.Device\".\n\x08Rejected\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\x12\x0e\n\x06reason\x18\x02 \x01(\t\"\x1e\n\nYieldAsked\x12\x10\n\x08lease_id\x18\x01 \x01(\x04\"\x18\n\x05\x45vict\x12\x0f\n\x07\x64\x65vices\x18\x01 \x03(\t\"\x92\x02\n\rServerMessage\x12\x34\n\nregistered\x18\x01 \x01(\x0b\x32\x1e.acbslurm.broker.v1.RegisteredH\x00\x12.\n\x07granted\x18\x02 \x01(\x0b\x32\x1b.acbslurm.broker.v1.GrantedH\x00\x12\x30\n\x08rejected\x18\x03 \x01(\x0b\x32\x1c.acbslurm.broker.v1.RejectedH\x00\x12\x35\n\x0byield_asked\x18\x04 \x01(\x0b\x32\x1e.acbslurm.broker.v1.YieldAskedH\x00\x12*\n\x05\x65vict\x18\x05 \x01(\x0b\x32\x19.acbslurm.broker.v1.EvictH\x00\x42\x06\n\x04kind\"\x0f\n\rStatusRequest\",\n\x08Resident\x12\x11\n\tclient_id\x18\x01 \x01(\x04\x12\r\n\x05\x62ytes\x18\x02 \x01(\x04\"\xa2\x01\n\x0b\x44\x65viceState\x12*\n\x06\x64\x65vice\x18\x01 \x01(\x0b\x32\x1a.acbslurm.broker.v1.Device\x12\x0e\n\x06holder\x18\x02 \x01(\x04\x12\x10\n\x08lease_id\x18\x03 \x01(\x04\x12\x14\n\x0cheld_seconds\x18\x04 \x01(\x01\x12/\n\tresidents\x18\x05 \x03(\x0b\x32\x1c.acbslurm.broker.v1.Resident\"k\n\x0b\x43lientState\x12\x11\n\tclient_id\x18\x01 \x01(\x04\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0b\n\x03pid\x18\x03 \x01(\x03\x12\x15\n\rwaiting_count\x18\x04 \x01(\r\x12\x17\n\x0fwaiting_seconds\x18\x05 \x01(\x01\"\xf8\x01\n\x0bStatusReply\x12\x0e\n\x06policy\x18\x01 \x01(\t\x12\x17\n\x0fquantum_seconds\x18\x02 \x01(\x01\x12\x30\n\x07\x64\x65vices\x18\x03 \x03(\x0b\x32\x1f.acbslurm.broker.v1.DeviceState\x12\x30\n\x07\x63lients\x18\x04 \x03(\x0b\x32\x1f.acbslurm.broker.v1.ClientState\x12\x0e\n\x06grants\x18\x05 \x01(\x04\x12\x11\n\tevictions\x18\x06 \x01(\x04\x12\x14\n\x0cyields_asked\x18\x07 \x01(\x04\x12\x13\n\x0b\x64isconnects\x18\x08 \x01(\x04\x12\x0e\n\x06source\x18\t \x01(\t2\xae\x01\n\tGpuBroker\x12S\n\x07Session\x12!.acbslurm.broker.v1.ClientMessage\x1a!.acbslurm.broker.v1.ServerMessage(\x01\x30\x01\x12L\n\x06Status\x12!.acbslurm.broker.v1.StatusRequest\x1a\x1f.acbslurm.broker.v1.StatusReplyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1c\x61\x63\x62slurm/broker/broker.proto\x12\x12\x61\x63\x62slurm.broker.v1\"%\n\x08Register\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0b\n\x03pid\x18\x02 \x01(\x03\"O\n\x07Request\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\x12\r\n\x05\x63ount\x18\x02 \x01(\r\x12\x14\n\x0cmemory_bytes\x18\x03 \x01(\x04\x12\x0b\n\x03pin\x18\x04 \x03(\t\"*\n\tResidency\x12\x0e\n\x06\x64\x65vice\x18\x01 \x01(\t\x12\r\n\x05\x62ytes\x18\x02 \x01(\x04\"L\n\x07Release\x12\x10\n\x08lease_id\x18\x01 \x01(\x04\x12/\n\x08resident\x18\x02 \x03(\x0b\x32\x1d.acbslurm.broker.v1.Residency\"\x1c\n\x06\x43\x61ncel\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\"\x1c\n\tEvictDone\x12\x0f\n\x07\x64\x65vices\x18\x01 \x03(\t\",\n\x08LaneOpen\x12\x11\n\tclient_id\x18\x01 \x01(\x04\x12\r\n\x05token\x18\x02 \x01(\x0c\"\xbf\x02\n\rClientMessage\x12\x30\n\x08register\x18\x01 \x01(\x0b\x32\x1c.acbslurm.broker.v1.RegisterH\x00\x12.\n\x07request\x18\x02 \x01(\x0b\x32\x1b.acbslurm.broker.v1.RequestH\x00\x12.\n\x07release\x18\x03 \x01(\x0b\x32\x1b.acbslurm.broker.v1.ReleaseH\x00\x12,\n\x06\x63\x61ncel\x18\x04 \x01(\x0b\x32\x1a.acbslurm.broker.v1.CancelH\x00\x12\x33\n\nevict_done\x18\x05 \x01(\x0b\x32\x1d.acbslurm.broker.v1.EvictDoneH\x00\x12\x31\n\tlane_open\x18\x06 \x01(\x0b\x32\x1c.acbslurm.broker.v1.LaneOpenH\x00\x42\x06\n\x04kind\"V\n\x06\x44\x65vice\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x14\n\x0cmemory_total\x18\x03 \x01(\x04\x12\r\n\x05minor\x18\x04 \x01(\x05\x12\r\n\x05index\x18\x05 \x01(\x05\"\x83\x01\n\nRegistered\x12\x11\n\tclient_id\x18\x01 \x01(\x04\x12+\n\x07\x64\x65vices\x18\x02 \x03(\x0b\x32\x1a.acbslurm.broker.v1.Device\x12\x0e\n\x06policy\x18\x03 \x01(\t\x12\x11\n\tlane_path\x18\x04 \x01(\t\x12\x12\n\nlane_token\x18\x05 \x01(\x0c\"\\\n\x07Granted\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\x12\x10\n\x08lease_id\x18\x02 \x01(\x04\x12+\n\x07\x64\x65vices\x18\x03 \x03(\x0b\x32\x1a.acbslurm.broker.v1.Device\".\n\x08Rejected\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\x12\x0e\n\x06reason\x18\x02 \x01(\t\"\x1e\n\nYieldAsked\x12\x10\n\x08lease_id\x18\x01 \x01(\x04\"\x18\n\x05\x45vict\x12\x0f\n\x07\x64\x65vices\x18\x01 \x03(\t\"\x0b\n\tLaneReady\"\xc7\x02\n\rServerMessage\x12\x34\n\nregistered\x18\x01 \x01(\x0b\x32\x1e.acbslurm.broker.v1.RegisteredH\x00\x12.\n\x07granted\x18\x02 \x01(\x0b\x32\x1b.acbslurm.broker.v1.GrantedH\x00\x12\x30\n\x08rejected\x18\x03 \x01(\x0b\x32\x1c.acbslurm.broker.v1.RejectedH\x00\x12\x35\n\x0byield_asked\x18\x04 \x01(\x0b\x32\x1e.acbslurm.broker.v1.YieldAskedH\x00\x12*\n\x05\x65vict\x18\x05 \x01(\x0b\x32\x19.acbslurm.broker.v1.EvictH\x00\x12\x33\n\nlane_ready\x18\x06 \x01(\x0b\x32\x1d.acbslurm.broker.v1.LaneReadyH\x00\x42\x06\n\x04kind\"\x0f\n\rStatusRequest\",\n\x08Resident\x12\x11\n\tclient_id\x18\x01 \x01(\x04\x12\r\n\x05\x62ytes\x18\x02 \x01(\x04\"\xa2\x01\n\x0b\x44\x65viceState\x12*\n\x06\x64\x65vice\x18\x01 \x01(\x0b\x32\x1a.acbslurm.broker.v1.Device\x12\x0e\n\x06holder\x18\x02 \x01(\x04\x12\x10\n\x08lease_id\x18\x03 \x01(\x04\x12\x14\n\x0cheld_seconds\x18\x04 \x01(\x01\x12/\n\tresidents\x18\x05 \x03(\x0b\x32\x1c.acbslurm.broker.v1.Resident\"k\n\x0b\x43lientState\x12\x11\n\tclient_id\x18\x01 \x01(\x04\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0b\n\x03pid\x18\x03 \x01(\x03\x12\x15\n\rwaiting_count\x18\x04 \x01(\r\x12\x17\n\x0fwaiting_seconds\x18\x05 \x01(\x01\"\xf8\x01\n\x0bStatusReply\x12\x0e\n\x06policy\x18\x01 \x01(\t\x12\x17\n\x0fquantum_seconds\x18\x02 \x01(\x01\x12\x30\n\x07\x64\x65vices\x18\x03 \x03(\x0b\x32\x1f.acbslurm.broker.v1.DeviceState\x12\x30\n\x07\x63lients\x18\x04 \x03(\x0b\x32\x1f.acbslurm.broker.v1.ClientState\x12\x0e\n\x06grants\x18\x05 \x01(\x04\x12\x11\n\tevictions\x18\x06 \x01(\x04\x12\x14\n\x0cyields_asked\x18\x07 \x01(\x04\x12\x13\n\x0b\x64isconnects\x18\x08 \x01(\x04\x12\x0e\n\x06source\x18\t \x01(\t2\xae\x01\n\tGpuBroker\x12S\n\x07Session\x12!.acbslurm.broker.v1.ClientMessage\x1a!.acbslurm.broker.v1.ServerMessage(\x01\x30\x01\x12L\n\x06Status\x12!.acbslurm.broker.v1.StatusRequest\x1a\x1f.acbslurm.broker.v1.StatusReplyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -43,32 +43,36 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_CANCEL']._serialized_end=322
   _globals['_EVICTDONE']._serialized_start=324
   _globals['_EVICTDONE']._serialized_end=352
-  _globals['_CLIENTMESSAGE']._serialized_start=355
-  _globals['_CLIENTMESSAGE']._serialized_end=623
-  _globals['_DEVICE']._serialized_start=625
-  _globals['_DEVICE']._serialized_end=711
-  _globals['_REGISTERED']._serialized_start=713
-  _globals['_REGISTERED']._serialized_end=805
-  _globals['_GRANTED']._serialized_start=807
-  _globals['_GRANTED']._serialized_end=899
-  _globals['_REJECTED']._serialized_start=901
-  _globals['_REJECTED']._serialized_end=947
-  _globals['_YIELDASKED']._serialized_start=949
-  _globals['_YIELDASKED']._serialized_end=979
-  _globals['_EVICT']._serialized_start=981
-  _globals['_EVICT']._serialized_end=1005
-  _globals['_SERVERMESSAGE']._serialized_start=1008
-  _globals['_SERVERMESSAGE']._serialized_end=1282
-  _globals['_STATUSREQUEST']._serialized_start=1284
-  _globals['_STATUSREQUEST']._serialized_end=1299
-  _globals['_RESIDENT']._serialized_start=1301
-  _globals['_RESIDENT']._serialized_end=1345
-  _globals['_DEVICESTATE']._serialized_start=1348
-  _globals['_DEVICESTATE']._serialized_end=1510
-  _globals['_CLIENTSTATE']._serialized_start=1512
-  _globals['_CLIENTSTATE']._serialized_end=1619
-  _globals['_STATUSREPLY']._serialized_start=1622
-  _globals['_STATUSREPLY']._serialized_end=1870
-  _globals['_GPUBROKER']._serialized_start=1873
-  _globals['_GPUBROKER']._serialized_end=2047
+  _globals['_LANEOPEN']._serialized_start=354
+  _globals['_LANEOPEN']._serialized_end=398
+  _globals['_CLIENTMESSAGE']._serialized_start=401
+  _globals['_CLIENTMESSAGE']._serialized_end=720
+  _globals['_DEVICE']._serialized_start=722
+  _globals['_DEVICE']._serialized_end=808
+  _globals['_REGISTERED']._serialized_start=811
+  _globals['_REGISTERED']._serialized_end=942
+  _globals['_GRANTED']._serialized_start=944
+  _globals['_GRANTED']._serialized_end=1036
+  _globals['_REJECTED']._serialized_start=1038
+  _globals['_REJECTED']._serialized_end=1084
+  _globals['_YIELDASKED']._serialized_start=1086
+  _globals['_YIELDASKED']._serialized_end=1116
+  _globals['_EVICT']._serialized_start=1118
+  _globals['_EVICT']._serialized_end=1142
+  _globals['_LANEREADY']._serialized_start=1144
+  _globals['_LANEREADY']._serialized_end=1155
+  _globals['_SERVERMESSAGE']._serialized_start=1158
+  _globals['_SERVERMESSAGE']._serialized_end=1485
+  _globals['_STATUSREQUEST']._serialized_start=1487
+  _globals['_STATUSREQUEST']._serialized_end=1502
+  _globals['_RESIDENT']._serialized_start=1504
+  _globals['_RESIDENT']._serialized_end=1548
+  _globals['_DEVICESTATE']._serialized_start=1551
+  _globals['_DEVICESTATE']._serialized_end=1713
+  _globals['_CLIENTSTATE']._serialized_start=1715
+  _globals['_CLIENTSTATE']._serialized_end=1822
+  _globals['_STATUSREPLY']._serialized_start=1825
+  _globals['_STATUSREPLY']._serialized_end=2073
+  _globals['_GPUBROKER']._serialized_start=2076
+  _globals['_GPUBROKER']._serialized_end=2250
 # @@protoc_insertion_point(module_scope)

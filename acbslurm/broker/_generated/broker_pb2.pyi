@@ -54,19 +54,29 @@ class EvictDone(_message.Message):
     devices: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, devices: _Optional[_Iterable[str]] = ...) -> None: ...
 
+class LaneOpen(_message.Message):
+    __slots__ = ("client_id", "token")
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    client_id: int
+    token: bytes
+    def __init__(self, client_id: _Optional[int] = ..., token: _Optional[bytes] = ...) -> None: ...
+
 class ClientMessage(_message.Message):
-    __slots__ = ("register", "request", "release", "cancel", "evict_done")
+    __slots__ = ("register", "request", "release", "cancel", "evict_done", "lane_open")
     REGISTER_FIELD_NUMBER: _ClassVar[int]
     REQUEST_FIELD_NUMBER: _ClassVar[int]
     RELEASE_FIELD_NUMBER: _ClassVar[int]
     CANCEL_FIELD_NUMBER: _ClassVar[int]
     EVICT_DONE_FIELD_NUMBER: _ClassVar[int]
+    LANE_OPEN_FIELD_NUMBER: _ClassVar[int]
     register: Register
     request: Request
     release: Release
     cancel: Cancel
     evict_done: EvictDone
-    def __init__(self, register: _Optional[_Union[Register, _Mapping]] = ..., request: _Optional[_Union[Request, _Mapping]] = ..., release: _Optional[_Union[Release, _Mapping]] = ..., cancel: _Optional[_Union[Cancel, _Mapping]] = ..., evict_done: _Optional[_Union[EvictDone, _Mapping]] = ...) -> None: ...
+    lane_open: LaneOpen
+    def __init__(self, register: _Optional[_Union[Register, _Mapping]] = ..., request: _Optional[_Union[Request, _Mapping]] = ..., release: _Optional[_Union[Release, _Mapping]] = ..., cancel: _Optional[_Union[Cancel, _Mapping]] = ..., evict_done: _Optional[_Union[EvictDone, _Mapping]] = ..., lane_open: _Optional[_Union[LaneOpen, _Mapping]] = ...) -> None: ...
 
 class Device(_message.Message):
     __slots__ = ("id", "name", "memory_total", "minor", "index")
@@ -83,14 +93,18 @@ class Device(_message.Message):
     def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., memory_total: _Optional[int] = ..., minor: _Optional[int] = ..., index: _Optional[int] = ...) -> None: ...
 
 class Registered(_message.Message):
-    __slots__ = ("client_id", "devices", "policy")
+    __slots__ = ("client_id", "devices", "policy", "lane_path", "lane_token")
     CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
     DEVICES_FIELD_NUMBER: _ClassVar[int]
     POLICY_FIELD_NUMBER: _ClassVar[int]
+    LANE_PATH_FIELD_NUMBER: _ClassVar[int]
+    LANE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     client_id: int
     devices: _containers.RepeatedCompositeFieldContainer[Device]
     policy: str
-    def __init__(self, client_id: _Optional[int] = ..., devices: _Optional[_Iterable[_Union[Device, _Mapping]]] = ..., policy: _Optional[str] = ...) -> None: ...
+    lane_path: str
+    lane_token: bytes
+    def __init__(self, client_id: _Optional[int] = ..., devices: _Optional[_Iterable[_Union[Device, _Mapping]]] = ..., policy: _Optional[str] = ..., lane_path: _Optional[str] = ..., lane_token: _Optional[bytes] = ...) -> None: ...
 
 class Granted(_message.Message):
     __slots__ = ("request_id", "lease_id", "devices")
@@ -122,19 +136,25 @@ class Evict(_message.Message):
     devices: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, devices: _Optional[_Iterable[str]] = ...) -> None: ...
 
+class LaneReady(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
 class ServerMessage(_message.Message):
-    __slots__ = ("registered", "granted", "rejected", "yield_asked", "evict")
+    __slots__ = ("registered", "granted", "rejected", "yield_asked", "evict", "lane_ready")
     REGISTERED_FIELD_NUMBER: _ClassVar[int]
     GRANTED_FIELD_NUMBER: _ClassVar[int]
     REJECTED_FIELD_NUMBER: _ClassVar[int]
     YIELD_ASKED_FIELD_NUMBER: _ClassVar[int]
     EVICT_FIELD_NUMBER: _ClassVar[int]
+    LANE_READY_FIELD_NUMBER: _ClassVar[int]
     registered: Registered
     granted: Granted
     rejected: Rejected
     yield_asked: YieldAsked
     evict: Evict
-    def __init__(self, registered: _Optional[_Union[Registered, _Mapping]] = ..., granted: _Optional[_Union[Granted, _Mapping]] = ..., rejected: _Optional[_Union[Rejected, _Mapping]] = ..., yield_asked: _Optional[_Union[YieldAsked, _Mapping]] = ..., evict: _Optional[_Union[Evict, _Mapping]] = ...) -> None: ...
+    lane_ready: LaneReady
+    def __init__(self, registered: _Optional[_Union[Registered, _Mapping]] = ..., granted: _Optional[_Union[Granted, _Mapping]] = ..., rejected: _Optional[_Union[Rejected, _Mapping]] = ..., yield_asked: _Optional[_Union[YieldAsked, _Mapping]] = ..., evict: _Optional[_Union[Evict, _Mapping]] = ..., lane_ready: _Optional[_Union[LaneReady, _Mapping]] = ...) -> None: ...
 
 class StatusRequest(_message.Message):
     __slots__ = ()

@@ -1,4 +1,8 @@
-"""Broker and client over real gRPC on a unix socket (a real `broker serve` process)."""
+"""Broker and client over real gRPC on a unix socket (a real `broker serve` process).
+
+Tests that take ``lane`` run twice: with requests on the local lane (the default on
+the broker's host) and on gRPC alone (what remote clients use).
+"""
 
 import json
 import os
@@ -19,9 +23,15 @@ from acbslurm.cli.broker import fetch_status
 from acbslurm.errors import BrokerError
 
 
-def test_gpus_context_acquire_release_and_status(broker_factory) -> None:
+@pytest.fixture(params=[True, False], ids=["lane", "grpc"])
+def lane(request: pytest.FixtureRequest) -> bool:
+    return bool(request.param)
+
+
+def test_gpus_context_acquire_release_and_status(broker_factory, lane: bool) -> None:
     d = broker_factory("--devices", "cpu:2:1G")
-    with BrokerClient(d.address, name="t") as a, BrokerClient(d.address) as b:
+    with BrokerClient(d.address, name="t", lane=lane) as a, BrokerClient(d.address) as b:
+        assert a.on_lane is lane and b.on_lane
         assert [x.id for x in a.devices] == ["cpu0", "cpu1"]
         assert a.devices[0].memory_total == 1024**3
         with a.gpus(2, memory="512M") as devices:
@@ -48,9 +58,9 @@ def test_socket_is_private_by_default(broker_factory) -> None:
     assert mode == 0o600
 
 
-def test_waiter_is_granted_when_holder_releases(broker_factory) -> None:
+def test_waiter_is_granted_when_holder_releases(broker_factory, lane: bool) -> None:
     d = broker_factory("--devices", "cpu:1")
-    with BrokerClient(d.address) as a, BrokerClient(d.address) as b:
+    with BrokerClient(d.address, lane=lane) as a, BrokerClient(d.address, lane=lane) as b:
         lease = a.acquire(1)
         granted: list[float] = []
 
@@ -82,17 +92,17 @@ HOLDER = textwrap.dedent(
 )
 
 
-def test_client_death_frees_its_lease_within_one_second(broker_factory) -> None:
+def test_client_death_frees_its_lease_within_one_second(broker_factory, lane: bool) -> None:
     d = broker_factory("--devices", "cpu:1")
     victim = subprocess.Popen(
         [sys.executable, "-c", HOLDER, d.address],
-        env=child_env(),
+        env=dict(child_env(), ACBSLURM_BROKER_LANE="1" if lane else "0"),
         stdout=subprocess.PIPE,
         text=True,
     )
     assert victim.stdout is not None
     assert victim.stdout.readline().strip() == "held"
-    with BrokerClient(d.address) as waiter:
+    with BrokerClient(d.address, lane=lane) as waiter:
         result: dict[str, float] = {}
 
         def wait() -> None:
@@ -115,9 +125,9 @@ def test_client_death_frees_its_lease_within_one_second(broker_factory) -> None:
         assert [c["name"] for c in st["clients"]] != ["victim"]
 
 
-def test_quantum_policy_asks_holder_to_yield(broker_factory) -> None:
+def test_quantum_policy_asks_holder_to_yield(broker_factory, lane: bool) -> None:
     d = broker_factory("--devices", "cpu:1", "--policy", "quantum", "--quantum", "0.2")
-    with BrokerClient(d.address) as a, BrokerClient(d.address) as b:
+    with BrokerClient(d.address, lane=lane) as a, BrokerClient(d.address, lane=lane) as b:
         lease = a.acquire(1)
         asked = threading.Event()
         a.on_yield(lambda held: asked.set() if held is lease else None)
@@ -132,9 +142,11 @@ def test_quantum_policy_asks_holder_to_yield(broker_factory) -> None:
         assert fetch_status(d.address)["yields_asked"] == 1
 
 
-def test_eviction_handler_runs_before_the_other_client_is_granted(broker_factory) -> None:
+def test_eviction_handler_runs_before_the_other_client_is_granted(
+    broker_factory, lane: bool
+) -> None:
     d = broker_factory("--devices", "cpu:1")
-    with BrokerClient(d.address) as a, BrokerClient(d.address) as b:
+    with BrokerClient(d.address, lane=lane) as a, BrokerClient(d.address, lane=lane) as b:
         order: list[str] = []
 
         def evict(devices: list[str]) -> None:
@@ -159,9 +171,9 @@ def test_no_broker_is_a_clear_error() -> None:
         BrokerClient("unix:/nonexistent/b.sock", connect_timeout=0.2)
 
 
-def test_broker_going_away_fails_waiters(broker_factory) -> None:
+def test_broker_going_away_fails_waiters(broker_factory, lane: bool) -> None:
     d = broker_factory("--devices", "cpu:1")
-    a, b = BrokerClient(d.address), BrokerClient(d.address)
+    a, b = BrokerClient(d.address, lane=lane), BrokerClient(d.address, lane=lane)
     a.acquire(1)
     errors: list[str] = []
 
@@ -177,6 +189,8 @@ def test_broker_going_away_fails_waiters(broker_factory) -> None:
     d.stop()
     t.join(10)
     assert errors and "broker" in errors[0]
+    with pytest.raises(BrokerError, match=r"lost the broker|the broker ended the session"):
+        a.acquire(1, timeout=5)  # no hang: the session is known to be gone
     a.close()
     b.close()
 

@@ -1,0 +1,131 @@
+"""The local lane (requests and grants as unix datagrams beside the gRPC session)."""
+
+import os
+import socket
+import stat
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from acbslurm.broker.client import BrokerClient
+from acbslurm.broker.proto import pb
+from acbslurm.cli.broker import fetch_status
+from acbslurm.errors import BrokerError
+
+
+def lane_of(address: str) -> str:
+    return address[len("unix:") :] + ".lane"
+
+
+def raw_lane(address: str) -> socket.socket:
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    s.settimeout(5)
+    s.connect(lane_of(address))
+    return s
+
+
+def test_lane_is_private_used_by_default_and_removed_on_stop(
+    broker_factory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    d = broker_factory("--devices", "cpu:1")
+    assert stat.S_IMODE(os.stat(lane_of(d.address)).st_mode) == 0o600
+    with BrokerClient(d.address) as c:
+        assert c.on_lane
+    monkeypatch.setenv("ACBSLURM_BROKER_LANE", "0")
+    with BrokerClient(d.address) as c:
+        assert not c.on_lane
+        c.release(c.acquire(1, timeout=5))
+    assert d.stop() == 0
+    assert not Path(lane_of(d.address)).exists()
+
+
+def test_a_forged_or_borrowed_token_gets_no_lane(broker_factory) -> None:
+    d = broker_factory("--devices", "cpu:1")
+    with BrokerClient(d.address, lane=False) as victim:
+        for cid, token in [(victim.client_id, b"x" * 16), (victim.client_id + 99, b"")]:
+            s = raw_lane(d.address)
+            s.send(
+                pb.ClientMessage(
+                    lane_open=pb.LaneOpen(client_id=cid, token=token)
+                ).SerializeToString()
+            )
+            assert s.recv(1024) == b""  # closed without LaneReady
+            s.close()
+        # Garbage instead of a LaneOpen closes that connection only.
+        s = raw_lane(d.address)
+        s.send(b"\xff\xfe not protobuf")
+        assert s.recv(1024) == b""
+        s.close()
+        victim.release(victim.acquire(1, timeout=5))  # the broker and the session live on
+        assert [c["id"] for c in fetch_status(d.address)["clients"]] == [victim.client_id]
+
+
+def test_a_timed_out_acquire_leaves_nothing_behind(broker_factory) -> None:
+    d = broker_factory("--devices", "cpu:1")
+    with BrokerClient(d.address) as a, BrokerClient(d.address) as b, BrokerClient(d.address) as c:
+        lease = a.acquire(1)
+        with pytest.raises(BrokerError, match=r"within 0\.2s"):
+            b.acquire(1, timeout=0.2)
+        assert all(x["waiting_count"] == 0 for x in fetch_status(d.address)["clients"])
+        a.release(lease)
+        got = c.acquire(1, timeout=5)  # b's cancelled request did not take the device
+        assert fetch_status(d.address)["devices"][0]["holder"] == c.client_id
+        c.release(got)
+        b.release(b.acquire(1, timeout=5))  # and b's session still works
+
+
+def test_threads_sharing_one_lane_client_never_share_a_device(broker_factory) -> None:
+    d = broker_factory("--devices", "cpu:2")
+    held: set[str] = set()
+    guard = threading.Lock()
+    errors: list[str] = []
+    with BrokerClient(d.address) as c:
+        assert c.on_lane
+
+        def worker() -> None:
+            try:
+                for _ in range(150):
+                    lease = c.acquire(1, timeout=10)
+                    [dev] = lease.device_ids
+                    with guard:
+                        if dev in held:
+                            errors.append(f"{dev} handed out twice")
+                        held.add(dev)
+                    time.sleep(0.0005)
+                    with guard:
+                        held.discard(dev)
+                    c.release(lease)
+            except Exception as exc:  # reported below
+                errors.append(repr(exc))
+
+        threads = [threading.Thread(target=worker) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert not any(t.is_alive() for t in threads)
+        assert errors == []
+        assert fetch_status(d.address)["grants"] == 600
+
+
+def test_closing_the_client_wakes_a_thread_waiting_on_the_lane(broker_factory) -> None:
+    d = broker_factory("--devices", "cpu:1")
+    with BrokerClient(d.address) as holder:
+        holder.acquire(1)
+        c = BrokerClient(d.address)
+        errors: list[str] = []
+
+        def wait() -> None:
+            try:
+                c.acquire(1, timeout=30)
+            except BrokerError as exc:
+                errors.append(str(exc))
+
+        t = threading.Thread(target=wait)
+        t.start()
+        time.sleep(0.2)
+        c.close()
+        t.join(5)
+        assert not t.is_alive() and errors
