@@ -1,4 +1,4 @@
-from acbslurm.cli.main import main
+from acbslurm.cli.entry import main
 
 if __name__ == "__main__":
     main()

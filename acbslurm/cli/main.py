@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import os
 import sys
 
 import click
 
 from acbslurm import __version__
+from acbslurm.cli.logsetup import configure_logging
 from acbslurm.errors import AcbslurmError
 
 # name -> "module:attribute"; each module owns its commands.
@@ -51,21 +51,6 @@ class LazyGroup(click.Group):
         cmd = getattr(importlib.import_module(module_name), attr)
         assert isinstance(cmd, click.Command)
         return cmd
-
-
-def configure_logging(verbose: int) -> None:
-    env_level = os.environ.get("ACBSLURM_LOG_LEVEL")
-    if not verbose and not env_level:
-        # Python's last-resort handler already prints warnings; importing logging here
-        # would cost `acbslurm run` (a job's start) about 15 ms.
-        return
-    import logging
-
-    level = logging.WARNING - 10 * verbose
-    if env_level:
-        named = logging.getLevelName(env_level.upper())
-        level = named if isinstance(named, int) else logging.WARNING
-    logging.basicConfig(level=level, format="acbslurm: %(levelname)s: %(message)s")
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})

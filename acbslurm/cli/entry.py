@@ -1,0 +1,22 @@
+"""The ``acbslurm`` console entry: `acbslurm run` first tries the click-free parser.
+
+Every other command, and every `run` line the fast parser does not fully accept, goes
+to the click application in ``cli/main.py``.
+"""
+
+from __future__ import annotations
+
+import sys
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = sys.argv[1:] if argv is None else argv
+    if args[:1] == ["run"]:
+        from acbslurm.cli.run_fast import try_run
+
+        code = try_run(args[1:])
+        if code is not None:
+            sys.exit(code)
+    from acbslurm.cli.main import main as click_main
+
+    click_main(args)

@@ -1,0 +1,107 @@
+"""What `acbslurm run` does once its arguments are parsed (click-free).
+
+Both the click command (``cli/container.py``) and the fast parser the console entry
+uses for a job's start (``cli/run_fast.py``) call ``execute``: one behaviour, two
+front ends. Every bad value raises ``OptionError`` naming the option before anything
+is started, so a front end may hand such an error to the other one to report.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+
+from acbslurm.config import load_settings
+from acbslurm.container.options import (
+    GpuNotAllocated,
+    OptionError,
+    parse_env,
+    parse_gpus,
+    parse_mount,
+    resolve_gpus,
+    resolve_limits,
+)
+from acbslurm.errors import SetupError
+from acbslurm.hooks.record import JobRecord, check_job_id, read_trusted_record
+
+
+@dataclass(frozen=True)
+class RunArgs:
+    image: str
+    command: tuple[str, ...] = ()
+    gpus: str = "auto"
+    mounts: tuple[str, ...] = ()
+    envs: tuple[str, ...] = ()
+    workdir: str | None = None
+    name: str | None = None
+    grace: float | None = None
+    cpus: float | None = None
+    memory: str | None = None
+
+
+def _job_record(
+    record_dir: str, job_id: str | None, gpus_spec: str | list[str]
+) -> JobRecord | None:
+    """The prolog's record of this job, checked to belong to the caller."""
+    if job_id is None:
+        return None
+    rec = read_trusted_record(record_dir, check_job_id(job_id))
+    if rec is None:
+        if gpus_spec == "none":
+            return None
+        raise SetupError(
+            f"no acbslurm record for job {job_id} on this node: the acbslurm prolog is not "
+            "configured (Prolog= and PrologFlags=Alloc in slurm.conf); use --gpus none to "
+            "run without GPUs"
+        )
+    if rec.uid != os.getuid():
+        raise GpuNotAllocated(f"job {job_id} belongs to {rec.user}, not to you")
+    return rec
+
+
+def execute(args: RunArgs) -> int:
+    """Check ``args`` against the job's record, run the container; its exit code."""
+    from acbslurm.container.engine_api import EngineApi
+    from acbslurm.container.hosts import find_docker_host
+    from acbslurm.container.job_membership import in_job
+    from acbslurm.container.launch import LaunchSpec, command_of, run_container
+
+    gpus_spec = parse_gpus(args.gpus)
+    mount_list = [parse_mount(m) for m in args.mounts]
+    env = dict(parse_env(e) for e in args.envs)
+    if args.workdir is not None and not args.workdir.startswith("/"):
+        raise OptionError("--workdir", f"must be an absolute path, got {args.workdir!r}")
+
+    settings = load_settings()
+    job_id = os.environ.get("SLURM_JOB_ID")
+    record = _job_record(settings.record_dir, job_id, gpus_spec)
+    try:
+        uuids = resolve_gpus(gpus_spec, record)
+    except GpuNotAllocated as exc:
+        raise OptionError("--gpus", str(exc)) from None
+    limits = resolve_limits(args.cpus, args.memory, record)
+    if uuids and job_id is not None and not in_job(job_id):
+        raise OptionError(
+            "--gpus",
+            f"this process is not part of Slurm job {job_id} (SLURM_JOB_ID is set, but no "
+            "slurmstepd of that job is among its parents), so it gets none of its GPUs",
+        )
+
+    user = record.user if record else os.environ.get("USER", str(os.getuid()))
+    host = find_docker_host(os.environ, settings, os.getuid(), user)
+    spec = LaunchSpec(
+        image=args.image,
+        command=command_of(args.command),
+        gpu_uuids=uuids,
+        limits=limits,
+        job_id=job_id or "",
+        user=user,
+        name=args.name or f"acbslurm-{job_id or 'local'}-{os.urandom(3).hex()}",
+        grace=settings.stop_grace if args.grace is None else args.grace,
+        mounts=mount_list,
+        env=env,
+        workdir=args.workdir,
+    )
+    sys.stdout.flush()
+    return run_container(EngineApi(host, timeout=30.0), spec)

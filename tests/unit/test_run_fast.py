@@ -1,0 +1,162 @@
+"""The click-free parser for `acbslurm run` agrees with the click command it stands in for."""
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import acbslurm.cli.container as container_cli
+from acbslurm.cli.run_fast import parse
+from acbslurm.container.run_command import RunArgs
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def click_parse(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> RunArgs | None:
+    """What the click command passes on for ``argv`` (None when it refuses the line)."""
+    seen: list[RunArgs] = []
+
+    def capture(args: RunArgs) -> int:
+        seen.append(args)
+        return 0
+
+    monkeypatch.setattr(container_cli, "execute", capture)
+    res = CliRunner().invoke(container_cli.run, argv)
+    return seen[0] if res.exit_code == 0 and seen else None
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["img"], RunArgs(image="img")),
+        (["img", "echo", "--gpus", "x"], RunArgs(image="img", command=("echo", "--gpus", "x"))),
+        (
+            [
+                "--gpus=none",
+                "--mount",
+                "/a:/b",
+                "--mount=/c:/d:ro",
+                "--env",
+                "A=1",
+                "img",
+                "--",
+                "sh",
+            ],
+            RunArgs(
+                image="img",
+                command=("--", "sh"),
+                gpus="none",
+                mounts=("/a:/b", "/c:/d:ro"),
+                envs=("A=1",),
+            ),
+        ),
+        (
+            ["--grace", "2.5", "--cpus", "1", "--memory", "2g", "--", "img"],
+            RunArgs(image="img", grace=2.5, cpus=1.0, memory="2g"),
+        ),
+        (["--name", "a", "--name", "b", "img"], RunArgs(image="img", name="b")),
+    ],
+)
+def test_parses_well_formed_lines(
+    argv: list[str], expected: RunArgs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert parse(argv) == expected
+    assert click_parse(argv, monkeypatch) == expected
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [],
+        ["--help"],
+        ["-h"],
+        ["--gpus"],
+        ["--gpus", "--mount", "/a:/b", "img"],
+        ["--grace", "-1", "img"],
+        ["--grace", "nan", "img"],
+        ["--cpus", "many", "img"],
+        ["--gpu", "none", "img"],  # no abbreviations
+        ["--unknown", "img"],
+        ["--gpus", "none"],  # no IMAGE
+    ],
+)
+def test_leaves_everything_else_to_click(argv: list[str]) -> None:
+    assert parse(argv) is None
+
+
+TOKENS = [
+    "img", "echo", "", "-", "--", "-h", "--help", "--gpus", "--gpus=auto", "none",
+    "--mount", "/a:/b", "--env", "A=1", "--workdir", "/w", "--name", "n", "--grace",
+    "3", "-1", "inf", "nan", "--cpus", "0.5", "x", "--memory=1g", "--foo", "--grace=",
+]  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(TOKENS), max_size=8))
+def test_whatever_it_accepts_click_reads_the_same(argv: list[str]) -> None:
+    fast = parse(argv)
+    if fast is None:
+        return
+    with pytest.MonkeyPatch.context() as mp:
+        assert click_parse(argv, mp) == fast, argv
+
+
+def run_entry(code: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+
+
+@pytest.fixture
+def job_env(tmp_path: Path) -> dict[str, str]:
+    (tmp_path / "none.yaml").write_text("{}\n")
+    env = dict(os.environ)
+    env.update(
+        PYTHONPATH=str(ROOT),
+        ACBSLURM_CONFIG=str(tmp_path / "none.yaml"),
+        ACBSLURM_RECORD_DIR=str(tmp_path),
+        SLURM_JOB_ID="9",
+        DOCKER_HOST=f"unix://{tmp_path}/no.sock",
+    )
+    return env
+
+
+def test_the_entry_runs_a_plain_line_without_importing_click(job_env: dict[str, str]) -> None:
+    r = run_entry(
+        """
+        import atexit, sys
+        atexit.register(lambda: print("click imported:", "click" in sys.modules))
+        from acbslurm.cli.entry import main
+        main(["run", "--gpus", "none", "img", "true"])
+        """,
+        job_env,
+    )
+    assert r.returncode == 3, r.stderr
+    assert r.stderr.startswith("Error: no Docker daemon is running at unix://")
+    assert "click imported: False" in r.stdout
+
+
+def test_a_bad_value_is_reported_by_the_click_command(job_env: dict[str, str]) -> None:
+    r = subprocess.run(
+        [sys.executable, "-m", "acbslurm", "run", "--gpus", "none", "--workdir", "rel", "img"],
+        env=job_env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+    assert r.returncode == 2
+    assert "Usage: acbslurm run" in r.stderr
+    assert "Invalid value for '--workdir': must be an absolute path, got 'rel'" in r.stderr
+    assert "Traceback" not in r.stderr
