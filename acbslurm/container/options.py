@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import os
 import re
-import stat
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+from acbslurm.container.sources import read_mounts, source_problem
 from acbslurm.errors import GpuMappingError
 from acbslurm.gpu.mapping import is_uuid
 from acbslurm.hooks.record import JobRecord
@@ -41,12 +42,12 @@ class Mount:
         return f"{self.source}:{self.target}:{'ro' if self.read_only else 'rw'}"
 
 
-def _is_device(path: str) -> bool:
-    mode = os.stat(path).st_mode
-    return stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
-
-
-def parse_mount(spec: str, cwd: str | None = None) -> Mount:
+def parse_mount(
+    spec: str, cwd: str | None = None, mounts: Sequence[tuple[str, str]] | None = None
+) -> Mount:
+    """``SRC:DST[:ro|rw]`` -> a bind of the resolved source; refuses sources that lead to
+    device nodes (``acbslurm.container.sources``). ``mounts``: the host's mount table
+    (``sources.read_mounts()``, read here when not given)."""
     parts = spec.split(":")
     if len(parts) not in (2, 3) or not parts[0] or not parts[1]:
         raise OptionError("--mount", f"expected SRC:DST[:ro|rw], got {spec!r}")
@@ -57,14 +58,18 @@ def parse_mount(spec: str, cwd: str | None = None) -> Mount:
     if not os.path.exists(source):
         raise OptionError("--mount", f"source {source!r} (from {spec!r}) does not exist")
     real = os.path.realpath(source)
-    if real == "/dev" or real.startswith("/dev/") or _is_device(real):
-        # A bind-mounted /dev/nvidiaN would be a GPU Slurm did not give the job.
+    problem = source_problem(real, read_mounts() if mounts is None else mounts)
+    if problem:
+        # A bind that reaches /dev/nvidiaN would be a GPU Slurm did not give the job.
+        resolved = f", resolved: {real!r}" if real != source else ""
         raise OptionError(
-            "--mount", f"source {source!r} (from {spec!r}) is a device: GPUs come only via --gpus"
+            "--mount",
+            f"source {source!r} (from {spec!r}{resolved}) {problem}: GPUs come only via --gpus",
         )
     if not parts[1].startswith("/"):
         raise OptionError("--mount", f"target must be an absolute path in {spec!r}")
-    return Mount(source, os.path.normpath(parts[1]), mode == "ro")
+    # The resolved path is what was checked, so it is what Docker gets.
+    return Mount(real, os.path.normpath(parts[1]), mode == "ro")
 
 
 def parse_env(spec: str) -> tuple[str, str]:

@@ -43,6 +43,8 @@ JOB_ID = re.compile(r"^[0-9]+(_[0-9]+)?$")
 _SQUEUE_FORMAT = "%i|%T|%r|%M|%N|%u|%V|%S|%e|%j"
 _SACCT_FIELDS = "JobID,State,Elapsed,NodeList,User,Submit,Start,End,ExitCode,JobName"
 _IDX = re.compile(r"IDX:([0-9,\-]+)")
+_ARRAY_JOB = re.compile(r"\bArrayJobId=([0-9]+)")
+_ARRAY_TASK = re.compile(r"\bArrayTaskId=([0-9]+)(?=\s|$)")  # one task, not 2-3 or 2,5
 
 
 @dataclass
@@ -145,9 +147,23 @@ def expand_indices(text: str) -> list[int]:
     return out
 
 
-def parse_gpu_indices(text: str) -> dict[str, list[int]]:
-    """GPU indices per job from ``scontrol -d -o show job`` (``GRES=gpu:1(IDX:0)``)."""
-    out: dict[str, list[int]] = {}
+@dataclass(frozen=True)
+class JobGpus:
+    """One job of ``scontrol -d -o show job``: its own JobId and GPU indices."""
+
+    job_id: str  # the JobId: an array task's own id, the name of its record file
+    indices: list[int]
+
+
+def parse_job_gpus(text: str) -> dict[str, JobGpus]:
+    """GPU indices per job from ``scontrol -d -o show job`` (``GRES=gpu:1(IDX:0)``).
+
+    Keyed by ``JobId`` and, for an array task, also by ``ArrayJobId_ArrayTaskId``, the id
+    squeue shows: task ``12_1`` is ``JobId=14 ArrayJobId=12 ArrayTaskId=1``, while
+    ``JobId=12`` is the array's pending rest (``ArrayTaskId=2-3``) or whichever task
+    started last, so the array's id says nothing about a given task's GPUs.
+    """
+    out: dict[str, JobGpus] = {}
     for line in text.splitlines():
         m = re.search(r"\bJobId=([0-9]+)", line)
         if not m:
@@ -158,8 +174,17 @@ def parse_gpu_indices(text: str) -> dict[str, list[int]]:
                 if chunk.startswith("gpu"):
                     for idx in _IDX.findall(chunk):
                         indices.extend(expand_indices(idx))
-        out[m.group(1)] = sorted(set(indices))
+        job = JobGpus(m.group(1), sorted(set(indices)))
+        out[job.job_id] = job
+        array, task = _ARRAY_JOB.search(line), _ARRAY_TASK.search(line)
+        if array and task:
+            out[f"{array.group(1)}_{task.group(1)}"] = job
     return out
+
+
+def parse_gpu_indices(text: str) -> dict[str, list[int]]:
+    """``parse_job_gpus``, indices only."""
+    return {key: job.indices for key, job in parse_job_gpus(text).items()}
 
 
 def _read_record(record_dir: str, job_id: str) -> JobRecord | None:
@@ -210,11 +235,12 @@ def query_jobs(
 
 
 def _add_gpus(jobs: Iterable[JobInfo], record_dir: str) -> None:
-    indices = parse_gpu_indices(slurm(["scontrol", "-d", "-o", "show", "job"]).stdout)
+    shown = parse_job_gpus(slurm(["scontrol", "-d", "-o", "show", "job"]).stdout)
     for job in jobs:
-        base = job.job_id.split("_")[0]
-        job.gpu_indices = indices.get(base, indices.get(job.job_id, []))
-        record = _read_record(record_dir, job.job_id)
+        found = shown.get(job.job_id)  # 12 or, for an array task, 12_1
+        job.gpu_indices = list(found.indices) if found else []
+        # The prolog names the record after the JobId (SLURM_JOB_ID), 14 for task 12_1.
+        record = _read_record(record_dir, found.job_id if found else job.job_id)
         if record:
             job.gpu_uuids = list(record.gpu_uuids)
             if not job.gpu_indices:

@@ -7,11 +7,11 @@ listing every problem with the place it came from (``file:line`` or ``--set key`
 from __future__ import annotations
 
 import difflib
-import os
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from acbslurm.container.sources import lexical, path_problem
 from acbslurm.errors import SpecError
 from acbslurm.spec import units
 from acbslurm.spec.yamlpos import Located
@@ -254,11 +254,6 @@ def _path(value: Any, path: tuple[str, ...], e: _Errors, *, absolute: bool = Fal
     return text
 
 
-def _under_dev(path: str) -> bool:
-    norm = "/" + os.path.normpath(path).lstrip("/")
-    return norm == "/dev" or norm.startswith("/dev/")
-
-
 def _mounts(value: Any, path: tuple[str, ...], e: _Errors) -> tuple[Mount, ...]:
     if value is None:
         return ()
@@ -300,8 +295,10 @@ def _mounts(value: Any, path: tuple[str, ...], e: _Errors) -> tuple[Mount, ...]:
             elif ":" in p or _CONTROL.search(p):
                 e.add(ipath, f"{label} {p!r} must not contain ':' or control characters")
                 ok = False
-            elif label == "source" and _under_dev(p):
-                e.add(ipath, f"source {p!r} is a device path: GPUs come only from 'gpus'")
+            elif label == "source" and (problem := path_problem(lexical(p))):
+                # By name only: the path is on the compute node, where `acbslurm run`
+                # checks it again resolved (symlinks, mounts).
+                e.add(ipath, f"source {p!r} {problem}: GPUs come only from 'gpus'")
                 ok = False
         if ok:
             out.append(Mount(str(src), str(dst), bool(readonly)))

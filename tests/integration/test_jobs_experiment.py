@@ -29,7 +29,7 @@ def acbslurm(sandbox: Any, *args: str, check: bool = True) -> Any:
     )
 
 
-def submit(sandbox: Any, count: int, seconds: int) -> list[str]:
+def submit(sandbox: Any, count: int, seconds: int, *sets: str) -> list[str]:
     res = acbslurm(
         sandbox,
         "submit",
@@ -37,6 +37,7 @@ def submit(sandbox: Any, count: int, seconds: int) -> list[str]:
         "-n",
         str(count),
         "--json",
+        *sets,
         "--set",
         "account=user1",
         "--set",
@@ -129,6 +130,23 @@ def test_four_jobs_two_run_two_pend_then_take_the_freed_gpu(idle: Any) -> None:
     assert jobs[ids[1]]["gpu_indices"] == busy_gpu
     assert jobs[ids[3]]["state"] == "PENDING"
     assert jobs[ids[3]]["reason"] == "Resources"
+
+
+def test_array_tasks_show_their_own_gpus(idle: Any) -> None:
+    (array,) = submit(idle, 1, 6, "--set", "array=0-1")
+    tasks = [f"{array}_0", f"{array}_1"]
+    # RUNNING comes as the prolog starts; the UUIDs once it has written the job record
+    jobs = wait_for(
+        idle, tasks, lambda j: all(x["state"] == "RUNNING" and x["gpu_uuids"] for x in j.values())
+    )
+    # Slurm's index -> the sandbox GPU with that minor (gres.conf lists /dev/nvidia[0-1])
+    uuid_of = {g.minor: g.uuid for g in idle.gpus}
+    gpus = [jobs[t]["gpu_indices"] for t in tasks]
+    assert all(len(g) == 1 for g in gpus), jobs
+    assert sorted(g[0] for g in gpus) == [0, 1]
+    for t, g in zip(tasks, gpus, strict=True):
+        assert jobs[t]["gpu_uuids"] == [uuid_of[g[0]]], jobs  # the task's own job record
+    wait_for(idle, tasks, lambda j: all(x["state"] == "COMPLETED" for x in j.values()))
 
 
 def test_bad_spec_submits_nothing(idle: Any, tmp_path: Path) -> None:

@@ -18,6 +18,13 @@ from acbslurm.container.options import (
     resolve_gpus,
     resolve_limits,
 )
+from acbslurm.container.sources import (
+    lexical,
+    mount_problem,
+    parse_mountinfo,
+    path_problem,
+    source_problem,
+)
 from acbslurm.hooks.record import JobRecord, write_record
 
 REC = JobRecord("9", "root", os.getuid(), "n1", [0], ["GPU-aaaa"], [0], 2, 1024)
@@ -37,12 +44,110 @@ def test_parse_mount(tmp_path: Path) -> None:
         (f"{tmp_path}:rel", "absolute"),
         (f"{tmp_path}:/d:rx", "mode must be ro or rw"),
         ("/does/not/exist:/d", "does not exist"),
-        ("/dev/null:/dev/nvidia0", "is a device: GPUs come only via --gpus"),
-        ("/dev:/d", "is a device"),
-        ("/dev/shm/../:/d", "is a device"),
+        ("/dev/null:/dev/nvidia0", "is a device path: GPUs come only via --gpus"),
+        ("/dev:/d", "is a device path"),
+        ("/dev/shm/../:/d", "is a device path"),
     ]:
         with pytest.raises(OptionError, match=msg):
             parse_mount(bad)
+
+
+ROOT = "is the root directory, which contains /dev (a bind mount is recursive"
+
+
+def test_mount_refuses_every_way_to_reach_dev(tmp_path: Path) -> None:
+    (tmp_path / "to-root").symlink_to("/")
+    (tmp_path / "to-dev").symlink_to("/dev")
+    (tmp_path / "to-proc").symlink_to("/proc/self")
+    (tmp_path / "sub").mkdir()
+    for src, why in [
+        ("/", ROOT),
+        ("//", ROOT),
+        ("///", ROOT),
+        ("/./", ROOT),
+        ("/tmp/..", ROOT),
+        ("/tmp/../", ROOT),
+        (f"{tmp_path}/to-root", ROOT),
+        (f"{tmp_path}/sub/../to-root/", ROOT),
+        ("/dev/../dev", "is a device path"),
+        ("//dev", "is a device path"),
+        (f"{tmp_path}/to-dev", "is a device path"),
+        (f"{tmp_path}/to-root/dev/null", "is a device path"),
+        ("/proc", "is under /proc (/proc/<pid>/root"),
+        ("/proc/self/root", ROOT),  # resolves to the caller's root: /
+        ("/proc/1", "is under /proc"),
+        (f"{tmp_path}/to-proc", "is under /proc"),
+    ]:
+        with pytest.raises(OptionError) as exc:
+            parse_mount(f"{src}:/host:ro", mounts=[])
+        msg = str(exc.value)
+        assert why in msg, (src, msg)
+        assert f"(from '{src}:/host:ro'" in msg and msg.endswith("GPUs come only via --gpus")
+    with pytest.raises(OptionError) as exc:
+        parse_mount(f"{tmp_path}/to-root:/h", mounts=[])
+    assert (
+        f"source '{tmp_path}/to-root' (from '{tmp_path}/to-root:/h', resolved: '/') is the root"
+        in str(exc.value)
+    )
+
+
+def test_mount_allows_paths_that_only_look_like_dev(tmp_path: Path) -> None:
+    for name in ("dev", "devices", "proc"):
+        (tmp_path / name).mkdir()
+        assert parse_mount(f"{tmp_path}/{name}:/x", mounts=[]).source == f"{tmp_path}/{name}"
+    assert parse_mount("/sys:/hostsys:ro", mounts=[]).source == "/sys"
+    for path in ("/devices", "/dev2", "/device", "/proc2", "/sys", "/sys/class/drm", "/tmp"):
+        assert source_problem(path) is None, path
+        assert path_problem(lexical(path)) is None, path
+
+
+def test_mount_binds_the_resolved_source(tmp_path: Path) -> None:
+    (tmp_path / "data").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "data")
+    m = parse_mount(f"{tmp_path}/link/../link:/d", mounts=[])
+    assert m.bind() == f"{tmp_path}/data:/d:rw"
+
+
+MOUNTINFO = r"""22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw
+23 22 0:5 / /dev rw,nosuid shared:2 - devtmpfs udev rw,size=4096k
+24 22 0:21 / /proc rw,nosuid - proc proc rw
+25 22 0:22 / /sys rw,nosuid shared:7 - sysfs sysfs rw
+40 22 0:5 / /srv/chroot\040a/dev rw shared:2 - devtmpfs udev rw
+41 22 0:21 / /srv/chroot\040a/proc rw - proc proc rw
+42 22 0:5 /nvidia0 /opt/gpu0 rw - devtmpfs udev rw
+"""
+
+
+def test_mount_refuses_device_file_systems_mounted_elsewhere() -> None:
+    mounts = parse_mountinfo(MOUNTINFO)
+    assert mounts[4] == ("/srv/chroot a/dev", "devtmpfs")
+    assert mount_problem("/srv/chroot a", mounts) == (
+        "has a devtmpfs file system mounted at '/srv/chroot a/dev' below it "
+        "(a bind mount is recursive)"
+    )
+    assert "devtmpfs" in (mount_problem("/srv", mounts) or "")
+    assert mount_problem("/srv/chroot a/dev/dri", mounts) == (
+        "is on a devtmpfs file system (mounted at '/srv/chroot a/dev')"
+    )
+    assert "proc file system" in (mount_problem("/srv/chroot a/proc/1", mounts) or "")
+    assert "devtmpfs" in (mount_problem("/opt", mounts) or "")
+    for ok in ("/srv/chroot", "/srv/chroot a/etc", "/opt/gpu", "/sys", "/home"):
+        assert mount_problem(ok, mounts) is None, ok
+    assert parse_mountinfo("garbage\n1 2 3\n") == []
+
+
+def test_cli_refuses_root_mount_as_a_user_error(
+    in_job: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from acbslurm.cli.main import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["run", "--gpus", "none", "--mount", "/tmp/..:/host", "img", "true"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert "Error: Invalid value for '--mount': source '/' (from '/tmp/..:/host')" in err
+    assert ROOT in err
 
 
 def test_parse_env_size_gpus() -> None:

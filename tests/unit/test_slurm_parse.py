@@ -10,6 +10,7 @@ from acbslurm.slurm.experiment import JobTrace, check_phase
 from acbslurm.slurm.jobs import (
     expand_indices,
     parse_gpu_indices,
+    parse_job_gpus,
     parse_job_id,
     parse_sacct,
     parse_squeue,
@@ -99,3 +100,65 @@ def test_status_reads_records_like_the_hooks_and_never_fails_on_one(tmp_path: Pa
     (tmp_path / "7.json").write_text('{"job_id": "7", "user": "u", "uid": 1, "gpu_indices": ["x"]}')
     assert _read_record(str(tmp_path), "7") is None  # broken: shown without GPUs, no traceback
     assert _read_record("", "5") is None
+
+
+CAPTURED = Path(__file__).parent / "captured"
+
+
+def test_parse_job_gpus_keys_array_tasks_by_their_squeue_id() -> None:
+    # Slurm 22.05: task 5_2 is JobId=8; JobId=5 is task 5_3 (the last to start).
+    text = (CAPTURED / "array-phase2.scontrol").read_text()
+    jobs = parse_job_gpus(text)
+    assert (jobs["5_2"].job_id, jobs["5_2"].indices) == ("8", [0])
+    assert (jobs["5_3"].job_id, jobs["5_3"].indices) == ("5", [1])
+    assert jobs["8"] == jobs["5_2"] and jobs["5"] == jobs["5_3"]
+    assert jobs["1_3"].job_id == "1" and jobs["1_3"].indices == []  # completed
+    # the array's pending rest (ArrayTaskId=2-3) is only its JobId
+    pending = parse_job_gpus((CAPTURED / "array-phase1.scontrol").read_text())
+    assert "5_2-3" not in pending and "5_2" not in pending and pending["5"].indices == []
+    assert pending["5_0"].indices == [0] and pending["5_1"].indices == [1]
+
+
+class _Out:
+    def __init__(self, stdout: str) -> None:
+        self.stdout = stdout
+
+
+@pytest.mark.parametrize(
+    ("phase", "want"),
+    [
+        ("array-phase1", {"5_0": ([0], "GPU-6"), "5_1": ([1], "GPU-7")}),
+        ("array-phase2", {"5_2": ([0], "GPU-8"), "5_3": ([1], "GPU-5")}),
+    ],
+)
+def test_status_shows_each_running_array_task_its_gpu(
+    phase: str,
+    want: dict[str, tuple[list[int], str]],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from acbslurm.hooks.record import JobRecord, write_record
+    from acbslurm.slurm import jobs as jobs_mod
+
+    # the prolog names records after SLURM_JOB_ID: the task's own JobId
+    for jid, idx in (("6", 0), ("7", 1), ("8", 0), ("5", 1)):
+        write_record(str(tmp_path), JobRecord(jid, "user1", 1001, "vm", [idx], [f"GPU-{jid}"]))
+    outputs = {
+        "squeue": (CAPTURED / f"{phase}.squeue").read_text(),
+        "scontrol": (CAPTURED / f"{phase}.scontrol").read_text(),
+    }
+    calls: list[str] = []
+
+    def fake_slurm(argv: list[str], **_: object) -> _Out:
+        calls.append(argv[0])
+        return _Out(outputs[argv[0]])
+
+    monkeypatch.setattr(jobs_mod, "slurm", fake_slurm)
+    shown = {j.job_id: j for j in jobs_mod.query_jobs(record_dir=str(tmp_path))}
+    running = {
+        k: (j.gpu_indices, ",".join(j.gpu_uuids)) for k, j in shown.items() if j.state == "RUNNING"
+    }
+    assert running == want
+    assert calls == ["squeue", "scontrol"]
+    pending = [j for j in shown.values() if j.state == "PENDING"]
+    assert all(not j.gpu_indices and not j.gpu_uuids for j in pending)

@@ -128,8 +128,22 @@ def test_mounts_forms_and_errors() -> None:
     msg = errors_of("container:\n  image: x\n  mounts:\n    - /dev/nvidia1:/g\n    - //dev:/d\n")
     assert "job.yaml:4: container.mounts.0: source '/dev/nvidia1' is a device path" in msg
     assert "job.yaml:5: container.mounts.1: source '//dev' is a device path" in msg
-    ok = parse_spec("container:\n  image: x\n  mounts: [/devices:/d]\n", "job.yaml")
-    assert ok.container is not None and ok.container.mounts[0].source == "/devices"
+    ok = parse_spec(
+        "container:\n  image: x\n  mounts: [/devices:/d, /sys:/s:ro, /proc2:/p]\n", "job.yaml"
+    )
+    assert ok.container is not None
+    assert [m.source for m in ok.container.mounts] == ["/devices", "/sys", "/proc2"]
+
+
+def test_mounts_refuse_the_root_and_proc_by_name() -> None:
+    lines = ["/:/host", "//:/h", "/./:/h", "/tmp/..:/h", "/dev/../dev:/h", "/proc/1/root:/h"]
+    text = "container:\n  image: x\n  mounts:\n" + "".join(f"    - {m}\n" for m in lines)
+    msg = errors_of(text)
+    root = "is the root directory, which contains /dev (a bind mount is recursive"
+    for i, src in enumerate(["/", "//", "/./", "/tmp/.."]):
+        assert f"job.yaml:{4 + i}: container.mounts.{i}: source '{src}' {root}" in msg
+    assert "job.yaml:8: container.mounts.4: source '/dev/../dev' is a device path" in msg
+    assert "job.yaml:9: container.mounts.5: source '/proc/1/root' is under /proc" in msg
 
 
 def test_env_names_checked_values_kept() -> None:
