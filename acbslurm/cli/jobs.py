@@ -224,20 +224,24 @@ def status(job_ids: tuple[str, ...], user: str | None, as_json: bool) -> None:
 def cancel(ctx: click.Context, job_ids: tuple[str, ...]) -> None:
     """Cancel jobs (their containers are stopped by the job's own cleanup).
 
-    Exits 1 if a job id is unknown to Slurm (scancel itself says nothing then).
+    An array's id cancels all its tasks. Exits 1 if a job id is unknown to Slurm
+    (scancel itself says nothing then).
     """
-    from acbslurm.slurm.jobs import TERMINAL_STATES, cancel_jobs, query_jobs
+    from acbslurm.slurm.jobs import cancel_jobs, query_jobs
 
-    ids = _validate_ids(job_ids)
-    jobs = {j.job_id: j for j in query_jobs(ids)}
-    unknown = [i for i in ids if jobs[i].state == "UNKNOWN"]
-    ended = [i for i in ids if jobs[i].state in TERMINAL_STATES]
+    ids = list(dict.fromkeys(_validate_ids(job_ids)))
+    rows: dict[str, list[JobInfo]] = {i: [] for i in ids}
+    for job in query_jobs(ids):
+        rows[job.array_job_id or job.job_id].append(job)
+    unknown = [i for i in ids if all(j.state == "UNKNOWN" for j in rows[i])]
+    ended = [i for i in ids if i not in unknown and all(j.finished for j in rows[i])]
     live = [i for i in ids if i not in unknown and i not in ended]
     cancel_jobs(live)
     if live:
         click.echo(f"Cancelled {' '.join(live)}")
     for i in ended:
-        click.echo(f"Job {i} had already ended ({jobs[i].state})")
+        states = sorted({j.state for j in rows[i]})
+        click.echo(f"Job {i} had already ended ({', '.join(states)})")
     if unknown:
         click.echo(f"Error: no such job: {' '.join(unknown)}", err=True)
         ctx.exit(1)

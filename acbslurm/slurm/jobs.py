@@ -62,6 +62,8 @@ class JobInfo:
     exit_code: str = ""
     gpu_indices: list[int] = field(default_factory=list)
     gpu_uuids: list[str] = field(default_factory=list)
+    # Set on the task rows (12_1, 12_[2-3]) an array's own id (12) was expanded to.
+    array_job_id: str = ""
 
     @property
     def finished(self) -> bool:
@@ -200,13 +202,38 @@ def _read_record(record_dir: str, job_id: str) -> JobRecord | None:
         return None
 
 
+def _array_tasks(array_id: str, *sources: Mapping[str, JobInfo]) -> list[JobInfo]:
+    """The task rows (``12_1``, ``12_[2-3]``) of array ``12``; earlier sources win."""
+    if "_" in array_id:
+        return []
+    prefix = array_id + "_"
+    tasks: dict[str, JobInfo] = {}
+    for source in sources:
+        for jid, job in source.items():
+            if jid.startswith(prefix) and jid not in tasks:
+                job.array_job_id = array_id
+                tasks[jid] = job
+    return sorted(tasks.values(), key=lambda j: _task_order(j.job_id))
+
+
+def _task_order(job_id: str) -> tuple[int, str]:
+    task = job_id.split("_", 1)[1]
+    digits = re.match(r"\[?([0-9]+)", task)
+    return (int(digits.group(1)) if digits else 0, task)
+
+
 def query_jobs(
     job_ids: Sequence[str] = (),
     *,
     user: str | None = None,
     record_dir: str = "",
 ) -> list[JobInfo]:
-    """State of ``job_ids`` (or all jobs of ``user`` / everyone), in a few batched calls."""
+    """State of ``job_ids`` (or all jobs of ``user`` / everyone), in a few batched calls.
+
+    An array's own id (what sbatch prints for ``--array``) stands for all its tasks:
+    it comes back as one row per task (``array_job_id`` set), live ones from squeue
+    and the ones the controller already forgot from sacct.
+    """
     argv = ["squeue", "-h", "-o", _SQUEUE_FORMAT]
     if job_ids:
         argv += ["-t", "all"]  # finished jobs the controller still remembers
@@ -214,20 +241,26 @@ def query_jobs(
         argv += ["-u", user]
     found = {j.job_id: j for j in parse_squeue(slurm(argv).stdout)}
     wanted = list(dict.fromkeys(job_ids))
-    if wanted:
-        jobs = [found[j] for j in wanted if j in found]
-        missing = [j for j in wanted if j not in found]
+    if not wanted:
+        jobs = list(found.values())
     else:
-        jobs, missing = list(found.values()), []
-    if missing:
-        out = slurm(
-            ["sacct", "-n", "-P", "-X", "-j", ",".join(missing), f"--format={_SACCT_FIELDS}"]
-        ).stdout
-        old = {j.job_id: j for j in parse_sacct(out)}
-        for jid in missing:
-            jobs.append(old.get(jid) or JobInfo(job_id=jid, state="UNKNOWN"))
-        order = {j: i for i, j in enumerate(wanted)}
-        jobs.sort(key=lambda j: order.get(j.job_id, len(order)))
+        # An array the controller shows may have tasks it already forgot: ask sacct too.
+        arrays_shown = {k.split("_", 1)[0] for k in found if "_" in k}
+        ask = [w for w in wanted if w not in found or w in arrays_shown]
+        old: dict[str, JobInfo] = {}
+        if ask:
+            out = slurm(
+                ["sacct", "-n", "-P", "-X", "-j", ",".join(ask), f"--format={_SACCT_FIELDS}"]
+            ).stdout
+            old = {j.job_id: j for j in parse_sacct(out)}
+        jobs = []
+        for w in wanted:
+            own = found.get(w) or old.get(w)
+            tasks = _array_tasks(w, found, old)
+            if tasks and own is not None:
+                own.array_job_id = w  # the array's own record (e.g. its cancelled rest)
+            rows = ([own] if own is not None else []) + tasks
+            jobs.extend(rows or [JobInfo(job_id=w, state="UNKNOWN")])
     running = [j for j in jobs if j.state in ("RUNNING", "COMPLETING", "SUSPENDED")]
     if running:
         _add_gpus(running, record_dir)

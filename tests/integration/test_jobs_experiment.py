@@ -149,6 +149,52 @@ def test_array_tasks_show_their_own_gpus(idle: Any) -> None:
     wait_for(idle, tasks, lambda j: all(x["state"] == "COMPLETED" for x in j.values()))
 
 
+def test_an_array_id_stands_for_its_tasks(idle: Any) -> None:
+    # 3 one-GPU tasks on 2 GPUs: two run, one waits; the array's id covers all three.
+    (array,) = submit(idle, 1, 60, "--set", "array=0-2")
+    jobs = wait_for(
+        idle,
+        [array],
+        lambda j: sorted(x["state"] for x in j.values()).count("RUNNING") == 2,
+    )
+    assert all(x["array_job_id"] == array for x in jobs.values()), jobs
+    assert {f"{array}_0", f"{array}_1"} <= set(jobs), jobs
+    res = acbslurm(idle, "cancel", array)
+    assert res.stdout.strip() == f"Cancelled {array}"
+    jobs = wait_for(
+        idle, [array], lambda j: j and all(x["state"] == "CANCELLED" for x in j.values())
+    )
+    assert len(jobs) >= 2, jobs  # the waiting task may be listed as 2 or as [2]
+    again = acbslurm(idle, "cancel", array)
+    assert f"Job {array} had already ended (CANCELLED)" in again.stdout
+    # --wait follows every task of an array to its end, and fails if one fails
+    res = acbslurm(
+        idle,
+        "submit",
+        str(SPEC),
+        "--json",
+        "--wait",
+        "--interval",
+        "0.5",
+        "--set",
+        "array=0-1",
+        "--set",
+        "account=user1",
+        "--set",
+        "container=",
+        "--set",
+        "command=[sh, -c, 'exit $SLURM_ARRAY_TASK_ID']",
+        "--set",
+        "output=/dev/null",
+        check=False,
+    )
+    assert res.returncode == 1, res.stderr
+    out = json.loads(res.stdout)
+    states = {j["job_id"].split("_")[1]: j["state"] for j in out["jobs"]}
+    assert states == {"0": "COMPLETED", "1": "FAILED"}, out
+    assert "1 of 2 jobs did not complete" in res.stderr
+
+
 def test_bad_spec_submits_nothing(idle: Any, tmp_path: Path) -> None:
     before = idle.run_slurm(["squeue", "-h", "-t", "all", "-o", "%i"]).stdout.split()
     res = acbslurm(idle, "submit", str(SPEC), "--set", "gpus=0", "--set", "mem=2X", check=False)

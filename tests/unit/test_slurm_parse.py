@@ -162,3 +162,48 @@ def test_status_shows_each_running_array_task_its_gpu(
     assert calls == ["squeue", "scontrol"]
     pending = [j for j in shown.values() if j.state == "PENDING"]
     assert all(not j.gpu_indices and not j.gpu_uuids for j in pending)
+
+
+def test_an_array_id_stands_for_its_tasks(monkeypatch: pytest.MonkeyPatch) -> None:
+    from acbslurm.slurm import jobs as jobs_mod
+
+    # squeue (phase 1 of array 5) still holds 5's tasks; array 1 is only in sacct now,
+    # partly in sacct only: a task both know (1_0) comes once, as squeue has it.
+    squeue = (CAPTURED / "array-phase1.squeue").read_text().replace("1_1|", "x1_1|")
+    sacct = "\n".join(
+        [
+            "1_0|CANCELLED by 0|00:00:21|vm|user1|2026-11-30T03:30:45|2026-11-30T03:30:45|"
+            "2026-11-30T03:31:06|0:0|wrap",
+            "1_1|FAILED|00:00:21|vm|user1|2026-11-30T03:30:45|2026-11-30T03:30:45|"
+            "2026-11-30T03:31:06|3:0|wrap",
+        ]
+    )
+    outputs = {"squeue": squeue, "sacct": sacct, "scontrol": ""}
+    sacct_asked: list[str] = []
+
+    def fake_slurm(argv: list[str], **_: object) -> _Out:
+        if argv[0] == "sacct":
+            sacct_asked.append(argv[argv.index("-j") + 1])
+        return _Out(outputs[argv[0]])
+
+    monkeypatch.setattr(jobs_mod, "slurm", fake_slurm)
+    got = jobs_mod.query_jobs(["5", "1", "77"])
+    assert [(j.job_id, j.state, j.array_job_id) for j in got] == [
+        ("5_0", "RUNNING", "5"),
+        ("5_1", "RUNNING", "5"),
+        ("5_[2-3]", "PENDING", "5"),
+        ("1_0", "COMPLETED", "1"),  # squeue's row wins over sacct's
+        ("1_1", "FAILED", "1"),  # only sacct still has it
+        ("1_2", "COMPLETED", "1"),
+        ("1_3", "COMPLETED", "1"),
+        ("77", "UNKNOWN", ""),
+    ]
+    assert sacct_asked == ["5,1,77"]
+    # a task id is itself, never expanded
+    assert [j.job_id for j in jobs_mod.query_jobs(["5_1"])] == ["5_1"]
+    # right after scancel the array's rest may show under the array's own id
+    outputs["squeue"] += "9|CANCELLED|None|0:00||user1|N/A|N/A|N/A|wrap\n" + "".join(
+        f"9_{t}|CANCELLED|None|0:03|vm|user1|N/A|N/A|N/A|wrap\n" for t in (1, 0)
+    )
+    got = jobs_mod.query_jobs(["9"])
+    assert [(j.job_id, j.array_job_id) for j in got] == [("9", "9"), ("9_0", "9"), ("9_1", "9")]
