@@ -31,6 +31,8 @@ log = logging.getLogger(__name__)
 
 MAX_DATAGRAM = 64 * 1024  # a Release with residency on every device stays far below
 BACKLOG = 128
+OPEN_WITHIN = 5.0  # s a new connection has to present its LaneOpen
+MAX_UNOPENED = 64  # connections that have not (yet) presented one
 
 
 def lane_path(broker_socket: str) -> str:
@@ -44,6 +46,7 @@ class _Conn:
         self.sock = sock
         self.cid = 0
         self.backlog: list[bytes] = []  # datagrams the socket buffer had no room for
+        self.deadline: asyncio.TimerHandle | None = None
 
 
 class LaneServer:
@@ -67,6 +70,8 @@ class LaneServer:
         self._listener: socket.socket | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._conns: dict[int, _Conn] = {}  # cid -> opened lane
+        # Connections still to present a LaneOpen: a local user cannot pile up idle ones.
+        self._unopened: set[_Conn] = set()
 
     def start(self, socket_mode: int) -> None:
         self._loop = asyncio.get_running_loop()
@@ -85,7 +90,7 @@ class LaneServer:
         self._loop.add_reader(sock.fileno(), self._accept)
 
     def close(self) -> None:
-        for conn in list(self._conns.values()):
+        for conn in [*self._conns.values(), *self._unopened]:
             self._close(conn, notify=False)
         if self._listener is not None and self._loop is not None:
             self._loop.remove_reader(self._listener.fileno())
@@ -116,8 +121,14 @@ class LaneServer:
             sock, _ = self._listener.accept()
         except (BlockingIOError, InterruptedError):
             return
+        if len(self._unopened) >= MAX_UNOPENED:
+            sock.close()
+            log.warning("refused a lane connection: %d are still to open", MAX_UNOPENED)
+            return
         sock.setblocking(False)
         conn = _Conn(sock)
+        self._unopened.add(conn)
+        conn.deadline = self._loop.call_later(OPEN_WITHIN, self._close, conn, False)
         self._loop.add_reader(sock.fileno(), self._readable, conn)
 
     def _readable(self, conn: _Conn) -> None:
@@ -154,6 +165,9 @@ class LaneServer:
             return
         conn.cid = cid
         self._conns[cid] = conn
+        self._unopened.discard(conn)
+        if conn.deadline is not None:
+            conn.deadline.cancel()
         self._send(conn, pb.ServerMessage(lane_ready=pb.LaneReady()).SerializeToString())
         log.debug("client %d opened its lane", cid)
 
@@ -185,6 +199,9 @@ class LaneServer:
 
     def _close(self, conn: _Conn, notify: bool) -> None:
         assert self._loop is not None
+        self._unopened.discard(conn)
+        if conn.deadline is not None:
+            conn.deadline.cancel()
         if conn.sock.fileno() >= 0:
             self._loop.remove_reader(conn.sock.fileno())
             self._loop.remove_writer(conn.sock.fileno())

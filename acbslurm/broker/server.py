@@ -202,6 +202,7 @@ class BrokerService(pb_grpc.GpuBrokerServicer):  # type: ignore[misc]
                     pid=info.pid,
                     waiting_count=sum(w.count for w in waits),
                     waiting_seconds=max((now - w.since for w in waits), default=0.0),
+                    on_lane=self.lane is not None and self.lane.is_open(info.client_id),
                 )
             )
         c = b.counters

@@ -130,6 +130,7 @@ def _status_dict(reply: Any) -> dict[str, Any]:
                 "pid": c.pid,
                 "waiting_count": c.waiting_count,
                 "waiting_seconds": round(c.waiting_seconds, 3),
+                "on_lane": c.on_lane,
             }
             for c in reply.clients
         ],
@@ -183,6 +184,8 @@ def status(address: str | None, timeout: float, as_json: bool) -> None:
         held = f" for {d['held_seconds']:.2f}s" if d["holder"] else ""
         res = ", ".join(f"#{c}:{b}B" for c, b in d["residents"].items()) or "none"
         click.echo(f"  {d['id']}: {holder}{held}; resident: {res}")
+    lane = sum(1 for c in st["clients"] if c["on_lane"])
+    click.echo(f"  clients: {len(st['clients'])} ({lane} on the local lane)")
     for c in st["clients"]:
         if c["waiting_count"]:
             click.echo(

@@ -183,18 +183,20 @@ class DeviceState(_message.Message):
     def __init__(self, device: _Optional[_Union[Device, _Mapping]] = ..., holder: _Optional[int] = ..., lease_id: _Optional[int] = ..., held_seconds: _Optional[float] = ..., residents: _Optional[_Iterable[_Union[Resident, _Mapping]]] = ...) -> None: ...
 
 class ClientState(_message.Message):
-    __slots__ = ("client_id", "name", "pid", "waiting_count", "waiting_seconds")
+    __slots__ = ("client_id", "name", "pid", "waiting_count", "waiting_seconds", "on_lane")
     CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     PID_FIELD_NUMBER: _ClassVar[int]
     WAITING_COUNT_FIELD_NUMBER: _ClassVar[int]
     WAITING_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    ON_LANE_FIELD_NUMBER: _ClassVar[int]
     client_id: int
     name: str
     pid: int
     waiting_count: int
     waiting_seconds: float
-    def __init__(self, client_id: _Optional[int] = ..., name: _Optional[str] = ..., pid: _Optional[int] = ..., waiting_count: _Optional[int] = ..., waiting_seconds: _Optional[float] = ...) -> None: ...
+    on_lane: bool
+    def __init__(self, client_id: _Optional[int] = ..., name: _Optional[str] = ..., pid: _Optional[int] = ..., waiting_count: _Optional[int] = ..., waiting_seconds: _Optional[float] = ..., on_lane: _Optional[bool] = ...) -> None: ...
 
 class StatusReply(_message.Message):
     __slots__ = ("policy", "quantum_seconds", "devices", "clients", "grants", "evictions", "yields_asked", "disconnects", "source")

@@ -129,3 +129,48 @@ def test_closing_the_client_wakes_a_thread_waiting_on_the_lane(broker_factory) -
         c.close()
         t.join(5)
         assert not t.is_alive() and errors
+
+
+def test_status_says_who_is_on_the_lane(broker_factory) -> None:
+    d = broker_factory("--devices", "cpu:1")
+    with BrokerClient(d.address) as a, BrokerClient(d.address, lane=False) as b:
+        on_lane = {c["id"]: c["on_lane"] for c in fetch_status(d.address)["clients"]}
+        assert on_lane == {a.client_id: True, b.client_id: False}
+
+
+def test_connections_that_never_open_are_closed_and_capped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import asyncio
+
+    from acbslurm.broker import lane_server
+
+    monkeypatch.setattr(lane_server, "OPEN_WITHIN", 0.3)
+    monkeypatch.setattr(lane_server, "MAX_UNOPENED", 2)
+    path = str(tmp_path / "b.sock.lane")
+
+    async def scenario() -> tuple[list[bytes], float]:
+        loop = asyncio.get_running_loop()
+        server = lane_server.LaneServer(
+            path, check_token=lambda c, t: False, handle=lambda c, m: None, on_close=lambda c: None
+        )
+        server.start(0o600)
+        socks = []
+        for _ in range(3):
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            s.setblocking(False)
+            await loop.sock_connect(s, path)
+            socks.append(s)
+            await asyncio.sleep(0.02)  # let the server accept it
+        t0 = loop.time()
+        got = [await asyncio.wait_for(loop.sock_recv(s, 16), 5) for s in socks]
+        waited = loop.time() - t0
+        server.close()
+        for s in socks:
+            s.close()
+        return got, waited
+
+    got, waited = asyncio.run(scenario())
+    assert got == [b"", b"", b""]  # the third at once (cap), the others at the deadline
+    assert 0.2 <= waited < 3
+    assert not Path(path).exists()
