@@ -103,6 +103,9 @@ class BrokerClient:
     ) -> None:
         self.address = parse_address(address or default_address())
         self.name = name or os.path.basename(sys.argv[0] or "python")
+        # The session belongs to this process: a forked child shares its sockets but not
+        # its threads, so it must neither use nor close them (``_check_process``).
+        self._pid = os.getpid()
         self._channel = grpc.insecure_channel(self.address)
         try:
             grpc.channel_ready_future(self._channel).result(timeout=connect_timeout)
@@ -194,6 +197,7 @@ class BrokerClient:
 
     def release(self, lease: Lease, resident: dict[str, int] | None = None) -> None:
         """Give the lease back; ``resident`` = bytes this client leaves on each device."""
+        self._check_process()
         with self._lock:
             if lease.released or self._closed:
                 lease.released = True
@@ -228,6 +232,8 @@ class BrokerClient:
         self._yield_handler = handler
 
     def close(self) -> None:
+        if os.getpid() != self._pid:
+            return  # a forked child's copy: the session stays the parent's
         with self._lock:
             if self._closed:
                 return
@@ -247,7 +253,15 @@ class BrokerClient:
 
     # -- internals ---------------------------------------------------------------------
 
+    def _check_process(self) -> None:
+        if os.getpid() != self._pid:
+            raise BrokerError(
+                f"this broker client belongs to process {self._pid}; a forked child "
+                f"(pid {os.getpid()}) must open its own BrokerClient"
+            )
+
     def _check_open(self) -> None:
+        self._check_process()
         if self._lost:
             raise BrokerError(self._lost)
         if self._closed:

@@ -10,6 +10,9 @@ the memory, the program's storages are evicted (``evict.StorageEvictor``).
 
 Locking: ``_lock`` guards the lease and the storages; it is never held while waiting
 for the broker, so an eviction request can always be served while a grant is awaited.
+
+A forked child (a DataLoader worker, say) inherits the mode but is no session of the
+broker: its PyTorch calls run unmanaged (CUDA cannot be used after a fork anyway).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import atexit
 import json
 import logging
+import os
 import threading
 import time
 from typing import Any
@@ -53,13 +57,26 @@ class DeviceRuntime:
         self.leases = 0
         self.yields = 0
         self.wait_seconds = 0.0
+        self._forked = False
+        os.register_at_fork(after_in_child=self._after_fork)
         client.on_evict(self._evict)
         self._watcher = threading.Thread(target=self._watch, name="agarun-idle", daemon=True)
         self._watcher.start()
 
     # -- called around every device call (main thread) ----------------------------------
 
+    @property
+    def forked(self) -> bool:
+        """True in a forked child, where the runtime stands aside."""
+        return self._forked
+
+    def _after_fork(self) -> None:
+        self._forked = True
+        self._lock = threading.Lock()  # the parent's may have been held by another thread
+
     def enter(self) -> None:
+        if self._forked:
+            return
         while True:
             with self._lock:
                 lease = self._lease
@@ -72,6 +89,8 @@ class DeviceRuntime:
             self._acquire()
 
     def exit(self) -> None:
+        if self._forked:
+            return
         with self._lock:
             self._in_op -= 1
             self._last = time.monotonic()
@@ -146,6 +165,8 @@ class DeviceRuntime:
         }
 
     def close(self) -> None:
+        if self._forked:
+            return  # the parent's session: not ours to end
         self._stopping.set()
         with self._lock:
             self._release_locked()
@@ -211,6 +232,8 @@ def install(
     LeaseMode(runtime).__enter__()  # type: ignore[no-untyped-call]
 
     def finish() -> None:
+        if runtime.forked:
+            return  # a forked child that exits normally: the parent reports
         runtime.close()
         if stats_file:
             with open(stats_file, "w") as f:

@@ -146,3 +146,55 @@ def test_agarun_without_broker_or_python_is_a_clear_error(tmp_path: Path) -> Non
         timeout=60,
     )
     assert r.returncode == 2 and "'lots'" in r.stderr
+
+
+FORKING_APP = """
+import os, sys, torch
+x = torch.ones(3).sum().item()  # under a lease
+r, w = os.pipe()
+pid = os.fork()
+if pid == 0:  # like a DataLoader worker: PyTorch work in a forked child
+    os.close(r)
+    os.write(w, str(torch.arange(4.0).sum().item()).encode())
+    sys.exit(0)  # a normal exit: the child's atexit hooks run too
+os.close(w)
+child = os.read(r, 100).decode()
+_, status = os.waitpid(pid, 0)
+y = torch.ones(2).mul(5).sum().item()  # the parent's session still works
+print(x, child, y, os.waitstatus_to_exitcode(status))
+"""
+
+
+def test_a_forked_child_runs_unmanaged_and_leaves_the_session_alone(
+    broker_factory, tmp_path: Path
+) -> None:
+    d = broker_factory("--devices", "cpu:1")
+    script = tmp_path / "fork_app.py"
+    script.write_text(FORKING_APP)
+    stats = tmp_path / "stats.json"
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "acbslurm.broker.agarun",
+            "--broker",
+            d.address,
+            "--device",
+            "cpu",
+            "--stats",
+            str(stats),
+            "--",
+            sys.executable,
+            str(script),
+        ],
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "3.0 6.0 10.0 0"
+    assert "Traceback" not in r.stderr and "BrokerError" not in r.stderr
+    st = fetch_status(d.address)
+    assert st["disconnects"] == 2  # agarun's probe and the program; the child opened none
+    assert json.loads(stats.read_text())["leases"] >= 1  # written by the parent

@@ -174,3 +174,25 @@ def test_connections_that_never_open_are_closed_and_capped(
     assert got == [b"", b"", b""]  # the third at once (cap), the others at the deadline
     assert 0.2 <= waited < 3
     assert not Path(path).exists()
+
+
+def test_a_forked_child_cannot_use_its_parents_session(broker_factory) -> None:
+    d = broker_factory("--devices", "cpu:1")
+    with BrokerClient(d.address) as c:
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child reports through the pipe
+            try:
+                c.acquire(1, timeout=1)
+                msg = b"acquired"
+            except BrokerError as exc:
+                msg = str(exc).encode()
+            c.close()  # must not end the parent's session
+            os.write(w, msg)
+            os._exit(0)
+        os.close(w)
+        said = os.read(r, 500).decode()
+        os.waitpid(pid, 0)
+        assert "belongs to process" in said and "must open its own BrokerClient" in said
+        c.release(c.acquire(1, timeout=5))  # the parent's session is untouched
+        assert [x["id"] for x in fetch_status(d.address)["clients"]] == [c.client_id]
