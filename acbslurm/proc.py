@@ -7,15 +7,21 @@ carrying the command, its exit code, stdout and stderr.
 
 from __future__ import annotations
 
-import logging
 import os
 import subprocess
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from acbslurm.errors import CommandError
 
-log = logging.getLogger(__name__)
+
+def _debug(msg: str, *args: object) -> None:
+    # Logging is imported only by entry points that configure it: if nobody did, no
+    # handler would show this anyway, and the Slurm hooks save ~5 ms of import.
+    logging = sys.modules.get("logging")
+    if logging is not None:
+        logging.getLogger(__name__).debug(msg, *args)
 
 
 @dataclass(frozen=True)
@@ -47,7 +53,7 @@ def run(
     full_env = dict(os.environ if env is None else env)
     if extra_env:
         full_env.update(extra_env)
-    log.debug("run: %s", argv)
+    _debug("run: %s", argv)
     try:
         cp = subprocess.run(
             argv,

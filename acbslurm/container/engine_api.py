@@ -14,9 +14,13 @@ import socket
 import struct
 import time
 from collections.abc import Iterator
-from typing import Any
 
 from acbslurm.errors import DockerError
+
+# typing costs a hook ~4 ms to import; annotations are strings (PEP 563).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
 class DaemonUnreachable(DockerError):

@@ -8,8 +8,8 @@ of the file name, as Slurm's gres/gpu plugin does (``_sort_gpu_by_file``).
 
 from __future__ import annotations
 
+import os
 import re
-from pathlib import Path
 
 from acbslurm.errors import ConfigError
 
@@ -86,19 +86,20 @@ def parse_line(line: str, where: str) -> dict[str, str]:
     return fields
 
 
-def gpu_device_files(path: str | Path, node: str) -> list[str]:
+def gpu_device_files(path: str | os.PathLike[str], node: str) -> list[str]:
     """The gres/gpu device files of ``node`` in Slurm's index order."""
-    p = Path(path)
+    p = os.fspath(path)  # os.path, not pathlib: the prolog imports this module
     files: list[str] = []
     _collect(p, node, files, depth=0)
     return sorted(files, key=_file_number)  # stable: equal numbers keep file order
 
 
-def _collect(p: Path, node: str, files: list[str], depth: int) -> None:
+def _collect(p: str, node: str, files: list[str], depth: int) -> None:
     if depth > 8:
         raise ConfigError(f"{p}: Include nested too deeply")
     try:
-        text = p.read_text()
+        with open(p) as f:
+            text = f.read()
     except FileNotFoundError:
         raise ConfigError(f"gres.conf {p} does not exist") from None
     for lineno, raw in enumerate(text.splitlines(), 1):
@@ -107,8 +108,9 @@ def _collect(p: Path, node: str, files: list[str], depth: int) -> None:
             continue
         where = f"{p}:{lineno}"
         if line.lower().startswith("include "):
-            inc = Path(line.split(None, 1)[1].strip())
-            _collect(inc if inc.is_absolute() else p.parent / inc, node, files, depth + 1)
+            inc = line.split(None, 1)[1].strip()
+            where_inc = inc if os.path.isabs(inc) else os.path.join(os.path.dirname(p), inc)
+            _collect(where_inc, node, files, depth + 1)
             continue
         fields = parse_line(line, where)
         if fields.get("name", "").lower() != "gpu" or "file" not in fields:

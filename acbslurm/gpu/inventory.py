@@ -9,8 +9,8 @@ The static inventory is a JSON file (used by the sandbox and by sites without NV
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 from acbslurm.errors import ConfigError
 
@@ -33,10 +33,11 @@ def sandbox_uuid(seed: str, minor: int) -> str:
     return f"GPU-{h[0:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
 
 
-def load_static(path: str | Path) -> list[GpuInfo]:
-    p = Path(path)
+def load_static(path: str | os.PathLike[str]) -> list[GpuInfo]:
+    p = os.fspath(path)  # os.path, not pathlib: the prolog imports this module
     try:
-        data = json.loads(p.read_text())
+        with open(p) as f:
+            data = json.loads(f.read())
     except FileNotFoundError:
         raise ConfigError(f"GPU inventory {p} does not exist") from None
     except json.JSONDecodeError as exc:
@@ -62,5 +63,6 @@ def load_static(path: str | Path) -> list[GpuInfo]:
     return out
 
 
-def write_static(path: str | Path, gpus: list[GpuInfo]) -> None:
-    Path(path).write_text(json.dumps({"gpus": [asdict(g) for g in gpus]}, indent=2) + "\n")
+def write_static(path: str | os.PathLike[str], gpus: list[GpuInfo]) -> None:
+    with open(path, "w") as f:
+        f.write(json.dumps({"gpus": [asdict(g) for g in gpus]}, indent=2) + "\n")

@@ -1,3 +1,4 @@
+import os
 import stat
 from pathlib import Path
 
@@ -11,8 +12,8 @@ def test_roundtrip_mode_and_atomic(tmp_path: Path) -> None:
     d = tmp_path / "jobs"
     rec = JobRecord("42", "user1", 1001, "n1", [1], ["GPU-b"], [1], 2, 2048, 1.5)
     path = write_record(str(d), rec)
-    assert path == d / "42.json"
-    assert stat.S_IMODE(path.stat().st_mode) == 0o644
+    assert path == str(d / "42.json")
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o644
     assert [p.name for p in d.iterdir()] == ["42.json"]  # no temp file left
     assert read_record(str(d), "42") == rec
     assert remove_record(str(d), "42") is True
