@@ -258,7 +258,12 @@ def query_jobs(
             own = found.get(w) or old.get(w)
             tasks = _array_tasks(w, found, old)
             if tasks and own is not None:
-                own.array_job_id = w  # the array's own record (e.g. its cancelled rest)
+                # The array's own record shows up by its bare id only for moments (e.g.
+                # its pending rest just cancelled); the task rows say the same once
+                # settled. Kept while unfinished, so a watcher never misses live work.
+                own.array_job_id = w
+                if own.finished:
+                    own = None
             rows = ([own] if own is not None else []) + tasks
             jobs.extend(rows or [JobInfo(job_id=w, state="UNKNOWN")])
     running = [j for j in jobs if j.state in ("RUNNING", "COMPLETING", "SUSPENDED")]

@@ -190,8 +190,10 @@ def test_an_array_id_stands_for_its_tasks(idle: Any) -> None:
     )
     assert res.returncode == 1, res.stderr
     out = json.loads(res.stdout)
-    states = {j["job_id"].split("_")[1]: j["state"] for j in out["jobs"]}
-    assert states == {"0": "COMPLETED", "1": "FAILED"}, out
+    assert {j["array_job_id"] for j in out["jobs"]} == set(out["job_ids"]), out
+    states = {j["job_id"]: j["state"] for j in out["jobs"]}
+    (array,) = out["job_ids"]
+    assert states == {f"{array}_0": "COMPLETED", f"{array}_1": "FAILED"}, out
     assert "1 of 2 jobs did not complete" in res.stderr
 
 

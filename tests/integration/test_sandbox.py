@@ -99,7 +99,10 @@ def test_gpus_queue_when_all_are_taken(idle_sandbox: Sandbox) -> None:
             out = sb.run_slurm(["squeue", "-h", "-j", ",".join(ids), "-o", "%i %T %r %b"]).stdout
             states = {ln.split()[0]: ln for ln in out.splitlines()}
             running = [s for s in states.values() if " RUNNING " in s]
-            if len(running) == 2:
+            pending = [s for s in states.values() if " PENDING " in s]
+            # The waiting job's reason reads Priority (or None) until the scheduler has
+            # looked at it with both GPUs taken; only then Resources.
+            if len(running) == 2 and len(pending) == 1 and "Resources" in pending[0]:
                 break
             time.sleep(0.3)
         running = [s for s in states.values() if " RUNNING " in s]
