@@ -28,28 +28,32 @@ def plain(seed: str) -> str:
     return r.stdout.strip()
 
 
+def agarun_argv(address: str, *options: str, program: list[str]) -> list[str]:
+    """`agarun --broker ADDRESS --device cpu OPTIONS -- python PROGRAM...`."""
+    agarun = [sys.executable, "-m", "acbslurm.broker.agarun", "--broker", address]
+    return [*agarun, "--device", "cpu", *options, "--", sys.executable, *program]
+
+
+def run_agarun(address: str, *options: str, program: list[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        agarun_argv(address, *options, program=program),
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
 def agarun(address: str, seed: str, stats: Path, gate: Path) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "acbslurm.broker.agarun",
-            "--broker",
+        agarun_argv(
             address,
-            "--device",
-            "cpu",
             "--idle-ms",
             "10",
             "--stats",
             str(stats),
-            "--",
-            sys.executable,
-            APP,
-            STEPS,
-            seed,
-            "0.03",
-            str(gate),
-        ],
+            program=[APP, STEPS, seed, "0.03", str(gate)],
+        ),
         env=child_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -90,26 +94,7 @@ def test_agarun_passes_the_exit_code_and_argv(broker_factory, tmp_path: Path) ->
     script.write_text(
         "import sys, torch\nprint(sys.argv[1:], torch.ones(2).sum().item())\nsys.exit(7)\n"
     )
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "acbslurm.broker.agarun",
-            "--broker",
-            d.address,
-            "--device",
-            "cpu",
-            "--",
-            sys.executable,
-            str(script),
-            "a b",
-            "--x",
-        ],
-        env=child_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    r = run_agarun(d.address, program=[str(script), "a b", "--x"])
     assert r.returncode == 7, r.stderr
     assert r.stdout.strip() == "['a b', '--x'] 2.0"
 
@@ -172,26 +157,7 @@ def test_a_forked_child_runs_unmanaged_and_leaves_the_session_alone(
     script = tmp_path / "fork_app.py"
     script.write_text(FORKING_APP)
     stats = tmp_path / "stats.json"
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "acbslurm.broker.agarun",
-            "--broker",
-            d.address,
-            "--device",
-            "cpu",
-            "--stats",
-            str(stats),
-            "--",
-            sys.executable,
-            str(script),
-        ],
-        env=child_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    r = run_agarun(d.address, "--stats", str(stats), program=[str(script)])
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "3.0 6.0 10.0 0"
     assert "Traceback" not in r.stderr and "BrokerError" not in r.stderr
