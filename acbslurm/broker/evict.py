@@ -9,6 +9,13 @@ program noticing (tensor objects, shapes, strides and version counters unchanged
 Live tensors are found through the garbage collector (every torch.Tensor is a
 tracked object); storages only referenced from C++ (e.g. autograd's saved
 activations) are not seen and simply stay where they are.
+
+Pinned host memory: PyTorch's caching host allocator keeps freed pinned blocks for
+reuse, which makes the next eviction of the same sizes fast (no page locking) but
+holds the memory although the data are back on the GPU. Several programs that each
+keep their weights' worth (four 40 GB programs on a 128 GB host) would exhaust the
+host, so after a restore the cache is emptied when the host runs short
+(``keep_pinned``: None = decide by /proc/meminfo, True = always keep, False = never).
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ class EvictStats:
     bytes_restored: int = 0
     evict_seconds: float = 0.0
     restore_seconds: float = 0.0
+    host_cache_emptied: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -40,6 +48,38 @@ class _Saved:
     host: torch.Tensor  # uint8 copy of its bytes
 
 
+HOST_FLOOR = 0.5  # keep cached pinned memory only while half the host's memory is available
+MEMINFO = "/proc/meminfo"
+
+
+def host_memory() -> tuple[int, int]:
+    """(total, available) bytes of the host from /proc/meminfo; (0, 0) when unknown."""
+    found: dict[str, int] = {}
+    try:
+        with open(MEMINFO) as f:
+            for line in f:
+                key, _, rest = line.partition(":")
+                if key in ("MemTotal", "MemAvailable"):
+                    found[key] = int(rest.split()[0]) * 1024
+    except (OSError, ValueError, IndexError):
+        return 0, 0
+    return found.get("MemTotal", 0), found.get("MemAvailable", 0)
+
+
+def host_memory_short(floor: float = HOST_FLOOR) -> bool:
+    total, available = host_memory()
+    return total > 0 and available < floor * total
+
+
+def empty_host_cache() -> bool:
+    """Give PyTorch's cached pinned host memory back to the system (CUDA builds)."""
+    empty = getattr(torch._C, "_host_emptyCache", None)
+    if empty is None:
+        return False
+    empty()
+    return True
+
+
 @dataclass
 class StorageEvictor:
     """Evict/restore all live tensors of one device (``cpu`` stands in for a GPU in tests)."""
@@ -47,6 +87,7 @@ class StorageEvictor:
     device: torch.device
     stats: EvictStats = field(default_factory=EvictStats)
     saved: list[_Saved] = field(default_factory=list)
+    keep_pinned: bool | None = None  # see the module's docstring
 
     @property
     def evicted(self) -> bool:
@@ -120,11 +161,20 @@ class StorageEvictor:
             total += n
         if cuda:
             torch.cuda.synchronize(self.device)
-        self.saved = []
+        self.saved = []  # the pinned blocks go back to PyTorch's host cache
+        if cuda and self._release_pinned():
+            self.stats.host_cache_emptied += 1
         self.stats.restores += 1
         self.stats.bytes_restored += total
         self.stats.restore_seconds += time.perf_counter() - t0
         return total
+
+    def _release_pinned(self) -> bool:
+        if self.keep_pinned is True:
+            return False
+        if self.keep_pinned is None and not host_memory_short():
+            return False
+        return empty_host_cache()
 
 
 def _bytes_view(storage: Any) -> torch.Tensor:

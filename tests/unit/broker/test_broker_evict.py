@@ -34,3 +34,33 @@ def test_evict_frees_and_restore_brings_back_the_same_objects() -> None:
 def test_restore_without_eviction_is_a_no_op() -> None:
     ev = StorageEvictor(torch.device("cpu"))
     assert ev.restore() == 0 and not ev.evicted
+
+
+def test_host_memory_reads_meminfo(tmp_path, monkeypatch) -> None:
+    from acbslurm.broker import evict
+
+    info = tmp_path / "meminfo"
+    info.write_text("MemTotal:       134217728 kB\nMemFree: 1 kB\nMemAvailable:   50331648 kB\n")
+    monkeypatch.setattr(evict, "MEMINFO", str(info))
+    assert evict.host_memory() == (128 << 30, 48 << 30)
+    assert evict.host_memory_short()  # 48 of 128 GiB available: below half
+    assert not evict.host_memory_short(floor=0.25)
+    monkeypatch.setattr(evict, "MEMINFO", str(tmp_path / "none"))
+    assert evict.host_memory() == (0, 0) and not evict.host_memory_short()
+
+
+def test_pinned_cache_is_given_back_only_when_the_host_runs_short(monkeypatch) -> None:
+    from acbslurm.broker import evict
+
+    emptied: list[bool] = []
+    monkeypatch.setattr(evict, "empty_host_cache", lambda: emptied.append(True) or True)
+    short = {"now": False}
+    monkeypatch.setattr(evict, "host_memory_short", lambda: short["now"])
+    dev = torch.device("cpu")
+    assert not StorageEvictor(dev)._release_pinned()  # plenty of memory: keep the cache
+    short["now"] = True
+    assert StorageEvictor(dev)._release_pinned()
+    assert not StorageEvictor(dev, keep_pinned=True)._release_pinned()
+    short["now"] = False
+    assert StorageEvictor(dev, keep_pinned=False)._release_pinned()
+    assert emptied == [True, True]
