@@ -6,6 +6,7 @@ thread that waits for a grant reads the lane itself (no reader thread to wake it
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 from typing import Any
@@ -56,4 +57,7 @@ class Lane:
         return pb.ServerMessage.FromString(data)
 
     def close(self) -> None:
+        # shutdown() first: close() alone does not wake a thread blocked in recv().
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)
         self._sock.close()
