@@ -199,7 +199,8 @@ class BrokerClient:
         """Give the lease back; ``resident`` = bytes this client leaves on each device."""
         self._check_process()
         with self._lock:
-            if lease.released or self._closed:
+            if lease.released or self._closed or self._lost:
+                # A lost session's leases were freed by the broker when it ended.
                 lease.released = True
                 return
             lease.released = True
@@ -207,7 +208,8 @@ class BrokerClient:
         rel = pb.Release(lease_id=lease.lease_id)
         for dev, nbytes in (resident or {}).items():
             rel.resident.add(device=dev, bytes=nbytes)
-        self._send(pb.ClientMessage(release=rel))
+        with contextlib.suppress(BrokerError):  # lost just now: freed with the session
+            self._send(pb.ClientMessage(release=rel))
 
     @contextlib.contextmanager
     def gpus(

@@ -174,7 +174,7 @@ def test_no_broker_is_a_clear_error() -> None:
 def test_broker_going_away_fails_waiters(broker_factory, lane: bool) -> None:
     d = broker_factory("--devices", "cpu:1")
     a, b = BrokerClient(d.address, lane=lane), BrokerClient(d.address, lane=lane)
-    a.acquire(1)
+    held = a.acquire(1)
     errors: list[str] = []
 
     def wait() -> None:
@@ -191,6 +191,7 @@ def test_broker_going_away_fails_waiters(broker_factory, lane: bool) -> None:
     assert errors and "broker" in errors[0]
     with pytest.raises(BrokerError, match=r"lost the broker|the broker ended the session"):
         a.acquire(1, timeout=5)  # no hang: the session is known to be gone
+    a.release(held)  # no error: the broker freed it with the session
     a.close()
     b.close()
 
