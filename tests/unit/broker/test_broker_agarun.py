@@ -65,12 +65,22 @@ def agarun(address: str, seed: str, stats: Path, gate: Path) -> subprocess.Popen
 def test_two_programs_share_one_device_bit_identically(broker_factory, tmp_path: Path) -> None:
     d = broker_factory("--devices", "cpu:1")
     procs = [agarun(d.address, s, tmp_path / f"s{s}.json", tmp_path) for s in ("0", "1")]
-    deadline = time.monotonic() + 120
-    while not all((tmp_path / f"ready-{s}").exists() for s in ("0", "1")):
-        assert time.monotonic() < deadline and all(p.poll() is None for p in procs)
-        time.sleep(0.05)
-    (tmp_path / "go").touch()
-    outs = [p.communicate(timeout=300) for p in procs]
+    try:
+        deadline = time.monotonic() + 120
+        while not all((tmp_path / f"ready-{s}").exists() for s in ("0", "1")):
+            for p in procs:
+                if p.poll() is not None:  # ended before its start gate: say why
+                    out, err = p.communicate()
+                    raise AssertionError(f"{p.args} exited {p.returncode} early:\n{out}{err}")
+            assert time.monotonic() < deadline, "the programs did not start within 120 s"
+            time.sleep(0.05)
+        (tmp_path / "go").touch()
+        outs = [p.communicate(timeout=300) for p in procs]
+    finally:
+        for p in procs:  # a failure must not leave a program waiting at its gate
+            if p.poll() is None:
+                p.kill()
+                p.wait()
     for p, (_, err) in zip(procs, outs, strict=True):
         assert p.returncode == 0, err
     assert [o.strip() for o, _ in outs] == [plain("0"), plain("1")]
