@@ -110,6 +110,9 @@ class DeviceRuntime:
                 self._bind(lease.devices[0].id)
             if self.evictor is not None and self.evictor.evicted:
                 self.evictor.restore()
+            # Not idle: the wait for the grant must not count, or the watcher could
+            # hand the lease back before the call that asked for it has run.
+            self._last = time.monotonic()
 
     def _bind(self, device_id: str) -> None:
         """Remember the first device granted; on GPUs make it the current CUDA device."""
