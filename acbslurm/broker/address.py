@@ -13,6 +13,7 @@ from acbslurm.errors import ConfigError
 
 
 def job_socket(job_id: str) -> str:
+    # The epilog removes what a broker killed hard leaves here (hooks/broker_sockets.py).
     return f"unix:/tmp/acbslurm-broker-{job_id}.sock"
 
 

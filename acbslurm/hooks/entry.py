@@ -114,6 +114,12 @@ def run_epilog(env: Mapping[str, str]) -> int:
         result = sweep_job_containers(job_id, hosts, settings.hook_docker_timeout)
     if result.removed:
         _say("info", f"job {job_id}: removed containers {','.join(result.removed)}")
+    if uid >= 0:
+        from acbslurm.hooks.broker_sockets import remove_broker_sockets
+
+        gone = remove_broker_sockets(job_id, uid)
+        if gone:
+            _say("info", f"job {job_id}: removed broker sockets {','.join(gone)}")
     try:
         remove_record(settings.record_dir, job_id)
     except OSError as exc:

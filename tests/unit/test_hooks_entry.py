@@ -135,3 +135,26 @@ def test_a_hook_that_hangs_gives_up_at_its_deadline(hook: str, code: int) -> Non
     assert r.returncode == code
     assert "did not finish within 1 s" in r.stderr
     assert time.monotonic() - t0 < 10
+
+
+def test_epilog_removes_the_jobs_leftover_broker_sockets(
+    node: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import socket
+
+    from acbslurm.hooks.broker_sockets import job_broker_sockets
+
+    job = f"9{os.getpid()}"  # a job id no other test or job uses in /tmp
+    paths = job_broker_sockets(job)
+    try:
+        for p in paths:  # what a per-job broker killed with SIGKILL leaves
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            s.bind(p)
+            s.close()
+        assert run_epilog(job_env(SLURM_JOB_ID=job, SLURM_JOB_UID=str(os.getuid()))) == 0
+        assert not any(os.path.exists(p) for p in paths)
+        assert "removed broker sockets" in capsys.readouterr().err
+    finally:
+        for p in paths:
+            if os.path.lexists(p):
+                os.unlink(p)
