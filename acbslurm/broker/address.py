@@ -12,9 +12,18 @@ from collections.abc import Mapping
 from acbslurm.errors import ConfigError
 
 
-def job_socket(job_id: str) -> str:
+def job_socket_path(job_id: str, tmp: str = "/tmp") -> str:
     # The epilog removes what a broker killed hard leaves here (hooks/broker_sockets.py).
-    return f"unix:/tmp/acbslurm-broker-{job_id}.sock"
+    return os.path.join(tmp, f"acbslurm-broker-{job_id}.sock")
+
+
+def job_socket(job_id: str) -> str:
+    return f"unix:{job_socket_path(job_id)}"
+
+
+def lane_path(broker_socket: str) -> str:
+    """Where the local lane of the broker listening on ``broker_socket`` is."""
+    return broker_socket + ".lane"
 
 
 def default_address(env: Mapping[str, str] | None = None) -> str:

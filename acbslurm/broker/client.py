@@ -35,7 +35,7 @@ from typing import Any
 
 import grpc
 
-from acbslurm.broker.address import default_address, parse_address, socket_path
+from acbslurm.broker.address import default_address, lane_path, parse_address, socket_path
 from acbslurm.broker.devices import parse_size
 from acbslurm.broker.lane_client import Lane, LaneClosed, lane_wanted
 from acbslurm.broker.proto import pb, pb_grpc
@@ -150,7 +150,7 @@ class BrokerClient:
         mine = socket_path(self.address)
         if reg.lane_path and mine and (lane_wanted() if lane is None else lane):
             try:
-                self._lane = Lane(mine + ".lane", self.client_id, reg.lane_token)
+                self._lane = Lane(lane_path(mine), self.client_id, reg.lane_token)
             except (OSError, LaneClosed) as exc:
                 log.debug("no local lane beside %s (%s); staying on gRPC", mine, exc)
         self._reader = threading.Thread(target=self._read, name="broker-reader", daemon=True)

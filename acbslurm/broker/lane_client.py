@@ -13,6 +13,7 @@ from typing import Any
 
 from acbslurm.broker.proto import pb
 
+# Both ends' receive buffer: a Release with residency on every device stays far below.
 MAX_DATAGRAM = 64 * 1024
 OPEN_TIMEOUT = 2.0
 

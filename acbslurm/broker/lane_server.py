@@ -25,18 +25,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from acbslurm.broker.lane_client import MAX_DATAGRAM
 from acbslurm.broker.proto import pb
 
 log = logging.getLogger(__name__)
 
-MAX_DATAGRAM = 64 * 1024  # a Release with residency on every device stays far below
 BACKLOG = 128
 OPEN_WITHIN = 5.0  # s a new connection has to present its LaneOpen
 MAX_UNOPENED = 64  # connections that have not (yet) presented one
-
-
-def lane_path(broker_socket: str) -> str:
-    return broker_socket + ".lane"
 
 
 class _Conn:

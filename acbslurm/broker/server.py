@@ -29,8 +29,8 @@ from typing import Any
 import grpc
 
 from acbslurm.broker import core
-from acbslurm.broker.address import parse_address, socket_path
-from acbslurm.broker.lane_server import LaneServer, lane_path, token_matches
+from acbslurm.broker.address import lane_path, parse_address, socket_path
+from acbslurm.broker.lane_server import LaneServer, token_matches
 from acbslurm.broker.proto import pb, pb_grpc
 from acbslurm.errors import BrokerError
 
@@ -74,27 +74,25 @@ class BrokerService(pb_grpc.GpuBrokerServicer):  # type: ignore[misc]
             box = self.outboxes.get(ev.client)
             if box is None:
                 continue
-            on_lane = lane is not None and lane.is_open(ev.client)
             if isinstance(ev, core.Granted):
                 devs = [device_msg(self.broker.devices[d]) for d in ev.devices]
                 msg = pb.ServerMessage(
                     granted=pb.Granted(request_id=ev.request_id, lease_id=ev.lease_id, devices=devs)
                 )
-                if on_lane:
-                    lane.send(ev.client, msg)  # type: ignore[union-attr]
-                    continue
             elif isinstance(ev, core.Rejected):
                 msg = pb.ServerMessage(
                     rejected=pb.Rejected(request_id=ev.request_id, reason=ev.reason)
                 )
-                if on_lane:
-                    lane.send(ev.client, msg)  # type: ignore[union-attr]
-                    continue
             elif isinstance(ev, core.YieldAsked):
                 msg = pb.ServerMessage(yield_asked=pb.YieldAsked(lease_id=ev.lease_id))
             else:
                 msg = pb.ServerMessage(evict=pb.Evict(devices=list(ev.devices)))
-            box.put_nowait(msg)
+            # Answers to requests take the lane when it is open; pushes stay on the stream.
+            answer = isinstance(ev, core.Granted | core.Rejected)
+            if answer and lane is not None and lane.is_open(ev.client):
+                lane.send(ev.client, msg)
+            else:
+                box.put_nowait(msg)
 
     def _handle(self, cid: int, msg: Any) -> None:
         kind = msg.WhichOneof("kind")

@@ -12,10 +12,12 @@ from __future__ import annotations
 import os
 import stat
 
+from acbslurm.broker.address import job_socket_path, lane_path
+
 
 def job_broker_sockets(job_id: str, tmp: str = "/tmp") -> list[str]:
-    base = os.path.join(tmp, f"acbslurm-broker-{job_id}.sock")
-    return [base, base + ".lane"]
+    base = job_socket_path(job_id, tmp)
+    return [base, lane_path(base)]
 
 
 def remove_broker_sockets(job_id: str, uid: int, tmp: str = "/tmp") -> list[str]:
