@@ -12,8 +12,8 @@ from collections.abc import Iterable
 from typing import Any, TextIO
 
 from acbslurm.accounting.grouping import Aggregator, Group
-from acbslurm.accounting.timeparse import iso
 from acbslurm.accounting.usage import JobUsage
+from acbslurm.units import iso
 
 JSON_FORMAT = "acbslurm.report/1"
 FORMATS = ("table", "csv", "json")

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from acbslurm.accounting.schema import Schema
-from acbslurm.accounting.states import JOB_RESIZING, JOB_REVOKED
+from acbslurm.slurm.states import JOB_RESIZING, JOB_REVOKED
 
 # Order matters: usage.JobRow is built positionally from these.
 JOB_SELECT = (

@@ -32,6 +32,7 @@ from acbslurm.accounting.schema import Schema
 from acbslurm.accounting.tres import tres_value
 from acbslurm.accounting.usage import JobRow, JobUsage, compute, newest_rows
 from acbslurm.errors import AccountingError
+from acbslurm.units import is_ascii_int
 
 FETCH = 2000
 log = logging.getLogger(__name__)
@@ -67,7 +68,7 @@ class UserNames:
 
 def resolve_user(text: str) -> int:
     """A --user value (name or uid) as a uid; ValueError when unknown."""
-    if text.isdigit():
+    if is_ascii_int(text):
         return int(text)
     try:
         return pwd.getpwnam(text).pw_uid

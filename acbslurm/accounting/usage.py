@@ -14,8 +14,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from acbslurm.accounting.states import JOB_RESIZING, state_name
 from acbslurm.accounting.tres import tres_count
+from acbslurm.slurm.states import JOB_RESIZING, state_name
 
 DEFINITIONS = ("sacct", "sreport")
 DEFINITION_TEXT = {

@@ -10,20 +10,12 @@ import os
 from collections.abc import Mapping
 
 from acbslurm.errors import ConfigError
-
-
-def job_socket_path(job_id: str, tmp: str = "/tmp") -> str:
-    # The epilog removes what a broker killed hard leaves here (hooks/broker_sockets.py).
-    return os.path.join(tmp, f"acbslurm-broker-{job_id}.sock")
+from acbslurm.jobsockets import job_socket_path
+from acbslurm.units import is_ascii_int
 
 
 def job_socket(job_id: str) -> str:
     return f"unix:{job_socket_path(job_id)}"
-
-
-def lane_path(broker_socket: str) -> str:
-    """Where the local lane of the broker listening on ``broker_socket`` is."""
-    return broker_socket + ".lane"
 
 
 def default_address(env: Mapping[str, str] | None = None) -> str:
@@ -49,7 +41,7 @@ def parse_address(address: str) -> str:
             raise ConfigError(f"broker address {address!r}: unix socket path must be absolute")
         return f"unix:{path}"
     host, sep, port = address.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+    if not sep or not host or not is_ascii_int(port) or not 0 < int(port) < 65536:
         raise ConfigError(
             f"broker address {address!r}: expected unix:/PATH or HOST:PORT (e.g. 127.0.0.1:50077)"
         )

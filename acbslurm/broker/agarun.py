@@ -90,11 +90,11 @@ def cli(
 ) -> None:
     """Run `python app.py ...` so that its GPU work happens only under broker leases."""
     from acbslurm.broker.address import default_address, parse_address
-    from acbslurm.broker.devices import parse_size
+    from acbslurm.units import size_bytes
 
     exe, rest = _split_python(command)
     try:
-        mem = parse_size(memory)
+        mem = size_bytes(memory)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="'--memory'") from None
     try:

@@ -35,11 +35,12 @@ from typing import Any
 
 import grpc
 
-from acbslurm.broker.address import default_address, lane_path, parse_address, socket_path
-from acbslurm.broker.devices import parse_size
+from acbslurm.broker.address import default_address, parse_address, socket_path
 from acbslurm.broker.lane_client import Lane, LaneClosed, lane_wanted
 from acbslurm.broker.proto import pb, pb_grpc
 from acbslurm.errors import BrokerError, ConfigError
+from acbslurm.jobsockets import lane_path
+from acbslurm.units import size_bytes
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +87,7 @@ def _memory_bytes(memory: str | int | None) -> int:
     if memory is None:
         return 0
     try:
-        return parse_size(memory)
+        return size_bytes(memory)
     except ValueError as exc:
         raise ConfigError(f"memory hint: {exc}") from None
 

@@ -9,38 +9,13 @@ gave the job, so one allocation can be shared by many programs and never grows:
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from acbslurm.broker.core import Device
 from acbslurm.errors import ConfigError, GpuMappingError, SetupError
 from acbslurm.gpu.inventory import GpuInfo, load_static
-
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
-_UNITS = {"": 1, "k": 1000, "m": 1000**2, "g": 1000**3, "t": 1000**4}
-
-
-def parse_size(text: str | int) -> int:
-    """Bytes from ``20G``, ``512MiB``, ``1.5g`` or a plain number (binary units: KiB=1024).
-
-    ``G`` counts as GiB, as in PyTorch and nvidia-smi reports.
-    """
-    if isinstance(text, int):
-        if text < 0:
-            raise ValueError(f"size must not be negative: {text}")
-        return text
-    m = _SIZE.match(text)
-    if not m:
-        raise ValueError(f"not a size: {text!r} (examples: 20G, 512MiB, 1073741824)")
-    number = float(m.group(1))
-    unit = (m.group(2) or "").lower()
-    base = unit[:1]
-    if unit.endswith("b") and "i" not in unit and base:
-        factor = _UNITS[base]  # kB, MB, GB: decimal
-    else:
-        factor = 1024 ** " kmgt".index(base) if base else 1
-    return int(number * factor)
+from acbslurm.units import ascii_int, size_bytes
 
 
 @dataclass(frozen=True)
@@ -59,7 +34,7 @@ def cpu_devices(spec: str) -> list[Device]:
     if parts[0] != "cpu" or len(parts) not in (2, 3):
         raise ConfigError(f"device spec {spec!r}: expected cpu:N or cpu:N:SIZE")
     try:
-        count = int(parts[1])
+        count = ascii_int(parts[1])
     except ValueError:
         raise ConfigError(f"device spec {spec!r}: {parts[1]!r} is not a number") from None
     if count < 1:
@@ -67,7 +42,7 @@ def cpu_devices(spec: str) -> list[Device]:
     memory = 0
     if len(parts) == 3:
         try:
-            memory = parse_size(parts[2])
+            memory = size_bytes(parts[2])
         except ValueError as exc:
             raise ConfigError(f"device spec {spec!r}: {exc}") from None
     return [Device(f"cpu{i}", "CPU stand-in", memory, -1, i) for i in range(count)]

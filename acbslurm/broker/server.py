@@ -29,10 +29,11 @@ from typing import Any
 import grpc
 
 from acbslurm.broker import core
-from acbslurm.broker.address import lane_path, parse_address, socket_path
+from acbslurm.broker.address import parse_address, socket_path
 from acbslurm.broker.lane_server import LaneServer, token_matches
 from acbslurm.broker.proto import pb, pb_grpc
 from acbslurm.errors import BrokerError
+from acbslurm.jobsockets import lane_path
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import click
 
 if TYPE_CHECKING:
-    from acbslurm.slurm.experiment import Phase
+    from acbslurm.demo.experiment import Phase
     from acbslurm.slurm.jobs import JobInfo
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "conf" / "examples" / "sandbox-gpu.yaml"
@@ -123,10 +123,10 @@ def demo(
     Leftover jobs on the sandbox are cancelled first.
     """
     from acbslurm.config import load_settings
+    from acbslurm.demo.experiment import clear_queue, run_phase
     from acbslurm.errors import SetupError
     from acbslurm.render import render
     from acbslurm.sandbox import Sandbox
-    from acbslurm.slurm.experiment import clear_queue, run_phase
     from acbslurm.slurm.watch import describe
     from acbslurm.spec import load_spec
 

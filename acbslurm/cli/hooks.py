@@ -48,7 +48,7 @@ def task_prolog(ctx: click.Context) -> None:
 def gpus(job_id: str | None, from_env: bool, as_json: bool) -> None:
     """Print a job's GPUs: Slurm index, device minor number and UUID."""
     from acbslurm.config import load_settings
-    from acbslurm.hooks.record import check_job_id, read_record
+    from acbslurm.jobrecord import check_job_id, read_record
 
     settings = load_settings()
     rows: list[dict[str, object]]

@@ -164,7 +164,7 @@ def _record_dir() -> str:
 
 
 def _validate_ids(ids: tuple[str, ...]) -> list[str]:
-    from acbslurm.slurm.jobs import JOB_ID
+    from acbslurm.jobrecord import JOB_ID
 
     for jid in ids:
         if not JOB_ID.match(jid):

@@ -19,9 +19,9 @@ from acbslurm.accounting.report import (
     resolve_user,
     server_summable,
 )
-from acbslurm.accounting.states import normalize_state
-from acbslurm.accounting.timeparse import iso, parse_time
 from acbslurm.accounting.usage import DEFINITION_TEXT, DEFINITIONS, JobUsage
+from acbslurm.slurm.states import normalize_state
+from acbslurm.units import iso, parse_instant
 
 DEFAULT_START = "now-30d"
 
@@ -41,7 +41,7 @@ def _states(values: tuple[str, ...]) -> frozenset[str]:
 
 def _time(value: str, name: str, now: int) -> int:
     try:
-        return parse_time(value, now)
+        return parse_instant(value, now)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint=f"'{name}'") from None
 

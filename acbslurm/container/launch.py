@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
 
-from acbslurm.container.daemon import start_hint
-from acbslurm.container.engine_api import AttachStream, DaemonUnreachable, EngineApi, EngineError
 from acbslurm.container.options import Limits, Mount
+from acbslurm.dockerapi.daemon import start_hint
+from acbslurm.dockerapi.engine import AttachStream, DaemonUnreachable, EngineApi, EngineError
 from acbslurm.errors import DockerError, SetupError
-from acbslurm.hooks.sweep import JOB_LABEL, USER_LABEL
+from acbslurm.jobrecord import JOB_LABEL, USER_LABEL
 
 
 @dataclass(frozen=True)

@@ -10,14 +10,13 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from acbslurm.container.sources import read_mounts, source_problem
 from acbslurm.errors import GpuMappingError
 from acbslurm.gpu.mapping import is_uuid
-from acbslurm.hooks.record import JobRecord
+from acbslurm.jobrecord import JobRecord
+from acbslurm.mountrules import read_mounts, source_problem
+from acbslurm.units import size_bytes
 
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_SIZE = re.compile(r"^([0-9]+(?:\.[0-9]+)?)\s*([bkmgt]?)b?$", re.IGNORECASE)
-_UNITS = {"": 1, "b": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
 
 
 class OptionError(ValueError):
@@ -46,7 +45,7 @@ def parse_mount(
     spec: str, cwd: str | None = None, mounts: Sequence[tuple[str, str]] | None = None
 ) -> Mount:
     """``SRC:DST[:ro|rw]`` -> a bind of the resolved source; refuses sources that lead to
-    device nodes (``acbslurm.container.sources``). ``mounts``: the host's mount table
+    device nodes (``acbslurm.mountrules``). ``mounts``: the host's mount table
     (``sources.read_mounts()``, read here when not given)."""
     parts = spec.split(":")
     if len(parts) not in (2, 3) or not parts[0] or not parts[1]:
@@ -80,11 +79,11 @@ def parse_env(spec: str) -> tuple[str, str]:
 
 
 def parse_size(spec: str) -> int:
-    """``512m``, ``2g``, ``2GB``, ``1048576`` (bytes) -> bytes."""
-    m = _SIZE.match(spec.strip())
-    if not m:
-        raise OptionError("--memory", f"expected a size like 512m or 2g, got {spec!r}")
-    value = int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+    """``512m``, ``2g``, ``2GB``, ``1048576`` (bytes) -> bytes (binary units, as Docker)."""
+    try:
+        value = size_bytes(spec)
+    except ValueError:
+        raise OptionError("--memory", f"expected a size like 512m or 2g, got {spec!r}") from None
     if value <= 0:
         raise OptionError("--memory", f"must be positive, got {spec!r}")
     return value

@@ -23,7 +23,7 @@ from acbslurm.container.options import (
     resolve_limits,
 )
 from acbslurm.errors import SetupError
-from acbslurm.hooks.record import JobRecord, check_job_id, read_trusted_record
+from acbslurm.jobrecord import JobRecord, check_job_id, read_trusted_record
 
 
 @dataclass(frozen=True)
@@ -62,10 +62,10 @@ def _job_record(
 
 def execute(args: RunArgs) -> int:
     """Check ``args`` against the job's record, run the container; its exit code."""
-    from acbslurm.container.engine_api import EngineApi
-    from acbslurm.container.hosts import find_docker_host
     from acbslurm.container.job_membership import in_job
     from acbslurm.container.launch import LaunchSpec, command_of, run_container
+    from acbslurm.dockerapi.engine import EngineApi
+    from acbslurm.dockerapi.hosts import find_docker_host
 
     gpus_spec = parse_gpus(args.gpus)
     mount_list = [parse_mount(m) for m in args.mounts]

@@ -12,62 +12,9 @@ import os
 import re
 
 from acbslurm.errors import ConfigError
+from acbslurm.slurm.hostlist import expand_hostlist
 
-_BRACKET = re.compile(r"\[([^\[\]]*)\]")
-_TRAILING_NUMBER = re.compile(r"(\d+)$")
-
-
-def expand_hostlist(expr: str) -> list[str]:
-    """Expand Slurm's bracket notation: ``n[01-03,7]`` -> n01 n02 n03 n7; commas split items."""
-    out: list[str] = []
-    for item in _split_top_level(expr):
-        out.extend(_expand_one(item))
-    return out
-
-
-def _split_top_level(expr: str) -> list[str]:
-    items: list[str] = []
-    depth = 0
-    current = ""
-    for ch in expr:
-        if ch == "[":
-            depth += 1
-        elif ch == "]":
-            depth -= 1
-            if depth < 0:
-                raise ConfigError(f"unbalanced ']' in {expr!r}")
-        if ch == "," and depth == 0:
-            items.append(current)
-            current = ""
-        else:
-            current += ch
-    if depth != 0:
-        raise ConfigError(f"unbalanced '[' in {expr!r}")
-    items.append(current)
-    return [i for i in (s.strip() for s in items) if i]
-
-
-def _expand_one(item: str) -> list[str]:
-    m = _BRACKET.search(item)
-    if m is None:
-        return [item]
-    head, tail = item[: m.start()], item[m.end() :]
-    out: list[str] = []
-    for part in m.group(1).split(","):
-        part = part.strip()
-        if "-" in part:
-            lo, _, hi = part.partition("-")
-            if not (lo.isdigit() and hi.isdigit()) or int(lo) > int(hi):
-                raise ConfigError(f"bad range {part!r} in {item!r}")
-            width = len(lo) if lo.startswith("0") else 0
-            numbers = [str(n).zfill(width) for n in range(int(lo), int(hi) + 1)]
-        elif part.isdigit():
-            numbers = [part]
-        else:
-            raise ConfigError(f"bad range {part!r} in {item!r}")
-        for n in numbers:
-            out.extend(_expand_one(head + n + tail))
-    return out
+_TRAILING_NUMBER = re.compile(r"([0-9]+)$")
 
 
 def _file_number(path: str) -> int:

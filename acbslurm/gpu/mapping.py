@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from acbslurm.errors import GpuMappingError
 from acbslurm.gpu.inventory import GpuInfo
+from acbslurm.units import is_ascii_int
 
 _UUID = re.compile(r"^(GPU|MIG)-[0-9A-Za-z][0-9A-Za-z/-]*$")
 
@@ -71,7 +72,7 @@ def map_job_gpus(
     elif job_gpus:
         indices = []
         for t in job_gpus:
-            if not t.isdigit():
+            if not is_ascii_int(t):
                 raise GpuMappingError(f"SLURM_JOB_GPUS: {t!r} is neither a GPU index nor a UUID")
             indices.append(int(t))
         result = JobGpus(indices, _by_index(indices, devices, inventory, minor_of))

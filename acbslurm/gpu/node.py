@@ -9,6 +9,7 @@ from acbslurm.config import Settings
 from acbslurm.gpu.gres_conf import gpu_device_files
 from acbslurm.gpu.inventory import GpuInfo, load_static
 from acbslurm.gpu.mapping import JobGpus, map_job_gpus
+from acbslurm.units import is_ascii_int
 
 
 def node_name(env: Mapping[str, str]) -> str:
@@ -30,6 +31,6 @@ def job_gpus(env: Mapping[str, str], settings: Settings) -> JobGpus:
     if not (env.get("SLURM_JOB_GPUS") or env.get("CUDA_VISIBLE_DEVICES")):
         return JobGpus([], [])
     inventory = node_inventory(settings)
-    uses_indices = any(t.strip().isdigit() for t in env.get("SLURM_JOB_GPUS", "").split(","))
+    uses_indices = any(is_ascii_int(t.strip()) for t in env.get("SLURM_JOB_GPUS", "").split(","))
     devices = gpu_device_files(settings.gres_conf, node_name(env)) if uses_indices else []
     return map_job_gpus(env, devices, inventory)

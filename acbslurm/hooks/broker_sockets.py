@@ -1,7 +1,7 @@
 """Remove the per-job broker's sockets a job left behind (a broker killed hard).
 
 A broker started inside a job listens on ``/tmp/acbslurm-broker-<job>.sock`` and
-``.sock.lane`` (``broker/address.py``) and removes them when it stops cleanly; after a
+``.sock.lane`` (``jobsockets.py``) and removes them when it stops cleanly; after a
 SIGKILL they stay. The epilog runs as root in a world-writable directory, so it
 removes a path only when it is a socket (never following a link) owned by the job's
 user: a file someone planted under that name is left alone.
@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import stat
 
-from acbslurm.broker.address import job_socket_path, lane_path
+from acbslurm.jobsockets import job_socket_path, lane_path
 
 
 def job_broker_sockets(job_id: str, tmp: str = "/tmp") -> list[str]:

@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Mapping
 
 from acbslurm.errors import AcbslurmError
+from acbslurm.units import is_ascii_int
 
 _NAME = "acbslurm"
 
@@ -34,7 +35,7 @@ def _setup_logging(name: str) -> None:
 def _user_of(env: Mapping[str, str]) -> tuple[int, str]:
     """The job's uid (-1: unknown) and user name ("" when no name can be found)."""
     raw = env.get("SLURM_JOB_UID", "").strip()
-    uid = int(raw) if raw.isdigit() else -1
+    uid = int(raw) if is_ascii_int(raw) else -1
     user = env.get("SLURM_JOB_USER", "")
     if not user and uid >= 0:
         import pwd
@@ -49,8 +50,8 @@ def _user_of(env: Mapping[str, str]) -> tuple[int, str]:
 def run_prolog(env: Mapping[str, str]) -> int:
     from acbslurm.config import load_settings
     from acbslurm.gpu.node import job_gpus, node_name
-    from acbslurm.hooks.allocation import job_allocation
-    from acbslurm.hooks.record import JobRecord, check_job_id, write_record
+    from acbslurm.jobrecord import JobRecord, check_job_id, write_record
+    from acbslurm.slurm.allocation import job_allocation
 
     job_id = ""
     try:
@@ -82,9 +83,9 @@ def run_prolog(env: Mapping[str, str]) -> int:
 
 def run_epilog(env: Mapping[str, str]) -> int:
     from acbslurm.config import load_settings
-    from acbslurm.container.hosts import user_docker_host
-    from acbslurm.hooks.record import check_job_id, read_record, remove_record
+    from acbslurm.dockerapi.hosts import user_docker_host
     from acbslurm.hooks.sweep import sweep_job_containers
+    from acbslurm.jobrecord import check_job_id, read_record, remove_record
 
     try:
         job_id = check_job_id(env.get("SLURM_JOB_ID", ""))
@@ -134,7 +135,7 @@ def run_epilog(env: Mapping[str, str]) -> int:
 
 def run_task_prolog(env: Mapping[str, str]) -> int:
     from acbslurm.config import load_settings
-    from acbslurm.hooks.record import check_job_id, read_record
+    from acbslurm.jobrecord import check_job_id, read_record
 
     try:
         job_id = check_job_id(env.get("SLURM_JOB_ID", ""))

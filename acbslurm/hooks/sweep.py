@@ -4,11 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from acbslurm.container.engine_api import DaemonUnreachable, EngineApi
+from acbslurm.dockerapi.engine import DaemonUnreachable, EngineApi
 from acbslurm.errors import DockerError
-
-JOB_LABEL = "acbslurm.job_id"
-USER_LABEL = "acbslurm.user"
+from acbslurm.jobrecord import JOB_LABEL
 
 
 @dataclass

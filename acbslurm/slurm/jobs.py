@@ -15,29 +15,16 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from acbslurm.errors import SlurmError
+from acbslurm.jobrecord import JOB_ID
 from acbslurm.slurm.commands import slurm
+from acbslurm.slurm.states import TERMINAL_STATES
+from acbslurm.units import expand_ranges
 
 if TYPE_CHECKING:
-    from acbslurm.hooks.record import JobRecord
+    from acbslurm.jobrecord import JobRecord
 
 log = logging.getLogger(__name__)
 
-TERMINAL_STATES = frozenset(
-    {
-        "COMPLETED",
-        "FAILED",
-        "CANCELLED",
-        "TIMEOUT",
-        "OUT_OF_MEMORY",
-        "NODE_FAIL",
-        "PREEMPTED",
-        "BOOT_FAIL",
-        "DEADLINE",
-        "REVOKED",
-        "SPECIAL_EXIT",
-    }
-)
-JOB_ID = re.compile(r"^[0-9]+(_[0-9]+)?$")
 
 # squeue fields, '|'-separated; the name is last because it may contain '|'.
 _SQUEUE_FORMAT = "%i|%T|%r|%M|%N|%u|%V|%S|%e|%j"
@@ -137,27 +124,15 @@ def parse_sacct(text: str) -> list[JobInfo]:
     return jobs
 
 
-def expand_indices(text: str) -> list[int]:
-    """``0-1,3`` -> [0, 1, 3]."""
-    out: list[int] = []
-    for part in text.split(","):
-        if "-" in part:
-            lo, hi = part.split("-", 1)
-            out.extend(range(int(lo), int(hi) + 1))
-        elif part:
-            out.append(int(part))
-    return out
-
-
 @dataclass(frozen=True)
-class JobGpus:
+class JobGres:
     """One job of ``scontrol -d -o show job``: its own JobId and GPU indices."""
 
     job_id: str  # the JobId: an array task's own id, the name of its record file
     indices: list[int]
 
 
-def parse_job_gpus(text: str) -> dict[str, JobGpus]:
+def parse_job_gpus(text: str) -> dict[str, JobGres]:
     """GPU indices per job from ``scontrol -d -o show job`` (``GRES=gpu:1(IDX:0)``).
 
     Keyed by ``JobId`` and, for an array task, also by ``ArrayJobId_ArrayTaskId``, the id
@@ -165,7 +140,7 @@ def parse_job_gpus(text: str) -> dict[str, JobGpus]:
     ``JobId=12`` is the array's pending rest (``ArrayTaskId=2-3``) or whichever task
     started last, so the array's id says nothing about a given task's GPUs.
     """
-    out: dict[str, JobGpus] = {}
+    out: dict[str, JobGres] = {}
     for line in text.splitlines():
         m = re.search(r"\bJobId=([0-9]+)", line)
         if not m:
@@ -175,8 +150,8 @@ def parse_job_gpus(text: str) -> dict[str, JobGpus]:
             for chunk in re.split(r",(?=[a-z])", gres):
                 if chunk.startswith("gpu"):
                     for idx in _IDX.findall(chunk):
-                        indices.extend(expand_indices(idx))
-        job = JobGpus(m.group(1), sorted(set(indices)))
+                        indices.extend(expand_ranges(idx))
+        job = JobGres(m.group(1), sorted(set(indices)))
         out[job.job_id] = job
         array, task = _ARRAY_JOB.search(line), _ARRAY_TASK.search(line)
         if array and task:
@@ -192,7 +167,7 @@ def parse_gpu_indices(text: str) -> dict[str, list[int]]:
 def _read_record(record_dir: str, job_id: str) -> JobRecord | None:
     """The prolog's job record, if this node has a readable one (display only)."""
     from acbslurm.errors import ConfigError
-    from acbslurm.hooks.record import read_record
+    from acbslurm.jobrecord import read_record
 
     if not record_dir:
         return None

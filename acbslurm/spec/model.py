@@ -11,9 +11,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from acbslurm.container.sources import lexical, path_problem
+from acbslurm import units
 from acbslurm.errors import SpecError
-from acbslurm.spec import units
+from acbslurm.mountrules import lexical, path_problem
 from acbslurm.spec.yamlpos import Located
 
 JOB_KEYS = (
@@ -146,7 +146,7 @@ def _positive_int(value: Any, path: tuple[str, ...], e: _Errors) -> int | None:
         e.add(path, f"must be a positive integer, got {value!r}")
         return None
     text = str(value).strip()
-    if not text.isdigit() or int(text) <= 0:
+    if not units.is_ascii_int(text) or int(text) <= 0:
         e.add(path, f"must be a positive integer, got {value!r}")
         return None
     return int(text)
@@ -171,7 +171,11 @@ def _gpus(value: Any, path: tuple[str, ...], e: _Errors) -> str | None:
         return None
     text = str(value).strip()
     gpu_type, _, count = text.rpartition(":")
-    if not count.isdigit() or int(count) <= 0 or (gpu_type and not _GPU_TYPE.match(gpu_type)):
+    if (
+        not units.is_ascii_int(count)
+        or int(count) <= 0
+        or (gpu_type and not _GPU_TYPE.match(gpu_type))
+    ):
         e.add(path, f"{value!r} is not {hint}")
         return None
     if ":" in text and not gpu_type:
@@ -347,9 +351,9 @@ def validate(doc: Located) -> JobSpec:
         ntasks=_positive_int(get("ntasks"), ("ntasks",), e),
         ntasks_per_node=_positive_int(get("ntasks_per_node"), ("ntasks_per_node",), e),
         cpus_per_task=_positive_int(get("cpus_per_task"), ("cpus_per_task",), e),
-        mem=_unit(get("mem"), units.parse_mem, ("mem",), e),
+        mem=_unit(get("mem"), units.slurm_mem, ("mem",), e),
         gpus=_gpus(get("gpus"), ("gpus",), e),
-        time=_unit(get("time"), units.parse_time, ("time",), e),
+        time=_unit(get("time"), units.parse_time_limit, ("time",), e),
         output=_path(get("output"), ("output",), e),
         error=_path(get("error"), ("error",), e),
         array=_pattern(

@@ -3,9 +3,10 @@
 import pytest
 
 from acbslurm.broker.address import default_address, parse_address
-from acbslurm.broker.devices import cpu_devices, parse_size, resolve_devices, slurm_job_gpus
+from acbslurm.broker.devices import cpu_devices, resolve_devices, slurm_job_gpus
 from acbslurm.errors import ConfigError, GpuMappingError
 from acbslurm.gpu.inventory import GpuInfo, write_static
+from acbslurm.units import size_bytes
 
 INV = [
     GpuInfo(index=i, minor=3 - i, uuid=f"GPU-{i}", name="H200", memory_total=10) for i in range(4)
@@ -14,15 +15,15 @@ INV = [
 
 @pytest.mark.parametrize(
     ("text", "n"),
-    [("20G", 20 * 1024**3), ("512MiB", 512 * 1024**2), ("1GB", 10**9), ("1.5k", 1536), ("7", 7)],
+    [("20G", 20 * 1024**3), ("512MiB", 512 * 1024**2), ("1GB", 1024**3), ("1.5k", 1536), ("7", 7)],
 )
 def test_parse_size(text: str, n: int) -> None:
-    assert parse_size(text) == n
+    assert size_bytes(text) == n
 
 
 def test_parse_size_rejects_garbage() -> None:
     with pytest.raises(ValueError, match="'lots'"):
-        parse_size("lots")
+        size_bytes("lots")
 
 
 def test_cpu_devices() -> None:

@@ -8,9 +8,9 @@ import pytest
 
 from acbslurm.errors import SpecError
 from acbslurm.spec import load_spec, parse_spec
-from acbslurm.spec.units import mem_megabytes, parse_mem, parse_time, time_seconds
+from acbslurm.units import mem_megabytes, parse_time_limit, slurm_mem, time_limit_seconds
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 MINIMAL = "name: t\ncontainer:\n  image: busybox:latest\n"
 
@@ -196,14 +196,14 @@ def test_override_text_with_colon_stays_text() -> None:
     ],
 )
 def test_mem_units(raw: object, norm: str, mb: float) -> None:
-    assert parse_mem(raw) == norm
+    assert slurm_mem(raw) == norm
     assert mem_megabytes(norm) == mb
 
 
 @pytest.mark.parametrize("raw", ["2X", "G", "-1G", "0", "1.5G", "", True])
 def test_bad_mem(raw: object) -> None:
     with pytest.raises(ValueError):
-        parse_mem(raw)
+        slurm_mem(raw)
 
 
 @pytest.mark.parametrize(
@@ -220,10 +220,10 @@ def test_bad_mem(raw: object) -> None:
     ],
 )
 def test_time_units(raw: str, secs: int) -> None:
-    assert time_seconds(parse_time(raw)) == secs
+    assert time_limit_seconds(parse_time_limit(raw)) == secs
 
 
 @pytest.mark.parametrize("raw", ["1:60", "1-24:00:00", "abc", "1:2:3:4", "0", "", "-5", "2:61:00"])
 def test_bad_time(raw: str) -> None:
     with pytest.raises(ValueError):
-        parse_time(raw)
+        parse_time_limit(raw)

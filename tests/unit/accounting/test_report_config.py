@@ -16,10 +16,10 @@ from acbslurm.accounting.grouping import Aggregator
 from acbslurm.accounting.output import JSON_FORMAT, write_csv, write_json, write_table
 from acbslurm.accounting.queries import Filters, job_query, step_util_query
 from acbslurm.accounting.schema import Schema, check_version, pick_cluster
-from acbslurm.accounting.timeparse import parse_time
 from acbslurm.accounting.usage import JobUsage
 from acbslurm.cli.main import cli
 from acbslurm.errors import AccountingError, ConfigError
+from acbslurm.units import parse_instant
 
 SECRET = "s3cr3t-Pa55"
 
@@ -124,12 +124,12 @@ def test_cluster_choice_and_versions() -> None:
 
 def test_parse_time_forms() -> None:
     now = 1_800_000_000
-    assert parse_time("now", now) == now
-    assert parse_time("now-2d", now) == now - 2 * 86400
-    assert parse_time("@12345", now) == 12345
-    assert parse_time("2026-01-02", now) == parse_time("2026-01-02T00:00:00", now)
+    assert parse_instant("now", now) == now
+    assert parse_instant("now-2d", now) == now - 2 * 86400
+    assert parse_instant("@12345", now) == 12345
+    assert parse_instant("2026-01-02", now) == parse_instant("2026-01-02T00:00:00", now)
     with pytest.raises(ValueError, match="'yesterdayish'"):
-        parse_time("yesterdayish", now)
+        parse_instant("yesterdayish", now)
 
 
 def _job(n: int) -> JobUsage:

@@ -5,7 +5,6 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from acbslurm.accounting.states import JOB_REQUEUE, JOB_RESIZING, normalize_state, state_name
 from acbslurm.accounting.tres import tres_count, tres_value
 from acbslurm.accounting.usage import (
     ARRAY_META_TASK,
@@ -16,6 +15,7 @@ from acbslurm.accounting.usage import (
     sacct_elapsed,
     sreport_elapsed,
 )
+from acbslurm.slurm.states import JOB_REQUEUE, JOB_RESIZING, normalize_state, state_name
 
 NOW = 1_800_000_000
 

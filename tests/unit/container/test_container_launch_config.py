@@ -5,9 +5,9 @@ import struct
 
 import docker.types
 
-from acbslurm.container.engine_api import AttachStream, _quote
 from acbslurm.container.launch import LaunchSpec, container_config, device_request
 from acbslurm.container.options import Limits, Mount
+from acbslurm.dockerapi.engine import AttachStream, _quote
 
 
 def spec(**kw: object) -> LaunchSpec:

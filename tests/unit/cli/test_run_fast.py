@@ -15,7 +15,7 @@ import acbslurm.cli.container as container_cli
 from acbslurm.cli.run_fast import parse
 from acbslurm.container.run_command import RunArgs
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def click_parse(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> RunArgs | None:

@@ -1,4 +1,5 @@
-"""The per-job record the prolog writes: who runs the job and which GPUs Slurm gave it.
+"""The per-job record the prolog writes (who runs the job, which GPUs Slurm gave it) and
+the labels of the job's containers: what the hooks write and `acbslurm run` trusts.
 
 ``<record_dir>/<jobid>.json``, root-owned, mode 0644 (jobs and ``acbslurm status`` read it;
 only root writes it, so it is what ``acbslurm run`` trusts).
@@ -20,7 +21,12 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-_JOB_ID = re.compile(r"^[0-9]+(_[0-9]+)?$")
+# A job id as Slurm prints it: digits, or an array task 12_3.
+JOB_ID = re.compile(r"^[0-9]+(_[0-9]+)?$")
+
+# Labels on every container acbslurm starts: the epilog finds a job's containers by them.
+JOB_LABEL = "acbslurm.job_id"
+USER_LABEL = "acbslurm.user"
 
 
 @dataclass(frozen=True)
@@ -39,7 +45,7 @@ class JobRecord:
 
 def check_job_id(job_id: str) -> str:
     """A job id safe to use in a file name (digits, or array form 12_3)."""
-    if not _JOB_ID.match(job_id):
+    if not JOB_ID.match(job_id):
         raise ConfigError(f"invalid Slurm job id {job_id!r}")
     return job_id
 

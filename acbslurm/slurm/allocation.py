@@ -8,9 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from acbslurm.gpu.gres_conf import expand_hostlist
-
-_MEM_UNITS = {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024}
+from acbslurm.slurm.hostlist import expand_hostlist
+from acbslurm.units import expand_ranges, is_ascii_int, size_bytes
 
 
 @dataclass(frozen=True)
@@ -21,22 +20,12 @@ class Allocation:
 
 def count_cpu_ids(spec: str) -> int:
     """``0-1,4`` -> 3."""
-    n = 0
-    for part in spec.split(","):
-        if not part:
-            continue
-        lo, _, hi = part.partition("-")
-        n += (int(hi) - int(lo) + 1) if hi else 1
-    return n
+    return len(expand_ranges(spec))
 
 
 def mem_to_mb(value: str) -> int:
-    """``2048`` / ``2048M`` / ``2G`` -> megabytes."""
-    value = value.strip()
-    unit = value[-1:].upper()
-    if unit in _MEM_UNITS:
-        return int(float(value[:-1]) * _MEM_UNITS[unit])
-    return int(float(value))
+    """``2048`` / ``2048M`` / ``2G`` (scontrol's memory) -> megabytes."""
+    return size_bytes(value, default_unit="M") // 1024**2
 
 
 def parse_scontrol_job(text: str, node: str) -> Allocation:
@@ -56,7 +45,7 @@ def parse_scontrol_job(text: str, node: str) -> Allocation:
         fields.setdefault(key, value)
     if fields.get("NumNodes", "").split("-")[0] != "1":
         return Allocation()
-    cpus = int(fields["NumCPUs"]) if fields.get("NumCPUs", "").isdigit() else 0
+    cpus = int(fields["NumCPUs"]) if is_ascii_int(fields.get("NumCPUs", "")) else 0
     mem = 0
     for item in fields.get("TRES", "").split(","):
         k, _, v = item.partition("=")
@@ -68,10 +57,10 @@ def parse_scontrol_job(text: str, node: str) -> Allocation:
 def job_allocation(job_id: str, node: str, timeout: float = 5.0) -> Allocation:
     """Ask slurmctld; an unknown allocation (0, 0) when it cannot answer in time."""
     from acbslurm.errors import CommandError
-    from acbslurm.proc import run
+    from acbslurm.slurm.commands import slurm
 
     try:
-        res = run(["scontrol", "show", "job", "-d", "-o", job_id], timeout=timeout)
+        res = slurm(["scontrol", "show", "job", "-d", "-o", job_id], timeout=timeout)
     except CommandError:
         return Allocation()
     try:

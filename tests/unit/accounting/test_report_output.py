@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 
 from acbslurm.accounting.grouping import Aggregator
 from acbslurm.accounting.output import job_json, job_record, write_json
-from acbslurm.accounting.timeparse import iso
 from acbslurm.accounting.usage import JobUsage
+from acbslurm.units import iso
 
 text = st.text(max_size=12)  # any characters: quotes, backslashes, control, non-ASCII
 secs = st.integers(min_value=0, max_value=4_000_000_000)

@@ -18,14 +18,14 @@ from acbslurm.container.options import (
     resolve_gpus,
     resolve_limits,
 )
-from acbslurm.container.sources import (
+from acbslurm.jobrecord import JobRecord, write_record
+from acbslurm.mountrules import (
     lexical,
     mount_problem,
     parse_mountinfo,
     path_problem,
     source_problem,
 )
-from acbslurm.hooks.record import JobRecord, write_record
 
 REC = JobRecord("9", "root", os.getuid(), "n1", [0], ["GPU-aaaa"], [0], 2, 1024)
 

@@ -3,7 +3,8 @@ from pathlib import Path
 import pytest
 
 from acbslurm.errors import ConfigError
-from acbslurm.gpu.gres_conf import expand_hostlist, gpu_device_files
+from acbslurm.gpu.gres_conf import gpu_device_files
+from acbslurm.slurm.hostlist import expand_hostlist
 
 
 def test_expand_ranges_lists_and_padding() -> None:

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from acbslurm.errors import ConfigError
-from acbslurm.hooks.record import JobRecord, read_record, remove_record, write_record
+from acbslurm.jobrecord import JobRecord, read_record, remove_record, write_record
 
 
 def test_roundtrip_mode_and_atomic(tmp_path: Path) -> None:
@@ -37,7 +37,7 @@ def test_trusted_record_needs_root_owned_file_and_dir(tmp_path: Path) -> None:
     """A user who points record_dir at a directory of their own gets no GPUs from it."""
     import os
 
-    from acbslurm.hooks.record import read_trusted_record
+    from acbslurm.jobrecord import read_trusted_record
 
     d = tmp_path / "jobs"
     rec = JobRecord("42", "user1", 1001, "n1", [0, 1], ["GPU-a", "GPU-b"], [0, 1])

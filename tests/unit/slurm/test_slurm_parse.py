@@ -6,15 +6,15 @@ from pathlib import Path
 
 import pytest
 
-from acbslurm.slurm.experiment import JobTrace, check_phase
+from acbslurm.demo.experiment import JobTrace, check_phase
 from acbslurm.slurm.jobs import (
-    expand_indices,
     parse_gpu_indices,
     parse_job_gpus,
     parse_job_id,
     parse_sacct,
     parse_squeue,
 )
+from acbslurm.units import expand_ranges
 
 
 def test_parse_squeue_keeps_name_with_pipes() -> None:
@@ -46,8 +46,8 @@ def test_parse_gpu_indices(line: str, want: dict[str, list[int]]) -> None:
     assert parse_gpu_indices(line.replace("\n", "")) == want
 
 
-def test_expand_indices() -> None:
-    assert expand_indices("0-2,5") == [0, 1, 2, 5]
+def test_expand_ranges() -> None:
+    assert expand_ranges("0-2,5") == [0, 1, 2, 5]
 
 
 def test_parse_job_id() -> None:
@@ -89,7 +89,7 @@ def test_check_phase_two_jobs_must_overlap() -> None:
 
 
 def test_status_reads_records_like_the_hooks_and_never_fails_on_one(tmp_path: Path) -> None:
-    from acbslurm.hooks.record import JobRecord, write_record
+    from acbslurm.jobrecord import JobRecord, write_record
     from acbslurm.slurm.jobs import _read_record
 
     rec = JobRecord("5", "u", 1001, "n1", [1], ["GPU-b"], [1])
@@ -137,7 +137,7 @@ def test_status_shows_each_running_array_task_its_gpu(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from acbslurm.hooks.record import JobRecord, write_record
+    from acbslurm.jobrecord import JobRecord, write_record
     from acbslurm.slurm import jobs as jobs_mod
 
     # the prolog names records after SLURM_JOB_ID: the task's own JobId

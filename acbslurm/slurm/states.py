@@ -1,4 +1,4 @@
-"""Job state integers of slurmdbd's job table and the names sacct prints for them."""
+"""Slurm's job states: the names its commands print, the integers slurmdbd stores."""
 
 from __future__ import annotations
 
@@ -15,6 +15,22 @@ BASE_NAMES = (
     "BOOT_FAIL",
     "DEADLINE",
     "OUT_OF_MEMORY",
+)
+# States a job never leaves (squeue -t all, sacct); REVOKED and SPECIAL_EXIT included.
+TERMINAL_STATES = frozenset(
+    {
+        "COMPLETED",
+        "FAILED",
+        "CANCELLED",
+        "TIMEOUT",
+        "OUT_OF_MEMORY",
+        "NODE_FAIL",
+        "PREEMPTED",
+        "BOOT_FAIL",
+        "DEADLINE",
+        "REVOKED",
+        "SPECIAL_EXIT",
+    }
 )
 JOB_STATE_BASE = 0xFF
 JOB_REQUEUE = 0x400  # row closed because the job was requeued

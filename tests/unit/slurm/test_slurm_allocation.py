@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from acbslurm.hooks.allocation import (
+from acbslurm.slurm.allocation import (
     Allocation,
     count_cpu_ids,
     job_allocation,
