@@ -123,10 +123,11 @@ def demo(
     Leftover jobs on the sandbox are cancelled first.
     """
     from acbslurm.config import load_settings
-    from acbslurm.demo.experiment import clear_queue, run_phase
+    from acbslurm.demo.experiment import run_phase
     from acbslurm.errors import SetupError
     from acbslurm.render import render
     from acbslurm.sandbox import Sandbox
+    from acbslurm.slurm.jobs import cancel_and_wait
     from acbslurm.slurm.watch import describe
     from acbslurm.spec import load_spec
 
@@ -160,7 +161,7 @@ def demo(
     if not as_json:
         click.echo(f"Sandbox {sb.layout.root}: {len(inventory)} GPUs, jobs run as {params.user}")
         click.echo(f"Job spec: {spec_path} ({'sleep' if no_container else 'container'})")
-    clear_queue(60)
+    cancel_and_wait(timeout=60)
     started = int(time.time())
     phases = []
     for count in (1, 2, 4):

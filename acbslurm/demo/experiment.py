@@ -159,22 +159,3 @@ def check_phase(jobs: list[JobTrace], *, gpus_on_node: int) -> list[str]:
 
 def _overlap(a: JobTrace, b: JobTrace) -> bool:
     return _ts(a.start) < _ts(b.end) and _ts(b.start) < _ts(a.end)
-
-
-def clear_queue(timeout: float = 60) -> None:
-    """Cancel every job of the cluster and wait until none is left in the queue.
-
-    (The sandbox's node can show ``mixed`` for a while after its jobs ended, so the
-    queue, not the node state, tells when the GPUs are free again.)
-    """
-    from acbslurm.errors import SlurmError
-    from acbslurm.slurm.commands import slurm
-
-    ids = slurm(["squeue", "-h", "-o", "%i"]).stdout.split()
-    if ids:
-        slurm(["scancel", *ids])
-    deadline = time.monotonic() + timeout
-    while slurm(["squeue", "-h", "-o", "%i"]).stdout.split():
-        if time.monotonic() > deadline:
-            raise SlurmError(["squeue"], 0, reason=f"jobs still queued after {timeout:g} s")
-        time.sleep(0.3)

@@ -134,13 +134,17 @@ class Sandbox:
 
     def wait_idle(self, timeout: float = 60) -> None:
         """Cancel every job (again, while any is left) until the node has nothing allocated."""
+        from acbslurm.errors import SlurmError
+        from acbslurm.slurm.jobs import cancel_and_wait
+
         deadline = time.monotonic() + timeout
         state, left = "", ""
         while time.monotonic() < deadline:
-            left = self.run_slurm(["squeue", "-h", "-o", "%i %T %r"], check=False).stdout.strip()
-            if left:
-                ids = [line.split()[0] for line in left.splitlines()]
-                self.run_slurm(["scancel", *ids], check=False)
+            try:
+                cancel_and_wait(env={**slurm.slurm_env(self.layout), **self.env()}, timeout=0)
+                left = ""
+            except SlurmError as exc:
+                left = exc.reason
             state = slurm.node_state(self.layout, self.params)
             if not left and state == "idle":
                 return

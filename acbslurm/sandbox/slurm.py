@@ -154,24 +154,9 @@ def resume_if_drained(layout: Layout, params: Params) -> str | None:
 
 def cancel_all(layout: Layout, timeout: float = 20) -> None:
     """Cancel every job and wait for them to leave the node (before slurmd stops)."""
-    import time
+    from acbslurm.slurm.jobs import cancel_and_wait
 
-    env = slurm_env(layout)
-    ids = proc.run(["squeue", "-h", "-o", "%i"], env=env, check=False, timeout=10).stdout.split()
-    if not ids:
-        return
-    proc.run(["scancel", *ids], env=env, check=False, timeout=10)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        left = proc.run(
-            ["squeue", "-h", "-t", "RUNNING,COMPLETING", "-o", "%i"],
-            env=env,
-            check=False,
-            timeout=10,
-        ).stdout.split()
-        if not left:
-            return
-        time.sleep(0.3)
+    cancel_and_wait(env=slurm_env(layout), timeout=timeout)
 
 
 def run_sacctmgr_ping(layout: Layout) -> None:

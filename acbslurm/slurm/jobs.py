@@ -326,3 +326,36 @@ def cancel_jobs(job_ids: Sequence[str], *, user: str | int | None = None) -> Non
     """Cancel ``job_ids`` with one scancel call."""
     if job_ids:
         slurm(["scancel", *job_ids], user=user)
+
+
+# squeue's states for jobs that still hold (or wait for) resources.
+_LIVE = "PENDING,RUNNING,SUSPENDED,COMPLETING,CONFIGURING,REQUEUED,RESIZING,SIGNALING"
+
+
+def cancel_and_wait(
+    *,
+    user: str | None = None,
+    env: Mapping[str, str] | None = None,
+    timeout: float = 60.0,
+    interval: float = 0.3,
+) -> None:
+    """Cancel every job (of ``user``, else of everyone) and wait until none is left.
+
+    "Left" means pending, running or completing: a cancelled job's epilog must be done
+    before its GPUs are free again. scancel is repeated while jobs remain (a job
+    submitted meanwhile, a requeue). Raises ``SlurmError`` after ``timeout`` seconds.
+    """
+    import time
+
+    who = ["-u", user] if user else []
+    deadline = time.monotonic() + timeout
+    while True:
+        left = slurm(["squeue", "-h", "-t", _LIVE, "-o", "%i", *who], env=env).stdout.split()
+        if not left:
+            return
+        slurm(["scancel", *who] if user else ["scancel", *left], env=env, check=False)
+        if time.monotonic() >= deadline:
+            raise SlurmError(
+                ["squeue"], 0, reason=f"jobs still queued after {timeout:g} s: {' '.join(left)}"
+            )
+        time.sleep(interval)

@@ -18,6 +18,9 @@ from typing import Any
 
 import pytest
 
+from acbslurm.sandbox.slurm import slurm_env
+from acbslurm.slurm.jobs import cancel_and_wait
+
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
@@ -36,14 +39,7 @@ def no_jobs(sb: Any, timeout: float = 60) -> None:
     (Not ``sb.wait_idle``: ``sinfo -o %T`` reports a node "mixed" for up to a minute
     after a GPU job ended, while slurmctld already calls it IDLE.)
     """
-    sb.run_slurm(["scancel", "-u", sb.user])
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        out = sb.run_slurm(["squeue", "-h", "-t", "PD,R,CG,S", "-o", "%i"]).stdout
-        if not out.strip():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"jobs still queued after {timeout} s: {out.split()}")
+    cancel_and_wait(user=sb.user, env={**slurm_env(sb.layout), **sb.env()}, timeout=timeout)
 
 
 @pytest.fixture
