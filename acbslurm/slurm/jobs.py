@@ -202,6 +202,7 @@ def query_jobs(
     *,
     user: str | None = None,
     record_dir: str = "",
+    env: Mapping[str, str] | None = None,
 ) -> list[JobInfo]:
     """State of ``job_ids`` (or all jobs of ``user`` / everyone), in a few batched calls.
 
@@ -214,7 +215,7 @@ def query_jobs(
         argv += ["-t", "all"]  # finished jobs the controller still remembers
     if user:
         argv += ["-u", user]
-    found = {j.job_id: j for j in parse_squeue(slurm(argv).stdout)}
+    found = {j.job_id: j for j in parse_squeue(slurm(argv, env=env).stdout)}
     wanted = list(dict.fromkeys(job_ids))
     if not wanted:
         jobs = list(found.values())
@@ -225,7 +226,8 @@ def query_jobs(
         old: dict[str, JobInfo] = {}
         if ask:
             out = slurm(
-                ["sacct", "-n", "-P", "-X", "-j", ",".join(ask), f"--format={_SACCT_FIELDS}"]
+                ["sacct", "-n", "-P", "-X", "-j", ",".join(ask), f"--format={_SACCT_FIELDS}"],
+                env=env,
             ).stdout
             old = {j.job_id: j for j in parse_sacct(out)}
         jobs = []
@@ -243,12 +245,12 @@ def query_jobs(
             jobs.extend(rows or [JobInfo(job_id=w, state="UNKNOWN")])
     running = [j for j in jobs if j.state in ("RUNNING", "COMPLETING", "SUSPENDED")]
     if running:
-        _add_gpus(running, record_dir)
+        _add_gpus(running, record_dir, env)
     return jobs
 
 
-def _add_gpus(jobs: Iterable[JobInfo], record_dir: str) -> None:
-    shown = parse_job_gpus(slurm(["scontrol", "-d", "-o", "show", "job"]).stdout)
+def _add_gpus(jobs: Iterable[JobInfo], record_dir: str, env: Mapping[str, str] | None) -> None:
+    shown = parse_job_gpus(slurm(["scontrol", "-d", "-o", "show", "job"], env=env).stdout)
     for job in jobs:
         found = shown.get(job.job_id)  # 12 or, for an array task, 12_1
         job.gpu_indices = list(found.indices) if found else []
@@ -322,10 +324,15 @@ def submit_script(
     return SubmitResult(ids, error)
 
 
-def cancel_jobs(job_ids: Sequence[str], *, user: str | int | None = None) -> None:
+def cancel_jobs(
+    job_ids: Sequence[str],
+    *,
+    user: str | int | None = None,
+    env: Mapping[str, str] | None = None,
+) -> None:
     """Cancel ``job_ids`` with one scancel call."""
     if job_ids:
-        slurm(["scancel", *job_ids], user=user)
+        slurm(["scancel", *job_ids], user=user, env=env)
 
 
 # squeue's states for jobs that still hold (or wait for) resources.
