@@ -13,6 +13,7 @@ import os
 from dataclasses import dataclass, fields, replace
 
 from acbslurm.errors import ConfigError
+from acbslurm.units import finite_float
 
 # typing costs a hook ~4 ms to import; annotations are strings (PEP 563).
 TYPE_CHECKING = False
@@ -48,9 +49,9 @@ class Settings:
 def _coerce(name: str, raw: Any, default: Any, source: str) -> Any:
     if isinstance(default, float):
         try:
-            return float(raw)
-        except (TypeError, ValueError):
-            raise ConfigError(f"{source}: {name} must be a number, got {raw!r}") from None
+            return finite_float(raw)
+        except ValueError:
+            raise ConfigError(f"{source}: {name} must be a finite number, got {raw!r}") from None
     if raw is None:
         return ""
     if not isinstance(raw, str | int | float):

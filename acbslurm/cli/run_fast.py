@@ -10,17 +10,17 @@ from one place. A unit test checks that both parse the same lines alike.
 
 from __future__ import annotations
 
-import math
 import sys
 from collections.abc import Callable
 from typing import Any
 
 from acbslurm.container.run_command import RunArgs
+from acbslurm.units import finite_float
 
 
 def _float(value: str, minimum: float | None = None) -> float:
-    x = float(value)
-    if math.isnan(x) or (minimum is not None and x < minimum):
+    x = finite_float(value)  # nan and inf: click's command says why
+    if minimum is not None and x < minimum:
         raise ValueError(value)
     return x
 

@@ -5,12 +5,13 @@ Pure functions: every bad value raises ``OptionError`` naming the option and the
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from acbslurm.errors import GpuMappingError
+from acbslurm.errors import ConfigError, GpuMappingError
 from acbslurm.gpu.mapping import is_uuid
 from acbslurm.jobrecord import JobRecord
 from acbslurm.mountrules import read_mounts, source_problem
@@ -19,7 +20,7 @@ from acbslurm.units import size_bytes
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-class OptionError(ValueError):
+class OptionError(ConfigError):
     """A bad option value; ``option`` names the flag."""
 
     def __init__(self, option: str, message: str) -> None:
@@ -136,6 +137,8 @@ def resolve_limits(cpus: float | None, memory: str | None, record: JobRecord | N
     alloc_mem = record.mem_mb * 1024**2 if record else 0
     nano = alloc_cpus * 10**9
     if cpus is not None:
+        if not math.isfinite(cpus):
+            raise OptionError("--cpus", f"must be a finite number, got {cpus!r}")
         if cpus <= 0:
             raise OptionError("--cpus", f"must be positive, got {cpus:g}")
         if alloc_cpus and cpus > alloc_cpus:
@@ -149,3 +152,11 @@ def resolve_limits(cpus: float | None, memory: str | None, record: JobRecord | N
                 "--memory", f"{memory!r} is more than the job's {record.mem_mb if record else 0} MB"
             )
     return Limits(nano, mem)
+
+
+def resolve_grace(grace: float | None, default: float) -> float:
+    """Seconds between SIGTERM and SIGKILL: finite, so a cancel always ends the container."""
+    value = default if grace is None else grace
+    if not math.isfinite(value) or value < 0:
+        raise OptionError("--grace", f"must be a finite number of seconds >= 0, got {value!r}")
+    return value

@@ -20,6 +20,7 @@ from acbslurm.container.options import (
     parse_gpus,
     parse_mount,
     resolve_gpus,
+    resolve_grace,
     resolve_limits,
 )
 from acbslurm.errors import SetupError
@@ -74,6 +75,7 @@ def execute(args: RunArgs) -> int:
         raise OptionError("--workdir", f"must be an absolute path, got {args.workdir!r}")
 
     settings = load_settings()
+    grace = resolve_grace(args.grace, settings.stop_grace)
     job_id = os.environ.get("SLURM_JOB_ID")
     record = _job_record(settings.record_dir, job_id, gpus_spec)
     try:
@@ -98,7 +100,7 @@ def execute(args: RunArgs) -> int:
         job_id=job_id or "",
         user=user,
         name=args.name or f"acbslurm-{job_id or 'local'}-{os.urandom(3).hex()}",
-        grace=settings.stop_grace if args.grace is None else args.grace,
+        grace=grace,
         mounts=mount_list,
         env=env,
         workdir=args.workdir,

@@ -11,7 +11,7 @@ from typing import Any
 
 from acbslurm.errors import SpecError
 from acbslurm.spec.model import CONTAINER_KEYS, JOB_KEYS, ContainerSpec, JobSpec, Mount, validate
-from acbslurm.spec.yamlpos import DuplicateKeyError, Located, load_located
+from acbslurm.spec.yamlpos import Located, load_located
 
 __all__ = [
     "CONTAINER_KEYS",
@@ -31,8 +31,6 @@ def parse_spec(text: str, source: str, overrides: Sequence[str] = ()) -> JobSpec
 
     try:
         doc = load_located(text, source)
-    except DuplicateKeyError as exc:
-        raise SpecError(str(exc)) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{source}:{mark.line + 1}" if mark is not None else source

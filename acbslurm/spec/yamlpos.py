@@ -11,6 +11,8 @@ from typing import Any
 
 import yaml
 
+from acbslurm.errors import SpecError
+
 try:  # the C parser is several times faster; fall back to pure Python
     from yaml import CSafeLoader as _Loader
 except ImportError:  # pragma: no cover - depends on how PyYAML was built
@@ -24,6 +26,7 @@ class Located:
     value: Any
     source: str
     origins: dict[tuple[str, ...], str] = field(default_factory=dict)
+    values_built: int = field(default=0, compare=False, repr=False)
 
     def where(self, path: tuple[str, ...]) -> str:
         """Where ``path`` was set (``file:line``, ``--set key``), else its closest parent."""
@@ -35,8 +38,14 @@ class Located:
         return self.origins.get((), self.source)
 
 
-class DuplicateKeyError(ValueError):
+class DuplicateKeyError(SpecError):
     pass
+
+
+# YAML aliases share nodes, so a few hundred bytes of nested aliases expand to billions
+# of values ("billion laughs"). A job spec has dozens; this bound leaves room for any
+# real one and stops a bomb after milliseconds.
+MAX_VALUES = 10_000
 
 
 def load_located(text: str, source: str) -> Located:
@@ -53,6 +62,12 @@ def load_located(text: str, source: str) -> Located:
 
 
 def _build(loader: Any, node: yaml.Node, path: tuple[str, ...], doc: Located) -> Any:
+    doc.values_built += 1
+    if doc.values_built > MAX_VALUES:
+        raise SpecError(
+            f"{source_line(doc, node)}: the document expands to more than {MAX_VALUES} "
+            "values (nested YAML aliases?); a job spec is refused past that"
+        )
     doc.origins[path] = source_line(doc, node)
     if isinstance(node, yaml.MappingNode):
         out: dict[Any, Any] = {}

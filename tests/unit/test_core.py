@@ -50,7 +50,7 @@ def test_settings_layers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     ("text", "message"),
     [
         ("nope: 1\n", "unknown setting 'nope'"),
-        ("stop_grace: soon\n", "must be a number"),
+        ("stop_grace: soon\n", "must be a finite number"),
         ("[1, 2]\n", "must be a mapping"),
         ("a: [\n", "not valid YAML"),
     ],
@@ -108,3 +108,10 @@ def test_settings_file_in_json_is_read_without_pyyaml(tmp_path: Path) -> None:
     f.write_text('{"cluster": }')
     with pytest.raises(ConfigError, match="not valid JSON"):
         load_settings(str(f))
+
+
+@pytest.mark.parametrize("raw", ["nan", "inf", "-inf", "NaN"])
+def test_settings_refuse_non_finite_numbers(raw: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ACBSLURM_STOP_GRACE", raw)
+    with pytest.raises(ConfigError, match=r"ACBSLURM_STOP_GRACE: stop_grace must be a finite"):
+        load_settings()

@@ -16,6 +16,7 @@ from acbslurm.container.options import (
     parse_mount,
     parse_size,
     resolve_gpus,
+    resolve_grace,
     resolve_limits,
 )
 from acbslurm.jobrecord import JobRecord, write_record
@@ -240,3 +241,34 @@ def test_no_slurmstepd_above_a_plain_process() -> None:
 
     assert stepd_job_of_ancestors() is None
     assert in_job("9") is False
+
+
+@pytest.mark.parametrize(
+    ("args", "msg"),
+    [
+        (["--cpus", "nan"], "'--cpus': must be a finite number, got nan"),
+        (["--cpus", "inf"], "'--cpus': must be a finite number, got inf"),
+        (["--cpus", "-inf"], "'--cpus': must be a finite number, got -inf"),
+        (["--grace", "inf"], "'--grace': must be a finite number of seconds >= 0, got inf"),
+        (["--grace", "nan"], "'--grace': must be a finite number of seconds >= 0, got nan"),
+    ],
+)
+def test_cli_refuses_non_finite_numbers(in_job: Path, args: list[str], msg: str) -> None:
+    # Before: nan/inf CPUs ended in a traceback (int(nan)); an infinite grace was
+    # accepted, and then SIGTERM never stopped the container.
+    res = CliRunner().invoke(run, [*args, "img", "true"])
+    assert res.exit_code == 2, res.output
+    assert isinstance(res.exception, SystemExit)  # a usage error, not a traceback
+    assert f"Invalid value for {msg}" in res.output
+
+
+def test_non_finite_limits_and_grace_are_option_errors() -> None:
+    for bad in (float("nan"), float("inf")):
+        with pytest.raises(OptionError, match="finite") as cpus:
+            resolve_limits(bad, None, REC)
+        assert cpus.value.option == "--cpus"
+        with pytest.raises(OptionError, match="finite") as grace:
+            resolve_grace(bad, 5.0)
+        assert grace.value.option == "--grace"
+    assert resolve_grace(None, 5.0) == 5.0
+    assert resolve_grace(0, 5.0) == 0

@@ -227,3 +227,43 @@ def test_time_units(raw: str, secs: int) -> None:
 def test_bad_time(raw: str) -> None:
     with pytest.raises(ValueError):
         parse_time_limit(raw)
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        ("ntasks: '²'\ncommand: [x]\n", "ntasks"),
+        ("cpus_per_task: '٣'\ncommand: [x]\n", "cpus_per_task"),
+        ("gpus: '²'\ncommand: [x]\n", "gpus"),
+        ("gpus: 'a100:٢'\ncommand: [x]\n", "gpus"),
+        ("time: '\u0662:\u0660\u0660'\ncommand: [x]\n", "time"),
+        ("mem: '٢G'\ncommand: [x]\n", "mem"),
+    ],
+)
+def test_only_ascii_digits_count(text: str, key: str) -> None:
+    # Before: "²".isdigit() is True and int("²") raises (a traceback); "\d" matched
+    # Arabic-Indic digits, so time "\u0662:\u0660\u0660" reached an #SBATCH line.
+    with pytest.raises(SpecError, match=rf"spec.yaml:1: {key}: "):
+        parse_spec(text, "spec.yaml")
+
+
+def test_set_with_a_non_ascii_digit_is_a_spec_error() -> None:
+    with pytest.raises(SpecError, match=r"--set gpus: gpus: '²' is not"):
+        parse_spec("command: [x]\n", "spec.yaml", ["gpus=²"])
+
+
+def test_nested_aliases_are_refused_quickly() -> None:
+    # 9 levels of 10 aliases each would expand to 10**9 values.
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    for i in range(1, 10):
+        refs = ", ".join([f"*a{i - 1}"] * 10)
+        lines.append(f"a{i}: &a{i} [{refs}]")
+    text = "\n".join(lines) + "\ncommand: [x]\n"
+    with pytest.raises(SpecError, match="expands to more than 10000 values"):
+        parse_spec(text, "bomb.yaml")
+
+
+def test_a_few_aliases_are_fine() -> None:
+    spec = parse_spec("env: &e {A: '1'}\ncontainer: {image: busybox, env: *e}\n", "ok.yaml")
+    assert spec.env == (("A", "1"),) and spec.container is not None
+    assert spec.container.env == (("A", "1"),)
