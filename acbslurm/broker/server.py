@@ -264,10 +264,22 @@ class RunningBroker:
                 os.umask(old_umask)
         if not self.path and port == 0:
             raise BrokerError(f"cannot listen on {self.address}")
-        await self.server.start()
-        if self.path:
-            os.chmod(self.path, socket_mode)
-            self.service.open_lane(lane_path(self.path), socket_mode)
+        try:
+            await self.server.start()
+            if self.path:
+                os.chmod(self.path, socket_mode)
+                lane = lane_path(self.path)
+                try:
+                    self.service.open_lane(lane, socket_mode)
+                except OSError as exc:
+                    raise BrokerError(f"cannot listen on {lane}: {exc.strerror or exc}") from None
+        except BaseException:
+            # Nothing will answer there: leave no socket file that says a broker does.
+            await self.server.stop(0)
+            if self.path:
+                with contextlib.suppress(FileNotFoundError):
+                    Path(self.path).unlink()
+            raise
         if self.broker.policy == "quantum":
             self._tick = asyncio.get_running_loop().create_task(self.service.tick_forever())
         log.info("broker listening on %s with %d device(s)", self.address, len(self.broker.devices))

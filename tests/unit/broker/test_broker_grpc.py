@@ -244,3 +244,22 @@ def test_second_broker_on_same_socket_is_refused(broker_factory) -> None:
     d = broker_factory("--devices", "cpu:1")
     r = run_cli("broker", "serve", "--listen", d.address, "--devices", "cpu:1")
     assert r.returncode == 1 and "already listens" in r.stderr
+
+
+def test_a_broker_that_cannot_start_leaves_no_socket(tmp_path: Path) -> None:
+    # The lane cannot be bound (a directory stands where it goes): before, the gRPC
+    # socket file stayed behind, and looked like a live broker to clients.
+    sock = tmp_path / "b.sock"
+    (tmp_path / "b.sock.lane").mkdir()
+    r = subprocess.run(
+        [sys.executable, "-m", "acbslurm", "broker", "serve"]
+        + ["--listen", f"unix:{sock}", "--devices", "cpu:1"],
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 1, r.stderr
+    assert f"Error: cannot listen on {sock}.lane:" in r.stderr
+    assert "Traceback" not in r.stderr
+    assert not sock.exists()
