@@ -16,6 +16,7 @@ lint: setup
 	$(BIN)/ruff check acbslurm tests bench
 	$(BIN)/ruff format --check acbslurm tests bench
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 unit: setup
 	$(BIN)/pytest tests/unit -q

@@ -35,7 +35,7 @@ def parse_line(line: str, where: str) -> dict[str, str]:
 
 def gpu_device_files(path: str | os.PathLike[str], node: str) -> list[str]:
     """The gres/gpu device files of ``node`` in Slurm's index order."""
-    p = os.fspath(path)  # os.path, not pathlib: the prolog imports this module
+    p = os.fspath(path)
     files: list[str] = []
     _collect(p, node, files, depth=0)
     return sorted(files, key=_file_number)  # stable: equal numbers keep file order

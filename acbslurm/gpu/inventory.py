@@ -34,7 +34,7 @@ def sandbox_uuid(seed: str, minor: int) -> str:
 
 
 def load_static(path: str | os.PathLike[str]) -> list[GpuInfo]:
-    p = os.fspath(path)  # os.path, not pathlib: the prolog imports this module
+    p = os.fspath(path)
     try:
         with open(p) as f:
             data = json.loads(f.read())
