@@ -251,9 +251,9 @@ def test_a_broker_that_cannot_start_leaves_no_socket(tmp_path: Path) -> None:
     # socket file stayed behind, and looked like a live broker to clients.
     sock = tmp_path / "b.sock"
     (tmp_path / "b.sock.lane").mkdir()
+    argv = ["broker", "serve", "--listen", f"unix:{sock}", "--devices", "cpu:1"]
     r = subprocess.run(
-        [sys.executable, "-m", "acbslurm", "broker", "serve"]
-        + ["--listen", f"unix:{sock}", "--devices", "cpu:1"],
+        [sys.executable, "-m", "acbslurm", *argv],
         env=child_env(),
         capture_output=True,
         text=True,
