@@ -77,6 +77,20 @@ def _parse(p: str) -> Any:
         raise ConfigError(f"{p}: not valid YAML: {exc}") from None
 
 
+def _file_values(p: str, settings: Settings) -> dict[str, Any]:
+    """The settings a file sets, checked and coerced."""
+    data = _parse(p)
+    if not isinstance(data, dict):
+        raise ConfigError(f"{p}: must be a mapping of settings")
+    known = {f.name for f in fields(Settings)}
+    values: dict[str, Any] = {}
+    for key, raw in data.items():
+        if key not in known:
+            raise ConfigError(f"{p}: unknown setting {key!r}")
+        values[key] = _coerce(key, raw, getattr(settings, key), p)
+    return values
+
+
 def load_settings(path: str | None = None, **overrides: Any) -> Settings:
     """Settings from packaged defaults, the file, the environment, then ``overrides``."""
     settings = Settings()
@@ -84,15 +98,8 @@ def load_settings(path: str | None = None, **overrides: Any) -> Settings:
     file_path = path or os.environ.get("ACBSLURM_CONFIG") or DEFAULT_CONFIG_FILE
     explicit = bool(path or os.environ.get("ACBSLURM_CONFIG"))
     values: dict[str, Any] = {}
-    p = file_path
-    if os.path.isfile(p):
-        data = _parse(p)
-        if not isinstance(data, dict):
-            raise ConfigError(f"{p}: must be a mapping of settings")
-        for key, raw in data.items():
-            if key not in known:
-                raise ConfigError(f"{p}: unknown setting {key!r}")
-            values[key] = _coerce(key, raw, getattr(settings, key), str(p))
+    if os.path.isfile(file_path):
+        values.update(_file_values(file_path, settings))
     elif explicit:
         raise ConfigError(f"config file {file_path!r} does not exist")
     for key in known:

@@ -117,6 +117,20 @@ def slurm_job_gpus(env: Mapping[str, str], inventory: list[GpuInfo] | None) -> l
     )
 
 
+def _slurm_job_devices(env: Mapping[str, str], gpu_inventory: str) -> DeviceSet:
+    """The GPUs of the Slurm job this broker runs in (``--devices slurm``)."""
+    if not env.get("SLURM_JOB_ID"):
+        raise ConfigError("--devices slurm: not inside a Slurm job (SLURM_JOB_ID unset)")
+    inv: list[GpuInfo] | None = None
+    if gpu_inventory or not env.get("ACBSLURM_GPU_UUIDS"):
+        try:
+            inv = load_static(gpu_inventory) if gpu_inventory else nvml_gpus()
+        except SetupError:
+            inv = None
+    gpus = slurm_job_gpus(env, inv)
+    return DeviceSet(from_gpu_info(gpus), f"Slurm job {env['SLURM_JOB_ID']}")
+
+
 def resolve_devices(
     spec: str, env: Mapping[str, str] | None = None, gpu_inventory: str = ""
 ) -> DeviceSet:
@@ -134,21 +148,8 @@ def resolve_devices(
             f"device spec {spec!r}: expected auto, slurm, inventory, nvml or cpu:N[:SIZE]"
         )
 
-    def inventory() -> list[GpuInfo]:
-        return load_static(gpu_inventory) if gpu_inventory else nvml_gpus()
-
     if spec == "slurm" or (spec == "auto" and env.get("SLURM_JOB_ID")):
-        if not env.get("SLURM_JOB_ID"):
-            raise ConfigError("--devices slurm: not inside a Slurm job (SLURM_JOB_ID unset)")
-        needs_inventory = not env.get("ACBSLURM_GPU_UUIDS")
-        inv: list[GpuInfo] | None = None
-        if gpu_inventory or needs_inventory:
-            try:
-                inv = inventory()
-            except SetupError:
-                inv = None
-        gpus = slurm_job_gpus(env, inv)
-        return DeviceSet(from_gpu_info(gpus), f"Slurm job {env['SLURM_JOB_ID']}")
+        return _slurm_job_devices(env, gpu_inventory)
     if spec == "inventory" or (spec == "auto" and gpu_inventory):
         if not gpu_inventory:
             raise ConfigError("--devices inventory: no gpu_inventory configured")

@@ -126,7 +126,8 @@ class BrokerService(pb_grpc.GpuBrokerServicer):  # type: ignore[misc]
         finally:
             self._drop(cid)
 
-    async def Session(self, request_iterator: Any, context: Any) -> None:
+    # grpc.aio calls servicer methods by position: (request or iterator, context).
+    async def Session(self, _requests: Any, context: Any) -> None:
         try:
             first = await context.read()
         except grpc.RpcError:
@@ -171,7 +172,7 @@ class BrokerService(pb_grpc.GpuBrokerServicer):  # type: ignore[misc]
         log.info("client %d gone; freeing its leases", cid)
         self._deliver(self.broker.disconnect(cid, time.monotonic()))
 
-    async def Status(self, request: Any, context: Any) -> Any:
+    async def Status(self, _request: Any, _context: Any) -> Any:
         return self._status()
 
     def _status(self) -> Any:
@@ -237,11 +238,7 @@ class RunningBroker:
 
     async def start(self, socket_mode: int = 0o600) -> None:
         if self.path:
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-            if Path(self.path).exists():
-                if _socket_alive(self.path):
-                    raise BrokerError(f"a broker already listens on {self.address}")
-                Path(self.path).unlink()  # stale socket of a broker that died
+            _clear_stale_socket(self.path, self.address)
         self.server = grpc.aio.server(
             maximum_concurrent_rpcs=MAX_SESSIONS,
             options=[
@@ -253,6 +250,24 @@ class RunningBroker:
             ],
         )
         pb_grpc.add_GpuBrokerServicer_to_server(self.service, self.server)
+        self._listen(socket_mode)
+        try:
+            await self.server.start()
+            if self.path:
+                os.chmod(self.path, socket_mode)
+                self._open_lane(socket_mode)
+        except BaseException:
+            # Nothing will answer there: leave no socket file that says a broker does.
+            await self.server.stop(0)
+            if self.path:
+                with contextlib.suppress(FileNotFoundError):
+                    Path(self.path).unlink()
+            raise
+        if self.broker.policy == "quantum":
+            self._tick = asyncio.get_running_loop().create_task(self.service.tick_forever())
+        log.info("broker listening on %s with %d device(s)", self.address, len(self.broker.devices))
+
+    def _listen(self, socket_mode: int) -> None:
         # The socket is born with the final permissions (no window where others can connect).
         old_umask = os.umask(0o777 & ~socket_mode) if self.path else None
         try:
@@ -264,25 +279,13 @@ class RunningBroker:
                 os.umask(old_umask)
         if not self.path and port == 0:
             raise BrokerError(f"cannot listen on {self.address}")
+
+    def _open_lane(self, socket_mode: int) -> None:
+        lane = lane_path(self.path or "")
         try:
-            await self.server.start()
-            if self.path:
-                os.chmod(self.path, socket_mode)
-                lane = lane_path(self.path)
-                try:
-                    self.service.open_lane(lane, socket_mode)
-                except OSError as exc:
-                    raise BrokerError(f"cannot listen on {lane}: {exc.strerror or exc}") from None
-        except BaseException:
-            # Nothing will answer there: leave no socket file that says a broker does.
-            await self.server.stop(0)
-            if self.path:
-                with contextlib.suppress(FileNotFoundError):
-                    Path(self.path).unlink()
-            raise
-        if self.broker.policy == "quantum":
-            self._tick = asyncio.get_running_loop().create_task(self.service.tick_forever())
-        log.info("broker listening on %s with %d device(s)", self.address, len(self.broker.devices))
+            self.service.open_lane(lane, socket_mode)
+        except OSError as exc:
+            raise BrokerError(f"cannot listen on {lane}: {exc.strerror or exc}") from None
 
     async def stop(self, grace: float = 0.5) -> None:
         if self._tick is not None:
@@ -296,6 +299,15 @@ class RunningBroker:
             with contextlib.suppress(FileNotFoundError):
                 Path(self.path).unlink()
         log.info("broker stopped")
+
+
+def _clear_stale_socket(path: str, address: str) -> None:
+    """Make room for the socket: refuse a live broker, remove a dead one's socket."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    if Path(path).exists():
+        if _socket_alive(path):
+            raise BrokerError(f"a broker already listens on {address}")
+        Path(path).unlink()  # stale socket of a broker that died
 
 
 def _socket_alive(path: str) -> bool:

@@ -37,14 +37,3 @@ def create(layout: Layout, count: int) -> list[GpuInfo]:
 
 def load(layout: Layout) -> list[GpuInfo]:
     return load_static(layout.inventory)
-
-
-def devices_ok(layout: Layout, gpus: list[GpuInfo]) -> bool:
-    for g in gpus:
-        try:
-            st = os.stat(g.device)
-        except OSError:
-            return False
-        if not stat.S_ISCHR(st.st_mode) or os.minor(st.st_rdev) != g.minor:
-            return False
-    return True

@@ -258,6 +258,40 @@ def _path(value: Any, path: tuple[str, ...], e: _Errors, *, absolute: bool = Fal
     return text
 
 
+def _mount_item(item: Any, ipath: tuple[str, ...], e: _Errors) -> tuple[Any, Any, bool] | None:
+    """(source, target, readonly) of one ``mounts`` entry in either form, else None."""
+    if isinstance(item, str):
+        parts = item.split(":")
+        mode = parts.pop() if len(parts) == 3 else ""
+        if len(parts) != 2 or mode not in ("", "ro", "rw"):
+            e.add(ipath, f"{item!r} is not SRC:DST, SRC:DST:ro or SRC:DST:rw")
+            return None
+        return parts[0], parts[1], mode == "ro"
+    if isinstance(item, dict):
+        if any(k not in ("source", "target", "readonly") for k in item):
+            _check_keys(item, ("source", "target", "readonly"), ipath, e)
+            return None
+        readonly = item.get("readonly", False)
+        if not isinstance(readonly, bool):
+            e.add((*ipath, "readonly"), f"must be true or false, got {readonly!r}")
+            return None
+        return item.get("source"), item.get("target"), readonly
+    e.add(ipath, f"must be SRC:DST[:ro] or a mapping with source/target, got {item!r}")
+    return None
+
+
+def _mount_path_problem(label: str, p: Any) -> str | None:
+    if not isinstance(p, str) or not p.startswith("/"):
+        return f"{label} {p!r} must be an absolute path"
+    if ":" in p or _CONTROL.search(p):
+        return f"{label} {p!r} must not contain ':' or control characters"
+    if label == "source" and (problem := path_problem(lexical(p))):
+        # By name only: the path is on the compute node, where `acbslurm run`
+        # checks it again resolved (symlinks, mounts).
+        return f"source {p!r} {problem}: GPUs come only from 'gpus'"
+    return None
+
+
 def _mounts(value: Any, path: tuple[str, ...], e: _Errors) -> tuple[Mount, ...]:
     if value is None:
         return ()
@@ -267,45 +301,17 @@ def _mounts(value: Any, path: tuple[str, ...], e: _Errors) -> tuple[Mount, ...]:
     out: list[Mount] = []
     for i, item in enumerate(value):
         ipath = (*path, str(i))
-        src: Any
-        dst: Any
-        if isinstance(item, str):
-            parts = item.split(":")
-            mode = ""
-            if len(parts) == 3:
-                mode = parts.pop()
-            if len(parts) != 2 or mode not in ("", "ro", "rw"):
-                e.add(ipath, f"{item!r} is not SRC:DST, SRC:DST:ro or SRC:DST:rw")
-                continue
-            src, dst, readonly = parts[0], parts[1], mode == "ro"
-        elif isinstance(item, dict):
-            unknown = [k for k in item if k not in ("source", "target", "readonly")]
-            if unknown:
-                _check_keys(item, ("source", "target", "readonly"), ipath, e)
-                continue
-            src, dst = item.get("source"), item.get("target")
-            readonly = item.get("readonly", False)
-            if not isinstance(readonly, bool):
-                e.add((*ipath, "readonly"), f"must be true or false, got {readonly!r}")
-                continue
-        else:
-            e.add(ipath, f"must be SRC:DST[:ro] or a mapping with source/target, got {item!r}")
+        parsed = _mount_item(item, ipath, e)
+        if parsed is None:
             continue
-        ok = True
-        for label, p in (("source", src), ("target", dst)):
-            if not isinstance(p, str) or not p.startswith("/"):
-                e.add(ipath, f"{label} {p!r} must be an absolute path")
-                ok = False
-            elif ":" in p or _CONTROL.search(p):
-                e.add(ipath, f"{label} {p!r} must not contain ':' or control characters")
-                ok = False
-            elif label == "source" and (problem := path_problem(lexical(p))):
-                # By name only: the path is on the compute node, where `acbslurm run`
-                # checks it again resolved (symlinks, mounts).
-                e.add(ipath, f"source {p!r} {problem}: GPUs come only from 'gpus'")
-                ok = False
-        if ok:
-            out.append(Mount(str(src), str(dst), bool(readonly)))
+        src, dst, readonly = parsed
+        problems = [
+            p for p in (_mount_path_problem("source", src), _mount_path_problem("target", dst)) if p
+        ]
+        for problem in problems:
+            e.add(ipath, problem)
+        if not problems:
+            out.append(Mount(str(src), str(dst), readonly))
     return tuple(out)
 
 
