@@ -5,6 +5,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +34,8 @@ class Daemon:
 
 
 def start_broker(*args: str) -> Daemon:
+    """Start a broker and return once it says it listens (gRPC socket AND local lane:
+    the socket file alone appears before the lane is bound)."""
     sock = Path(tempfile.mkdtemp(prefix="acbb-", dir="/tmp")) / "b.sock"
     address = f"unix:{sock}"
     proc = subprocess.Popen(
@@ -41,10 +44,20 @@ def start_broker(*args: str) -> Daemon:
         stderr=subprocess.PIPE,
         text=True,
     )
+    ready = threading.Event()
+    lines: list[str] = []
+
+    def drain() -> None:  # also keeps a chatty broker from blocking on a full pipe
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            lines.append(line)
+            if "broker: listening on" in line:
+                ready.set()
+
+    threading.Thread(target=drain, daemon=True).start()
     deadline = time.monotonic() + 20
-    while not sock.exists():
+    while not ready.wait(0.05):
         if proc.poll() is not None or time.monotonic() > deadline:
             proc.kill()
-            raise RuntimeError(f"broker did not start: {proc.stderr.read() if proc.stderr else ''}")
-        time.sleep(0.05)
+            raise RuntimeError(f"broker did not start: {''.join(lines)}")
     return Daemon(address, proc)
