@@ -16,8 +16,13 @@ import sys
 import time
 from collections.abc import Callable, Mapping
 
-from acbslurm.errors import AcbslurmError
+from acbslurm.errors import AcbslurmError, ConfigError
 from acbslurm.units import is_ascii_int
+
+# On the hook path: no typing at run time (tests/unit/hooks/test_hooks_imports.py).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from acbslurm.config import Settings
 
 _NAME = "acbslurm"
 
@@ -78,13 +83,25 @@ def run_prolog(env: Mapping[str, str]) -> int:
         _say("error", f"job {job_id or '?'}: {exc}")
         return 1
     _say("info", f"job {job_id}: GPUs {','.join(rec.gpu_uuids) or '-'} recorded in {path}")
+    _sweep_earlier_if_any(uid, user, settings)
     return 0
+
+
+def _sweep_earlier_if_any(uid: int, user: str, settings: Settings) -> None:
+    """Containers left by this user's jobs whose daemon was down: removed now, if it
+    answers (one file check when there are none; never fails the prolog)."""
+    from acbslurm.hooks.orphans import unswept
+
+    if uid < 0 or not unswept(settings.record_dir, uid):
+        return
+    try:
+        _sweep_earlier_jobs(uid, _docker_hosts(settings, uid, user), settings)
+    except AcbslurmError as exc:
+        _say("warning", f"left-over containers not removed: {exc}")
 
 
 def run_epilog(env: Mapping[str, str]) -> int:
     from acbslurm.config import load_settings
-    from acbslurm.dockerapi.hosts import user_docker_host
-    from acbslurm.hooks.sweep import sweep_job_containers
     from acbslurm.jobrecord import check_job_id, read_record, remove_record
 
     try:
@@ -99,22 +116,7 @@ def run_epilog(env: Mapping[str, str]) -> int:
         _say("warning", f"job {job_id}: {exc}")
         rec = None
     uid, user = (rec.uid, rec.user) if rec else _user_of(env)
-    hosts = []
-    if uid >= 0:
-        try:
-            hosts.append(user_docker_host(settings, uid, user))
-        except (KeyError, IndexError, ValueError) as exc:
-            _say("error", f"job {job_id}: bad docker_host setting {settings.docker_host!r}: {exc}")
-            _say("error", f"job {job_id}: its containers cannot be swept: draining")
-            return 1
-    if settings.system_docker_host:
-        hosts.append(settings.system_docker_host)
-    result = sweep_job_containers(job_id, hosts, settings.hook_docker_timeout)
-    if result.failures:
-        time.sleep(0.5)  # one retry: a daemon may have been busy
-        result = sweep_job_containers(job_id, hosts, settings.hook_docker_timeout)
-    if result.removed:
-        _say("info", f"job {job_id}: removed containers {','.join(result.removed)}")
+    problems = _clean_up_containers(job_id, uid, user, rec.gpu_minors if rec else [], settings)
     if uid >= 0:
         from acbslurm.hooks.broker_sockets import remove_broker_sockets
 
@@ -125,12 +127,106 @@ def run_epilog(env: Mapping[str, str]) -> int:
         remove_record(settings.record_dir, job_id)
     except OSError as exc:
         _say("warning", f"job {job_id}: cannot remove record: {exc}")
-    if result.failures:
-        for f in result.failures:
-            _say("error", f"job {job_id}: {f}")
-        _say("error", f"job {job_id}: a container may still hold the job's GPUs: draining")
+    if problems:
+        for problem in problems:
+            _say("error", f"job {job_id}: {problem}")
+        _drain(env, f"acbslurm: job {job_id}: a container may still hold its GPUs")
         return 1
     return 0
+
+
+def _docker_hosts(settings: Settings, uid: int, user: str) -> list[str]:
+    from acbslurm.dockerapi.hosts import user_docker_host
+
+    hosts = []
+    if uid >= 0:
+        try:
+            hosts.append(user_docker_host(settings, uid, user))
+        except (KeyError, IndexError, ValueError) as exc:
+            raise ConfigError(f"bad docker_host setting {settings.docker_host!r}: {exc}") from None
+    if settings.system_docker_host:
+        hosts.append(settings.system_docker_host)
+    return hosts
+
+
+def _clean_up_containers(
+    job_id: str, uid: int, user: str, minors: list[int], settings: Settings
+) -> list[str]:
+    """Remove the job's containers; what may still run (empty: nothing can)."""
+    from acbslurm.hooks.sweep import sweep_job_containers
+
+    try:
+        hosts = _docker_hosts(settings, uid, user)
+    except ConfigError as exc:
+        return [f"{exc}: its containers cannot be swept"]
+    result = sweep_job_containers(job_id, hosts, settings.hook_docker_timeout)
+    if result.failures:
+        time.sleep(0.5)  # one retry: a daemon may have been busy
+        result = sweep_job_containers(job_id, hosts, settings.hook_docker_timeout)
+    if result.removed:
+        _say("info", f"job {job_id}: removed containers {','.join(result.removed)}")
+    problems = list(result.failures)
+    if result.unreachable and uid >= 0:
+        # "Connection refused" says nothing about the containers: they outlive their
+        # daemon under containerd-shim. Find them without it.
+        problems += _kill_orphans(job_id, uid, user, minors, result.unreachable)
+        from acbslurm.hooks.orphans import remember_unswept
+
+        try:
+            remember_unswept(settings.record_dir, uid, job_id)
+        except OSError as exc:
+            _say("warning", f"job {job_id}: cannot note its containers for removal: {exc}")
+    if uid >= 0 and not result.unreachable:
+        _sweep_earlier_jobs(uid, hosts, settings)
+    return problems
+
+
+def _kill_orphans(
+    job_id: str, uid: int, user: str, minors: list[int], unreachable: list[str]
+) -> list[str]:
+    from acbslurm.hooks.orphans import device_holders, kill_job_processes
+
+    _say("warning", f"job {job_id}: no Docker daemon answers at {', '.join(unreachable)}")
+    killed, left = kill_job_processes(job_id, uid, user)
+    if killed:
+        pids = ",".join(map(str, killed))
+        _say("warning", f"job {job_id}: killed its container processes {pids} without Docker")
+    problems = [f"container processes {left} survived SIGKILL"] if left else []
+    holders = device_holders([f"/dev/nvidia{m}" for m in minors], uid, user)
+    if holders:
+        problems.append(f"processes {holders} of {user or uid} still hold the job's GPUs")
+    return problems
+
+
+def _sweep_earlier_jobs(uid: int, hosts: list[str], settings: Settings) -> None:
+    """Remove the containers of this user's jobs whose daemon was unreachable before."""
+    from acbslurm.hooks.orphans import forget_unswept, unswept
+    from acbslurm.hooks.sweep import sweep_job_containers
+
+    for old in unswept(settings.record_dir, uid):
+        result = sweep_job_containers(old, hosts, settings.hook_docker_timeout)
+        if result.failures or result.unreachable:
+            continue
+        if result.removed:
+            _say("info", f"job {old}: removed containers {','.join(result.removed)} (left over)")
+        try:
+            forget_unswept(settings.record_dir, uid, [old])
+        except OSError as exc:
+            _say("warning", f"job {old}: {exc}")
+
+
+def _drain(env: Mapping[str, str], reason: str) -> None:
+    """Drain this node with a reason that names the job (Slurm's own says "Epilog error")."""
+    from acbslurm.errors import CommandError
+    from acbslurm.gpu.node import node_name
+    from acbslurm.slurm.commands import slurm
+
+    node = node_name(env)
+    try:
+        slurm(["scontrol", "update", f"nodename={node}", "state=drain", f"reason={reason}"],
+              timeout=5)  # fmt: skip
+    except CommandError as exc:
+        _say("error", f"cannot drain {node} with a reason ({exc}); Slurm drains it anyway")
 
 
 def run_task_prolog(env: Mapping[str, str]) -> int:

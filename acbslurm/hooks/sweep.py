@@ -15,6 +15,9 @@ class SweepResult:
     # Daemons that answered but where a container could not be listed or removed:
     # a finished job may still hold its GPU there.
     failures: list[str] = field(default_factory=list)
+    # Daemons nobody answers for: their containers may still run (a crashed dockerd
+    # leaves them to containerd-shim), so "nothing found" is unknown, not none.
+    unreachable: list[str] = field(default_factory=list)
 
 
 def sweep_job_containers(job_id: str, docker_hosts: list[str], timeout: float) -> SweepResult:
@@ -25,7 +28,8 @@ def sweep_job_containers(job_id: str, docker_hosts: list[str], timeout: float) -
             api = EngineApi(host, timeout)
             containers = api.containers_with_label(f"{JOB_LABEL}={job_id}")
         except DaemonUnreachable:
-            continue  # no daemon: no container of the job can be running there
+            result.unreachable.append(host)
+            continue
         except DockerError as exc:
             result.failures.append(str(exc))
             continue

@@ -158,3 +158,34 @@ def test_epilog_removes_the_jobs_leftover_broker_sockets(
         for p in paths:
             if os.path.lexists(p):
                 os.unlink(p)
+
+
+def test_epilog_without_daemon_kills_the_jobs_container_processes(
+    node: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A dockerd killed while the job ran: its container goes on under containerd-shim.
+    # Before, "connection refused" counted as "nothing runs": exit 0, GPU double-booked.
+    import subprocess
+    import sys
+
+    from acbslurm.hooks.orphans import unswept
+
+    job = f"8{os.getpid()}"
+    container = subprocess.Popen(
+        [sys.executable, "-c", "import time; print('up', flush=True); time.sleep(60)"],
+        env={"ACBSLURM_JOB_ID": job},
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert container.stdout is not None and container.stdout.readline() == b"up\n"
+        env = job_env(SLURM_JOB_ID=job, SLURM_JOB_UID=str(os.getuid()))
+        assert run_epilog(env) == 0
+        assert container.wait(5) == -9
+        err = capsys.readouterr().err
+        assert "no Docker daemon answers at unix://" in err
+        assert f"killed its container processes {container.pid} without Docker" in err
+        # Its exited container is removed once the daemon answers again.
+        assert unswept(str(node / "jobs"), os.getuid()) == [job]
+    finally:
+        container.kill()
+        container.wait()

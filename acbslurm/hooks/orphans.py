@@ -1,0 +1,190 @@
+"""A job's container processes, found without Docker: for when the job user's daemon is gone.
+
+A container is a child of its containerd-shim, not of the Docker daemon: when the daemon
+dies (SIGKILL, OOM), the job's containers keep running and keep their GPUs. Asking the
+daemon then gets "connection refused", which says nothing about them. So the epilog,
+as root, looks for them itself: `acbslurm run` starts every container with
+``ACBSLURM_JOB_ID=<job>`` in its environment, which every process in it inherits, and
+a rootless container's processes run as the job user's uid or one of their subuids.
+Those processes are killed; the node is drained if any survives.
+
+Exited containers stay in the daemon's state; the job is remembered here
+(``<record_dir>/unswept/<uid>``) and the user's next prolog or epilog on this node,
+when the daemon answers again, removes them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+
+from acbslurm.units import is_ascii_int
+
+ENV_NAME = "ACBSLURM_JOB_ID"
+
+
+def subuid_ranges(user: str, path: str = "/etc/subuid") -> list[tuple[int, int]]:
+    """``(first, count)`` of each subordinate uid range of ``user`` (rootless Docker)."""
+    out: list[tuple[int, int]] = []
+    try:
+        with open(path) as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return out
+    for line in lines:
+        name, _, rest = line.partition(":")
+        first, _, count = rest.partition(":")
+        if name == user and is_ascii_int(first) and is_ascii_int(count):
+            out.append((int(first), int(count)))
+    return out
+
+
+def _read(path: str) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError:  # gone meanwhile, or a kernel thread
+        return b""
+
+
+def _real_uid(status: bytes) -> int:
+    for line in status.splitlines():
+        if line.startswith(b"Uid:"):
+            return int(line.split()[1])
+    return -1
+
+
+class _UserUids:
+    """The job user's uid and subuids: a rootless container's processes run as these."""
+
+    def __init__(self, uid: int, user: str, subuid: str) -> None:
+        self.uid = uid
+        self.ranges = subuid_ranges(user, subuid) if user else []
+
+    def owns(self, status: bytes) -> bool:
+        u = _real_uid(status)
+        return u == self.uid or any(first <= u < first + n for first, n in self.ranges)
+
+
+def _processes(proc: str) -> list[str]:
+    return [e for e in os.listdir(proc) if is_ascii_int(e) and int(e) != os.getpid()]
+
+
+def job_processes(
+    job_id: str,
+    uid: int,
+    user: str,
+    proc: str = "/proc",
+    subuid: str = "/etc/subuid",
+) -> list[int]:
+    """Live processes of the user (or their subuids) whose environment names ``job_id``."""
+    marker = f"{ENV_NAME}={job_id}".encode()
+    owner = _UserUids(uid, user, subuid)
+    found = []
+    for entry in _processes(proc):
+        status = _read(f"{proc}/{entry}/status")
+        if not owner.owns(status) or b"\nState:\tZ" in status:
+            continue  # someone else's, or a zombie (it holds nothing any more)
+        if marker in _read(f"{proc}/{entry}/environ").split(b"\0"):
+            found.append(int(entry))
+    return sorted(found)
+
+
+def kill_job_processes(
+    job_id: str,
+    uid: int,
+    user: str,
+    timeout: float = 3.0,
+    proc: str = "/proc",
+    subuid: str = "/etc/subuid",
+) -> tuple[list[int], list[int]]:
+    """SIGKILL the job's container processes; ``(killed, still alive after timeout)``."""
+    pids = job_processes(job_id, uid, user, proc, subuid)
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + timeout
+    left = pids
+    while left and time.monotonic() < deadline:
+        time.sleep(0.05)
+        left = [p for p in job_processes(job_id, uid, user, proc, subuid) if p in pids]
+    return pids, left
+
+
+def device_holders(
+    devices: list[str],
+    uid: int,
+    user: str,
+    proc: str = "/proc",
+    subuid: str = "/etc/subuid",
+) -> list[int]:
+    """Processes of the user (or their subuids) with one of ``devices`` open.
+
+    The last word on "does anything still use the job's GPUs": a container process that
+    cleared its environment is not found by its variable, but CUDA keeps
+    ``/dev/nvidiaN`` open. Compared by device number, so a container's own name for the
+    file does not matter.
+    """
+    wanted = set()
+    for dev in devices:
+        with contextlib.suppress(OSError):
+            wanted.add(os.stat(dev).st_rdev)
+    if not wanted:
+        return []
+    owner = _UserUids(uid, user, subuid)
+    found = []
+    for entry in _processes(proc):
+        if not owner.owns(_read(f"{proc}/{entry}/status")):
+            continue
+        try:
+            fds = os.listdir(f"{proc}/{entry}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                st = os.stat(f"{proc}/{entry}/fd/{fd}")
+            except OSError:
+                continue
+            if st.st_rdev in wanted and st.st_rdev:
+                found.append(int(entry))
+                break
+    return sorted(found)
+
+
+# -- jobs whose exited containers wait for the daemon to answer again ------------------
+
+
+def _unswept_file(record_dir: str, uid: int) -> str:
+    return os.path.join(record_dir, "unswept", str(uid))
+
+
+def unswept(record_dir: str, uid: int) -> list[str]:
+    """Jobs of ``uid`` whose containers could not be removed (daemon unreachable)."""
+    text = _read(_unswept_file(record_dir, uid)).decode(errors="replace")
+    return [j for j in text.split() if j]
+
+
+def remember_unswept(record_dir: str, uid: int, job_id: str) -> None:
+    jobs = unswept(record_dir, uid)
+    if job_id not in jobs:
+        _write_unswept(record_dir, uid, [*jobs, job_id])
+
+
+def forget_unswept(record_dir: str, uid: int, job_ids: list[str]) -> None:
+    left = [j for j in unswept(record_dir, uid) if j not in job_ids]
+    if left:
+        _write_unswept(record_dir, uid, left)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(_unswept_file(record_dir, uid))
+
+
+def _write_unswept(record_dir: str, uid: int, jobs: list[str]) -> None:
+    path = _unswept_file(record_dir, uid)
+    os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w") as f:
+        f.write("\n".join(jobs) + "\n")
+    os.replace(tmp, path)
