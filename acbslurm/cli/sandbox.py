@@ -71,6 +71,17 @@ def down(root: str) -> None:
 
 @sandbox.command()
 @dir_option
+@click.argument("component")
+def restart(root: str, component: str) -> None:
+    """Restart one COMPONENT (munged, mariadb, slurmdbd, slurmctld, slurmd, dockerd-USER)
+    without touching the others; running jobs are not cancelled."""
+    from acbslurm.sandbox import Sandbox
+
+    click.echo(Sandbox(root).restart(component, progress=_progress))
+
+
+@sandbox.command()
+@dir_option
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_context
 def status(ctx: click.Context, root: str, as_json: bool) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 
 import acbslurm
 from acbslurm import proc
-from acbslurm.errors import SetupError
+from acbslurm.errors import ConfigError, SetupError
 from acbslurm.gpu.inventory import GpuInfo
 from acbslurm.sandbox import docker, gpus, mariadb, munge, preflight, render, slurm
 from acbslurm.sandbox.layout import Layout, Params, default_dir, node_name
@@ -326,6 +326,37 @@ class Sandbox:
                 "could not start containers; put the checkout and its .venv where "
                 f"{p.user} can read them (not under /root)\n{r.stderr.strip()}"
             )
+
+    # -- restart one component ------------------------------------------------------
+    def _starters(self, p: Params) -> dict[str, Callable[[], object]]:
+        lay = self.layout
+        return {
+            "munged": lambda: munge.start(lay, self.marker),
+            "mariadb": lambda: mariadb.start(lay, p, self.marker),
+            "slurmdbd": lambda: slurm.start_slurmdbd(lay, self.marker),
+            "slurmctld": lambda: slurm.start_slurmctld(lay, self.marker),
+            "slurmd": lambda: slurm.start_slurmd(lay, p, self.marker),
+            f"dockerd-{p.user}": lambda: docker.start(lay, pwd.getpwnam(p.user), self.marker),
+        }
+
+    def restart(self, name: str, progress: Progress = _quiet) -> str:
+        """Stop one component (if it runs) and start it again; jobs keep running.
+
+        For fault tests and operators: a slurmctld or a dockerd restarted alone, as on a
+        real node, without `down`, which cancels every job first.
+        """
+        p = self.layout.load_params()
+        if p is None:
+            raise SetupError(f"no sandbox at {self.layout.root}; run `acbslurm sandbox up`")
+        starters = self._starters(p)
+        if name not in starters:
+            raise ConfigError(f"unknown component {name!r} (one of {', '.join(starters)})")
+        t0 = time.monotonic()
+        old = read_proc(self.layout.run, name)
+        if old is not None and stop(old):
+            progress(f"stopped {name} (pid {old.pid})")
+        starters[name]()
+        return f"{name} restarted in {time.monotonic() - t0:.1f} s"
 
     # -- down -----------------------------------------------------------------------
     def down(self, progress: Progress = _quiet) -> list[str]:

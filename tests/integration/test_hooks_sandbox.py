@@ -6,112 +6,26 @@ hook records; containers are listed from user1's real rootless daemon.
 
 from __future__ import annotations
 
-import os
 import shlex
 import sys
-import tempfile
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-
-from acbslurm.sandbox.slurm import slurm_env
-from acbslurm.slurm.jobs import cancel_and_wait
+from sandboxtest import (
+    IMAGE,
+    acbslurm_run,
+    docker_api,
+    hook_devices,
+    job_containers,
+    submit,
+    wait_container,
+    wait_job,
+)
 
 pytestmark = pytest.mark.integration
-
-REPO = Path(__file__).resolve().parents[2]
-IMAGE = "acbslurm/busybox:latest"
-
-
-@pytest.fixture(scope="module")
-def sb(sandbox: Any) -> Any:
-    """The session sandbox (conftest.py): never skipped, it fails when it cannot start."""
-    return sandbox
-
-
-def no_jobs(sb: Any, timeout: float = 60) -> None:
-    """Cancel the sandbox user's jobs and wait until none is queued, running or completing.
-
-    (Not ``sb.wait_idle``: ``sinfo -o %T`` reports a node "mixed" for up to a minute
-    after a GPU job ended, while slurmctld already calls it IDLE.)
-    """
-    cancel_and_wait(user=sb.user, env={**slurm_env(sb.layout), **sb.env()}, timeout=timeout)
-
-
-@pytest.fixture
-def idle(sb: Any) -> Iterator[Any]:
-    no_jobs(sb)
-    yield sb
-    no_jobs(sb)
-
-
-@pytest.fixture(scope="module")
-def scripts() -> Iterator[Path]:
-    with tempfile.TemporaryDirectory(prefix="acbslurm-hooks-") as d:
-        os.chmod(d, 0o777)  # the job user writes its output here
-        yield Path(d)
-
-
-def acbslurm_run(*args: str) -> str:
-    """The command line a rendered job script uses, for this checkout."""
-    from shlex import join
-
-    return join([sys.executable, "-m", "acbslurm", "run", *args])
-
-
-def submit(sb: Any, scripts: Path, body: str, *sbatch: str) -> str:
-    script = scripts / f"job-{time.monotonic_ns()}.sh"
-    script.write_text("#!/bin/bash\n" + body + "\n")
-    script.chmod(0o755)
-    res = sb.run_as_user(
-        ["sbatch", "--parsable", "-o", f"{scripts}/out-%j.txt", *sbatch, str(script)],
-        extra_env={"PYTHONPATH": str(REPO)},
-    )
-    return str(res.stdout.strip().split(";")[0])
-
-
-def job_fields(sb: Any, job_id: str) -> dict[str, str]:
-    out = sb.run_slurm(["scontrol", "show", "job", "-o", job_id]).stdout
-    return dict(t.partition("=")[::2] for t in out.split() if "=" in t)
-
-
-def wait_job(sb: Any, job_id: str, states: tuple[str, ...], timeout: float) -> dict[str, str]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        f = job_fields(sb, job_id)
-        if f.get("JobState") in states:
-            return f
-        time.sleep(0.2)
-    raise AssertionError(f"job {job_id} not in {states} after {timeout} s: {f.get('JobState')}")
-
-
-def docker_api(sb: Any) -> Any:
-    import docker
-
-    return docker.APIClient(base_url=sb.env()["DOCKER_HOST"], timeout=10)
-
-
-def job_containers(api: Any, job_id: str) -> list[dict[str, Any]]:
-    return list(api.containers(all=True, filters={"label": f"acbslurm.job_id={job_id}"}))
-
-
-def wait_container(api: Any, job_id: str, timeout: float = 30) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        running = [c for c in job_containers(api, job_id) if c["State"] == "running"]
-        if running:
-            return running[0]
-        time.sleep(0.1)
-    raise AssertionError(f"no running container for job {job_id}")
-
-
-def hook_devices(sb: Any) -> dict[str, list[str]]:
-    """container id -> the GPU UUIDs Docker handed to the NVIDIA hook."""
-    return {r["container"]: [d for d in r["devices"].split(",") if d] for r in sb.hook_records()}
 
 
 def test_container_exit_code_becomes_job_exit_code(idle: Any, scripts: Path) -> None:

@@ -1,15 +1,20 @@
-"""The real sandbox for every integration test: brought up once per run, or reused.
+"""The real sandbox for every integration and fault test: brought up once per run, or
+reused.
 
-Integration tests never skip: if the sandbox cannot start, the fixture fails and the
-error names the component and the tail of its log.
+These tests never skip: if the sandbox cannot start, the fixture fails and the error
+names the component and the tail of its log.
 """
 
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
+from sandboxtest import no_jobs
 
 from acbslurm.errors import AcbslurmError
 from acbslurm.sandbox import Sandbox
@@ -19,7 +24,7 @@ SANDBOX_GPUS = 2
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if "tests/integration" in str(item.path):
+        if "tests/integration" in str(item.path) or "tests/faults" in str(item.path):
             item.add_marker(pytest.mark.integration)
 
 
@@ -41,3 +46,23 @@ def idle_sandbox(sandbox: Sandbox) -> Sandbox:
     """The sandbox with no job left over from an earlier test."""
     sandbox.wait_idle(timeout=60)
     return sandbox
+
+
+@pytest.fixture(scope="module")
+def sb(sandbox: Any) -> Any:
+    """The session sandbox (conftest.py): never skipped, it fails when it cannot start."""
+    return sandbox
+
+
+@pytest.fixture
+def idle(sb: Any) -> Iterator[Any]:
+    no_jobs(sb)
+    yield sb
+    no_jobs(sb)
+
+
+@pytest.fixture(scope="module")
+def scripts() -> Iterator[Path]:
+    with tempfile.TemporaryDirectory(prefix="acbslurm-hooks-") as d:
+        os.chmod(d, 0o777)  # the job user writes its output here
+        yield Path(d)
