@@ -42,6 +42,9 @@ class Settings:
     # Accounting database (MySQL option file) and cluster name for `acbslurm report`.
     db_config: str = ""
     cluster: str = ""
+    # Per-job runtime directories (<this>/<jobid>, the job user's, mode 0700), made by
+    # the prolog: a job's own broker listens there.
+    job_runtime_dir: str = "/run/acbslurm/job"
     # GPU broker address (unix:PATH or HOST:PORT).
     broker_address: str = "unix:/run/acbslurm/broker.sock"
 

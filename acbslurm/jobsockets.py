@@ -1,16 +1,110 @@
-"""Where a job's own broker listens on a node: known to the broker, its clients and the
-epilog (which removes what a broker killed hard leaves behind)."""
+"""Where a job's own broker listens, and who may be trusted to listen there.
+
+Each job gets a runtime directory, ``<job_runtime_dir>/<jobid>`` (setting
+``job_runtime_dir``, default /run/acbslurm/job), made by the prolog: owned by the job's
+user, mode 0700, inside a root-owned parent, the way systemd makes XDG_RUNTIME_DIR.
+Nobody else can create, replace or reach a socket in it. (A fixed name in the shared
+/tmp, as before, let another user bind the job's broker socket first.) The epilog
+removes the directory with everything in it.
+
+Clients check a unix socket before they connect (``check_socket``): the socket and its
+directory must belong to them or to root, and the directory must not let others swap
+the socket (writable by others only with the sticky bit, as /tmp).
+"""
 
 from __future__ import annotations
 
 import os
+import stat
+
+from acbslurm.errors import BrokerError
+
+BROKER_SOCKET = "broker.sock"
 
 
-def job_socket_path(job_id: str, tmp: str = "/tmp") -> str:
+def job_dir(job_id: str, base: str) -> str:
+    """The job's runtime directory (``job_id`` checked by the caller: jobrecord.check_job_id)."""
+    return os.path.join(base, job_id)
+
+
+def job_socket_path(job_id: str, base: str) -> str:
     """The per-job broker's gRPC socket."""
-    return os.path.join(tmp, f"acbslurm-broker-{job_id}.sock")
+    return os.path.join(job_dir(job_id, base), BROKER_SOCKET)
 
 
 def lane_path(broker_socket: str) -> str:
     """Where the local lane of the broker listening on ``broker_socket`` is."""
     return broker_socket + ".lane"
+
+
+def create_job_dir(base: str, job_id: str, uid: int, gid: int) -> str:
+    """The prolog's part (root): a fresh 0700 directory owned by the job's user."""
+    os.makedirs(base, mode=0o755, exist_ok=True)
+    st = os.lstat(base)
+    if st.st_uid != 0 or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise OSError(f"{base} must be root-owned and writable by root alone")
+    path = job_dir(base=base, job_id=job_id)
+    remove_job_dir(base, job_id)  # a leftover of a requeued job's earlier run
+    os.mkdir(path, 0o700)
+    os.chown(path, uid, gid)
+    os.chmod(path, 0o700)  # independent of slurmd's umask
+    return path
+
+
+def remove_job_dir(base: str, job_id: str) -> bool:
+    """The epilog's part (root): remove the job's directory and all in it; True if it was there.
+
+    The user owns what is inside and may have planted links: ``shutil.rmtree`` never
+    follows them (it works through directory descriptors), and a link in the
+    directory's own place is unlinked, not followed.
+    """
+    path = job_dir(job_id=job_id, base=base)
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    if stat.S_ISDIR(st.st_mode):
+        import shutil
+
+        shutil.rmtree(path)
+    else:
+        os.unlink(path)
+    return True
+
+
+def _may_trust(st: os.stat_result, me: int) -> bool:
+    return st.st_uid in (me, 0)
+
+
+def check_socket(path: str) -> None:
+    """Refuse a unix socket someone else could have put there (BrokerError says who)."""
+    me = os.getuid()
+    directory = os.path.dirname(path) or "."
+    try:
+        dst = os.stat(directory)
+    except FileNotFoundError:
+        return  # nothing listens: the caller says so in its own words
+    except OSError as exc:
+        raise BrokerError(f"broker socket directory {directory}: {exc.strerror}") from None
+    others_write = dst.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+    if not _may_trust(dst, me) or (others_write and not dst.st_mode & stat.S_ISVTX):
+        raise BrokerError(
+            f"permission denied: refusing the broker socket {path}: its directory "
+            f"{directory} belongs to uid {dst.st_uid} or others may write it, so anyone "
+            "could have put the socket there"
+        )
+    try:
+        sst = os.lstat(path)
+    except FileNotFoundError:
+        return  # nothing listens: the caller says so in its own words
+    except OSError as exc:
+        raise BrokerError(f"broker socket {path}: {exc.strerror}") from None
+    if not stat.S_ISSOCK(sst.st_mode):
+        raise BrokerError(f"refusing {path}: not a socket")
+    if not _may_trust(sst, me):
+        raise BrokerError(
+            f"permission denied: the broker socket {path} belongs to uid {sst.st_uid}, "
+            "not to you or root (another user's broker)"
+        )
+    if not os.access(path, os.R_OK | os.W_OK):
+        raise BrokerError(f"permission denied: {path} (mode {stat.S_IMODE(sst.st_mode):o})")

@@ -10,25 +10,37 @@ import os
 from collections.abc import Mapping
 
 from acbslurm.errors import ConfigError
-from acbslurm.jobsockets import job_socket_path
+from acbslurm.jobrecord import JOB_ID
+from acbslurm.jobsockets import check_socket, job_dir, job_socket_path
 from acbslurm.units import is_ascii_int
 
 
-def job_socket(job_id: str) -> str:
-    return f"unix:{job_socket_path(job_id)}"
+def job_socket(job_id: str, base: str) -> str:
+    return f"unix:{job_socket_path(job_id, base)}"
 
 
 def default_address(env: Mapping[str, str] | None = None) -> str:
-    """``ACBSLURM_BROKER_ADDRESS``, else the job's socket in a Slurm job, else settings."""
+    """``ACBSLURM_BROKER_ADDRESS``, else the job's socket in a Slurm job, else settings.
+
+    The job's socket is in its runtime directory, which the acbslurm prolog makes; where
+    that prolog does not run, in the user's own ``XDG_RUNTIME_DIR``.
+    """
     env = os.environ if env is None else env
     explicit = env.get("ACBSLURM_BROKER_ADDRESS")
     if explicit:
         return explicit
-    if env.get("SLURM_JOB_ID"):
-        return job_socket(env["SLURM_JOB_ID"])
     from acbslurm.config import load_settings
 
-    return load_settings().broker_address
+    settings = load_settings()
+    job_id = env.get("SLURM_JOB_ID")
+    if not job_id:
+        return settings.broker_address
+    if not JOB_ID.match(job_id):
+        raise ConfigError(f"SLURM_JOB_ID={job_id!r} is not a Slurm job id")
+    xdg = env.get("XDG_RUNTIME_DIR")
+    if not os.path.isdir(job_dir(job_id, settings.job_runtime_dir)) and xdg:
+        return f"unix:{os.path.join(xdg, f'acbslurm-broker-{job_id}.sock')}"
+    return job_socket(job_id, settings.job_runtime_dir)
 
 
 def parse_address(address: str) -> str:
@@ -46,6 +58,15 @@ def parse_address(address: str) -> str:
             f"broker address {address!r}: expected unix:/PATH or HOST:PORT (e.g. 127.0.0.1:50077)"
         )
     return address
+
+
+def check_address(address: str) -> str:
+    """``parse_address``, and for a unix socket the ownership check of jobsockets."""
+    parsed = parse_address(address)
+    path = socket_path(parsed)
+    if path is not None:
+        check_socket(path)
+    return parsed
 
 
 def socket_path(address: str) -> str | None:

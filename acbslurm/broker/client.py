@@ -35,7 +35,7 @@ from typing import Any
 
 import grpc
 
-from acbslurm.broker.address import default_address, parse_address, socket_path
+from acbslurm.broker.address import check_address, default_address, socket_path
 from acbslurm.broker.lane_client import Lane, LaneClosed, lane_wanted
 from acbslurm.broker.proto import pb, pb_grpc
 from acbslurm.errors import BrokerError, ConfigError
@@ -102,7 +102,7 @@ class BrokerClient:
         connect_timeout: float = 5.0,
         lane: bool | None = None,
     ) -> None:
-        self.address = parse_address(address or default_address())
+        self.address = check_address(address or default_address())
         self.name = name or os.path.basename(sys.argv[0] or "python")
         # The session belongs to this process: a forked child shares its sockets but not
         # its threads, so it must neither use nor close them (``_check_process``).

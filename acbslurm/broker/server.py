@@ -33,7 +33,7 @@ from acbslurm.broker.address import parse_address, socket_path
 from acbslurm.broker.lane_server import LaneServer, token_matches
 from acbslurm.broker.proto import pb, pb_grpc
 from acbslurm.errors import BrokerError
-from acbslurm.jobsockets import lane_path
+from acbslurm.jobsockets import check_socket, lane_path
 
 log = logging.getLogger(__name__)
 
@@ -303,7 +303,15 @@ class RunningBroker:
 
 def _clear_stale_socket(path: str, address: str) -> None:
     """Make room for the socket: refuse a live broker, remove a dead one's socket."""
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    parent = Path(path).parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise BrokerError(
+            f"cannot create {parent} for the broker socket: {exc.strerror} (inside a job, "
+            "the acbslurm prolog makes the job's runtime directory; or pass --listen)"
+        ) from None
+    check_socket(path)  # a directory others may write, or someone else's socket there
     if Path(path).exists():
         if _socket_alive(path):
             raise BrokerError(f"a broker already listens on {address}")

@@ -28,8 +28,8 @@ def broker() -> None:
 @click.option(
     "--listen",
     metavar="ADDR",
-    help="unix:/PATH or HOST:PORT. Default: ACBSLURM_BROKER_ADDRESS, the job's socket "
-    "/tmp/acbslurm-broker-$SLURM_JOB_ID.sock inside a Slurm job, else broker_address.",
+    help="unix:/PATH or HOST:PORT. Default: ACBSLURM_BROKER_ADDRESS, inside a Slurm job "
+    "the job's socket <job_runtime_dir>/$SLURM_JOB_ID/broker.sock, else broker_address.",
 )
 @click.option(
     "--policy",
@@ -141,9 +141,11 @@ def fetch_status(address: str, timeout: float = 5.0) -> dict[str, Any]:
     """The broker's state as a plain dict (also used by tests and benchmarks)."""
     import grpc
 
+    from acbslurm.broker.address import check_address
     from acbslurm.broker.proto import pb, pb_grpc
     from acbslurm.errors import BrokerError
 
+    check_address(address)  # another user's socket: "permission denied", not a time-out
     with grpc.insecure_channel(address) as channel:
         try:
             reply = pb_grpc.GpuBrokerStub(channel).Status(

@@ -79,12 +79,28 @@ def run_prolog(env: Mapping[str, str]) -> int:
             created=time.time(),
         )
         path = write_record(settings.record_dir, rec)
+        _make_job_dir(settings, job_id, uid)
     except (AcbslurmError, OSError, ValueError) as exc:
         _say("error", f"job {job_id or '?'}: {exc}")
         return 1
     _say("info", f"job {job_id}: GPUs {','.join(rec.gpu_uuids) or '-'} recorded in {path}")
     _sweep_earlier_if_any(uid, user, settings)
     return 0
+
+
+def _make_job_dir(settings: Settings, job_id: str, uid: int) -> None:
+    """The job's runtime directory (its broker's socket goes there): the user's, 0700."""
+    if uid < 0:
+        return
+    import pwd
+
+    from acbslurm.jobsockets import create_job_dir
+
+    try:
+        gid = pwd.getpwuid(uid).pw_gid
+    except KeyError:
+        gid = -1  # a directory service that does not answer now: group stays root
+    create_job_dir(settings.job_runtime_dir, job_id, uid, gid)
 
 
 def _sweep_earlier_if_any(uid: int, user: str, settings: Settings) -> None:
@@ -117,12 +133,12 @@ def run_epilog(env: Mapping[str, str]) -> int:
         rec = None
     uid, user = (rec.uid, rec.user) if rec else _user_of(env)
     problems = _clean_up_containers(job_id, uid, user, rec.gpu_minors if rec else [], settings)
-    if uid >= 0:
-        from acbslurm.hooks.broker_sockets import remove_broker_sockets
+    from acbslurm.jobsockets import remove_job_dir
 
-        gone = remove_broker_sockets(job_id, uid)
-        if gone:
-            _say("info", f"job {job_id}: removed broker sockets {','.join(gone)}")
+    try:
+        remove_job_dir(settings.job_runtime_dir, job_id)
+    except OSError as exc:
+        _say("warning", f"job {job_id}: cannot remove its runtime directory: {exc}")
     try:
         remove_record(settings.record_dir, job_id)
     except OSError as exc:

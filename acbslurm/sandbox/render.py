@@ -82,6 +82,7 @@ def write_acbslurm_settings(layout: Layout, params: Params) -> None:
         "gres_conf": str(layout.gres_conf),
         "slurm_conf": str(layout.slurm_conf),
         "record_dir": str(layout.records),
+        "job_runtime_dir": str(layout.run / "job"),
         "docker_host": f"unix://{layout.run}/{{user}}/docker.sock",
         "db_config": str(layout.report_db_cnf),
         "cluster": params.cluster,

@@ -66,5 +66,5 @@ def test_addresses() -> None:
     for bad in ("unix:b.sock", "host", "host:99999"):
         with pytest.raises(ConfigError):
             parse_address(bad)
-    assert default_address({"SLURM_JOB_ID": "9"}) == "unix:/tmp/acbslurm-broker-9.sock"
+    assert default_address({"SLURM_JOB_ID": "9"}) == "unix:/run/acbslurm/job/9/broker.sock"
     assert default_address({"ACBSLURM_BROKER_ADDRESS": "h:1", "SLURM_JOB_ID": "9"}) == "h:1"

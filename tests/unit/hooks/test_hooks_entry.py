@@ -137,27 +137,40 @@ def test_a_hook_that_hangs_gives_up_at_its_deadline(hook: str, code: int) -> Non
     assert time.monotonic() - t0 < 10
 
 
-def test_epilog_removes_the_jobs_leftover_broker_sockets(
-    node: Path, capsys: pytest.CaptureFixture[str]
+def test_prolog_makes_the_jobs_private_runtime_dir_and_epilog_removes_it(
+    node: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import socket
 
-    from acbslurm.hooks.broker_sockets import job_broker_sockets
+    base = node / "run-job"
+    monkeypatch.setenv("ACBSLURM_JOB_RUNTIME_DIR", str(base))
+    env = job_env(SLURM_JOB_ID="91")
+    assert run_prolog(env) == 0
+    st = (base / "91").stat()
+    assert (st.st_uid, oct(st.st_mode & 0o7777)) == (1001, "0o700")
+    assert oct(base.stat().st_mode & 0o777) == "0o755" and base.stat().st_uid == 0
+    # What a broker killed with SIGKILL leaves, and a link the user planted.
+    for name in ("broker.sock", "broker.sock.lane"):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        s.bind(str(base / "91" / name))
+        s.close()
+    precious = node / "precious"
+    precious.write_text("x")
+    os.symlink(precious, base / "91" / "link")
+    assert run_epilog(env) == 0
+    assert not (base / "91").exists() and precious.read_text() == "x"
 
-    job = f"9{os.getpid()}"  # a job id no other test or job uses in /tmp
-    paths = job_broker_sockets(job)
-    try:
-        for p in paths:  # what a per-job broker killed with SIGKILL leaves
-            s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-            s.bind(p)
-            s.close()
-        assert run_epilog(job_env(SLURM_JOB_ID=job, SLURM_JOB_UID=str(os.getuid()))) == 0
-        assert not any(os.path.exists(p) for p in paths)
-        assert "removed broker sockets" in capsys.readouterr().err
-    finally:
-        for p in paths:
-            if os.path.lexists(p):
-                os.unlink(p)
+
+def test_a_runtime_dir_planted_before_the_prolog_is_replaced(
+    node: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    base = node / "run-job"
+    base.mkdir(mode=0o755)
+    (base / "92").symlink_to(node)  # a link where the job's directory goes
+    monkeypatch.setenv("ACBSLURM_JOB_RUNTIME_DIR", str(base))
+    assert run_prolog(job_env(SLURM_JOB_ID="92")) == 0
+    assert not (base / "92").is_symlink() and (base / "92").stat().st_uid == 1001
+    assert node.exists()
 
 
 def test_epilog_without_daemon_kills_the_jobs_container_processes(

@@ -1,0 +1,65 @@
+"""Per-job runtime directories and the check clients make before using a broker socket."""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+import pytest
+
+from acbslurm.errors import BrokerError
+from acbslurm.jobsockets import check_socket, create_job_dir, job_socket_path, remove_job_dir
+
+
+def _bound(path: Path) -> Path:
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.bind(str(path))
+    s.close()
+    return path
+
+
+def test_own_and_roots_sockets_are_trusted(tmp_path: Path) -> None:
+    check_socket(str(_bound(tmp_path / "b.sock")))
+    check_socket(str(tmp_path / "missing.sock"))  # nothing there: the caller says so
+    check_socket("/nonexistent/dir/b.sock")
+
+
+def test_another_users_socket_is_refused(tmp_path: Path) -> None:
+    sock = _bound(tmp_path / "b.sock")
+    os.chown(sock, 4242, 4242)
+    with pytest.raises(BrokerError, match=r"permission denied: the broker socket .* uid 4242"):
+        check_socket(str(sock))
+
+
+def test_a_socket_in_a_directory_others_may_write_is_refused(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    sock = _bound(shared / "b.sock")
+    shared.chmod(0o777)
+    with pytest.raises(BrokerError, match="permission denied: refusing"):
+        check_socket(str(sock))
+    shared.chmod(0o1777)  # sticky, as /tmp: nobody else can replace our socket
+    check_socket(str(sock))
+    os.chown(shared, 4242, 4242)
+    with pytest.raises(BrokerError, match="belongs to uid 4242"):
+        check_socket(str(sock))
+
+
+def test_job_dir_is_private_and_removed_whole(tmp_path: Path) -> None:
+    base = str(tmp_path / "job")
+    path = create_job_dir(base, "12", 4242, 4243)
+    st = os.stat(path)
+    assert (st.st_uid, st.st_gid, st.st_mode & 0o7777) == (4242, 4243, 0o700)
+    assert job_socket_path("12", base) == f"{path}/broker.sock"
+    _bound(Path(job_socket_path("12", base)))
+    assert remove_job_dir(base, "12") and not os.path.exists(path)
+    assert not remove_job_dir(base, "12")
+
+
+def test_job_dir_needs_a_root_owned_parent(tmp_path: Path) -> None:
+    base = tmp_path / "job"
+    base.mkdir(mode=0o777)
+    base.chmod(0o777)
+    with pytest.raises(OSError, match="root-owned and writable by root alone"):
+        create_job_dir(str(base), "12", 4242, 4242)
