@@ -3,47 +3,12 @@
 from __future__ import annotations
 
 import sys
-import time
-from collections.abc import Iterable
-from typing import Any
 
 import click
 
-from acbslurm.accounting.grouping import GROUP_KEYS, Aggregator
-from acbslurm.accounting.output import FORMATS, JSON_FORMAT, write_csv, write_json, write_table
-from acbslurm.accounting.queries import Filters
-from acbslurm.accounting.report import (
-    ReportRequest,
-    fill_groups,
-    iter_jobs,
-    resolve_user,
-    server_summable,
-)
-from acbslurm.accounting.usage import DEFINITION_TEXT, DEFINITIONS, JobUsage
-from acbslurm.slurm.states import normalize_state
-from acbslurm.units import iso, parse_instant
-
-DEFAULT_START = "now-30d"
-
-
-def _states(values: tuple[str, ...]) -> frozenset[str]:
-    out: set[str] = set()
-    for value in values:
-        for part in value.split(","):
-            if not part.strip():
-                continue
-            try:
-                out.add(normalize_state(part))
-            except ValueError as exc:
-                raise click.BadParameter(str(exc), param_hint="'--state'") from None
-    return frozenset(out)
-
-
-def _time(value: str, name: str, now: int) -> int:
-    try:
-        return parse_instant(value, now)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint=f"'{name}'") from None
+from acbslurm.accounting.options import BY_CHOICES, DEFAULT_START
+from acbslurm.accounting.output import FORMATS
+from acbslurm.accounting.usage import DEFINITIONS
 
 
 @click.command("report")
@@ -73,7 +38,7 @@ def _time(value: str, name: str, now: int) -> int:
 )
 @click.option(
     "--by",
-    type=click.Choice(("job", *GROUP_KEYS)),
+    type=click.Choice(BY_CHOICES),
     default="job",
     show_default=True,
     help="One line per job, or totals per user/account/partition/day.",
@@ -152,107 +117,28 @@ def report(
     each job); --definition sreport counts every row clipped to the window. Running jobs
     count up to now and are marked.
     """
-    from acbslurm.accounting.connection import connect
-    from acbslurm.accounting.dbconfig import resolve_db_config
-    from acbslurm.accounting.schema import detect, is_cluster_name
-    from acbslurm.config import load_settings
-    from acbslurm.errors import AccountingError
+    from acbslurm.accounting.options import OptionError, ReportOptions
+    from acbslurm.accounting.run import run_report
 
-    now = int(time.time())
-    win_start = _time(start, "--start", now)
-    win_end = _time(end, "--end", now)
-    if win_start >= win_end:
-        raise click.BadParameter(
-            f"window start {start!r} is not before end {end!r}", param_hint="'--start'"
-        )
-    uids: list[int] = []
-    for u in users:
-        try:
-            uids.append(resolve_user(u))
-        except ValueError as exc:
-            raise click.BadParameter(str(exc), param_hint="'--user'") from None
-    wanted_states = _states(states)
-    if cluster and not is_cluster_name(cluster):
-        raise click.BadParameter(
-            f"{cluster!r} is not a Slurm cluster name (letters, digits, _)",
-            param_hint="'--cluster'",
-        )
-    settings = load_settings()
-    cfg = resolve_db_config(
-        option_file=db_config,
-        host=db_host,
-        port=db_port,
-        socket=db_socket,
-        user=db_user,
-        database=db_name,
-        settings_db_config=settings.db_config,
+    opts = ReportOptions(
+        users=users,
+        accounts=accounts,
+        partitions=partitions,
+        start=start,
+        end=end,
+        states=states,
+        by=by,
+        fmt="json" if as_json else fmt,
+        definition=definition,
+        cluster=cluster,
+        db_config=db_config,
+        db_host=db_host,
+        db_port=db_port,
+        db_socket=db_socket,
+        db_user=db_user,
+        db_name=db_name,
     )
-    conn = connect(cfg)
     try:
-        schema = detect(conn, cluster or settings.cluster)
-        if schema.gpu_tres_id is None:
-            raise AccountingError(
-                "gres/gpu is not a TRES in this database: slurm.conf needs "
-                "AccountingStorageTRES=gres/gpu (jobs before that have no GPU counts)"
-            )
-        filters = Filters(
-            start=win_start,
-            end=win_end,
-            uids=tuple(uids),
-            accounts=tuple(accounts),
-            partitions=tuple(partitions),
-        )
-        req = ReportRequest(
-            filters=filters, now=now, definition=definition, by=by, states=wanted_states
-        )
-        if schema.gpu_util_recorded:
-            util_note = "gres/gpuutil and gres/gpumem from the job steps (max over steps)"
-        else:
-            util_note = (
-                f"not recorded (Slurm {schema.slurm_release}, schema {schema.version}: "
-                "gres/gpuutil exists from Slurm 23.02 with acct_gather GPU sampling)"
-            )
-        meta: dict[str, Any] = {
-            "format": JSON_FORMAT,
-            "cluster": schema.cluster,
-            "schema_version": schema.version,
-            "slurm_release": schema.slurm_release,
-            "definition": definition,
-            "definition_text": DEFINITION_TEXT[definition],
-            "by": by,
-            "generated": iso(now),
-            "now_unix": now,
-            "window": {
-                "start": iso(win_start),
-                "end": iso(win_end),
-                "start_unix": win_start,
-                "end_unix": win_end,
-            },
-            "filters": {
-                "users": list(users),
-                "uids": uids,
-                "accounts": list(accounts),
-                "partitions": list(partitions),
-                "states": sorted(wanted_states),
-            },
-            "gpu_tres_id": schema.gpu_tres_id,
-            "gpu_utilization": {"recorded": schema.gpu_util_recorded, "note": util_note},
-        }
-        out = sys.stdout
-        agg = Aggregator(by, definition)
-        jobs: Iterable[JobUsage]
-        if server_summable(req):
-            # Slices of the selection run at once on extra connections (same config).
-            fill_groups(conn, schema, req, agg, lambda: connect(cfg))
-            jobs = ()
-        else:
-            jobs = iter_jobs(conn, schema, req)
-        if as_json or fmt == "json":
-            write_json(out, meta, jobs, agg)
-        elif fmt == "csv":
-            write_csv(out, jobs, agg)
-        else:
-            write_table(out, meta, jobs, agg)
-        out.flush()
-    finally:
-        conn.close()
+        run_report(opts, sys.stdout)
+    except OptionError as exc:
+        raise click.BadParameter(str(exc), param_hint=f"'{exc.option}'") from None

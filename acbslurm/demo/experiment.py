@@ -68,6 +68,7 @@ def run_phase(
     *,
     user: str | int | None,
     env: Mapping[str, str] | None,
+    slurm_env: Mapping[str, str] | None,
     cwd: str | None,
     record_dir: str,
     inventory: Mapping[int, str],
@@ -75,7 +76,12 @@ def run_phase(
     interval: float = 0.5,
     on_update: Callable[[JobInfo], None] | None = None,
 ) -> Phase:
-    """Submit each (script, hold seconds) in order and follow the jobs until they end."""
+    """Submit each (script, hold seconds) in order and follow the jobs until they end.
+
+    ``env`` is sbatch's environment, which the job inherits (the submitting user's);
+    ``slurm_env`` is the one our own squeue/sacct/scontrol calls run with. They differ
+    (HOME, USER...) and both must point at the cluster; ``None`` is this process's.
+    """
     traces: dict[str, JobTrace] = {}
     for script, hold in scripts:
         res = submit_script(script, user=user, env=env, cwd=cwd)
@@ -86,7 +92,7 @@ def run_phase(
     last: dict[str, tuple[str, str, tuple[int, ...]]] = {}
     deadline = time.monotonic() + timeout
     while True:
-        snapshot = query_jobs(ids, record_dir=record_dir)
+        snapshot = query_jobs(ids, record_dir=record_dir, env=slurm_env)
         for info in snapshot:
             t = traces[info.job_id]
             t.state = info.state

@@ -1,0 +1,123 @@
+"""`acbslurm report` end to end: options -> database -> one format on a stream.
+
+``run_report`` checks the options before it reads any setting or opens a connection,
+so a typo costs no database round trip.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from typing import Any, TextIO
+
+from acbslurm.accounting.connection import connect
+from acbslurm.accounting.dbconfig import resolve_db_config
+from acbslurm.accounting.grouping import Aggregator
+from acbslurm.accounting.options import ReportOptions, Selection, resolve
+from acbslurm.accounting.output import JSON_FORMAT, write_csv, write_json, write_table
+from acbslurm.accounting.queries import Filters
+from acbslurm.accounting.report import ReportRequest, fill_groups, iter_jobs, server_summable
+from acbslurm.accounting.schema import Schema, detect
+from acbslurm.accounting.usage import DEFINITION_TEXT, JobUsage
+from acbslurm.config import load_settings
+from acbslurm.errors import AccountingError
+from acbslurm.units import iso
+
+
+def report_request(opts: ReportOptions, sel: Selection, now: int) -> ReportRequest:
+    filters = Filters(
+        start=sel.start,
+        end=sel.end,
+        uids=sel.uids,
+        accounts=tuple(opts.accounts),
+        partitions=tuple(opts.partitions),
+    )
+    return ReportRequest(
+        filters=filters, now=now, definition=opts.definition, by=opts.by, states=sel.states
+    )
+
+
+def utilization_note(schema: Schema) -> str:
+    if schema.gpu_util_recorded:
+        return "gres/gpuutil and gres/gpumem from the job steps (max over steps)"
+    return (
+        f"not recorded (Slurm {schema.slurm_release}, schema {schema.version}: "
+        "gres/gpuutil exists from Slurm 23.02 with acct_gather GPU sampling)"
+    )
+
+
+def metadata(opts: ReportOptions, sel: Selection, schema: Schema, now: int) -> dict[str, Any]:
+    """The ``report`` object of the JSON output (docs/report.md); the table's header."""
+    return {
+        "format": JSON_FORMAT,
+        "cluster": schema.cluster,
+        "schema_version": schema.version,
+        "slurm_release": schema.slurm_release,
+        "definition": opts.definition,
+        "definition_text": DEFINITION_TEXT[opts.definition],
+        "by": opts.by,
+        "generated": iso(now),
+        "now_unix": now,
+        "window": {
+            "start": iso(sel.start),
+            "end": iso(sel.end),
+            "start_unix": sel.start,
+            "end_unix": sel.end,
+        },
+        "filters": {
+            "users": list(opts.users),
+            "uids": list(sel.uids),
+            "accounts": list(opts.accounts),
+            "partitions": list(opts.partitions),
+            "states": sorted(sel.states),
+        },
+        "gpu_tres_id": schema.gpu_tres_id,
+        "gpu_utilization": {"recorded": schema.gpu_util_recorded, "note": utilization_note(schema)},
+    }
+
+
+def run_report(opts: ReportOptions, out: TextIO, *, now: int | None = None) -> None:
+    """Write the report ``opts`` asks for to ``out``.
+
+    Raises ``OptionError`` for a bad option, ``ConfigError`` for bad settings and
+    ``AccountingError`` when the database cannot be read or has no GPU counts.
+    """
+    now = int(time.time()) if now is None else now
+    sel = resolve(opts, now)
+    settings = load_settings()
+    cfg = resolve_db_config(
+        option_file=opts.db_config,
+        host=opts.db_host,
+        port=opts.db_port,
+        socket=opts.db_socket,
+        user=opts.db_user,
+        database=opts.db_name,
+        settings_db_config=settings.db_config,
+    )
+    conn = connect(cfg)
+    try:
+        schema = detect(conn, opts.cluster or settings.cluster)
+        if schema.gpu_tres_id is None:
+            raise AccountingError(
+                "gres/gpu is not a TRES in this database: slurm.conf needs "
+                "AccountingStorageTRES=gres/gpu (jobs before that have no GPU counts)"
+            )
+        req = report_request(opts, sel, now)
+        meta = metadata(opts, sel, schema, now)
+        agg = Aggregator(opts.by, opts.definition)
+        jobs: Iterable[JobUsage]
+        if server_summable(req):
+            # Slices of the selection run at once on extra connections (same config).
+            fill_groups(conn, schema, req, agg, lambda: connect(cfg))
+            jobs = ()
+        else:
+            jobs = iter_jobs(conn, schema, req)
+        if opts.fmt == "json":
+            write_json(out, meta, jobs, agg)
+        elif opts.fmt == "csv":
+            write_csv(out, jobs, agg)
+        else:
+            write_table(out, meta, jobs, agg)
+        out.flush()
+    finally:
+        conn.close()
