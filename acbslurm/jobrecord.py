@@ -64,11 +64,18 @@ def write_record(record_dir: str, rec: JobRecord) -> str:
     # O_EXCL|O_NOFOLLOW: never write through a link planted where the temp file goes
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
     try:
-        os.fchmod(fd, 0o644)  # independent of the umask slurmd gives us
-        os.write(fd, (json.dumps(asdict(rec)) + "\n").encode())
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+        try:
+            os.fchmod(fd, 0o644)  # independent of the umask slurmd gives us
+            data = (json.dumps(asdict(rec)) + "\n").encode()
+            if os.write(fd, data) != len(data):
+                raise OSError(f"short write to {tmp}")
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):  # a full disk must not keep half a record
+            os.unlink(tmp)
+        raise
     return path
 
 

@@ -11,6 +11,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from acbslurm.envrules import env_problem
 from acbslurm.errors import ConfigError, GpuMappingError
 from acbslurm.gpu.mapping import is_uuid
 from acbslurm.jobrecord import JobRecord
@@ -76,6 +77,9 @@ def parse_env(spec: str) -> tuple[str, str]:
     key, sep, value = spec.partition("=")
     if not sep or not _ENV_KEY.match(key):
         raise OptionError("--env", f"expected KEY=VALUE with a valid name, got {spec!r}")
+    problem = env_problem(key)
+    if problem:
+        raise OptionError("--env", problem)
     return key, value
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from acbslurm import units
+from acbslurm.envrules import env_problem
 from acbslurm.errors import SpecError
 from acbslurm.mountrules import lexical, path_problem
 from acbslurm.spec.yamlpos import Located
@@ -205,6 +206,9 @@ def _env(value: Any, path: tuple[str, ...], e: _Errors) -> tuple[tuple[str, str]
         kpath = (*path, str(key))
         if not isinstance(key, str) or not _ENV_KEY.match(key):
             e.add(kpath, "is not a valid variable name (letters, digits, _; not first a digit)")
+            continue
+        if problem := env_problem(key):
+            e.add(kpath, problem)
             continue
         if isinstance(raw, bool):
             out.append((key, "true" if raw else "false"))

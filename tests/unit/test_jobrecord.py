@@ -69,3 +69,17 @@ def test_trusted_record_needs_root_owned_file_and_dir(tmp_path: Path) -> None:
     (d / "43.json").write_text((d / "42.json").read_text())
     with pytest.raises(ConfigError, match="is for job '42', not '43'"):
         read_trusted_record(str(d), "43")
+
+
+def test_a_full_disk_leaves_no_temporary_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+
+    def full(_fd: int, _data: bytes) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "write", full)
+    with pytest.raises(OSError, match="No space left"):
+        write_record(str(tmp_path), JobRecord(job_id="5", user="u", uid=1, node="n"))
+    assert os.listdir(tmp_path) == []

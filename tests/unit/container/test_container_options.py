@@ -272,3 +272,25 @@ def test_non_finite_limits_and_grace_are_option_errors() -> None:
         assert grace.value.option == "--grace"
     assert resolve_grace(None, 5.0) == 5.0
     assert resolve_grace(0, 5.0) == 0
+
+
+@pytest.mark.parametrize(
+    "name", ["NVIDIA_VISIBLE_DEVICES", "NVIDIA_MIG_CONFIG_DEVICES", "NVIDIA_IMEX_CHANNELS"]
+)
+def test_env_that_chooses_gpus_is_refused(name: str) -> None:
+    with pytest.raises(OptionError, match=f"{name} is refused: NVIDIA_"):
+        parse_env(f"{name}=all")
+
+
+def test_env_that_only_narrows_the_toolkit_is_allowed() -> None:
+    assert parse_env("NVIDIA_DRIVER_CAPABILITIES=compute,utility")[0] == (
+        "NVIDIA_DRIVER_CAPABILITIES"
+    )
+    assert parse_env("NVIDIA_REQUIRE_CUDA=cuda>=12.0") == ("NVIDIA_REQUIRE_CUDA", "cuda>=12.0")
+    assert parse_env("CUDA_VISIBLE_DEVICES=0") == ("CUDA_VISIBLE_DEVICES", "0")
+
+
+def test_cli_refuses_nvidia_visible_devices_with_exit_2(in_job: Path) -> None:
+    res = CliRunner().invoke(run, ["--env", "NVIDIA_VISIBLE_DEVICES=all", "img", "true"])
+    assert res.exit_code == 2
+    assert "NVIDIA_VISIBLE_DEVICES is refused" in res.output

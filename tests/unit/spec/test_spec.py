@@ -267,3 +267,9 @@ def test_a_few_aliases_are_fine() -> None:
     spec = parse_spec("env: &e {A: '1'}\ncontainer: {image: busybox, env: *e}\n", "ok.yaml")
     assert spec.env == (("A", "1"),) and spec.container is not None
     assert spec.container.env == (("A", "1"),)
+
+
+def test_spec_env_may_not_choose_gpus() -> None:
+    text = "container:\n  image: busybox\n  env:\n    NVIDIA_VISIBLE_DEVICES: all\n"
+    with pytest.raises(SpecError, match=r"s.yaml:4: container.env.NVIDIA_VISIBLE_DEVICES: .*"):
+        parse_spec(text, "s.yaml")
