@@ -297,7 +297,16 @@ def submit_script(
         raise ValueError("count must be at least 1")
 
     def one(_: int) -> str:
-        res = slurm(["sbatch", "--parsable"], input=script, user=user, extra_env=extra_env, cwd=cwd)
+        # env is the submitter's environment (HOME, PYTHONPATH, XDG_RUNTIME_DIR...): the
+        # job inherits sbatch's environment (--export=ALL), so it must not be ours.
+        res = slurm(
+            ["sbatch", "--parsable"],
+            input=script,
+            user=user,
+            env=env,
+            extra_env=extra_env,
+            cwd=cwd,
+        )
         try:
             return parse_job_id(res.stdout)
         except ValueError as exc:
