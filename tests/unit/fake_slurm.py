@@ -7,7 +7,9 @@ environment, stdin) to a JSON-lines log and answers from a state file the test c
 * a table of jobs as Slurm 22.05 shows them, keyed by squeue's id (``12``, ``5_1``,
   ``5_[2-3]``), which squeue and scontrol answer for while ``controller`` is true (the
   controller forgets a job MinJobAge after it ends) and sacct always;
-* canned answers per command (stdout, stderr, exit code) that replace the simulation.
+* canned answers per command (stdout, stderr, exit code) that replace the simulation;
+* a clock: each squeue call applies the next of a job's planned changes (``next``), so
+  a watcher sees its jobs start and end; sbatch's new jobs take ``set_defaults``.
 
 The scripts find the state through a path written into them, not the environment, so a
 caller that replaces the environment (``env=``) still reaches them through PATH.
@@ -83,6 +85,14 @@ def options(args, with_value, flags, optional=()):
 
 
 def squeue(args, stdin, state):
+    answer = squeue_answer(args, state)
+    for job in state["jobs"].values():  # the clock ticks once a squeue call
+        if job["next"]:
+            job.update(job["next"].pop(0))
+    return answer
+
+
+def squeue_answer(args, state):
     opts, rest = options(args, {{"-o", "-t", "-u"}}, {{"-h"}}, optional=("-j",))
     for key in opts:
         if key not in ("-o", "-t", "-u", "-h", "-j", "--jobs", "--format", "--states"):
@@ -244,6 +254,7 @@ _DEFAULTS: dict[str, Any] = {
     "name": "job",
     "gpus": [],
     "controller": True,  # squeue and scontrol still know it; sacct always does
+    "next": [],  # field changes, one applied after each squeue call
 }
 
 
@@ -314,6 +325,13 @@ class FakeSlurm:
         data = self._load()
         assert set(fields) <= set(_DEFAULTS), f"unknown job fields {set(fields) - set(_DEFAULTS)}"
         data["jobs"][key].update(fields)
+        self._save(data)
+
+    def set_defaults(self, **fields: Any) -> None:
+        """What sbatch's new jobs are (``next=[...]`` plans their run)."""
+        assert set(fields) <= set(_DEFAULTS), f"unknown job fields {set(fields) - set(_DEFAULTS)}"
+        data = self._load()
+        data["defaults"].update(fields)
         self._save(data)
 
     def forget(self, *keys: str) -> None:
