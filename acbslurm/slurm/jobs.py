@@ -1,18 +1,19 @@
 """Submit, query and cancel jobs through Slurm's CLI, batched.
 
-``query_jobs`` answers for any number of jobs with one ``squeue`` call, plus one
-``scontrol`` call for the GPU indices of running jobs and one ``sacct`` call for jobs
-that already left the controller's memory.
+``query_jobs`` answers for any number of jobs with one ``squeue`` call scoped to their
+ids, one ``sacct`` call for jobs that already left the controller's memory, and one
+``scontrol`` call per running job whose GPUs the caller's ``GpuCache`` lacks. Only an
+unscoped listing (every job, or a user's) asks scontrol for the whole queue.
 """
 
 from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from acbslurm.errors import SlurmError
 from acbslurm.jobrecord import JOB_ID
@@ -32,6 +33,11 @@ _SACCT_FIELDS = "JobID,State,Elapsed,NodeList,User,Submit,Start,End,ExitCode,Job
 _IDX = re.compile(r"IDX:([0-9,\-]+)")
 _ARRAY_JOB = re.compile(r"\bArrayJobId=([0-9]+)")
 _ARRAY_TASK = re.compile(r"\bArrayTaskId=([0-9]+)(?=\s|$)")  # one task, not 2-3 or 2,5
+# What squeue and scontrol print for an id the controller does not know (any more).
+_INVALID_JOB_ID = "invalid job id specified"
+# scontrol takes one job id a call: this many calls at once, quick for a watcher and
+# gentle on slurmctld (each is a cheap single-job request).
+_SCONTROL_PARALLEL = 4
 
 
 @dataclass
@@ -197,12 +203,20 @@ def _task_order(job_id: str) -> tuple[int, str]:
     return (int(digits.group(1)) if digits else 0, task)
 
 
+# GPU indices of running jobs, as scontrol named them, keyed by squeue's id and the
+# start time: an allocation never changes while a job runs, and a requeued job starts
+# again (a new start time) on whichever GPUs are free then. A caller that polls keeps
+# one (JobWatcher does) so each job run is asked about once.
+GpuCache: TypeAlias = dict[tuple[str, str], JobGres]
+
+
 def query_jobs(
     job_ids: Sequence[str] = (),
     *,
     user: str | None = None,
     record_dir: str = "",
     env: Mapping[str, str] | None = None,
+    gpu_cache: GpuCache | None = None,
 ) -> list[JobInfo]:
     """State of ``job_ids`` (or all jobs of ``user`` / everyone), in a few batched calls.
 
@@ -210,13 +224,8 @@ def query_jobs(
     it comes back as one row per task (``array_job_id`` set), live ones from squeue
     and the ones the controller already forgot from sacct.
     """
-    argv = ["squeue", "-h", "-o", _SQUEUE_FORMAT]
-    if job_ids:
-        argv += ["-t", "all"]  # finished jobs the controller still remembers
-    if user:
-        argv += ["-u", user]
-    found = {j.job_id: j for j in parse_squeue(slurm(argv, env=env).stdout)}
     wanted = list(dict.fromkeys(job_ids))
+    found = {j.job_id: j for j in _squeue(wanted, user, env)}
     if not wanted:
         jobs = list(found.values())
     else:
@@ -245,14 +254,53 @@ def query_jobs(
             jobs.extend(rows or [JobInfo(job_id=w, state="UNKNOWN")])
     running = [j for j in jobs if j.state in ("RUNNING", "COMPLETING", "SUSPENDED")]
     if running:
-        _add_gpus(running, record_dir, env)
+        cache = {} if gpu_cache is None else gpu_cache
+        _add_gpus(running, record_dir, env, scoped=bool(wanted), cache=cache)
     return jobs
 
 
-def _add_gpus(jobs: Iterable[JobInfo], record_dir: str, env: Mapping[str, str] | None) -> None:
-    shown = parse_job_gpus(slurm(["scontrol", "-d", "-o", "show", "job"], env=env).stdout)
+def _squeue(wanted: list[str], user: str | None, env: Mapping[str, str] | None) -> list[JobInfo]:
+    """squeue's rows for ``wanted`` (all jobs, or ``user``'s, when none are given).
+
+    ``--jobs=`` rather than ``-j 1,2``: squeue's -j takes an optional argument, so only
+    the attached form is parsed as written (its man page says so). An array's own id
+    matches all its tasks (squeue filters on ArrayJobId as well as JobId), so the tasks
+    come back as rows 12_1, 12_[2-3]...
+
+    What the controller does for it (Slurm 22.05's squeue): for one id it sends that
+    job alone; for several it still fetches the job table (or, with one ``user``, that
+    user's jobs) and filters it itself, so the output is small but not the request.
+    """
+    argv = ["squeue", "-h", "-o", _SQUEUE_FORMAT]
+    if wanted:
+        # -t all: finished jobs the controller still remembers (MinJobAge) come back too.
+        argv += ["-t", "all", "--jobs=" + ",".join(wanted)]
+    if user:
+        argv += ["-u", user]
+    try:
+        return parse_squeue(slurm(argv, env=env).stdout)
+    except SlurmError as exc:
+        # With one id squeue asks the controller for that job alone, and one it forgot
+        # fails ("slurm_load_jobs error: Invalid job id specified", exit 1); with several
+        # ids the forgotten ones are just absent. Either way sacct answers for them.
+        if wanted and _INVALID_JOB_ID in exc.stderr.lower():
+            return []
+        raise
+
+
+def _add_gpus(
+    jobs: list[JobInfo],
+    record_dir: str,
+    env: Mapping[str, str] | None,
+    *,
+    scoped: bool,
+    cache: GpuCache,
+) -> None:
+    unknown = [j for j in jobs if (j.job_id, j.start_time) not in cache]
+    if unknown:
+        cache.update(_ask_gpus(unknown, env, scoped=scoped))
     for job in jobs:
-        found = shown.get(job.job_id)  # 12 or, for an array task, 12_1
+        found = cache.get((job.job_id, job.start_time))
         job.gpu_indices = list(found.indices) if found else []
         # The prolog names the record after the JobId (SLURM_JOB_ID), 14 for task 12_1.
         record = _read_record(record_dir, found.job_id if found else job.job_id)
@@ -260,6 +308,42 @@ def _add_gpus(jobs: Iterable[JobInfo], record_dir: str, env: Mapping[str, str] |
             job.gpu_uuids = list(record.gpu_uuids)
             if not job.gpu_indices:
                 job.gpu_indices = list(record.gpu_indices)
+
+
+def _ask_gpus(jobs: list[JobInfo], env: Mapping[str, str] | None, *, scoped: bool) -> GpuCache:
+    """scontrol's GPU indices for running ``jobs``: per job when scoped, else all at once.
+
+    ``scontrol show job`` takes one id; an array's own id shows all its records, so
+    the tasks a caller asked for by the array's id cost one call together.
+    """
+    targets = list(dict.fromkeys(j.array_job_id or j.job_id for j in jobs))
+    if not scoped:  # every job was listed anyway: one listing beats one call per job
+        texts = [slurm(["scontrol", "-d", "-o", "show", "job"], env=env).stdout]
+    elif len(targets) == 1:
+        texts = [_show_job(targets[0], env)]
+    else:
+        with ThreadPoolExecutor(max_workers=min(_SCONTROL_PARALLEL, len(targets))) as pool:
+            texts = list(pool.map(lambda target: _show_job(target, env), targets))
+    shown: dict[str, JobGres] = {}
+    for text in texts:
+        shown.update(parse_job_gpus(text))
+    # Only what names GPUs is kept: a job that ended between squeue and scontrol shows
+    # none (GRES=), which must not stick. A job without GPUs is asked again each time
+    # (acbslurm's own jobs all have one).
+    return {
+        (j.job_id, j.start_time): shown[j.job_id]
+        for j in jobs
+        if j.job_id in shown and shown[j.job_id].indices
+    }
+
+
+def _show_job(job_id: str, env: Mapping[str, str] | None) -> str:
+    """``scontrol -d -o show job ID``; empty when the controller no longer has it."""
+    res = slurm(["scontrol", "-d", "-o", "show", "job", job_id], env=env, check=False)
+    if res.returncode != 0:
+        log.debug("scontrol show job %s: %s", job_id, res.stderr.strip())
+        return ""
+    return res.stdout
 
 
 def parse_job_id(stdout: str) -> str:
@@ -297,7 +381,16 @@ def submit_script(
         raise ValueError("count must be at least 1")
 
     def one(_: int) -> str:
-        res = slurm(["sbatch", "--parsable"], input=script, user=user, extra_env=extra_env, cwd=cwd)
+        # env is the submitter's environment (HOME, PYTHONPATH, XDG_RUNTIME_DIR...): the
+        # job inherits sbatch's environment (--export=ALL), so it must not be ours.
+        res = slurm(
+            ["sbatch", "--parsable"],
+            input=script,
+            user=user,
+            env=env,
+            extra_env=extra_env,
+            cwd=cwd,
+        )
         try:
             return parse_job_id(res.stdout)
         except ValueError as exc:

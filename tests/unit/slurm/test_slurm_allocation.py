@@ -1,6 +1,4 @@
-from pathlib import Path
-
-import pytest
+from fake_slurm import FakeSlurm
 
 from acbslurm.slurm.allocation import (
     Allocation,
@@ -37,12 +35,11 @@ def test_units() -> None:
     assert mem_to_mb("2048") == 2048
 
 
-def test_unreadable_scontrol_output_means_unknown_not_failure(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_unreadable_scontrol_output_means_unknown_not_failure(fake_slurm: FakeSlurm) -> None:
     """The prolog must not drain a node because scontrol printed something odd."""
-    fake = tmp_path / "scontrol"
-    fake.write_text("#!/bin/sh\necho 'JobId=5 NumNodes=1 Nodes=n1 CPU_IDs=0-x Mem=lots'\n")
-    fake.chmod(0o755)
-    monkeypatch.setenv("PATH", str(tmp_path))
+    fake_slurm.respond("scontrol", stdout="JobId=5 NumNodes=1 Nodes=n1 CPU_IDs=0-x Mem=lots\n")
+    assert job_allocation("5", "n1") == Allocation()
+    assert fake_slurm.argvs() == [["scontrol", "show", "job", "-d", "-o", "5"]]
+    # nor because slurmctld did not answer
+    fake_slurm.respond("scontrol", stderr="Unable to contact slurm controller\n", rc=1)
     assert job_allocation("5", "n1") == Allocation()

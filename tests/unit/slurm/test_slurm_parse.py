@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from fake_slurm import FakeSlurm
 
 from acbslurm.slurm.jobs import (
     parse_gpu_indices,
@@ -12,6 +13,7 @@ from acbslurm.slurm.jobs import (
     parse_job_id,
     parse_sacct,
     parse_squeue,
+    query_jobs,
 )
 from acbslurm.units import expand_ranges
 
@@ -87,11 +89,6 @@ def test_parse_job_gpus_keys_array_tasks_by_their_squeue_id() -> None:
     assert pending["5_0"].indices == [0] and pending["5_1"].indices == [1]
 
 
-class _Out:
-    def __init__(self, stdout: str) -> None:
-        self.stdout = stdout
-
-
 @pytest.mark.parametrize(
     ("phase", "want"),
     [
@@ -103,38 +100,30 @@ def test_status_shows_each_running_array_task_its_gpu(
     phase: str,
     want: dict[str, tuple[list[int], str]],
     tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
+    fake_slurm: FakeSlurm,
 ) -> None:
     from acbslurm.jobrecord import JobRecord, write_record
-    from acbslurm.slurm import jobs as jobs_mod
 
     # the prolog names records after SLURM_JOB_ID: the task's own JobId
     for jid, idx in (("6", 0), ("7", 1), ("8", 0), ("5", 1)):
         write_record(str(tmp_path), JobRecord(jid, "user1", 1001, "vm", [idx], [f"GPU-{jid}"]))
-    outputs = {
-        "squeue": (CAPTURED / f"{phase}.squeue").read_text(),
-        "scontrol": (CAPTURED / f"{phase}.scontrol").read_text(),
-    }
-    calls: list[str] = []
-
-    def fake_slurm(argv: list[str], **_: object) -> _Out:
-        calls.append(argv[0])
-        return _Out(outputs[argv[0]])
-
-    monkeypatch.setattr(jobs_mod, "slurm", fake_slurm)
-    shown = {j.job_id: j for j in jobs_mod.query_jobs(record_dir=str(tmp_path))}
+    fake_slurm.respond("squeue", stdout=(CAPTURED / f"{phase}.squeue").read_text())
+    fake_slurm.respond("scontrol", stdout=(CAPTURED / f"{phase}.scontrol").read_text())
+    shown = {j.job_id: j for j in query_jobs(record_dir=str(tmp_path))}
     running = {
         k: (j.gpu_indices, ",".join(j.gpu_uuids)) for k, j in shown.items() if j.state == "RUNNING"
     }
     assert running == want
-    assert calls == ["squeue", "scontrol"]
+    # every job, so one listing each: squeue, then scontrol for all running jobs
+    assert fake_slurm.argvs() == [
+        ["squeue", "-h", "-o", "%i|%T|%r|%M|%N|%u|%V|%S|%e|%j"],
+        ["scontrol", "-d", "-o", "show", "job"],
+    ]
     pending = [j for j in shown.values() if j.state == "PENDING"]
     assert all(not j.gpu_indices and not j.gpu_uuids for j in pending)
 
 
-def test_an_array_id_stands_for_its_tasks(monkeypatch: pytest.MonkeyPatch) -> None:
-    from acbslurm.slurm import jobs as jobs_mod
-
+def test_an_array_id_stands_for_its_tasks(fake_slurm: FakeSlurm) -> None:
     # squeue (phase 1 of array 5) still holds 5's tasks; array 1 is only in sacct now,
     # partly in sacct only: a task both know (1_0) comes once, as squeue has it.
     squeue = (CAPTURED / "array-phase1.squeue").read_text().replace("1_1|", "x1_1|")
@@ -146,16 +135,10 @@ def test_an_array_id_stands_for_its_tasks(monkeypatch: pytest.MonkeyPatch) -> No
             "2026-11-30T03:31:06|3:0|wrap",
         ]
     )
-    outputs = {"squeue": squeue, "sacct": sacct, "scontrol": ""}
-    sacct_asked: list[str] = []
-
-    def fake_slurm(argv: list[str], **_: object) -> _Out:
-        if argv[0] == "sacct":
-            sacct_asked.append(argv[argv.index("-j") + 1])
-        return _Out(outputs[argv[0]])
-
-    monkeypatch.setattr(jobs_mod, "slurm", fake_slurm)
-    got = jobs_mod.query_jobs(["5", "1", "77"])
+    fake_slurm.respond("squeue", stdout=squeue)
+    fake_slurm.respond("sacct", stdout=sacct)
+    fake_slurm.respond("scontrol", stdout="")
+    got = query_jobs(["5", "1", "77"])
     assert [(j.job_id, j.state, j.array_job_id) for j in got] == [
         ("5_0", "RUNNING", "5"),
         ("5_1", "RUNNING", "5"),
@@ -166,15 +149,16 @@ def test_an_array_id_stands_for_its_tasks(monkeypatch: pytest.MonkeyPatch) -> No
         ("1_3", "COMPLETED", "1"),
         ("77", "UNKNOWN", ""),
     ]
-    assert sacct_asked == ["5,1,77"]
+    assert [c.value("-j") for c in fake_slurm.calls("sacct")] == ["5,1,77"]
     # a task id is itself, never expanded
-    assert [j.job_id for j in jobs_mod.query_jobs(["5_1"])] == ["5_1"]
+    assert [j.job_id for j in query_jobs(["5_1"])] == ["5_1"]
     # the array's own record may show by its bare id for moments: kept while live
     # (a watcher must not miss it), dropped once ended (its tasks tell the same)
-    outputs["squeue"] += "9|PENDING|None|0:00||user1|N/A|N/A|N/A|wrap\n" + "".join(
+    squeue += "9|PENDING|None|0:00||user1|N/A|N/A|N/A|wrap\n" + "".join(
         f"9_{t}|COMPLETED|None|0:03|vm|user1|N/A|N/A|N/A|wrap\n" for t in (1, 0)
     )
-    got = jobs_mod.query_jobs(["9"])
+    fake_slurm.respond("squeue", stdout=squeue)
+    got = query_jobs(["9"])
     assert [(j.job_id, j.array_job_id) for j in got] == [("9", "9"), ("9_0", "9"), ("9_1", "9")]
-    outputs["squeue"] = outputs["squeue"].replace("9|PENDING|", "9|CANCELLED|")
-    assert [j.job_id for j in jobs_mod.query_jobs(["9"])] == ["9_0", "9_1"]
+    fake_slurm.respond("squeue", stdout=squeue.replace("9|PENDING|", "9|CANCELLED|"))
+    assert [j.job_id for j in query_jobs(["9"])] == ["9_0", "9_1"]

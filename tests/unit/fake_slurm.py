@@ -1,0 +1,388 @@
+"""``fake_slurm``: sbatch, squeue, sacct, scontrol and scancel as tiny scripts first on PATH.
+
+Real processes rather than a patched ``slurm()``: the argv, the environment, stdin and
+the exit code travel exactly as they would to Slurm. Each fake appends its call (argv,
+environment, stdin) to a JSON-lines log and answers from a state file the test controls:
+
+* a table of jobs as Slurm 22.05 shows them, keyed by squeue's id (``12``, ``5_1``,
+  ``5_[2-3]``), which squeue and scontrol answer for while ``controller`` is true (the
+  controller forgets a job MinJobAge after it ends) and sacct always;
+* canned answers per command (stdout, stderr, exit code) that replace the simulation;
+* a clock: each squeue call applies the next of a job's planned changes (``next``), so
+  a watcher sees its jobs start and end; sbatch's new jobs take ``set_defaults``.
+
+The scripts find the state through a path written into them, not the environment, so a
+caller that replaces the environment (``env=``) still reaches them through PATH.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+COMMANDS = ("sbatch", "squeue", "sacct", "scontrol", "scancel")
+
+# The fake itself; {root} is the folder holding state.json, calls.jsonl and the lock.
+_SCRIPT = r'''#!{python} -S
+import fcntl, json, os, re, sys
+
+ROOT = {root!r}
+LIVE = {{"PENDING", "RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING", "REQUEUED",
+        "RESIZING", "SIGNALING"}}
+INVALID = "slurm_load_jobs error: Invalid job id specified\n"
+
+
+class Usage(Exception):
+    pass
+
+
+def split_key(key):
+    """squeue's id -> (array id or None, task part or None)."""
+    if "_" in key:
+        array, task = key.split("_", 1)
+        return array, task
+    return None, None
+
+
+def matches(key, job, wanted):
+    """squeue -j / sacct -j: an id, a task id, or an array's id standing for its tasks."""
+    array, _ = split_key(key)
+    return any(w in (key, job["job_id"]) or (array is not None and w == array) for w in wanted)
+
+
+def options(args, with_value, flags, optional=()):
+    """A small getopt: {{option: value}}; an unknown option is a usage error."""
+    got, rest, i = {{}}, [], 0
+    while i < len(args):
+        a = args[i]
+        if a.startswith("--") and "=" in a:
+            name, value = a.split("=", 1)
+            got[name] = value
+        elif a in flags:
+            got[a] = True
+        elif a in with_value:
+            if i + 1 >= len(args):
+                raise Usage(f"{{a}} needs a value")
+            got[a] = args[i + 1]
+            i += 1
+        elif a[:2] in optional and len(a) > 2:
+            got[a[:2]] = a[2:]
+        elif a in optional:
+            got[a] = None
+        elif a.startswith("-"):
+            raise Usage(f"unrecognized option {{a!r}}")
+        else:
+            rest.append(a)
+        i += 1
+    return got, rest
+
+
+def squeue(args, stdin, state):
+    answer = squeue_answer(args, state)
+    for job in state["jobs"].values():  # the clock ticks once a squeue call
+        if job["next"]:
+            job.update(job["next"].pop(0))
+    return answer
+
+
+def squeue_answer(args, state):
+    opts, rest = options(args, {{"-o", "-t", "-u"}}, {{"-h"}}, optional=("-j",))
+    for key in opts:
+        if key not in ("-o", "-t", "-u", "-h", "-j", "--jobs", "--format", "--states"):
+            raise Usage(f"unrecognized option {{key!r}}")
+    ids = opts.get("--jobs") or opts.get("-j")
+    if "-j" in opts and opts["-j"] is None:  # "-j 1,2": squeue takes the next word
+        ids = rest.pop(0) if rest else None
+    if rest:
+        raise Usage(f"Unrecognized option: {{rest[0]}}")
+    wanted = ids.split(",") if ids else []
+    states = opts.get("-t") or opts.get("--states")
+    fmt = opts.get("-o") or opts.get("--format") or "%i %T"
+    jobs = {{k: j for k, j in state["jobs"].items() if j["controller"]}}
+    if len(wanted) == 1:
+        # One id: squeue asks the controller for that job alone (slurm_load_job), and
+        # an id it does not know is an error; with several ids it filters all jobs.
+        num = wanted[0].split("_")[0]
+        if not any(num in (j["job_id"], split_key(k)[0]) for k, j in jobs.items()):
+            return "", INVALID, 1
+    lines = []
+    for key, job in jobs.items():
+        if wanted and not matches(key, job, wanted):
+            continue
+        if states is None and job["state"] not in LIVE:
+            continue
+        if states not in (None, "all") and job["state"] not in states.upper().split(","):
+            continue
+        if "-u" in opts and job["user"] not in opts["-u"].split(","):
+            continue
+        field = lambda m: squeue_field(m.group(1), key, job)
+        lines.append(re.sub(r"%\.?\d*([a-zA-Z])", field, fmt))
+    return "".join(line + "\n" for line in lines), "", 0
+
+
+def squeue_field(letter, key, job):
+    values = {{
+        "i": key, "A": job["job_id"], "T": job["state"], "r": job["reason"] or "None",
+        "M": job["elapsed"] or "0:00", "N": job["node"], "u": job["user"],
+        "V": job["submit"] or "N/A", "S": job["start"] or "N/A", "e": job["end"] or "N/A",
+        "j": job["name"],
+    }}
+    if letter not in values:
+        raise Usage(f"the fake squeue knows no %{{letter}}")
+    return values[letter]
+
+
+def sacct(args, stdin, state):
+    opts, rest = options(args, {{"-j"}}, {{"-n", "-P", "-X"}})
+    if rest or set(opts) - {{"-j", "-n", "-P", "-X", "--format"}}:
+        raise Usage(f"unexpected sacct arguments {{args}}")
+    wanted = opts["-j"].split(",") if "-j" in opts else []
+    fields = opts.get("--format", "JobID,State").split(",")
+    lines = []
+    for key, job in state["jobs"].items():
+        if wanted and not matches(key, job, wanted):
+            continue
+        values = {{
+            "JobID": key, "State": job["state"], "Elapsed": job["elapsed"] or "00:00:00",
+            "NodeList": job["node"] or "None assigned", "User": job["user"],
+            "Submit": job["submit"] or "Unknown", "Start": job["start"] or "Unknown",
+            "End": job["end"] or "Unknown", "ExitCode": job["exit_code"] or "0:0",
+            "JobName": job["name"],
+        }}
+        lines.append("|".join(values[f] for f in fields))
+    return "".join(line + "\n" for line in lines), "", 0
+
+
+def scontrol(args, stdin, state):
+    if args[:4] != ["-d", "-o", "show", "job"] or len(args) > 5:
+        raise Usage(f"the fake scontrol knows only -d -o show job [ID], not {{args}}")
+    jobs = {{k: j for k, j in state["jobs"].items() if j["controller"]}}
+    if len(args) == 5:
+        # One id: the job (an array's id: all its records), or one task of an array.
+        num, _, task = args[4].partition("_")
+        jobs = {{
+            k: j for k, j in jobs.items()
+            if ((k == args[4]) if task else (num in (j["job_id"], split_key(k)[0])))
+        }}
+        if not jobs:
+            return "", INVALID, 1
+    lines = []
+    for key, job in jobs.items():
+        array, task = split_key(key)
+        words = [f"JobId={{job['job_id']}}"]
+        if array is not None:
+            words += [f"ArrayJobId={{array}}", f"ArrayTaskId={{task.strip('[]')}}"]
+        words += [f"JobName={{job['name']}}", f"UserId={{job['user']}}(1001)",
+                  f"JobState={{job['state']}}", f"NodeList={{job['node'] or '(null)'}}"]
+        if job["node"]:
+            running = job["state"] in ("RUNNING", "SUSPENDED", "COMPLETING")
+            gpus = ",".join(str(g) for g in job["gpus"]) if running else ""
+            gres = f"gpu:{{len(job['gpus'])}}(IDX:{{gpus}})" if gpus else ""
+            words += [f"Nodes={{job['node']}}", "CPU_IDs=0", "Mem=500", f"GRES={{gres}}"]
+        lines.append(" ".join(words))
+    return "".join(line + "\n" for line in lines), "", 0
+
+
+def sbatch(args, stdin, state):
+    job_id = str(state["next_id"])
+    state["next_id"] += 1
+    state["jobs"][job_id] = dict(state["defaults"], job_id=job_id, state="PENDING")
+    return (job_id if "--parsable" in args else f"Submitted batch job {{job_id}}") + "\n", "", 0
+
+
+def scancel(args, stdin, state):
+    opts, ids = options(args, {{"-u"}}, set())
+    for key, job in state["jobs"].items():
+        if job["state"] not in LIVE:
+            continue
+        if ids and not matches(key, job, ids):
+            continue
+        if not ids and ("-u" not in opts or job["user"] != opts["-u"]):
+            continue
+        job["state"] = "CANCELLED"
+    return "", "", 0
+
+
+def main():
+    cmd = os.path.basename(sys.argv[0])
+    args = sys.argv[1:]
+    stdin = "" if sys.stdin is None or sys.stdin.isatty() else sys.stdin.read()
+    with open(os.path.join(ROOT, "lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # sbatch runs several at once
+        with open(os.path.join(ROOT, "state.json")) as f:
+            state = json.load(f)
+        call = {{"cmd": cmd, "argv": args, "env": dict(os.environ), "stdin": stdin}}
+        with open(os.path.join(ROOT, "calls.jsonl"), "a") as log:
+            log.write(json.dumps(call) + "\n")
+        canned = state["responses"].get(cmd)
+        if canned is not None:
+            out, err, rc = canned["stdout"], canned["stderr"], canned["rc"]
+        else:
+            try:
+                out, err, rc = globals()[cmd](args, stdin, state)
+            except Usage as exc:
+                out, err, rc = "", f"{{cmd}}: error: {{exc}}\n", 2
+            with open(os.path.join(ROOT, "state.json"), "w") as f:
+                json.dump(state, f)
+    sys.stdout.write(out)
+    sys.stderr.write(err)
+    sys.exit(rc)
+
+
+main()
+'''
+
+# What a job is unless a test says otherwise (empty times print as N/A / Unknown).
+_DEFAULTS: dict[str, Any] = {
+    "job_id": "",  # scontrol's JobId; a task's own number, the key for a plain job
+    "state": "PENDING",
+    "reason": "",
+    "elapsed": "",
+    "node": "",
+    "user": "user1",
+    "submit": "",
+    "start": "",
+    "end": "",
+    "exit_code": "",
+    "name": "job",
+    "gpus": [],
+    "controller": True,  # squeue and scontrol still know it; sacct always does
+    "next": [],  # field changes, one applied after each squeue call
+}
+
+
+@dataclass(frozen=True)
+class Call:
+    """One run of a fake command."""
+
+    cmd: str
+    argv: list[str]
+    env: dict[str, str]
+    stdin: str
+
+    def value(self, option: str) -> str | None:
+        """The value of ``option`` (``-j X`` or ``--jobs=X``), None when absent."""
+        for i, word in enumerate(self.argv):
+            if word == option and i + 1 < len(self.argv):
+                return self.argv[i + 1]
+            if option.startswith("--") and word.startswith(option + "="):
+                return word.split("=", 1)[1]
+        return None
+
+
+class FakeSlurm:
+    """The test's side: set jobs and canned answers, read the calls made."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.bin_dir = root / "bin"
+        self.bin_dir.mkdir(parents=True)
+        self._state_path = root / "state.json"
+        self._log_path = root / "calls.jsonl"
+        self._log_path.touch()
+        self._save({"jobs": {}, "responses": {}, "next_id": 100, "defaults": _DEFAULTS})
+        script = _SCRIPT.format(python=sys.executable, root=str(root))
+        for name in COMMANDS:
+            path = self.bin_dir / name
+            path.write_text(script)
+            path.chmod(0o755)
+
+    def _load(self) -> dict[str, Any]:
+        state: dict[str, Any] = json.loads(self._state_path.read_text())
+        return state
+
+    def _save(self, state: dict[str, Any]) -> None:
+        self._state_path.write_text(json.dumps(state))
+
+    # jobs
+
+    def add_job(self, key: str, state: str = "PENDING", **fields: Any) -> None:
+        """A job as squeue lists it (``12``, ``5_1``, ``5_[2-3]``); fields as in _DEFAULTS."""
+        unknown = set(fields) - set(_DEFAULTS)
+        assert not unknown, f"unknown job fields {unknown}"
+        data = self._load()
+        job = dict(_DEFAULTS, state=state, **fields)
+        if not job["job_id"]:
+            if "_" in key:  # a task's own JobId, as Slurm numbers them: the next free one
+                job["job_id"] = str(data["next_id"])
+                data["next_id"] += 1
+            else:
+                job["job_id"] = key
+        if job["job_id"].isdigit():
+            data["next_id"] = max(data["next_id"], int(job["job_id"]) + 1)
+        data["jobs"][key] = job
+        self._save(data)
+
+    def update(self, key: str, **fields: Any) -> None:
+        """Change a job (``state="RUNNING", gpus=[0]``...)."""
+        data = self._load()
+        assert set(fields) <= set(_DEFAULTS), f"unknown job fields {set(fields) - set(_DEFAULTS)}"
+        data["jobs"][key].update(fields)
+        self._save(data)
+
+    def set_defaults(self, **fields: Any) -> None:
+        """What sbatch's new jobs are (``next=[...]`` plans their run)."""
+        assert set(fields) <= set(_DEFAULTS), f"unknown job fields {set(fields) - set(_DEFAULTS)}"
+        data = self._load()
+        data["defaults"].update(fields)
+        self._save(data)
+
+    def forget(self, *keys: str) -> None:
+        """The controller purged these jobs (MinJobAge passed): only sacct knows them."""
+        for key in keys:
+            self.update(key, controller=False)
+
+    @property
+    def jobs(self) -> dict[str, dict[str, Any]]:
+        jobs: dict[str, dict[str, Any]] = self._load()["jobs"]
+        return jobs
+
+    # canned answers
+
+    def respond(self, cmd: str, *, stdout: str = "", stderr: str = "", rc: int = 0) -> None:
+        """From now on ``cmd`` prints this and exits ``rc``, whatever it is asked."""
+        assert cmd in COMMANDS
+        data = self._load()
+        data["responses"][cmd] = {"stdout": stdout, "stderr": stderr, "rc": rc}
+        self._save(data)
+
+    def simulate(self, cmd: str) -> None:
+        """``cmd`` answers from the job table again."""
+        data = self._load()
+        data["responses"].pop(cmd, None)
+        self._save(data)
+
+    # calls
+
+    def calls(self, cmd: str | None = None) -> list[Call]:
+        """The calls made so far, oldest first (only ``cmd``'s when given)."""
+        out = []
+        for line in self._log_path.read_text().splitlines():
+            c = Call(**json.loads(line))
+            if cmd is None or c.cmd == cmd:
+                out.append(c)
+        return out
+
+    def argvs(self, cmd: str | None = None) -> list[list[str]]:
+        """The command lines so far, each with its command first."""
+        return [[c.cmd, *c.argv] for c in self.calls(cmd)]
+
+    def clear_calls(self) -> None:
+        self._log_path.write_text("")
+
+
+@pytest.fixture
+def fake_slurm(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[FakeSlurm]:
+    """Fake Slurm commands first on PATH for this test (see the module's docstring)."""
+    fake = FakeSlurm(tmp_path_factory.mktemp("fake_slurm"))
+    monkeypatch.setenv("PATH", f"{fake.bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
+    yield fake
