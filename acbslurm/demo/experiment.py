@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from acbslurm.slurm.jobs import JobInfo, query_jobs, submit_script
+from acbslurm.slurm.jobs import GpuCache, JobInfo, query_jobs, submit_script
 
 
 @dataclass
@@ -90,9 +90,10 @@ def run_phase(
         traces[res.job_ids[0]] = JobTrace(res.job_ids[0], hold)
     ids = list(traces)
     last: dict[str, tuple[str, str, tuple[int, ...]]] = {}
+    gpus: GpuCache = {}  # a running job's GPUs never change: scontrol once per job
     deadline = time.monotonic() + timeout
     while True:
-        snapshot = query_jobs(ids, record_dir=record_dir, env=slurm_env)
+        snapshot = query_jobs(ids, record_dir=record_dir, env=slurm_env, gpu_cache=gpus)
         for info in snapshot:
             t = traces[info.job_id]
             t.state = info.state

@@ -10,18 +10,14 @@ import time
 from collections.abc import Mapping, Sequence
 
 from acbslurm import proc
-from acbslurm.slurm.commands import slurm
-
-# parse_sacct reads exactly these columns; jobs.py has no public name for them yet.
-from acbslurm.slurm.jobs import _SACCT_FIELDS, parse_sacct
+from acbslurm.slurm.jobs import JobInfo, sacct_jobs
 
 STORE_TIMEOUT = 30.0
 
 
-def all_final(job_ids: Sequence[str], sacct_output: str) -> bool:
+def all_final(job_ids: Sequence[str], rows: Sequence[JobInfo]) -> bool:
     """Whether sacct's rows show every one of ``job_ids`` in a final state."""
-    final = {j.job_id for j in parse_sacct(sacct_output) if j.finished}
-    return set(job_ids) <= final
+    return set(job_ids) <= {j.job_id for j in rows if j.finished}
 
 
 def wait_until_stored(
@@ -32,11 +28,10 @@ def wait_until_stored(
     interval: float = 0.5,
 ) -> bool:
     """Wait until slurmdbd has stored every job as ended; False after ``timeout`` s."""
-    argv = ["sacct", "-X", "-n", "-P", "-j", ",".join(job_ids), f"--format={_SACCT_FIELDS}"]
     deadline = time.monotonic() + timeout
     while True:
         # check=False: slurmdbd may be busy for a moment; the deadline bounds the wait.
-        if all_final(job_ids, slurm(argv, env=env, check=False).stdout):
+        if all_final(job_ids, sacct_jobs(job_ids, env=env, check=False)):
             return True
         if time.monotonic() >= deadline:
             return False

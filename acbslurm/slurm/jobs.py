@@ -108,6 +108,17 @@ def parse_squeue(text: str) -> list[JobInfo]:
     return jobs
 
 
+def sacct_jobs(
+    job_ids: Sequence[str], *, env: Mapping[str, str] | None = None, check: bool = True
+) -> list[JobInfo]:
+    """What slurmdbd has of ``job_ids`` (one sacct call; allocations only, no steps).
+
+    ``check=False``: an unreachable slurmdbd gives no rows instead of an error.
+    """
+    argv = ["sacct", "-n", "-P", "-X", "-j", ",".join(job_ids), f"--format={_SACCT_FIELDS}"]
+    return parse_sacct(slurm(argv, env=env, check=check).stdout)
+
+
 def parse_sacct(text: str) -> list[JobInfo]:
     """Parse ``sacct -n -P -X --format=_SACCT_FIELDS`` output."""
     jobs: list[JobInfo] = []
@@ -234,11 +245,7 @@ def query_jobs(
         ask = [w for w in wanted if w not in found or w in arrays_shown]
         old: dict[str, JobInfo] = {}
         if ask:
-            out = slurm(
-                ["sacct", "-n", "-P", "-X", "-j", ",".join(ask), f"--format={_SACCT_FIELDS}"],
-                env=env,
-            ).stdout
-            old = {j.job_id: j for j in parse_sacct(out)}
+            old = {j.job_id: j for j in sacct_jobs(ask, env=env)}
         jobs = []
         for w in wanted:
             own = found.get(w) or old.get(w)
