@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 if TYPE_CHECKING:
-    from acbslurm.slurm.jobs import JobInfo
+    from acbslurm.slurm.jobs import JobInfo, SubmitResult
     from acbslurm.spec import JobSpec
 
 _SET_HELP = "Override a spec key, e.g. --set mem=4G or --set container.image=x:1 (repeatable)."
@@ -124,10 +124,9 @@ def submit(
         for jid in result.job_ids:
             click.echo(jid)
     if result.error is not None:
-        if as_json:
-            click.echo(json.dumps({"job_ids": result.job_ids, "error": str(result.error)}))
-        if result.job_ids:
-            click.echo(f"Submitted {len(result.job_ids)} of {count} jobs.", err=True)
+        _report_submit_failure(result, as_json)
+        if result.partial:
+            ctx.exit(PARTIAL_EXIT)
         raise result.error
     if not wait:
         if as_json:
@@ -140,6 +139,31 @@ def submit(
     if failed:
         click.echo(f"{len(failed)} of {len(final)} jobs did not complete.", err=True)
         ctx.exit(1)
+
+
+# Some jobs were submitted and some not: neither success (0) nor nothing happened (1).
+PARTIAL_EXIT = 4
+
+
+def _report_submit_failure(result: SubmitResult, as_json: bool) -> None:
+    """Every id that was submitted, the first error and the counts (text or JSON)."""
+    if as_json:
+        out = {
+            "job_ids": result.job_ids,
+            "error": str(result.error),
+            "requested": result.requested,
+            "submitted": len(result.job_ids),
+            "failed": result.failed,
+            "not_attempted": result.not_attempted,
+        }
+        click.echo(json.dumps(out))
+    if result.partial:
+        click.echo(
+            f"Submitted {len(result.job_ids)} of {result.requested} jobs "
+            f"({result.failed} sbatch calls failed, {result.not_attempted} not attempted); "
+            f"the first error:\n{result.error}",
+            err=True,
+        )
 
 
 def _follow(job_ids: list[str], interval: float, *, quiet: bool) -> list[JobInfo]:

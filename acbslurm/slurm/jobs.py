@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import CancelledError, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, TypeAlias
 
@@ -365,7 +365,18 @@ def parse_job_id(stdout: str) -> str:
 @dataclass
 class SubmitResult:
     job_ids: list[str]
-    error: SlurmError | None = None
+    error: SlurmError | None = None  # the first failure
+    failed: int = 0  # sbatch calls that failed
+    requested: int = 1
+
+    @property
+    def not_attempted(self) -> int:
+        """Submissions never started because an earlier one failed."""
+        return self.requested - len(self.job_ids) - self.failed
+
+    @property
+    def partial(self) -> bool:
+        return self.error is not None and bool(self.job_ids)
 
 
 def submit_script(
@@ -403,25 +414,21 @@ def submit_script(
         except ValueError as exc:
             raise SlurmError(res.argv, res.returncode, res.stdout, res.stderr, str(exc)) from None
 
-    ids: list[str] = []
-    error: SlurmError | None = None
-    if count == 1:
-        try:
-            ids.append(one(0))
-        except SlurmError as exc:
-            error = exc
-        return SubmitResult(ids, error)
+    result = SubmitResult([], requested=count)
     with ThreadPoolExecutor(max_workers=max(1, min(parallel, count))) as pool:
         futures = [pool.submit(one, i) for i in range(count)]
         for fut in futures:
             try:
-                ids.append(fut.result())
+                result.job_ids.append(fut.result())
+            except CancelledError:
+                continue  # never started: counted as not attempted
             except SlurmError as exc:
-                error = error or exc
+                result.failed += 1
+                result.error = result.error or exc
                 for other in futures:
-                    other.cancel()
-    ids.sort(key=lambda j: [int(p) for p in j.split("_")])
-    return SubmitResult(ids, error)
+                    other.cancel()  # calls already running still finish: their ids count
+    result.job_ids.sort(key=lambda j: [int(p) for p in j.split("_")])
+    return result
 
 
 def cancel_jobs(
