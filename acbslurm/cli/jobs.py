@@ -223,7 +223,7 @@ def status(job_ids: tuple[str, ...], user: str | None, as_json: bool) -> None:
         return
     rows: list[tuple[Any, ...]] = [("JOBID", "STATE", "REASON", "ELAPSED", "NODE", "GPUS", "NAME")]
     for j in jobs:
-        reason = j.reason if j.state == "PENDING" else ""
+        reason = j.reason if j.state in ("PENDING", "UNKNOWN") else ""
         rows.append(
             (
                 j.job_id,

@@ -244,8 +244,14 @@ def query_jobs(
         arrays_shown = {k.split("_", 1)[0] for k in found if "_" in k}
         ask = [w for w in wanted if w not in found or w in arrays_shown]
         old: dict[str, JobInfo] = {}
+        unknown_why = ""
         if ask:
-            old = {j.job_id: j for j in sacct_jobs(ask, env=env)}
+            try:
+                old = {j.job_id: j for j in sacct_jobs(ask, env=env)}
+            except SlurmError as exc:
+                # slurmdbd down: what slurmctld knows still counts; the rest is unknown
+                # for a reason the user should see.
+                unknown_why = f"sacct failed: {(exc.stderr or exc.reason).strip()[:200]}"
         jobs = []
         for w in wanted:
             own = found.get(w) or old.get(w)
@@ -258,7 +264,7 @@ def query_jobs(
                 if own.finished:
                     own = None
             rows = ([own] if own is not None else []) + tasks
-            jobs.extend(rows or [JobInfo(job_id=w, state="UNKNOWN")])
+            jobs.extend(rows or [JobInfo(job_id=w, state="UNKNOWN", reason=unknown_why)])
     running = [j for j in jobs if j.state in ("RUNNING", "COMPLETING", "SUSPENDED")]
     if running:
         cache = {} if gpu_cache is None else gpu_cache

@@ -124,6 +124,20 @@ def test_forgotten_and_unknown_ids_fall_back_to_sacct(fake_slurm: FakeSlurm) -> 
     assert [j.state for j in query_jobs(["77"])] == ["UNKNOWN"]
 
 
+def test_a_job_the_controller_knows_is_shown_while_slurmdbd_is_down(
+    fake_slurm: FakeSlurm,
+) -> None:
+    # Before: `status 3 99999` failed for both ids when sacct could not reach slurmdbd.
+    fake_slurm.add_job("3", "RUNNING", node="vm", start=T0, gpus=[0])
+    fake_slurm.respond(
+        "sacct", stderr="sacct: error: Problem talking to the database: Connection refused\n", rc=1
+    )
+    running, missing = query_jobs(["3", "99999"])
+    assert (running.job_id, running.state, running.gpu_indices) == ("3", "RUNNING", [0])
+    assert (missing.job_id, missing.state) == ("99999", "UNKNOWN")
+    assert "sacct failed: sacct: error: Problem talking to the database" in missing.reason
+
+
 def test_other_squeue_failures_still_raise(fake_slurm: FakeSlurm) -> None:
     fake_slurm.respond("squeue", stderr="squeue: error: Unable to contact slurm controller\n", rc=1)
     with pytest.raises(SlurmError, match="Unable to contact"):
