@@ -98,8 +98,8 @@ class Sandbox:
             "ACBSLURM_SANDBOX_DIR": str(lay.root),
         }
 
-    def user_env(self) -> dict[str, str]:
-        pw = pwd.getpwnam(self.user)
+    def user_env(self, user: str | None = None) -> dict[str, str]:
+        pw = pwd.getpwnam(user or self.user)
         return {
             "PATH": f"{Path(sys.executable).parent}:/usr/sbin:/usr/bin:/sbin:/bin:/usr/local/bin",
             "HOME": pw.pw_dir,
@@ -112,8 +112,12 @@ class Sandbox:
 
     def run_as_user(self, argv: Sequence[str], **kw: Any) -> proc.Result:
         """Run a command as the sandbox user with the sandbox's environment (needs root)."""
-        pw = pwd.getpwnam(self.user)
-        env = self.user_env()
+        return self.run_as(self.user, argv, **kw)
+
+    def run_as(self, user: str, argv: Sequence[str], **kw: Any) -> proc.Result:
+        """Run a command as ``user`` (user1, user2) with the sandbox's environment."""
+        pw = pwd.getpwnam(user)
+        env = self.user_env(user)
         env.update(kw.pop("extra_env", None) or {})
         kw.setdefault("cwd", pw.pw_dir)
         return proc.run(argv, user=pw.pw_uid, env=env, **kw)
@@ -226,6 +230,9 @@ class Sandbox:
             if len(alive) == len(procs):
                 bad = [s for s in self.status() if not s.ready]
                 if not bad:
+                    # a sandbox made before user2 existed gets it now
+                    docker.prepare_second_user(self.layout, old.user2)
+                    slurm.ensure_accounts(self.layout, old)
                     note = slurm.resume_if_drained(self.layout, old)
                     extra = f"; {note}" if note else ""
                     return f"sandbox already up at {self.layout.root} ({old.gpus} GPUs){extra}"
@@ -291,6 +298,7 @@ class Sandbox:
         step("gpus", lambda: gpus.create(lay, p.gpus))
         step("config", lambda: self._write_configs(p, sec))
         pw = docker.prepare(lay, p.user)
+        docker.prepare_second_user(lay, p.user2)
         munge.prepare(lay)
         step("munged", lambda: munge.start(lay, self.marker))
         mariadb.prepare(lay)

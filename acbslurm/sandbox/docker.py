@@ -36,6 +36,16 @@ def ensure_user(user: str) -> pwd.struct_passwd:
     return pw
 
 
+def prepare_second_user(layout: Layout, user: str) -> pwd.struct_passwd:
+    """A user without a Docker daemon, with its own XDG_RUNTIME_DIR as on a login node."""
+    pw = ensure_user(user)
+    runtime = layout.user_runtime_dir(user)
+    runtime.mkdir(parents=True, exist_ok=True)
+    os.chown(runtime, pw.pw_uid, pw.pw_gid)
+    runtime.chmod(0o700)
+    return pw
+
+
 def ensure_tun() -> None:
     """slirp4netns opens /dev/net/tun as the user; Debian ships it root-only."""
     tun = Path("/dev/net/tun")

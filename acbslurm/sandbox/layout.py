@@ -12,6 +12,9 @@ DEFAULT_DIR = "/var/lib/acbslurm/sandbox"
 DEFAULT_PORT_BASE = 16817
 CLUSTER = "acbsandbox"
 USER = "user1"
+# A second user with no Docker daemon: tests check that it reaches none of user1's jobs,
+# records, sockets or report rows.
+USER2 = "user2"
 IMAGE = "acbslurm/busybox:latest"
 
 
@@ -30,6 +33,7 @@ class Params:
     node: str = ""
     cluster: str = CLUSTER
     user: str = USER
+    user2: str = USER2
     # The interpreter and checkout whose acbslurm the Slurm hooks run.
     python: str = ""
     pythonpath: str = ""

@@ -60,43 +60,24 @@ def _dbd_answers(layout: Layout) -> bool:
 
 
 def ensure_accounts(layout: Layout, params: Params) -> None:
-    """Cluster, account and association for the sandbox user (idempotent)."""
+    """Cluster, and an account and association per sandbox user (idempotent)."""
     clusters = _client(layout, ["sacctmgr", "-n", "-P", "list", "cluster", "format=cluster"])
     if params.cluster not in clusters.split():
         _client(layout, ["sacctmgr", "-i", "add", "cluster", params.cluster])
     accounts = _client(layout, ["sacctmgr", "-n", "-P", "list", "account", "format=account"])
-    if params.user not in accounts.split():
-        _client(
-            layout,
-            ["sacctmgr", "-i", "add", "account", params.user, f"cluster={params.cluster}"],
-        )
-    users = _client(
-        layout,
-        [
-            "sacctmgr",
-            "-n",
-            "-P",
-            "list",
-            "assoc",
-            "format=user,account",
-            "where",
-            f"cluster={params.cluster}",
-        ],
-    )
-    if f"{params.user}|{params.user}" not in users.split():
-        _client(
-            layout,
-            [
-                "sacctmgr",
-                "-i",
-                "add",
-                "user",
-                params.user,
-                f"account={params.user}",
-                f"defaultaccount={params.user}",
-                f"cluster={params.cluster}",
-            ],
-        )
+    where = ["where", f"cluster={params.cluster}"]
+    assocs = _client(
+        layout, ["sacctmgr", "-n", "-P", "list", "assoc", "format=user,account", *where]
+    ).split()
+    for user in (params.user, params.user2):
+        if user not in accounts.split():
+            _client(layout, ["sacctmgr", "-i", "add", "account", user, f"cluster={params.cluster}"])
+        if f"{user}|{user}" not in assocs:
+            account = [f"account={user}", f"defaultaccount={user}"]
+            _client(
+                layout,
+                ["sacctmgr", "-i", "add", "user", user, *account, f"cluster={params.cluster}"],
+            )
 
 
 def start_slurmctld(layout: Layout, marker: str) -> Proc:
