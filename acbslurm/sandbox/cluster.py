@@ -360,11 +360,19 @@ class Sandbox:
         if name not in starters:
             raise ConfigError(f"unknown component {name!r} (one of {', '.join(starters)})")
         t0 = time.monotonic()
+        self.stop_component(name, progress)
+        starters[name]()
+        return f"{name} restarted in {time.monotonic() - t0:.1f} s"
+
+    def stop_component(self, name: str, progress: Progress = _quiet) -> bool:
+        """Stop one component (a fault for tests); True if it was running."""
+        if name not in self.components():
+            raise ConfigError(f"unknown component {name!r} (one of {', '.join(self.components())})")
         old = read_proc(self.layout.run, name)
         if old is not None and stop(old):
             progress(f"stopped {name} (pid {old.pid})")
-        starters[name]()
-        return f"{name} restarted in {time.monotonic() - t0:.1f} s"
+            return True
+        return False
 
     # -- down -----------------------------------------------------------------------
     def down(self, progress: Progress = _quiet) -> list[str]:
