@@ -212,15 +212,31 @@ def _gpu_text(job: JobInfo) -> str:
 @click.argument("job_ids", nargs=-1, metavar="[JOBID]...")
 @click.option("--user", "-u", default=None, help="Only jobs of this user.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def status(job_ids: tuple[str, ...], user: str | None, as_json: bool) -> None:
-    """Show state, pending reason, elapsed time, node and GPUs of jobs."""
+@click.pass_context
+def status(ctx: click.Context, job_ids: tuple[str, ...], user: str | None, as_json: bool) -> None:
+    """Show state, pending reason, elapsed time, node and GPUs of jobs.
+
+    Exits 1 when a job id given is unknown to Slurm (as `cancel` does); the others
+    are shown all the same.
+    """
     from acbslurm.slurm.jobs import query_jobs
 
     ids = _validate_ids(job_ids)
     jobs = query_jobs(ids, user=user, record_dir=_record_dir())
+    unknown = [j for j in jobs if j.state == "UNKNOWN"]
     if as_json:
         click.echo(json.dumps({"jobs": [j.as_dict() for j in jobs]}, indent=2))
-        return
+    else:
+        _print_status(jobs)
+    for why in dict.fromkeys(j.reason for j in unknown):
+        which = " ".join(j.job_id for j in unknown if j.reason == why)
+        what = f"cannot tell about job {which}: {why}" if why else f"no such job: {which}"
+        click.echo(f"Error: {what}", err=True)
+    if unknown:
+        ctx.exit(1)
+
+
+def _print_status(jobs: list[JobInfo]) -> None:
     rows: list[tuple[Any, ...]] = [("JOBID", "STATE", "REASON", "ELAPSED", "NODE", "GPUS", "NAME")]
     for j in jobs:
         reason = j.reason if j.state in ("PENDING", "UNKNOWN") else ""

@@ -251,7 +251,8 @@ def query_jobs(
             except SlurmError as exc:
                 # slurmdbd down: what slurmctld knows still counts; the rest is unknown
                 # for a reason the user should see.
-                unknown_why = f"sacct failed: {(exc.stderr or exc.reason).strip()[:200]}"
+                detail = (exc.stderr or exc.reason).strip().splitlines() or ["no output"]
+                unknown_why = f"slurmdbd not answering (sacct: {detail[-1][:120]})"
         jobs = []
         for w in wanted:
             own = found.get(w) or old.get(w)

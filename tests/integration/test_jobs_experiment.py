@@ -14,6 +14,9 @@ from typing import Any
 
 import pytest
 
+from acbslurm.sandbox.slurm import slurm_env
+from acbslurm.slurm.jobs import cancel_and_wait
+
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
@@ -69,13 +72,7 @@ def wait_for(sandbox: Any, ids: list[str], pred: Any, timeout: float = 60) -> di
 
 def no_jobs_left(sandbox: Any, timeout: float = 60) -> None:
     """Cancel leftover jobs and wait until none is pending, running or completing."""
-    ids = sandbox.run_slurm(["squeue", "-h", "-o", "%i"]).stdout.split()
-    if ids:
-        sandbox.run_slurm(["scancel", *ids])
-    deadline = time.monotonic() + timeout
-    while sandbox.run_slurm(["squeue", "-h", "-o", "%i"]).stdout.split():
-        assert time.monotonic() < deadline, "jobs left on the sandbox"
-        time.sleep(0.3)
+    cancel_and_wait(env={**slurm_env(sandbox.layout), **sandbox.env()}, timeout=timeout)
 
 
 @pytest.fixture

@@ -135,7 +135,10 @@ def test_a_job_the_controller_knows_is_shown_while_slurmdbd_is_down(
     running, missing = query_jobs(["3", "99999"])
     assert (running.job_id, running.state, running.gpu_indices) == ("3", "RUNNING", [0])
     assert (missing.job_id, missing.state) == ("99999", "UNKNOWN")
-    assert "sacct failed: sacct: error: Problem talking to the database" in missing.reason
+    assert missing.reason == (
+        "slurmdbd not answering (sacct: sacct: error: Problem talking to the database: "
+        "Connection refused)"
+    )
 
 
 def test_other_squeue_failures_still_raise(fake_slurm: FakeSlurm) -> None:
