@@ -132,13 +132,19 @@ def submit(
         if as_json:
             click.echo(json.dumps({"job_ids": result.job_ids}))
         return
-    final = _follow(result.job_ids, interval, quiet=as_json)
+    ctx.exit(_wait_for(result.job_ids, interval, as_json))
+
+
+def _wait_for(job_ids: list[str], interval: float, as_json: bool) -> int:
+    """Follow the jobs to their end; 1 if one did not complete."""
+    final = _follow(job_ids, interval, quiet=as_json)
     failed = [j for j in final if j.failed]
     if as_json:
-        click.echo(json.dumps({"job_ids": result.job_ids, "jobs": [j.as_dict() for j in final]}))
+        click.echo(json.dumps({"job_ids": job_ids, "jobs": [j.as_dict() for j in final]}))
     if failed:
         click.echo(f"{len(failed)} of {len(final)} jobs did not complete.", err=True)
-        ctx.exit(1)
+        return 1
+    return 0
 
 
 # Some jobs were submitted and some not: neither success (0) nor nothing happened (1).

@@ -30,6 +30,19 @@ class JobTrace:
     gpu_uuids: list[str] = field(default_factory=list)
     uuid_source: str = ""
 
+    def update(self, info: JobInfo) -> None:
+        """Take what a new snapshot of the job says; keep what Slurm said only once."""
+        self.state = info.state
+        self.submit = info.submit_time or self.submit
+        self.start = info.start_time or self.start
+        self.end = info.end_time or self.end
+        if info.state == "PENDING" and info.reason and info.reason not in self.reasons:
+            self.reasons.append(info.reason)
+        if info.gpu_indices and not self.gpu_indices:
+            self.gpu_indices = list(info.gpu_indices)
+        if info.gpu_uuids and not self.gpu_uuids:
+            self.gpu_uuids, self.uuid_source = list(info.gpu_uuids), "job record"
+
     @property
     def waited(self) -> float:
         """Seconds between submission and start (Slurm's own timestamps)."""
@@ -95,17 +108,7 @@ def run_phase(
     while True:
         snapshot = query_jobs(ids, record_dir=record_dir, env=slurm_env, gpu_cache=gpus)
         for info in snapshot:
-            t = traces[info.job_id]
-            t.state = info.state
-            t.submit = info.submit_time or t.submit
-            t.start = info.start_time or t.start
-            t.end = info.end_time or t.end
-            if info.state == "PENDING" and info.reason and info.reason not in t.reasons:
-                t.reasons.append(info.reason)
-            if info.gpu_indices and not t.gpu_indices:
-                t.gpu_indices = list(info.gpu_indices)
-            if info.gpu_uuids and not t.gpu_uuids:
-                t.gpu_uuids, t.uuid_source = list(info.gpu_uuids), "job record"
+            traces[info.job_id].update(info)
             key = (info.state, info.reason, tuple(info.gpu_indices))
             if on_update and last.get(info.job_id) != key:
                 on_update(info)
@@ -141,11 +144,19 @@ def check_phase(jobs: list[JobTrace], *, gpus_on_node: int) -> list[str]:
             if a.job_id < b.job_id and a.gpu_indices == b.gpu_indices and _overlap(a, b):
                 problems.append(f"jobs {a.job_id} and {b.job_id} held GPU {a.gpu_indices} at once")
     ordered = sorted(jobs, key=lambda j: (_ts(j.start), int(j.job_id)))
-    first, later = ordered[:gpus_on_node], ordered[gpus_on_node:]
-    for a in first:
-        for b in first:
-            if a is not b and not _overlap(a, b):
-                problems.append(f"jobs {a.job_id} and {b.job_id} did not run at the same time")
+    return problems + _queue_problems(jobs, ordered[:gpus_on_node], ordered[gpus_on_node:])
+
+
+def _queue_problems(
+    jobs: list[JobTrace], first: list[JobTrace], later: list[JobTrace]
+) -> list[str]:
+    """The first jobs ran together; each later one waited and took a GPU another freed."""
+    problems = [
+        f"jobs {a.job_id} and {b.job_id} did not run at the same time"
+        for a in first
+        for b in first
+        if a is not b and not _overlap(a, b)
+    ]
     for j in later:
         if not {"Resources", "Priority"} & set(j.reasons):
             problems.append(f"job {j.job_id} did not wait for a GPU (pending reasons {j.reasons})")
