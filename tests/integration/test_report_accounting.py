@@ -139,7 +139,14 @@ def history(sandbox: Sandbox) -> dict[str, Any]:
             ["sacct", "-X", "-n", "-P", "-j", ids["pending_cancelled"], "-o", "State"]
         )
         rq = sb.run_slurm(["sacct", "-D", "-X", "-n", "-P", "-j", ids["requeued"], "-o", "State"])
-        return "CANCELLED" in pc.stdout and len(rq.stdout.split()) >= 2
+        # The running job's start reaches slurmdbd after squeue shows it RUNNING: a
+        # report read before that saw it pending (a fresh-clone run failed on this).
+        run = sb.run_slurm(["sacct", "-X", "-n", "-P", "-j", ids["running"], "-o", "State"])
+        return (
+            "CANCELLED" in pc.stdout
+            and len(rq.stdout.split()) >= 2
+            and run.stdout.split() == ["RUNNING"]
+        )
 
     wait_for(stored, timeout=60, what="slurmdbd to store the records")
     ids["t0"] = t0
