@@ -163,6 +163,10 @@ def kill_marked(marker: str, timeout: float = 5.0) -> list[int]:
     for pid in marked_pids(marker):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
+    # SIGKILL is not instant: a process is listed until the kernel has torn it down.
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and marked_pids(marker):
+        time.sleep(0.05)
     return pids
 
 

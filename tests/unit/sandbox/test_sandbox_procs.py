@@ -22,7 +22,7 @@ def test_spawn_stop_and_marker_sweep(tmp_path: Path) -> None:
     )
     assert read_proc(tmp_path, "t") == p
     deadline = time.monotonic() + 5
-    while len(marked_pids(marker)) < 2 and time.monotonic() < deadline:
+    while len(marked_pids(marker)) != 2 and time.monotonic() < deadline:
         time.sleep(0.05)
     assert len(marked_pids(marker)) == 2
     assert stop(p, timeout=5) is True
