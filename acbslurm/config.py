@@ -45,6 +45,10 @@ class Settings:
     # Per-job runtime directories (<this>/<jobid>, the job user's, mode 0700), made by
     # the prolog: a job's own broker listens there.
     job_runtime_dir: str = "/run/acbslurm/job"
+    # The report service (`acbslurm report serve`): its socket, and slurmdbd's PrivateData
+    # ("auto": ask sacctmgr; or e.g. "jobs", "none").
+    report_socket: str = "/run/acbslurm/report.sock"
+    report_private_data: str = "auto"
     # GPU broker address (unix:PATH or HOST:PORT).
     broker_address: str = "unix:/run/acbslurm/broker.sock"
 

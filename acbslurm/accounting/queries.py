@@ -44,6 +44,10 @@ class Filters:
     uids: tuple[int, ...] = ()
     accounts: tuple[str, ...] = ()
     partitions: tuple[str, ...] = ()
+    # Who may see what (accounting/rights.py): None sees all; else only jobs of this uid
+    # and of these accounts. Applied in SQL, so other rows never leave the database.
+    visible_uid: int | None = None
+    visible_accounts: tuple[str, ...] = ()
 
 
 def _in(column: str, values: tuple[Any, ...], params: list[Any]) -> str:
@@ -79,6 +83,12 @@ def where_clause(f: Filters, part: Slice | None = None) -> tuple[str, list[Any]]
         sql += _in("t1.account", f.accounts, params)
     if f.partitions:
         sql += _in("t1.`partition`", f.partitions, params)
+    if f.visible_uid is not None:
+        sql += " AND (t1.id_user = %s"
+        params.append(f.visible_uid)
+        if f.visible_accounts:
+            sql += _in("t1.account", f.visible_accounts, params).replace(" AND", " OR", 1)
+        sql += ")"
     return sql, params
 
 

@@ -6,8 +6,10 @@ so a typo costs no database round trip.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any, TextIO
 
 from acbslurm.accounting.connection import connect
@@ -17,6 +19,7 @@ from acbslurm.accounting.options import ReportOptions, Selection, resolve
 from acbslurm.accounting.output import JSON_FORMAT, write_csv, write_json, write_table
 from acbslurm.accounting.queries import Filters
 from acbslurm.accounting.report import ReportRequest, fill_groups, iter_jobs, server_summable
+from acbslurm.accounting.rights import Rights, rights_for
 from acbslurm.accounting.schema import Schema, detect
 from acbslurm.accounting.usage import DEFINITION_TEXT, JobUsage
 from acbslurm.config import load_settings
@@ -24,13 +27,26 @@ from acbslurm.errors import AccountingError
 from acbslurm.units import iso
 
 
-def report_request(opts: ReportOptions, sel: Selection, now: int) -> ReportRequest:
+@dataclass(frozen=True)
+class Viewer:
+    """Who asked, for the report service: their rights are applied in SQL."""
+
+    uid: int
+    private: bool  # slurmdbd's PrivateData hides other users' jobs
+
+
+def report_request(
+    opts: ReportOptions, sel: Selection, now: int, rights: Rights | None = None
+) -> ReportRequest:
+    limited = rights is not None and not rights.all_jobs
     filters = Filters(
         start=sel.start,
         end=sel.end,
         uids=sel.uids,
         accounts=tuple(opts.accounts),
         partitions=tuple(opts.partitions),
+        visible_uid=rights.uid if limited and rights else None,
+        visible_accounts=rights.accounts if limited and rights else (),
     )
     return ReportRequest(
         filters=filters, now=now, definition=opts.definition, by=opts.by, states=sel.states
@@ -76,8 +92,10 @@ def metadata(opts: ReportOptions, sel: Selection, schema: Schema, now: int) -> d
     }
 
 
-def run_report(opts: ReportOptions, out: TextIO, *, now: int | None = None) -> None:
-    """Write the report ``opts`` asks for to ``out``.
+def run_report(
+    opts: ReportOptions, out: TextIO, *, now: int | None = None, viewer: Viewer | None = None
+) -> None:
+    """Write the report ``opts`` asks for to ``out`` (with ``viewer``'s rights, if given).
 
     Raises ``OptionError`` for a bad option, ``ConfigError`` for bad settings and
     ``AccountingError`` when the database cannot be read or has no GPU counts.
@@ -102,8 +120,13 @@ def run_report(opts: ReportOptions, out: TextIO, *, now: int | None = None) -> N
                 "gres/gpu is not a TRES in this database: slurm.conf needs "
                 "AccountingStorageTRES=gres/gpu (jobs before that have no GPU counts)"
             )
-        req = report_request(opts, sel, now)
+        rights = None
+        if viewer is not None:
+            rights = rights_for(conn, schema, viewer.uid, viewer.private)
+        req = report_request(opts, sel, now, rights)
         meta = metadata(opts, sel, schema, now)
+        if rights is not None:
+            meta["visible"] = rights.describe()
         agg = Aggregator(opts.by, opts.definition)
         jobs: Iterable[JobUsage]
         if server_summable(req):
@@ -121,3 +144,27 @@ def run_report(opts: ReportOptions, out: TextIO, *, now: int | None = None) -> N
         out.flush()
     finally:
         conn.close()
+
+
+def report(opts: ReportOptions, out: TextIO) -> None:
+    """`acbslurm report`: straight from the database when this user can read its
+    credentials (or names a database), else through the report service."""
+    from acbslurm.accounting.remote import report_via_service
+
+    settings = load_settings()
+    if not _direct(opts, settings.db_config) and os.path.exists(settings.report_socket):
+        report_via_service(settings.report_socket, opts, out)
+    else:
+        run_report(opts, out)
+
+
+def _direct(opts: ReportOptions, settings_db_config: str) -> bool:
+    """Whether this user reads the database itself: a database named on the command
+    line or in ACBSLURM_DB_*, or a readable option file."""
+    named = (opts.db_config, opts.db_host, opts.db_port, opts.db_socket, opts.db_user)
+    if any(v not in (None, "") for v in named) or any(
+        k.startswith("ACBSLURM_DB_") and k != "ACBSLURM_DB_CONFIG" for k in os.environ
+    ):
+        return True
+    option_file = os.environ.get("ACBSLURM_DB_CONFIG") or settings_db_config
+    return bool(option_file) and os.access(option_file, os.R_OK)

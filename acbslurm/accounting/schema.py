@@ -79,7 +79,8 @@ def check_version(version: int) -> None:
         )
 
 
-def _one(conn: Any, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+def fetch_rows(conn: Any, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """All rows of one query on slurmdbd's tables; a clear AccountingError otherwise."""
     import MySQLdb
 
     cur = conn.cursor()
@@ -128,22 +129,23 @@ def pick_cluster(requested: str, clusters: list[str]) -> str:
 
 def detect(conn: Any, cluster: str) -> Schema:
     """Check the schema and resolve the cluster and TRES ids (four small queries)."""
-    rows = _one(conn, "SELECT version FROM convert_version_table")
+    rows = fetch_rows(conn, "SELECT version FROM convert_version_table")
     if not rows:
         raise AccountingError("convert_version_table is empty: slurmdbd never set this DB up")
     version = int(max(r[0] for r in rows))
     check_version(version)
-    clusters = [str(r[0]) for r in _one(conn, "SELECT name FROM cluster_table WHERE deleted = 0")]
+    names = fetch_rows(conn, "SELECT name FROM cluster_table WHERE deleted = 0")
+    clusters = [str(r[0]) for r in names]
     name = pick_cluster(cluster, clusters)
     if not _CLUSTER_RE.match(name):
         raise AccountingError(f"cluster name {name!r} in cluster_table cannot name a table")
-    tres = _one(
+    tres = fetch_rows(
         conn,
         "SELECT id, name FROM tres_table WHERE type = 'gres' AND deleted = 0 "
         "AND name IN ('gpu', 'gpuutil', 'gpumem')",
     )
     ids = {str(n): int(i) for i, n in tres}
-    cols = _one(
+    cols = fetch_rows(
         conn,
         "SELECT table_name, column_name FROM information_schema.columns "
         "WHERE table_schema = DATABASE() AND table_name IN (%s, %s)",

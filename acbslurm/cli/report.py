@@ -11,7 +11,7 @@ from acbslurm.accounting.output import FORMATS
 from acbslurm.accounting.usage import DEFINITIONS
 
 
-@click.command("report")
+@click.group("report", invoke_without_command=True)
 @click.option(
     "-u", "--user", "users", multiple=True, help="Only this user (name or uid); repeatable."
 )
@@ -92,7 +92,9 @@ from acbslurm.accounting.usage import DEFINITIONS
 @click.option(
     "--db-name", default=None, help="Database name [env ACBSLURM_DB_NAME; default slurm_acct_db]."
 )
+@click.pass_context
 def report(
+    ctx: click.Context,
     users: tuple[str, ...],
     accounts: tuple[str, ...],
     partitions: tuple[str, ...],
@@ -116,9 +118,15 @@ def report(
     Default GPU-seconds definition is sacct's (gres/gpu x ElapsedRaw of the newest row of
     each job); --definition sreport counts every row clipped to the window. Running jobs
     count up to now and are marked.
+
+    A user who may not read the database credentials gets the report through the report
+    service (`acbslurm report serve`, setting report_socket), with their own rights:
+    what sacct would show them.
     """
+    if ctx.invoked_subcommand is not None:
+        return
     from acbslurm.accounting.options import OptionError, ReportOptions
-    from acbslurm.accounting.run import run_report
+    from acbslurm.accounting.run import report as run_report
 
     opts = ReportOptions(
         users=users,
@@ -142,3 +150,31 @@ def report(
         run_report(opts, sys.stdout)
     except OptionError as exc:
         raise click.BadParameter(str(exc), param_hint=f"'{exc.option}'") from None
+
+
+@report.command("serve")
+@click.option(
+    "--socket",
+    "socket_path",
+    default=None,
+    help="Unix socket to listen on [setting report_socket; /run/acbslurm/report.sock].",
+)
+@click.option(
+    "--private-data",
+    default=None,
+    help="slurmdbd's PrivateData: auto (ask sacctmgr), none, jobs... "
+    "[setting report_private_data; auto].",
+)
+def serve(socket_path: str | None, private_data: str | None) -> None:
+    """Serve reports to every user, with the rights sacct gives them (runs as a user who
+    can read the database option file; SO_PEERCRED tells who asks)."""
+    from acbslurm.accounting.service import serve as run_service
+    from acbslurm.config import load_settings
+
+    settings = load_settings()
+    path = socket_path or settings.report_socket
+    run_service(
+        path,
+        private_data or settings.report_private_data,
+        on_ready=lambda: click.echo(f"report service: listening on {path}", err=True),
+    )

@@ -17,7 +17,7 @@ import acbslurm
 from acbslurm import proc
 from acbslurm.errors import ConfigError, SetupError
 from acbslurm.gpu.inventory import GpuInfo
-from acbslurm.sandbox import docker, gpus, mariadb, munge, preflight, render, slurm
+from acbslurm.sandbox import docker, gpus, mariadb, munge, preflight, render, reportsvc, slurm
 from acbslurm.sandbox.layout import Layout, Params, default_dir, node_name
 from acbslurm.sandbox.procs import kill_marked, log_tail, read_proc, stop
 
@@ -82,7 +82,15 @@ class Sandbox:
     def components(self) -> list[str]:
         user = self.layout.load_params()
         name = user.user if user else "user1"
-        return ["munged", "mariadb", "slurmdbd", "slurmctld", "slurmd", f"dockerd-{name}"]
+        return [
+            "munged",
+            "mariadb",
+            "slurmdbd",
+            "report",
+            "slurmctld",
+            "slurmd",
+            f"dockerd-{name}",
+        ]
 
     # -- environment ----------------------------------------------------------------
     def env(self) -> dict[str, str]:
@@ -170,6 +178,8 @@ class Sandbox:
             if name == "slurmdbd":
                 slurm.run_sacctmgr_ping(lay)
                 return True, f"127.0.0.1:{p.slurmdbd_port}"
+            if name == "report":
+                return reportsvc.ready(lay), str(reportsvc.socket_path(lay))
             if name == "slurmctld":
                 ok = (
                     "UP"
@@ -307,6 +317,7 @@ class Sandbox:
         slurm.prepare(lay)
         step("slurmdbd", lambda: slurm.start_slurmdbd(lay, self.marker))
         step("accounts", lambda: slurm.ensure_accounts(lay, p))
+        step("report", lambda: reportsvc.start(lay, p, self.marker))
         step("slurmctld", lambda: slurm.start_slurmctld(lay, self.marker))
         step("slurmd", lambda: slurm.start_slurmd(lay, p, self.marker))
         step(f"dockerd-{p.user}", lambda: docker.start(lay, pw, self.marker))
@@ -342,6 +353,7 @@ class Sandbox:
             "munged": lambda: munge.start(lay, self.marker),
             "mariadb": lambda: mariadb.start(lay, p, self.marker),
             "slurmdbd": lambda: slurm.start_slurmdbd(lay, self.marker),
+            "report": lambda: reportsvc.start(lay, p, self.marker),
             "slurmctld": lambda: slurm.start_slurmctld(lay, self.marker),
             "slurmd": lambda: slurm.start_slurmd(lay, p, self.marker),
             f"dockerd-{p.user}": lambda: docker.start(lay, pwd.getpwnam(p.user), self.marker),

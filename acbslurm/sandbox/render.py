@@ -83,6 +83,7 @@ def write_acbslurm_settings(layout: Layout, params: Params) -> None:
         "slurm_conf": str(layout.slurm_conf),
         "record_dir": str(layout.records),
         "job_runtime_dir": str(layout.run / "job"),
+        "report_socket": str(layout.run / "report.sock"),
         "docker_host": f"unix://{layout.run}/{{user}}/docker.sock",
         "db_config": str(layout.report_db_cnf),
         "cluster": params.cluster,
