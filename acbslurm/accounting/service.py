@@ -44,7 +44,14 @@ def private_data_of_slurmdbd() -> str:
     except AcbslurmError as exc:
         log.warning("cannot read slurmdbd's PrivateData (%s): treating jobs as private", exc)
         return "jobs"
-    m = re.search(r"^\s*PrivateData\s*=\s*(\S*)", out, re.MULTILINE)
+    return parse_private_data(out)
+
+
+def parse_private_data(show_config: str) -> str:
+    """slurmdbd's PrivateData from ``sacctmgr show config``, whose first section is the
+    local slurm.conf's (slurmctld's PrivateData, not what sacct obeys)."""
+    _, sep, dbd = show_config.partition("SlurmDBD configuration")
+    m = re.search(r"^\s*PrivateData\s*=\s*(\S*)", dbd if sep else "", re.MULTILINE)
     return m.group(1) if m else "jobs"
 
 

@@ -1,0 +1,39 @@
+"""The report service's rules: what sacct would show a user, applied in SQL."""
+
+from __future__ import annotations
+
+from acbslurm.accounting.queries import Filters, where_clause
+from acbslurm.accounting.rights import Rights, private_jobs
+from acbslurm.accounting.service import parse_private_data
+
+SHOW_CONFIG = """Configuration data as of 2026-12-01T08:51:10
+AccountingStorageType  = accounting_storage/slurmdbd
+PrivateData            = none
+SlurmDBD configuration:
+LogFile                = /var/log/slurmdbd.log
+PrivateData            = jobs,usage
+SLURMDBD_VERSION       = 22.05.8
+"""
+
+
+def test_private_data_is_slurmdbds_not_slurmctlds() -> None:
+    assert parse_private_data(SHOW_CONFIG) == "jobs,usage"
+    # No slurmdbd section (an old sacctmgr, an error): jobs count as private.
+    assert parse_private_data("PrivateData = none\n") == "jobs"
+    assert private_jobs("jobs,usage") and private_jobs("Jobs") and not private_jobs("none")
+
+
+def test_visibility_is_a_parameterized_sql_condition() -> None:
+    f = Filters(start=1, end=2, visible_uid=1001, visible_accounts=("lab", "lab-sub"))
+    sql, params = where_clause(f)
+    assert sql.endswith(" AND (t1.id_user = %s OR t1.account IN (%s, %s))")
+    assert params[-3:] == [1001, "lab", "lab-sub"]
+    sql, params = where_clause(Filters(start=1, end=2, visible_uid=1001))
+    assert sql.endswith(" AND (t1.id_user = %s)") and params[-1] == 1001
+    assert "id_user" not in where_clause(Filters(start=1, end=2))[0]
+
+
+def test_rights_say_what_they_allow() -> None:
+    assert Rights(0, "root", all_jobs=True).describe() == "all jobs"
+    r = Rights(1001, "user1", all_jobs=False, accounts=("lab",))
+    assert r.describe() == "the jobs of user1 and of the accounts lab (PrivateData=jobs)"
