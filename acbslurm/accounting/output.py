@@ -206,6 +206,8 @@ def write_table(
         f"# GPU-seconds definition: {meta['definition_text']}\n"
         f"# GPU utilization: {meta['gpu_utilization']['note']}\n"
     )
+    if "visible" in meta:  # through the report service: what this user may see
+        out.write(f"# shown: {meta['visible']}\n")
     if agg.by == "job":
         out.write(
             _JOB_ROW.format(
