@@ -1,0 +1,155 @@
+"""`acbslurm report` run by the users themselves, through the report service.
+
+The sandbox's slurmdbd keeps jobs private (PrivateData=jobs), the database option file
+is root's alone, and the service answers every user with what sacct would show them.
+Acceptance: user1 and user2 each see their own jobs only; naming another user or account
+shows nothing more; a forged uid changes nothing; a coordinator sees the accounts they
+coordinate, an operator everything; and each user's numbers equal sacct's for them.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from sandboxtest import REPO
+
+from acbslurm.sandbox import Sandbox
+
+pytestmark = pytest.mark.integration
+
+
+def report_as(sb: Sandbox, user: str, *args: str) -> Any:
+    return sb.run_as(
+        user,
+        [sys.executable, "-m", "acbslurm", "report", "--json", *args],
+        extra_env={"PYTHONPATH": str(REPO)},
+        check=False,
+        timeout=120,
+    )
+
+
+def rows(sb: Sandbox, user: str, *args: str) -> dict[int, dict[str, Any]]:
+    r = report_as(sb, user, *args)
+    assert r.returncode == 0, r.stderr
+    return {j["job_id_raw"]: j for j in json.loads(r.stdout)["jobs"]}
+
+
+def sbatch_as(sb: Sandbox, user: str, *args: str) -> int:
+    out = sb.run_as(user, ["sbatch", "--parsable", "-o", "/dev/null", *args]).stdout
+    return int(out.strip().split(";")[0])
+
+
+def stored(sb: Sandbox, jobs: list[int]) -> bool:
+    out = sb.run_slurm(
+        ["sacct", "-X", "-a", "-n", "-P", "-j", ",".join(map(str, jobs)), "-o", "State"]
+    ).stdout.split()
+    return len(out) == len(jobs) and all(s == "COMPLETED" for s in out)
+
+
+@pytest.fixture(scope="module")
+def two_users(sandbox: Sandbox) -> Iterator[dict[str, Any]]:
+    sb = sandbox
+    sb.wait_idle()
+    t0 = int(time.time()) - 2
+    jobs = {
+        "user1": sbatch_as(sb, "user1", "--gres=gpu:1", "--wrap", "sleep 1"),
+        "user2": sbatch_as(sb, "user2", "--gres=gpu:1", "--wrap", "sleep 1"),
+    }
+    deadline = time.monotonic() + 90
+    while not stored(sb, list(jobs.values())):
+        assert time.monotonic() < deadline, "jobs not stored by slurmdbd"
+        time.sleep(0.5)
+    yield {"t0": t0, **jobs}
+
+
+def test_each_user_sees_their_own_jobs_only(sandbox: Sandbox, two_users: dict[str, Any]) -> None:
+    start = f"@{two_users['t0']}"
+    for user, other in (("user1", "user2"), ("user2", "user1")):
+        mine = rows(sandbox, user, "--start", start)
+        assert two_users[user] in mine and two_users[other] not in mine, (user, mine)
+        assert {j["user"] for j in mine.values()} == {user}
+        # Naming the other user or their account shows nothing more.
+        assert rows(sandbox, user, "--start", start, "--user", other) == {}
+        assert rows(sandbox, user, "--start", start, "--account", other) == {}
+        # The numbers are sacct's for that job.
+        r = sandbox.run_slurm(
+            ["sacct", "-X", "-n", "-P", "-j", str(two_users[user]), "-o", "ElapsedRaw"]
+        )
+        assert mine[two_users[user]]["gpu_seconds"] == int(r.stdout.split()[0])
+
+
+def test_the_table_says_what_is_shown(sandbox: Sandbox, two_users: dict[str, Any]) -> None:
+    r = sandbox.run_as(
+        "user2",
+        [sys.executable, "-m", "acbslurm", "report", "--start", f"@{two_users['t0']}"],
+        extra_env={"PYTHONPATH": str(REPO)},
+        check=False,
+    )
+    assert r.returncode == 0, r.stderr
+    assert "# shown: the jobs of user2 (PrivateData=jobs)" in r.stdout
+
+
+def _raw_request(sb: Sandbox, user: str, request: dict[str, Any]) -> str:
+    """What the service answers ``request`` sent by ``user`` on its socket, as raw text."""
+    code = (
+        "import json, socket, sys; s = socket.socket(socket.AF_UNIX); "
+        f"s.connect({str(sb.layout.run / 'report.sock')!r}); "
+        f"s.sendall(json.dumps({request!r}).encode() + b'\\n'); "
+        "sys.stdout.write(s.makefile('rb').read().decode())"
+    )
+    return str(sb.run_as(user, [sys.executable, "-c", code], timeout=60).stdout)
+
+
+def test_a_forged_uid_or_database_changes_nothing(
+    sandbox: Sandbox, two_users: dict[str, Any]
+) -> None:
+    options = {"start": f"@{two_users['t0']}", "fmt": "json"}
+    answer = _raw_request(sandbox, "user2", {"options": options, "uid": 1001, "user": "user1"})
+    assert f'"job_id_raw": {two_users["user2"]}' in answer
+    assert f'"job_id_raw": {two_users["user1"]}' not in answer
+    assert "the jobs of user2" in answer
+    denied = _raw_request(
+        sandbox, "user2", {"options": {**options, "db_config": "/tmp/mine.cnf"}}
+    )
+    assert denied.startswith("X 1 ") and "forbidden option(s) db_config" in denied
+
+
+def test_a_coordinator_and_an_operator_see_more(
+    sandbox: Sandbox, two_users: dict[str, Any]
+) -> None:
+    sb, start = sandbox, f"@{two_users['t0']}"
+    sb.run_slurm(["sacctmgr", "-i", "add", "coordinator", "account=user1", "names=user2"])
+    try:
+        seen = rows(sb, "user2", "--start", start)
+        assert {two_users["user1"], two_users["user2"]} <= set(seen)
+    finally:
+        sb.run_slurm(["sacctmgr", "-i", "remove", "coordinator", "account=user1", "names=user2"])
+    assert two_users["user1"] not in rows(sb, "user2", "--start", start)
+    sb.run_slurm(["sacctmgr", "-i", "modify", "user", "user2", "set", "adminlevel=Operator"])
+    try:
+        assert two_users["user1"] in rows(sb, "user2", "--start", start)
+    finally:
+        sb.run_slurm(["sacctmgr", "-i", "modify", "user", "user2", "set", "adminlevel=None"])
+
+
+def test_no_service_no_credentials_is_a_clear_error(sandbox: Sandbox) -> None:
+    r = sandbox.run_as(
+        "user1",
+        [sys.executable, "-m", "acbslurm", "report"],
+        extra_env={"PYTHONPATH": str(REPO), "ACBSLURM_REPORT_SOCKET": "/nonexistent/r.sock"},
+        check=False,
+    )
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "is not readable by this user" in r.stderr
+
+
+def test_socket_is_a_socket(sandbox: Sandbox) -> None:
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(str(sandbox.layout.run / "report.sock"))
+    s.close()
