@@ -149,6 +149,16 @@ def history(sandbox: Sandbox) -> dict[str, Any]:
         )
 
     wait_for(stored, timeout=60, what="slurmdbd to store the records")
+
+    # sacct asks slurmdbd, which may answer from rows not yet committed to MariaDB; the
+    # report reads MariaDB. Wait until both see the same jobs in the same states.
+    def committed() -> bool:
+        doc = json.loads(report(sb, "--format", "json", "--start", f"@{t0}").stdout)
+        mine = {j["job_id_raw"]: j["state"] for j in doc["jobs"]}
+        theirs = {raw: a["state"].split()[0] for raw, a in sacct_jobs(sb, t0).items()}
+        return mine == theirs
+
+    wait_for(committed, timeout=60, what="MariaDB to hold what slurmdbd says")
     ids["t0"] = t0
     yield ids
     sb.wait_idle()

@@ -10,7 +10,9 @@ coordinate, an operator everything; and each user's numbers equal sacct's for th
 from __future__ import annotations
 
 import json
+import os
 import socket
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -45,11 +47,19 @@ def sbatch_as(sb: Sandbox, user: str, *args: str) -> int:
     return int(out.strip().split(";")[0])
 
 
-def stored(sb: Sandbox, jobs: list[int]) -> bool:
-    out = sb.run_slurm(
-        ["sacct", "-X", "-a", "-n", "-P", "-j", ",".join(map(str, jobs)), "-o", "State"]
-    ).stdout.split()
-    return len(out) == len(jobs) and all(s == "COMPLETED" for s in out)
+def stored(sb: Sandbox, jobs: list[int], t0: int) -> bool:
+    """Whether MariaDB itself has the jobs as ended: sacct asks slurmdbd, which may answer
+    from rows it has not committed yet, so a report can still miss them then."""
+    r = subprocess.run(
+        [sys.executable, "-m", "acbslurm", "report", "--json", "--start", f"@{t0}"],
+        env={**os.environ, **sb.env(), "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    states = {j["job_id_raw"]: j["state"] for j in json.loads(r.stdout)["jobs"]}
+    return all(states.get(j) == "COMPLETED" for j in jobs)
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +72,7 @@ def two_users(sandbox: Sandbox) -> Iterator[dict[str, Any]]:
         "user2": sbatch_as(sb, "user2", "--gres=gpu:1", "--wrap", "sleep 1"),
     }
     deadline = time.monotonic() + 90
-    while not stored(sb, list(jobs.values())):
+    while not stored(sb, list(jobs.values()), t0):
         assert time.monotonic() < deadline, "jobs not stored by slurmdbd"
         time.sleep(0.5)
     yield {"t0": t0, **jobs}
@@ -114,9 +124,7 @@ def test_a_forged_uid_or_database_changes_nothing(
     assert f'"job_id_raw": {two_users["user2"]}' in answer
     assert f'"job_id_raw": {two_users["user1"]}' not in answer
     assert "the jobs of user2" in answer
-    denied = _raw_request(
-        sandbox, "user2", {"options": {**options, "db_config": "/tmp/mine.cnf"}}
-    )
+    denied = _raw_request(sandbox, "user2", {"options": {**options, "db_config": "/tmp/mine.cnf"}})
     assert denied.startswith("X 1 ") and "forbidden option(s) db_config" in denied
 
 
