@@ -28,7 +28,14 @@ from typing import Any
 from acbslurm.sandbox import Sandbox
 
 ROOT = Path(__file__).resolve().parents[1]
-GOALS = {"user_year_s": 2.0, "all_month_s": 10.0, "speedup": 5.0, "rss_mb": 300.0}
+GOALS = {
+    "user_year_s": 2.0,
+    "all_month_s": 10.0,
+    "speedup": 5.0,
+    "rss_mb": 300.0,
+    # the same report asked by the user through `acbslurm report serve` / direct as root
+    "service_ratio": 1.10,
+}
 
 
 def timed_rss(argv: list[str], env: dict[str, str]) -> tuple[float, float, str]:
@@ -211,8 +218,53 @@ def run(sb: Sandbox, uid: int, env: dict[str, str], meta: dict[str, Any], repeat
         and all(r["same_numbers"] for r in results)
     )
     print("user_year_per_job lists every job (JSON per job); its speed-up is shown, not a goal")
+    service = via_service(uid, env, year, repeat)
+    for r in service:
+        print(json.dumps(r))
+    ok = ok and all(r["ratio"] <= GOALS["service_ratio"] and r["same_numbers"] for r in service)
     print(f"goals {GOALS}: {'met' if ok else 'NOT met'}")
     return 0 if ok else 1
+
+
+def via_service(uid: int, env: dict[str, str], start: int, repeat: int) -> list[dict[str, Any]]:
+    """The user's own reports through the report service (as that uid, who may not read
+    the option file) against the same reports read directly by root."""
+    import pwd
+
+    base = [sys.executable, "-m", "acbslurm", "report", "--format", "json", "--user", str(uid)]
+    user_env = {**env, "HOME": "/tmp", "USER": pwd.getpwuid(uid).pw_name}
+    out = []
+    for name, extra in (("service_user_year", ["--by", "user"]), ("service_per_job", [])):
+        direct: list[float] = []
+        served: list[float] = []
+        same = True
+        for i in range(repeat + 1):  # the first pair warms the caches, untimed
+            t_end = int(time.time())
+            argv = [*base, "--start", f"@{start}", "--end", f"@{t_end}", *extra]
+            t0 = time.perf_counter()
+            a = subprocess.run(argv, env=env, capture_output=True, text=True, check=True)
+            t1 = time.perf_counter()
+            b = subprocess.run(
+                argv, env=user_env, capture_output=True, text=True, check=True, user=uid
+            )
+            t2 = time.perf_counter()
+            mine, theirs = json.loads(a.stdout)["totals"], json.loads(b.stdout)["totals"]
+            same = same and mine["jobs"] == theirs["jobs"]
+            if i:
+                direct.append(t1 - t0)
+                served.append(t2 - t1)
+        d, v = statistics.median(direct), statistics.median(served)
+        out.append(
+            {
+                "case": name,
+                "runs": repeat,
+                "direct_s": round(d, 3),
+                "service_s": round(v, 3),
+                "ratio": round(v / d, 3),
+                "same_numbers": same,
+            }
+        )
+    return out
 
 
 if __name__ == "__main__":
