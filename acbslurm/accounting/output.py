@@ -34,6 +34,7 @@ JOB_CSV_FIELDS = (
     "elapsed_s",
     "gpu_seconds",
     "gpu_hours",
+    "gpu_devices",
 )
 GROUP_CSV_FIELDS = ("key", "jobs", "running", "gpu_seconds", "gpu_hours", "mean_wait_s", "share")
 
@@ -67,7 +68,18 @@ def job_record(job: JobUsage) -> dict[str, Any]:
         "gpu_seconds": job.gpu_seconds,
         "gpu_hours": hours(job.gpu_seconds),
         "gpu_util": util,
+        "gpu_devices": devices(job.gpu_devices),
     }
+
+
+def devices(text: str) -> list[dict[str, Any]]:
+    """``vm:0=GPU-a,...`` as ``[{"index": 0, "node": "vm", "uuid": "GPU-a"}]``."""
+    out: list[dict[str, Any]] = []
+    for item in filter(None, text.split(",")):
+        where, _, uuid = item.partition("=")
+        node, _, index = where.rpartition(":")
+        out.append({"index": None if index == "-" else int(index), "node": node, "uuid": uuid})
+    return out
 
 
 _dump = json.JSONEncoder(sort_keys=True).encode
@@ -90,6 +102,7 @@ def job_json(job: JobUsage) -> str:
     return (
         f'{{"account": {_str(job.account)}, "elapsed_s": {job.elapsed}, '
         f'"end": {"null" if end is None else _str(end)}, "end_unix": {job.end or "null"}, '
+        f'"gpu_devices": {_dump(devices(job.gpu_devices)) if job.gpu_devices else "[]"}, '
         f'"gpu_hours": {hours(job.gpu_seconds)!r}, "gpu_seconds": {job.gpu_seconds}, '
         f'"gpu_util": {util}, "gpus": {job.gpus}, "job_id": {_str(job.job_id)}, '
         f'"job_id_raw": {job.job_id_raw}, "partition": {_str(job.partition)}, '
@@ -172,9 +185,15 @@ def write_csv(out: TextIO, jobs: Iterable[JobUsage], agg: Aggregator) -> None:
 def _csv_value(v: Any) -> Any:
     if v is None:
         return ""
+    if isinstance(v, list):  # gpu_devices: node:index=uuid, as in the table
+        return ",".join(f"{d['node']}:{_or_dash(d['index'])}={d['uuid']}" for d in v)
     if isinstance(v, bool):
         return "yes" if v else "no"
     return v
+
+
+def _or_dash(v: object) -> str:
+    return "-" if v is None else str(v)
 
 
 def _dur(seconds: float | None) -> str:
@@ -192,8 +211,27 @@ def _short_time(ts: int) -> str:
     return text[:19] if text else "-"
 
 
-_JOB_ROW = "{:<16} {:<10} {:<10} {:<10} {:<11} {:>4} {:<19} {:<19} {:<19} {:>12} {:>12} {:>11}"
-_GROUP_ROW = "{:<20} {:>8} {:>7} {:>13} {:>12} {:>7}"
+_JOB_ROW = "{:<16} {:<10} {:<10} {:<10} {:<11} {:>4} {:<19} {:<19} {:<19} {:>12} {:>12} {:>11}  {}"
+_GROUP_ROW = "{:<20} {:>8} {:>7} {:>13} {:>12} {:>7}  {}"
+BAR_WIDTH = 24  # the widest group's bar, in block characters
+
+
+def bar(value: float, widest: float) -> str:
+    """A bar of ``value`` against ``widest`` in eighths of a block (▏▎▍▌▋▊▉█)."""
+    if widest <= 0 or value <= 0:
+        return ""
+    eighths = max(1, round(BAR_WIDTH * 8 * value / widest))
+    full, part = divmod(eighths, 8)
+    return "\u2588" * full + ("" if not part else chr(0x2590 - part))
+
+
+def _where(devices: str) -> str:
+    """``vm:0=GPU-a,vm:1=GPU-b`` -> ``vm:0,1`` (UUIDs: --format json or csv)."""
+    nodes: dict[str, list[str]] = {}
+    for item in filter(None, devices.split(",")):
+        node, _, index = item.partition("=")[0].rpartition(":")
+        nodes.setdefault(node, []).append(index)
+    return " ".join(f"{n}:{','.join(ix)}" for n, ix in nodes.items()) or "-"
 
 
 def write_table(
@@ -223,6 +261,7 @@ def write_table(
                 "WAIT",
                 "ELAPSED",
                 "GPU-HOURS",
+                "DEVICES",
             )
             + "\n"
         )
@@ -243,6 +282,7 @@ def write_table(
                     _dur(job.wait),
                     _dur(job.elapsed),
                     f"{hours(job.gpu_seconds):.2f}",
+                    _where(job.gpu_devices),
                 )
                 + "\n"
             )
@@ -250,10 +290,14 @@ def write_table(
         for job in jobs:
             agg.add(job)
         out.write(
-            _GROUP_ROW.format(agg.by.upper(), "JOBS", "RUNNING", "GPU-HOURS", "MEAN-WAIT", "SHARE")
+            _GROUP_ROW.format(
+                agg.by.upper(), "JOBS", "RUNNING", "GPU-HOURS", "MEAN-WAIT", "SHARE", "GPU-HOURS"
+            ).rstrip()
             + "\n"
         )
-        for g in agg.sorted_groups():
+        groups = agg.sorted_groups()
+        widest = max((g.gpu_seconds for g in groups), default=0)
+        for g in groups:
             out.write(
                 _GROUP_ROW.format(
                     g.key[:20],
@@ -262,7 +306,8 @@ def write_table(
                     f"{hours(g.gpu_seconds):.2f}",
                     _dur(g.mean_wait),
                     f"{100 * agg.share(g):.1f}%",
-                )
+                    bar(g.gpu_seconds, widest),
+                ).rstrip()
                 + "\n"
             )
     t = agg.total

@@ -34,6 +34,7 @@ JOB_SELECT = (
     "t1.time_suspended",
     "t1.tres_alloc",
     "t2.user",
+    "t1.admin_comment",
 )
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from acbslurm.accounting.tres import tres_count
+from acbslurm.slurm.gpu_history import PREFIX, parse_gpus
 from acbslurm.slurm.states import JOB_RESIZING, state_name
 
 DEFINITIONS = ("sacct", "sreport")
@@ -53,6 +54,7 @@ class JobRow(NamedTuple):
     time_suspended: int
     tres_alloc: str | None
     assoc_user: str | None
+    admin_comment: str | None = None  # acbslurm's prolog keeps the job's GPUs here
 
 
 @dataclass(slots=True)
@@ -80,6 +82,20 @@ class JobUsage:
     gpu_util_ave: float | None = None
     gpu_util_max: float | None = None
     gpu_mem_max: float | None = None
+    # The exact devices, from the prolog's AdminComment token ("" when not recorded):
+    # ``vm:0=GPU-...,vm:1=GPU-...``.
+    gpu_devices: str = ""
+
+
+def devices_text(comment: str | None) -> str:
+    """``node:index=uuid,...`` of the prolog's token, "" without one (most rows: fast)."""
+    if not comment or PREFIX not in comment:
+        return ""
+    return ",".join(f"{d['node']}:{_idx(d['index'])}={d['uuid']}" for d in parse_gpus(comment))
+
+
+def _idx(index: object) -> str:
+    return "-" if index is None else str(index)
 
 
 def display_id(row: JobRow) -> str:
@@ -166,4 +182,5 @@ def compute(
         gpu_seconds=gpus * seconds,
         span_start=s0,
         span_end=s1,
+        gpu_devices=devices_text(row.admin_comment),
     )

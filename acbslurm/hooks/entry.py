@@ -23,6 +23,7 @@ from acbslurm.units import is_ascii_int
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from acbslurm.config import Settings
+    from acbslurm.jobrecord import JobRecord
 
 _NAME = "acbslurm"
 
@@ -84,8 +85,22 @@ def run_prolog(env: Mapping[str, str]) -> int:
         _say("error", f"job {job_id or '?'}: {exc}")
         return 1
     _say("info", f"job {job_id}: GPUs {','.join(rec.gpu_uuids) or '-'} recorded in {path}")
+    _keep_gpu_history(rec)
     _sweep_earlier_if_any(uid, user, settings)
     return 0
+
+
+def _keep_gpu_history(rec: JobRecord) -> None:
+    """The job's GPUs into its AdminComment, for the report after the job is gone.
+
+    History, not safety: a failure is said (slurmd's log, syslog) but fails no job.
+    """
+    from acbslurm.slurm.gpu_history import record_job_gpus
+
+    try:
+        record_job_gpus(rec.job_id, rec.node, rec.gpu_indices, rec.gpu_uuids)
+    except AcbslurmError as exc:
+        _say("warning", f"job {rec.job_id}: GPUs not kept in its AdminComment: {exc}")
 
 
 def _make_job_dir(settings: Settings, job_id: str, uid: int) -> None:

@@ -161,3 +161,22 @@ def test_socket_is_a_socket(sandbox: Sandbox) -> None:
     s = socket.socket(socket.AF_UNIX)
     s.connect(str(sandbox.layout.run / "report.sock"))
     s.close()
+
+
+def test_which_gpu_a_job_used_stays_known_after_it_ended(sandbox: Sandbox) -> None:
+    sb = sandbox
+    sb.wait_idle()
+    t0 = int(time.time()) - 2
+    job = sbatch_as(sb, "user1", "--gres=gpu:2", "--wrap", "sleep 1")
+    uuids = {g.uuid for g in sb.gpus}
+    deadline = time.monotonic() + 90
+    while True:  # ended, and its record gone: only slurmdbd knows now
+        got = rows(sb, "user1", "--start", f"@{t0}").get(job)
+        if got and got["state"] == "COMPLETED" and got["gpu_devices"]:
+            break
+        assert time.monotonic() < deadline, f"no devices for job {job}: {got}"
+        time.sleep(0.5)
+    assert not (sb.layout.records / f"{job}.json").exists()
+    assert {d["uuid"] for d in got["gpu_devices"]} == uuids
+    assert sorted(d["index"] for d in got["gpu_devices"]) == [0, 1]
+    assert {d["node"] for d in got["gpu_devices"]} == {sb.params.node}

@@ -1,0 +1,54 @@
+"""The prolog's GPU token in a job's AdminComment, and reading it back."""
+
+from __future__ import annotations
+
+from acbslurm.accounting.output import bar, devices
+from acbslurm.accounting.usage import devices_text
+from acbslurm.slurm.gpu_history import admin_comment, gpu_token, merged_comment, parse_gpus
+
+A, B = "GPU-11111111-2222-3333-4444-555555555555", "MIG-aaaa/1/0"
+
+
+def test_token_and_back() -> None:
+    token = gpu_token("n1", [0, 2], [A, B])
+    assert token == f"acbslurm:gpus=n1:0={A},n1:2={B}"
+    assert parse_gpus(f"an admin's note {token}") == [
+        {"node": "n1", "index": 0, "uuid": A},
+        {"node": "n1", "index": 2, "uuid": B},
+    ]
+    assert gpu_token("n1", [], [A]) == f"acbslurm:gpus=n1:-={A}"  # Slurm gave UUIDs only
+    assert parse_gpus(gpu_token("n1", [], [A])) == [{"node": "n1", "index": None, "uuid": A}]
+    assert parse_gpus(None) == [] and parse_gpus("nothing of ours") == []
+
+
+def test_an_admins_comment_is_kept_and_a_requeued_run_replaces_its_own_token() -> None:
+    first = merged_comment("", "n1", gpu_token("n1", [0], [A]))
+    assert first == f"acbslurm:gpus=n1:0={A}"
+    again = merged_comment(f"keep me {first}", "n1", gpu_token("n1", [1], [B]))
+    assert again == f"keep me acbslurm:gpus=n1:1={B}"
+    other = merged_comment(again, "n2", gpu_token("n2", [0], [A]))
+    assert other.endswith(f"acbslurm:gpus=n1:1={B} acbslurm:gpus=n2:0={A}")
+
+
+def test_admin_comment_of_scontrol_output() -> None:
+    line = "JobId=5 JobName=x AdminComment=keep me acbslurm:gpus=n1:0=GPU-a Comment=(null) X=1"
+    assert admin_comment(line) == "keep me acbslurm:gpus=n1:0=GPU-a"
+    assert admin_comment("JobId=5 AdminComment=(null) Comment=x") == ""
+    assert admin_comment("JobId=5 Comment=x") == ""
+
+
+def test_the_report_shows_devices_in_each_format() -> None:
+    text = devices_text(f"note {gpu_token('vm', [0, 1], [A, B])}")
+    assert text == f"vm:0={A},vm:1={B}"
+    assert devices(text) == [
+        {"index": 0, "node": "vm", "uuid": A},
+        {"index": 1, "node": "vm", "uuid": B},
+    ]
+    assert devices_text(None) == "" and devices("") == []
+
+
+def test_bars_scale_to_the_widest_group() -> None:
+    assert bar(10, 10) == "\u2588" * 24
+    assert bar(5, 10) == "\u2588" * 12
+    assert bar(1, 1000) == "\u258f"  # the smallest visible bar
+    assert bar(0, 10) == "" and bar(1, 0) == ""
