@@ -13,6 +13,7 @@ PACKAGES=(
   mariadb-server mariadb-client libmariadb-dev pkg-config
   docker.io rootlesskit uidmap slirp4netns busybox-static
   python3 python3-venv python3-dev gcc procps iproute2 passwd
+  chromium  # tests render `report --format html` in a real headless browser
 )
 
 if [ "$(id -u)" -ne 0 ]; then

@@ -16,7 +16,7 @@ from acbslurm.accounting.usage import JobUsage
 from acbslurm.units import iso
 
 JSON_FORMAT = "acbslurm.report/1"
-FORMATS = ("table", "csv", "json")
+FORMATS = ("table", "csv", "json", "html")
 JOB_CSV_FIELDS = (
     "job_id",
     "job_id_raw",

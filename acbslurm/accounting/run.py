@@ -15,6 +15,7 @@ from typing import Any, TextIO
 from acbslurm.accounting.connection import connect
 from acbslurm.accounting.dbconfig import resolve_db_config
 from acbslurm.accounting.grouping import Aggregator
+from acbslurm.accounting.html import write_html
 from acbslurm.accounting.options import ReportOptions, Selection, resolve
 from acbslurm.accounting.output import JSON_FORMAT, write_csv, write_json, write_table
 from acbslurm.accounting.queries import Filters
@@ -129,7 +130,7 @@ def run_report(
             meta["visible"] = rights.describe()
         agg = Aggregator(opts.by, opts.definition)
         jobs: Iterable[JobUsage]
-        if server_summable(req):
+        if server_summable(req) and opts.fmt != "html":  # the page draws every job
             # Slices of the selection run at once on extra connections (same config).
             fill_groups(conn, schema, req, agg, lambda: connect(cfg))
             jobs = ()
@@ -137,6 +138,8 @@ def run_report(
             jobs = iter_jobs(conn, schema, req)
         if opts.fmt == "json":
             write_json(out, meta, jobs, agg)
+        elif opts.fmt == "html":
+            write_html(out, meta, jobs, agg)
         elif opts.fmt == "csv":
             write_csv(out, jobs, agg)
         else:

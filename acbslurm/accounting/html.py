@@ -1,0 +1,221 @@
+"""`acbslurm report --format html`: one self-contained page (inline SVG, no script, no
+network) with the GPU timeline and the totals per user and per day.
+
+The timeline has one lane per GPU (node and Slurm index, the UUID on hover), built
+from the devices the prolog kept in each job's AdminComment; a job is drawn in the
+lane of every GPU it held, coloured by user. Jobs without such a record (before the
+hooks were installed, or another cluster) are packed into "unrecorded" lanes so that
+none overlaps another. 10,000 jobs draw as 10,000 rectangles of at least one pixel:
+a browser shows that at once, and <title> tooltips name each job.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import html
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, TextIO
+
+from acbslurm.accounting.grouping import Aggregator
+from acbslurm.accounting.usage import JobUsage
+from acbslurm.units import iso
+
+WIDTH = 1400  # px of the time axis
+LANE = 18  # px per lane
+LEFT = 190  # px for lane labels
+DAY = 86400
+
+
+@dataclass(frozen=True)
+class Bar:
+    lane: str
+    start: int
+    end: int
+    job: JobUsage
+
+
+def colour(user: str) -> str:
+    """A stable, distinct colour per user."""
+    h = int(hashlib.sha256(user.encode()).hexdigest()[:6], 16)
+    return f"hsl({h % 360},{55 + h % 25}%,{42 + (h >> 9) % 18}%)"
+
+
+def _lanes(jobs: list[JobUsage], now: int) -> tuple[list[str], list[Bar], dict[str, str]]:
+    """Lane names in order, the bars, and each GPU lane's UUID."""
+    bars: list[Bar] = []
+    uuids: dict[str, str] = {}
+    unrecorded: list[JobUsage] = []
+    for j in jobs:
+        if not j.start or not j.gpus:
+            continue
+        end = j.end or now
+        if not j.gpu_devices:
+            unrecorded.append(j)
+            continue
+        for item in j.gpu_devices.split(","):
+            where, _, uuid = item.partition("=")
+            uuids[where] = uuid
+            bars.append(Bar(where, j.start, end, j))
+    lanes = sorted(uuids, key=_lane_order)
+    # Interval packing: each unrecorded job goes to the first lane free at its start.
+    free_at: list[int] = []
+    for j in sorted(unrecorded, key=lambda j: j.start):
+        end = j.end or now
+        for _ in range(max(1, j.gpus)):
+            slot = next((i for i, t in enumerate(free_at) if t <= j.start), None)
+            if slot is None:
+                free_at.append(0)
+                slot = len(free_at) - 1
+            free_at[slot] = end
+            bars.append(Bar(f"unrecorded {slot + 1}", j.start, end, j))
+    lanes += [f"unrecorded {i + 1}" for i in range(len(free_at))]
+    return lanes, bars, uuids
+
+
+def _lane_order(where: str) -> tuple[str, int, str]:
+    node, _, index = where.rpartition(":")
+    return (node, int(index) if index.isascii() and index.isdigit() else 1 << 30, index)
+
+
+def _ticks(t0: int, t1: int) -> list[int]:
+    span = max(1, t1 - t0)
+    step = next(
+        s
+        for s in (60, 600, 3600, 6 * 3600, DAY, 7 * DAY, 30 * DAY, 365 * DAY, 1 << 40)
+        if span / s <= 12
+    )
+    first = (t0 // step + 1) * step
+    return list(range(first, t1, step))
+
+
+def _timeline(jobs: list[JobUsage], t0: int, t1: int, now: int) -> str:
+    lanes, bars, uuids = _lanes(jobs, now)
+    if not bars:
+        return "<p>No job with GPUs started in this window.</p>"
+    scale = WIDTH / max(1, t1 - t0)
+    row = {lane: i for i, lane in enumerate(lanes)}
+    height = 30 + LANE * len(lanes)
+    out = [
+        f'<svg class="timeline" width="{LEFT + WIDTH + 10}" height="{height}" '
+        f'xmlns="http://www.w3.org/2000/svg" role="img" aria-label="GPU timeline">'
+    ]
+    for lane, i in row.items():
+        y = 20 + i * LANE
+        label = html.escape(lane)
+        tip = html.escape(uuids.get(lane, "jobs without a device record"))
+        out.append(
+            f'<text x="{LEFT - 8}" y="{y + 13}" text-anchor="end" class="lane">'
+            f"<title>{tip}</title>{label}</text>"
+            f'<rect x="{LEFT}" y="{y}" width="{WIDTH}" height="{LANE - 2}" class="bg"/>'
+        )
+    for t in _ticks(t0, t1):
+        x = LEFT + (t - t0) * scale
+        out.append(
+            f'<line x1="{x:.1f}" y1="14" x2="{x:.1f}" y2="{height}" class="tick"/>'
+            f'<text x="{x:.1f}" y="11" class="ticklabel">{html.escape(_when(t, t1 - t0))}</text>'
+        )
+    for b in bars:
+        x0 = LEFT + (max(b.start, t0) - t0) * scale
+        w = max(1.0, (min(b.end, t1) - max(b.start, t0)) * scale)
+        j = b.job
+        tip = (
+            f"job {j.job_id} ({j.user}, {j.state}) {iso(j.start)} .. "
+            f"{iso(j.end) if j.end else 'running'}, {j.gpus} GPU(s) {j.gpu_devices}"
+        )
+        out.append(
+            f'<rect x="{x0:.1f}" y="{20 + row[b.lane] * LANE}" width="{w:.1f}" '
+            f'height="{LANE - 2}" fill="{colour(j.user)}"><title>{html.escape(tip)}</title></rect>'
+        )
+    out.append("</svg>")
+    return "".join(out)
+
+
+def _when(t: int, span: int) -> str:
+    text = iso(t) or ""
+    return text[5:16].replace("T", " ") if span < 2 * DAY else text[:10]
+
+
+def _bars(title: str, values: list[tuple[str, float]], colours: dict[str, str]) -> str:
+    if not values:
+        return ""
+    widest = max(v for _, v in values) or 1.0
+    height = 20 * len(values) + 10
+    out = [f"<h2>{html.escape(title)}</h2>", f'<svg class="bars" width="900" height="{height}">']
+    for i, (key, v) in enumerate(values):
+        y = 5 + 20 * i
+        w = 560 * v / widest
+        fill = colours.get(key, "#4a78b5")
+        out.append(
+            f'<text x="190" y="{y + 13}" text-anchor="end">{html.escape(key)}</text>'
+            f'<rect x="200" y="{y}" width="{w:.1f}" height="16" fill="{fill}"/>'
+            f'<text x="{206 + w:.1f}" y="{y + 13}">{v:.2f} GPU-h</text>'
+        )
+    out.append("</svg>")
+    return "".join(out)
+
+
+STYLE = """
+body{font:13px system-ui,sans-serif;margin:20px;color:#222}
+h1{font-size:20px}h2{font-size:16px;margin-top:28px}
+.meta{color:#555}.lane{font:11px monospace}.bg{fill:#f2f2f2}
+.tick{stroke:#ccc;stroke-width:1}.ticklabel{font:10px sans-serif;fill:#666}
+.legend span{display:inline-block;margin-right:14px}
+.legend i{display:inline-block;width:12px;height:12px;margin-right:4px;vertical-align:-1px}
+"""
+
+
+def write_html(
+    out: TextIO, meta: dict[str, Any], jobs: Iterable[JobUsage], agg: Aggregator
+) -> None:
+    """The page for ``jobs`` (also fed to ``agg``, for the totals)."""
+    listed = []
+    for j in jobs:
+        agg.add(j)
+        listed.append(j)
+    win = meta["window"]
+    now = int(meta["now_unix"])
+    t0 = int(win["start_unix"])
+    t1 = min(int(win["end_unix"]), now)
+    started = [j.start for j in listed if j.start]
+    if started:
+        t0 = max(t0, min(started))
+    per_user: dict[str, float] = {}
+    per_day: dict[str, float] = {}
+    for j in listed:
+        per_user[j.user] = per_user.get(j.user, 0.0) + j.gpu_seconds / 3600
+        if j.start and j.gpus:
+            _split_days(j, now, per_day)
+    colours = {u: colour(u) for u in per_user}
+    legend = "".join(
+        f'<span><i style="background:{c}"></i>{html.escape(u)}</span>'
+        for u, c in sorted(colours.items())
+    )
+    shown = f" Shown: {html.escape(meta['visible'])}." if "visible" in meta else ""
+    out.write(
+        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+        f"<title>GPU usage {html.escape(str(meta['cluster']))}</title><style>{STYLE}</style>"
+        "</head><body>"
+        f"<h1>GPU usage on {html.escape(str(meta['cluster']))}</h1>"
+        f'<p class="meta">{html.escape(str(win["start"]))} .. {html.escape(str(win["end"]))}; '
+        f"{len(listed)} jobs, {agg.total.gpu_seconds / 3600:.2f} GPU-hours "
+        f"({html.escape(meta['definition'])} definition).{shown}</p>"
+        f'<h2>Who used which GPU when</h2><div class="legend">{legend}</div>'
+        f"{_timeline(listed, t0, t1, now)}"
+        + _bars("GPU-hours per user", sorted(per_user.items(), key=lambda kv: -kv[1]), colours)
+        + _bars("GPU-hours per day", sorted(per_day.items()), {})
+        + "</body></html>\n"
+    )
+
+
+def _split_days(j: JobUsage, now: int, per_day: dict[str, float]) -> None:
+    """Add the job's GPU-hours to each local day it ran in."""
+    t, end = j.start, j.end or now
+    while t < end:
+        day = (iso(t) or "")[:10]
+        lt = time.localtime(t)
+        midnight = int(time.mktime((lt.tm_year, lt.tm_mon, lt.tm_mday + 1, 0, 0, 0, 0, 0, -1)))
+        step = min(end, midnight) - t
+        per_day[day] = per_day.get(day, 0.0) + j.gpus * step / 3600
+        t += max(step, 1)
