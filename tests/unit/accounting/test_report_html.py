@@ -8,6 +8,7 @@ that shows the lanes in several users' colours.
 from __future__ import annotations
 
 import io
+import itertools
 import re
 import shutil
 import subprocess
@@ -77,7 +78,7 @@ def test_every_job_is_drawn_and_no_lane_overlaps() -> None:
     for spans in lanes.values():
         spans.sort()
         # A bar is at least one pixel wide; neighbours may touch within that pixel.
-        assert all(a[1] <= b[0] + 1.01 for a, b in zip(spans, spans[1:], strict=False))
+        assert all(a[1] <= b[0] + 1.01 for a, b in itertools.pairwise(spans))
     assert "n1:0" in text and "n2:3" in text and "unrecorded 3" in text
     assert "<script" not in text and "http://" not in text.replace(
         "http://www.w3.org/2000/svg", ""
