@@ -187,7 +187,7 @@ def check_listen(text: str) -> str:
     return text
 
 
-def _model(raw: Any, i: int, base: Path, e: _Errors) -> ModelSpec | None:
+def _model(raw: Any, i: int, base: Path, e: _Errors, check_paths: bool) -> ModelSpec | None:
     at = ("models", str(i))
     if not isinstance(raw, dict):
         e.add(at, f"must be a mapping with name, path and devices, got {raw!r}")
@@ -209,7 +209,9 @@ def _model(raw: Any, i: int, base: Path, e: _Errors) -> ModelSpec | None:
             path = Path(os.path.expanduser(text))
             if not path.is_absolute():
                 path = base / path
-            if not (path / "config.json").is_file():
+            if not check_paths:
+                pass
+            elif not (path / "config.json").is_file():
                 e.add((*at, "path"), f"{path}: no config.json there (a Hugging Face model folder)")
             elif not list(path.glob("*.safetensors")):
                 e.add((*at, "path"), f"{path}: no *.safetensors weights there")
@@ -234,7 +236,7 @@ def _model(raw: Any, i: int, base: Path, e: _Errors) -> ModelSpec | None:
     return ModelSpec(**kw)
 
 
-def validate(doc: Located, base: Path) -> PoolSpec:
+def validate(doc: Located, base: Path, check_paths: bool = True) -> PoolSpec:
     e = _Errors(doc)
     raw = doc.value
     if not isinstance(raw, dict):
@@ -273,7 +275,7 @@ def validate(doc: Located, base: Path) -> PoolSpec:
     else:
         seen: dict[str, str] = {}
         for i, m in enumerate(raw["models"]):
-            spec = _model(m, i, base, e)
+            spec = _model(m, i, base, e, check_paths)
             if spec is None:
                 continue
             if spec.name in seen:
@@ -285,7 +287,7 @@ def validate(doc: Located, base: Path) -> PoolSpec:
     return PoolSpec(models=tuple(models), source=doc.source, origins=dict(doc.origins), **kw)
 
 
-def load_pool_text(text: str, source: str, base: Path | None = None) -> PoolSpec:
+def load_pool_text(text: str, source: str, base: Path | None = None, check_paths: bool = True) -> PoolSpec:
     try:
         doc = load_located(text, source)
     except DuplicateKeyError as exc:
@@ -295,16 +297,16 @@ def load_pool_text(text: str, source: str, base: Path | None = None) -> PoolSpec
         line = f":{mark.line + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc)
         raise PoolError(f"{source}{line}: not valid YAML: {problem}") from None
-    return validate(doc, base or Path.cwd())
+    return validate(doc, base or Path.cwd(), check_paths)
 
 
-def load_pool(path: str | os.PathLike[str]) -> PoolSpec:
+def load_pool(path: str | os.PathLike[str], check_paths: bool = True) -> PoolSpec:
     p = Path(path)
     try:
         text = p.read_text()
     except OSError as exc:
         raise PoolError(f"cannot read pool file {p}: {exc.strerror or exc}") from None
-    return load_pool_text(text, str(p), p.resolve().parent)
+    return load_pool_text(text, str(p), p.resolve().parent, check_paths)
 
 
 def weights_bytes(model_dir: str, dtype: str) -> int:
