@@ -7,8 +7,14 @@ import click
 
 @click.command()
 @click.argument("pool_file", required=False, type=click.Path(dir_okay=False))
-@click.option("--listen", metavar="HOST:PORT", help="Gateway address (default: the pool's listen:).")
-@click.option("--demo", is_flag=True, help="Make small models once and serve a seed-shaped pool (A:4, B:4, C:8).")
+@click.option(
+    "--listen", metavar="HOST:PORT", help="Gateway address (default: the pool's listen:)."
+)
+@click.option(
+    "--demo",
+    is_flag=True,
+    help="Make small models once and serve a seed-shaped pool (A:4, B:4, C:8).",
+)
 @click.option("--check", is_flag=True, help="Validate the pool file and exit.")
 def serve(pool_file: str | None, listen: str | None, demo: bool, check: bool) -> None:
     """Serve the models of POOL_FILE behind one OpenAI-compatible gateway.

@@ -25,7 +25,14 @@ class ApiError(Exception):
     retry_after: int | None = None
 
     def body(self) -> dict[str, Any]:
-        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.type,
+                "param": self.param,
+                "code": self.code,
+            }
+        }
 
 
 def _bad(param: str, message: str) -> ApiError:
@@ -59,7 +66,9 @@ def _common(body: dict[str, Any]) -> dict[str, Any]:
         raise ApiError(400, "the request body must be a JSON object", code="invalid_json")
     model = body.get("model")
     if not isinstance(model, str) or not model:
-        raise ApiError(400, "model: required (a model name from GET /v1/models)", "model", "missing_field")
+        raise ApiError(
+            400, "model: required (a model name from GET /v1/models)", "model", "missing_field"
+        )
     out: dict[str, Any] = {"model": model}
     mt = _int(body, "max_completion_tokens", 1)
     if mt is None:
@@ -141,7 +150,11 @@ def parse_chat(body: Any) -> dict[str, Any]:
         if isinstance(content, list):
             texts = []
             for j, part in enumerate(content):
-                if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+                if (
+                    not isinstance(part, dict)
+                    or part.get("type") != "text"
+                    or not isinstance(part.get("text"), str)
+                ):
                     raise _bad(f"{at}.content[{j}]", "only text parts are supported")
                 texts.append(part["text"])
             content = "".join(texts)

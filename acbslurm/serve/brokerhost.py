@@ -9,6 +9,8 @@ ever held by two models at once.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import itertools
 import os
 import tempfile
 import threading
@@ -33,24 +35,24 @@ class LeaseRecord:
 class RecordingBroker(core.Broker):
     """The core, recording leases and checking its invariants after each step."""
 
-    def __init__(self, devices: list[core.Device], policy: str = "fifo", quantum: float = 1.0) -> None:
+    def __init__(
+        self, devices: list[core.Device], policy: str = "fifo", quantum: float = 1.0
+    ) -> None:
         super().__init__(devices, policy, quantum)
         self.record: list[LeaseRecord] = []
         self._open: dict[int, LeaseRecord] = {}
         self.violations: list[str] = []
 
     def _note(self, events: list[core.Event], now: float) -> list[core.Event]:
-        held = {
-            lease.lease_id
-            for info in self.clients.values()
-            for lease in info.leases.values()
-        }
+        held = {lease.lease_id for info in self.clients.values() for lease in info.leases.values()}
         for lid in [lid for lid in self._open if lid not in held]:
             self._open.pop(lid).ended = now
         for ev in events:
             if isinstance(ev, core.Granted):
                 info = self.clients.get(ev.client)
-                rec = LeaseRecord(ev.lease_id, info.name if info else str(ev.client), ev.devices, now)
+                rec = LeaseRecord(
+                    ev.lease_id, info.name if info else str(ev.client), ev.devices, now
+                )
                 self.record.append(rec)
                 self._open[ev.lease_id] = rec
         try:
@@ -95,7 +97,7 @@ def overlaps(record: list[LeaseRecord]) -> list[str]:
             by_dev.setdefault(d, []).append(r)
     for dev, recs in by_dev.items():
         recs.sort(key=lambda r: r.granted)
-        for a, b in zip(recs, recs[1:], strict=False):
+        for a, b in itertools.pairwise(recs):
             end = a.ended or now
             if b.granted < end and a.client != b.client:
                 out.append(f"{dev}: lease {a.lease_id} ({a.client}) and {b.lease_id} ({b.client})")
@@ -105,7 +107,9 @@ def overlaps(record: list[LeaseRecord]) -> list[str]:
 class BrokerThread:
     """A broker on its own event loop thread, listening on a private unix socket."""
 
-    def __init__(self, devices: list[core.Device], policy: str, quantum: float, source: str) -> None:
+    def __init__(
+        self, devices: list[core.Device], policy: str, quantum: float, source: str
+    ) -> None:
         self.dir = tempfile.mkdtemp(prefix="acbslurm-serve-")
         self.address = f"unix:{os.path.join(self.dir, 'broker.sock')}"
         self.broker = RecordingBroker(devices, policy, quantum)
@@ -163,14 +167,10 @@ class BrokerThread:
             self.loop.call_soon_threadsafe(self._stop.set)
             self._thread.join(10)
         for name in os.listdir(self.dir) if os.path.isdir(self.dir) else []:
-            try:
+            with contextlib.suppress(OSError):
                 os.unlink(os.path.join(self.dir, name))
-            except OSError:
-                pass
-        try:
+        with contextlib.suppress(OSError):
             os.rmdir(self.dir)
-        except OSError:
-            pass
 
 
 async def _call(fn: Any) -> Any:

@@ -66,7 +66,11 @@ class Gateway:
 
     async def _http_error(self, request: Request, exc: HTTPException) -> Response:
         code = "not_found" if exc.status_code == 404 else "method_not_allowed"
-        return _error(ApiError(exc.status_code, f"{request.method} {request.url.path}: {exc.detail}", code=code))
+        return _error(
+            ApiError(
+                exc.status_code, f"{request.method} {request.url.path}: {exc.detail}", code=code
+            )
+        )
 
     # -- simple routes ------------------------------------------------------------------
 
@@ -111,12 +115,16 @@ class Gateway:
     async def _read_json(self, request: Request) -> Any:
         length = request.headers.get("content-length")
         if length is not None and length.isdigit() and int(length) > MAX_BODY:
-            raise ApiError(413, f"request body larger than {MAX_BODY >> 20} MiB", code="body_too_large")
+            raise ApiError(
+                413, f"request body larger than {MAX_BODY >> 20} MiB", code="body_too_large"
+            )
         data = b""
         async for chunk in request.stream():
             data += chunk
             if len(data) > MAX_BODY:
-                raise ApiError(413, f"request body larger than {MAX_BODY >> 20} MiB", code="body_too_large")
+                raise ApiError(
+                    413, f"request body larger than {MAX_BODY >> 20} MiB", code="body_too_large"
+                )
         try:
             return json.loads(data)
         except (ValueError, UnicodeDecodeError) as exc:
@@ -138,9 +146,13 @@ class Gateway:
             try:
                 rid, pending = handle.submit(work)
             except Overloaded as exc:
-                raise ApiError(429, str(exc), None, "overloaded", "rate_limit_error", exc.retry_after) from None
+                raise ApiError(
+                    429, str(exc), None, "overloaded", "rate_limit_error", exc.retry_after
+                ) from None
             except Unavailable as exc:
-                raise ApiError(503, str(exc), None, "model_unavailable", "server_error", exc.retry_after) from None
+                raise ApiError(
+                    503, str(exc), None, "model_unavailable", "server_error", exc.retry_after
+                ) from None
             try:
                 first = await self._next(handle, rid, pending, deadline)
                 self._raise_if_error(first)
@@ -151,13 +163,17 @@ class Gateway:
             if body["stream"]:
                 gen = self._sse(handle, rid, pending, deadline, chat, body, prompt_tokens)
                 self.metrics.request(model, 200)
-                return StreamingResponse(gen, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+                return StreamingResponse(
+                    gen, media_type="text/event-stream", headers={"Cache-Control": "no-cache"}
+                )
             return await self._collect(handle, rid, pending, deadline, chat, body)
         except ApiError as e:
             self.metrics.request(model or "-", e.status)
             return _error(e)
 
-    async def _next(self, handle: WorkerHandle, rid: str, pending: Pending, deadline: float) -> dict[str, Any]:
+    async def _next(
+        self, handle: WorkerHandle, rid: str, pending: Pending, deadline: float
+    ) -> dict[str, Any]:
         left = deadline - time.monotonic()
         try:
             if left <= 0:
@@ -180,15 +196,25 @@ class Gateway:
             status = int(msg.get("status", 500))
             kind = "invalid_request_error" if status < 500 else "server_error"
             retry = 1 if status in (429, 503) else None
-            raise ApiError(status, str(msg.get("message")), msg.get("param"), msg.get("code"), kind, retry)
+            raise ApiError(
+                status, str(msg.get("message")), msg.get("param"), msg.get("code"), kind, retry
+            )
 
     def _envelope(self, rid: str, chat: bool, model: str, chunk: bool) -> dict[str, Any]:
-        obj = ("chat.completion.chunk" if chunk else "chat.completion") if chat else "text_completion"
+        obj = (
+            ("chat.completion.chunk" if chunk else "chat.completion") if chat else "text_completion"
+        )
         prefix = "chatcmpl" if chat else "cmpl"
         return {"id": f"{prefix}-{rid}", "object": obj, "created": int(time.time()), "model": model}
 
     async def _collect(
-        self, handle: WorkerHandle, rid: str, pending: Pending, deadline: float, chat: bool, body: dict[str, Any]
+        self,
+        handle: WorkerHandle,
+        rid: str,
+        pending: Pending,
+        deadline: float,
+        chat: bool,
+        body: dict[str, Any],
     ) -> Response:
         parts: list[str] = []
         try:
@@ -204,7 +230,11 @@ class Gateway:
         text = "".join(parts)
         usage = self._usage(handle, msg)
         out = self._envelope(rid, chat, handle.spec.name, chunk=False)
-        choice: dict[str, Any] = {"index": 0, "finish_reason": msg["finish_reason"], "logprobs": None}
+        choice: dict[str, Any] = {
+            "index": 0,
+            "finish_reason": msg["finish_reason"],
+            "logprobs": None,
+        }
         if chat:
             choice["message"] = {"role": "assistant", "content": text}
         else:
@@ -212,7 +242,9 @@ class Gateway:
         out["choices"] = [choice]
         out["usage"] = usage
         timing = msg.get("timing") or {}
-        headers = {f"x-acbslurm-{k.replace('_', '-')}": f"{float(v):.6f}" for k, v in timing.items()}
+        headers = {
+            f"x-acbslurm-{k.replace('_', '-')}": f"{float(v):.6f}" for k, v in timing.items()
+        }
         self.metrics.request(handle.spec.name, 200)
         return JSONResponse(out, headers=headers)
 
@@ -242,9 +274,13 @@ class Gateway:
                 d: dict[str, Any] = {"role": "assistant", "content": ""} if role else {}
                 if delta:
                     d["content"] = delta
-                out["choices"] = [{"index": 0, "delta": d, "finish_reason": finish, "logprobs": None}]
+                out["choices"] = [
+                    {"index": 0, "delta": d, "finish_reason": finish, "logprobs": None}
+                ]
             else:
-                out["choices"] = [{"index": 0, "text": delta or "", "finish_reason": finish, "logprobs": None}]
+                out["choices"] = [
+                    {"index": 0, "text": delta or "", "finish_reason": finish, "logprobs": None}
+                ]
             return event(out)
 
         try:

@@ -28,16 +28,34 @@ class _Workers(Collector):
         def fam(kind: Any, name: str, doc: str) -> Any:
             return kind(name, doc, labels=["model"])
 
-        queue = fam(GaugeMetricFamily, "acbslurm_serve_queue_length", "Requests accepted and not finished")
-        up = fam(GaugeMetricFamily, "acbslurm_serve_worker_up", "1 when the model's worker is ready")
-        wait = fam(CounterMetricFamily, "acbslurm_serve_gpu_wait_seconds", "Seconds spent waiting for a GPU grant")
-        turns = fam(CounterMetricFamily, "acbslurm_serve_turns", "GPU leases taken (one batch each)")
+        queue = fam(
+            GaugeMetricFamily, "acbslurm_serve_queue_length", "Requests accepted and not finished"
+        )
+        up = fam(
+            GaugeMetricFamily, "acbslurm_serve_worker_up", "1 when the model's worker is ready"
+        )
+        wait = fam(
+            CounterMetricFamily,
+            "acbslurm_serve_gpu_wait_seconds",
+            "Seconds spent waiting for a GPU grant",
+        )
+        turns = fam(
+            CounterMetricFamily, "acbslurm_serve_turns", "GPU leases taken (one batch each)"
+        )
         sin = fam(CounterMetricFamily, "acbslurm_serve_swaps_in", "Restores of evicted weights")
-        sout = fam(CounterMetricFamily, "acbslurm_serve_swaps_out", "Evictions of weights to host memory")
-        sin_s = fam(CounterMetricFamily, "acbslurm_serve_swap_in_seconds", "Seconds spent restoring weights")
-        sout_s = fam(CounterMetricFamily, "acbslurm_serve_swap_out_seconds", "Seconds spent evicting weights")
+        sout = fam(
+            CounterMetricFamily, "acbslurm_serve_swaps_out", "Evictions of weights to host memory"
+        )
+        sin_s = fam(
+            CounterMetricFamily, "acbslurm_serve_swap_in_seconds", "Seconds spent restoring weights"
+        )
+        sout_s = fam(
+            CounterMetricFamily, "acbslurm_serve_swap_out_seconds", "Seconds spent evicting weights"
+        )
         res = fam(GaugeMetricFamily, "acbslurm_serve_resident_bytes", "Weight bytes on the devices")
-        ev = fam(GaugeMetricFamily, "acbslurm_serve_evicted_bytes", "Weight bytes evicted to host memory")
+        ev = fam(
+            GaugeMetricFamily, "acbslurm_serve_evicted_bytes", "Weight bytes evicted to host memory"
+        )
         rst = fam(CounterMetricFamily, "acbslurm_serve_worker_restarts", "Worker restarts")
         for h in self.handles:
             m = [h.spec.name]
@@ -59,10 +77,15 @@ class Metrics:
     def __init__(self, handles: Sequence[WorkerHandle]) -> None:
         self.registry = CollectorRegistry()
         self.requests = Counter(
-            "acbslurm_serve_requests", "HTTP requests by model and status", ["model", "status"], registry=self.registry
+            "acbslurm_serve_requests",
+            "HTTP requests by model and status",
+            ["model", "status"],
+            registry=self.registry,
         )
         self.tokens = Counter(
-            "acbslurm_serve_tokens", "Tokens by model and kind (prompt, completion)", ["model", "kind"],
+            "acbslurm_serve_tokens",
+            "Tokens by model and kind (prompt, completion)",
+            ["model", "kind"],
             registry=self.registry,
         )
         self.registry.register(_Workers(handles))

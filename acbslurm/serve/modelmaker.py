@@ -58,11 +58,9 @@ def make_tokenizer(vocab: int) -> object:
         show_progress=False,
     )
     tok.train_from_iterator(_corpus_text().splitlines(), trainer=trainer)
+    eos, pad = SPECIAL
     return PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        eos_token="<|endoftext|>",
-        bos_token="<|endoftext|>",
-        pad_token="<|pad|>",
+        tokenizer_object=tok, eos_token=eos, bos_token=eos, pad_token=pad
     )
 
 
@@ -132,7 +130,7 @@ def demo_pool_yaml(root: Path | None = None, listen: str = "127.0.0.1:8000") -> 
     lines = [
         "# acbslurm serve --demo: the seed's shape (A:4, B:4, C:8) on 8 CPU stand-in devices",
         f"listen: {listen}",
-        "devices: cpu:8:24M",
+        "devices: cpu:8:1536K",
         "policy: quantum",
         "quantum: 1",
         "host_memory: 1G",
@@ -145,6 +143,6 @@ def demo_pool_yaml(root: Path | None = None, listen: str = "127.0.0.1:8000") -> 
             f"    devices: {devices}",
             "    max_tokens: 32",
             "    temperature: 0",
-            "    headroom: 8M",
+            "    headroom: 256K",
         ]
     return "\n".join(lines) + "\n"

@@ -136,11 +136,15 @@ class _Errors:
         self.items.append(f"{self.doc.where(path)}: {key}{message}")
 
 
-def _check_keys(raw: dict[Any, Any], valid: tuple[str, ...], at: tuple[str, ...], e: _Errors) -> None:
+def _check_keys(
+    raw: dict[Any, Any], valid: tuple[str, ...], at: tuple[str, ...], e: _Errors
+) -> None:
     for key in raw:
         if str(key) not in valid:
             close = difflib.get_close_matches(str(key).replace("-", "_"), valid, n=1, cutoff=0.6)
-            hint = f" (did you mean {close[0]!r}?)" if close else f"; valid keys: {', '.join(valid)}"
+            hint = (
+                f" (did you mean {close[0]!r}?)" if close else f"; valid keys: {', '.join(valid)}"
+            )
             e.add((*at, str(key)), f"unknown key{hint}")
 
 
@@ -252,7 +256,11 @@ def validate(doc: Located, base: Path, check_paths: bool = True) -> PoolSpec:
         kw["broker"] = _str(raw["broker"], ("broker",), e)
     if "devices" in raw:
         dev = _str(raw["devices"], ("devices",), e)
-        if dev is not None and dev != "auto" and not re.match(r"^cpu:[0-9]+(:[0-9.]+[KMGTP]?(i?B)?)?$", dev, re.I):
+        if (
+            dev is not None
+            and dev != "auto"
+            and not re.match(r"^cpu:[0-9]+(:[0-9.]+[KMGTP]?(i?B)?)?$", dev, re.I)
+        ):
             e.add(("devices",), f"must be auto or cpu:N[:SIZE], got {dev!r}")
         kw["devices"] = dev
     if "policy" in raw:
@@ -262,7 +270,9 @@ def validate(doc: Located, base: Path, check_paths: bool = True) -> PoolSpec:
     if "quantum" in raw:
         kw["quantum"] = _float(raw["quantum"], ("quantum",), e, 0.01, 3600.0)
     if "request_timeout" in raw:
-        kw["request_timeout"] = _float(raw["request_timeout"], ("request_timeout",), e, 0.1, 86400.0)
+        kw["request_timeout"] = _float(
+            raw["request_timeout"], ("request_timeout",), e, 0.1, 86400.0
+        )
     if "host_memory" in raw:
         kw["host_memory"] = _size(raw["host_memory"], ("host_memory",), e)
     if "max_queue" in raw:
@@ -279,7 +289,10 @@ def validate(doc: Located, base: Path, check_paths: bool = True) -> PoolSpec:
             if spec is None:
                 continue
             if spec.name in seen:
-                e.add(("models", str(i), "name"), f"{spec.name!r} already defined at {seen[spec.name]}")
+                e.add(
+                    ("models", str(i), "name"),
+                    f"{spec.name!r} already defined at {seen[spec.name]}",
+                )
             seen[spec.name] = spec.where
             models.append(spec)
     if e.items:
@@ -287,7 +300,9 @@ def validate(doc: Located, base: Path, check_paths: bool = True) -> PoolSpec:
     return PoolSpec(models=tuple(models), source=doc.source, origins=dict(doc.origins), **kw)
 
 
-def load_pool_text(text: str, source: str, base: Path | None = None, check_paths: bool = True) -> PoolSpec:
+def load_pool_text(
+    text: str, source: str, base: Path | None = None, check_paths: bool = True
+) -> PoolSpec:
     try:
         doc = load_located(text, source)
     except DuplicateKeyError as exc:

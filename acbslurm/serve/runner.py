@@ -100,7 +100,9 @@ def check_fits(pool: PoolSpec, devices: list[Device]) -> None:
 class PoolServer:
     """The broker (own or the job's), the workers and the HTTP server of one pool."""
 
-    def __init__(self, pool: PoolSpec, listen: str | None = None, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, pool: PoolSpec, listen: str | None = None, env: dict[str, str] | None = None
+    ) -> None:
         self.pool = pool
         self.listen = check_listen(listen or pool.listen)
         self.env = env or {}
@@ -114,11 +116,15 @@ class PoolServer:
         import uvicorn
 
         if not self.choice.address:
-            self.broker = BrokerThread(self.choice.devices, self.pool.policy, self.pool.quantum, self.choice.source)
+            self.broker = BrokerThread(
+                self.choice.devices, self.pool.policy, self.pool.quantum, self.choice.source
+            )
             self.broker.start()
             self.choice.address = self.broker.address
         handles = {
-            m.name: WorkerHandle(m, self.choice.address, self.choice.device_kind, self.pool.max_queue, self.env)
+            m.name: WorkerHandle(
+                m, self.choice.address, self.choice.device_kind, self.pool.max_queue, self.env
+            )
             for m in self.pool.models
         }
         self.gateway = Gateway(handles, self.pool.request_timeout)
@@ -157,7 +163,9 @@ class PoolServer:
         self._thread.start()
         deadline = time.monotonic() + ready_timeout
         while time.monotonic() < deadline:
-            if server.started and all(h.state in ("ready", "refused") for h in self.gateway.handles.values()):
+            if server.started and all(
+                h.state in ("ready", "refused") for h in self.gateway.handles.values()
+            ):
                 return
             if not self._thread.is_alive():
                 raise ServeError(f"the gateway did not start on {self.listen}")

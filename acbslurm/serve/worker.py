@@ -58,9 +58,18 @@ class Worker:
             except OSError:
                 os._exit(0)  # the gateway is gone: nothing left to serve
 
-    def fail(self, rid: str, status: int, message: str, param: str | None = None, code: str = "") -> None:
+    def fail(
+        self, rid: str, status: int, message: str, param: str | None = None, code: str = ""
+    ) -> None:
         self.send(
-            {"type": "error", "id": rid, "status": status, "message": message, "param": param, "code": code}
+            {
+                "type": "error",
+                "id": rid,
+                "status": status,
+                "message": message,
+                "param": param,
+                "code": code,
+            }
         )
 
     # -- start --------------------------------------------------------------------------
@@ -140,7 +149,9 @@ class Worker:
             return str(msg.get("prompt", ""))
         messages = msg["messages"]
         if getattr(self.tokenizer, "chat_template", None):
-            text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+            text = self.tokenizer.apply_chat_template(
+                messages, add_generation_prompt=True, tokenize=False
+            )
             return str(text)
         parts = [f"{m['role']}: {m['content']}\n" for m in messages]
         return "".join(parts) + "assistant:"
@@ -236,7 +247,12 @@ class Worker:
             lease = self.client.acquire(spec["devices"], memory=hint, pin=self.pin)
         except BrokerError as exc:
             for d in self.take(len(self.queue)):
-                self.fail(d.rid, 503, f"model {spec['name']}: GPU broker: {exc}", code="broker_unavailable")
+                self.fail(
+                    d.rid,
+                    503,
+                    f"model {spec['name']}: GPU broker: {exc}",
+                    code="broker_unavailable",
+                )
             os._exit(EXIT_BROKER)
         granted = time.monotonic()
         self.gpu_wait += granted - t0
@@ -260,7 +276,11 @@ class Worker:
         limit = self.spec["max_batch"]
         active = self.take(limit)
         for d in active:
-            d.timing = {"wait_s": max(0.0, granted - d.arrived), "restore_s": restore, "started": time.monotonic()}
+            d.timing = {
+                "wait_s": max(0.0, granted - d.arrived),
+                "restore_s": restore,
+                "started": time.monotonic(),
+            }
         with torch.inference_mode():
             while active:
                 for d in list(active):
@@ -341,7 +361,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         w.load()
     except Exception as exc:
-        w.send({"type": "fatal", "exit": EXIT_REFUSED, "message": f"cannot load {spec['path']}: {exc}"})
+        w.send(
+            {"type": "fatal", "exit": EXIT_REFUSED, "message": f"cannot load {spec['path']}: {exc}"}
+        )
         return EXIT_REFUSED
     code = w.connect_broker()
     if code:

@@ -29,7 +29,14 @@ from acbslurm.serve.protocol import MAX_LINE, decode, encode
 log = logging.getLogger(__name__)
 
 EXIT_REFUSED = 3
-STATS_COUNTERS = ("gpu_wait_seconds", "turns", "swaps_in", "swaps_out", "swap_in_seconds", "swap_out_seconds")
+STATS_COUNTERS = (
+    "gpu_wait_seconds",
+    "turns",
+    "swaps_in",
+    "swaps_out",
+    "swap_in_seconds",
+    "swap_out_seconds",
+)
 
 
 class Unavailable(Exception):

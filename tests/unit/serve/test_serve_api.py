@@ -17,8 +17,12 @@ def _err(fn: Any, body: Any) -> ApiError:
 
 
 def test_completion_ok() -> None:
-    out = parse_completion({"model": "m", "prompt": ["hi"], "max_tokens": 3, "stop": "x", "stream": True})
-    assert out["prompt"] == "hi" and out["stop"] == ["x"] and out["stream"] and out["max_tokens"] == 3
+    out = parse_completion(
+        {"model": "m", "prompt": ["hi"], "max_tokens": 3, "stop": "x", "stream": True}
+    )
+    assert (
+        out["prompt"] == "hi" and out["stop"] == ["x"] and out["stream"] and out["max_tokens"] == 3
+    )
 
 
 @pytest.mark.parametrize(
@@ -48,16 +52,25 @@ def test_chat() -> None:
             "model": "m",
             "messages": [
                 {"role": "developer", "content": "be brief"},
-                {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+                {
+                    "role": "user",
+                    "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}],
+                },
             ],
             "max_completion_tokens": 4,
         }
     )
-    assert out["messages"] == [{"role": "system", "content": "be brief"}, {"role": "user", "content": "ab"}]
+    assert out["messages"] == [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": "ab"},
+    ]
     assert out["max_tokens"] == 4
     assert _err(parse_chat, {"model": "m"}).param == "messages"
     assert _err(parse_chat, {"model": "m", "messages": []}).param == "messages"
-    assert _err(parse_chat, {"model": "m", "messages": [{"role": "x", "content": "a"}]}).param == "messages[0].role"
+    assert (
+        _err(parse_chat, {"model": "m", "messages": [{"role": "x", "content": "a"}]}).param
+        == "messages[0].role"
+    )
     assert _err(parse_chat, {"model": "m", "messages": [{"role": "user", "content": 3}]}).param == (
         "messages[0].content"
     )

@@ -43,9 +43,12 @@ quantum: 0.2
 max_queue: 16
 request_timeout: 60
 models:
-  - {{name: model-a, path: {tiny_models['model-a']}, devices: 4, temperature: 0, headroom: 32K, max_tokens: 8}}
-  - {{name: model-b, path: {tiny_models['model-b']}, devices: 4, temperature: 0, headroom: 32K, max_tokens: 8}}
-  - {{name: model-c, path: {tiny_models['model-c']}, devices: 8, temperature: 0, headroom: 32K, max_tokens: 8}}
+  - {{name: model-a, path: {tiny_models["model-a"]}, devices: 4,
+      temperature: 0, headroom: 32K, max_tokens: 8}}
+  - {{name: model-b, path: {tiny_models["model-b"]}, devices: 4,
+      temperature: 0, headroom: 32K, max_tokens: 8}}
+  - {{name: model-c, path: {tiny_models["model-c"]}, devices: 8,
+      temperature: 0, headroom: 32K, max_tokens: 8}}
 """
     pool = load_pool_text(text, "test-pool.yaml")
     srv = PoolServer(pool, env={"ACBSLURM_SERVE_TOKEN_DELAY": "0.002"})
@@ -56,7 +59,9 @@ models:
 
 @pytest.fixture
 def client(server: PoolServer) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"http://127.0.0.1:{server.port}/v1", api_key="none", max_retries=0, timeout=60)
+    return openai.OpenAI(
+        base_url=f"http://127.0.0.1:{server.port}/v1", api_key="none", max_retries=0, timeout=60
+    )
 
 
 def _get(server: PoolServer, path: str) -> tuple[int, str]:
@@ -99,17 +104,26 @@ def test_completion_chat_and_usage(client: openai.OpenAI) -> None:
     assert r.usage.total_tokens == r.usage.prompt_tokens + 5
     assert r.choices[0].finish_reason == "length"
     c = client.chat.completions.create(
-        model="model-c", messages=[{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]
+        model="model-c",
+        messages=[{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}],
     )
-    assert c.choices[0].message.role == "assistant" and isinstance(c.choices[0].message.content, str)
+    assert c.choices[0].message.role == "assistant" and isinstance(
+        c.choices[0].message.content, str
+    )
     assert c.usage is not None and c.usage.completion_tokens == 8  # the pool's max_tokens default
 
 
 def test_streaming_matches_non_streaming(client: openai.OpenAI) -> None:
-    full = client.completions.create(model="model-b", prompt="What is", max_tokens=12).choices[0].text
+    full = (
+        client.completions.create(model="model-b", prompt="What is", max_tokens=12).choices[0].text
+    )
     chunks = list(
         client.completions.create(
-            model="model-b", prompt="What is", max_tokens=12, stream=True, stream_options={"include_usage": True}
+            model="model-b",
+            prompt="What is",
+            max_tokens=12,
+            stream=True,
+            stream_options={"include_usage": True},
         )
     )
     assert "".join(c.choices[0].text for c in chunks if c.choices) == full
@@ -126,11 +140,21 @@ def test_streaming_matches_non_streaming(client: openai.OpenAI) -> None:
 def test_sse_with_curl(server: PoolServer) -> None:
     body = json.dumps({"model": "model-a", "prompt": "Hi", "max_tokens": 4, "stream": True})
     out = subprocess.run(
-        ["curl", "-sN", "-H", "Content-Type: application/json", "-d", body,
-         f"http://127.0.0.1:{server.port}/v1/completions"],
-        capture_output=True, text=True, timeout=60, check=True,
+        [
+            "curl",
+            "-sN",
+            "-H",
+            "Content-Type: application/json",
+            "-d",
+            body,
+            f"http://127.0.0.1:{server.port}/v1/completions",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
     ).stdout
-    events = [line[len("data: "):] for line in out.splitlines() if line.startswith("data: ")]
+    events = [line[len("data: ") :] for line in out.splitlines() if line.startswith("data: ")]
     assert events[-1] == "[DONE]"
     assert json.loads(events[-2])["choices"][0]["finish_reason"] == "length"
 
@@ -186,10 +210,14 @@ def test_client_disconnect_mid_stream(server: PoolServer, client: openai.OpenAI)
     while handle.queue_length and time.monotonic() < deadline:
         time.sleep(0.02)
     assert handle.queue_length == 0
-    assert client.completions.create(model="model-c", prompt="Hello", max_tokens=2).usage is not None
+    assert (
+        client.completions.create(model="model-c", prompt="Hello", max_tokens=2).usage is not None
+    )
 
 
-def test_rag_load_on_all_models_acceptance(server: PoolServer, client: openai.OpenAI, tiny_models: dict[str, Path]) -> None:
+def test_rag_load_on_all_models_acceptance(
+    server: PoolServer, client: openai.OpenAI, tiny_models: dict[str, Path]
+) -> None:
     """Concurrent RAG-like clients (request, then a think/I-O pause), demand shifting
     between the models: every request answered, greedy outputs equal to the model
     served alone, no device ever leased to two models, evictions and restores."""
@@ -204,7 +232,9 @@ def test_rag_load_on_all_models_acceptance(server: PoolServer, client: openai.Op
                 # demand shifts: early on mostly A/B, later mostly C
                 model = rng.choice(MODELS[:2] if i < 3 and k % 2 else MODELS)
                 prompt = rng.choice(PROMPTS)
-                r = client.completions.create(model=model, prompt=prompt, max_tokens=8, temperature=0)
+                r = client.completions.create(
+                    model=model, prompt=prompt, max_tokens=8, temperature=0
+                )
                 results.append((model, prompt, r.choices[0].text))
                 time.sleep(rng.uniform(0.0, 0.05))  # retrieval / I-O pause
         except BaseException as exc:
@@ -230,7 +260,9 @@ def test_rag_load_on_all_models_acceptance(server: PoolServer, client: openai.Op
     _, metrics = _get(server, "/metrics")
     swaps_in = {m: _metric(metrics, "acbslurm_serve_swaps_in_total", m) for m in MODELS}
     swaps_out = {m: _metric(metrics, "acbslurm_serve_swaps_out_total", m) for m in MODELS}
-    assert sum(swaps_out.values()) > 0 and sum(swaps_in.values()) > len(MODELS)  # restores after evictions
+    assert sum(swaps_out.values()) > 0 and sum(swaps_in.values()) > len(
+        MODELS
+    )  # restores after evictions
     assert _metric(metrics, "acbslurm_serve_requests_total", "model-a", 'status="200"') > 0
     assert _metric(metrics, "acbslurm_serve_tokens_total", "model-c", 'kind="completion"') > 0
     assert _metric(metrics, "acbslurm_serve_gpu_wait_seconds_total", "model-c") > 0
@@ -264,7 +296,9 @@ def test_flood_gets_429_not_a_hang(server: PoolServer) -> None:
     assert _get(server, "/health")[0] == 200
 
 
-def test_worker_killed_mid_batch_gets_503_and_restarts(server: PoolServer, client: openai.OpenAI) -> None:
+def test_worker_killed_mid_batch_gets_503_and_restarts(
+    server: PoolServer, client: openai.OpenAI
+) -> None:
     handle = server.gateway.handles["model-a"]
     assert handle.proc is not None
     pid = handle.proc.pid
@@ -291,10 +325,17 @@ def test_worker_killed_mid_batch_gets_503_and_restarts(server: PoolServer, clien
     deadline = time.monotonic() + 90
     while handle.state != "ready" and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert handle.state == "ready" and handle.restarts == 1 and handle.proc is not None and handle.proc.pid != pid
+    assert (
+        handle.state == "ready"
+        and handle.restarts == 1
+        and handle.proc is not None
+        and handle.proc.pid != pid
+    )
     r = client.completions.create(model="model-a", prompt="Hello", max_tokens=3)
     assert r.usage is not None and r.usage.completion_tokens == 3
     assert server.broker is not None
     snap = server.broker.snapshot()
     assert overlaps(snap["record"]) == [] and snap["violations"] == []
-    assert sorted(snap["clients"].values()) == sorted(f"serve:{m}" for m in MODELS)  # no leaked session
+    assert sorted(snap["clients"].values()) == sorted(
+        f"serve:{m}" for m in MODELS
+    )  # no leaked session
