@@ -150,7 +150,8 @@ def main() -> None:
     args = p.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     print(
-        f"host: {os.cpu_count()} CPUs; load {args.seconds:g}s per configuration, token delay {args.token_delay}"
+        f"host: {os.cpu_count()} CPUs; load {args.seconds:g}s per configuration, "
+        f"token delay {args.token_delay}"
     )
     results = {}
     for label, devices in (("dedicated (16 devices)", 16), ("pool (8 devices)", 8)):
@@ -158,7 +159,8 @@ def main() -> None:
         results[label] = (lat, snap, ttfts)
         n = sum(len(v) for v in lat.values())
         print(
-            f"\n{label}: {n} requests, {n / args.seconds:.2f} req/s; broker grants {snap['grants']}, "
+            f"\n{label}: {n} requests, {n / args.seconds:.2f} req/s; "
+            f"broker grants {snap['grants']}, "
             f"evictions {snap['evictions']}, yields asked {snap['yields_asked']}"
         )
         for m, v in lat.items():
@@ -176,7 +178,8 @@ def main() -> None:
     if ttfts:
         med = {k: statistics.median(t[k] for t in ttfts) for k in ttfts[0]}
         print(
-            f"\nfirst token of evicted model-a (median of {len(ttfts)}): total {med['total'] * 1e3:.1f} ms = "
+            f"\nfirst token of evicted model-a (median of {len(ttfts)}): "
+            f"total {med['total'] * 1e3:.1f} ms = "
             f"wait {med['wait'] * 1e3:.1f} ms + restore {med['restore'] * 1e3:.2f} ms + "
             f"compute {med['compute'] * 1e3:.1f} ms (+ gateway/HTTP)"
         )

@@ -183,7 +183,8 @@ class Gateway:
             handle.finish(rid, cancel=True)
             raise ApiError(
                 503,
-                f"no answer from model {handle.spec.name} within {self.request_timeout:g}s (busy); retry later",
+                f"no answer from model {handle.spec.name} within "
+                f"{self.request_timeout:g}s (busy); retry later",
                 None,
                 "timeout",
                 "server_error",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import threading
 import time
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from acbslurm.serve.pool import PoolSpec, check_listen, per_device_need, weights
 from acbslurm.serve.workers import WorkerHandle
 
 log = logging.getLogger(__name__)
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
 @dataclass
@@ -83,15 +85,17 @@ def check_fits(pool: PoolSpec, devices: list[Device]) -> None:
         fitting = [d for d in devices if d.memory_total == 0 or d.memory_total >= need]
         if len(fitting) < m.devices:
             problems.append(
-                f"{m.where}: model {m.name} needs {m.devices} device(s) with {need / 2**20:.1f} MiB "
-                f"each (weights / {m.devices} + headroom); the broker has {len(devices)} device(s), "
+                f"{m.where}: model {m.name} needs {m.devices} device(s) with "
+                f"{need / 2**20:.1f} MiB each (weights / {m.devices} + headroom); "
+                f"the broker has {len(devices)} device(s), "
                 f"{len(fitting)} with that much memory"
             )
         total += weights_bytes(m.path, m.dtype)
     if pool.host_memory and total > pool.host_memory:
         problems.append(
-            f"{pool.where('host_memory')}: host_memory {pool.host_memory / 2**30:.2f} GiB is less than "
-            f"the weights of all models ({total / 2**30:.2f} GiB), which must fit there when evicted"
+            f"{pool.where('host_memory')}: host_memory {pool.host_memory / 2**30:.2f} GiB "
+            f"is less than the weights of all models ({total / 2**30:.2f} GiB), "
+            "which must fit there when evicted"
         )
     if problems:
         raise ServeError("cannot serve this pool:\n  " + "\n  ".join(problems))
@@ -150,10 +154,16 @@ class PoolServer:
     def run(self) -> None:
         """Serve in the foreground until SIGTERM/SIGINT (uvicorn's handlers)."""
         server = self._build()
+        # uvicorn re-raises the stopping signal after its graceful shutdown; with this
+        # handler in place it lands here, so the broker is stopped too and we exit 0.
+        stopped: list[int] = []
+        previous = {s: signal.signal(s, lambda n, f: stopped.append(n)) for s in STOP_SIGNALS}
         try:
             server.run()
         finally:
             self._stop_broker()
+            for s, h in previous.items():
+                signal.signal(s, h)
 
     # -- in a thread (tests, the bench) ------------------------------------------------
 

@@ -114,8 +114,9 @@ class Worker:
                     "exit": EXIT_REFUSED,
                     "message": (
                         f"model {self.spec['name']} needs {count} device(s) with "
-                        f"{need / 2**20:.1f} MiB each (weights {self.residency.weights / 2**20:.1f} "
-                        f"MiB / {count} + headroom); the broker has {len(devs)} device(s), "
+                        f"{need / 2**20:.1f} MiB each (weights "
+                        f"{self.residency.weights / 2**20:.1f} MiB / {count} + headroom); "
+                        f"the broker has {len(devs)} device(s), "
                         f"{len(fitting)} large enough"
                     ),
                 }
@@ -224,7 +225,7 @@ class Worker:
         )
 
     def take(self, limit: int) -> list[Any]:
-        out = []
+        out: list[Any] = []
         with self.cond:
             while self.queue and len(out) < limit:
                 d = self.queue.popleft()
