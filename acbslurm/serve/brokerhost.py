@@ -108,10 +108,15 @@ class BrokerThread:
     """A broker on its own event loop thread, listening on a private unix socket."""
 
     def __init__(
-        self, devices: list[core.Device], policy: str, quantum: float, source: str
+        self,
+        devices: list[core.Device],
+        policy: str,
+        quantum: float,
+        source: str,
+        address: str | None = None,
     ) -> None:
-        self.dir = tempfile.mkdtemp(prefix="acbslurm-serve-")
-        self.address = f"unix:{os.path.join(self.dir, 'broker.sock')}"
+        self.dir = "" if address else tempfile.mkdtemp(prefix="acbslurm-serve-")
+        self.address = address or f"unix:{os.path.join(self.dir, 'broker.sock')}"
         self.broker = RecordingBroker(devices, policy, quantum)
         self.source = source
         self.loop = asyncio.new_event_loop()
@@ -166,6 +171,8 @@ class BrokerThread:
         if self._stop is not None and self._thread.is_alive():
             self.loop.call_soon_threadsafe(self._stop.set)
             self._thread.join(10)
+        if not self.dir:
+            return
         for name in os.listdir(self.dir) if os.path.isdir(self.dir) else []:
             with contextlib.suppress(OSError):
                 os.unlink(os.path.join(self.dir, name))

@@ -126,6 +126,7 @@ def demo_models(root: Path | None = None) -> dict[str, tuple[Path, int]]:
 
 
 def demo_pool_yaml(root: Path | None = None, listen: str = "127.0.0.1:8000") -> str:
+    """The demo's pool file (models made on first use under ``root``, default the cache)."""
     models = demo_models(root)
     lines = [
         "# acbslurm serve --demo: the seed's shape (A:4, B:4, C:8) on 8 CPU stand-in devices",

@@ -146,6 +146,8 @@ class WorkerHandle:
         try:
             await self._read(reader)
         finally:
+            if not self._stopping:
+                self.state = "restarting"
             self._fail_all(503, f"the worker of model {self.spec.name} stopped; retry")
             self._drop_writer()
             self.ready_event.clear()

@@ -100,3 +100,25 @@ def test_a_gang_that_cannot_fit_is_refused_at_start(tiny_models: dict[str, Path]
     tight = load_pool_text(f"host_memory: 1K\nmodels:\n  - name: a\n    path: {p}\n", "p.yaml")
     with pytest.raises(ServeError, match=r"p\.yaml:1: host_memory"):
         check_fits(tight, cpu_devices("cpu:1"))
+
+
+def test_demo_pool_is_seed_shaped_and_forces_evictions(tmp_path: Path) -> None:
+    from acbslurm.serve.modelmaker import demo_pool_yaml
+
+    pool = load_pool_text(demo_pool_yaml(root=tmp_path, listen="127.0.0.1:9"), "<demo>")
+    assert [(m.name, m.devices) for m in pool.models] == [
+        ("model-a", 4),
+        ("model-b", 4),
+        ("model-c", 8),
+    ]
+    assert pool.listen == "127.0.0.1:9" and pool.devices.startswith("cpu:8:")
+    devices = cpu_devices(pool.devices)
+    check_fits(pool, devices)  # every gang fits alone ...
+    a, _, c = pool.models
+    share_a = weights_bytes(a.path, a.dtype) // a.devices
+    # ... but A's resident weights and C's need do not fit on one device together.
+    assert share_a + per_device_need(c) > devices[0].memory_total
+    # made once: a second call reuses the cache
+    before = (tmp_path / "model-a" / "config.json").stat().st_mtime
+    demo_pool_yaml(root=tmp_path)
+    assert (tmp_path / "model-a" / "config.json").stat().st_mtime == before
