@@ -17,6 +17,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -82,7 +83,8 @@ def reference(path: Path, prompt: str, max_tokens: int) -> str:
     tok = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path).eval()
     d = Decoding("r", list(tok(prompt).input_ids), Params(max_tokens, 0.0, 1.0), tok.eos_token_id)
-    with torch.inference_mode():
+    with torch.inference_mode(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # transformers renames past_key_values
         while not d.done:
             d.step(model, torch.device("cpu"), tok)
     return d.text
