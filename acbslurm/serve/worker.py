@@ -144,6 +144,9 @@ class Worker:
                     d = self.by_id.get(str(msg.get("id")))
                     if d is not None:
                         d.cancelled = True
+                        if d in self.queue:  # not started: no turn needed for it
+                            self.queue.remove(d)
+                            self.by_id.pop(d.rid, None)
 
     def prompt_text(self, msg: dict[str, Any]) -> str:
         if "messages" not in msg:
