@@ -263,14 +263,21 @@ class Worker:
         self.turns += 1
         try:
             with self.residency.lock:
-                index = lease.devices[0].index if lease.devices[0].index >= 0 else 0
-                restore = self.residency.ensure_on_device(index)
+                restore = self.residency.ensure_on_device(self.ordinal(lease))
                 if self.device == "cuda" and self.pin is None:
                     self.pin = lease.device_ids  # the weights live there from now on
                 self.compute(lease, granted, restore)
         finally:
             self.client.release(lease, resident={dev: self.share for dev in lease.device_ids})
         self.send_stats()
+
+    def ordinal(self, lease: Any) -> int:
+        """The CUDA ordinal of the lease's first GPU (matched by UUID, as agarun does)."""
+        if self.device != "cuda":
+            return 0
+        from acbslurm.broker.runtime import _cuda_ordinal
+
+        return _cuda_ordinal(lease.devices[0].id)
 
     def compute(self, lease: Any, granted: float, restore: float) -> None:
         import torch
