@@ -16,7 +16,8 @@ from acbslurm.serve.runner import choose_broker
 
 def _pool(path: Path, extra: str = "") -> PoolSpec:
     return load_pool_text(
-        f"{extra}models:\n  - {{name: a, path: {path}, devices: 3}}\n  - {{name: b, path: {path}}}\n",
+        f"{extra}models:\n  - {{name: a, path: {path}, devices: 3}}\n"
+        f"  - {{name: b, path: {path}}}\n",
         "p.yaml",
     )
 
