@@ -268,7 +268,19 @@ class Worker:
                     self.pin = lease.device_ids  # the weights live there from now on
                 self.compute(lease, granted, restore)
         finally:
+            # The worker's own view of its lease (monotonic clock, shared by the host's
+            # processes): from the grant it read to the release it sent. The tests
+            # check that no two models' views of one device overlap.
+            released = time.monotonic()
             self.client.release(lease, resident={dev: self.share for dev in lease.device_ids})
+            self.send(
+                {
+                    "type": "lease",
+                    "devices": lease.device_ids,
+                    "granted": granted,
+                    "released": released,
+                }
+            )
         self.send_stats()
 
     def ordinal(self, lease: Any) -> int:

@@ -20,6 +20,7 @@ import signal
 import sys
 import tempfile
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -85,6 +86,8 @@ class WorkerHandle:
         self._stopping = False
         self._task: asyncio.Task[None] | None = None
         self.weights_bytes = 0
+        # (devices, granted, released) of this model's recent leases, as its worker saw them.
+        self.lease_log: deque[tuple[tuple[str, ...], float, float]] = deque(maxlen=10_000)
 
     # -- life ---------------------------------------------------------------------------
 
@@ -183,6 +186,8 @@ class WorkerHandle:
                 self._exit_code = int(msg.get("exit", 1))
             elif kind == "stats":
                 self.stats = msg
+            elif kind == "lease":
+                self.lease_log.append((tuple(msg["devices"]), msg["granted"], msg["released"]))
             else:
                 p = self.pending.get(str(msg.get("id")))
                 if p is not None:

@@ -8,6 +8,7 @@ of 256 KiB, so that C's turn evicts A and B and theirs evict C. The fault tests
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import os
 import random
@@ -256,6 +257,7 @@ def test_rag_load_on_all_models_acceptance(
     snap = server.broker.snapshot()
     assert snap["violations"] == []
     assert overlaps(snap["record"]) == []
+    assert worker_view_overlaps(server) == []
     assert snap["evictions"] > before["evictions"]
     names = {r.client for r in snap["record"]}
     assert {f"serve:{m}" for m in MODELS} <= names
@@ -268,6 +270,24 @@ def test_rag_load_on_all_models_acceptance(
     assert _metric(metrics, "acbslurm_serve_requests_total", "model-a", 'status="200"') > 0
     assert _metric(metrics, "acbslurm_serve_tokens_total", "model-c", 'kind="completion"') > 0
     assert _metric(metrics, "acbslurm_serve_gpu_wait_seconds_total", "model-c") > 0
+
+
+def worker_view_overlaps(server: PoolServer) -> list[str]:
+    """Leases as the workers saw them (grant read .. release sent): none may overlap
+    on a device across models."""
+    spans = [
+        (dev, t0, t1, name)
+        for name, h in server.gateway.handles.items()
+        for devices, t0, t1 in list(h.lease_log)
+        for dev in devices
+    ]
+    assert {s[3] for s in spans} == set(MODELS)
+    bad = []
+    spans.sort()
+    for a, b in itertools.pairwise(spans):
+        if a[0] == b[0] and a[3] != b[3] and b[1] < a[2]:
+            bad.append(f"{a[0]}: {a[3]} until {a[2]:.6f}, {b[3]} from {b[1]:.6f}")
+    return bad
 
 
 def _metric(text: str, name: str, model: str, extra: str = "") -> float:
