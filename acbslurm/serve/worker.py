@@ -93,8 +93,11 @@ class Worker:
         count = self.spec["devices"]
         self.share = -(-self.residency.weights // count)
 
-    def connect_broker(self) -> int:
-        """0 when registered, else the exit code (after telling the gateway why)."""
+    def register(self) -> int:
+        """0 when registered with the broker, else the exit code (the gateway is told why).
+
+        Done before loading the model: while the broker is away, a restarted worker
+        fails in a fraction of a second instead of after importing torch."""
         from acbslurm.broker.client import BrokerClient
         from acbslurm.errors import BrokerError
 
@@ -103,6 +106,10 @@ class Worker:
         except BrokerError as exc:
             self.send({"type": "fatal", "message": str(exc), "exit": EXIT_BROKER})
             return EXIT_BROKER
+        return 0
+
+    def check_fit(self) -> int:
+        """0 when the gang fits the broker's devices, else EXIT_REFUSED (gateway told)."""
         count = self.spec["devices"]
         need = self.share + self.spec["headroom"]
         devs = self.client.devices
@@ -381,6 +388,9 @@ def main(argv: list[str] | None = None) -> int:
         os.unlink(args.socket)
     conn.settimeout(None)
     w = Worker(spec, conn, args.broker, args.device)
+    code = w.register()
+    if code:
+        return code
     try:
         w.load()
     except Exception as exc:
@@ -388,7 +398,7 @@ def main(argv: list[str] | None = None) -> int:
             {"type": "fatal", "exit": EXIT_REFUSED, "message": f"cannot load {spec['path']}: {exc}"}
         )
         return EXIT_REFUSED
-    code = w.connect_broker()
+    code = w.check_fit()
     if code:
         return code
     w.send({"type": "ready", "weights_bytes": w.residency.weights, "max_context": w.max_context})

@@ -63,7 +63,7 @@ def test_sigterm_stops_gateway_and_workers(tmp_path: Path, tiny_models: dict[str
         text=True,
     )
     try:
-        deadline = time.monotonic() + 90
+        deadline = time.monotonic() + 180
         health = {}
         while time.monotonic() < deadline and proc.poll() is None:
             try:

@@ -54,7 +54,7 @@ models:
 """
     pool = load_pool_text(text, "test-pool.yaml")
     srv = PoolServer(pool, env={"ACBSLURM_SERVE_TOKEN_DELAY": "0.002"})
-    srv.start(ready_timeout=150)
+    srv.start(ready_timeout=240)
     yield srv
     srv.stop()
 
@@ -308,7 +308,7 @@ def test_flood_gets_429_not_a_hang(server: PoolServer) -> None:
 
     t0 = time.monotonic()
     answers = asyncio.run(flood())
-    assert time.monotonic() - t0 < 60
+    assert time.monotonic() - t0 < 90
     codes = [r.status_code for r in answers]
     print("flood:", {c: codes.count(c) for c in set(codes)}, f"{time.monotonic() - t0:.1f}s")
     assert set(codes) <= {200, 429}, set(codes)
@@ -344,7 +344,7 @@ def test_worker_killed_mid_batch_gets_503_and_restarts(
     assert len(outcome) == 1 and isinstance(outcome[0], openai.InternalServerError)
     assert outcome[0].status_code == 503
     # The model answers 503 with Retry-After while restarting, then works again.
-    deadline = time.monotonic() + 90
+    deadline = time.monotonic() + 180
     while handle.state != "ready" and time.monotonic() < deadline:
         time.sleep(0.1)
     assert (
