@@ -91,7 +91,13 @@ class Worker:
         self.eos_id = self.tokenizer.eos_token_id
         self.residency = Residency(self.model, self.device)
         count = self.spec["devices"]
-        self.share = -(-self.residency.weights // count)
+        # Bytes per device of the gang. On the CPU stand-ins the weights count as split
+        # evenly over the gang (a simulated sharded model). On CUDA the whole model sits
+        # on the lease's first GPU (no tensor parallelism yet), so that GPU needs all of it.
+        if self.device == "cuda":
+            self.share = self.residency.weights
+        else:
+            self.share = -(-self.residency.weights // count)
 
     def register(self) -> int:
         """0 when registered with the broker, else the exit code (the gateway is told why).
@@ -279,7 +285,7 @@ class Worker:
             # processes): from the grant it read to the release it sent. The tests
             # check that no two models' views of one device overlap.
             released = time.monotonic()
-            self.client.release(lease, resident={dev: self.share for dev in lease.device_ids})
+            self.client.release(lease, resident=self.resident_map(lease))
             self.send(
                 {
                     "type": "lease",
@@ -289,6 +295,12 @@ class Worker:
                 }
             )
         self.send_stats()
+
+    def resident_map(self, lease: Any) -> dict[str, int]:
+        """What stays on each device of the lease after release."""
+        if self.device == "cuda":
+            return {lease.device_ids[0]: self.share}
+        return dict.fromkeys(lease.device_ids, self.share)
 
     def ordinal(self, lease: Any) -> int:
         """The CUDA ordinal of the lease's first GPU (matched by UUID, as agarun does)."""
