@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import json
 import time
-import uuid
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
@@ -310,7 +309,3 @@ class Gateway:
             # Also on a client that went away mid-stream: the worker stops decoding it.
             with contextlib.suppress(Exception):
                 handle.finish(rid, cancel=True)
-
-
-def new_id() -> str:
-    return uuid.uuid4().hex[:12]
