@@ -47,13 +47,13 @@ fi
 stamp="$venv/.acbslurm-installed"
 want=$(cat setup.cfg pyproject.toml | sha256sum | cut -d' ' -f1)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
-  echo "setup: installing acbslurm[dev,broker] into $venv"
+  echo "setup: installing acbslurm[dev,broker,serve] into $venv"
   pip_args=(-q --disable-pip-version-check)
   [ -d /opt/wheels ] && pip_args+=(--find-links /opt/wheels)
   "$venv/bin/pip" install "${pip_args[@]}" --upgrade pip setuptools wheel >/dev/null
   # compat mode: a plain path entry instead of setuptools' import-hook finder, which
   # costs every acbslurm start (Slurm hooks included) about 14 ms.
-  "$venv/bin/pip" install "${pip_args[@]}" -e ".[dev,broker]" --config-settings editable_mode=compat
+  "$venv/bin/pip" install "${pip_args[@]}" -e ".[dev,broker,serve]" --config-settings editable_mode=compat
   echo "$want" >"$stamp"
 fi
 echo "setup: ok ($venv/bin/acbslurm)"

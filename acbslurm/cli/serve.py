@@ -1,0 +1,51 @@
+"""``acbslurm serve POOL.yaml``: an OpenAI-compatible model pool on broker leases."""
+
+from __future__ import annotations
+
+import click
+
+
+@click.command()
+@click.argument("pool_file", required=False, type=click.Path(dir_okay=False))
+@click.option(
+    "--listen", metavar="HOST:PORT", help="Gateway address (default: the pool's listen:)."
+)
+@click.option(
+    "--demo",
+    is_flag=True,
+    help="Make small models once and serve a seed-shaped pool (A:4, B:4, C:8).",
+)
+@click.option("--check", is_flag=True, help="Validate the pool file and exit.")
+def serve(pool_file: str | None, listen: str | None, demo: bool, check: bool) -> None:
+    """Serve the models of POOL_FILE behind one OpenAI-compatible gateway.
+
+    Each model gets one long-lived worker that holds its GPUs only while it computes
+    (broker leases); weights move to host memory when another model needs the room.
+    Inside a Slurm job the job's broker is used; otherwise the pool starts its own
+    (CPU stand-in devices when there is no GPU). SIGTERM stops everything.
+    """
+    from acbslurm.serve.pool import load_pool, load_pool_text
+
+    if demo == bool(pool_file):
+        raise click.UsageError("give a POOL_FILE or --demo (not both)")
+    if demo:
+        from acbslurm.serve.modelmaker import cache_dir, demo_pool_yaml
+
+        click.echo(f"demo models in {cache_dir()} (made on first use)", err=True)
+        pool = load_pool_text(demo_pool_yaml(listen=listen or "127.0.0.1:8000"), "<demo pool>")
+    else:
+        assert pool_file is not None
+        pool = load_pool(pool_file)
+    if check:
+        for m in pool.models:
+            click.echo(f"{m.name}: {m.devices} device(s), {m.path}")
+        return
+    from acbslurm.serve.runner import PoolServer
+
+    server = PoolServer(pool, listen=listen)
+    click.echo(
+        f"serving {', '.join(m.name for m in pool.models)} on http://{listen or pool.listen}/v1 "
+        f"(broker: {server.choice.source})",
+        err=True,
+    )
+    server.run()

@@ -1,0 +1,13 @@
+"""Errors of the serving layer that a user sees."""
+
+from __future__ import annotations
+
+from acbslurm.errors import AcbslurmError, ConfigError
+
+
+class PoolError(ConfigError):
+    """The pool file is invalid (every message names ``file:line``)."""
+
+
+class ServeError(AcbslurmError):
+    """The pool cannot be served (a model cannot fit, a worker cannot start)."""

@@ -1,0 +1,311 @@
+"""The HTTP gateway: OpenAI's API (Starlette, an ASGI app served by uvicorn).
+
+``GET /v1/models``, ``POST /v1/completions``, ``POST /v1/chat/completions``
+(server-sent events with ``stream: true``), ``GET /health``, ``GET /metrics``.
+Every error has OpenAI's body ``{"error": {"message", "type", "param", "code"}}``;
+overload and unavailable models answer 429/503 with ``Retry-After`` at once, and no
+request waits longer than the pool's ``request_timeout``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from acbslurm.serve.api import ApiError, parse_chat, parse_completion
+from acbslurm.serve.metrics import CONTENT_TYPE, Metrics
+from acbslurm.serve.workers import Overloaded, Pending, Unavailable, WorkerHandle
+
+MAX_BODY = 8 << 20  # bytes; a 100k-token prompt is well below
+
+
+def _error(e: ApiError) -> JSONResponse:
+    headers = {"Retry-After": str(e.retry_after)} if e.retry_after is not None else None
+    return JSONResponse(e.body(), status_code=e.status, headers=headers)
+
+
+class Gateway:
+    def __init__(self, handles: Mapping[str, WorkerHandle], request_timeout: float = 300.0) -> None:
+        self.handles = dict(handles)
+        self.request_timeout = request_timeout
+        self.metrics = Metrics(list(self.handles.values()))
+        self.created = int(time.time())
+        self.app = Starlette(
+            routes=[
+                Route("/v1/models", self.models, methods=["GET"]),
+                Route("/v1/models/{name:path}", self.model, methods=["GET"]),
+                Route("/v1/completions", self.completions, methods=["POST"]),
+                Route("/v1/chat/completions", self.chat, methods=["POST"]),
+                Route("/health", self.health, methods=["GET"]),
+                Route("/metrics", self.prometheus, methods=["GET"]),
+            ],
+            exception_handlers={HTTPException: self._http_error},  # type: ignore[dict-item]
+            lifespan=self._lifespan,
+        )
+
+    @asynccontextmanager
+    async def _lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        for h in self.handles.values():
+            h.start()
+        try:
+            yield
+        finally:
+            await asyncio.gather(*(h.stop() for h in self.handles.values()))
+
+    async def _http_error(self, request: Request, exc: HTTPException) -> Response:
+        code = "not_found" if exc.status_code == 404 else "method_not_allowed"
+        return _error(
+            ApiError(
+                exc.status_code, f"{request.method} {request.url.path}: {exc.detail}", code=code
+            )
+        )
+
+    # -- simple routes ------------------------------------------------------------------
+
+    def _model_obj(self, name: str) -> dict[str, Any]:
+        return {"id": name, "object": "model", "created": self.created, "owned_by": "acbslurm"}
+
+    async def models(self, request: Request) -> Response:
+        return JSONResponse({"object": "list", "data": [self._model_obj(n) for n in self.handles]})
+
+    async def model(self, request: Request) -> Response:
+        name = request.path_params["name"]
+        if name not in self.handles:
+            return _error(self._unknown(name))
+        return JSONResponse(self._model_obj(name))
+
+    async def health(self, request: Request) -> Response:
+        states = {n: h.state for n, h in self.handles.items()}
+        reasons = {n: h.reason for n, h in self.handles.items() if h.reason}
+        ok = all(s == "ready" for s in states.values())
+        body = {"status": "ok" if ok else "degraded", "models": states, "reasons": reasons}
+        return JSONResponse(body, status_code=200 if ok else 503)
+
+    async def prometheus(self, request: Request) -> Response:
+        return Response(self.metrics.render(), media_type=CONTENT_TYPE)
+
+    def _unknown(self, name: str) -> ApiError:
+        return ApiError(
+            404,
+            f"The model {name!r} does not exist. Models served here: {', '.join(self.handles)}",
+            "model",
+            "model_not_found",
+        )
+
+    # -- generation ---------------------------------------------------------------------
+
+    async def completions(self, request: Request) -> Response:
+        return await self._generate(request, chat=False)
+
+    async def chat(self, request: Request) -> Response:
+        return await self._generate(request, chat=True)
+
+    async def _read_json(self, request: Request) -> Any:
+        length = request.headers.get("content-length")
+        if length is not None and length.isdigit() and int(length) > MAX_BODY:
+            raise ApiError(
+                413, f"request body larger than {MAX_BODY >> 20} MiB", code="body_too_large"
+            )
+        data = b""
+        async for chunk in request.stream():
+            data += chunk
+            if len(data) > MAX_BODY:
+                raise ApiError(
+                    413, f"request body larger than {MAX_BODY >> 20} MiB", code="body_too_large"
+                )
+        try:
+            return json.loads(data)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ApiError(400, f"the body is not valid JSON: {exc}", code="invalid_json") from None
+
+    async def _generate(self, request: Request, chat: bool) -> Response:
+        model = ""
+        try:
+            raw = await self._read_json(request)
+            body = parse_chat(raw) if chat else parse_completion(raw)
+            model = body["model"]
+            handle = self.handles.get(model)
+            if handle is None:
+                model = ""
+                raise self._unknown(body["model"])
+            deadline = time.monotonic() + self.request_timeout
+            work = {k: body[k] for k in ("max_tokens", "temperature", "top_p", "seed", "stop")}
+            work["messages" if chat else "prompt"] = body["messages" if chat else "prompt"]
+            try:
+                rid, pending = handle.submit(work)
+            except Overloaded as exc:
+                raise ApiError(
+                    429, str(exc), None, "overloaded", "rate_limit_error", exc.retry_after
+                ) from None
+            except Unavailable as exc:
+                raise ApiError(
+                    503, str(exc), None, "model_unavailable", "server_error", exc.retry_after
+                ) from None
+            try:
+                first = await self._next(handle, rid, pending, deadline)
+                self._raise_if_error(first)
+            except BaseException:
+                handle.finish(rid, cancel=True)
+                raise
+            prompt_tokens = int(first.get("prompt_tokens", 0))
+            if body["stream"]:
+                gen = self._sse(handle, rid, pending, deadline, chat, body, prompt_tokens)
+                self.metrics.request(model, 200)
+                return StreamingResponse(
+                    gen, media_type="text/event-stream", headers={"Cache-Control": "no-cache"}
+                )
+            return await self._collect(handle, rid, pending, deadline, chat, body)
+        except ApiError as e:
+            self.metrics.request(model or "-", e.status)
+            return _error(e)
+
+    async def _next(
+        self, handle: WorkerHandle, rid: str, pending: Pending, deadline: float
+    ) -> dict[str, Any]:
+        left = deadline - time.monotonic()
+        try:
+            if left <= 0:
+                raise TimeoutError
+            return await asyncio.wait_for(pending.queue.get(), left)
+        except TimeoutError:
+            handle.finish(rid, cancel=True)
+            raise ApiError(
+                503,
+                f"no answer from model {handle.spec.name} within "
+                f"{self.request_timeout:g}s (busy); retry later",
+                None,
+                "timeout",
+                "server_error",
+                5,
+            ) from None
+
+    @staticmethod
+    def _raise_if_error(msg: dict[str, Any]) -> None:
+        if msg.get("type") == "error":
+            status = int(msg.get("status", 500))
+            kind = "invalid_request_error" if status < 500 else "server_error"
+            retry = 1 if status in (429, 503) else None
+            raise ApiError(
+                status, str(msg.get("message")), msg.get("param"), msg.get("code"), kind, retry
+            )
+
+    def _envelope(self, rid: str, chat: bool, model: str, chunk: bool) -> dict[str, Any]:
+        obj = (
+            ("chat.completion.chunk" if chunk else "chat.completion") if chat else "text_completion"
+        )
+        prefix = "chatcmpl" if chat else "cmpl"
+        return {"id": f"{prefix}-{rid}", "object": obj, "created": int(time.time()), "model": model}
+
+    async def _collect(
+        self,
+        handle: WorkerHandle,
+        rid: str,
+        pending: Pending,
+        deadline: float,
+        chat: bool,
+        body: dict[str, Any],
+    ) -> Response:
+        parts: list[str] = []
+        try:
+            while True:
+                msg = await self._next(handle, rid, pending, deadline)
+                self._raise_if_error(msg)
+                if msg["type"] == "delta":
+                    parts.append(msg["text"])
+                elif msg["type"] == "done":
+                    break
+        finally:
+            handle.finish(rid, cancel=True)
+        text = "".join(parts)
+        usage = self._usage(handle, msg)
+        out = self._envelope(rid, chat, handle.spec.name, chunk=False)
+        choice: dict[str, Any] = {
+            "index": 0,
+            "finish_reason": msg["finish_reason"],
+            "logprobs": None,
+        }
+        if chat:
+            choice["message"] = {"role": "assistant", "content": text}
+        else:
+            choice["text"] = text
+        out["choices"] = [choice]
+        out["usage"] = usage
+        timing = msg.get("timing") or {}
+        headers = {
+            f"x-acbslurm-{k.replace('_', '-')}": f"{float(v):.6f}" for k, v in timing.items()
+        }
+        self.metrics.request(handle.spec.name, 200)
+        return JSONResponse(out, headers=headers)
+
+    def _usage(self, handle: WorkerHandle, done: dict[str, Any]) -> dict[str, int]:
+        p, c = int(done.get("prompt_tokens", 0)), int(done.get("completion_tokens", 0))
+        self.metrics.usage(handle.spec.name, p, c)
+        return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
+
+    async def _sse(
+        self,
+        handle: WorkerHandle,
+        rid: str,
+        pending: Pending,
+        deadline: float,
+        chat: bool,
+        body: dict[str, Any],
+        prompt_tokens: int,
+    ) -> AsyncIterator[bytes]:
+        model = handle.spec.name
+
+        def event(obj: dict[str, Any]) -> bytes:
+            return f"data: {json.dumps(obj)}\n\n".encode()
+
+        def chunk(delta: str | None, finish: str | None, role: bool = False) -> bytes:
+            out = self._envelope(rid, chat, model, chunk=True)
+            if chat:
+                d: dict[str, Any] = {"role": "assistant", "content": ""} if role else {}
+                if delta:
+                    d["content"] = delta
+                out["choices"] = [
+                    {"index": 0, "delta": d, "finish_reason": finish, "logprobs": None}
+                ]
+            else:
+                out["choices"] = [
+                    {"index": 0, "text": delta or "", "finish_reason": finish, "logprobs": None}
+                ]
+            return event(out)
+
+        try:
+            if chat:
+                yield chunk(None, None, role=True)
+            while True:
+                try:
+                    msg = await self._next(handle, rid, pending, deadline)
+                    self._raise_if_error(msg)
+                except ApiError as e:
+                    yield event(e.body())
+                    break
+                if msg["type"] == "delta":
+                    yield chunk(msg["text"], None)
+                elif msg["type"] == "done":
+                    yield chunk(None, msg["finish_reason"])
+                    usage = self._usage(handle, msg)
+                    if body["include_usage"]:
+                        tail = self._envelope(rid, chat, model, chunk=True)
+                        tail["choices"] = []
+                        tail["usage"] = usage
+                        yield event(tail)
+                    break
+            yield b"data: [DONE]\n\n"
+        finally:
+            # Also on a client that went away mid-stream: the worker stops decoding it.
+            with contextlib.suppress(Exception):
+                handle.finish(rid, cancel=True)

@@ -1,0 +1,101 @@
+"""``GET /metrics``: Prometheus text, per model.
+
+Counted by the gateway: requests (by HTTP status), prompt and completion tokens.
+Read from the workers' last report at scrape time (counters keep the totals of a
+restarted worker's earlier lives): queue length, seconds waiting for GPUs, swaps in
+and out and their seconds, resident and evicted bytes, worker restarts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from acbslurm.serve.workers import WorkerHandle
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class _Workers(Collector):
+    def __init__(self, handles: Sequence[WorkerHandle]) -> None:
+        self.handles = handles
+
+    def collect(self) -> Iterator[Any]:
+        def fam(kind: Any, name: str, doc: str) -> Any:
+            return kind(name, doc, labels=["model"])
+
+        queue = fam(
+            GaugeMetricFamily, "acbslurm_serve_queue_length", "Requests accepted and not finished"
+        )
+        up = fam(
+            GaugeMetricFamily, "acbslurm_serve_worker_up", "1 when the model's worker is ready"
+        )
+        wait = fam(
+            CounterMetricFamily,
+            "acbslurm_serve_gpu_wait_seconds",
+            "Seconds spent waiting for a GPU grant",
+        )
+        turns = fam(
+            CounterMetricFamily, "acbslurm_serve_turns", "GPU leases taken (one batch each)"
+        )
+        sin = fam(CounterMetricFamily, "acbslurm_serve_swaps_in", "Restores of evicted weights")
+        sout = fam(
+            CounterMetricFamily, "acbslurm_serve_swaps_out", "Evictions of weights to host memory"
+        )
+        sin_s = fam(
+            CounterMetricFamily, "acbslurm_serve_swap_in_seconds", "Seconds spent restoring weights"
+        )
+        sout_s = fam(
+            CounterMetricFamily, "acbslurm_serve_swap_out_seconds", "Seconds spent evicting weights"
+        )
+        res = fam(GaugeMetricFamily, "acbslurm_serve_resident_bytes", "Weight bytes on the devices")
+        ev = fam(
+            GaugeMetricFamily, "acbslurm_serve_evicted_bytes", "Weight bytes evicted to host memory"
+        )
+        rst = fam(CounterMetricFamily, "acbslurm_serve_worker_restarts", "Worker restarts")
+        for h in self.handles:
+            m = [h.spec.name]
+            queue.add_metric(m, h.queue_length)
+            up.add_metric(m, 1.0 if h.state == "ready" else 0.0)
+            wait.add_metric(m, h.counter("gpu_wait_seconds"))
+            turns.add_metric(m, h.counter("turns"))
+            sin.add_metric(m, h.counter("swaps_in"))
+            sout.add_metric(m, h.counter("swaps_out"))
+            sin_s.add_metric(m, h.counter("swap_in_seconds"))
+            sout_s.add_metric(m, h.counter("swap_out_seconds"))
+            res.add_metric(m, float(h.stats.get("resident_bytes", 0)))
+            ev.add_metric(m, float(h.stats.get("evicted_bytes", 0)))
+            rst.add_metric(m, h.restarts)
+        yield from (queue, up, wait, turns, sin, sout, sin_s, sout_s, res, ev, rst)
+
+
+class Metrics:
+    def __init__(self, handles: Sequence[WorkerHandle]) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "acbslurm_serve_requests",
+            "HTTP requests by model and status",
+            ["model", "status"],
+            registry=self.registry,
+        )
+        self.tokens = Counter(
+            "acbslurm_serve_tokens",
+            "Tokens by model and kind (prompt, completion)",
+            ["model", "kind"],
+            registry=self.registry,
+        )
+        self.registry.register(_Workers(handles))
+
+    def request(self, model: str, status: int) -> None:
+        self.requests.labels(model, str(status)).inc()
+
+    def usage(self, model: str, prompt: int, completion: int) -> None:
+        self.tokens.labels(model, "prompt").inc(prompt)
+        self.tokens.labels(model, "completion").inc(completion)
+
+    def render(self) -> bytes:
+        return bytes(generate_latest(self.registry))

@@ -1,0 +1,149 @@
+"""Small models made locally (nothing can come from a model hub): tests and ``--demo``.
+
+A byte-level BPE tokenizer is trained with ``tokenizers`` on local text, a GPT-2 of
+the given size is initialised randomly from a fixed seed and written with
+``save_pretrained`` (``config.json``, ``model.safetensors``, tokenizer files), so the
+workers load it through the same ``from_pretrained`` path a real model takes.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+CORPUS = """\
+The broker lends GPUs to programs per request, not per job. A model holds its GPUs
+only while it computes; its weights move to host memory when another model needs the
+room and come back at the next grant, so no model pays a cold start. Slurm allocates
+nodes and GPUs to jobs; a job may share its GPUs among many programs. Retrieval
+augmented generation alternates a search over documents with a question to a model.
+The quick brown fox jumps over the lazy dog. 0123456789 Hello, world! What is a GPU?
+A graphics processing unit computes many things at once. Memory, bandwidth, latency.
+"""
+
+SPECIAL = ["<|endoftext|>", "<|pad|>"]
+
+
+@dataclass(frozen=True)
+class TinyShape:
+    layers: int = 2
+    width: int = 64
+    heads: int = 2
+    positions: int = 512
+    vocab: int = 400
+
+
+def _corpus_text() -> str:
+    # Local text only: the corpus above plus this package's own sources.
+    parts = [CORPUS * 4]
+    for f in sorted(Path(__file__).parent.glob("*.py")):
+        parts.append(f.read_text(errors="replace"))
+    return "\n".join(parts)
+
+
+def make_tokenizer(vocab: int) -> object:
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab,
+        special_tokens=SPECIAL,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(_corpus_text().splitlines(), trainer=trainer)
+    eos, pad = SPECIAL
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, eos_token=eos, bos_token=eos, pad_token=pad
+    )
+
+
+def make_model(dest: str | os.PathLike[str], shape: TinyShape = TinyShape(), seed: int = 0) -> Path:
+    """Write a random GPT-2 with a trained tokenizer to ``dest`` (atomically)."""
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    out = Path(dest)
+    tokenizer = make_tokenizer(shape.vocab)
+    vocab = len(tokenizer)  # type: ignore[arg-type]
+    config = GPT2Config(
+        vocab_size=vocab,
+        n_positions=shape.positions,
+        n_embd=shape.width,
+        n_layer=shape.layers,
+        n_head=shape.heads,
+        bos_token_id=0,
+        eos_token_id=0,
+        pad_token_id=1,
+    )
+    torch.manual_seed(seed)
+    model = GPT2LMHeadModel(config)
+    model.eval()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)  # type: ignore[attr-defined]
+        if out.exists():
+            shutil.rmtree(out)
+        tmp.rename(out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+DEMO_SHAPES = {
+    # Shaped like the seed's demo: C is the big one on 8 devices.
+    "model-a": (TinyShape(layers=2, width=128, heads=4), 4),
+    "model-b": (TinyShape(layers=2, width=128, heads=4), 4),
+    "model-c": (TinyShape(layers=4, width=192, heads=4), 8),
+}
+DEMO_VERSION = "1"
+
+
+def cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "acbslurm" / "serve-demo" / f"v{DEMO_VERSION}"
+
+
+def demo_models(root: Path | None = None) -> dict[str, tuple[Path, int]]:
+    """The demo's models (made once, then reused from the cache): name -> (dir, devices)."""
+    root = root or cache_dir()
+    out: dict[str, tuple[Path, int]] = {}
+    for i, (name, (shape, devices)) in enumerate(DEMO_SHAPES.items()):
+        d = root / name
+        if not (d / "config.json").is_file():
+            make_model(d, shape, seed=i)
+        out[name] = (d, devices)
+    return out
+
+
+def demo_pool_yaml(root: Path | None = None, listen: str = "127.0.0.1:8000") -> str:
+    """The demo's pool file (models made on first use under ``root``, default the cache)."""
+    models = demo_models(root)
+    lines = [
+        "# acbslurm serve --demo: the seed's shape (A:4, B:4, C:8) on 8 CPU stand-in devices",
+        f"listen: {listen}",
+        "devices: cpu:8:1536K",
+        "policy: quantum",
+        "quantum: 1",
+        "host_memory: 1G",
+        "models:",
+    ]
+    for name, (path, devices) in models.items():
+        lines += [
+            f"  - name: {name}",
+            f"    path: {path}",
+            f"    devices: {devices}",
+            "    max_tokens: 32",
+            "    temperature: 0",
+            "    headroom: 256K",
+        ]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,349 @@
+"""The pool file: which models to serve, on how many devices each, and pool-wide policy.
+
+    listen: 127.0.0.1:8000      # the gateway's address
+    devices: auto               # own broker: auto (the job's / node's GPUs) or cpu:N[:SIZE]
+    policy: quantum             # fifo | quantum (how long a model keeps GPUs others wait for)
+    quantum: 2                  # seconds
+    host_memory: 64G            # budget for evicted weights in host memory
+    max_queue: 64               # per model: requests waiting beyond this get 429
+    request_timeout: 300        # seconds before a request fails with 503
+    models:
+      - name: model-a
+        path: /models/a         # Hugging Face-style directory (config.json, *.safetensors)
+        devices: 4              # gang size
+        dtype: bfloat16
+        max_batch: 8
+        max_tokens: 128         # default completion length
+        temperature: 0.7
+        top_p: 0.95
+
+Errors name ``file:line`` like the job spec's (``acbslurm.spec.yamlpos``).
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import re
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from acbslurm.serve.errors import PoolError
+from acbslurm.spec.yamlpos import DuplicateKeyError, Located, load_located
+from acbslurm.units import size_bytes
+
+POOL_KEYS = (
+    "listen",
+    "broker",
+    "devices",
+    "policy",
+    "quantum",
+    "host_memory",
+    "max_queue",
+    "request_timeout",
+    "models",
+)
+MODEL_KEYS = (
+    "name",
+    "path",
+    "devices",
+    "dtype",
+    "max_batch",
+    "max_tokens",
+    "max_context",
+    "temperature",
+    "top_p",
+    "headroom",
+)
+DTYPES = {"float32": 4, "float16": 2, "bfloat16": 2}
+SAFETENSORS_SIZES = {
+    "F64": 8,
+    "F32": 4,
+    "F16": 2,
+    "BF16": 2,
+    "I64": 8,
+    "I32": 4,
+    "I16": 2,
+    "I8": 1,
+    "U8": 1,
+    "BOOL": 1,
+}
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$")
+_LISTEN = re.compile(r"^(\[[0-9a-fA-F:]+\]|[A-Za-z0-9.-]+):([0-9]{1,5})$")
+DEFAULT_LISTEN = "127.0.0.1:8000"
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    path: str
+    devices: int = 1
+    dtype: str = "float32"
+    max_batch: int = 8
+    max_tokens: int = 128
+    max_context: int = 0  # 0 = the model's own (config.json)
+    temperature: float = 1.0
+    top_p: float = 1.0
+    headroom: int = 64 << 20  # bytes per device for KV cache and activations
+    where: str = ""  # file:line of the entry
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ModelSpec:
+        return cls(**d)
+
+
+@dataclass(frozen=True)
+class PoolSpec:
+    models: tuple[ModelSpec, ...]
+    listen: str = DEFAULT_LISTEN
+    broker: str = ""  # empty: the job's broker inside Slurm, else start one
+    devices: str = "auto"
+    policy: str = "quantum"
+    quantum: float = 2.0
+    host_memory: int = 0  # 0 = no budget check
+    max_queue: int = 64
+    request_timeout: float = 300.0
+    source: str = ""
+    origins: dict[tuple[str, ...], str] = field(default_factory=dict, compare=False)
+
+    def model(self, name: str) -> ModelSpec | None:
+        return next((m for m in self.models if m.name == name), None)
+
+    def where(self, *path: str) -> str:
+        p = tuple(path)
+        while p:
+            if p in self.origins:
+                return self.origins[p]
+            p = p[:-1]
+        return self.source
+
+
+class _Errors:
+    def __init__(self, doc: Located) -> None:
+        self.doc = doc
+        self.items: list[str] = []
+
+    def add(self, path: tuple[str, ...], message: str) -> None:
+        key = f"{'.'.join(path)}: " if path else ""
+        self.items.append(f"{self.doc.where(path)}: {key}{message}")
+
+
+def _check_keys(
+    raw: dict[Any, Any], valid: tuple[str, ...], at: tuple[str, ...], e: _Errors
+) -> None:
+    for key in raw:
+        if str(key) not in valid:
+            close = difflib.get_close_matches(str(key).replace("-", "_"), valid, n=1, cutoff=0.6)
+            hint = (
+                f" (did you mean {close[0]!r}?)" if close else f"; valid keys: {', '.join(valid)}"
+            )
+            e.add((*at, str(key)), f"unknown key{hint}")
+
+
+def _int(value: Any, at: tuple[str, ...], e: _Errors, low: int = 1) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        e.add(at, f"must be a whole number, got {value!r}")
+        return None
+    if value < low:
+        e.add(at, f"must be at least {low}, got {value}")
+        return None
+    return value
+
+
+def _float(value: Any, at: tuple[str, ...], e: _Errors, low: float, high: float) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        e.add(at, f"must be a number, got {value!r}")
+        return None
+    if not (low <= float(value) <= high):
+        e.add(at, f"must be between {low:g} and {high:g}, got {value}")
+        return None
+    return float(value)
+
+
+def _size(value: Any, at: tuple[str, ...], e: _Errors) -> int | None:
+    try:
+        return size_bytes(value)
+    except (ValueError, TypeError) as exc:
+        e.add(at, str(exc))
+        return None
+
+
+def _str(value: Any, at: tuple[str, ...], e: _Errors) -> str | None:
+    if not isinstance(value, str) or not value.strip():
+        e.add(at, f"must be a non-empty string, got {value!r}")
+        return None
+    return value.strip()
+
+
+def check_listen(text: str) -> str:
+    """``HOST:PORT``; ValueError otherwise."""
+    m = _LISTEN.match(text)
+    if not m or not (0 <= int(m.group(2)) <= 65535):
+        raise ValueError(f"{text!r} is not HOST:PORT (for example 127.0.0.1:8000)")
+    return text
+
+
+def _model(raw: Any, i: int, base: Path, e: _Errors, check_paths: bool) -> ModelSpec | None:
+    at = ("models", str(i))
+    if not isinstance(raw, dict):
+        e.add(at, f"must be a mapping with name, path and devices, got {raw!r}")
+        return None
+    _check_keys(raw, MODEL_KEYS, at, e)
+    before = len(e.items)
+    kw: dict[str, Any] = {"where": e.doc.where(at)}
+    for key in ("name", "path"):
+        if key not in raw:
+            e.add(at, f"{key}: required")
+    if "name" in raw:
+        name = _str(raw["name"], (*at, "name"), e)
+        if name is not None and not _NAME.match(name):
+            e.add((*at, "name"), f"{name!r}: letters, digits and . _ : / - only (max 128)")
+        kw["name"] = name
+    if "path" in raw:
+        text = _str(raw["path"], (*at, "path"), e)
+        if text is not None:
+            path = Path(os.path.expanduser(text))
+            if not path.is_absolute():
+                path = base / path
+            if not check_paths:
+                pass
+            elif not (path / "config.json").is_file():
+                e.add((*at, "path"), f"{path}: no config.json there (a Hugging Face model folder)")
+            elif not list(path.glob("*.safetensors")):
+                e.add((*at, "path"), f"{path}: no *.safetensors weights there")
+            kw["path"] = str(path)
+    for key in ("devices", "max_batch", "max_tokens"):
+        if key in raw:
+            kw[key] = _int(raw[key], (*at, key), e)
+    if "max_context" in raw:
+        kw["max_context"] = _int(raw["max_context"], (*at, "max_context"), e, low=2)
+    if "dtype" in raw:
+        if raw["dtype"] not in DTYPES:
+            e.add((*at, "dtype"), f"must be one of {', '.join(DTYPES)}, got {raw['dtype']!r}")
+        kw["dtype"] = raw["dtype"]
+    if "temperature" in raw:
+        kw["temperature"] = _float(raw["temperature"], (*at, "temperature"), e, 0.0, 2.0)
+    if "top_p" in raw:
+        kw["top_p"] = _float(raw["top_p"], (*at, "top_p"), e, 0.0, 1.0)
+    if "headroom" in raw:
+        kw["headroom"] = _size(raw["headroom"], (*at, "headroom"), e)
+    if len(e.items) > before:
+        return None
+    return ModelSpec(**kw)
+
+
+def validate(doc: Located, base: Path, check_paths: bool = True) -> PoolSpec:
+    e = _Errors(doc)
+    raw = doc.value
+    if not isinstance(raw, dict):
+        raise PoolError(f"{doc.source}: a pool file is a mapping with a models: list")
+    _check_keys(raw, POOL_KEYS, (), e)
+    kw: dict[str, Any] = {}
+    if "listen" in raw:
+        try:
+            kw["listen"] = check_listen(str(raw["listen"]))
+        except ValueError as exc:
+            e.add(("listen",), str(exc))
+    if "broker" in raw:
+        kw["broker"] = _str(raw["broker"], ("broker",), e)
+    if "devices" in raw:
+        dev = _str(raw["devices"], ("devices",), e)
+        if (
+            dev is not None
+            and dev != "auto"
+            and not re.match(r"^cpu:[0-9]+(:[0-9.]+[KMGTP]?(i?B)?)?$", dev, re.I)
+        ):
+            e.add(("devices",), f"must be auto or cpu:N[:SIZE], got {dev!r}")
+        kw["devices"] = dev
+    if "policy" in raw:
+        if raw["policy"] not in ("fifo", "quantum"):
+            e.add(("policy",), f"must be fifo or quantum, got {raw['policy']!r}")
+        kw["policy"] = raw["policy"]
+    if "quantum" in raw:
+        kw["quantum"] = _float(raw["quantum"], ("quantum",), e, 0.01, 3600.0)
+    if "request_timeout" in raw:
+        kw["request_timeout"] = _float(
+            raw["request_timeout"], ("request_timeout",), e, 0.1, 86400.0
+        )
+    if "host_memory" in raw:
+        kw["host_memory"] = _size(raw["host_memory"], ("host_memory",), e)
+    if "max_queue" in raw:
+        kw["max_queue"] = _int(raw["max_queue"], ("max_queue",), e)
+    models: list[ModelSpec] = []
+    if "models" not in raw:
+        e.add((), "models: required (a list of models to serve)")
+    elif not isinstance(raw["models"], list) or not raw["models"]:
+        e.add(("models",), "must be a non-empty list of models")
+    else:
+        seen: dict[str, str] = {}
+        for i, m in enumerate(raw["models"]):
+            spec = _model(m, i, base, e, check_paths)
+            if spec is None:
+                continue
+            if spec.name in seen:
+                e.add(
+                    ("models", str(i), "name"),
+                    f"{spec.name!r} already defined at {seen[spec.name]}",
+                )
+            seen[spec.name] = spec.where
+            models.append(spec)
+    if e.items:
+        raise PoolError("invalid pool file:\n  " + "\n  ".join(e.items))
+    return PoolSpec(models=tuple(models), source=doc.source, origins=dict(doc.origins), **kw)
+
+
+def load_pool_text(
+    text: str, source: str, base: Path | None = None, check_paths: bool = True
+) -> PoolSpec:
+    try:
+        doc = load_located(text, source)
+    except DuplicateKeyError as exc:
+        raise PoolError(str(exc)) from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f":{mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise PoolError(f"{source}{line}: not valid YAML: {problem}") from None
+    return validate(doc, base or Path.cwd(), check_paths)
+
+
+def load_pool(path: str | os.PathLike[str], check_paths: bool = True) -> PoolSpec:
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise PoolError(f"cannot read pool file {p}: {exc.strerror or exc}") from None
+    return load_pool_text(text, str(p), p.resolve().parent, check_paths)
+
+
+def weights_bytes(model_dir: str, dtype: str) -> int:
+    """Bytes the model's weights take in ``dtype`` (from the safetensors headers)."""
+    size = DTYPES[dtype]
+    total = 0
+    for f in sorted(Path(model_dir).glob("*.safetensors")):
+        with open(f, "rb") as fh:
+            (n,) = struct.unpack("<Q", fh.read(8))
+            header = json.loads(fh.read(n))
+        for key, info in header.items():
+            if key == "__metadata__":
+                continue
+            numel = 1
+            for d in info["shape"]:
+                numel *= int(d)
+            stored = SAFETENSORS_SIZES.get(info["dtype"], 4)
+            total += numel * (size if info["dtype"].startswith(("F", "BF")) else stored)
+    return total
+
+
+def per_device_need(model: ModelSpec) -> int:
+    """Device bytes one member of the model's gang needs: its weight share plus headroom."""
+    share = -(-weights_bytes(model.path, model.dtype) // model.devices)
+    return share + model.headroom

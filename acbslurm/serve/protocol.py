@@ -1,0 +1,25 @@
+"""Gateway <-> worker messages: one JSON object per line on a unix stream socket.
+
+Gateway to worker: ``generate`` (id, prompt or messages, params), ``cancel`` (id).
+Worker to gateway: ``ready`` (weights), ``fatal`` (message: the worker refuses to run),
+``accepted`` (id, prompt_tokens) or ``error`` (id, status, message, param, code),
+``delta`` (id, text), ``done`` (id, finish_reason, usage, timing), ``stats`` (counters).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+MAX_LINE = 64 << 20  # a 100k-token prompt is far below this; the gateway limits bodies
+
+
+def encode(msg: dict[str, Any]) -> bytes:
+    return (json.dumps(msg, separators=(",", ":")) + "\n").encode()
+
+
+def decode(line: bytes) -> dict[str, Any]:
+    msg = json.loads(line)
+    if not isinstance(msg, dict):
+        raise ValueError("message is not an object")
+    return msg

@@ -1,0 +1,194 @@
+"""Run a pool: pick or start the broker, check that every model fits, serve HTTP.
+
+Broker: the pool's ``broker:`` address, else ``ACBSLURM_BROKER_ADDRESS``, else
+inside a Slurm job the job's broker socket when one runs; otherwise the pool starts
+its own broker on a private socket over ``devices:`` (``auto``: the job's or the
+node's GPUs; on a machine without GPUs, CPU stand-ins, one per device of the
+largest gang).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from acbslurm.broker.core import Device
+from acbslurm.serve.brokerhost import BrokerThread
+from acbslurm.serve.errors import ServeError
+from acbslurm.serve.gateway import Gateway
+from acbslurm.serve.pool import PoolSpec, check_listen, per_device_need, weights_bytes
+from acbslurm.serve.workers import WorkerHandle
+
+log = logging.getLogger(__name__)
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+@dataclass
+class BrokerChoice:
+    address: str
+    devices: list[Device]
+    device_kind: str  # cpu | cuda
+    own: BrokerThread | None
+    source: str
+
+
+def choose_broker(pool: PoolSpec, env: dict[str, str] | None = None) -> BrokerChoice:
+    from acbslurm.broker.devices import resolve_devices
+    from acbslurm.errors import AcbslurmError
+
+    env = dict(os.environ if env is None else env)
+    address = pool.broker or env.get("ACBSLURM_BROKER_ADDRESS", "")
+    if not address and env.get("SLURM_JOB_ID"):
+        from acbslurm.jobsockets import job_socket_path
+
+        path = job_socket_path(env["SLURM_JOB_ID"])
+        if Path(path).exists():
+            address = f"unix:{path}"
+    if address:
+        return _existing(address)
+    try:
+        found = resolve_devices(pool.devices, env)
+        devices, source = found.devices, found.source
+    except AcbslurmError as exc:
+        if pool.devices != "auto":
+            raise
+        n = max(m.devices for m in pool.models)
+        log.warning("no GPUs (%s); serving on %d CPU stand-in devices", exc, n)
+        from acbslurm.broker.devices import cpu_devices
+
+        devices, source = cpu_devices(f"cpu:{n}"), f"cpu:{n} (no GPU found)"
+    kind = "cpu" if all(d.id.startswith("cpu") for d in devices) else "cuda"
+    return BrokerChoice("", devices, kind, None, source)
+
+
+def _existing(address: str) -> BrokerChoice:
+    from acbslurm.broker.client import BrokerClient
+
+    with BrokerClient(address, name="serve:probe") as c:
+        devices = [Device(d.id, d.name, d.memory_total, d.minor, d.index) for d in c.devices]
+    kind = "cpu" if all(d.id.startswith("cpu") for d in devices) else "cuda"
+    return BrokerChoice(address, devices, kind, None, address)
+
+
+def check_fits(pool: PoolSpec, devices: list[Device]) -> None:
+    """Refuse models whose gang can never be granted, and a host-memory budget too small."""
+    problems = []
+    total = 0
+    for m in pool.models:
+        need = per_device_need(m)
+        fitting = [d for d in devices if d.memory_total == 0 or d.memory_total >= need]
+        if len(fitting) < m.devices:
+            problems.append(
+                f"{m.where}: model {m.name} needs {m.devices} device(s) with "
+                f"{need / 2**20:.1f} MiB each (weights / {m.devices} + headroom); "
+                f"the broker has {len(devices)} device(s), "
+                f"{len(fitting)} with that much memory"
+            )
+        total += weights_bytes(m.path, m.dtype)
+    if pool.host_memory and total > pool.host_memory:
+        problems.append(
+            f"{pool.where('host_memory')}: host_memory {pool.host_memory / 2**30:.2f} GiB "
+            f"is less than the weights of all models ({total / 2**30:.2f} GiB), "
+            "which must fit there when evicted"
+        )
+    if problems:
+        raise ServeError("cannot serve this pool:\n  " + "\n  ".join(problems))
+
+
+class PoolServer:
+    """The broker (own or the job's), the workers and the HTTP server of one pool."""
+
+    def __init__(
+        self, pool: PoolSpec, listen: str | None = None, env: dict[str, str] | None = None
+    ) -> None:
+        self.pool = pool
+        self.listen = check_listen(listen or pool.listen)
+        self.env = env or {}
+        self.choice = choose_broker(pool)
+        check_fits(pool, self.choice.devices)
+        self.broker = self.choice.own
+        self.server: Any = None
+        self._thread: threading.Thread | None = None
+
+    def _build(self) -> Any:
+        import uvicorn
+
+        if not self.choice.address:
+            self.broker = BrokerThread(
+                self.choice.devices, self.pool.policy, self.pool.quantum, self.choice.source
+            )
+            self.broker.start()
+            self.choice.address = self.broker.address
+        handles = {
+            m.name: WorkerHandle(
+                m, self.choice.address, self.choice.device_kind, self.pool.max_queue, self.env
+            )
+            for m in self.pool.models
+        }
+        self.gateway = Gateway(handles, self.pool.request_timeout)
+        host, port = self.listen.rsplit(":", 1)
+        config = uvicorn.Config(
+            self.gateway.app,
+            host=host.strip("[]"),
+            port=int(port),
+            log_level="warning",
+            timeout_graceful_shutdown=5,
+            limit_concurrency=4096,
+        )
+        self.server = uvicorn.Server(config)
+        return self.server
+
+    @property
+    def port(self) -> int:
+        for s in self.server.servers:
+            for sock in s.sockets:
+                return int(sock.getsockname()[1])
+        return 0
+
+    def run(self) -> None:
+        """Serve in the foreground until SIGTERM/SIGINT (uvicorn's handlers)."""
+        server = self._build()
+        # uvicorn re-raises the stopping signal after its graceful shutdown; with this
+        # handler in place it lands here, so the broker is stopped too and we exit 0.
+        stopped: list[int] = []
+        previous = {s: signal.signal(s, lambda n, f: stopped.append(n)) for s in STOP_SIGNALS}
+        try:
+            server.run()
+        finally:
+            self._stop_broker()
+            for s, h in previous.items():
+                signal.signal(s, h)
+
+    # -- in a thread (tests, the bench) ------------------------------------------------
+
+    def start(self, ready_timeout: float = 120.0) -> None:
+        server = self._build()
+        self._thread = threading.Thread(target=server.run, name="serve-http", daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + ready_timeout
+        while time.monotonic() < deadline:
+            if server.started and all(
+                h.state in ("ready", "refused") for h in self.gateway.handles.values()
+            ):
+                return
+            if not self._thread.is_alive():
+                raise ServeError(f"the gateway did not start on {self.listen}")
+            time.sleep(0.05)
+        raise ServeError(f"the pool was not ready within {ready_timeout:g}s")
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(30)
+        self._stop_broker()
+
+    def _stop_broker(self) -> None:
+        if self.broker is not None:
+            self.broker.stop()

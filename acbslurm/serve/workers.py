@@ -1,0 +1,262 @@
+"""The gateway's side of the workers: start, connect, route messages, restart.
+
+Each model has one ``WorkerHandle``. Requests get an id and an asyncio queue that
+receives the worker's messages for them. When a worker dies (killed, crashed, its
+broker gone) every request it had fails at once with a 503 and the handle starts a
+new worker (backing off up to 10 s); a worker that refuses to run (its gang cannot
+fit, its weights cannot load) is not restarted and its model answers 503 with the
+reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import logging
+import os
+import signal
+import sys
+import tempfile
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from acbslurm.serve.pool import ModelSpec
+from acbslurm.serve.protocol import MAX_LINE, decode, encode
+
+log = logging.getLogger(__name__)
+
+EXIT_REFUSED = 3
+STATS_COUNTERS = (
+    "gpu_wait_seconds",
+    "turns",
+    "swaps_in",
+    "swaps_out",
+    "swap_in_seconds",
+    "swap_out_seconds",
+)
+
+
+class Unavailable(Exception):
+    """The model cannot take requests now (starting, restarting, refused)."""
+
+    def __init__(self, message: str, retry_after: int = 2) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class Overloaded(Unavailable):
+    """Too many requests wait for this model."""
+
+
+@dataclass
+class Pending:
+    queue: asyncio.Queue[dict[str, Any]] = field(default_factory=asyncio.Queue)
+
+
+class WorkerHandle:
+    def __init__(
+        self,
+        spec: ModelSpec,
+        broker: str,
+        device: str,
+        max_queue: int,
+        env: dict[str, str] | None = None,
+        start_timeout: float = 300.0,
+    ) -> None:
+        self.spec = spec
+        self.broker = broker
+        self.device = device
+        self.max_queue = max_queue
+        self.env = env or {}
+        self.start_timeout = start_timeout
+        self.state = "stopped"  # starting | ready | restarting | refused | stopped
+        self.reason = ""
+        self.proc: asyncio.subprocess.Process | None = None
+        self.writer: asyncio.StreamWriter | None = None
+        self.pending: dict[str, Pending] = {}
+        self.stats: dict[str, Any] = {}
+        self.base: dict[str, float] = dict.fromkeys(STATS_COUNTERS, 0.0)  # earlier lives
+        self.restarts = 0
+        self.ready_event = asyncio.Event()
+        self._ids = itertools.count(1)
+        self._stopping = False
+        self._task: asyncio.Task[None] | None = None
+        self.weights_bytes = 0
+        # (devices, granted, released) of this model's recent leases, as its worker saw them.
+        self.lease_log: deque[tuple[tuple[str, ...], float, float]] = deque(maxlen=10_000)
+
+    # -- life ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._supervise())
+
+    async def _supervise(self) -> None:
+        backoff = 0.5
+        while not self._stopping:
+            started = time.monotonic()
+            code = await self._run_once()
+            if self._stopping:
+                break
+            if code == EXIT_REFUSED:
+                self.state = "refused"
+                log.error("model %s: %s", self.spec.name, self.reason)
+                self.ready_event.set()
+                return
+            self.restarts += 1
+            self.state = "restarting"
+            log.warning("model %s: worker exited (%s); restarting", self.spec.name, code)
+            if time.monotonic() - started > 30:
+                backoff = 0.5
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, 10.0)
+
+    async def _run_once(self) -> int | None:
+        self.state = "starting"
+        sock = os.path.join(tempfile.mkdtemp(prefix="acbslurm-w-"), "w.sock")
+        env = {**os.environ, **self.env}
+        self.proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "acbslurm.serve.worker",
+            "--spec",
+            json.dumps(self.spec.as_dict()),
+            "--socket",
+            sock,
+            "--broker",
+            self.broker,
+            "--device",
+            self.device,
+            env=env,
+            stdin=asyncio.subprocess.DEVNULL,
+        )
+        proc = self.proc
+        reader = None
+        deadline = time.monotonic() + self.start_timeout
+        while reader is None and time.monotonic() < deadline and proc.returncode is None:
+            try:
+                reader, self.writer = await asyncio.open_unix_connection(sock, limit=MAX_LINE)
+            except OSError:
+                await asyncio.sleep(0.05)
+        if reader is None:
+            self.reason = f"worker for {self.spec.name} did not open its socket"
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            return await proc.wait()
+        try:
+            await self._read(reader)
+        finally:
+            if not self._stopping:
+                self.state = "restarting"
+            self._fail_all(503, f"the worker of model {self.spec.name} stopped; retry")
+            self._drop_writer()
+            self.ready_event.clear()
+            self._retire_stats()
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        code = await proc.wait()
+        return self._exit_code if self._exit_code is not None else code
+
+    _exit_code: int | None = None
+
+    async def _read(self, reader: asyncio.StreamReader) -> None:
+        self._exit_code = None
+        while True:
+            try:
+                line = await reader.readline()
+            except (OSError, ValueError):
+                return
+            if not line:
+                return
+            try:
+                msg = decode(line)
+            except ValueError:
+                continue
+            kind = msg.get("type")
+            if kind == "ready":
+                self.weights_bytes = int(msg.get("weights_bytes", 0))
+                self.state = "ready"
+                self.reason = ""
+                self.ready_event.set()
+            elif kind == "fatal":
+                self.reason = str(msg.get("message", "worker failed"))
+                self._exit_code = int(msg.get("exit", 1))
+            elif kind == "stats":
+                self.stats = msg
+            elif kind == "lease":
+                self.lease_log.append((tuple(msg["devices"]), msg["granted"], msg["released"]))
+            else:
+                p = self.pending.get(str(msg.get("id")))
+                if p is not None:
+                    p.queue.put_nowait(msg)
+
+    def _retire_stats(self) -> None:
+        for k in STATS_COUNTERS:
+            self.base[k] += float(self.stats.get(k, 0))
+        self.stats = {}
+
+    def _drop_writer(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
+
+    def _fail_all(self, status: int, message: str) -> None:
+        for p in self.pending.values():
+            p.queue.put_nowait(
+                {"type": "error", "status": status, "message": message, "code": "worker_restarted"}
+            )
+        self.pending.clear()
+
+    async def stop(self) -> None:
+        self._stopping = True
+        self._fail_all(503, "the server is shutting down")
+        self._drop_writer()
+        proc = self.proc
+        if proc is not None and proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.wait_for(proc.wait(), 5)
+            except TimeoutError:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+                await proc.wait()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+        self.state = "stopped"
+
+    # -- requests -----------------------------------------------------------------------
+
+    def counter(self, key: str) -> float:
+        return self.base.get(key, 0.0) + float(self.stats.get(key, 0))
+
+    @property
+    def queue_length(self) -> int:
+        return len(self.pending)
+
+    def submit(self, body: dict[str, Any]) -> tuple[str, Pending]:
+        if self.state == "refused":
+            raise Unavailable(f"model {self.spec.name} cannot run: {self.reason}", retry_after=60)
+        if self.state != "ready" or self.writer is None:
+            raise Unavailable(f"model {self.spec.name} is {self.state}; retry shortly")
+        if len(self.pending) >= self.max_queue:
+            raise Overloaded(
+                f"model {self.spec.name} has {len(self.pending)} requests waiting "
+                f"(max_queue {self.max_queue}); retry later",
+                retry_after=1,
+            )
+        rid = f"{self.spec.name}-{next(self._ids)}"
+        p = Pending()
+        self.pending[rid] = p
+        self.writer.write(encode({"type": "generate", "id": rid, **body}))
+        return rid, p
+
+    def finish(self, rid: str, cancel: bool = False) -> None:
+        if self.pending.pop(rid, None) is not None and cancel and self.writer is not None:
+            with contextlib.suppress(Exception):
+                self.writer.write(encode({"type": "cancel", "id": rid}))

@@ -1,0 +1,124 @@
+"""Pool file validation: file:line errors, suggestions, the seed example, fit checks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from acbslurm.broker.devices import cpu_devices
+from acbslurm.errors import AcbslurmError
+from acbslurm.serve.errors import PoolError, ServeError
+from acbslurm.serve.pool import load_pool, load_pool_text, per_device_need, weights_bytes
+from acbslurm.serve.runner import check_fits
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def test_seed_example_is_valid_and_seed_shaped() -> None:
+    pool = load_pool(REPO / "conf/examples/pool-seed.yaml", check_paths=False)
+    assert [(m.name, m.devices) for m in pool.models] == [
+        ("model-a", 4),
+        ("model-b", 4),
+        ("model-c", 8),
+    ]
+    assert pool.host_memory == 100 << 30  # binary units
+    assert pool.models[2].headroom == 8 << 30
+    assert pool.policy == "quantum"
+
+
+def test_minimal_pool_defaults(tiny_models: dict[str, Path]) -> None:
+    pool = load_pool_text(f"models:\n  - name: a\n    path: {tiny_models['model-a']}\n", "p.yaml")
+    m = pool.models[0]
+    assert (m.devices, m.dtype, m.max_batch, pool.listen) == (1, "float32", 8, "127.0.0.1:8000")
+    assert m.where == "p.yaml:2"
+
+
+def test_errors_name_file_line_and_suggest(tiny_models: dict[str, Path]) -> None:
+    text = f"""\
+listen: nowhere
+polcy: fifo
+models:
+  - name: a
+    path: {tiny_models["model-a"]}
+    devices: 0
+    dtype: float8
+    temprature: 0.5
+  - name: a
+    path: /does/not/exist
+"""
+    with pytest.raises(PoolError) as info:
+        load_pool_text(text, "pool.yaml")
+    msg = str(info.value)
+    assert isinstance(info.value, AcbslurmError)
+    assert "pool.yaml:1: listen: 'nowhere' is not HOST:PORT" in msg
+    assert "pool.yaml:2: polcy: unknown key (did you mean 'policy'?)" in msg
+    assert "pool.yaml:6: models.0.devices: must be at least 1" in msg
+    assert "pool.yaml:7: models.0.dtype: must be one of float32" in msg
+    assert "pool.yaml:8: models.0.temprature: unknown key (did you mean 'temperature'?)" in msg
+    assert "pool.yaml:10: models.1.path: /does/not/exist: no config.json" in msg
+
+
+def test_duplicate_names_and_bad_yaml(tiny_models: dict[str, Path]) -> None:
+    p = tiny_models["model-a"]
+    with pytest.raises(
+        PoolError, match=r"p.yaml:4: models.1.name: 'a' already defined at p.yaml:2"
+    ):
+        load_pool_text(
+            f"models:\n  - name: a\n    path: {p}\n  - name: a\n    path: {p}\n", "p.yaml"
+        )
+    with pytest.raises(PoolError, match=r"p.yaml:3: not valid YAML"):
+        load_pool_text("models:\n  - [\n", "p.yaml")
+    with pytest.raises(PoolError, match="models: required"):
+        load_pool_text("listen: 127.0.0.1:1\n", "p.yaml")
+    with pytest.raises(PoolError, match="cannot read pool file"):
+        load_pool("/nonexistent/pool.yaml")
+
+
+def test_sizes_are_binary_and_weights_come_from_safetensors(tiny_models: dict[str, Path]) -> None:
+    p = tiny_models["model-a"]
+    pool = load_pool_text(
+        f"host_memory: 1G\nmodels:\n  - name: a\n    path: {p}\n    headroom: 1M\n", "p"
+    )
+    assert pool.host_memory == 1 << 30 and pool.models[0].headroom == 1 << 20
+    w32 = weights_bytes(str(p), "float32")
+    assert weights_bytes(str(p), "bfloat16") * 2 == w32
+    assert per_device_need(pool.models[0]) == w32 + (1 << 20)
+
+
+def test_a_gang_that_cannot_fit_is_refused_at_start(tiny_models: dict[str, Path]) -> None:
+    p = tiny_models["model-a"]
+    big = load_pool_text(f"models:\n  - name: huge\n    path: {p}\n    devices: 16\n", "p.yaml")
+    with pytest.raises(
+        ServeError, match=r"p.yaml:2: model huge needs 16 device\(s\).*has 8 device"
+    ):
+        check_fits(big, cpu_devices("cpu:8"))
+    small = load_pool_text(f"models:\n  - name: a\n    path: {p}\n    headroom: 1M\n", "p.yaml")
+    with pytest.raises(ServeError, match="0 with that much memory"):
+        check_fits(small, cpu_devices("cpu:8:512K"))
+    check_fits(small, cpu_devices("cpu:8:4M"))
+    tight = load_pool_text(f"host_memory: 1K\nmodels:\n  - name: a\n    path: {p}\n", "p.yaml")
+    with pytest.raises(ServeError, match=r"p\.yaml:1: host_memory"):
+        check_fits(tight, cpu_devices("cpu:1"))
+
+
+def test_demo_pool_is_seed_shaped_and_forces_evictions(tmp_path: Path) -> None:
+    from acbslurm.serve.modelmaker import demo_pool_yaml
+
+    pool = load_pool_text(demo_pool_yaml(root=tmp_path, listen="127.0.0.1:9"), "<demo>")
+    assert [(m.name, m.devices) for m in pool.models] == [
+        ("model-a", 4),
+        ("model-b", 4),
+        ("model-c", 8),
+    ]
+    assert pool.listen == "127.0.0.1:9" and pool.devices.startswith("cpu:8:")
+    devices = cpu_devices(pool.devices)
+    check_fits(pool, devices)  # every gang fits alone ...
+    a, _, c = pool.models
+    share_a = weights_bytes(a.path, a.dtype) // a.devices
+    # ... but A's resident weights and C's need do not fit on one device together.
+    assert share_a + per_device_need(c) > devices[0].memory_total
+    # made once: a second call reuses the cache
+    before = (tmp_path / "model-a" / "config.json").stat().st_mtime
+    demo_pool_yaml(root=tmp_path)
+    assert (tmp_path / "model-a" / "config.json").stat().st_mtime == before
