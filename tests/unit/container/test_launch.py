@@ -1,0 +1,102 @@
+"""`run_container` end to end against the fake Docker daemon (tests/unit/fake_docker.py)."""
+
+import contextlib
+import os
+import signal
+import threading
+from collections.abc import Iterator
+from types import FrameType
+
+import pytest
+from fake_docker import FakeDocker, Program, Request
+
+from acbslurm.container.launch import LaunchSpec, run_container
+from acbslurm.container.options import Limits
+from acbslurm.dockerapi.engine import EngineApi
+
+
+def spec(**kw: object) -> LaunchSpec:
+    base: dict[str, object] = {
+        "image": "img:1",
+        "command": ["train"],
+        "gpu_uuids": ["GPU-a"],
+        "limits": Limits(),
+        "job_id": "12",
+        "user": "user1",
+        "name": "acbslurm-12-x",
+        "grace": 5.0,
+    }
+    base.update(kw)
+    return LaunchSpec(**base)  # type: ignore[arg-type]
+
+
+@contextlib.contextmanager
+def deadline(seconds: float) -> Iterator[None]:
+    """Fail instead of hanging: SIGALRM raises in the main thread after ``seconds``."""
+
+    def expire(_signum: int, _frame: FrameType | None) -> None:
+        raise TimeoutError(f"still running after {seconds} s: it hangs")
+
+    old = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+@pytest.fixture
+def sigterm_seen() -> Iterator[list[int]]:
+    """Catches a SIGTERM that run_container did not take (it would kill pytest)."""
+    seen: list[int] = []
+    old = signal.signal(signal.SIGTERM, lambda signum, _frame: seen.append(signum))
+    yield seen
+    signal.signal(signal.SIGTERM, old)
+
+
+def sigterm_self(_req: Request) -> None:
+    """A script hook: scancel's SIGTERM reaches `acbslurm run` now."""
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+def test_a_run_streams_output_passes_the_exit_code_and_removes_the_container(
+    fake_docker: FakeDocker, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake_docker.program = Program([(1, b"out 1\n"), (2, b"err 1\n"), (1, b"out 2\n")], 3)
+    with deadline(20):
+        code = run_container(EngineApi(fake_docker.host, timeout=5), spec())
+    assert code == 3
+    out, err = capsys.readouterr()
+    assert out == "out 1\nout 2\n"
+    assert err == "err 1\n"
+    (create,) = fake_docker.calls("POST", "/containers/create")
+    assert create.query["name"] == "acbslurm-12-x"
+    assert create.body["HostConfig"]["DeviceRequests"][0]["DeviceIDs"] == ["GPU-a"]
+    assert create.body["Labels"]["acbslurm.job_id"] == "12"
+    assert [r.route.rsplit("/", 1)[-1] for r in fake_docker.calls("POST")] == [
+        "create",
+        "attach",
+        "start",
+        "wait",
+    ]
+    assert len(fake_docker.calls("DELETE")) == 1
+    assert fake_docker.containers == {}
+
+
+def test_sigterm_while_running_stops_the_container_gracefully(
+    fake_docker: FakeDocker, sigterm_seen: list[int]
+) -> None:
+    fake_docker.program = Program([], exit_code=None)  # runs until stopped
+
+    def later(_req: Request) -> None:
+        threading.Timer(0.3, sigterm_self, args=(_req,)).start()
+
+    fake_docker.on("POST", "/containers/*/start", later)
+    with deadline(20):
+        code = run_container(EngineApi(fake_docker.host, timeout=5), spec(grace=7.0))
+    assert code == 143  # the fake's container exits on the stop's SIGTERM
+    (stop,) = fake_docker.calls("POST", "/containers/*/stop")
+    assert stop.query["t"] == "7"
+    assert fake_docker.containers == {}
+    assert sigterm_seen == []  # run_container's handler took it
