@@ -19,7 +19,14 @@ from typing import Any
 
 from acbslurm.container.options import Limits, Mount
 from acbslurm.dockerapi.daemon import start_hint
-from acbslurm.dockerapi.engine import AttachStream, DaemonUnreachable, EngineApi, EngineError
+from acbslurm.dockerapi.engine import (
+    AttachStream,
+    Conflict,
+    DaemonUnreachable,
+    EngineApi,
+    EngineError,
+    NotFound,
+)
 from acbslurm.errors import DockerError, SetupError
 from acbslurm.jobrecord import JOB_LABEL, USER_LABEL
 
@@ -134,14 +141,14 @@ def _create(api: EngineApi, spec: LaunchSpec) -> tuple[str, bool]:
             return api.create(spec.name, container_config(spec, False)), False
     except DaemonUnreachable:
         raise SetupError(start_hint(api.host)) from None
+    except NotFound:
+        raise DockerError(
+            f"image {spec.image!r} is not in your Docker daemon: `docker pull` or "
+            "`docker load` it first"
+        ) from None
+    except Conflict:
+        raise DockerError(f"a container named {spec.name!r} already exists") from None
     except EngineError as exc:
-        if exc.status == 404:
-            raise DockerError(
-                f"image {spec.image!r} is not in your Docker daemon: `docker pull` or "
-                "`docker load` it first"
-            ) from None
-        if exc.status == 409:
-            raise DockerError(f"a container named {spec.name!r} already exists") from None
         raise DockerError(f"cannot create the container: {exc}") from None
 
 

@@ -9,6 +9,7 @@ second thread (a stop on SIGTERM) never shares a connection with a waiting one.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import struct
@@ -23,16 +24,40 @@ if TYPE_CHECKING:
     from typing import Any
 
 
+# Every URL names this Engine API version, so the answers keep the shape this client
+# was written against whatever version the daemon speaks natively (an unversioned URL
+# gets the daemon's newest). 1.41 is the newest that Debian 12's docker.io (20.10)
+# speaks and has all the calls used here (DeviceRequests came in 1.40); Docker 23-28
+# accept it too.
+API_VERSION = "1.41"
+
+
 class DaemonUnreachable(DockerError):
     """No daemon listens on the socket (missing socket file or connection refused)."""
 
 
 class EngineError(DockerError):
-    """The daemon answered with an HTTP error."""
+    """The daemon answered with an HTTP error; the subclasses name the common ones."""
 
     def __init__(self, status: int, message: str) -> None:
         self.status = status
         super().__init__(message)
+
+
+class NotFound(EngineError):
+    """HTTP 404: no such container (or image, for a create)."""
+
+
+class Conflict(EngineError):
+    """HTTP 409: e.g. a container name in use, or a container that is not running."""
+
+
+_BY_STATUS: dict[int, type[EngineError]] = {404: NotFound, 409: Conflict}
+
+
+def http_error(status: int, message: str) -> EngineError:
+    """The EngineError subclass for ``status``."""
+    return _BY_STATUS.get(status, EngineError)(status, message)
 
 
 def _quote(text: str) -> str:
@@ -92,6 +117,7 @@ class EngineApi:
         self.host = docker_host
         self.path = socket_path(docker_host)
         self.timeout = timeout
+        self.version = API_VERSION
 
     def _connect(self, timeout: float | None) -> socket.socket:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -108,7 +134,7 @@ class EngineApi:
 
     def _request(self, method: str, url: str, body: Any = None) -> bytes:
         payload = b"" if body is None else json.dumps(body).encode()
-        head = f"{method} {url} HTTP/1.0\r\nHost: docker\r\n"
+        head = f"{method} /v{self.version}{url} HTTP/1.0\r\nHost: docker\r\n"
         if body is not None:
             head += "Content-Type: application/json\r\n"
         return (head + f"Content-Length: {len(payload)}\r\n\r\n").encode() + payload
@@ -142,7 +168,7 @@ class EngineApi:
                 message = str(json.loads(rest)["message"])
             except (ValueError, KeyError, TypeError):
                 message = rest[:300].decode(errors="replace")
-            raise EngineError(status, f"{what}: {message}")
+            raise http_error(status, f"{what}: {message}")
         return json.loads(rest) if rest.strip() else None
 
     # -- the calls acbslurm needs ---------------------------------------------------
@@ -163,7 +189,7 @@ class EngineApi:
     def attach(self, cid: str) -> AttachStream:
         """Attach to stdout/stderr (with what was written so far), before or after start."""
         sock = self._connect(self.timeout)
-        url = f"/containers/{_quote(cid)}/attach?stream=1&stdout=1&stderr=1&logs=1"
+        url = f"/v{self.version}/containers/{_quote(cid)}/attach?stream=1&stdout=1&stderr=1&logs=1"
         try:
             sock.sendall(
                 f"POST {url} HTTP/1.1\r\nHost: docker\r\nConnection: Upgrade\r\n"
@@ -181,7 +207,7 @@ class EngineApi:
         status, _, rest = _status_and_rest(data, f"Docker at {self.host}: attach")
         if status not in (101, 200):
             sock.close()
-            raise EngineError(status, f"Docker at {self.host}: attach: HTTP {status}")
+            raise http_error(status, f"Docker at {self.host}: attach: HTTP {status}")
         sock.settimeout(None)  # output may pause for as long as the job runs
         return AttachStream(sock, rest)
 
@@ -201,8 +227,5 @@ class EngineApi:
 
     def remove_container(self, cid: str) -> None:
         """Kill and remove, with its anonymous volumes; a missing container is fine."""
-        try:
+        with contextlib.suppress(NotFound):
             self.call("DELETE", f"/containers/{_quote(cid)}?force=1&v=1")
-        except EngineError as exc:
-            if exc.status != 404:
-                raise

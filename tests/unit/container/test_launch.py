@@ -5,14 +5,16 @@ import os
 import signal
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from types import FrameType
 
 import pytest
-from fake_docker import FakeDocker, Program, Request
+from fake_docker import Answer, FakeDocker, Program, Request
 
 from acbslurm.container.launch import LaunchSpec, run_container
 from acbslurm.container.options import Limits
 from acbslurm.dockerapi.engine import EngineApi
+from acbslurm.errors import DockerError, SetupError
 
 
 def spec(**kw: object) -> LaunchSpec:
@@ -100,3 +102,21 @@ def test_sigterm_while_running_stops_the_container_gracefully(
     assert stop.query["t"] == "7"
     assert fake_docker.containers == {}
     assert sigterm_seen == []  # run_container's handler took it
+
+
+def test_create_errors_name_the_fix(fake_docker: FakeDocker) -> None:
+    d = EngineApi(fake_docker.host, timeout=5)
+    fake_docker.images = {"img:1"}
+    with pytest.raises(DockerError, match="image 'other:2' is not in your Docker daemon"):
+        run_container(d, spec(image="other:2"))
+    d.create("acbslurm-12-x", {"Image": "img:1"})
+    with pytest.raises(DockerError, match="a container named 'acbslurm-12-x' already exists"):
+        run_container(d, spec())
+    fake_docker.on("POST", "/containers/create", Answer(500, {"message": "disk full"}))
+    with pytest.raises(DockerError, match=r"cannot create the container: .*disk full"):
+        run_container(d, spec(name="another"))
+
+
+def test_no_daemon_says_how_to_start_one(tmp_path: Path) -> None:
+    with pytest.raises(SetupError, match=r"no Docker daemon is running at .*dockerd-rootless"):
+        run_container(EngineApi(f"unix://{tmp_path}/none.sock", timeout=5), spec())
