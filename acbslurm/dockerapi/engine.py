@@ -28,7 +28,8 @@ if TYPE_CHECKING:
 # was written against whatever version the daemon speaks natively (an unversioned URL
 # gets the daemon's newest). 1.41 is the newest that Debian 12's docker.io (20.10)
 # speaks and has all the calls used here (DeviceRequests came in 1.40); Docker 23-28
-# accept it too.
+# accept it too. Docker >= 29 refuses versions below 1.44 by default ("client version
+# 1.41 is too old"), so a client that hears that moves up once to the daemon's oldest.
 API_VERSION = "1.41"
 
 
@@ -58,6 +59,10 @@ _BY_STATUS: dict[int, type[EngineError]] = {404: NotFound, 409: Conflict}
 def http_error(status: int, message: str) -> EngineError:
     """The EngineError subclass for ``status``."""
     return _BY_STATUS.get(status, EngineError)(status, message)
+
+
+def _version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.split("."))
 
 
 def _quote(text: str) -> str:
@@ -132,23 +137,53 @@ class EngineApi:
             raise DockerError(f"Docker at {self.host}: {exc}") from None
         return sock
 
-    def _request(self, method: str, url: str, body: Any = None) -> bytes:
+    def _request(self, method: str, path: str, body: Any = None) -> bytes:
         payload = b"" if body is None else json.dumps(body).encode()
-        head = f"{method} /v{self.version}{url} HTTP/1.0\r\nHost: docker\r\n"
+        head = f"{method} {path} HTTP/1.0\r\nHost: docker\r\n"
         if body is not None:
             head += "Content-Type: application/json\r\n"
         return (head + f"Content-Length: {len(payload)}\r\n\r\n").encode() + payload
 
     def call(self, method: str, url: str, body: Any = None, timeout: float | None = -1.0) -> Any:
-        """One request; HTTP/1.0, so the daemon sends a plain body and closes.
+        """One request to ``url`` (without the version); HTTP/1.0, so the daemon sends a
+        plain body and closes.
 
         ``timeout`` None waits forever (only for /wait); the default is the client's.
         """
+        try:
+            return self._call(method, url, body, timeout)
+        except EngineError as exc:
+            if not self._step_up(exc):
+                raise
+        return self._call(method, url, body, timeout)
+
+    def _step_up(self, exc: EngineError) -> bool:
+        """After "client version 1.41 is too old", use the daemon's oldest version."""
+        if exc.status != 400 or " is too old" not in str(exc):
+            return False
+        try:
+            oldest = str(self._call("GET", "/version", versioned=False)["MinAPIVersion"])
+            newer = _version_key(oldest) > _version_key(self.version)
+        except (DockerError, KeyError, TypeError, ValueError):
+            return False
+        if newer:
+            self.version = oldest
+        return newer
+
+    def _call(
+        self,
+        method: str,
+        url: str,
+        body: Any = None,
+        timeout: float | None = -1.0,
+        versioned: bool = True,
+    ) -> Any:
         limit = self.timeout if timeout == -1.0 else timeout
         what = f"Docker at {self.host}: {method} {url.split('?')[0]}"
         sock = self._connect(limit)
         try:
-            sock.sendall(self._request(method, url, body))
+            path = f"/v{self.version}{url}" if versioned else url
+            sock.sendall(self._request(method, path, body))
             chunks = []
             deadline = None if limit is None else time.monotonic() + limit
             while True:

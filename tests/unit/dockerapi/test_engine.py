@@ -82,3 +82,27 @@ def test_no_daemon_is_daemon_unreachable(tmp_path: Path) -> None:
             EngineApi(f"unix://{tmp_path}/refused.sock", 1.0).info()
     finally:
         refusing.close()
+
+
+def test_a_daemon_that_refuses_the_pinned_version_gets_its_oldest(
+    fake_docker: FakeDocker,
+) -> None:
+    fake_docker.min_api_version = "1.44"  # Docker >= 29's default
+    d = api(fake_docker)
+    assert d.info()["ServerVersion"] == "fake"
+    cid = d.create("c1", {"Image": "img"})
+    d.attach(cid).sock.close()
+    assert [r.path for r in fake_docker.requests] == [
+        f"/v{API_VERSION}/info",
+        "/version",
+        "/v1.44/info",
+        "/v1.44/containers/create?name=c1",
+        f"/v1.44/containers/{cid}/attach?stream=1&stdout=1&stderr=1&logs=1",
+    ]
+
+
+def test_other_bad_requests_are_not_retried(fake_docker: FakeDocker) -> None:
+    fake_docker.on("GET", "/info", Answer(400, {"message": "bad parameter"}))
+    with pytest.raises(EngineError, match="bad parameter"):
+        api(fake_docker).info()
+    assert len(fake_docker.requests) == 1
