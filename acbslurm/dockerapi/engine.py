@@ -81,12 +81,32 @@ def socket_path(docker_host: str) -> str:
 
 
 def _status_and_rest(data: bytes, what: str) -> tuple[int, bytes, bytes]:
+    if not data:
+        raise DockerError(f"{what}: the connection closed without an answer")
     head, _, rest = data.partition(b"\r\n\r\n")
     try:
         status = int(head.split(b" ", 2)[1])
     except (IndexError, ValueError):
         raise DockerError(f"{what}: bad answer {head[:80]!r}") from None
     return status, head, rest
+
+
+def _content_length(head: bytes) -> int | None:
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None
+
+
+def _of_type(answer: Any, kind: type, what: str) -> Any:
+    """``answer`` when it is a ``kind``; an answer of another shape is not Docker's."""
+    if not isinstance(answer, kind):
+        raise DockerError(f"{what}: truncated or invalid answer (no JSON {kind.__name__})")
+    return answer
 
 
 class AttachStream:
@@ -197,34 +217,51 @@ class EngineApi:
             raise DockerError(f"{what}: {exc}") from None
         finally:
             sock.close()
-        status, _, rest = _status_and_rest(b"".join(chunks), what)
+        status, head, rest = _status_and_rest(b"".join(chunks), what)
         if status >= 400:
             try:
                 message = str(json.loads(rest)["message"])
             except (ValueError, KeyError, TypeError):
                 message = rest[:300].decode(errors="replace")
             raise http_error(status, f"{what}: {message}")
-        return json.loads(rest) if rest.strip() else None
+        # A 2xx that cannot be read (a daemon that died mid-answer, a proxy's page) is
+        # a DockerError like any other trouble: the epilog must not crash on it.
+        size = _content_length(head)
+        if size is not None and len(rest) < size:
+            raise DockerError(f"{what}: truncated or invalid answer ({len(rest)} of {size} bytes)")
+        if not rest.strip():
+            return None
+        try:
+            return json.loads(rest)
+        except ValueError as exc:  # bad JSON or bad UTF-8
+            raise DockerError(f"{what}: truncated or invalid answer ({exc})") from None
 
     # -- the calls acbslurm needs ---------------------------------------------------
     def info(self) -> dict[str, Any]:
-        return dict(self.call("GET", "/info"))
+        return dict(_of_type(self.call("GET", "/info"), dict, f"Docker at {self.host}: GET /info"))
 
     def containers_with_label(self, label: str, stopped: bool = True) -> list[dict[str, Any]]:
         """Containers carrying ``label`` (``key=value``), stopped ones too unless all=False."""
         filters = _quote(json.dumps({"label": [label]}))
-        return list(
-            self.call("GET", f"/containers/json?all={int(stopped)}&filters={filters}") or []
-        )
+        answer = self.call("GET", f"/containers/json?all={int(stopped)}&filters={filters}")
+        what = f"Docker at {self.host}: GET /containers/json"
+        found = _of_type([] if answer is None else answer, list, what)
+        return [c for c in found if isinstance(c, dict)]
 
     def create(self, name: str | None, config: dict[str, Any]) -> str:
         url = "/containers/create" + (f"?name={_quote(name)}" if name else "")
-        return str(self.call("POST", url, config)["Id"])
+        what = f"Docker at {self.host}: POST /containers/create"
+        answer = _of_type(self.call("POST", url, config), dict, what)
+        if not answer.get("Id"):
+            raise DockerError(f"{what}: truncated or invalid answer (no Id: {answer!r})")
+        return str(answer["Id"])
 
     def attach(self, cid: str) -> AttachStream:
         """Attach to stdout/stderr (with what was written so far), before or after start."""
+        what = f"Docker at {self.host}: attach"
         sock = self._connect(self.timeout)
         url = f"/v{self.version}/containers/{_quote(cid)}/attach?stream=1&stdout=1&stderr=1&logs=1"
+        attached = False
         try:
             sock.sendall(
                 f"POST {url} HTTP/1.1\r\nHost: docker\r\nConnection: Upgrade\r\n"
@@ -234,24 +271,41 @@ class EngineApi:
             while b"\r\n\r\n" not in data:
                 more = sock.recv(65536)
                 if not more:
-                    raise DockerError(f"Docker at {self.host}: attach: connection closed")
+                    break  # _status_and_rest names what came, if anything
                 data += more
+            status, _, rest = _status_and_rest(data, what)
+            if status not in (101, 200):
+                raise http_error(status, f"{what}: HTTP {status}")
+            sock.settimeout(None)  # output may pause for as long as the job runs
+            attached = True
         except OSError as exc:
-            sock.close()
-            raise DockerError(f"Docker at {self.host}: attach: {exc}") from None
-        status, _, rest = _status_and_rest(data, f"Docker at {self.host}: attach")
-        if status not in (101, 200):
-            sock.close()
-            raise http_error(status, f"Docker at {self.host}: attach: HTTP {status}")
-        sock.settimeout(None)  # output may pause for as long as the job runs
+            raise DockerError(f"{what}: {exc}") from None
+        finally:
+            if not attached:  # every way out but success: one fd leaked per failure else
+                sock.close()
         return AttachStream(sock, rest)
 
     def start(self, cid: str) -> None:
         self.call("POST", f"/containers/{_quote(cid)}/start")
 
     def wait(self, cid: str) -> int:
-        """Block until the container stops; its exit code."""
-        return int(self.call("POST", f"/containers/{_quote(cid)}/wait", timeout=None)["StatusCode"])
+        """Block until the container stops; its exit code.
+
+        dockerd sends the headers at once and the body when the container stops, so a
+        daemon that dies meanwhile leaves an answer without a body, or none at all.
+        """
+        gone = f"Docker at {self.host}: the Docker daemon went away while the container ran"
+        try:
+            answer = self.call("POST", f"/containers/{_quote(cid)}/wait", timeout=None)
+        except EngineError:
+            raise  # it answered: e.g. no such container
+        except DockerError as exc:  # no connection, no answer, a cut one
+            detail = str(exc).removeprefix(f"Docker at {self.host}: ")
+            raise DockerError(f"{gone} ({detail})") from None
+        code = answer.get("StatusCode") if isinstance(answer, dict) else None
+        if not isinstance(code, int):
+            raise DockerError(f"{gone} (its answer to /wait had no exit code: {answer!r})")
+        return code
 
     def stop(self, cid: str, grace: int) -> None:
         """SIGTERM, then SIGKILL after ``grace`` seconds (the daemon does the waiting)."""

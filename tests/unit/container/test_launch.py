@@ -120,3 +120,17 @@ def test_create_errors_name_the_fix(fake_docker: FakeDocker) -> None:
 def test_no_daemon_says_how_to_start_one(tmp_path: Path) -> None:
     with pytest.raises(SetupError, match=r"no Docker daemon is running at .*dockerd-rootless"):
         run_container(EngineApi(f"unix://{tmp_path}/none.sock", timeout=5), spec())
+
+
+def test_a_daemon_dying_while_the_container_runs_ends_the_run_with_a_clear_error(
+    fake_docker: FakeDocker,
+) -> None:
+    fake_docker.program = Program([(1, b"working\n")], exit_code=None)
+
+    def die_soon(_req: Request) -> None:
+        threading.Timer(0.3, fake_docker.die).start()
+
+    fake_docker.on("POST", "/containers/*/start", die_soon)
+    with deadline(15), pytest.raises(DockerError) as exc:
+        run_container(EngineApi(fake_docker.host, timeout=5), spec())
+    assert "the Docker daemon went away while the container ran" in str(exc.value)

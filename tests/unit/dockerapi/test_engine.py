@@ -1,10 +1,11 @@
 """The Engine API client against the fake Docker daemon (tests/unit/fake_docker.py)."""
 
 import socket
+import time
 from pathlib import Path
 
 import pytest
-from fake_docker import Answer, FakeDocker
+from fake_docker import Answer, FakeDocker, Hang, Raw
 
 from acbslurm.dockerapi.engine import (
     API_VERSION,
@@ -106,3 +107,97 @@ def test_other_bad_requests_are_not_retried(fake_docker: FakeDocker) -> None:
     with pytest.raises(EngineError, match="bad parameter"):
         api(fake_docker).info()
     assert len(fake_docker.requests) == 1
+
+
+OK_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n"
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        OK_HEAD + b'{"ServerVersion": "2',  # the daemon died mid-answer
+        OK_HEAD + b"<html>a proxy's page</html>",
+        OK_HEAD + b'{"Name": "\xff\xfe"}',  # not UTF-8
+        b"HTTP/1.1 200 OK\r\nContent-Length: 40\r\n\r\n" + b'{"ServerVersion": "2"}',
+        OK_HEAD,  # no body at all
+        OK_HEAD + b'["not", "a", "dict"]',
+    ],
+)
+def test_an_unreadable_answer_is_a_docker_error_naming_the_call(
+    fake_docker: FakeDocker, reply: bytes
+) -> None:
+    fake_docker.on("GET", "/info", Raw(reply))
+    with pytest.raises(DockerError) as exc:
+        api(fake_docker).info()
+    assert str(exc.value).startswith(
+        f"Docker at {fake_docker.host}: GET /info: truncated or invalid answer"
+    )
+
+
+def test_a_create_answer_without_an_id_is_a_docker_error(fake_docker: FakeDocker) -> None:
+    fake_docker.on("POST", "/containers/create", Raw(OK_HEAD + b'{"Warnings": []}'))
+    with pytest.raises(DockerError, match="POST /containers/create: truncated or invalid"):
+        api(fake_docker).create("c1", {"Image": "img"})
+
+
+def test_no_answer_at_all_is_a_docker_error(fake_docker: FakeDocker) -> None:
+    fake_docker.on("GET", "/info", Raw(b""))
+    with pytest.raises(DockerError, match="GET /info: the connection closed without an answer"):
+        api(fake_docker).info()
+
+
+@pytest.mark.parametrize(
+    "reply", [b"HTTP/1.1 nonsense\r\n\r\n", b"garbage\r\n\r\n", b"HTTP/1.1 101 Upgr"]
+)
+def test_attach_closes_its_socket_when_the_answer_is_bad(
+    fake_docker: FakeDocker, reply: bytes
+) -> None:
+    fake_docker.on("POST", "/containers/*/attach", Raw(reply, until_client_closes=True))
+    with pytest.raises(DockerError, match="attach") as exc:
+        api(fake_docker, timeout=1.0).attach("c1")
+    # exc keeps the failed call's frames (and so any socket they held) alive.
+    with fake_docker.cond:
+        fake_docker.cond.wait_for(lambda: fake_docker.closed_by_client, timeout=3.0)
+    assert len(fake_docker.closed_by_client) == 1, "the attach socket was left open"
+    assert exc.value is not None
+
+
+def test_attach_closes_its_socket_on_an_http_error(fake_docker: FakeDocker) -> None:
+    reply = b"HTTP/1.1 500 Server Error\r\nContent-Length: 0\r\n\r\n"
+    fake_docker.on("POST", "/containers/*/attach", Raw(reply, until_client_closes=True))
+    with pytest.raises(EngineError, match="attach: HTTP 500"):
+        api(fake_docker).attach("c1")
+    with fake_docker.cond:
+        fake_docker.cond.wait_for(lambda: fake_docker.closed_by_client, timeout=3.0)
+    assert len(fake_docker.closed_by_client) == 1
+
+
+@pytest.mark.parametrize("reply", [OK_HEAD, b"", OK_HEAD + b'{"Error": null}'])
+def test_wait_without_an_exit_code_says_the_daemon_went_away(
+    fake_docker: FakeDocker, reply: bytes
+) -> None:
+    """dockerd sends /wait's headers at once: a daemon that dies leaves no body."""
+    fake_docker.on("POST", "/containers/*/wait", Raw(reply))
+    with pytest.raises(DockerError) as exc:
+        api(fake_docker).wait("c1")
+    assert "the Docker daemon went away while the container ran" in str(exc.value)
+    assert fake_docker.host in str(exc.value)
+
+
+def test_a_silent_daemon_times_out(fake_docker: FakeDocker) -> None:
+    fake_docker.on("GET", "/info", Hang())
+    fake_docker.on("POST", "/containers/*/attach", Hang())
+    d = api(fake_docker, timeout=0.3)
+    for call in (d.info, lambda: d.attach("c1")):
+        start = time.monotonic()
+        with pytest.raises(DockerError, match="timed out"):
+            call()
+        assert time.monotonic() - start < 2.0
+
+
+def test_a_daemon_silent_mid_answer_times_out(fake_docker: FakeDocker) -> None:
+    fake_docker.on("GET", "/info", Raw(OK_HEAD, until_client_closes=True))
+    start = time.monotonic()
+    with pytest.raises(DockerError, match="GET /info: timed out"):
+        api(fake_docker, timeout=0.3).info()
+    assert time.monotonic() - start < 2.0

@@ -3,7 +3,7 @@
 import socket
 from pathlib import Path
 
-from fake_docker import Answer, FakeDocker
+from fake_docker import Answer, FakeDocker, Raw
 
 from acbslurm.hooks.sweep import sweep_job_containers
 
@@ -54,3 +54,14 @@ def test_a_container_gone_meanwhile_is_not_a_failure(fake_docker: FakeDocker) ->
     fake_docker.on("DELETE", "/containers/*", Answer(404, {"message": "No such container"}))
     result = sweep_job_containers("7", [fake_docker.host], 2.0)
     assert result.failures == []
+
+
+def test_a_truncated_answer_is_a_failure_not_a_crash(fake_docker: FakeDocker) -> None:
+    """A daemon dying mid-answer must not crash the epilog (record and sockets stay)."""
+    fake_docker.add_container(JOB)
+    cut = b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n[{"Id": "ab'
+    fake_docker.on("GET", "/containers/json", Raw(cut))
+    result = sweep_job_containers("7", [fake_docker.host], 2.0)
+    assert result.removed == []
+    assert len(result.failures) == 1
+    assert "GET /containers/json: truncated or invalid answer" in result.failures[0]
