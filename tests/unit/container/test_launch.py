@@ -134,3 +134,44 @@ def test_a_daemon_dying_while_the_container_runs_ends_the_run_with_a_clear_error
     with deadline(15), pytest.raises(DockerError) as exc:
         run_container(EngineApi(fake_docker.host, timeout=5), spec())
     assert "the Docker daemon went away while the container ran" in str(exc.value)
+
+
+def test_an_unexpected_error_in_the_wait_thread_cannot_hang_the_run(
+    fake_docker: FakeDocker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken_wait(_self: EngineApi, _cid: str) -> int:
+        raise RuntimeError("a bug in wait")
+
+    monkeypatch.setattr(EngineApi, "wait", broken_wait)
+    with deadline(15), pytest.raises(RuntimeError, match="a bug in wait"):
+        run_container(EngineApi(fake_docker.host, timeout=5), spec())
+    assert fake_docker.containers == {}
+
+
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_signal_before_the_container_starts_means_it_never_starts(
+    fake_docker: FakeDocker,
+    capsys: pytest.CaptureFixture[str],
+    sigterm_seen: list[int],
+    signum: int,
+    code: int,
+) -> None:
+    """scancel while the container is created: not started, removed, 128+signal."""
+    seen: list[int] = []
+    old_int = signal.signal(signal.SIGINT, lambda s, _f: seen.append(s))  # pytest's would raise
+
+    def cancel(_req: Request) -> None:
+        os.kill(os.getpid(), signum)
+
+    fake_docker.on("POST", "/containers/create", cancel)
+    try:
+        with deadline(15):
+            rc = run_container(EngineApi(fake_docker.host, timeout=5), spec())
+    finally:
+        signal.signal(signal.SIGINT, old_int)
+    assert fake_docker.calls("POST", "/containers/*/start") == []
+    assert len(fake_docker.calls("POST", "/containers/create")) == 1
+    assert fake_docker.containers == {}  # removed
+    assert rc == code
+    assert "cancelled before its container started" in capsys.readouterr().err
+    assert sigterm_seen == [] and seen == []  # run_container's handlers took the signal
