@@ -133,9 +133,9 @@ class _Handler(socketserver.BaseRequestHandler):
     def handle(self) -> None:
         fake: FakeDocker = self.server.fake  # type: ignore[attr-defined]
         conn: socket.socket = self.request
-        req = _read_request(conn)
-        if req is not None:
-            with contextlib.suppress(OSError):  # the client went away first
+        with contextlib.suppress(OSError):  # the client went away first
+            req = _read_request(conn)
+            if req is not None:
                 fake.serve(req, conn)
 
 
