@@ -12,14 +12,21 @@ import contextlib
 import signal
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
 
 from acbslurm.container.options import Limits, Mount
 from acbslurm.dockerapi.daemon import start_hint
-from acbslurm.dockerapi.engine import AttachStream, DaemonUnreachable, EngineApi, EngineError
+from acbslurm.dockerapi.engine import (
+    AttachStream,
+    Conflict,
+    DaemonUnreachable,
+    EngineApi,
+    EngineError,
+    NotFound,
+)
 from acbslurm.errors import DockerError, SetupError
 from acbslurm.jobrecord import JOB_LABEL, USER_LABEL
 
@@ -100,26 +107,40 @@ def _pump(stream: AttachStream) -> None:
 
 
 class _Stopper:
-    """Turns SIGTERM/SIGINT into a graceful stop, a second one into a kill."""
+    """SIGTERM/SIGINT: before the container runs, only noted (run_container then does
+    not start it); once it runs, a graceful stop, and a second signal a kill."""
 
-    def __init__(self, api: EngineApi, cid: str, grace: float) -> None:
-        self.api, self.cid, self.grace = api, cid, grace
-        self.signalled = 0
+    def __init__(self, api: EngineApi, grace: float) -> None:
+        self.api, self.grace = api, grace
+        self.first: int | None = None  # the first signal that came, if one did
+        self.cid: str | None = None  # set once the container was started
+        self.signalled = 0  # signals since then
 
     def handle(self, signum: int, _frame: FrameType | None) -> None:
+        if self.first is None:
+            self.first = signum
+        if self.cid is None:
+            return
         self.signalled += 1
         target = self._stop if self.signalled == 1 else self._kill
-        threading.Thread(target=target, daemon=True).start()
+        threading.Thread(target=target, args=(self.cid,), daemon=True).start()
 
-    def _stop(self) -> None:
+    def _stop(self, cid: str) -> None:
         try:
-            self.api.stop(self.cid, max(0, round(self.grace)))
+            self.api.stop(cid, max(0, round(self.grace)))
         except DockerError as exc:
             print(f"acbslurm: stopping the container failed: {exc}", file=sys.stderr)
 
-    def _kill(self) -> None:
+    def _kill(self, cid: str) -> None:
         with contextlib.suppress(DockerError):  # already gone
-            self.api.kill(self.cid)
+            self.api.kill(cid)
+
+
+def _run_pending_handlers(sigs: Iterable[int]) -> None:
+    """Run the handlers of the signals that came while ``sigs`` were blocked, and block
+    them again. CPython runs the handlers before pthread_sigmask returns."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, sigs)
+    signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
 
 
 def _create(api: EngineApi, spec: LaunchSpec) -> tuple[str, bool]:
@@ -134,14 +155,14 @@ def _create(api: EngineApi, spec: LaunchSpec) -> tuple[str, bool]:
             return api.create(spec.name, container_config(spec, False)), False
     except DaemonUnreachable:
         raise SetupError(start_hint(api.host)) from None
+    except NotFound:
+        raise DockerError(
+            f"image {spec.image!r} is not in your Docker daemon: `docker pull` or "
+            "`docker load` it first"
+        ) from None
+    except Conflict:
+        raise DockerError(f"a container named {spec.name!r} already exists") from None
     except EngineError as exc:
-        if exc.status == 404:
-            raise DockerError(
-                f"image {spec.image!r} is not in your Docker daemon: `docker pull` or "
-                "`docker load` it first"
-            ) from None
-        if exc.status == 409:
-            raise DockerError(f"a container named {spec.name!r} already exists") from None
         raise DockerError(f"cannot create the container: {exc}") from None
 
 
@@ -168,53 +189,81 @@ class _InfoProbe:
         return limits_enforced(self.info) if self.info else True
 
 
+CANCELLED = (
+    "acbslurm: the job was cancelled before its container started ({}): "
+    "the container was removed unstarted\n"
+)
+
+
 def run_container(api: EngineApi, spec: LaunchSpec) -> int:
     """Create, attach, start and wait; returns the container's exit code.
 
-    Says once on stderr when the job's CPU/memory limits cannot be enforced.
+    Says once on stderr when the job's CPU/memory limits cannot be enforced. A
+    SIGTERM/SIGINT before the container starts: it is removed unstarted, 128+signal.
     """
-    probe = _InfoProbe(api)
-    cid, with_limits = _create(api, spec)
-    stopper = _Stopper(api, cid, spec.grace)
-    # Worker threads inherit a blocked mask, so signals always reach the main thread.
     sigs = {signal.SIGTERM, signal.SIGINT}
+    # Blocked before anything else: the threads started below inherit the mask, so a
+    # signal reaches only this thread, and one that comes before the container runs
+    # stays pending, neither lost nor killing this process between create and start.
     old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
+    stopper = _Stopper(api, spec.grace)
     old_handlers = {s: signal.signal(s, stopper.handle) for s in sigs}
+    cid: str | None = None
     try:
+        probe = _InfoProbe(api)
+        cid, with_limits = _create(api, spec)
         pump = threading.Thread(target=_pump, args=(api.attach(cid),), daemon=True)
         pump.start()
+        _run_pending_handlers(sigs)  # one that came meanwhile sets stopper.first
+        if stopper.first is not None:
+            sys.stderr.write(CANCELLED.format(signal.Signals(stopper.first).name))
+            sys.stderr.flush()
+            return 128 + stopper.first
+        # A signal from here on stays pending until the wait below, then stops it.
         try:
             api.start(cid)
         except EngineError as exc:
             raise DockerError(f"cannot start the container: {exc}") from None
+        stopper.cid = cid
         has_limits = bool(spec.limits.nano_cpus or spec.limits.mem_bytes)
         if has_limits and not (with_limits and probe.limits_enforced()):
             sys.stderr.write(LIMITS_WARNING)
             sys.stderr.flush()
-        result: dict[str, Any] = {}
-        done = threading.Event()
-
-        def wait() -> None:
-            try:
-                result["code"] = api.wait(cid)
-            except DockerError as exc:
-                result["error"] = exc
-            done.set()
-
-        threading.Thread(target=wait, daemon=True).start()
-        signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
-        while not done.wait(0.2):  # short waits let signal handlers run promptly
-            pass
+        code = _wait(api, cid, old_mask)
         pump.join(timeout=2.0)
-        if "error" in result:
-            raise DockerError(f"waiting for the container failed: {result['error']}")
-        return int(result["code"])
+        return code
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
         for s, h in old_handlers.items():
             signal.signal(s, h)
-        with contextlib.suppress(DockerError):  # else the epilog removes it
-            api.remove_container(cid)
+        if cid is not None:
+            with contextlib.suppress(DockerError):  # else the epilog removes it
+                api.remove_container(cid)
+
+
+def _wait(api: EngineApi, cid: str, old_mask: Iterable[int]) -> int:
+    """The container's exit code; the signals are unblocked while it runs."""
+    result: dict[str, Any] = {}
+    done = threading.Event()
+
+    def wait() -> None:
+        try:
+            result["code"] = api.wait(cid)
+        except Exception as exc:  # whatever went wrong, the main thread hears of it
+            result["error"] = exc
+        finally:
+            done.set()  # else `acbslurm run` would wait forever
+
+    threading.Thread(target=wait, daemon=True).start()  # inherits the blocked mask
+    signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+    while not done.wait(0.2):  # short waits let signal handlers run promptly
+        pass
+    error = result.get("error")
+    if isinstance(error, DockerError):
+        raise DockerError(f"waiting for the container failed: {error}") from None
+    if error is not None:
+        raise error  # a bug: it keeps its traceback
+    return int(result["code"])
 
 
 def command_of(args: Sequence[str]) -> list[str]:

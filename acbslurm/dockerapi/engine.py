@@ -9,6 +9,7 @@ second thread (a stop on SIGTERM) never shares a connection with a waiting one.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import struct
@@ -23,16 +24,45 @@ if TYPE_CHECKING:
     from typing import Any
 
 
+# Every URL names this Engine API version, so the answers keep the shape this client
+# was written against whatever version the daemon speaks natively (an unversioned URL
+# gets the daemon's newest). 1.41 is the newest that Debian 12's docker.io (20.10)
+# speaks and has all the calls used here (DeviceRequests came in 1.40); Docker 23-28
+# accept it too. Docker >= 29 refuses versions below 1.44 by default ("client version
+# 1.41 is too old"), so a client that hears that moves up once to the daemon's oldest.
+API_VERSION = "1.41"
+
+
 class DaemonUnreachable(DockerError):
     """No daemon listens on the socket (missing socket file or connection refused)."""
 
 
 class EngineError(DockerError):
-    """The daemon answered with an HTTP error."""
+    """The daemon answered with an HTTP error; the subclasses name the common ones."""
 
     def __init__(self, status: int, message: str) -> None:
         self.status = status
         super().__init__(message)
+
+
+class NotFound(EngineError):
+    """HTTP 404: no such container (or image, for a create)."""
+
+
+class Conflict(EngineError):
+    """HTTP 409: e.g. a container name in use, or a container that is not running."""
+
+
+_BY_STATUS: dict[int, type[EngineError]] = {404: NotFound, 409: Conflict}
+
+
+def http_error(status: int, message: str) -> EngineError:
+    """The EngineError subclass for ``status``."""
+    return _BY_STATUS.get(status, EngineError)(status, message)
+
+
+def _version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.split("."))
 
 
 def _quote(text: str) -> str:
@@ -51,12 +81,32 @@ def socket_path(docker_host: str) -> str:
 
 
 def _status_and_rest(data: bytes, what: str) -> tuple[int, bytes, bytes]:
+    if not data:
+        raise DockerError(f"{what}: the connection closed without an answer")
     head, _, rest = data.partition(b"\r\n\r\n")
     try:
         status = int(head.split(b" ", 2)[1])
     except (IndexError, ValueError):
         raise DockerError(f"{what}: bad answer {head[:80]!r}") from None
     return status, head, rest
+
+
+def _content_length(head: bytes) -> int | None:
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None
+
+
+def _of_type(answer: Any, kind: type, what: str) -> Any:
+    """``answer`` when it is a ``kind``; an answer of another shape is not Docker's."""
+    if not isinstance(answer, kind):
+        raise DockerError(f"{what}: truncated or invalid answer (no JSON {kind.__name__})")
+    return answer
 
 
 class AttachStream:
@@ -92,6 +142,7 @@ class EngineApi:
         self.host = docker_host
         self.path = socket_path(docker_host)
         self.timeout = timeout
+        self.version = API_VERSION
 
     def _connect(self, timeout: float | None) -> socket.socket:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -106,23 +157,53 @@ class EngineApi:
             raise DockerError(f"Docker at {self.host}: {exc}") from None
         return sock
 
-    def _request(self, method: str, url: str, body: Any = None) -> bytes:
+    def _request(self, method: str, path: str, body: Any = None) -> bytes:
         payload = b"" if body is None else json.dumps(body).encode()
-        head = f"{method} {url} HTTP/1.0\r\nHost: docker\r\n"
+        head = f"{method} {path} HTTP/1.0\r\nHost: docker\r\n"
         if body is not None:
             head += "Content-Type: application/json\r\n"
         return (head + f"Content-Length: {len(payload)}\r\n\r\n").encode() + payload
 
     def call(self, method: str, url: str, body: Any = None, timeout: float | None = -1.0) -> Any:
-        """One request; HTTP/1.0, so the daemon sends a plain body and closes.
+        """One request to ``url`` (without the version); HTTP/1.0, so the daemon sends a
+        plain body and closes.
 
         ``timeout`` None waits forever (only for /wait); the default is the client's.
         """
+        try:
+            return self._call(method, url, body, timeout)
+        except EngineError as exc:
+            if not self._step_up(exc):
+                raise
+        return self._call(method, url, body, timeout)
+
+    def _step_up(self, exc: EngineError) -> bool:
+        """After "client version 1.41 is too old", use the daemon's oldest version."""
+        if exc.status != 400 or " is too old" not in str(exc):
+            return False
+        try:
+            oldest = str(self._call("GET", "/version", versioned=False)["MinAPIVersion"])
+            newer = _version_key(oldest) > _version_key(self.version)
+        except (DockerError, KeyError, TypeError, ValueError):
+            return False
+        if newer:
+            self.version = oldest
+        return newer
+
+    def _call(
+        self,
+        method: str,
+        url: str,
+        body: Any = None,
+        timeout: float | None = -1.0,
+        versioned: bool = True,
+    ) -> Any:
         limit = self.timeout if timeout == -1.0 else timeout
         what = f"Docker at {self.host}: {method} {url.split('?')[0]}"
         sock = self._connect(limit)
         try:
-            sock.sendall(self._request(method, url, body))
+            path = f"/v{self.version}{url}" if versioned else url
+            sock.sendall(self._request(method, path, body))
             chunks = []
             deadline = None if limit is None else time.monotonic() + limit
             while True:
@@ -136,34 +217,51 @@ class EngineApi:
             raise DockerError(f"{what}: {exc}") from None
         finally:
             sock.close()
-        status, _, rest = _status_and_rest(b"".join(chunks), what)
+        status, head, rest = _status_and_rest(b"".join(chunks), what)
         if status >= 400:
             try:
                 message = str(json.loads(rest)["message"])
             except (ValueError, KeyError, TypeError):
                 message = rest[:300].decode(errors="replace")
-            raise EngineError(status, f"{what}: {message}")
-        return json.loads(rest) if rest.strip() else None
+            raise http_error(status, f"{what}: {message}")
+        # A 2xx that cannot be read (a daemon that died mid-answer, a proxy's page) is
+        # a DockerError like any other trouble: the epilog must not crash on it.
+        size = _content_length(head)
+        if size is not None and len(rest) < size:
+            raise DockerError(f"{what}: truncated or invalid answer ({len(rest)} of {size} bytes)")
+        if not rest.strip():
+            return None
+        try:
+            return json.loads(rest)
+        except ValueError as exc:  # bad JSON or bad UTF-8
+            raise DockerError(f"{what}: truncated or invalid answer ({exc})") from None
 
     # -- the calls acbslurm needs ---------------------------------------------------
     def info(self) -> dict[str, Any]:
-        return dict(self.call("GET", "/info"))
+        return dict(_of_type(self.call("GET", "/info"), dict, f"Docker at {self.host}: GET /info"))
 
     def containers_with_label(self, label: str, stopped: bool = True) -> list[dict[str, Any]]:
         """Containers carrying ``label`` (``key=value``), stopped ones too unless all=False."""
         filters = _quote(json.dumps({"label": [label]}))
-        return list(
-            self.call("GET", f"/containers/json?all={int(stopped)}&filters={filters}") or []
-        )
+        answer = self.call("GET", f"/containers/json?all={int(stopped)}&filters={filters}")
+        what = f"Docker at {self.host}: GET /containers/json"
+        found = _of_type([] if answer is None else answer, list, what)
+        return [c for c in found if isinstance(c, dict)]
 
     def create(self, name: str | None, config: dict[str, Any]) -> str:
         url = "/containers/create" + (f"?name={_quote(name)}" if name else "")
-        return str(self.call("POST", url, config)["Id"])
+        what = f"Docker at {self.host}: POST /containers/create"
+        answer = _of_type(self.call("POST", url, config), dict, what)
+        if not answer.get("Id"):
+            raise DockerError(f"{what}: truncated or invalid answer (no Id: {answer!r})")
+        return str(answer["Id"])
 
     def attach(self, cid: str) -> AttachStream:
         """Attach to stdout/stderr (with what was written so far), before or after start."""
+        what = f"Docker at {self.host}: attach"
         sock = self._connect(self.timeout)
-        url = f"/containers/{_quote(cid)}/attach?stream=1&stdout=1&stderr=1&logs=1"
+        url = f"/v{self.version}/containers/{_quote(cid)}/attach?stream=1&stdout=1&stderr=1&logs=1"
+        attached = False
         try:
             sock.sendall(
                 f"POST {url} HTTP/1.1\r\nHost: docker\r\nConnection: Upgrade\r\n"
@@ -173,24 +271,41 @@ class EngineApi:
             while b"\r\n\r\n" not in data:
                 more = sock.recv(65536)
                 if not more:
-                    raise DockerError(f"Docker at {self.host}: attach: connection closed")
+                    break  # _status_and_rest names what came, if anything
                 data += more
+            status, _, rest = _status_and_rest(data, what)
+            if status not in (101, 200):
+                raise http_error(status, f"{what}: HTTP {status}")
+            sock.settimeout(None)  # output may pause for as long as the job runs
+            attached = True
         except OSError as exc:
-            sock.close()
-            raise DockerError(f"Docker at {self.host}: attach: {exc}") from None
-        status, _, rest = _status_and_rest(data, f"Docker at {self.host}: attach")
-        if status not in (101, 200):
-            sock.close()
-            raise EngineError(status, f"Docker at {self.host}: attach: HTTP {status}")
-        sock.settimeout(None)  # output may pause for as long as the job runs
+            raise DockerError(f"{what}: {exc}") from None
+        finally:
+            if not attached:  # every way out but success: one fd leaked per failure else
+                sock.close()
         return AttachStream(sock, rest)
 
     def start(self, cid: str) -> None:
         self.call("POST", f"/containers/{_quote(cid)}/start")
 
     def wait(self, cid: str) -> int:
-        """Block until the container stops; its exit code."""
-        return int(self.call("POST", f"/containers/{_quote(cid)}/wait", timeout=None)["StatusCode"])
+        """Block until the container stops; its exit code.
+
+        dockerd sends the headers at once and the body when the container stops, so a
+        daemon that dies meanwhile leaves an answer without a body, or none at all.
+        """
+        gone = f"Docker at {self.host}: the Docker daemon went away while the container ran"
+        try:
+            answer = self.call("POST", f"/containers/{_quote(cid)}/wait", timeout=None)
+        except EngineError:
+            raise  # it answered: e.g. no such container
+        except DockerError as exc:  # no connection, no answer, a cut one
+            detail = str(exc).removeprefix(f"Docker at {self.host}: ")
+            raise DockerError(f"{gone} ({detail})") from None
+        code = answer.get("StatusCode") if isinstance(answer, dict) else None
+        if not isinstance(code, int):
+            raise DockerError(f"{gone} (its answer to /wait had no exit code: {answer!r})")
+        return code
 
     def stop(self, cid: str, grace: int) -> None:
         """SIGTERM, then SIGKILL after ``grace`` seconds (the daemon does the waiting)."""
@@ -201,8 +316,5 @@ class EngineApi:
 
     def remove_container(self, cid: str) -> None:
         """Kill and remove, with its anonymous volumes; a missing container is fine."""
-        try:
+        with contextlib.suppress(NotFound):
             self.call("DELETE", f"/containers/{_quote(cid)}?force=1&v=1")
-        except EngineError as exc:
-            if exc.status != 404:
-                raise

@@ -1,0 +1,177 @@
+"""`run_container` end to end against the fake Docker daemon (tests/unit/fake_docker.py)."""
+
+import contextlib
+import os
+import signal
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from types import FrameType
+
+import pytest
+from fake_docker import Answer, FakeDocker, Program, Request
+
+from acbslurm.container.launch import LaunchSpec, run_container
+from acbslurm.container.options import Limits
+from acbslurm.dockerapi.engine import EngineApi
+from acbslurm.errors import DockerError, SetupError
+
+
+def spec(**kw: object) -> LaunchSpec:
+    base: dict[str, object] = {
+        "image": "img:1",
+        "command": ["train"],
+        "gpu_uuids": ["GPU-a"],
+        "limits": Limits(),
+        "job_id": "12",
+        "user": "user1",
+        "name": "acbslurm-12-x",
+        "grace": 5.0,
+    }
+    base.update(kw)
+    return LaunchSpec(**base)  # type: ignore[arg-type]
+
+
+@contextlib.contextmanager
+def deadline(seconds: float) -> Iterator[None]:
+    """Fail instead of hanging: SIGALRM raises in the main thread after ``seconds``."""
+
+    def expire(_signum: int, _frame: FrameType | None) -> None:
+        raise TimeoutError(f"still running after {seconds} s: it hangs")
+
+    old = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+@pytest.fixture
+def sigterm_seen() -> Iterator[list[int]]:
+    """Catches a SIGTERM that run_container did not take (it would kill pytest)."""
+    seen: list[int] = []
+    old = signal.signal(signal.SIGTERM, lambda signum, _frame: seen.append(signum))
+    yield seen
+    signal.signal(signal.SIGTERM, old)
+
+
+def sigterm_self(_req: Request) -> None:
+    """A script hook: scancel's SIGTERM reaches `acbslurm run` now."""
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+def test_a_run_streams_output_passes_the_exit_code_and_removes_the_container(
+    fake_docker: FakeDocker, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake_docker.program = Program([(1, b"out 1\n"), (2, b"err 1\n"), (1, b"out 2\n")], 3)
+    with deadline(20):
+        code = run_container(EngineApi(fake_docker.host, timeout=5), spec())
+    assert code == 3
+    out, err = capsys.readouterr()
+    assert out == "out 1\nout 2\n"
+    assert err == "err 1\n"
+    (create,) = fake_docker.calls("POST", "/containers/create")
+    assert create.query["name"] == "acbslurm-12-x"
+    assert create.body["HostConfig"]["DeviceRequests"][0]["DeviceIDs"] == ["GPU-a"]
+    assert create.body["Labels"]["acbslurm.job_id"] == "12"
+    assert [r.route.rsplit("/", 1)[-1] for r in fake_docker.calls("POST")] == [
+        "create",
+        "attach",
+        "start",
+        "wait",
+    ]
+    assert len(fake_docker.calls("DELETE")) == 1
+    assert fake_docker.containers == {}
+
+
+def test_sigterm_while_running_stops_the_container_gracefully(
+    fake_docker: FakeDocker, sigterm_seen: list[int]
+) -> None:
+    fake_docker.program = Program([], exit_code=None)  # runs until stopped
+
+    def later(_req: Request) -> None:
+        threading.Timer(0.3, sigterm_self, args=(_req,)).start()
+
+    fake_docker.on("POST", "/containers/*/start", later)
+    with deadline(20):
+        code = run_container(EngineApi(fake_docker.host, timeout=5), spec(grace=7.0))
+    assert code == 143  # the fake's container exits on the stop's SIGTERM
+    (stop,) = fake_docker.calls("POST", "/containers/*/stop")
+    assert stop.query["t"] == "7"
+    assert fake_docker.containers == {}
+    assert sigterm_seen == []  # run_container's handler took it
+
+
+def test_create_errors_name_the_fix(fake_docker: FakeDocker) -> None:
+    d = EngineApi(fake_docker.host, timeout=5)
+    fake_docker.images = {"img:1"}
+    with pytest.raises(DockerError, match="image 'other:2' is not in your Docker daemon"):
+        run_container(d, spec(image="other:2"))
+    d.create("acbslurm-12-x", {"Image": "img:1"})
+    with pytest.raises(DockerError, match="a container named 'acbslurm-12-x' already exists"):
+        run_container(d, spec())
+    fake_docker.on("POST", "/containers/create", Answer(500, {"message": "disk full"}))
+    with pytest.raises(DockerError, match=r"cannot create the container: .*disk full"):
+        run_container(d, spec(name="another"))
+
+
+def test_no_daemon_says_how_to_start_one(tmp_path: Path) -> None:
+    with pytest.raises(SetupError, match=r"no Docker daemon is running at .*dockerd-rootless"):
+        run_container(EngineApi(f"unix://{tmp_path}/none.sock", timeout=5), spec())
+
+
+def test_a_daemon_dying_while_the_container_runs_ends_the_run_with_a_clear_error(
+    fake_docker: FakeDocker,
+) -> None:
+    fake_docker.program = Program([(1, b"working\n")], exit_code=None)
+
+    def die_soon(_req: Request) -> None:
+        threading.Timer(0.3, fake_docker.die).start()
+
+    fake_docker.on("POST", "/containers/*/start", die_soon)
+    with deadline(15), pytest.raises(DockerError) as exc:
+        run_container(EngineApi(fake_docker.host, timeout=5), spec())
+    assert "the Docker daemon went away while the container ran" in str(exc.value)
+
+
+def test_an_unexpected_error_in_the_wait_thread_cannot_hang_the_run(
+    fake_docker: FakeDocker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken_wait(_self: EngineApi, _cid: str) -> int:
+        raise RuntimeError("a bug in wait")
+
+    monkeypatch.setattr(EngineApi, "wait", broken_wait)
+    with deadline(15), pytest.raises(RuntimeError, match="a bug in wait"):
+        run_container(EngineApi(fake_docker.host, timeout=5), spec())
+    assert fake_docker.containers == {}
+
+
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_signal_before_the_container_starts_means_it_never_starts(
+    fake_docker: FakeDocker,
+    capsys: pytest.CaptureFixture[str],
+    sigterm_seen: list[int],
+    signum: int,
+    code: int,
+) -> None:
+    """scancel while the container is created: not started, removed, 128+signal."""
+    seen: list[int] = []
+    old_int = signal.signal(signal.SIGINT, lambda s, _f: seen.append(s))  # pytest's would raise
+
+    def cancel(_req: Request) -> None:
+        os.kill(os.getpid(), signum)
+
+    fake_docker.on("POST", "/containers/create", cancel)
+    try:
+        with deadline(15):
+            rc = run_container(EngineApi(fake_docker.host, timeout=5), spec())
+    finally:
+        signal.signal(signal.SIGINT, old_int)
+    assert fake_docker.calls("POST", "/containers/*/start") == []
+    assert len(fake_docker.calls("POST", "/containers/create")) == 1
+    assert fake_docker.containers == {}  # removed
+    assert rc == code
+    assert "cancelled before its container started" in capsys.readouterr().err
+    assert sigterm_seen == [] and seen == []  # run_container's handlers took the signal

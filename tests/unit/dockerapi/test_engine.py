@@ -1,0 +1,203 @@
+"""The Engine API client against the fake Docker daemon (tests/unit/fake_docker.py)."""
+
+import socket
+import time
+from pathlib import Path
+
+import pytest
+from fake_docker import Answer, FakeDocker, Hang, Raw
+
+from acbslurm.dockerapi.engine import (
+    API_VERSION,
+    Conflict,
+    DaemonUnreachable,
+    EngineApi,
+    EngineError,
+    NotFound,
+)
+from acbslurm.errors import DockerError
+
+
+def api(fake: FakeDocker, timeout: float = 2.0) -> EngineApi:
+    return EngineApi(fake.host, timeout)
+
+
+@pytest.mark.parametrize(
+    ("status", "kind"), [(404, NotFound), (409, Conflict), (400, EngineError), (500, EngineError)]
+)
+def test_http_errors_are_typed_by_status(
+    fake_docker: FakeDocker, status: int, kind: type[EngineError]
+) -> None:
+    fake_docker.on("GET", "/info", Answer(status, {"message": "refused for a reason"}))
+    with pytest.raises(kind) as exc:
+        api(fake_docker).info()
+    assert type(exc.value) is kind and isinstance(exc.value, DockerError)
+    assert exc.value.status == status
+    assert str(exc.value) == f"Docker at {fake_docker.host}: GET /info: refused for a reason"
+
+
+def test_an_error_without_a_json_message_keeps_its_text(fake_docker: FakeDocker) -> None:
+    fake_docker.on("POST", "/containers/*/start", Answer(500, b"plain text trouble"))
+    with pytest.raises(EngineError, match="POST /containers/abc/start: plain text trouble"):
+        api(fake_docker).start("abc")
+
+
+def test_the_model_answers_with_the_typed_errors(fake_docker: FakeDocker) -> None:
+    d = api(fake_docker)
+    fake_docker.images = {"there:1"}
+    with pytest.raises(NotFound, match="No such image: missing:1"):
+        d.create("c1", {"Image": "missing:1"})
+    d.create("c1", {"Image": "there:1"})
+    with pytest.raises(Conflict, match="is in use"):
+        d.create("c1", {"Image": "there:1"})
+    with pytest.raises(NotFound):
+        d.attach("nosuchcontainer")
+    with pytest.raises(Conflict):
+        d.kill("c1")  # not running
+    d.remove_container("c1")
+    d.remove_container("c1")  # already gone: fine
+
+
+def test_every_url_names_the_pinned_api_version(fake_docker: FakeDocker) -> None:
+    d = api(fake_docker)
+    d.info()
+    cid = d.create("c1", {"Image": "img"})
+    d.attach(cid).sock.close()
+    d.start(cid)
+    assert d.wait(cid) == 0
+    d.containers_with_label("acbslurm.job_id=1")
+    d.remove_container(cid)
+    paths = [r.path for r in fake_docker.requests]
+    assert len(paths) == 7
+    assert all(p.startswith(f"/v{API_VERSION}/") for p in paths), paths
+    assert API_VERSION == "1.41"
+
+
+def test_no_daemon_is_daemon_unreachable(tmp_path: Path) -> None:
+    with pytest.raises(DaemonUnreachable, match="no Docker daemon at"):
+        EngineApi(f"unix://{tmp_path}/missing.sock", 1.0).info()
+    refusing = socket.socket(socket.AF_UNIX)  # a socket file nobody listens on
+    refusing.bind(str(tmp_path / "refused.sock"))
+    try:
+        with pytest.raises(DaemonUnreachable, match="refused"):
+            EngineApi(f"unix://{tmp_path}/refused.sock", 1.0).info()
+    finally:
+        refusing.close()
+
+
+def test_a_daemon_that_refuses_the_pinned_version_gets_its_oldest(
+    fake_docker: FakeDocker,
+) -> None:
+    fake_docker.min_api_version = "1.44"  # Docker >= 29's default
+    d = api(fake_docker)
+    assert d.info()["ServerVersion"] == "fake"
+    cid = d.create("c1", {"Image": "img"})
+    d.attach(cid).sock.close()
+    assert [r.path for r in fake_docker.requests] == [
+        f"/v{API_VERSION}/info",
+        "/version",
+        "/v1.44/info",
+        "/v1.44/containers/create?name=c1",
+        f"/v1.44/containers/{cid}/attach?stream=1&stdout=1&stderr=1&logs=1",
+    ]
+
+
+def test_other_bad_requests_are_not_retried(fake_docker: FakeDocker) -> None:
+    fake_docker.on("GET", "/info", Answer(400, {"message": "bad parameter"}))
+    with pytest.raises(EngineError, match="bad parameter"):
+        api(fake_docker).info()
+    assert len(fake_docker.requests) == 1
+
+
+OK_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n"
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        OK_HEAD + b'{"ServerVersion": "2',  # the daemon died mid-answer
+        OK_HEAD + b"<html>a proxy's page</html>",
+        OK_HEAD + b'{"Name": "\xff\xfe"}',  # not UTF-8
+        b"HTTP/1.1 200 OK\r\nContent-Length: 40\r\n\r\n" + b'{"ServerVersion": "2"}',
+        OK_HEAD,  # no body at all
+        OK_HEAD + b'["not", "a", "dict"]',
+    ],
+)
+def test_an_unreadable_answer_is_a_docker_error_naming_the_call(
+    fake_docker: FakeDocker, reply: bytes
+) -> None:
+    fake_docker.on("GET", "/info", Raw(reply))
+    with pytest.raises(DockerError) as exc:
+        api(fake_docker).info()
+    assert str(exc.value).startswith(
+        f"Docker at {fake_docker.host}: GET /info: truncated or invalid answer"
+    )
+
+
+def test_a_create_answer_without_an_id_is_a_docker_error(fake_docker: FakeDocker) -> None:
+    fake_docker.on("POST", "/containers/create", Raw(OK_HEAD + b'{"Warnings": []}'))
+    with pytest.raises(DockerError, match="POST /containers/create: truncated or invalid"):
+        api(fake_docker).create("c1", {"Image": "img"})
+
+
+def test_no_answer_at_all_is_a_docker_error(fake_docker: FakeDocker) -> None:
+    fake_docker.on("GET", "/info", Raw(b""))
+    with pytest.raises(DockerError, match="GET /info: the connection closed without an answer"):
+        api(fake_docker).info()
+
+
+@pytest.mark.parametrize(
+    "reply", [b"HTTP/1.1 nonsense\r\n\r\n", b"garbage\r\n\r\n", b"HTTP/1.1 101 Upgr"]
+)
+def test_attach_closes_its_socket_when_the_answer_is_bad(
+    fake_docker: FakeDocker, reply: bytes
+) -> None:
+    fake_docker.on("POST", "/containers/*/attach", Raw(reply, until_client_closes=True))
+    with pytest.raises(DockerError, match="attach") as exc:
+        api(fake_docker, timeout=1.0).attach("c1")
+    # exc keeps the failed call's frames (and so any socket they held) alive.
+    with fake_docker.cond:
+        fake_docker.cond.wait_for(lambda: fake_docker.closed_by_client, timeout=3.0)
+    assert len(fake_docker.closed_by_client) == 1, "the attach socket was left open"
+    assert exc.value is not None
+
+
+def test_attach_closes_its_socket_on_an_http_error(fake_docker: FakeDocker) -> None:
+    reply = b"HTTP/1.1 500 Server Error\r\nContent-Length: 0\r\n\r\n"
+    fake_docker.on("POST", "/containers/*/attach", Raw(reply, until_client_closes=True))
+    with pytest.raises(EngineError, match="attach: HTTP 500"):
+        api(fake_docker).attach("c1")
+    with fake_docker.cond:
+        fake_docker.cond.wait_for(lambda: fake_docker.closed_by_client, timeout=3.0)
+    assert len(fake_docker.closed_by_client) == 1
+
+
+@pytest.mark.parametrize("reply", [OK_HEAD, b"", OK_HEAD + b'{"Error": null}'])
+def test_wait_without_an_exit_code_says_the_daemon_went_away(
+    fake_docker: FakeDocker, reply: bytes
+) -> None:
+    """dockerd sends /wait's headers at once: a daemon that dies leaves no body."""
+    fake_docker.on("POST", "/containers/*/wait", Raw(reply))
+    with pytest.raises(DockerError) as exc:
+        api(fake_docker).wait("c1")
+    assert "the Docker daemon went away while the container ran" in str(exc.value)
+    assert fake_docker.host in str(exc.value)
+
+
+def test_a_silent_daemon_times_out(fake_docker: FakeDocker) -> None:
+    fake_docker.on("GET", "/info", Hang())
+    fake_docker.on("POST", "/containers/*/attach", Hang())
+    d = api(fake_docker, timeout=0.3)
+    for call in (d.info, lambda: d.attach("c1")):
+        start = time.monotonic()
+        with pytest.raises(DockerError, match="timed out"):
+            call()
+        assert time.monotonic() - start < 2.0
+
+
+def test_a_daemon_silent_mid_answer_times_out(fake_docker: FakeDocker) -> None:
+    fake_docker.on("GET", "/info", Raw(OK_HEAD, until_client_closes=True))
+    start = time.monotonic()
+    with pytest.raises(DockerError, match="GET /info: timed out"):
+        api(fake_docker, timeout=0.3).info()
+    assert time.monotonic() - start < 2.0
