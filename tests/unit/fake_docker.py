@@ -280,15 +280,9 @@ class FakeDocker:
 
     # -- the model: just enough of dockerd ------------------------------------------
     def _model(self, req: Request, conn: socket.socket) -> Reply | None:
-        low = self.min_api_version
-        if low and req.version and _version_tuple(req.version) < _version_tuple(low):
-            return Answer(
-                400,
-                {
-                    "message": f"client version {req.version} is too old. Minimum supported "
-                    f"API version is {low}, please upgrade your client to a newer version"
-                },
-            )
+        too_old = self._too_old(req)
+        if too_old is not None:
+            return too_old
         route, method = req.route, req.method
         if (method, route) == ("GET", "/version"):
             oldest = self.min_api_version or "1.24"
@@ -312,29 +306,45 @@ class FakeDocker:
             streams(c, conn)  # answers on the connection itself
             return None
         with self.cond:
-            if action == ("POST", "/start"):
-                if c.state != "created":
-                    return Answer(304)
-                c.state = "running"
-                if c.program.exit_code is not None:
-                    self._exit(c, c.program.exit_code)
-            elif action in (("POST", "/stop"), ("POST", "/kill")):
-                if c.state != "running":
-                    return (
-                        Answer(304)
-                        if action[1] == "/stop"
-                        else Answer(409, {"message": "not running"})
-                    )
-                self._exit(c, 143 if action[1] == "/stop" else 137)
-            elif action == ("DELETE", ""):
-                if c.state == "running" and req.query.get("force") != "1":
-                    return Answer(409, {"message": "stop the container before removing it"})
-                if c.state == "running":
-                    self._exit(c, 137)
-                del self.containers[c.id]
-            else:
-                return Answer(404, {"message": "page not found"})
+            reply = self._act(c, action, req)
             self.cond.notify_all()
+        return reply
+
+    def _too_old(self, req: Request) -> Reply | None:
+        """Docker >= 29's answer to a client below its minimum API version."""
+        low = self.min_api_version
+        if not (low and req.version and _version_tuple(req.version) < _version_tuple(low)):
+            return None
+        return Answer(
+            400,
+            {
+                "message": f"client version {req.version} is too old. Minimum supported "
+                f"API version is {low}, please upgrade your client to a newer version"
+            },
+        )
+
+    def _act(self, c: Container, action: tuple[str, str], req: Request) -> Reply:
+        """start, stop, kill or delete ``c`` (under ``self.cond``)."""
+        if action == ("POST", "/start"):
+            if c.state != "created":
+                return Answer(304)
+            c.state = "running"
+            if c.program.exit_code is not None:
+                self._exit(c, c.program.exit_code)
+        elif action in (("POST", "/stop"), ("POST", "/kill")):
+            if c.state != "running":
+                return (
+                    Answer(304) if action[1] == "/stop" else Answer(409, {"message": "not running"})
+                )
+            self._exit(c, 143 if action[1] == "/stop" else 137)
+        elif action == ("DELETE", ""):
+            if c.state == "running" and req.query.get("force") != "1":
+                return Answer(409, {"message": "stop the container before removing it"})
+            if c.state == "running":
+                self._exit(c, 137)
+            del self.containers[c.id]
+        else:
+            return Answer(404, {"message": "page not found"})
         return Answer(204)
 
     def _find(self, ident: str) -> Container | None:
