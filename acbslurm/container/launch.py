@@ -12,6 +12,7 @@ import contextlib
 import signal
 import sys
 import threading
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from types import FrameType
@@ -22,6 +23,7 @@ from acbslurm.dockerapi.daemon import start_hint
 from acbslurm.dockerapi.engine import (
     AttachStream,
     Conflict,
+    DaemonGone,
     DaemonUnreachable,
     EngineApi,
     EngineError,
@@ -231,6 +233,11 @@ def run_container(api: EngineApi, spec: LaunchSpec) -> int:
             sys.stderr.flush()
         code = _wait(api, cid, old_mask)
         pump.join(timeout=2.0)
+        if code >= 128 and stopper.first is None and _daemon_stopped(api):
+            raise DaemonGone(
+                f"the Docker daemon at {api.host} stopped while the container ran; it "
+                f"stopped the container (exit code {code})"
+            )
         return code
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
@@ -239,6 +246,17 @@ def run_container(api: EngineApi, spec: LaunchSpec) -> int:
         if cid is not None:
             with contextlib.suppress(DockerError):  # else the epilog removes it
                 api.remove_container(cid)
+
+
+def _daemon_stopped(api: EngineApi, within: float = 3.0) -> bool:
+    """Whether the daemon goes away right after a container died of a signal: a dockerd
+    stopped gracefully (systemctl stop) stops its containers first, then exits."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if not api.answers():
+            return True
+        time.sleep(0.2)
+    return False
 
 
 def _wait(api: EngineApi, cid: str, old_mask: Iterable[int]) -> int:
@@ -259,6 +277,8 @@ def _wait(api: EngineApi, cid: str, old_mask: Iterable[int]) -> int:
     while not done.wait(0.2):  # short waits let signal handlers run promptly
         pass
     error = result.get("error")
+    if isinstance(error, DaemonGone):
+        raise error  # its own exit code
     if isinstance(error, DockerError):
         raise DockerError(f"waiting for the container failed: {error}") from None
     if error is not None:

@@ -37,6 +37,16 @@ class DaemonUnreachable(DockerError):
     """No daemon listens on the socket (missing socket file or connection refused)."""
 
 
+class DaemonGone(DockerError):
+    """The daemon went away while a container ran: its exit is not known.
+
+    A distinct exit code for `acbslurm run` (as `docker run` uses 125 for "the error is
+    with Docker itself"), so a job script can tell it from the program's own codes.
+    """
+
+    exit_code = 125
+
+
 class EngineError(DockerError):
     """The daemon answered with an HTTP error; the subclasses name the common ones."""
 
@@ -301,11 +311,21 @@ class EngineApi:
             raise  # it answered: e.g. no such container
         except DockerError as exc:  # no connection, no answer, a cut one
             detail = str(exc).removeprefix(f"Docker at {self.host}: ")
-            raise DockerError(f"{gone} ({detail})") from None
+            raise DaemonGone(f"{gone} ({detail})") from None
         code = answer.get("StatusCode") if isinstance(answer, dict) else None
         if not isinstance(code, int):
-            raise DockerError(f"{gone} (its answer to /wait had no exit code: {answer!r})")
+            raise DaemonGone(f"{gone} (its answer to /wait had no exit code: {answer!r})")
         return code
+
+    def answers(self) -> bool:
+        """Whether the daemon answers at all now (``GET /version``)."""
+        try:
+            self.call("GET", "/version")
+        except DaemonUnreachable:
+            return False
+        except DockerError:
+            return True  # it answered, if oddly
+        return True
 
     def stop(self, cid: str, grace: int) -> None:
         """SIGTERM, then SIGKILL after ``grace`` seconds (the daemon does the waiting)."""

@@ -13,7 +13,7 @@ from fake_docker import Answer, FakeDocker, Program, Request
 
 from acbslurm.container.launch import LaunchSpec, run_container
 from acbslurm.container.options import Limits
-from acbslurm.dockerapi.engine import EngineApi
+from acbslurm.dockerapi.engine import DaemonGone, EngineApi
 from acbslurm.errors import DockerError, SetupError
 
 
@@ -134,6 +134,36 @@ def test_a_daemon_dying_while_the_container_runs_ends_the_run_with_a_clear_error
     with deadline(15), pytest.raises(DockerError) as exc:
         run_container(EngineApi(fake_docker.host, timeout=5), spec())
     assert "the Docker daemon went away while the container ran" in str(exc.value)
+    # A code of its own, as `docker run` has 125 for "the error is with Docker itself".
+    assert isinstance(exc.value, DaemonGone) and exc.value.exit_code == 125
+
+
+def test_a_daemon_stopped_gracefully_says_so(fake_docker: FakeDocker) -> None:
+    # `systemctl stop docker` stops the containers (exit 143), then the daemon exits:
+    # the job must say why, not just end with 143.
+    fake_docker.program = Program([(1, b"working\n")], exit_code=None)
+
+    def stop_then_die(_req: Request) -> None:
+        def later() -> None:
+            with fake_docker.cond:
+                for c in fake_docker.containers.values():
+                    fake_docker._exit(c, 143)
+                fake_docker.cond.notify_all()
+            threading.Timer(0.3, fake_docker.die).start()
+
+        threading.Timer(0.3, later).start()
+
+    fake_docker.on("POST", "/containers/*/start", stop_then_die)
+    with deadline(15), pytest.raises(DaemonGone, match=r"Docker daemon at .* stopped while"):
+        run_container(EngineApi(fake_docker.host, timeout=5), spec())
+
+
+def test_a_container_killed_by_a_signal_with_the_daemon_up_keeps_its_code(
+    fake_docker: FakeDocker,
+) -> None:
+    fake_docker.program = Program([(1, b"oom\n")], exit_code=137)
+    with deadline(15):
+        assert run_container(EngineApi(fake_docker.host, timeout=5), spec()) == 137
 
 
 def test_an_unexpected_error_in_the_wait_thread_cannot_hang_the_run(
