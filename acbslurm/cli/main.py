@@ -31,6 +31,7 @@ COMMANDS: dict[str, str] = {
     "gpus": "acbslurm.cli.hooks:gpus",
     "report": "acbslurm.cli.report:report",
     "broker": "acbslurm.cli.broker:broker",
+    "doctor": "acbslurm.cli.doctor:doctor",
 }
 
 
