@@ -61,12 +61,14 @@ def start_hint_for(ctx: Context) -> str:
         return f"fix the docker_host setting {ctx.settings.docker_host!r}"
 
 
-def check_linger(ctx: Context, systemd: str = "/run/systemd/system") -> Check:
+def check_linger(
+    ctx: Context, systemd: str = "/run/systemd/system", lingering: str = "/var/lib/systemd/linger"
+) -> Check:
     if ctx.uid == 0:
         return skip("linger", "root: give `--user NAME` to check a job user")
     if not os.path.isdir(systemd):
         return skip("linger", "systemd does not run here: start the user's daemon another way")
-    if os.path.exists(f"/var/lib/systemd/linger/{ctx.user}"):
+    if os.path.exists(os.path.join(lingering, ctx.user)):
         return ok("linger", f"{ctx.user} lingers: the user's daemon outlives their logins")
     return warn(
         "linger",

@@ -102,7 +102,7 @@ def check_nvidia_hook(ctx: Context, proc: str = "/proc", config: str = TOOLKIT_C
                 "settings use NVML (gpu_inventory is empty)",
                 "remove it from the daemon's PATH and " + FIX_INSTALL,
             )
-        return ok("nvidia-hook", f"{hook}: the sandbox's stand-in (records, grants nothing)")
+        return ok("nvidia-hook", f"{hook} on {where}: the sandbox's stand-in (grants nothing)")
     problem = _config_problem(config)
     if problem:
         return fail(

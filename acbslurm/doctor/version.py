@@ -11,6 +11,8 @@ from acbslurm.errors import AcbslurmError
 from acbslurm.proc import run
 
 TESTED = (22, 5)
+# where slurmd lives when sbin is not on PATH
+SBIN = "/usr/sbin:/usr/local/sbin"
 _VERSION = re.compile(r"(\d+)\.(\d+)(?:\.(\d+))?")
 
 
@@ -21,7 +23,7 @@ def _version(argv: list[str], env: dict[str, str]) -> tuple[str, tuple[int, int]
 
 
 def _slurmd_version(env: dict[str, str]) -> str:
-    slurmd = shutil.which("slurmd", path=env.get("PATH", "") + ":/usr/sbin:/usr/local/sbin")
+    slurmd = shutil.which("slurmd", path=env.get("PATH", "") + ":" + SBIN)
     if not slurmd:
         return ""
     try:
