@@ -12,8 +12,11 @@ from __future__ import annotations
 import os
 import tomllib
 
+from acbslurm.dockerapi.engine import socket_path
 from acbslurm.doctor.context import Context
+from acbslurm.doctor.docker import docker_host
 from acbslurm.doctor.result import Check, fail, ok
+from acbslurm.errors import AcbslurmError
 
 HOOK = "nvidia-container-runtime-hook"
 STANDIN_MARK = "SANDBOX-ONLY"
@@ -32,22 +35,50 @@ def _status_uid(text: str) -> int:
     return -1
 
 
-def daemon_envs(uid: int, proc: str = "/proc") -> list[dict[str, str]]:
-    """The environments of the ``dockerd`` processes of ``uid`` that we may read."""
-    envs = []
+def _nul_list(path: str) -> list[str]:
+    with open(path, "rb") as f:
+        return [item.decode(errors="replace") for item in f.read().split(b"\0") if item]
+
+
+def _socket_of(argv: list[str], env: dict[str, str]) -> str:
+    """The unix socket a dockerd listens on: ``-H``/``--host``, else its default."""
+    for i, arg in enumerate(argv):
+        value = arg.split("=", 1)[1] if arg.startswith("--host=") else ""
+        if arg in ("-H", "--host") and i + 1 < len(argv):
+            value = argv[i + 1]
+        if value.startswith("unix://"):
+            return value[len("unix://") :]
+    return os.path.join(env.get("XDG_RUNTIME_DIR", "/run/user/0"), "docker.sock")
+
+
+def daemon_envs(uid: int, proc: str = "/proc") -> list[tuple[str, dict[str, str]]]:
+    """(socket, environment) of the ``dockerd`` processes of ``uid`` that we may read."""
+    out = []
     for pid in (p for p in os.listdir(proc) if p.isdigit()):
         try:
             with open(os.path.join(proc, pid, "status")) as f:
                 status = f.read()
             if not status.startswith("Name:\tdockerd\n") or _status_uid(status) != uid:
                 continue
-            with open(os.path.join(proc, pid, "environ"), "rb") as f:
-                raw = f.read()
+            env = dict(item.partition("=")[::2] for item in _nul_list(f"{proc}/{pid}/environ"))
+            argv = _nul_list(f"{proc}/{pid}/cmdline")
         except OSError:  # gone, or not ours to read
             continue
-        pairs = (item.decode(errors="replace").partition("=") for item in raw.split(b"\0") if item)
-        envs.append({k: v for k, _, v in pairs})
-    return envs
+        out.append((_socket_of(argv, env), env))
+    return out
+
+
+def _the_daemon(ctx: Context, proc: str) -> dict[str, str] | None:
+    """The environment of the daemon `acbslurm run` would use (by its socket), if it runs."""
+    daemons = daemon_envs(ctx.uid, proc)
+    try:
+        want = socket_path(docker_host(ctx))
+    except (AcbslurmError, KeyError, IndexError, ValueError):
+        want = ""
+    for sock, env in daemons:
+        if os.path.realpath(sock) == os.path.realpath(want):
+            return env
+    return daemons[0][1] if daemons else None
 
 
 def find_hook(path: str) -> str:
@@ -81,11 +112,11 @@ def _config_problem(config: str) -> str:
 
 
 def check_nvidia_hook(ctx: Context, proc: str = "/proc", config: str = TOOLKIT_CONFIG) -> Check:
-    envs = daemon_envs(ctx.uid, proc)
-    if envs:
+    env = _the_daemon(ctx, proc)
+    if env is not None:
         where = f"the PATH of {ctx.user}'s running dockerd"
-        path = envs[0].get("PATH", "")
-        xdg = envs[0].get("XDG_CONFIG_HOME")
+        path = env.get("PATH", "")
+        xdg = env.get("XDG_CONFIG_HOME")
         user_config = os.path.join(xdg, "nvidia-container-runtime", "config.toml") if xdg else ""
         config = user_config if user_config and os.path.exists(user_config) else config
     else:

@@ -122,6 +122,44 @@ def _interpreter_problem(head: str) -> str:
     return ""
 
 
+def _users_can_run(path: str) -> bool:
+    """Whether any user may run ``path``: it and every directory above it are o+x."""
+    real = os.path.realpath(path)
+    while True:
+        try:
+            if not os.stat(real).st_mode & stat.S_IXOTH:
+                return False
+        except OSError:
+            return False
+        up = os.path.dirname(real)
+        if up == real:
+            return True
+        real = up
+
+
+def _shebang(path: str) -> str:
+    try:
+        with open(path, "rb") as f:
+            head = f.read(256).decode(errors="replace")
+    except OSError:
+        return ""
+    words = head[2:].split("\n", 1)[0].split() if head.startswith("#!") else []
+    return words[0] if words else ""
+
+
+def _user_problems(programs: list[str]) -> list[str]:
+    """TaskProlog runs as the job's user: every program of it, and its interpreter."""
+    problems = []
+    for prog in programs:
+        for x in filter(None, [prog, _shebang(prog)]):
+            if not _users_can_run(x):
+                problems.append(
+                    f"{x} cannot be run by job users (TaskProlog runs as the job's user; "
+                    "a venv's python under /root or a home directory is not theirs)"
+                )
+    return problems
+
+
 def _script_problems(key: str, path: str) -> list[str]:
     if not os.path.isabs(path):
         return [f"{key}={path} is not an absolute path"]
@@ -139,15 +177,24 @@ def _script_problems(key: str, path: str) -> list[str]:
             head = f.read(65536).decode(errors="replace")
     except OSError as exc:
         return [*problems, f"{key}={path} is unreadable: {exc.strerror}"]
+    return problems + _content_problems(key, path, head)
+
+
+def _content_problems(key: str, path: str, head: str) -> list[str]:
+    """What the script's text shows: its interpreter, whether (and what) it calls."""
+    problems = []
     interp = _interpreter_problem(head)
     if interp:
         problems.append(f"{key}={path}: {interp}")
     marker, script = HOOKS[key]
     if not marker.search(head):
         problems.append(f"{key}={path} does not run {script}")
-    for called in sorted(set(re.findall(r"(/[^\s'\";|&()]*/" + script + r")\b", head))):
-        if called != path and not os.access(called, os.X_OK):
-            problems.append(f"{key}={path} calls {called}, which is not executable")
+    called = sorted(set(re.findall(r"(/[^\s'\";|&()]*/" + script + r")\b", head)) - {path})
+    for c in called:
+        if not os.access(c, os.X_OK):
+            problems.append(f"{key}={path} calls {c}, which is not executable")
+    if key == "TaskProlog":
+        problems += _user_problems([path, *called])
     return problems
 
 

@@ -4,7 +4,8 @@ device nodes in a temporary directory."""
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,15 @@ def hook_script(path: Path, body: str, mode: int = 0o755) -> Path:
 
 
 @pytest.fixture
-def node(tmp_path: Path) -> Path:
+def node() -> Iterator[Path]:
+    # Not pytest's tmp_path, whose root is its owner's alone: the TaskProlog check wants
+    # programs that job users can run.
+    with tempfile.TemporaryDirectory(prefix="acbslurm-doctor-") as d:
+        os.chmod(d, 0o755)
+        yield _make_node(Path(d))
+
+
+def _make_node(tmp_path: Path) -> Path:
     """Two emulated GPUs (minors 0 and 1), their inventory, gres.conf and slurm.conf."""
     dev = tmp_path / "dev"
     dev.mkdir()

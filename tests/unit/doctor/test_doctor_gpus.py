@@ -96,11 +96,14 @@ def test_no_nvml(make_ctx: Callable[..., Context], monkeypatch: pytest.MonkeyPat
 # -- the NVIDIA hook ------------------------------------------------------------------
 
 
-def _fake_dockerd(proc: Path, uid: int, env: dict[str, str], pid: int = 4242) -> None:
+def _fake_dockerd(
+    proc: Path, uid: int, env: dict[str, str], pid: int = 4242, argv: tuple[str, ...] = ()
+) -> None:
     d = proc / str(pid)
     d.mkdir(parents=True)
     (d / "status").write_text(f"Name:\tdockerd\nUmask:\t0022\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\n")
     (d / "environ").write_bytes(b"\0".join(f"{k}={v}".encode() for k, v in env.items()) + b"\0")
+    (d / "cmdline").write_bytes(b"\0".join(a.encode() for a in ("dockerd", *argv)) + b"\0")
 
 
 REAL_HOOK = "#!/bin/true\n# ELF stand-in for NVIDIA's binary\n"
@@ -108,10 +111,15 @@ STANDIN = "#!/usr/bin/python3 -I\n# SANDBOX-ONLY stand-in for NVIDIA's hook\n"
 
 
 @pytest.fixture
-def daemon_bin(tmp_path: Path) -> Path:
+def daemon_bin(tmp_path: Path, node: Path) -> Path:
     b = tmp_path / "daemon-bin"
     b.mkdir()
-    _fake_dockerd(tmp_path / "proc", 1001, {"PATH": f"{b}:/usr/bin", "HOME": "/home/u"})
+    # user1's daemon at the site's docker_host, by its default socket
+    env = {"PATH": f"{b}:/usr/bin", "XDG_RUNTIME_DIR": f"{node}/run/user1"}
+    _fake_dockerd(tmp_path / "proc", 1001, env, pid=4545)
+    # another daemon of user1 (a second sandbox), listening elsewhere
+    other = ("--data-root=/x", "-H", f"unix://{tmp_path}/other.sock")
+    _fake_dockerd(tmp_path / "proc", 1001, {"PATH": "/nowhere"}, pid=4242, argv=other)
     _fake_dockerd(tmp_path / "proc", 1002, {"PATH": "/nowhere"}, pid=4343)  # not our user's
     return b
 

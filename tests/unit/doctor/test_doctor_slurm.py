@@ -145,3 +145,13 @@ def test_scontrol_and_slurmd_disagree(
     monkeypatch.setattr(version, "SBIN", "")
     c = version.check_slurm_version(make_ctx(env=env))
     assert c.status == "warn" and "slurmd is slurm 22.05.8" in c.summary
+
+
+def test_a_task_prolog_users_cannot_run(node: Path, make_ctx: Callable[..., Context]) -> None:
+    private = node / "root-only"
+    private.mkdir(mode=0o700)
+    hook_script(private / "python3", "#!/bin/sh\n")
+    task = node / "libexec" / "acbslurm-task-prolog"
+    hook_script(task, f"#!{private}/python3 -sE\ntask_prolog_main()\n")
+    status, summary = _hooks(make_ctx())
+    assert status == "fail" and f"{private}/python3 cannot be run by job users" in summary
