@@ -51,6 +51,10 @@ class Settings:
     report_private_data: str = "auto"
     # GPU broker address (unix:PATH or HOST:PORT).
     broker_address: str = "unix:/run/acbslurm/broker.sock"
+    # The acbslurm command rendered job scripts run on the nodes (`srun <this> run ...`):
+    # an absolute path there (/opt/acbslurm/bin/acbslurm) or words (`/opt/venv/bin/python
+    # -m acbslurm`); empty: the executable running `acbslurm submit`/`render` now.
+    node_acbslurm: str = ""
 
 
 def _coerce(name: str, raw: Any, default: Any, source: str) -> Any:

@@ -18,7 +18,8 @@ if TYPE_CHECKING:
 _SET_HELP = "Override a spec key, e.g. --set mem=4G or --set container.image=x:1 (repeatable)."
 _TEMPLATE_HELP = "A site's own sbatch template (Jinja) instead of the packaged one."
 _ACBSLURM_HELP = (
-    "The acbslurm command the job runs for `acbslurm run` (default: the executable running now)."
+    "The acbslurm command the job runs for `acbslurm run` (default: the node_acbslurm "
+    "setting, else the executable running now)."
 )
 
 
@@ -32,7 +33,15 @@ def default_acbslurm_command() -> list[str]:
 
 
 def _acbslurm_words(value: str | None) -> list[str]:
-    return [value] if value else default_acbslurm_command()
+    """--acbslurm, else the site's ``node_acbslurm`` (the path on the nodes), else this one."""
+    if value:
+        return [value]
+    import shlex
+
+    from acbslurm.config import load_settings
+
+    configured = load_settings().node_acbslurm
+    return shlex.split(configured) if configured else default_acbslurm_command()
 
 
 def _load(spec_path: str, overrides: tuple[str, ...]) -> JobSpec:

@@ -32,6 +32,7 @@ COMMANDS: dict[str, str] = {
     "report": "acbslurm.cli.report:report",
     "broker": "acbslurm.cli.broker:broker",
     "serve": "acbslurm.cli.serve:serve",
+    "doctor": "acbslurm.cli.doctor:doctor",
 }
 
 

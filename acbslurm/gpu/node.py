@@ -6,7 +6,7 @@ import os
 from collections.abc import Mapping
 
 from acbslurm.config import Settings
-from acbslurm.gpu.gres_conf import gpu_device_files
+from acbslurm.gpu.gres_conf import node_gpu_devices
 from acbslurm.gpu.inventory import GpuInfo, load_static
 from acbslurm.gpu.mapping import JobGpus, map_job_gpus
 from acbslurm.units import is_ascii_int
@@ -32,5 +32,7 @@ def job_gpus(env: Mapping[str, str], settings: Settings) -> JobGpus:
         return JobGpus([], [])
     inventory = node_inventory(settings)
     uses_indices = any(is_ascii_int(t.strip()) for t in env.get("SLURM_JOB_GPUS", "").split(","))
-    devices = gpu_device_files(settings.gres_conf, node_name(env)) if uses_indices else []
+    devices = []
+    if uses_indices:
+        devices = node_gpu_devices(settings.gres_conf, node_name(env), inventory)
     return map_job_gpus(env, devices, inventory)

@@ -26,11 +26,34 @@ if TYPE_CHECKING:
     from acbslurm.jobrecord import JobRecord
 
 _NAME = "acbslurm"
+_SYSLOG_OPEN = ""
+# syslog priorities (syslog.LOG_ERR etc., spelled out: the module is imported on first use).
+_PRIORITY = {"error": 3, "warning": 4, "info": 6}
 
 
 def _say(level: str, msg: str) -> None:
-    """One line on stderr (slurmd's log at debug levels); no logging import: speed."""
+    """One line on stderr and in syslog; no logging import: speed.
+
+    slurmd writes a hook's output to its log only at debug levels, or with the exit
+    code when the hook failed; syslog (facility daemon, tag ``acbslurm-prolog`` etc.)
+    keeps every line. ``syslog`` is a builtin module (~0.1 ms); with no syslog daemon
+    (no /dev/log) the C library drops the message.
+    """
     print(f"{_NAME}: {level}: {msg}", file=sys.stderr)
+    _to_syslog(level, msg)
+
+
+def _to_syslog(level: str, msg: str) -> None:
+    global _SYSLOG_OPEN
+    import syslog
+
+    if _SYSLOG_OPEN != _NAME:
+        syslog.openlog(_NAME, syslog.LOG_PID, syslog.LOG_DAEMON)
+        _SYSLOG_OPEN = _NAME
+    try:
+        syslog.syslog(_PRIORITY.get(level, 6), f"{level}: {msg}")
+    except (OSError, ValueError):  # a NUL in a message, a full log socket: stderr has it
+        return
 
 
 def _setup_logging(name: str) -> None:
@@ -269,9 +292,12 @@ def run_task_prolog(env: Mapping[str, str]) -> int:
         rec = read_record(load_settings().record_dir, job_id)
     except AcbslurmError as exc:
         print(f"print acbslurm: {exc}")
+        _to_syslog("warning", str(exc))
         return 0
     if rec is None:
-        print(f"print acbslurm: no job record for job {job_id}: is the acbslurm prolog set up?")
+        msg = f"no job record for job {job_id}: is the acbslurm prolog set up?"
+        print(f"print acbslurm: {msg}")
+        _to_syslog("warning", msg)
         return 0
     print(f"export ACBSLURM_GPU_UUIDS={','.join(rec.gpu_uuids)}")
     return 0

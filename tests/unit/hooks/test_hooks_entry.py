@@ -202,3 +202,28 @@ def test_epilog_without_daemon_kills_the_jobs_container_processes(
     finally:
         container.kill()
         container.wait()
+
+
+def test_hook_messages_go_to_syslog_too(
+    node: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import syslog
+
+    from acbslurm.hooks import entry
+
+    opened: list[tuple[str, int, int]] = []
+    logged: list[tuple[int, str]] = []
+    monkeypatch.setattr(syslog, "openlog", lambda *a: opened.append(a))
+    monkeypatch.setattr(syslog, "syslog", lambda prio, msg: logged.append((prio, msg)))
+    monkeypatch.setattr(entry, "_NAME", "acbslurm-prolog")
+    monkeypatch.setattr(entry, "_SYSLOG_OPEN", "")
+    # Index 5 does not exist: the prolog fails, and says why on stderr and in syslog.
+    assert run_prolog(job_env(SLURM_JOB_GPUS="5")) == 1
+    err = capsys.readouterr().err
+    assert "acbslurm-prolog: error: job 77:" in err
+    assert opened == [("acbslurm-prolog", syslog.LOG_PID, syslog.LOG_DAEMON)]
+    assert logged and logged[0][0] == syslog.LOG_ERR
+    assert logged[0][1].startswith("error: job 77: SLURM_JOB_GPUS names GPU index 5")
+    assert run_task_prolog(job_env(SLURM_JOB_ID="78")) == 0
+    assert logged[-1] == (syslog.LOG_WARNING, "warning: no job record for job 78: is the "
+                          "acbslurm prolog set up?")  # fmt: skip

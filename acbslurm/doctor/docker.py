@@ -1,0 +1,78 @@
+"""The user's rootless dockerd: does it answer, is it rootless, will it outlive logins."""
+
+from __future__ import annotations
+
+import os
+
+from acbslurm.dockerapi.daemon import start_hint
+from acbslurm.dockerapi.engine import EngineApi
+from acbslurm.dockerapi.hosts import find_docker_host, user_docker_host
+from acbslurm.doctor.context import Context
+from acbslurm.doctor.result import Check, fail, ok, skip, warn
+from acbslurm.errors import DockerError
+
+FIX_ROOTLESS = (
+    "as the user: `dockerd-rootless-setuptool.sh install` then `systemctl --user enable "
+    "--now docker` (needs /etc/subuid and /etc/subgid ranges, and as root `loginctl "
+    "enable-linger USER`); see docs/admin-guide.md, 'Rootless Docker per user'"
+)
+
+
+def docker_host(ctx: Context) -> str:
+    """The daemon `acbslurm run` would use: the caller's environment, or the site's."""
+    if ctx.for_caller:
+        return find_docker_host(ctx.env, ctx.settings, ctx.uid, ctx.user)
+    return user_docker_host(ctx.settings, ctx.uid, ctx.user)
+
+
+def _rootless(info: dict[str, object]) -> bool:
+    opts = info.get("SecurityOptions") or []
+    return isinstance(opts, list) and any("name=rootless" in str(o) for o in opts)
+
+
+def check_dockerd(ctx: Context) -> Check:
+    if ctx.uid == 0:
+        return skip(
+            "dockerd", "root has no rootless daemon: run as a job user, or `--user NAME` as root"
+        )
+    try:
+        host = docker_host(ctx)
+        info = EngineApi(host, timeout=min(ctx.settings.hook_docker_timeout, 5.0)).info()
+    except (DockerError, KeyError, IndexError, ValueError) as exc:
+        return fail("dockerd", f"{ctx.user}: {exc}", start_hint_for(ctx) + "; " + FIX_ROOTLESS)
+    version = info.get("ServerVersion", "?")
+    if not _rootless(info):
+        return fail(
+            "dockerd",
+            f"the daemon at {host} (Docker {version}) is not rootless: containers would run "
+            "as root",
+            "point DOCKER_HOST/docker_host at the user's own rootless daemon; " + FIX_ROOTLESS,
+        )
+    note = ""
+    if info.get("CgroupDriver") == "none":
+        note = " (cgroup driver none: CPU/memory limits are not enforced)"
+    return ok("dockerd", f"{ctx.user}'s rootless Docker {version} answers at {host}{note}")
+
+
+def start_hint_for(ctx: Context) -> str:
+    try:
+        return start_hint(docker_host(ctx))
+    except (KeyError, IndexError, ValueError):
+        return f"fix the docker_host setting {ctx.settings.docker_host!r}"
+
+
+def check_linger(
+    ctx: Context, systemd: str = "/run/systemd/system", lingering: str = "/var/lib/systemd/linger"
+) -> Check:
+    if ctx.uid == 0:
+        return skip("linger", "root: give `--user NAME` to check a job user")
+    if not os.path.isdir(systemd):
+        return skip("linger", "systemd does not run here: start the user's daemon another way")
+    if os.path.exists(os.path.join(lingering, ctx.user)):
+        return ok("linger", f"{ctx.user} lingers: the user's daemon outlives their logins")
+    return warn(
+        "linger",
+        f"{ctx.user} does not linger: systemd stops their dockerd when they log out, and "
+        "their jobs' `acbslurm run` finds no daemon",
+        f"as root: loginctl enable-linger {ctx.user}",
+    )

@@ -1,0 +1,104 @@
+"""gres.conf against the node's GPUs (NVML or the static inventory): count, minors, UUIDs.
+
+The check follows the prolog's own path: gres.conf's device files for this node (or, with
+``AutoDetect=nvml``, the inventory's), each file's minor number, the inventory's GPU with
+that minor, its UUID; and slurm.conf's ``Gres=gpu:N`` for the node.
+"""
+
+from __future__ import annotations
+
+import re
+
+from acbslurm.doctor.context import Context
+from acbslurm.doctor.result import Check, fail, ok, warn
+from acbslurm.doctor.slurmconf import SlurmConf
+from acbslurm.errors import AcbslurmError
+from acbslurm.gpu.gres_conf import gpu_gres, node_gpu_devices
+from acbslurm.gpu.inventory import GpuInfo
+from acbslurm.gpu.mapping import device_minor
+from acbslurm.gpu.node import node_inventory
+
+_GPU_UUID = re.compile(r"^GPU-[0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}$")
+FIX_GRES = (
+    "list the node's GPUs in gres.conf as `NodeName=<node> Name=gpu File=/dev/nvidia[0-N]` "
+    "(or `AutoDetect=nvml` alone), matching the GPUs NVML reports, then restart slurmd"
+)
+
+
+def _inventory_problems(gpus: list[GpuInfo]) -> list[str]:
+    problems = []
+    whole = [g for g in gpus if g.uuid.startswith("GPU-")]
+    bad = [g.uuid for g in whole if not _GPU_UUID.match(g.uuid)]
+    if bad:
+        problems.append(f"malformed UUIDs {', '.join(bad)}")
+    uuids = [g.uuid for g in gpus]
+    dups = sorted({u for u in uuids if uuids.count(u) > 1})
+    if dups:
+        problems.append(f"UUIDs listed twice: {', '.join(dups)}")
+    minors = [g.minor for g in whole]
+    dup_minors = sorted({m for m in minors if minors.count(m) > 1})
+    if dup_minors:
+        problems.append(f"minor numbers of two GPUs: {dup_minors}")
+    return problems
+
+
+def _mapping(devices: list[str], gpus: list[GpuInfo]) -> tuple[list[str], list[str]]:
+    """``index -> file (minor) -> UUID`` lines, and what does not map."""
+    by_minor = {g.minor: g for g in gpus if g.uuid.startswith("GPU-")}
+    lines, problems = [], []
+    for i, path in enumerate(devices):
+        try:
+            minor = device_minor(path)
+        except AcbslurmError as exc:
+            problems.append(str(exc))
+            continue
+        gpu = by_minor.get(minor)
+        if gpu is None:
+            problems.append(f"index {i} -> {path} (minor {minor}): no GPU with that minor")
+        else:
+            lines.append(f"{i} -> {path} (minor {minor}) -> {gpu.uuid}")
+    if len(set(devices)) != len(devices):
+        problems.append("a device file is listed twice")
+    return lines, problems
+
+
+def _count_problems(
+    ctx: Context, conf: SlurmConf | None, devices: list[str], gpus: list[GpuInfo]
+) -> list[str]:
+    problems = []
+    declared = conf.node_gpu_count(ctx.node) if conf else None
+    if declared is not None and declared != len(devices):
+        problems.append(
+            f"slurm.conf gives node {ctx.node} Gres=gpu:{declared} but gres.conf has "
+            f"{len(devices)} GPU device file(s)"
+        )
+    whole = sum(1 for g in gpus if g.uuid.startswith("GPU-"))
+    if len(devices) > whole:
+        problems.append(f"gres.conf has {len(devices)} GPUs, the node {whole}")
+    return problems
+
+
+def check_gres(ctx: Context, conf: SlurmConf | None) -> Check:
+    s = ctx.settings
+    source = f"the static inventory {s.gpu_inventory}" if s.gpu_inventory else "NVML"
+    try:
+        gpus = node_inventory(s)
+        devices = node_gpu_devices(s.gres_conf, ctx.node, gpus)
+        files, mode = gpu_gres(s.gres_conf, ctx.node)
+    except AcbslurmError as exc:
+        fix = FIX_GRES
+        if not s.gpu_inventory:
+            fix = "install the NVIDIA driver and nvidia-ml-py, or " + fix
+        return fail("gres", f"{exc}", fix)
+    lines, problems = _mapping(devices, gpus)
+    problems = _inventory_problems(gpus) + problems + _count_problems(ctx, conf, devices, gpus)
+    how = "AutoDetect=nvml" if mode == "nvml" and not files else "File="
+    if problems:
+        return fail("gres", f"{s.gres_conf} ({how}) vs {source}: " + "; ".join(problems), FIX_GRES)
+    if len(devices) < sum(1 for g in gpus if g.uuid.startswith("GPU-")):
+        return warn(
+            "gres",
+            f"{s.gres_conf} lists {len(devices)} of the node's GPUs; Slurm never hands out the "
+            f"others: " + "; ".join(lines),
+        )
+    return ok("gres", f"{s.gres_conf} ({how}) vs {source}, node {ctx.node}: " + "; ".join(lines))

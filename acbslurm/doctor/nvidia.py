@@ -1,0 +1,145 @@
+"""The NVIDIA container hook that gives a container its GPUs.
+
+dockerd accepts ``--gpus`` (a device request with driver ``nvidia``) only when it finds
+``nvidia-container-runtime-hook`` on its PATH when it starts; runc then runs the hook for
+every container. A rootless daemon cannot write device cgroups, so the toolkit's
+config.toml must say ``no-cgroups = true``. The sandbox's stand-in (it records what Docker
+asked for and grants nothing) must never be on a node whose settings use NVML.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+
+from acbslurm.dockerapi.engine import socket_path
+from acbslurm.doctor.context import Context
+from acbslurm.doctor.docker import docker_host
+from acbslurm.doctor.result import Check, fail, ok
+from acbslurm.errors import AcbslurmError
+
+HOOK = "nvidia-container-runtime-hook"
+STANDIN_MARK = "SANDBOX-ONLY"
+TOOLKIT_CONFIG = "/etc/nvidia-container-runtime/config.toml"
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+FIX_INSTALL = (
+    "install nvidia-container-toolkit on the node (it provides nvidia-container-runtime-hook "
+    "in /usr/bin), then restart the user's dockerd so that it finds the hook"
+)
+
+
+def _status_uid(text: str) -> int:
+    for line in text.splitlines():
+        if line.startswith("Uid:"):
+            return int(line.split()[1])
+    return -1
+
+
+def _nul_list(path: str) -> list[str]:
+    with open(path, "rb") as f:
+        return [item.decode(errors="replace") for item in f.read().split(b"\0") if item]
+
+
+def _socket_of(argv: list[str], env: dict[str, str]) -> str:
+    """The unix socket a dockerd listens on: ``-H``/``--host``, else its default."""
+    for i, arg in enumerate(argv):
+        value = arg.split("=", 1)[1] if arg.startswith("--host=") else ""
+        if arg in ("-H", "--host") and i + 1 < len(argv):
+            value = argv[i + 1]
+        if value.startswith("unix://"):
+            return value[len("unix://") :]
+    return os.path.join(env.get("XDG_RUNTIME_DIR", "/run/user/0"), "docker.sock")
+
+
+def daemon_envs(uid: int, proc: str = "/proc") -> list[tuple[str, dict[str, str]]]:
+    """(socket, environment) of the ``dockerd`` processes of ``uid`` that we may read."""
+    out = []
+    for pid in (p for p in os.listdir(proc) if p.isdigit()):
+        try:
+            with open(os.path.join(proc, pid, "status")) as f:
+                status = f.read()
+            if not status.startswith("Name:\tdockerd\n") or _status_uid(status) != uid:
+                continue
+            env = dict(item.partition("=")[::2] for item in _nul_list(f"{proc}/{pid}/environ"))
+            argv = _nul_list(f"{proc}/{pid}/cmdline")
+        except OSError:  # gone, or not ours to read
+            continue
+        out.append((_socket_of(argv, env), env))
+    return out
+
+
+def _the_daemon(ctx: Context, proc: str) -> dict[str, str] | None:
+    """The environment of the daemon `acbslurm run` would use (by its socket), if it runs."""
+    daemons = daemon_envs(ctx.uid, proc)
+    try:
+        want = socket_path(docker_host(ctx))
+    except (AcbslurmError, KeyError, IndexError, ValueError):
+        want = ""
+    for sock, env in daemons:
+        if os.path.realpath(sock) == os.path.realpath(want):
+            return env
+    return daemons[0][1] if daemons else None
+
+
+def find_hook(path: str) -> str:
+    for d in path.split(":"):
+        candidate = os.path.join(d, HOOK)
+        if d and os.access(candidate, os.X_OK):
+            return candidate
+    return ""
+
+
+def _is_standin(hook: str) -> bool:
+    try:
+        with open(hook, "rb") as f:
+            return STANDIN_MARK.encode() in f.read(4096)
+    except OSError:
+        return False
+
+
+def _config_problem(config: str) -> str:
+    try:
+        with open(config, "rb") as f:
+            data = tomllib.load(f)
+    except FileNotFoundError:
+        return f"{config} does not exist (the toolkit would try to write device cgroups)"
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        return f"{config} cannot be read: {exc}"
+    cli = data.get("nvidia-container-cli")
+    if not isinstance(cli, dict) or cli.get("no-cgroups") is not True:
+        return f"{config} does not set no-cgroups = true under [nvidia-container-cli]"
+    return ""
+
+
+def check_nvidia_hook(ctx: Context, proc: str = "/proc", config: str = TOOLKIT_CONFIG) -> Check:
+    env = _the_daemon(ctx, proc)
+    if env is not None:
+        where = f"the PATH of {ctx.user}'s running dockerd"
+        path = env.get("PATH", "")
+        xdg = env.get("XDG_CONFIG_HOME")
+        user_config = os.path.join(xdg, "nvidia-container-runtime", "config.toml") if xdg else ""
+        config = user_config if user_config and os.path.exists(user_config) else config
+    else:
+        where = "the standard PATH (no running dockerd of " + ctx.user + " found)"
+        path = ":".join(filter(None, [ctx.env.get("PATH", ""), DEFAULT_PATH]))
+    hook = find_hook(path)
+    if not hook:
+        return fail("nvidia-hook", f"{HOOK} is not on {where}: `--gpus` cannot work", FIX_INSTALL)
+    if _is_standin(hook):
+        if not ctx.settings.gpu_inventory:
+            return fail(
+                "nvidia-hook",
+                f"{hook} is the sandbox's stand-in (it grants no GPU), on a node whose "
+                "settings use NVML (gpu_inventory is empty)",
+                "remove it from the daemon's PATH and " + FIX_INSTALL,
+            )
+        return ok("nvidia-hook", f"{hook} on {where}: the sandbox's stand-in (grants nothing)")
+    problem = _config_problem(config)
+    if problem:
+        return fail(
+            "nvidia-hook",
+            f"{hook} is installed but {problem}",
+            f"set [nvidia-container-cli] no-cgroups = true in {config} "
+            "(conf/nvidia-container-toolkit/config.toml)",
+        )
+    return ok("nvidia-hook", f"{hook} on {where}; {config}: no-cgroups = true")

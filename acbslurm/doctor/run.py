@@ -1,0 +1,77 @@
+"""Run every check, in the order an admin fixes things, and print the outcome."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+
+from acbslurm.config import load_settings
+from acbslurm.doctor import docker, gres, logs, nvidia, records, report, slurmconf, version
+from acbslurm.doctor.context import Context, make_context
+from acbslurm.doctor.result import FAIL, SKIP, WARN, Check, fail, ok, skip
+from acbslurm.errors import AcbslurmError
+
+
+def _guarded(name: str, fn: Callable[[], Check]) -> Check:
+    """A check that breaks says so as its own failure instead of stopping the others."""
+    try:
+        return fn()
+    except (AcbslurmError, OSError, ValueError) as exc:
+        return fail(name, f"could not check: {exc}", "see the message")
+
+
+def _slurm_checks(ctx: Context) -> tuple[list[Check], slurmconf.SlurmConf | None]:
+    try:
+        conf = slurmconf.load(ctx)
+    except AcbslurmError as exc:
+        fix = "point SLURM_CONF (or the slurm_conf setting) at the node's slurm.conf"
+        return [fail("slurm-hooks", str(exc), fix), skip("prolog-flags", "no slurm.conf")], None
+    return [
+        _guarded("slurm-hooks", lambda: slurmconf.check_hooks(conf)),
+        _guarded("prolog-flags", lambda: slurmconf.check_prolog_flags(conf)),
+        _guarded("kill-wait", lambda: slurmconf.check_kill_wait(ctx, conf)),
+    ], conf
+
+
+def run_doctor(
+    env: Mapping[str, str] | None = None, user: str | None = None, node: str | None = None
+) -> list[Check]:
+    """Every check's outcome for this node (and ``user``'s daemon; default: the caller)."""
+    env = dict(os.environ if env is None else env)
+    where = env.get("ACBSLURM_CONFIG") or "/etc/acbslurm/acbslurm.yaml (or the defaults)"
+    try:
+        settings = load_settings()
+    except AcbslurmError as exc:
+        return [fail("settings", str(exc), f"fix the settings file {where}")]
+    ctx = make_context(settings, env, user, node)
+    checks = [ok("settings", f"{where}; node {ctx.node}; user {ctx.user}")]
+    checks.append(_guarded("slurm-version", lambda: version.check_slurm_version(ctx)))
+    slurm, conf = _slurm_checks(ctx)
+    checks += slurm
+    checks += [
+        _guarded("gres", lambda: gres.check_gres(ctx, conf)),
+        _guarded("nvidia-hook", lambda: nvidia.check_nvidia_hook(ctx)),
+        _guarded("dockerd", lambda: docker.check_dockerd(ctx)),
+        _guarded("linger", lambda: docker.check_linger(ctx)),
+        _guarded("record-dir", lambda: records.check_record_dir(ctx)),
+        _guarded("job-runtime-dir", lambda: records.check_job_runtime_dir(ctx)),
+        _guarded("report", lambda: report.check_report(ctx)),
+        _guarded("syslog", logs.check_syslog),
+    ]
+    return checks
+
+
+_LABEL = {FAIL: "FAIL", WARN: "warn", SKIP: "skip"}
+
+
+def format_text(checks: list[Check]) -> str:
+    width = max(len(c.name) for c in checks)
+    lines = []
+    for c in checks:
+        lines.append(f"{_LABEL.get(c.status, 'ok'):<5} {c.name:<{width}}  {c.summary}")
+        if c.fix:
+            lines.append(f"{'':<5} {'':<{width}}  fix: {c.fix}")
+    failed = sum(c.failed for c in checks)
+    warned = sum(c.status == WARN for c in checks)
+    lines.append(f"{failed} failed, {warned} warning(s), {len(checks)} checks")
+    return "\n".join(lines) + "\n"

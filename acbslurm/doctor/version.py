@@ -1,0 +1,60 @@
+"""The Slurm version of this node's commands (and of its slurmd, when it is here)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+
+from acbslurm.doctor.context import Context
+from acbslurm.doctor.result import Check, fail, ok, warn
+from acbslurm.errors import AcbslurmError
+from acbslurm.proc import run
+
+TESTED = (22, 5)
+# where slurmd lives when sbin is not on PATH
+SBIN = "/usr/sbin:/usr/local/sbin"
+_VERSION = re.compile(r"(\d+)\.(\d+)(?:\.(\d+))?")
+
+
+def _version(argv: list[str], env: dict[str, str]) -> tuple[str, tuple[int, int] | None]:
+    out = run(argv, env=env, timeout=10).stdout.strip()
+    m = _VERSION.search(out)
+    return out, (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def _slurmd_version(env: dict[str, str]) -> str:
+    slurmd = shutil.which("slurmd", path=env.get("PATH", "") + ":" + SBIN)
+    if not slurmd:
+        return ""
+    try:
+        return _version([slurmd, "-V"], env)[0]
+    except AcbslurmError:
+        return ""
+
+
+def check_slurm_version(ctx: Context) -> Check:
+    env = dict(ctx.env)
+    try:
+        text, version = _version(["scontrol", "--version"], env)
+    except AcbslurmError as exc:
+        return fail(
+            "slurm-version",
+            f"`scontrol --version` failed: {exc}",
+            "run the doctor on a Slurm node with Slurm's commands on PATH",
+        )
+    if version is None:
+        return warn("slurm-version", f"cannot read a version in {text!r}")
+    slurmd = _slurmd_version(env)
+    if slurmd and slurmd.split()[-1] != text.split()[-1]:
+        return warn(
+            "slurm-version",
+            f"scontrol is {text} but slurmd is {slurmd}",
+            "install one Slurm version on the node (client and daemon)",
+        )
+    if version < TESTED:
+        return warn(
+            "slurm-version",
+            f"{text}: acbslurm is tested with Slurm {TESTED[0]}.{TESTED[1]:02d} and later",
+            "upgrade Slurm, or check the prolog's environment (SLURM_JOB_GPUS) by hand",
+        )
+    return ok("slurm-version", text + (f" (slurmd {slurmd.split()[-1]})" if slurmd else ""))
