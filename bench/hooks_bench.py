@@ -5,7 +5,10 @@ as root, with the prolog environment of a real running GPU job, so the prolog as
 real slurmctld (scontrol) and the epilog sweeps user1's real rootless daemon. Records go
 to a scratch directory so the running job's own record is untouched.
 
-    python bench/hooks_bench.py [--dir SANDBOX_DIR] [-n 30]
+    python bench/hooks_bench.py [--dir SANDBOX_DIR] [-n 30] [--checkout OTHER_CHECKOUT]
+
+``--checkout`` times the hooks of another checkout of acbslurm (say, the commit before a
+change) against the same running job, through copies of the sandbox's wrappers.
 """
 
 from __future__ import annotations
@@ -30,13 +33,30 @@ def timed(argv: list[str], env: dict[str, str]) -> float:
     return (time.perf_counter() - t0) * 1000
 
 
+def wrappers_for(libexec: Path, checkout: Path) -> Path:
+    """Copies of the sandbox's hook wrappers that import acbslurm from ``checkout``."""
+    out = Path(tempfile.mkdtemp(prefix="acbslurm-hooks-"))
+    for name in ("acbslurm-prolog", "acbslurm-epilog"):
+        lines = (libexec / name).read_text().splitlines()
+        text = "\n".join(
+            f"sys.path.insert(0, {str(checkout)!r})" if ln.startswith("sys.path.insert") else ln
+            for ln in lines
+        )
+        (out / name).write_text(text + "\n")
+        (out / name).chmod(0o755)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dir", default=os.environ.get("ACBSLURM_SANDBOX_DIR"))
     ap.add_argument("-n", type=int, default=30)
+    ap.add_argument("--checkout", default=None, help="time this checkout's hooks instead")
     args = ap.parse_args()
     sb = Sandbox.load(args.dir)
     libexec = sb.layout.libexec
+    if args.checkout:
+        libexec = wrappers_for(libexec, Path(args.checkout).resolve())
     job = sb.run_as_user(
         ["sbatch", "--parsable", "--gres=gpu:1", "-o", "/dev/null", "--wrap", "sleep 300"]
     ).stdout.strip()
