@@ -27,6 +27,26 @@ import os
 import re
 import stat
 from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Mount:
+    """A bind mount of a job's container: a job spec's ``mounts`` entry, and what
+    `acbslurm run --mount` hands Docker (its source resolved and checked there)."""
+
+    source: str
+    target: str
+    read_only: bool = False
+
+    def as_arg(self) -> str:
+        """``SRC:DST[:ro]``, as `acbslurm run --mount` takes it."""
+        return f"{self.source}:{self.target}" + (":ro" if self.read_only else "")
+
+    def bind(self) -> str:
+        """``SRC:DST:ro|rw``, as Docker's ``HostConfig.Binds`` takes it."""
+        return f"{self.source}:{self.target}:{'ro' if self.read_only else 'rw'}"
+
 
 # File systems whose files give access to devices (directly or via /proc/<pid>/root).
 DEVICE_FS = ("devtmpfs", "proc")

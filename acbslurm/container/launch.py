@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
 
-from acbslurm.container.options import Limits, Mount
+from acbslurm.container.options import Limits
 from acbslurm.dockerapi.daemon import start_hint
 from acbslurm.dockerapi.engine import (
     AttachStream,
@@ -31,6 +31,7 @@ from acbslurm.dockerapi.engine import (
 )
 from acbslurm.errors import DockerError, SetupError
 from acbslurm.jobrecord import JOB_LABEL, USER_LABEL
+from acbslurm.mountrules import Mount
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from acbslurm.envrules import env_problem
 from acbslurm.errors import ConfigError, GpuMappingError
 from acbslurm.gpu.mapping import is_uuid
 from acbslurm.jobrecord import JobRecord
-from acbslurm.mountrules import read_mounts, source_problem
+from acbslurm.mountrules import Mount, read_mounts, source_problem
 from acbslurm.units import size_bytes
 
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -31,16 +31,6 @@ class OptionError(ConfigError):
 
 class GpuNotAllocated(GpuMappingError):
     """A GPU asked for is not one Slurm gave this job."""
-
-
-@dataclass(frozen=True)
-class Mount:
-    source: str
-    target: str
-    read_only: bool
-
-    def bind(self) -> str:
-        return f"{self.source}:{self.target}:{'ro' if self.read_only else 'rw'}"
 
 
 def parse_mount(

@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from acbslurm.errors import SpecError
-from acbslurm.spec.model import CONTAINER_KEYS, JOB_KEYS, ContainerSpec, JobSpec, Mount, validate
+from acbslurm.mountrules import Mount
+from acbslurm.spec.model import CONTAINER_KEYS, JOB_KEYS, ContainerSpec, JobSpec, validate
 from acbslurm.spec.yamlpos import Located, load_located
 
 __all__ = [

@@ -14,7 +14,7 @@ from typing import Any
 from acbslurm import units
 from acbslurm.envrules import env_problem
 from acbslurm.errors import SpecError
-from acbslurm.mountrules import lexical, path_problem
+from acbslurm.mountrules import Mount, lexical, path_problem
 from acbslurm.spec.yamlpos import Located
 
 JOB_KEYS = (
@@ -46,17 +46,6 @@ _DEPENDENCY = re.compile(r"^[A-Za-z0-9_:,?+\-]+$")
 _NODES = re.compile(r"^[1-9][0-9]*(-[1-9][0-9]*)?$")
 _IMAGE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-/:@]*$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-
-
-@dataclass(frozen=True)
-class Mount:
-    source: str
-    target: str
-    readonly: bool = False
-
-    def as_arg(self) -> str:
-        """The ``SRC:DST[:ro]`` form ``acbslurm run --mount`` takes."""
-        return f"{self.source}:{self.target}" + (":ro" if self.readonly else "")
 
 
 @dataclass(frozen=True)

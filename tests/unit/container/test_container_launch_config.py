@@ -6,8 +6,9 @@ import struct
 import docker.types
 
 from acbslurm.container.launch import LaunchSpec, container_config, device_request
-from acbslurm.container.options import Limits, Mount
+from acbslurm.container.options import Limits
 from acbslurm.dockerapi.engine import AttachStream, _quote
+from acbslurm.mountrules import Mount
 
 
 def spec(**kw: object) -> LaunchSpec:
