@@ -11,7 +11,6 @@ import stat
 from acbslurm.doctor.context import Context
 from acbslurm.doctor.result import Check, fail, ok, warn
 
-DEFAULT_REPORT_SOCKET = "/run/acbslurm/report.sock"
 FIX_SERVICE = (
     "start the report service on this host (`acbslurm report serve`, as a systemd unit "
     "from conf/) and set report_socket to its socket; or, for root, set db_config to the "
@@ -20,9 +19,8 @@ FIX_SERVICE = (
 
 
 def report_socket(ctx: Context) -> str:
-    """The ``report_socket`` setting (read with getattr: older settings lack it)."""
-    value = getattr(ctx.settings, "report_socket", None)
-    return str(value or ctx.env.get("ACBSLURM_REPORT_SOCKET") or DEFAULT_REPORT_SOCKET)
+    """The ``report_socket`` setting (``ACBSLURM_REPORT_SOCKET`` is part of it)."""
+    return ctx.settings.report_socket
 
 
 def _connect(family: int, address: str | tuple[str, int]) -> str:

@@ -14,14 +14,12 @@ import shutil
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
-from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from acbslurm import proc
-from acbslurm.config import Settings
 from acbslurm.sandbox import Sandbox
 
 pytestmark = pytest.mark.integration
@@ -65,16 +63,9 @@ class Copy:
         p.write_text(fn(p.read_text()))
 
     def env(self) -> dict[str, str]:
-        """SLURM_CONF and ACBSLURM_CONFIG of the copy. A setting this checkout does not
-        know yet (report_socket, from the report service's branch) goes by environment."""
-        known = {f.name for f in fields(Settings)}
-        settings = {k: v for k, v in self.settings.items() if k in known}
-        extra = {
-            f"ACBSLURM_{k.upper()}": str(v) for k, v in self.settings.items() if k not in known
-        }
-        (self.root / "acbslurm.yaml").write_text(json.dumps(settings, indent=2))
+        """SLURM_CONF and ACBSLURM_CONFIG of the copy."""
+        (self.root / "acbslurm.yaml").write_text(json.dumps(self.settings, indent=2))
         return {
-            **extra,
             # the sandbox's environment names its option file; the copy's setting wins here
             "ACBSLURM_DB_CONFIG": str(self.settings.get("db_config", "")),
             "SLURM_CONF": str(self.root / "slurm.conf"),

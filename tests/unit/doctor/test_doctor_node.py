@@ -139,8 +139,7 @@ def test_report_reads_the_db(
 
 def test_report_service(tmp_path: Path, make_ctx: Callable[..., Context]) -> None:
     sock = tmp_path / "report.sock"
-    env = {"ACBSLURM_REPORT_SOCKET": str(sock)}
-    ctx = make_ctx(db_config=str(tmp_path / "unreadable.cnf"), env=env)
+    ctx = make_ctx(db_config=str(tmp_path / "unreadable.cnf"), report_socket=str(sock))
     c = report.check_report(ctx)
     assert c.status == "fail" and str(sock) in c.summary and "report serve" in c.fix
     srv = socket.socket(socket.AF_UNIX)
