@@ -35,9 +35,9 @@ class EngineError(DockerError):
         super().__init__(message)
 
 
-def _quote(text: str) -> str:
-    """Percent-encode everything but unreserved characters (no urllib import: speed)."""
-    safe = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_.~"
+def _quote(text: str, keep: str = "") -> str:
+    """Percent-encode everything but unreserved characters and ``keep`` (no urllib: speed)."""
+    safe = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_.~" + keep
     return "".join(c if c in safe else "".join(f"%{b:02X}" for b in c.encode()) for c in text)
 
 
@@ -113,21 +113,19 @@ class EngineApi:
             head += "Content-Type: application/json\r\n"
         return (head + f"Content-Length: {len(payload)}\r\n\r\n").encode() + payload
 
-    def call(self, method: str, url: str, body: Any = None, timeout: float | None = -1.0) -> Any:
-        """One request; HTTP/1.0, so the daemon sends a plain body and closes.
-
-        ``timeout`` None waits forever (only for /wait); the default is the client's.
-        """
-        limit = self.timeout if timeout == -1.0 else timeout
+    def _exchange(
+        self, method: str, url: str, body: Any, idle: float | None, total: float | None
+    ) -> tuple[int, bytes, str]:
+        """(status, body, what) of one request; ``idle`` bounds each read, ``total`` all."""
         what = f"Docker at {self.host}: {method} {url.split('?')[0]}"
-        sock = self._connect(limit)
+        sock = self._connect(idle)
         try:
             sock.sendall(self._request(method, url, body))
             chunks = []
-            deadline = None if limit is None else time.monotonic() + limit
+            deadline = None if total is None else time.monotonic() + total
             while True:
                 if deadline is not None and time.monotonic() > deadline:
-                    raise TimeoutError(f"no complete answer in {limit:g} s")
+                    raise TimeoutError(f"no complete answer in {total:g} s")
                 data = sock.recv(65536)
                 if not data:
                     break
@@ -143,6 +141,15 @@ class EngineApi:
             except (ValueError, KeyError, TypeError):
                 message = rest[:300].decode(errors="replace")
             raise EngineError(status, f"{what}: {message}")
+        return status, rest, what
+
+    def call(self, method: str, url: str, body: Any = None, timeout: float | None = -1.0) -> Any:
+        """One request; HTTP/1.0, so the daemon sends a plain body and closes.
+
+        ``timeout`` None waits forever (only for /wait); the default is the client's.
+        """
+        limit = self.timeout if timeout == -1.0 else timeout
+        _, rest, _ = self._exchange(method, url, body, limit, limit)
         return json.loads(rest) if rest.strip() else None
 
     # -- the calls acbslurm needs ---------------------------------------------------
@@ -155,6 +162,34 @@ class EngineApi:
         return list(
             self.call("GET", f"/containers/json?all={int(stopped)}&filters={filters}") or []
         )
+
+    def image_inspect(self, ref: str) -> dict[str, Any]:
+        """The image ``ref`` as the daemon has it; ``EngineError`` 404 when it has not."""
+        return dict(self.call("GET", f"/images/{_quote(ref, keep='/:@')}/json"))
+
+    def pull(self, query: dict[str, str], idle: float = 300.0) -> list[dict[str, Any]]:
+        """``POST /images/create`` (``fromImage``, ``tag``): the daemon's progress messages.
+
+        The answer is 200 as soon as the pull starts; a failure later on (a layer, the
+        registry's authorisation) comes as a message with ``error``, raised here as an
+        ``EngineError`` 500. ``idle`` bounds the wait for the next message only: a big
+        image may take long, a registry that stops answering does not hang the job.
+        """
+        params = "&".join(f"{k}={_quote(v)}" for k, v in query.items())
+        _, rest, what = self._exchange("POST", f"/images/create?{params}", None, idle, None)
+        messages: list[dict[str, Any]] = []
+        for line in rest.splitlines():
+            if not line.strip():
+                continue
+            try:
+                msg = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(msg, dict):
+                if msg.get("error"):
+                    raise EngineError(500, f"{what}: {msg['error']}")
+                messages.append(msg)
+        return messages
 
     def create(self, name: str | None, config: dict[str, Any]) -> str:
         url = "/containers/create" + (f"?name={_quote(name)}" if name else "")
