@@ -66,10 +66,9 @@ class Progress:
                 self.last[job.job_id] = line
                 click.echo(line, err=True)
 
-    def end(self, jobs: list[JobInfo]) -> None:
+    def end(self) -> None:
         """Close the live line (it stays, with its final counts)."""
         if self.live and not self.quiet:
-            self.show(jobs)
             sys.stderr.write("\n")
             sys.stderr.flush()
 
@@ -97,7 +96,7 @@ def follow(
             err=True,
         )
         raise click.exceptions.Exit(INTERRUPTED_EXIT) from None
-    progress.end(snapshot)
+    progress.end()
     return snapshot
 
 
