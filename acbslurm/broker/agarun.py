@@ -119,6 +119,10 @@ def cli(
     # The program's interpreter must import acbslurm: put our package's folder first.
     pkg_root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_root, env.get("PYTHONPATH")) if p)
+    # A user's own Python (a conda env with torch) may lack grpc: bootstrap then falls
+    # back to ours when the versions match, and otherwise says what to install.
+    env["ACBSLURM_AGARUN_SITE"] = os.pathsep.join(_grpc_sites())
+    env["ACBSLURM_AGARUN_PYVER"] = "{}.{}".format(*sys.version_info[:2])
     argv = [exe, "-m", "acbslurm.broker.bootstrap", *rest]
     sys.stdout.flush()
     sys.stderr.flush()
@@ -126,6 +130,21 @@ def cli(
         os.execvpe(exe, argv, env)  # noqa: S606 - replacing agarun with the program is the point
     except OSError as exc:
         raise click.UsageError(f"cannot start {exe!r}: {exc.strerror}") from None
+
+
+def _grpc_sites() -> list[str]:
+    """The folders agarun's grpc and protobuf are imported from."""
+    import importlib.util
+
+    sites: list[str] = []
+    for name in ("grpc", "google.protobuf"):
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.origin:
+            depth = name.count(".") + 2  # .../site-packages/grpc/__init__.py
+            site = str(Path(spec.origin).parents[depth - 1])
+            if site not in sites:
+                sites.append(site)
+    return sites
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -34,6 +34,13 @@ from acbslurm.container.run_command import RunArgs, execute
 )
 @click.option("--cpus", type=float, default=None, help="CPU limit, at most the job's CPUs.")
 @click.option("--memory", default=None, help="Memory limit (512m, 2g), at most the job's memory.")
+@click.option(
+    "--pull",
+    type=click.Choice(["missing", "always", "never"]),
+    default="missing",
+    show_default=True,
+    help="Pull IMAGE into your Docker daemon first: when it lacks it, always, or never.",
+)
 @click.argument("image")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def run(
@@ -45,6 +52,7 @@ def run(
     grace: float | None,
     cpus: float | None,
     memory: str | None,
+    pull: str,
     image: str,
     command: tuple[str, ...],
 ) -> None:
@@ -64,6 +72,7 @@ def run(
         grace=grace,
         cpus=cpus,
         memory=memory,
+        pull=pull,
     )
     try:
         code = execute(args)

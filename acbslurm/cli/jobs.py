@@ -95,6 +95,11 @@ def render(
 @template_option
 @acbslurm_option
 @click.option("--dry-run", is_flag=True, help="Validate and render only; print the script.")
+@click.option(
+    "--no-check",
+    is_flag=True,
+    help="Skip the checks before submitting (directories, partition, account, image).",
+)
 @click.option("--wait", is_flag=True, help="Follow the jobs until they end; fail if any failed.")
 @click.option(
     "--interval",
@@ -113,6 +118,7 @@ def submit(
     template: str | None,
     acbslurm_cmd: str | None,
     dry_run: bool,
+    no_check: bool,
     wait: bool,
     interval: float,
     as_json: bool,
@@ -126,6 +132,8 @@ def submit(
         else:
             click.echo(script, nl=False)
         return
+    if not no_check:
+        _check(job)
     from acbslurm.slurm.jobs import submit_script
 
     result = submit_script(script, count=count)
@@ -141,16 +149,42 @@ def submit(
         if as_json:
             click.echo(json.dumps({"job_ids": result.job_ids}))
         return
-    ctx.exit(_wait_for(result.job_ids, interval, as_json))
+    ctx.exit(_wait_for(result.job_ids, interval, as_json, job))
 
 
-def _wait_for(job_ids: list[str], interval: float, as_json: bool) -> int:
-    """Follow the jobs to their end; 1 if one did not complete."""
-    final = _follow(job_ids, interval, quiet=as_json)
+def _user() -> str:
+    import getpass
+
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return str(os.getuid())
+
+
+def _check(job: JobSpec) -> None:
+    """Refuse a job that would fail at once; warn about what may still go wrong."""
+    from acbslurm.jobcheck import SubmitCheckError, check_submission
+
+    found = check_submission(job, cwd=os.getcwd(), user=_user())
+    for warning in found.warnings:
+        click.echo(f"Warning: {warning}", err=True)
+    if found.errors:
+        raise SubmitCheckError(
+            "the job would fail, nothing was submitted (--no-check submits anyway):\n  "
+            + "\n  ".join(found.errors)
+        )
+
+
+def _wait_for(job_ids: list[str], interval: float, as_json: bool, spec: JobSpec) -> int:
+    """Follow the jobs to their end; 1 if one did not complete, with the reasons."""
+    from acbslurm.cli.waiting import explain, follow, is_terminal
+
+    final = follow(job_ids, interval, record_dir=_record_dir(), live=is_terminal(), quiet=as_json)
     failed = [j for j in final if j.failed]
     if as_json:
-        click.echo(json.dumps({"job_ids": job_ids, "jobs": [j.as_dict() for j in final]}))
+        click.echo(json.dumps({"job_ids": job_ids, "jobs": [j.as_json() for j in final]}))
     if failed:
+        explain(failed, spec)
         click.echo(f"{len(failed)} of {len(final)} jobs did not complete.", err=True)
         return 1
     return 0
@@ -181,21 +215,6 @@ def _report_submit_failure(result: SubmitResult, as_json: bool) -> None:
         )
 
 
-def _follow(job_ids: list[str], interval: float, *, quiet: bool) -> list[JobInfo]:
-    from acbslurm.slurm.watch import describe, watch_jobs
-
-    last: dict[str, str] = {}
-    snapshot: list[JobInfo] = []
-    for snapshot in watch_jobs(job_ids, interval=interval, record_dir=_record_dir()):
-        for job in snapshot:
-            line = describe(job)
-            if last.get(job.job_id) != line:
-                last[job.job_id] = line
-                if not quiet:
-                    click.echo(line, err=True)
-    return snapshot
-
-
 def _record_dir() -> str:
     from acbslurm.config import load_settings
 
@@ -213,74 +232,148 @@ def _validate_ids(ids: tuple[str, ...]) -> list[str]:
     return list(ids)
 
 
-def _gpu_text(job: JobInfo) -> str:
+def _gpu_text(job: JobInfo, long: bool) -> str:
+    """``0,1`` (Slurm's indices); with ``long`` each with its UUID (``0=GPU-...``)."""
     if not job.gpu_indices and not job.gpu_uuids:
         return "-"
     parts = []
     for i, idx in enumerate(job.gpu_indices or [None] * len(job.gpu_uuids)):
-        uuid = job.gpu_uuids[i] if i < len(job.gpu_uuids) else ""
+        uuid = job.gpu_uuids[i] if long and i < len(job.gpu_uuids) else ""
         parts.append(f"{'' if idx is None else idx}{'=' + uuid if uuid else ''}")
     return ",".join(parts)
+
+
+def _exit_text(job: JobInfo) -> str:
+    from acbslurm.slurm.jobs import exit_status
+
+    code, sig = exit_status(job.exit_code)
+    if sig:
+        return f"sig{sig}"
+    return "-" if code is None or not job.finished else str(code)
+
+
+def _name_unknown(jobs: list[JobInfo]) -> bool:
+    """``Error: no such job: ...`` (or why Slurm cannot tell) on stderr; True if any."""
+    unknown = [j for j in jobs if j.state == "UNKNOWN"]
+    for why in dict.fromkeys(j.reason for j in unknown):
+        which = " ".join(j.job_id for j in unknown if j.reason == why)
+        what = f"cannot tell about job {which}: {why}" if why else f"no such job: {which}"
+        click.echo(f"Error: {what}", err=True)
+    return bool(unknown)
 
 
 @click.command()
 @click.argument("job_ids", nargs=-1, metavar="[JOBID]...")
 @click.option("--user", "-u", default=None, help="Only jobs of this user.")
+@click.option("-l", "--long", "long", is_flag=True, help="GPUs with their UUIDs.")
+@click.option("--gpus", "gpu_view", is_flag=True, help="Per GPU: the job using it, or free.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_context
-def status(ctx: click.Context, job_ids: tuple[str, ...], user: str | None, as_json: bool) -> None:
-    """Show state, pending reason, elapsed time, node and GPUs of jobs.
+def status(
+    ctx: click.Context,
+    job_ids: tuple[str, ...],
+    user: str | None,
+    long: bool,
+    gpu_view: bool,
+    as_json: bool,
+) -> None:
+    """Show state, reason, exit code, elapsed time, node and GPUs of jobs.
 
     Exits 1 when a job id given is unknown to Slurm (as `cancel` does); the others
-    are shown all the same.
+    are shown all the same. `--gpus` shows every GPU of the cluster instead.
     """
+    if gpu_view:
+        if job_ids or user:
+            raise click.UsageError("--gpus shows every GPU: give no JOBID or --user with it")
+        _gpu_status(as_json)
+        return
     from acbslurm.slurm.jobs import query_jobs
 
     ids = _validate_ids(job_ids)
     jobs = query_jobs(ids, user=user, record_dir=_record_dir())
-    unknown = [j for j in jobs if j.state == "UNKNOWN"]
     if as_json:
-        click.echo(json.dumps({"jobs": [j.as_dict() for j in jobs]}, indent=2))
+        unknown = [j.job_id for j in jobs if j.state == "UNKNOWN" and not j.reason]
+        out = {"jobs": [j.as_json() for j in jobs if j.job_id not in unknown], "unknown": unknown}
+        click.echo(json.dumps(out, indent=2))
     else:
-        _print_status(jobs)
-    for why in dict.fromkeys(j.reason for j in unknown):
-        which = " ".join(j.job_id for j in unknown if j.reason == why)
-        what = f"cannot tell about job {which}: {why}" if why else f"no such job: {which}"
-        click.echo(f"Error: {what}", err=True)
-    if unknown:
+        _print_status([j for j in jobs if j.state != "UNKNOWN" or j.reason], long)
+    if _name_unknown(jobs):
         ctx.exit(1)
 
 
-def _print_status(jobs: list[JobInfo]) -> None:
-    rows: list[tuple[Any, ...]] = [("JOBID", "STATE", "REASON", "ELAPSED", "NODE", "GPUS", "NAME")]
-    for j in jobs:
-        reason = j.reason if j.state in ("PENDING", "UNKNOWN") else ""
-        rows.append(
-            (
-                j.job_id,
-                j.state,
-                reason or "-",
-                j.elapsed or "-",
-                j.node or "-",
-                _gpu_text(j),
-                j.name,
-            )
-        )
+def _table(rows: list[tuple[Any, ...]]) -> None:
+    """Columns padded to their widest value; the last one (a name) left as it is."""
     widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]) - 1)]
     for r in rows:
         click.echo(
-            "  ".join(str(v).ljust(w) for v, w in zip(r, widths, strict=False)) + "  " + r[-1]
+            "  ".join(str(v).ljust(w) for v, w in zip(r, widths, strict=False)) + "  " + str(r[-1])
         )
+
+
+def _print_status(jobs: list[JobInfo], long: bool) -> None:
+    header = ("JOBID", "USER", "PARTITION", "STATE", "REASON", "EXIT", "ELAPSED", "NODE", "GPUS")
+    rows: list[tuple[Any, ...]] = [(*header, "NAME")]
+    for j in jobs:
+        rows.append(
+            (
+                j.job_id,
+                j.user or "-",
+                j.partition or "-",
+                j.state,
+                j.reason or "-",
+                _exit_text(j),
+                j.elapsed or "-",
+                j.node or "-",
+                _gpu_text(j, long),
+                j.name,
+            )
+        )
+    _table(rows)
+
+
+def _gpu_status(as_json: bool) -> None:
+    from acbslurm.slurm.cluster import gpu_slots
+    from acbslurm.slurm.jobs import elapsed_seconds
+
+    slots = gpu_slots(record_dir=_record_dir())
+    if as_json:
+        out = []
+        for node, idx, job in slots:
+            uuid = None
+            if job is not None and idx in job.gpu_indices:
+                pos = job.gpu_indices.index(idx)
+                uuid = job.gpu_uuids[pos] if pos < len(job.gpu_uuids) else None
+            out.append(
+                {
+                    "node": node,
+                    "index": idx,
+                    "uuid": uuid,
+                    "job_id": job.job_id if job else None,
+                    "user": (job.user or None) if job else None,
+                    "elapsed_s": elapsed_seconds(job.elapsed) if job else None,
+                    "name": (job.name or None) if job else None,
+                }
+            )
+        click.echo(json.dumps({"gpus": out}, indent=2))
+        return
+    rows: list[tuple[Any, ...]] = [("NODE", "GPU", "JOBID", "USER", "ELAPSED", "NAME")]
+    for node, idx, job in slots:
+        if job is None:
+            rows.append((node, idx, "free", "-", "-", ""))
+        else:
+            rows.append((node, idx, job.job_id, job.user, job.elapsed or "-", job.name))
+    _table(rows)
 
 
 @click.command()
 @click.argument("job_ids", nargs=-1, required=True, metavar="JOBID...")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_context
-def cancel(ctx: click.Context, job_ids: tuple[str, ...]) -> None:
+def cancel(ctx: click.Context, job_ids: tuple[str, ...], as_json: bool) -> None:
     """Cancel jobs (their containers are stopped by the job's own cleanup).
 
     An array's id cancels all its tasks. Exits 1 if a job id is unknown to Slurm
-    (scancel itself says nothing then).
+    (scancel itself says nothing then), as `status` does.
     """
     from acbslurm.slurm.jobs import cancel_jobs, query_jobs
 
@@ -292,11 +385,18 @@ def cancel(ctx: click.Context, job_ids: tuple[str, ...]) -> None:
     ended = [i for i in ids if i not in unknown and all(j.finished for j in rows[i])]
     live = [i for i in ids if i not in unknown and i not in ended]
     cancel_jobs(live)
-    if live:
-        click.echo(f"Cancelled {' '.join(live)}")
-    for i in ended:
-        states = sorted({j.state for j in rows[i]})
-        click.echo(f"Job {i} had already ended ({', '.join(states)})")
-    if unknown:
-        click.echo(f"Error: no such job: {' '.join(unknown)}", err=True)
+    states = {i: sorted({j.state for j in rows[i]}) for i in ended}
+    if as_json:
+        out = {
+            "cancelled": live,
+            "ended": [{"job_id": i, "states": states[i]} for i in ended],
+            "unknown": unknown,
+        }
+        click.echo(json.dumps(out, indent=2))
+    else:
+        if live:
+            click.echo(f"Cancelled {' '.join(live)}")
+        for i in ended:
+            click.echo(f"Job {i} had already ended ({', '.join(states[i])})")
+    if _name_unknown([j for i in unknown for j in rows[i]]):
         ctx.exit(1)

@@ -65,21 +65,47 @@ def cli(verbose: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Console entry point: library errors become one message and an exit code."""
+    """Console entry point: library errors become one message and an exit code.
+
+    A reader that goes away (``acbslurm report ... | head``) ends the command quietly,
+    whichever command was writing, with the shell's code for SIGPIPE.
+    """
+    try:
+        code = _main(argv)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        code = _reader_gone()
+    sys.exit(code)
+
+
+# 128 + SIGPIPE, what a shell reports for a writer whose reader went away.
+BROKEN_PIPE_EXIT = 141
+
+
+def _reader_gone() -> int:
+    """stdout's reader closed the pipe: nothing more can be said there, or at exit."""
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())  # the interpreter's final flush must not fail
+    return BROKEN_PIPE_EXIT
+
+
+def _main(argv: list[str] | None) -> int:
     try:
         # standalone_mode=False returns ctx.exit()'s code instead of exiting.
         rv = cli.main(args=argv, prog_name="acbslurm", standalone_mode=False)
     except click.exceptions.Abort:
         click.echo("Aborted.", err=True)
-        sys.exit(130)
+        return 130
     except click.ClickException as exc:
         exc.show()
-        sys.exit(exc.exit_code)
+        return exc.exit_code
     except click.exceptions.Exit as exc:
-        sys.exit(exc.exit_code)
+        return exc.exit_code
     except AcbslurmError as exc:
         click.echo(f"Error: {exc}", err=True)
-        sys.exit(exc.exit_code)
+        return exc.exit_code
     except KeyboardInterrupt:
-        sys.exit(130)
-    sys.exit(rv if isinstance(rv, int) else 0)
+        return 130
+    return rv if isinstance(rv, int) else 0

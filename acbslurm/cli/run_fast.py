@@ -25,6 +25,12 @@ def _float(value: str, minimum: float | None = None) -> float:
     return x
 
 
+def _pull(value: str) -> str:
+    if value not in ("missing", "always", "never"):
+        raise ValueError(value)
+    return value
+
+
 # option -> (RunArgs field, converter, repeatable)
 _OPTIONS: dict[str, tuple[str, Callable[[str], Any], bool]] = {
     "--gpus": ("gpus", str, False),
@@ -35,6 +41,7 @@ _OPTIONS: dict[str, tuple[str, Callable[[str], Any], bool]] = {
     "--grace": ("grace", lambda v: _float(v, minimum=0), False),
     "--cpus": ("cpus", _float, False),
     "--memory": ("memory", str, False),
+    "--pull": ("pull", _pull, False),
 }
 
 

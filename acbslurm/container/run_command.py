@@ -39,6 +39,7 @@ class RunArgs:
     grace: float | None = None
     cpus: float | None = None
     memory: str | None = None
+    pull: str = "missing"
 
 
 def _job_record(
@@ -65,9 +66,12 @@ def execute(args: RunArgs) -> int:
     """Check ``args`` against the job's record, run the container; its exit code."""
     from acbslurm.container.job_membership import in_job
     from acbslurm.container.launch import LaunchSpec, command_of, run_container
+    from acbslurm.container.pull import ensure_image
     from acbslurm.dockerapi.engine import EngineApi
     from acbslurm.dockerapi.hosts import find_docker_host
 
+    if args.pull not in ("missing", "always", "never"):
+        raise OptionError("--pull", f"must be missing, always or never, got {args.pull!r}")
     gpus_spec = parse_gpus(args.gpus)
     mount_list = [parse_mount(m) for m in args.mounts]
     env = dict(parse_env(e) for e in args.envs)
@@ -106,4 +110,6 @@ def execute(args: RunArgs) -> int:
         workdir=args.workdir,
     )
     sys.stdout.flush()
-    return run_container(EngineApi(host, timeout=30.0), spec)
+    api = EngineApi(host, timeout=30.0)
+    ensure_image(api, args.image, args.pull)
+    return run_container(api, spec)

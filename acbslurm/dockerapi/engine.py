@@ -75,9 +75,9 @@ def _version_key(version: str) -> tuple[int, ...]:
     return tuple(int(part) for part in version.split("."))
 
 
-def _quote(text: str) -> str:
-    """Percent-encode everything but unreserved characters (no urllib import: speed)."""
-    safe = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_.~"
+def _quote(text: str, keep: str = "") -> str:
+    """Percent-encode everything but unreserved characters and ``keep`` (no urllib: speed)."""
+    safe = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_.~" + keep
     return "".join(c if c in safe else "".join(f"%{b:02X}" for b in c.encode()) for c in text)
 
 
@@ -180,19 +180,31 @@ class EngineApi:
 
         ``timeout`` None waits forever (only for /wait); the default is the client's.
         """
+        limit = self.timeout if timeout == -1.0 else timeout
+        return self._json(*self._stepping_up(method, url, body, limit, limit))
+
+    def _stepping_up(
+        self, method: str, url: str, body: Any, idle: float | None, total: float | None
+    ) -> tuple[bytes, bytes, str]:
+        """``_exchange``, once more at the daemon's oldest version if 1.41 is too old."""
         try:
-            return self._call(method, url, body, timeout)
+            return self._exchange(method, url, body, idle, total)
         except EngineError as exc:
             if not self._step_up(exc):
                 raise
-        return self._call(method, url, body, timeout)
+        return self._exchange(method, url, body, idle, total)
 
     def _step_up(self, exc: EngineError) -> bool:
         """After "client version 1.41 is too old", use the daemon's oldest version."""
         if exc.status != 400 or " is too old" not in str(exc):
             return False
         try:
-            oldest = str(self._call("GET", "/version", versioned=False)["MinAPIVersion"])
+            answer = self._json(
+                *self._exchange(
+                    "GET", "/version", None, self.timeout, self.timeout, versioned=False
+                )
+            )
+            oldest = str(answer["MinAPIVersion"])
             newer = _version_key(oldest) > _version_key(self.version)
         except (DockerError, KeyError, TypeError, ValueError):
             return False
@@ -200,25 +212,28 @@ class EngineApi:
             self.version = oldest
         return newer
 
-    def _call(
+    def _exchange(
         self,
         method: str,
         url: str,
-        body: Any = None,
-        timeout: float | None = -1.0,
+        body: Any,
+        idle: float | None,
+        total: float | None,
         versioned: bool = True,
-    ) -> Any:
-        limit = self.timeout if timeout == -1.0 else timeout
+    ) -> tuple[bytes, bytes, str]:
+        """(head, body, what) of one 2xx answer; ``idle`` bounds each read, ``total`` all.
+
+        An HTTP error is raised as its typed EngineError."""
         what = f"Docker at {self.host}: {method} {url.split('?')[0]}"
-        sock = self._connect(limit)
+        sock = self._connect(idle)
         try:
             path = f"/v{self.version}{url}" if versioned else url
             sock.sendall(self._request(method, path, body))
             chunks = []
-            deadline = None if limit is None else time.monotonic() + limit
+            deadline = None if total is None else time.monotonic() + total
             while True:
                 if deadline is not None and time.monotonic() > deadline:
-                    raise TimeoutError(f"no complete answer in {limit:g} s")
+                    raise TimeoutError(f"no complete answer in {total:g} s")
                 data = sock.recv(65536)
                 if not data:
                     break
@@ -234,6 +249,10 @@ class EngineApi:
             except (ValueError, KeyError, TypeError):
                 message = rest[:300].decode(errors="replace")
             raise http_error(status, f"{what}: {message}")
+        return head, rest, what
+
+    @staticmethod
+    def _json(head: bytes, rest: bytes, what: str) -> Any:
         # A 2xx that cannot be read (a daemon that died mid-answer, a proxy's page) is
         # a DockerError like any other trouble: the epilog must not crash on it.
         size = _content_length(head)
@@ -257,6 +276,34 @@ class EngineApi:
         what = f"Docker at {self.host}: GET /containers/json"
         found = _of_type([] if answer is None else answer, list, what)
         return [c for c in found if isinstance(c, dict)]
+
+    def image_inspect(self, ref: str) -> dict[str, Any]:
+        """The image ``ref`` as the daemon has it; ``EngineError`` 404 when it has not."""
+        return dict(self.call("GET", f"/images/{_quote(ref, keep='/:@')}/json"))
+
+    def pull(self, query: dict[str, str], idle: float = 300.0) -> list[dict[str, Any]]:
+        """``POST /images/create`` (``fromImage``, ``tag``): the daemon's progress messages.
+
+        The answer is 200 as soon as the pull starts; a failure later on (a layer, the
+        registry's authorisation) comes as a message with ``error``, raised here as an
+        ``EngineError`` 500. ``idle`` bounds the wait for the next message only: a big
+        image may take long, a registry that stops answering does not hang the job.
+        """
+        params = "&".join(f"{k}={_quote(v)}" for k, v in query.items())
+        _, rest, what = self._stepping_up("POST", f"/images/create?{params}", None, idle, None)
+        messages: list[dict[str, Any]] = []
+        for line in rest.splitlines():
+            if not line.strip():
+                continue
+            try:
+                msg = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(msg, dict):
+                if msg.get("error"):
+                    raise EngineError(500, f"{what}: {msg['error']}")
+                messages.append(msg)
+        return messages
 
     def create(self, name: str | None, config: dict[str, Any]) -> str:
         url = "/containers/create" + (f"?name={_quote(name)}" if name else "")

@@ -28,8 +28,10 @@ log = logging.getLogger(__name__)
 
 
 # squeue fields, '|'-separated; the name is last because it may contain '|'.
-_SQUEUE_FORMAT = "%i|%T|%r|%M|%N|%u|%V|%S|%e|%j"
-_SACCT_FIELDS = "JobID,State,Elapsed,NodeList,User,Submit,Start,End,ExitCode,JobName"
+_SQUEUE_FORMAT = "%i|%T|%r|%M|%N|%u|%V|%S|%e|%P|%j"
+_SACCT_FIELDS = (
+    "JobID,State,Elapsed,NodeList,User,Submit,Start,End,ExitCode,Partition,Reason,JobName"
+)
 _IDX = re.compile(r"IDX:([0-9,\-]+)")
 _ARRAY_JOB = re.compile(r"\bArrayJobId=([0-9]+)")
 _ARRAY_TASK = re.compile(r"\bArrayTaskId=([0-9]+)(?=\s|$)")  # one task, not 2-3 or 2,5
@@ -52,7 +54,8 @@ class JobInfo:
     submit_time: str = ""
     start_time: str = ""
     end_time: str = ""
-    exit_code: str = ""
+    exit_code: str = ""  # Slurm's CODE:SIGNAL
+    partition: str = ""
     gpu_indices: list[int] = field(default_factory=list)
     gpu_uuids: list[str] = field(default_factory=list)
     # Set on the task rows (12_1, 12_[2-3]) an array's own id (12) was expanded to.
@@ -68,6 +71,62 @@ class JobInfo:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def as_json(self) -> dict[str, Any]:
+        """The JSON style of every command (docs/cli.md): null for what is not known,
+        ISO-8601 times with the local offset, durations in seconds (``elapsed_s``)."""
+        code, sig = exit_status(self.exit_code)
+        return {
+            "job_id": self.job_id,
+            "array_job_id": self.array_job_id or None,
+            "name": self.name or None,
+            "user": self.user or None,
+            "partition": self.partition or None,
+            "state": self.state,
+            "reason": self.reason or None,
+            "exit_code": code,
+            "signal": sig,
+            "node": self.node or None,
+            "elapsed_s": elapsed_seconds(self.elapsed),
+            "submit": iso_local(self.submit_time),
+            "start": iso_local(self.start_time),
+            "end": iso_local(self.end_time),
+            "gpu_indices": list(self.gpu_indices),
+            "gpu_uuids": list(self.gpu_uuids),
+        }
+
+
+def exit_status(text: str) -> tuple[int | None, int | None]:
+    """Slurm's ``CODE:SIGNAL`` as two integers; None for what it does not say."""
+    code, _, sig = text.partition(":")
+    return (
+        int(code) if code.strip().isdigit() else None,
+        int(sig) if sig.strip().isdigit() else None,
+    )
+
+
+def elapsed_seconds(text: str) -> int | None:
+    """squeue's and sacct's elapsed time (``M:SS``, ``H:MM:SS``, ``D-HH:MM:SS``) in seconds."""
+    from acbslurm.units import time_limit_seconds
+
+    if not text or text in ("INVALID", "UNLIMITED"):
+        return None
+    try:
+        return time_limit_seconds(text)
+    except ValueError:
+        return None
+
+
+def iso_local(text: str) -> str | None:
+    """A Slurm time (``2024-05-01T10:00:00``, the host's local time) with its offset."""
+    from datetime import datetime
+
+    if not text:
+        return None
+    try:
+        return datetime.fromisoformat(text).astimezone().isoformat(timespec="seconds")
+    except ValueError:
+        return None
 
 
 def _clean_time(value: str) -> str:
@@ -89,8 +148,8 @@ def _rows(text: str, fields: int, command: str) -> Iterator[list[str]]:
 def parse_squeue(text: str) -> list[JobInfo]:
     """Parse ``squeue -h -o _SQUEUE_FORMAT`` output."""
     jobs: list[JobInfo] = []
-    for parts in _rows(text, 10, "squeue"):
-        jid, state, reason, elapsed, node, user, submit, start, end, name = parts
+    for parts in _rows(text, 11, "squeue"):
+        jid, state, reason, elapsed, node, user, submit, start, end, partition, name = parts
         jobs.append(
             JobInfo(
                 job_id=jid.strip(),
@@ -102,6 +161,7 @@ def parse_squeue(text: str) -> list[JobInfo]:
                 submit_time=_clean_time(submit),
                 start_time=_clean_time(start) if state != "PENDING" else "",
                 end_time=_clean_time(end) if state in TERMINAL_STATES else "",
+                partition=partition,
                 name=name,
             )
         )
@@ -122,8 +182,10 @@ def sacct_jobs(
 def parse_sacct(text: str) -> list[JobInfo]:
     """Parse ``sacct -n -P -X --format=_SACCT_FIELDS`` output."""
     jobs: list[JobInfo] = []
-    for parts in _rows(text, 10, "sacct"):
-        jid, state, elapsed, node, user, submit, start, end, exit_code, name = parts
+    for parts in _rows(text, 12, "sacct"):
+        jid, state, elapsed, node, user, submit, start, end, exit_code, partition, reason, name = (
+            parts
+        )
         jobs.append(
             JobInfo(
                 job_id=jid,
@@ -135,6 +197,8 @@ def parse_sacct(text: str) -> list[JobInfo]:
                 start_time=_clean_time(start),
                 end_time=_clean_time(end),
                 exit_code=exit_code,
+                partition=partition,
+                reason="" if reason in ("None", "(null)") else reason,
                 name=name,
             )
         )
@@ -242,7 +306,9 @@ def query_jobs(
     else:
         # An array the controller shows may have tasks it already forgot: ask sacct too.
         arrays_shown = {k.split("_", 1)[0] for k in found if "_" in k}
-        ask = [w for w in wanted if w not in found or w in arrays_shown]
+        # squeue has no exit code: sacct gives it for the jobs that ended.
+        ended = {w for w in wanted if w in found and found[w].finished}
+        ask = [w for w in wanted if w not in found or w in arrays_shown or w in ended]
         old: dict[str, JobInfo] = {}
         unknown_why = ""
         if ask:
@@ -253,6 +319,7 @@ def query_jobs(
                 # for a reason the user should see.
                 detail = (exc.stderr or exc.reason).strip().splitlines() or ["no output"]
                 unknown_why = f"slurmdbd not answering (sacct: {detail[-1][:120]})"
+        _add_exit_codes(found, old)
         jobs = []
         for w in wanted:
             own = found.get(w) or old.get(w)
@@ -271,6 +338,15 @@ def query_jobs(
         cache = {} if gpu_cache is None else gpu_cache
         _add_gpus(running, record_dir, env, scoped=bool(wanted), cache=cache)
     return jobs
+
+
+def _add_exit_codes(found: Mapping[str, JobInfo], old: Mapping[str, JobInfo]) -> None:
+    """sacct's exit code (and reason, if squeue had none) on squeue's rows of ended jobs."""
+    for jid, job in found.items():
+        known = old.get(jid)
+        if job.finished and known is not None:
+            job.exit_code = job.exit_code or known.exit_code
+            job.reason = job.reason or known.reason
 
 
 def _squeue(wanted: list[str], user: str | None, env: Mapping[str, str] | None) -> list[JobInfo]:

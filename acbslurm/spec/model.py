@@ -32,12 +32,67 @@ JOB_KEYS = (
     "error",
     "array",
     "dependency",
+    "qos",
+    "constraint",
+    "reservation",
+    "exclusive",
+    "mail_type",
+    "mail_user",
+    "signal",
+    "requeue",
+    "sbatch_args",
     "env",
     "workdir",
     "command",
     "container",
 )
-CONTAINER_KEYS = ("image", "command", "mounts", "env", "workdir")
+CONTAINER_KEYS = ("image", "pull", "command", "mounts", "env", "workdir")
+PULL_POLICIES = ("missing", "always", "never")
+MAIL_TYPES = (
+    "NONE",
+    "BEGIN",
+    "END",
+    "FAIL",
+    "REQUEUE",
+    "ALL",
+    "INVALID_DEPEND",
+    "STAGE_OUT",
+    "TIME_LIMIT",
+    "TIME_LIMIT_90",
+    "TIME_LIMIT_80",
+    "TIME_LIMIT_50",
+    "ARRAY_TASKS",
+)
+# sbatch options a spec key stands for: sbatch_args refuses them and names the key.
+OPTION_KEYS = {
+    "--job-name": "name",
+    "--partition": "partition",
+    "--account": "account",
+    "--nodes": "nodes",
+    "--ntasks": "ntasks",
+    "--ntasks-per-node": "ntasks_per_node",
+    "--cpus-per-task": "cpus_per_task",
+    "--mem": "mem",
+    "--gres": "gpus",
+    "--gpus": "gpus",
+    "--time": "time",
+    "--output": "output",
+    "--error": "error",
+    "--array": "array",
+    "--dependency": "dependency",
+    "--chdir": "workdir",
+    "--qos": "qos",
+    "--constraint": "constraint",
+    "--reservation": "reservation",
+    "--exclusive": "exclusive",
+    "--mail-type": "mail_type",
+    "--mail-user": "mail_user",
+    "--signal": "signal",
+    "--requeue": "requeue",
+    "--no-requeue": "requeue",
+}
+# Options that would change what the rendered script is or how it is submitted.
+REFUSED_OPTIONS = ("--wrap", "--parsable", "--test-only", "--export-file", "--batch")
 
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _GPU_TYPE = re.compile(r"^[A-Za-z0-9_.\-]+$")
@@ -46,11 +101,14 @@ _DEPENDENCY = re.compile(r"^[A-Za-z0-9_:,?+\-]+$")
 _NODES = re.compile(r"^[1-9][0-9]*(-[1-9][0-9]*)?$")
 _IMAGE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-/:@]*$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_SIGNAL = re.compile(r"^((R|B|RB|BR):)?[A-Za-z0-9]+(@[0-9]+)?$")
+_LONG_OPTION = re.compile(r"^--[A-Za-z][A-Za-z0-9\-]*(=|$)")
 
 
 @dataclass(frozen=True)
 class ContainerSpec:
     image: str
+    pull: str = "missing"
     command: tuple[str, ...] | str | None = None
     mounts: tuple[Mount, ...] = ()
     env: tuple[tuple[str, str], ...] = ()
@@ -73,6 +131,15 @@ class JobSpec:
     error: str | None = None
     array: str | None = None
     dependency: str | None = None
+    qos: str | None = None
+    constraint: str | None = None
+    reservation: str | None = None
+    exclusive: str | None = None  # "" for a bare --exclusive, else user, mcs or topo
+    mail_type: str | None = None
+    mail_user: str | None = None
+    signal: str | None = None
+    requeue: bool | None = None
+    sbatch_args: tuple[str, ...] = ()
     env: tuple[tuple[str, str], ...] = ()
     workdir: str | None = None
     command: tuple[str, ...] | str | None = None
@@ -308,6 +375,89 @@ def _mounts(value: Any, path: tuple[str, ...], e: _Errors) -> tuple[Mount, ...]:
     return tuple(out)
 
 
+def _bool(value: Any, path: tuple[str, ...], e: _Errors) -> bool | None:
+    if value is None or isinstance(value, bool):
+        return value
+    e.add(path, f"must be true or false, got {value!r}")
+    return None
+
+
+def _exclusive(value: Any, path: tuple[str, ...], e: _Errors) -> str | None:
+    """``true`` -> ``""`` (a bare --exclusive); ``user``/``mcs``/``topo``; false: left out."""
+    if value is True:
+        return ""
+    if value is None or value is False:
+        return None
+    if isinstance(value, str) and value in ("user", "mcs", "topo"):
+        return value
+    e.add(path, f"must be true, false, user, mcs or topo, got {value!r}")
+    return None
+
+
+def _mail_type(value: Any, path: tuple[str, ...], e: _Errors) -> str | None:
+    if value is None:
+        return None
+    items = value if isinstance(value, list) else str(value).split(",")
+    names = [str(item).strip().upper() for item in items]
+    bad = [n for n in names if n not in MAIL_TYPES]
+    if not names or bad:
+        e.add(path, f"unknown mail type {bad[0] if bad else ''!r} (one of {', '.join(MAIL_TYPES)})")
+        return None
+    return ",".join(names)
+
+
+def _sbatch_args(value: Any, path: tuple[str, ...], e: _Errors) -> tuple[str, ...]:
+    """Further sbatch options, one ``--name[=value]`` each, never one a key stands for."""
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        e.add(path, f"must be a list of --option=value items, got {value!r}")
+        return ()
+    out: list[str] = []
+    for i, item in enumerate(value):
+        ipath = (*path, str(i))
+        text = _text(item, ipath, e)
+        if text is None:
+            continue
+        if not _LONG_OPTION.match(text):
+            e.add(ipath, f"{text!r} is not a long option (--name or --name=value)")
+            continue
+        name = text.split("=", 1)[0]
+        if name in OPTION_KEYS:
+            e.add(ipath, f"{name}: use the spec key {OPTION_KEYS[name]!r} instead")
+        elif name in REFUSED_OPTIONS:
+            e.add(ipath, f"{name} cannot be passed: acbslurm renders and submits the script")
+        else:
+            out.append(text)
+    return tuple(out)
+
+
+def _sbatch_options(get: Any, e: _Errors) -> dict[str, Any]:
+    """The spec's keys for the common sbatch options, and the pass-through list."""
+    return {
+        "qos": _text(get("qos"), ("qos",), e),
+        "constraint": _text(get("constraint"), ("constraint",), e),
+        "reservation": _text(get("reservation"), ("reservation",), e),
+        "exclusive": _exclusive(get("exclusive"), ("exclusive",), e),
+        "mail_type": _mail_type(get("mail_type"), ("mail_type",), e),
+        "mail_user": _text(get("mail_user"), ("mail_user",), e),
+        "signal": _pattern(
+            get("signal"), _SIGNAL, ("signal",), e, "[R:|B:]SIGNAL[@SECONDS] (e.g. B:USR1@120)"
+        ),
+        "requeue": _bool(get("requeue"), ("requeue",), e),
+        "sbatch_args": _sbatch_args(get("sbatch_args"), ("sbatch_args",), e),
+    }
+
+
+def _pull(value: Any, path: tuple[str, ...], e: _Errors) -> str:
+    if value is None:
+        return "missing"
+    if isinstance(value, str) and value in PULL_POLICIES:
+        return value
+    e.add(path, f"must be missing, always or never, got {value!r}")
+    return "missing"
+
+
 def _container(value: Any, path: tuple[str, ...], e: _Errors) -> ContainerSpec | None:
     if value is None:
         return None
@@ -325,13 +475,16 @@ def _container(value: Any, path: tuple[str, ...], e: _Errors) -> ContainerSpec |
         image = _pattern(
             image_raw, _IMAGE, (*path, "image"), e, "an image reference such as name:tag"
         )
+    pull = _pull(value.get("pull"), (*path, "pull"), e)
     command = _command(value.get("command"), (*path, "command"), e)
     mounts = _mounts(value.get("mounts"), (*path, "mounts"), e)
     env = _env(value.get("env"), (*path, "env"), e)
     workdir = _path(value.get("workdir"), (*path, "workdir"), e, absolute=True)
     if image is None:
         return None
-    return ContainerSpec(image=image, command=command, mounts=mounts, env=env, workdir=workdir)
+    return ContainerSpec(
+        image=image, pull=pull, command=command, mounts=mounts, env=env, workdir=workdir
+    )
 
 
 def validate(doc: Located) -> JobSpec:
@@ -361,6 +514,7 @@ def validate(doc: Located) -> JobSpec:
         dependency=_pattern(
             get("dependency"), _DEPENDENCY, ("dependency",), e, "a dependency such as afterok:123"
         ),
+        **_sbatch_options(get, e),
         env=_env(get("env"), ("env",), e),
         workdir=_path(get("workdir"), ("workdir",), e),
         command=_command(get("command"), ("command",), e),

@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-COMMANDS = ("sbatch", "squeue", "sacct", "scontrol", "scancel")
+COMMANDS = ("sbatch", "squeue", "sacct", "scontrol", "scancel", "sacctmgr")
 
 # The fake itself; {root} is the folder holding state.json, calls.jsonl and the lock.
 _SCRIPT = r'''#!{python} -S
@@ -132,7 +132,7 @@ def squeue_field(letter, key, job):
         "i": key, "A": job["job_id"], "T": job["state"], "r": job["reason"] or "None",
         "M": job["elapsed"] or "0:00", "N": job["node"], "u": job["user"],
         "V": job["submit"] or "N/A", "S": job["start"] or "N/A", "e": job["end"] or "N/A",
-        "j": job["name"],
+        "j": job["name"], "P": job["partition"],
     }}
     if letter not in values:
         raise Usage(f"the fake squeue knows no %{{letter}}")
@@ -154,13 +154,21 @@ def sacct(args, stdin, state):
             "NodeList": job["node"] or "None assigned", "User": job["user"],
             "Submit": job["submit"] or "Unknown", "Start": job["start"] or "Unknown",
             "End": job["end"] or "Unknown", "ExitCode": job["exit_code"] or "0:0",
-            "JobName": job["name"],
+            "JobName": job["name"], "Partition": job["partition"],
+            "Reason": job["reason"] or "None",
         }}
         lines.append("|".join(values[f] for f in fields))
     return "".join(line + "\n" for line in lines), "", 0
 
 
 def scontrol(args, stdin, state):
+    if args[:3] == ["-o", "show", "partition"] and len(args) == 4:
+        if args[3] not in state["partitions"]:
+            return "", f"Partition {{args[3]}} not found\n", 1
+        return f"PartitionName={{args[3]}} State=UP\n", "", 0
+    if args[:3] == ["-o", "show", "node"] and len(args) == 3:
+        lines = [f"NodeName={{n}} State=IDLE Gres={{g}}" for n, g in state["nodes"].items()]
+        return "".join(line + "\n" for line in lines), "", 0
     if args[:4] != ["-d", "-o", "show", "job"] or len(args) > 5:
         raise Usage(f"the fake scontrol knows only -d -o show job [ID], not {{args}}")
     jobs = {{k: j for k, j in state["jobs"].items() if j["controller"]}}
@@ -180,14 +188,28 @@ def scontrol(args, stdin, state):
         if array is not None:
             words += [f"ArrayJobId={{array}}", f"ArrayTaskId={{task.strip('[]')}}"]
         words += [f"JobName={{job['name']}}", f"UserId={{job['user']}}(1001)",
-                  f"JobState={{job['state']}}", f"NodeList={{job['node'] or '(null)'}}"]
+                  f"JobState={{job['state']}}", f"Reason={{job['reason'] or 'None'}}",
+                  f"ExitCode={{job['exit_code'] or '0:0'}}",
+                  f"Partition={{job['partition']}}", f"NodeList={{job['node'] or '(null)'}}"]
         if job["node"]:
             running = job["state"] in ("RUNNING", "SUSPENDED", "COMPLETING")
             gpus = ",".join(str(g) for g in job["gpus"]) if running else ""
             gres = f"gpu:{{len(job['gpus'])}}(IDX:{{gpus}})" if gpus else ""
             words += [f"Nodes={{job['node']}}", "CPU_IDs=0", "Mem=500", f"GRES={{gres}}"]
+        words += [f"StdErr={{job['std_err']}}", f"StdOut={{job['std_out']}}"]
         lines.append(" ".join(words))
     return "".join(line + "\n" for line in lines), "", 0
+
+
+def sacctmgr(args, stdin, state):
+    # sacctmgr -n -P show associations where account=A user=U format=Account
+    words = dict(a.split("=", 1) for a in args if "=" in a)
+    if "account" not in words:
+        raise Usage(f"the fake sacctmgr knows only show associations account=..., not {{args}}")
+    users = state["accounts"].get(words["account"])
+    if users is None or ("user" in words and words["user"] not in users):
+        return "", "", 0
+    return words["account"] + "\n", "", 0
 
 
 def sbatch(args, stdin, state):
@@ -252,6 +274,9 @@ _DEFAULTS: dict[str, Any] = {
     "end": "",
     "exit_code": "",
     "name": "job",
+    "partition": "p1",
+    "std_err": "",
+    "std_out": "",
     "gpus": [],
     "controller": True,  # squeue and scontrol still know it; sacct always does
     "next": [],  # field changes, one applied after each squeue call
@@ -287,7 +312,17 @@ class FakeSlurm:
         self._state_path = root / "state.json"
         self._log_path = root / "calls.jsonl"
         self._log_path.touch()
-        self._save({"jobs": {}, "responses": {}, "next_id": 100, "defaults": _DEFAULTS})
+        self._save(
+            {
+                "jobs": {},
+                "responses": {},
+                "next_id": 100,
+                "defaults": _DEFAULTS,
+                "partitions": ["p1"],
+                "accounts": {"user1": ["user1"]},
+                "nodes": {"node1": "gpu:2"},
+            }
+        )
         script = _SCRIPT.format(python=sys.executable, root=str(root))
         for name in COMMANDS:
             path = self.bin_dir / name
@@ -343,6 +378,22 @@ class FakeSlurm:
     def jobs(self) -> dict[str, dict[str, Any]]:
         jobs: dict[str, dict[str, Any]] = self._load()["jobs"]
         return jobs
+
+    # the cluster
+
+    def set_cluster(
+        self,
+        *,
+        partitions: list[str] | None = None,
+        accounts: dict[str, list[str]] | None = None,
+        nodes: dict[str, str] | None = None,
+    ) -> None:
+        """Partitions, accounts (-> their users) and nodes (-> Gres) Slurm knows."""
+        data = self._load()
+        for key, value in (("partitions", partitions), ("accounts", accounts), ("nodes", nodes)):
+            if value is not None:
+                data[key] = value
+        self._save(data)
 
     # canned answers
 

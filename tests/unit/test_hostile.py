@@ -200,3 +200,19 @@ def test_sbatch_directives_are_literal(tmp_path: Path, index: int) -> None:
     assert opts["account"] == value
     assert opts["output"] == f"/tmp/{value}.out"
     assert opts["error"] == f"/tmp/{value}.err"
+
+
+@pytest.mark.skipif(shutil.which("sbatch") is None, reason="sbatch is not installed")
+@pytest.mark.parametrize("index", range(len(ONE_LINE)))
+def test_sbatch_args_and_option_keys_are_literal(tmp_path: Path, index: int) -> None:
+    value = ONE_LINE[index].replace("{marker}", str(tmp_path / "PWNED"))
+    doc = {
+        "qos": value,
+        "mail_user": value,
+        "sbatch_args": [f"--comment={value}"],
+        "command": ["true"],
+    }
+    opts = sbatch_parsed_options(render(parse_spec(as_yaml(doc), "h.yaml"), acbslurm="x"), tmp_path)
+    assert opts["qos"] == value
+    assert opts["mail-user"] == value
+    assert opts["comment"] == value

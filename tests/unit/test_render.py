@@ -23,6 +23,7 @@ CASES = {
     "sandbox-gpu": REPO / "conf/examples/sandbox-gpu.yaml",
     "full": GOLDEN / "full.yaml",
     "direct": GOLDEN / "direct.yaml",
+    "options": GOLDEN / "options.yaml",
 }
 
 
@@ -60,12 +61,16 @@ def test_whisper_has_seed_directives_and_gpu_container() -> None:
     assert "openai-whisper:latest -- whisper --model turbo" in text
 
 
+# Directives that are flags without a value.
+FLAGS = ("#SBATCH --exclusive", "#SBATCH --requeue", "#SBATCH --no-requeue", "#SBATCH --hold")
+
+
 def test_no_empty_directives() -> None:
     text = render(parse_spec('command: ["true"]\n', "x.yaml"), acbslurm=ACBSLURM)
     assert "#SBATCH" not in text
     for case in CASES.values():
         for line in render(load_spec(case), acbslurm=ACBSLURM).splitlines():
-            if line.startswith("#SBATCH"):
+            if line.startswith("#SBATCH") and line not in FLAGS:
                 _, _, value = line.partition("=")
                 assert value and value != '""' and value != "None", line
 
@@ -105,3 +110,15 @@ def test_quoting_helpers() -> None:
     assert sh_quote("a'b") == "'a'\"'\"'b'"
     with pytest.raises(SpecError):
         sh_quote("a\x00b")
+
+
+def test_sbatch_args_values_are_quoted_like_every_value() -> None:
+    text = render(
+        parse_spec(
+            'command: ["true"]\nsbatch_args: ["--comment=a #b \\"c\\"", "--begin=now+1hour"]\n',
+            "x.yaml",
+        ),
+        acbslurm=ACBSLURM,
+    )
+    assert '#SBATCH --comment="a #b \\"c\\""' in text
+    assert "#SBATCH --begin=now+1hour" in text

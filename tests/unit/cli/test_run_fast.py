@@ -61,6 +61,8 @@ def click_parse(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> RunArgs | N
             RunArgs(image="img", grace=2.5, cpus=1.0, memory="2g"),
         ),
         (["--name", "a", "--name", "b", "img"], RunArgs(image="img", name="b")),
+        (["--pull", "always", "img"], RunArgs(image="img", pull="always")),
+        (["--pull=never", "img", "x"], RunArgs(image="img", command=("x",), pull="never")),
     ],
 )
 def test_parses_well_formed_lines(
@@ -84,6 +86,7 @@ def test_parses_well_formed_lines(
         ["--gpu", "none", "img"],  # no abbreviations
         ["--unknown", "img"],
         ["--gpus", "none"],  # no IMAGE
+        ["--pull", "sometimes", "img"],
     ],
 )
 def test_leaves_everything_else_to_click(argv: list[str]) -> None:
@@ -94,6 +97,7 @@ TOKENS = [
     "img", "echo", "", "-", "--", "-h", "--help", "--gpus", "--gpus=auto", "none",
     "--mount", "/a:/b", "--env", "A=1", "--workdir", "/w", "--name", "n", "--grace",
     "3", "-1", "inf", "nan", "--cpus", "0.5", "x", "--memory=1g", "--foo", "--grace=",
+    "--pull", "always", "--pull=never", "maybe",
 ]  # fmt: skip
 
 

@@ -92,10 +92,10 @@ def test_gives_up_after_the_timeout(fake_sacct: Any) -> None:
 @pytest.mark.parametrize(
     ("text", "final"),
     [
-        ("12|COMPLETED|||||||0:0|x\n13|CANCELLED by 1001|||||||0:15|a|b\n", True),
-        ("12|COMPLETED|||||||0:0|x\n", False),  # 13 not stored yet
-        ("12|COMPLETED|||||||0:0|x\n13|PENDING|||||||0:0|x\n", False),
-        ("12|TIMEOUT|||||||0:0|x\n13|OUT_OF_MEMORY|||||||0:125|x\n", True),
+        ("12|COMPLETED|||||||0:0|p1|None|x\n13|CANCELLED by 1001|||||||0:15|p1|None|a|b\n", True),
+        ("12|COMPLETED|||||||0:0|p1|None|x\n", False),  # 13 not stored yet
+        ("12|COMPLETED|||||||0:0|p1|None|x\n13|PENDING|||||||0:0|p1|None|x\n", False),
+        ("12|TIMEOUT|||||||0:0|p1|None|x\n13|OUT_OF_MEMORY|||||||0:125|p1|None|x\n", True),
         ("", False),
     ],
 )

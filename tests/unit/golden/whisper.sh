@@ -15,4 +15,5 @@
 # The container gets exactly the GPUs Slurm allocated to this job (--gpus auto).
 exec srun /usr/local/bin/acbslurm run --gpus auto \
   --mount /home/user1:/home/user1 \
+  --workdir /home/user1 \
   openai-whisper:latest -- whisper --model turbo --device cuda --language Japanese --model_dir /home/user1/openai-whisper /home/user1/Gmjrwl_D72E.wav

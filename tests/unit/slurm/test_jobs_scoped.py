@@ -200,7 +200,9 @@ def test_watcher_asks_scontrol_once_per_running_job_and_drops_finished_jobs(
     }
     with pytest.raises(StopIteration):
         next(watch)
-    assert three.calls("sacct") == []
+    # squeue has no exit codes: one sacct call for the jobs that just ended
+    assert [c.value("-j") for c in three.calls("sacct")] == ["101,102"]
+    assert final["101"].exit_code == "1:0"
 
 
 def test_watcher_asks_again_after_a_requeue(fake_slurm: FakeSlurm) -> None:
@@ -289,6 +291,7 @@ def test_submit_wait_of_three_jobs_asks_about_them_alone(fake_slurm: FakeSlurm) 
     )
     spec = str(Path(__file__).resolve().parents[3] / "conf" / "examples" / "sandbox-gpu.yaml")
     args = [spec, "-n", "3", "--wait", "--interval", "0.1", "--json", "--acbslurm", "/x/acbslurm"]
+    args.append("--no-check")  # the checks' calls are tested in tests/unit/cli
     res = CliRunner().invoke(submit, [*args, "--set", "container=", "--set", "command=['true']"])
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
@@ -298,7 +301,7 @@ def test_submit_wait_of_three_jobs_asks_about_them_alone(fake_slurm: FakeSlurm) 
         ("101", "COMPLETED"),
         ("102", "COMPLETED"),
     ]
-    fmt = "%i|%T|%r|%M|%N|%u|%V|%S|%e|%j"
+    fmt = "%i|%T|%r|%M|%N|%u|%V|%S|%e|%P|%j"
     squeue = ["squeue", "-h", "-o", fmt, "-t", "all", "--jobs=100,101,102"]
     polls = [a for a in fake_slurm.argvs() if a[0] != "sbatch"]
     # poll 1: pending; 2: running, scontrol once per job; 3: running, GPUs cached; 4: done
@@ -306,5 +309,7 @@ def test_submit_wait_of_three_jobs_asks_about_them_alone(fake_slurm: FakeSlurm) 
     assert sorted(polls[2:5]) == [
         ["scontrol", "-d", "-o", "show", "job", i] for i in out["job_ids"]
     ]
-    assert polls[5:] == [squeue, squeue]
+    sacct = [c for c in polls[5:] if c[0] == "sacct"]
+    assert [c for c in polls[5:] if c[0] != "sacct"] == [squeue, squeue]
+    assert len(sacct) == 1 and "100,101,102" in sacct[0]  # the exit codes of ended jobs
     assert [j["gpu_indices"] for j in out["jobs"]] == [[], [], []]  # ended: none held

@@ -20,18 +20,36 @@ from acbslurm.units import expand_ranges
 
 def test_parse_squeue_keeps_name_with_pipes() -> None:
     out = (
-        "7|RUNNING|None|0:05|vm|user1|2026-11-30T01:00:00|2026-11-30T01:00:01|2026-11-30T02:00:01|a|b\n"
-        "8|PENDING|Resources|0:00|(null)|user1|2026-11-30T01:00:00|N/A|N/A|x\n"
+        "7|RUNNING|None|0:05|vm|user1|2026-11-30T01:00:00|2026-11-30T01:00:01|2026-11-30T02:00:01|p1|a|b\n"
+        "8|PENDING|Resources|0:00|(null)|user1|2026-11-30T01:00:00|N/A|N/A|p2|x\n"
     )
     jobs = parse_squeue(out)
     assert jobs[0].name == "a|b" and jobs[0].node == "vm" and jobs[0].reason == ""
     assert jobs[0].end_time == ""  # a running job's end is only a limit
     assert jobs[1].reason == "Resources" and jobs[1].node == "" and jobs[1].start_time == ""
+    assert (jobs[0].partition, jobs[1].partition) == ("p1", "p2")
 
 
 def test_parse_sacct_state_words() -> None:
-    jobs = parse_sacct("9|CANCELLED by 0|00:00:03|vm|user1|t1|t2|t3|0:15|job\n")
+    jobs = parse_sacct("9|CANCELLED by 0|00:00:03|vm|user1|t1|t2|t3|0:15|p1|None|job\n")
     assert jobs[0].state == "CANCELLED" and jobs[0].failed and jobs[0].exit_code == "0:15"
+    assert jobs[0].partition == "p1" and jobs[0].reason == ""
+    failed = parse_sacct("10|FAILED|0:00|vm|u|t|t|t|1:0|p1|JobLaunchFailure|a|b\n")[0]
+    assert (failed.reason, failed.name) == ("JobLaunchFailure", "a|b")
+
+
+def test_json_style_null_iso_times_seconds_and_exit_code() -> None:
+    from acbslurm.slurm.jobs import JobInfo
+
+    j = JobInfo(
+        job_id="9", state="FAILED", exit_code="2:0", elapsed="1:05", end_time="2026-11-30T01:00:00"
+    )
+    d = j.as_json()
+    assert d["exit_code"] == 2 and d["signal"] == 0 and d["elapsed_s"] == 65
+    assert d["end"] is not None and d["end"].startswith("2026-11-30T") and d["end"][19] in "+-Z"
+    assert d["start"] is None and d["node"] is None and d["reason"] is None
+    assert d["array_job_id"] is None and d["gpu_indices"] == []
+    assert JobInfo(job_id="1", state="PENDING").as_json()["exit_code"] is None
 
 
 @pytest.mark.parametrize(
@@ -116,7 +134,7 @@ def test_status_shows_each_running_array_task_its_gpu(
     assert running == want
     # every job, so one listing each: squeue, then scontrol for all running jobs
     assert fake_slurm.argvs() == [
-        ["squeue", "-h", "-o", "%i|%T|%r|%M|%N|%u|%V|%S|%e|%j"],
+        ["squeue", "-h", "-o", "%i|%T|%r|%M|%N|%u|%V|%S|%e|%P|%j"],
         ["scontrol", "-d", "-o", "show", "job"],
     ]
     pending = [j for j in shown.values() if j.state == "PENDING"]
@@ -130,9 +148,9 @@ def test_an_array_id_stands_for_its_tasks(fake_slurm: FakeSlurm) -> None:
     sacct = "\n".join(
         [
             "1_0|CANCELLED by 0|00:00:21|vm|user1|2026-11-30T03:30:45|2026-11-30T03:30:45|"
-            "2026-11-30T03:31:06|0:0|wrap",
+            "2026-11-30T03:31:06|0:0|p1|None|wrap",
             "1_1|FAILED|00:00:21|vm|user1|2026-11-30T03:30:45|2026-11-30T03:30:45|"
-            "2026-11-30T03:31:06|3:0|wrap",
+            "2026-11-30T03:31:06|3:0|p1|NonZeroExitCode|wrap",
         ]
     )
     fake_slurm.respond("squeue", stdout=squeue)
@@ -154,8 +172,8 @@ def test_an_array_id_stands_for_its_tasks(fake_slurm: FakeSlurm) -> None:
     assert [j.job_id for j in query_jobs(["5_1"])] == ["5_1"]
     # the array's own record may show by its bare id for moments: kept while live
     # (a watcher must not miss it), dropped once ended (its tasks tell the same)
-    squeue += "9|PENDING|None|0:00||user1|N/A|N/A|N/A|wrap\n" + "".join(
-        f"9_{t}|COMPLETED|None|0:03|vm|user1|N/A|N/A|N/A|wrap\n" for t in (1, 0)
+    squeue += "9|PENDING|None|0:00||user1|N/A|N/A|N/A|p1|wrap\n" + "".join(
+        f"9_{t}|COMPLETED|None|0:03|vm|user1|N/A|N/A|N/A|p1|wrap\n" for t in (1, 0)
     )
     fake_slurm.respond("squeue", stdout=squeue)
     got = query_jobs(["9"])

@@ -273,3 +273,68 @@ def test_spec_env_may_not_choose_gpus() -> None:
     text = "container:\n  image: busybox\n  env:\n    NVIDIA_VISIBLE_DEVICES: all\n"
     with pytest.raises(SpecError, match=r"s.yaml:4: container.env.NVIDIA_VISIBLE_DEVICES: .*"):
         parse_spec(text, "s.yaml")
+
+
+SBATCH_KEYS = """\
+qos: high
+constraint: "a100&nvlink"
+reservation: maint window
+exclusive: true
+mail_type: [END, fail]
+mail_user: user1@example.org
+signal: "B:USR1@120"
+requeue: false
+sbatch_args:
+  - --licenses=matlab:1
+  - --comment=it's "mine"
+  - --hold
+"""
+
+
+def test_common_sbatch_options_are_spec_keys() -> None:
+    spec = parse_spec(MINIMAL + SBATCH_KEYS, "job.yaml")
+    assert spec.qos == "high"
+    assert spec.constraint == "a100&nvlink"
+    assert spec.reservation == "maint window"
+    assert spec.exclusive == ""  # --exclusive without a value
+    assert spec.mail_type == "END,FAIL"
+    assert spec.mail_user == "user1@example.org"
+    assert spec.signal == "B:USR1@120"
+    assert spec.requeue is False
+    assert spec.sbatch_args == ("--licenses=matlab:1", '--comment=it\'s "mine"', "--hold")
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("exclusive: maybe", "exclusive: must be true, false, user, mcs or topo"),
+        ("mail_type: [END, SOMETIMES]", "mail_type: unknown mail type 'SOMETIMES'"),
+        ("signal: 'USR1@soon'", "signal: 'USR1@soon' is not [R:|B:]SIGNAL[@SECONDS]"),
+        ("requeue: sometimes", "requeue: must be true or false"),
+        ("sbatch_args: --hold", "sbatch_args: must be a list"),
+        (
+            "sbatch_args: [hold]",
+            "sbatch_args.0: 'hold' is not a long option (--name or --name=value)",
+        ),
+        ("sbatch_args: ['--partition=p2']", "use the spec key 'partition'"),
+        ("sbatch_args: ['--wrap=hostname']", "--wrap cannot be passed"),
+        ('sbatch_args: ["--x=a\\nb"]', "one line"),
+    ],
+)
+def test_bad_sbatch_options_are_named(line: str, message: str) -> None:
+    assert message in errors_of(MINIMAL + line + "\n")
+
+
+@pytest.mark.parametrize("value", ["missing", "always", "never"])
+def test_container_pull_policy(value: str) -> None:
+    spec = parse_spec(MINIMAL + f"  pull: {value}\n", "job.yaml")
+    assert spec.container is not None
+    assert spec.container.pull == value
+
+
+def test_container_pull_policy_defaults_to_missing_and_is_checked() -> None:
+    spec = parse_spec(MINIMAL, "job.yaml")
+    assert spec.container is not None
+    assert spec.container.pull == "missing"
+    msg = errors_of(MINIMAL + "  pull: sometimes\n")
+    assert "job.yaml:4: container.pull: must be missing, always or never" in msg

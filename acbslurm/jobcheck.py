@@ -1,0 +1,231 @@
+"""What `acbslurm submit` checks before a job queues, and explains after one failed.
+
+Before: the output and error directories (Slurm does not create them; a job that
+cannot open its output fails as ``JobLaunchFailure`` with no file anywhere), the
+partition and the account, and whether the user's Docker daemon knows the image (a
+warning only: the node's daemon may differ, and ``pull`` may fetch it there).
+
+After (``submit --wait``): the reason Slurm gives, the exit code, and the last lines of
+the job's error file.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from acbslurm.errors import ConfigError
+
+if TYPE_CHECKING:
+    from acbslurm.slurm.jobs import JobInfo
+    from acbslurm.spec import JobSpec
+
+TAIL_LINES = 10
+_TAIL_BYTES = 64 * 1024
+_PATTERN = re.compile(r"%(%|[0-9]*[A-Za-z])")
+
+
+class SubmitCheckError(ConfigError):
+    """A job would fail at once: nothing was submitted (exit code 2)."""
+
+
+@dataclass
+class Findings:
+    errors: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+def expand_path(
+    pattern: str, *, job_id: str = "", user: str = "", name: str = "", node: str = ""
+) -> str | None:
+    """sbatch's filename patterns (``%j %A %a %x %u %N %%``); None for one left unknown."""
+    base, _, task = job_id.partition("_")
+    values = {"j": job_id if not task else "", "A": base, "a": task, "x": name, "u": user}
+    values["N"] = node
+    unknown = False
+
+    def sub(m: re.Match[str]) -> str:
+        nonlocal unknown
+        spec = m.group(1)
+        if spec == "%":
+            return "%"
+        value = values.get(spec[-1], "")
+        if not value or spec[:-1]:
+            unknown = True
+        return value
+
+    out = _PATTERN.sub(sub, pattern)
+    return None if unknown else out
+
+
+def _job_dir(spec: JobSpec, cwd: str) -> str:
+    return os.path.join(cwd, spec.workdir) if spec.workdir else cwd
+
+
+def _directory_problem(kind: str, path: str, spec: JobSpec, cwd: str, user: str) -> str | None:
+    folder = os.path.dirname(os.path.join(_job_dir(spec, cwd), path)) or "/"
+    expanded = expand_path(folder, user=user, name=spec.name or "")
+    if expanded is None:  # %j, %N...: known only once the job runs
+        return None
+    if not os.path.isdir(expanded):
+        return (
+            f"{kind} directory {expanded!r} does not exist: Slurm does not create it, and the "
+            "job would fail as JobLaunchFailure with no output anywhere; create it first"
+        )
+    if not os.access(expanded, os.W_OK | os.X_OK):
+        return (
+            f"{kind} directory {expanded!r} is not writable by {user or 'you'}: the job would "
+            "fail as JobLaunchFailure with no output anywhere; choose another path"
+        )
+    return None
+
+
+def check_paths(spec: JobSpec, *, cwd: str, user: str) -> list[str]:
+    """Problems with the job's working, output and error directories (as seen here)."""
+    problems: list[str] = []
+    if spec.workdir:
+        wd = expand_path(_job_dir(spec, cwd), user=user, name=spec.name or "")
+        if wd is not None and not os.path.isdir(wd):
+            problems.append(f"working directory {wd!r} (workdir) does not exist")
+            return problems
+    paths = {"output": spec.output or "slurm-%j.out"}
+    if spec.error:
+        paths["error"] = spec.error
+    for kind, path in paths.items():
+        problem = _directory_problem(kind, path, spec, cwd, user)
+        if problem and problem not in problems:
+            problems.append(problem)
+    return problems
+
+
+def check_slurm(spec: JobSpec, *, user: str, env: Mapping[str, str] | None = None) -> Findings:
+    """The partition and the account, as Slurm knows them."""
+    from acbslurm.slurm.cluster import account_has_user, partition_exists
+
+    found = Findings()
+    if spec.partition:
+        known = partition_exists(spec.partition, env=env)
+        if known is False:
+            found.errors.append(
+                f"partition {spec.partition!r} does not exist (`sinfo -s` lists the partitions)"
+            )
+        elif known is None:
+            found.warnings.append(
+                f"could not ask Slurm whether partition {spec.partition!r} exists"
+            )
+    if spec.account:
+        member = account_has_user(spec.account, user, env=env)
+        if member is False:
+            found.errors.append(
+                f"account {spec.account!r} does not exist or {user} may not charge it "
+                f"(`sacctmgr show associations where user={user}` lists yours)"
+            )
+    return found
+
+
+def check_image(spec: JobSpec, *, user: str) -> str | None:
+    """A warning when the user's daemon here lacks the image (None: it has it, or no daemon)."""
+    from acbslurm.config import load_settings
+    from acbslurm.dockerapi.engine import EngineApi, EngineError
+    from acbslurm.dockerapi.hosts import find_docker_host
+    from acbslurm.errors import DockerError
+
+    if spec.container is None:
+        return None
+    image, pull = spec.container.image, spec.container.pull
+    try:
+        host = find_docker_host(os.environ, load_settings(), os.getuid(), user)
+        EngineApi(host, timeout=3.0).image_inspect(image)
+    except EngineError as exc:
+        if exc.status != 404:
+            return None
+    except DockerError:
+        return None  # no daemon on the submit host: the node's is what counts
+    else:
+        return None
+    if pull == "never":
+        return (
+            f"image {image!r} is not in your Docker daemon here, and the spec says pull: never: "
+            "the job fails unless the node's daemon has it (`docker build`/`docker load` it there)"
+        )
+    return (
+        f"image {image!r} is not in your Docker daemon here; `acbslurm run` will try to pull it "
+        "on the node (build or load it there if no registry has it)"
+    )
+
+
+def check_submission(
+    spec: JobSpec, *, cwd: str, user: str, env: Mapping[str, str] | None = None
+) -> Findings:
+    """Everything above; ``errors`` mean the job would fail at once."""
+    found = check_slurm(spec, user=user, env=env)
+    found.errors[:0] = check_paths(spec, cwd=cwd, user=user)
+    if warning := check_image(spec, user=user):
+        found.warnings.append(warning)
+    return found
+
+
+def tail(path: str, lines: int = TAIL_LINES) -> list[str] | None:
+    """The last ``lines`` lines of ``path``; None when it cannot be read here."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - _TAIL_BYTES))
+            data = f.read()
+    except OSError:
+        return None
+    text = data.decode("utf-8", "replace").rstrip("\n")
+    return text.splitlines()[-lines:] if text else []
+
+
+def error_file(job: JobInfo, spec: JobSpec | None, details: Mapping[str, str], cwd: str) -> str:
+    """Where the job's stderr went: scontrol's ``StdErr``, else the spec's path expanded."""
+    if details.get("StdErr"):
+        return details["StdErr"]
+    pattern = (spec.error or spec.output) if spec else None
+    pattern = pattern or "slurm-%j.out"
+    if job.array_job_id and pattern == "slurm-%j.out":
+        pattern = "slurm-%A_%a.out"
+    base = details.get("WorkDir") or (_job_dir(spec, cwd) if spec else cwd)
+    expanded = (
+        expand_path(pattern, job_id=job.job_id, user=job.user, name=job.name, node=job.node)
+        or pattern
+    )
+    return os.path.join(base, expanded)
+
+
+def explain_failure(
+    job: JobInfo, spec: JobSpec | None, *, cwd: str, env: Mapping[str, str] | None = None
+) -> list[str]:
+    """Lines that say why ``job`` failed: reason, exit code, the error file's last lines."""
+    from acbslurm.slurm.cluster import job_details
+    from acbslurm.slurm.jobs import exit_status
+
+    details = job_details(job.job_id, env=env)
+    reason = job.reason or details.get("Reason", "")
+    code, sig = exit_status(job.exit_code or details.get("ExitCode", ""))
+    head = f"job {job.job_id} {job.state}"
+    if reason:
+        head += f", reason {reason}"
+    if code is not None and (code or sig):
+        head += f", exit code {code}" + (f" (signal {sig})" if sig else "")
+    out = [head]
+    if reason == "JobLaunchFailure":
+        out.append(
+            "  Slurm could not start the job: usually its output/error directory is missing "
+            "or not writable on the node, or the working directory does not exist there"
+        )
+    path = error_file(job, spec, details, cwd)
+    lines = tail(path)
+    if lines is None:
+        out.append(f"  error file {path}: not readable here")
+    elif not lines:
+        out.append(f"  error file {path}: empty")
+    else:
+        out.append(f"  last lines of {path}:")
+        out.extend(f"    {line}" for line in lines)
+    return out

@@ -1,0 +1,115 @@
+"""What Slurm knows beyond jobs: partitions, accounts, nodes' GPUs, a job's own details.
+
+Each lookup is one Slurm command. A lookup that cannot be made (slurmdbd down, a
+command missing) answers None: the callers warn instead of refusing a submission.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from acbslurm.errors import AcbslurmError
+from acbslurm.slurm.commands import slurm
+
+if TYPE_CHECKING:
+    from acbslurm.slurm.jobs import JobInfo
+
+_GPU_GRES = re.compile(r"(?:^|,)gpu(?::[A-Za-z0-9_.\-]+)?:([0-9]+)")
+
+
+def partition_exists(name: str, *, env: Mapping[str, str] | None = None) -> bool | None:
+    """``scontrol show partition NAME``: True, False, or None when the controller is away."""
+    try:
+        res = slurm(["scontrol", "-o", "show", "partition", name], env=env, check=False)
+    except AcbslurmError:
+        return None
+    if res.returncode == 0:
+        return bool(res.stdout.strip())
+    if "not found" in res.stderr.lower():
+        return False
+    return None
+
+
+def account_has_user(
+    account: str, user: str, *, env: Mapping[str, str] | None = None
+) -> bool | None:
+    """Whether ``user`` may charge ``account`` (an association); None when unknown."""
+    argv = [
+        "sacctmgr",
+        "-n",
+        "-P",
+        "show",
+        "associations",
+        "where",
+        f"account={account}",
+        f"user={user}",
+        "format=Account",
+    ]
+    try:
+        res = slurm(argv, env=env, check=False)
+    except AcbslurmError:
+        return None
+    if res.returncode != 0:
+        return None
+    return any(line.strip() for line in res.stdout.splitlines())
+
+
+def node_gpus(*, env: Mapping[str, str] | None = None) -> dict[str, int]:
+    """GPUs per node, from the ``Gres=`` of ``scontrol -o show node`` (``gpu:2``,
+    ``gpu:a100:2(S:0-1)``, several types added up)."""
+    out: dict[str, int] = {}
+    for line in slurm(["scontrol", "-o", "show", "node"], env=env).stdout.splitlines():
+        name = re.search(r"\bNodeName=(\S+)", line)
+        gres = re.search(r"\bGres=(\S*)", line)
+        if not name:
+            continue
+        text = re.sub(r"\([^)]*\)", "", gres.group(1)) if gres else ""
+        out[name.group(1)] = sum(int(n) for n in _GPU_GRES.findall(text))
+    return out
+
+
+def _field(line: str, key: str) -> str:
+    """One ``Key=value`` of a ``scontrol -o`` line; a value may hold spaces."""
+    m = re.search(rf"(?:^|\s){key}=(.*?)(?=\s[A-Z][A-Za-z:/_]*=|$)", line)
+    return m.group(1).strip() if m else ""
+
+
+def job_details(job_id: str, *, env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``Reason``, ``ExitCode``, ``StdErr``, ``StdOut``, ``WorkDir`` of a job the
+    controller still knows (MinJobAge after it ended); empty when it forgot it."""
+    try:
+        res = slurm(["scontrol", "-d", "-o", "show", "job", job_id], env=env, check=False)
+    except AcbslurmError:
+        return {}
+    if res.returncode != 0 or not res.stdout.strip():
+        return {}
+    line = res.stdout.splitlines()[0]
+    keys = ("Reason", "ExitCode", "StdErr", "StdOut", "WorkDir")
+    return {k: v for k in keys if (v := _field(line, k)) and v not in ("None", "(null)")}
+
+
+def gpu_slots(
+    *, record_dir: str = "", env: Mapping[str, str] | None = None
+) -> list[tuple[str, int, JobInfo | None]]:
+    """(node, GPU index, the running job holding it or None) for every GPU Slurm manages.
+
+    Two listings: the nodes' ``Gres=`` and the running jobs with their GPU indices (one
+    ``scontrol`` for all). A job on several nodes is shown on each with its indices.
+    """
+    from acbslurm.slurm.hostlist import expand_hostlist
+    from acbslurm.slurm.jobs import query_jobs
+
+    held: dict[tuple[str, int], JobInfo] = {}
+    for job in query_jobs(record_dir=record_dir, env=env):
+        if job.state not in ("RUNNING", "COMPLETING", "SUSPENDED") or not job.node:
+            continue
+        for node in expand_hostlist(job.node):
+            for idx in job.gpu_indices:
+                held[(node, idx)] = job
+    return [
+        (node, idx, held.get((node, idx)))
+        for node, count in sorted(node_gpus(env=env).items())
+        for idx in range(count)
+    ]

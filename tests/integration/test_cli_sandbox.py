@@ -1,0 +1,129 @@
+"""Issue 13 items 3 and 4 on the real sandbox, driven as user1 and user2 (not as root).
+
+Written without running them in the session that wrote them (the sandbox was not
+available there): run with `pytest tests/integration/test_cli_sandbox.py`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sandboxtest import IMAGE, REPO, no_jobs
+
+ACBSLURM = [sys.executable, "-m", "acbslurm"]
+
+
+def as_user(sb: Any, user: str, *argv: str, cwd: str | None = None) -> Any:
+    kw: dict[str, Any] = {"check": False, "extra_env": {"PYTHONPATH": str(REPO)}}
+    if cwd:
+        kw["cwd"] = cwd
+    return sb.run_as(user, [*ACBSLURM, *argv], **kw)
+
+
+@pytest.fixture
+def workdir(sb: Any) -> Iterator[Path]:
+    """A folder user1 and user2 can write: jobs' outputs land here."""
+    with tempfile.TemporaryDirectory(prefix="acbslurm-cli-") as d:
+        os.chmod(d, 0o777)
+        yield Path(d)
+
+
+def spec(folder: Path, text: str) -> str:
+    path = folder / f"job-{len(list(folder.iterdir()))}.yaml"
+    path.write_text(text)
+    path.chmod(0o644)
+    return str(path)
+
+
+BUSYBOX = f"""\
+name: cli-test
+partition: p1
+gpus: 1
+time: "2"
+output: out-%j.txt
+error: err-%j.txt
+container:
+  image: {IMAGE}
+  pull: never
+  command: [sh, -c, "echo to-stderr >&2; exit 3"]
+"""
+
+
+def test_wait_reports_the_exit_code_and_error_tail(sb: Any, idle: Any, workdir: Path) -> None:
+    res = as_user(sb, "user1", "submit", spec(workdir, BUSYBOX), "--wait", cwd=str(workdir))
+    assert res.returncode == 1, res.stderr
+    assert "FAILED" in res.stderr and "exit code 3" in res.stderr
+    assert "to-stderr" in res.stderr  # the last lines of the error file
+    assert "Traceback" not in res.stderr
+
+
+def test_pull_never_with_a_missing_image_fails_at_once_with_the_reason(
+    sb: Any, idle: Any, workdir: Path
+) -> None:
+    text = BUSYBOX.replace(IMAGE, "acbslurm/not-there:1")
+    res = as_user(sb, "user1", "submit", spec(workdir, text), "--wait", cwd=str(workdir))
+    assert res.returncode == 1
+    assert "Warning: image 'acbslurm/not-there:1' is not in your Docker daemon" in res.stderr
+    assert "is not in your Docker daemon and the pull policy is never" in res.stderr
+
+
+def test_submit_from_a_folder_user1_cannot_write_is_refused(sb: Any, idle: Any) -> None:
+    res = as_user(sb, "user1", "submit", str(REPO / "conf/examples/sandbox-gpu.yaml"), cwd="/")
+    assert res.returncode == 2
+    assert "is not writable by user1" in res.stderr and "nothing was submitted" in res.stderr
+
+
+def test_unknown_partition_and_foreign_account_are_refused(
+    sb: Any, idle: Any, workdir: Path
+) -> None:
+    text = BUSYBOX.replace("partition: p1", "partition: nosuch") + "account: nosuchacct\n"
+    res = as_user(sb, "user2", "submit", spec(workdir, text), cwd=str(workdir))
+    assert res.returncode == 2
+    assert "partition 'nosuch' does not exist" in res.stderr
+    assert "account 'nosuchacct' does not exist or user2 may not charge it" in res.stderr
+
+
+def test_status_and_gpu_view_as_two_users(sb: Any, idle: Any, workdir: Path) -> None:
+    hold = BUSYBOX.replace('"echo to-stderr >&2; exit 3"', '"sleep 60"')
+    one = as_user(sb, "user1", "submit", spec(workdir, hold), cwd=str(workdir))
+    two = as_user(sb, "user2", "submit", spec(workdir, hold), cwd=str(workdir))
+    ids = [one.stdout.strip(), two.stdout.strip()]
+    try:
+        import time
+
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            res = as_user(sb, "user1", "status", "--json", *ids)
+            jobs = json.loads(res.stdout)["jobs"]
+            if all(j["state"] == "RUNNING" and j["gpu_indices"] for j in jobs):
+                break
+            time.sleep(0.5)
+        assert {j["user"] for j in jobs} == {"user1", "user2"}
+        assert all(j["partition"] == "p1" and j["end"] is None for j in jobs)
+        view = json.loads(as_user(sb, "user2", "status", "--gpus", "--json").stdout)["gpus"]
+        held = {g["job_id"] for g in view if g["job_id"]}
+        assert held == set(ids)
+        table = as_user(sb, "user1", "status").stdout.splitlines()
+        assert table[0].split()[:3] == ["JOBID", "USER", "PARTITION"]
+        res = as_user(sb, "user1", "cancel", "--json", ids[0], "99999")
+        assert res.returncode == 1 and json.loads(res.stdout)["unknown"] == ["99999"]
+        assert "Error: no such job: 99999" in res.stderr
+    finally:
+        no_jobs(sb)
+
+
+def test_report_into_head_is_no_traceback(sb: Any) -> None:
+    res = sb.run_as(
+        "user1",
+        ["sh", "-c", f"{sys.executable} -m acbslurm report --by job | head -n 1"],
+        check=False,
+        extra_env={"PYTHONPATH": str(REPO)},
+    )
+    assert "Traceback" not in res.stderr and "Exception ignored" not in res.stderr

@@ -1,0 +1,309 @@
+"""`submit`, `status` and `cancel` as a user drives them, against the fake Slurm commands."""
+
+from __future__ import annotations
+
+import getpass
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from fake_slurm import FakeSlurm
+
+from acbslurm.cli import jobs as jobs_cli
+from acbslurm.cli import waiting
+
+T0 = "2026-11-30T01:00:00"
+ME = getpass.getuser()
+
+
+@pytest.fixture
+def cwd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-docker.sock")
+    monkeypatch.setenv("ACBSLURM_RECORD_DIR", str(tmp_path / "records"))
+    return tmp_path
+
+
+def spec(cwd: Path, extra: str = "") -> str:
+    path = cwd / "job.yaml"
+    path.write_text(
+        "name: t\npartition: p1\naccount: user1\noutput: out/%j.out\nerror: out/%j.err\n"
+        "command: ['true']\n" + extra
+    )
+    return str(path)
+
+
+class Ran:
+    """What `acbslurm ARGS` did, run through the console entry as a user runs it."""
+
+    def __init__(self, exit_code: int, stdout: str, stderr: str) -> None:
+        self.exit_code, self.stdout, self.stderr = exit_code, stdout, stderr
+        self.output = stdout + stderr
+
+
+def acbslurm(*argv: str) -> Ran:
+    import contextlib
+    import io
+
+    from acbslurm.cli.main import main
+
+    out, err = io.StringIO(), io.StringIO()
+    code = 0
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            main(list(argv))
+        except SystemExit as exc:
+            code = int(exc.code or 0)
+    return Ran(code, out.getvalue(), err.getvalue())
+
+
+def submit(*args: str) -> Ran:
+    return acbslurm("submit", *args, "--acbslurm", "/x/acbslurm")
+
+
+def test_submit_refuses_a_missing_output_directory(cwd: Path, fake_slurm: FakeSlurm) -> None:
+    fake_slurm.set_cluster(accounts={"user1": [ME]})
+    res = submit(spec(cwd))
+    assert res.exit_code == 2
+    err = res.stderr
+    assert f"output directory '{cwd}/out' does not exist" in err
+    assert "JobLaunchFailure" in err and "nothing was submitted" in err
+    assert fake_slurm.calls("sbatch") == []
+    (cwd / "out").mkdir()
+    res = submit(spec(cwd))
+    assert res.exit_code == 0, res.stderr
+    assert len(fake_slurm.calls("sbatch")) == 1
+
+
+def test_submit_refuses_an_unwritable_output_directory(
+    cwd: Path, fake_slurm: FakeSlurm, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+
+    fake_slurm.set_cluster(accounts={"user1": [ME]})
+    (cwd / "out").mkdir()
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda p, m: False if str(p).endswith("out") else real(p, m))
+    res = submit(spec(cwd))
+    assert res.exit_code == 2
+    assert "is not writable by" in res.stderr
+
+
+def test_submit_refuses_an_unknown_partition_and_a_foreign_account(
+    cwd: Path, fake_slurm: FakeSlurm
+) -> None:
+    (cwd / "out").mkdir()
+    fake_slurm.set_cluster(partitions=["gpu"], accounts={"user1": ["user1"]})
+    res = submit(spec(cwd))
+    assert res.exit_code == 2
+    err = res.stderr
+    assert "partition 'p1' does not exist" in err
+    assert f"account 'user1' does not exist or {ME} may not charge it" in err
+    assert fake_slurm.calls("sbatch") == []
+    # --no-check submits anyway (and sbatch would say what it thinks)
+    assert submit(spec(cwd), "--no-check").exit_code == 0
+
+
+def test_image_missing_in_the_users_daemon_is_a_warning_only(
+    cwd: Path, fake_slurm: FakeSlurm, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from acbslurm.dockerapi.engine import EngineApi, EngineError
+
+    def inspect(self: EngineApi, ref: str) -> dict[str, str]:
+        raise EngineError(404, f"No such image: {ref}")
+
+    monkeypatch.setattr(EngineApi, "image_inspect", inspect)
+    (cwd / "out").mkdir()
+    fake_slurm.set_cluster(accounts={"user1": [ME]})
+    path = cwd / "c.yaml"
+    path.write_text(
+        "partition: p1\noutput: out/x.out\ncontainer:\n  image: openai-whisper:latest\n"
+        "  pull: never\n"
+    )
+    res = submit(str(path))
+    assert res.exit_code == 0
+    err = res.stderr
+    assert "Warning: image 'openai-whisper:latest' is not in your Docker daemon here" in err
+    assert "pull: never" in err
+
+
+def failing_job(fake_slurm: FakeSlurm, cwd: Path) -> None:
+    (cwd / "out").mkdir(exist_ok=True)
+    fake_slurm.set_cluster(accounts={"user1": [ME]})
+    err = cwd / "out" / "100.err"
+    err.write_text("".join(f"line {i}\n" for i in range(30)) + "Error: image not found\n")
+    run = {"state": "RUNNING", "node": "vm", "start": T0, "reason": "", "gpus": [0]}
+    end = {"state": "FAILED", "end": T0, "exit_code": "3:0", "reason": "NonZeroExitCode"}
+    fake_slurm.set_defaults(reason="Priority", std_err=str(err), next=[run, end])
+
+
+def test_wait_explains_a_failure_with_reason_exit_code_and_error_tail(
+    cwd: Path, fake_slurm: FakeSlurm
+) -> None:
+    failing_job(fake_slurm, cwd)
+    res = submit(spec(cwd), "--wait", "--interval", "0.1")
+    assert res.exit_code == 1
+    err = res.stderr
+    assert "100 PENDING (Priority)" in err  # piped: plain lines
+    assert "job 100 FAILED, reason NonZeroExitCode, exit code 3" in err
+    assert f"last lines of {cwd}/out/100.err:" in err
+    assert "    Error: image not found" in err and "line 19" not in err  # 10 lines
+    assert "1 of 1 jobs did not complete." in err
+
+
+def test_wait_names_a_launch_failure_and_a_missing_error_file(
+    cwd: Path, fake_slurm: FakeSlurm
+) -> None:
+    failing_job(fake_slurm, cwd)
+    fake_slurm.set_defaults(
+        std_err="/nonexistent/100.err",
+        next=[{"state": "FAILED", "reason": "JobLaunchFailure", "exit_code": "1:0"}],
+    )
+    res = submit(spec(cwd), "--wait", "--interval", "0.1")
+    assert res.exit_code == 1
+    err = res.stderr
+    assert "job 100 FAILED, reason JobLaunchFailure" in err
+    assert "Slurm could not start the job" in err
+    assert "error file /nonexistent/100.err: not readable here" in err
+
+
+def test_wait_on_a_terminal_rewrites_one_summary_line(
+    cwd: Path, fake_slurm: FakeSlurm, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    failing_job(fake_slurm, cwd)
+    monkeypatch.setattr(waiting, "is_terminal", lambda: True)
+    res = submit(spec(cwd), "-n", "2", "--wait", "--interval", "0.1")
+    err = res.stderr
+    assert "\r2 jobs: 2 PENDING  (0:00)" in err
+    assert "\r2 jobs: 2 RUNNING" in err
+    assert "\r2 jobs: 2 FAILED  (" in err.split("\n")[0]  # one line, rewritten
+    assert "PENDING (Priority)" not in err  # no per-job lines
+
+
+def test_summary_counts_states_in_order() -> None:
+    from acbslurm.slurm.jobs import JobInfo
+
+    jobs = [JobInfo("1", "RUNNING"), JobInfo("2", "PENDING"), JobInfo("3", "RUNNING")]
+    assert waiting.summary(jobs, 75) == "3 jobs: 1 PENDING, 2 RUNNING  (1:15)"
+    assert waiting.clock(3725) == "1:02:05"
+
+
+def test_ctrl_c_says_the_jobs_keep_running_and_how_to_cancel(
+    cwd: Path, fake_slurm: FakeSlurm, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import acbslurm.slurm.watch as watch
+
+    failing_job(fake_slurm, cwd)
+
+    class Clock:
+        monotonic = staticmethod(watch.time.monotonic)
+
+        @staticmethod
+        def sleep(_: float) -> None:  # the user presses Ctrl-C while --wait waits
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(watch, "time", Clock)
+    res = submit(spec(cwd), "-n", "2", "--wait")
+    assert res.exit_code == 130
+    err = res.stderr
+    assert "Stopped waiting. The jobs keep running: 100 101" in err
+    assert "`acbslurm cancel 100 101`" in err
+    assert "Traceback" not in err
+
+
+def status(*args: str) -> object:
+    return CliRunner().invoke(jobs_cli.status, list(args))
+
+
+def test_status_has_user_partition_exit_and_compact_gpus(cwd: Path, fake_slurm: FakeSlurm) -> None:
+    from acbslurm.jobrecord import JobRecord, write_record
+
+    uuid = "GPU-0a1b2c3d-0000-1111-2222-333344445555"
+    write_record(str(cwd / "records"), JobRecord("7", "user1", 1001, "vm", [1], [uuid]))
+    fake_slurm.add_job("7", "RUNNING", node="vm", start=T0, gpus=[1], partition="gpu")
+    fake_slurm.add_job(
+        "8", "FAILED", user="user2", end=T0, exit_code="2:0", reason="NonZeroExitCode"
+    )
+    res = status("7", "8")
+    assert res.exit_code == 0, res.output
+    lines = res.stdout.splitlines()
+    assert lines[0].split() == [
+        "JOBID", "USER", "PARTITION", "STATE", "REASON", "EXIT", "ELAPSED", "NODE", "GPUS", "NAME"
+    ]  # fmt: skip
+    assert lines[1].split() == ["7", "user1", "gpu", "RUNNING", "-", "-", "0:00", "vm", "1", "job"]
+    assert lines[2].split()[:6] == ["8", "user2", "p1", "FAILED", "NonZeroExitCode", "2"]
+    long = status("-l", "7").stdout
+    assert f"1={uuid}" in long
+    data = json.loads(status("--json", "7", "8").stdout)
+    one, two = data["jobs"]
+    assert one["gpu_uuids"] == [uuid] and one["gpu_indices"] == [1]
+    assert one["exit_code"] is None and one["reason"] is None and one["end"] is None
+    assert one["start"].startswith("2026-11-30T") and one["start"][19] in "+-Z"
+    assert (two["exit_code"], two["signal"], two["user"]) == (2, 0, "user2")
+    assert data["unknown"] == []
+
+
+def test_exit_code_of_an_ended_job_squeue_still_shows_comes_from_sacct(
+    cwd: Path, fake_slurm: FakeSlurm
+) -> None:
+    fake_slurm.add_job("9", "COMPLETED", end=T0, exit_code="0:0")
+    data = json.loads(status("--json", "9").stdout)
+    assert data["jobs"][0]["exit_code"] == 0
+    fake_slurm.forget("9")
+    data = json.loads(status("--json", "9").stdout)
+    assert data["jobs"][0]["exit_code"] == 0  # sacct answered alone
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_unknown_ids_exit_1_and_are_named_alike_by_status_and_cancel(
+    cwd: Path, fake_slurm: FakeSlurm, as_json: bool
+) -> None:
+    fake_slurm.add_job("7", "RUNNING", node="vm", start=T0, gpus=[0])
+    flags = ["--json"] if as_json else []
+    for command in (jobs_cli.status, jobs_cli.cancel):
+        res = CliRunner().invoke(command, [*flags, "7", "99999"])
+        assert res.exit_code == 1, (command.name, res.output)
+        assert res.stderr == "Error: no such job: 99999\n", command.name
+        assert "Traceback" not in res.output
+        if as_json:
+            assert json.loads(res.stdout)["unknown"] == ["99999"]
+
+
+def test_cancel_json(cwd: Path, fake_slurm: FakeSlurm) -> None:
+    fake_slurm.add_job("7", "RUNNING", node="vm", start=T0, gpus=[0])
+    fake_slurm.add_job("8", "COMPLETED", end=T0)
+    res = CliRunner().invoke(jobs_cli.cancel, ["--json", "7", "8"])
+    assert res.exit_code == 0
+    assert json.loads(res.stdout) == {
+        "cancelled": ["7"],
+        "ended": [{"job_id": "8", "states": ["COMPLETED"]}],
+        "unknown": [],
+    }
+
+
+def test_status_gpus_shows_each_gpu_with_its_job_or_free(cwd: Path, fake_slurm: FakeSlurm) -> None:
+    fake_slurm.set_cluster(nodes={"node1": "gpu:2", "node2": "gpu:a100:1(S:0)"})
+    fake_slurm.add_job("7", "RUNNING", node="node1", start=T0, gpus=[1], elapsed="1:05")
+    fake_slurm.add_job("8", "PENDING", reason="Resources")
+    res = status("--gpus")
+    assert res.exit_code == 0, res.output
+    rows = [line.split() for line in res.stdout.splitlines()]
+    assert rows == [
+        ["NODE", "GPU", "JOBID", "USER", "ELAPSED", "NAME"],
+        ["node1", "0", "free", "-", "-"],
+        ["node1", "1", "7", "user1", "1:05", "job"],
+        ["node2", "0", "free", "-", "-"],
+    ]
+    data = json.loads(status("--gpus", "--json").stdout)
+    assert data["gpus"][1] == {
+        "node": "node1",
+        "index": 1,
+        "uuid": None,
+        "job_id": "7",
+        "user": "user1",
+        "elapsed_s": 65,
+        "name": "job",
+    }
+    assert data["gpus"][0]["job_id"] is None
+    assert status("--gpus", "7").exit_code == 2

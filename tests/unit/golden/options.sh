@@ -1,0 +1,20 @@
+#!/bin/bash
+# Rendered by acbslurm from a job spec: edit the spec, not this script.
+#SBATCH --job-name=options
+#SBATCH --partition=p1
+#SBATCH --qos=high
+#SBATCH --constraint="a100&nvlink"
+#SBATCH --reservation="maint window"
+#SBATCH --exclusive
+#SBATCH --mail-type=END,FAIL
+#SBATCH --mail-user=user1@example.org
+#SBATCH --signal=B:USR1@120
+#SBATCH --no-requeue
+#SBATCH --licenses=matlab:1
+#SBATCH --comment="it's \"mine\""
+#SBATCH --hold
+
+# The container gets exactly the GPUs Slurm allocated to this job (--gpus auto).
+exec srun /usr/local/bin/acbslurm run --gpus auto \
+  --pull always \
+  busybox:latest -- sh -c 'echo hi'
