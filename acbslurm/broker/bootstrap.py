@@ -27,6 +27,7 @@ def main() -> None:
         env["ACBSLURM_AGARUN_BROKER"],
         name=os.path.basename(args[1] if args[:1] == ["-m"] and len(args) > 1 else args[0]),
         connect_timeout=float(env.get("ACBSLURM_AGARUN_TIMEOUT", "5")),
+        reconnect_timeout=float(env.get("ACBSLURM_AGARUN_RECONNECT", "30")),
     )
     install(
         client,

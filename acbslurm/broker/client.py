@@ -593,7 +593,7 @@ class BrokerClient:
             if held is not None:
                 held.yield_requested.set()
                 if self._yield_handler is not None:
-                    self._worker.submit(self._yield_handler, held)
+                    self._submit(self._yield_handler, held)
         elif kind == "evict":
             devices = list(msg.evict.devices)
             with self._lock:
@@ -608,7 +608,12 @@ class BrokerClient:
                     target=self._evict, args=(devices, gen), name=name, daemon=True
                 ).start()
             else:
-                self._worker.submit(self._evict, devices, gen)
+                self._submit(self._evict, devices, gen)
+
+    def _submit(self, fn: Callable[..., None], *args: Any) -> None:
+        # Closed meanwhile (the worker is shut down): the session ends anyway.
+        with contextlib.suppress(RuntimeError):
+            self._worker.submit(fn, *args)
 
     def _evict(self, devices: list[str], gen: int) -> None:
         try:
