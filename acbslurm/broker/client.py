@@ -268,6 +268,23 @@ class BrokerClient:
         While the broker is away (lost, being reconnected) the request waits for the
         new broker; it fails only when no broker comes back within the reconnect time.
         """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            lease = self._acquire_once(count, memory, left, timeout, pin)
+            if not lease.lost:
+                return lease
+            # Granted just before the broker was lost: void already; ask the new one.
+            self.release(lease)
+
+    def _acquire_once(
+        self,
+        count: int,
+        memory: str | int | None,
+        left: float | None,
+        timeout: float | None,
+        pin: list[str] | None,
+    ) -> Lease:
         rid = next(self._ids)
         req = pb.Request(request_id=rid, count=count, memory_bytes=_memory_bytes(memory))
         req.pin.extend(pin or [])
@@ -277,7 +294,7 @@ class BrokerClient:
             self._pending[rid] = slot
             if self._up:  # else the reconnect sends it
                 self._send(pb.ClientMessage(request=req))
-        if not self._wait(slot, timeout):
+        if not self._wait(slot, left):
             with self._lock:
                 slot.abandoned = not slot.done.is_set()
                 up = self._up
