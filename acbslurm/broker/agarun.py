@@ -78,6 +78,14 @@ def _split_python(command: tuple[str, ...]) -> tuple[str, list[str]]:
     show_default=True,
     help="Seconds to wait for the broker at start.",
 )
+@click.option(
+    "--reconnect-timeout",
+    type=click.FloatRange(min=0),
+    default=30.0,
+    show_default=True,
+    help="Seconds to wait for the broker to come back after losing it; then the "
+    "program ends with an error at its next device call.",
+)
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def cli(
     address: str | None,
@@ -86,6 +94,7 @@ def cli(
     idle_ms: float,
     stats_file: str,
     connect_timeout: float,
+    reconnect_timeout: float,
     command: tuple[str, ...],
 ) -> None:
     """Run `python app.py ...` so that its GPU work happens only under broker leases."""
@@ -114,6 +123,7 @@ def cli(
             f"{ENV_PREFIX}IDLE": str(idle_ms / 1000.0),
             f"{ENV_PREFIX}STATS": stats_file and os.path.abspath(stats_file),
             f"{ENV_PREFIX}TIMEOUT": str(connect_timeout),
+            f"{ENV_PREFIX}RECONNECT": str(reconnect_timeout),
         }
     )
     # The program's interpreter must import acbslurm: put our package's folder first.

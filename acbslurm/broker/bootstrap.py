@@ -81,6 +81,7 @@ def _start(client_class: Any, install: Any, args: list[str], env: Any) -> None:
         env["ACBSLURM_AGARUN_BROKER"],
         name=_name(args),
         connect_timeout=float(env.get("ACBSLURM_AGARUN_TIMEOUT", "5")),
+        reconnect_timeout=float(env.get("ACBSLURM_AGARUN_RECONNECT", "30")),
     )
     install(
         client,

@@ -16,11 +16,17 @@ Rules:
 - Policy ``quantum``: when the queue head waits for a device held longer than the
   quantum, the holder is asked once per lease to yield.
 - A disconnect frees the client's leases, requests and residency at once.
+- Recovery (after the previous broker on the same socket died without a clean stop):
+  nothing is granted until every session of the previous broker is back
+  (``rejoin``, declaring what it still holds on which device as resident memory) or
+  the grace period ends. From then on the declared residents are asked to evict like
+  any other before their devices go to someone who needs the memory.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 POLICIES = ("fifo", "quantum")
@@ -90,6 +96,8 @@ class ClientInfo:
     name: str
     pid: int
     leases: dict[int, Lease] = field(default_factory=dict)
+    session: str = ""  # the client's own key; a rejoin after a broker restart repeats it
+    rejoined: bool = False
 
 
 @dataclass
@@ -119,13 +127,67 @@ class Broker:
         self.counters = Counters()
         self._next_client = 1
         self._next_lease = 1
+        # Recovery: no grants until the previous broker's sessions are back (``expected``
+        # empties) or ``recovery_until``; ``expected`` None = unknown, wait the full grace.
+        self.recovering = False
+        self.recovery_until = 0.0
+        self.expected: set[str] | None = None
+
+    # -- recovery after an unclean stop --------------------------------------------------
+
+    def start_recovery(self, expected: Iterable[str] | None, until: float) -> None:
+        """Grant nothing until the sessions ``expected`` have rejoined, or until ``until``."""
+        self.expected = None if expected is None else set(expected)
+        self.recovering = True
+        self.recovery_until = until
+        if self.expected is not None and not self.expected:
+            self.recovering = False
+
+    def end_recovery(self, now: float) -> list[Event]:
+        """The grace period is over (or everybody is back): granting resumes."""
+        if not self.recovering:
+            return []
+        self.recovering = False
+        self.expected = None
+        return self._schedule(now)
+
+    def rejoin(
+        self,
+        name: str,
+        pid: int,
+        session: str,
+        resident: dict[str, int],
+        now: float,
+    ) -> tuple[int, list[Event]]:
+        """A session of the previous broker registers again, declaring what it still holds.
+
+        ``resident``: bytes it still has on each device (a device it was using when it
+        lost the broker counts in full). Unknown devices are ignored.
+        """
+        cid = self.register(name, pid, session)
+        self.clients[cid].rejoined = True
+        for dev, nbytes in resident.items():
+            if dev in self.devices and nbytes > 0:
+                self.resident[dev][cid] = nbytes
+        if self.recovering and self.expected is not None:
+            self.expected.discard(session)
+            if not self.expected:
+                return cid, self.end_recovery(now)
+        return cid, []
+
+    def sessions(self) -> set[str]:
+        """Keys of the sessions that may hold device memory (for the state file)."""
+        keys = {c.session for c in self.clients.values() if c.session}
+        if self.recovering and self.expected:
+            keys |= self.expected
+        return keys
 
     # -- client life -------------------------------------------------------------------
 
-    def register(self, name: str, pid: int) -> int:
+    def register(self, name: str, pid: int, session: str = "") -> int:
         cid = self._next_client
         self._next_client += 1
-        self.clients[cid] = ClientInfo(cid, name, pid)
+        self.clients[cid] = ClientInfo(cid, name, pid, session=session)
         return cid
 
     def disconnect(self, client: int, now: float) -> list[Event]:
@@ -219,7 +281,10 @@ class Broker:
         return self._schedule(now)
 
     def tick(self, now: float) -> list[Event]:
-        """Ask holders to yield when the queue head has waited past the quantum."""
+        """End a recovery whose grace is over; ask holders to yield when the queue head
+        has waited past the quantum."""
+        if self.recovering and now >= self.recovery_until:
+            return self.end_recovery(now)
         if self.policy != "quantum" or not self.queue:
             return []
         head = self.queue[0]
@@ -245,7 +310,7 @@ class Broker:
     def _schedule(self, now: float) -> list[Event]:
         """Grant from the head of the queue while its gang can be placed."""
         events: list[Event] = []
-        while self.queue:
+        while self.queue and not self.recovering:
             head = self.queue[0]
             chosen = self._place(head)
             if chosen is None:
@@ -337,3 +402,5 @@ class Broker:
                 assert c in self.clients, f"resident {c} on {dev} is gone"
         for w in self.queue:
             assert w.client in self.clients
+        if self.recovering:
+            assert all(h is None for h in self.holder.values()), "granted during recovery"

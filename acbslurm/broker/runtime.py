@@ -13,6 +13,13 @@ for the broker, so an eviction request can always be served while a grant is awa
 
 A forked child (a DataLoader worker, say) inherits the mode but is no session of the
 broker: its PyTorch calls run unmanaged (CUDA cannot be used after a fork anyway).
+
+Losing the broker voids the lease (``Lease.valid``): the device call under way ends,
+and the next one gives the void lease back and waits in ``acquire`` until the client
+has registered again with a (restarted) broker and been granted. Meanwhile the data
+stay on the device, declared to the new broker, which has them evicted (after that
+call ended) before anyone else gets the memory. A broker that never comes back ends
+the program with one line, ``agarun: error: ...``, at its next device call.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ import atexit
 import json
 import logging
 import os
+import sys
 import threading
 import time
 from typing import Any
@@ -31,6 +39,7 @@ from torch.utils._pytree import tree_flatten
 
 from acbslurm.broker.client import BrokerClient, Lease
 from acbslurm.broker.evict import StorageEvictor
+from acbslurm.errors import BrokerError
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +89,10 @@ class DeviceRuntime:
         while True:
             with self._lock:
                 lease = self._lease
+                if lease is not None and not lease.valid:
+                    # Lost with the broker: stop here; what we leave is still declared.
+                    self._release_locked()
+                    lease = None
                 if lease is not None and not (lease.yield_requested.is_set() and self._in_op == 0):
                     self._in_op += 1
                     return
@@ -98,7 +111,12 @@ class DeviceRuntime:
     def _acquire(self) -> None:
         t0 = time.monotonic()
         pin = [self._device_id] if self._device_id else None
-        lease = self.client.acquire(1, memory=self.memory, pin=pin)
+        try:
+            lease = self.client.acquire(1, memory=self.memory, pin=pin)
+        except BrokerError as exc:
+            # One clear line instead of a traceback out of the program's PyTorch call.
+            print(f"agarun: error: {exc}", file=sys.stderr, flush=True)
+            raise SystemExit(exc.exit_code) from None
         self.wait_seconds += time.monotonic() - t0
         with self._lock:
             if self._lease is not None:  # cannot happen: one main thread; be safe
@@ -144,7 +162,9 @@ class DeviceRuntime:
                 lease = self._lease
                 if lease is None or self._in_op:
                     continue
-                if lease.yield_requested.is_set():
+                if not lease.valid:  # lost with the broker: let its eviction go ahead
+                    self._release_locked()
+                elif lease.yield_requested.is_set():
                     self.yields += 1
                     self._release_locked()
                 elif time.monotonic() - self._last >= self.idle:
@@ -163,6 +183,7 @@ class DeviceRuntime:
             "leases": self.leases,
             "yields": self.yields,
             "wait_seconds": round(self.wait_seconds, 4),
+            "reconnects": self.client.reconnects,
             "device": self._device_id,
             **ev,
         }

@@ -8,6 +8,13 @@ a session ends for any reason (exit, crash, network cut) the client's leases are
 freed before the next message is handled. On a unix socket the daemon also serves the
 sessions' local lane (``lane_server``) from the same loop.
 
+Broker restarts: beside a unix socket the daemon keeps a small state file
+(``<socket>.state``: the session keys of its clients), rewritten when a session starts
+or ends and removed by a clean stop. A broker that finds one at start knows that its
+predecessor died with those sessions, which may still hold device memory and compute:
+it starts in recovery (``core.Broker.start_recovery``) and grants nothing until they
+have rejoined or ``recovery_grace`` seconds have passed.
+
 Measured on the 2-core box (docs/broker.md): the synchronous gRPC server with a reader
 thread and a writer thread per session cost about 400 us of server CPU per grant;
 this loop costs about 170 us.
@@ -17,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import secrets
@@ -39,6 +47,7 @@ log = logging.getLogger(__name__)
 
 TICK_SECONDS = 0.02  # how often the quantum policy looks at waiting clients
 MAX_SESSIONS = 512  # concurrent sessions (each is one open stream)
+RECOVERY_GRACE = 10.0  # s a broker restarted after an unclean stop waits for old sessions
 
 _EOF: Any = grpc.aio.EOF  # type: ignore[attr-defined]  # missing from grpc-stubs
 
@@ -58,6 +67,23 @@ class BrokerService(pb_grpc.GpuBrokerServicer):  # type: ignore[misc]
         self.outboxes: dict[int, asyncio.Queue[Any]] = {}
         self.lane: LaneServer | None = None  # set when the broker listens on a unix socket
         self.lane_tokens: dict[int, bytes] = {}
+        self.state_path: str | None = None  # the state file (unix sockets only)
+        self._saved_sessions: set[str] | None = None
+
+    def save_state(self) -> None:
+        """Write the sessions that may hold device memory; a clean stop removes the file."""
+        if self.state_path is None:
+            return
+        keys = self.broker.sessions()
+        if keys == self._saved_sessions:
+            return
+        try:
+            write_state(self.state_path, keys)
+        except OSError as exc:
+            # Keep serving; a restart after a crash would then not wait for everybody.
+            log.warning("cannot write the broker state file %s: %s", self.state_path, exc)
+            return
+        self._saved_sessions = keys
 
     def open_lane(self, path: str, socket_mode: int) -> None:
         self.lane = LaneServer(
@@ -137,15 +163,37 @@ class BrokerService(pb_grpc.GpuBrokerServicer):  # type: ignore[misc]
         if first.WhichOneof("kind") != "register":
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "first message must be register")
         box: asyncio.Queue[Any] = asyncio.Queue()
-        cid = self.broker.register(first.register.name, first.register.pid)
+        r = first.register
+        events: list[core.Event] = []
+        if r.rejoin:
+            resident = {x.device: x.bytes for x in r.resident}
+            cid, events = self.broker.rejoin(r.name, r.pid, r.session, resident, time.monotonic())
+            log.info(
+                "client %d rejoined after a broker restart (%s, pid %d; resident %s)",
+                cid,
+                r.name,
+                r.pid,
+                resident or "none",
+            )
+        else:
+            cid = self.broker.register(r.name, r.pid, r.session)
+            log.info("client %d registered (%s, pid %d)", cid, r.name, r.pid)
         self.outboxes[cid] = box
-        log.info("client %d registered (%s, pid %d)", cid, first.register.name, first.register.pid)
+        # On disk before the client hears it is registered: a broker restarted after a
+        # crash then waits for every session that may have touched a device.
+        self.save_state()
+        self._deliver(events)
         # The RPC ending (client gone, cancelled, server stopping) frees everything.
         context.add_done_callback(lambda _ctx: self._drop(cid))
         reader = asyncio.get_running_loop().create_task(self._read(cid, context))
         try:
             devices = [device_msg(d) for d in self.broker.devices.values()]
-            reg = pb.Registered(client_id=cid, devices=devices, policy=self.broker.policy)
+            reg = pb.Registered(
+                client_id=cid,
+                devices=devices,
+                policy=self.broker.policy,
+                recovering=self.broker.recovering,
+            )
             if self.lane is not None:
                 token = secrets.token_bytes(16)
                 self.lane_tokens[cid] = token
@@ -171,6 +219,13 @@ class BrokerService(pb_grpc.GpuBrokerServicer):  # type: ignore[misc]
             self.lane.end(cid)
         log.info("client %d gone; freeing its leases", cid)
         self._deliver(self.broker.disconnect(cid, time.monotonic()))
+        self.save_state()
+
+    def end_recovery(self) -> None:
+        if self.broker.recovering:
+            log.warning("recovery grace over; granting resumes")
+        self._deliver(self.broker.end_recovery(time.monotonic()))
+        self.save_state()
 
     async def Status(self, _request: Any, _context: Any) -> Any:
         return self._status()
@@ -203,6 +258,7 @@ class BrokerService(pb_grpc.GpuBrokerServicer):  # type: ignore[misc]
                     waiting_count=sum(w.count for w in waits),
                     waiting_seconds=max((now - w.since for w in waits), default=0.0),
                     on_lane=self.lane is not None and self.lane.is_open(info.client_id),
+                    rejoined=info.rejoined,
                 )
             )
         c = b.counters
@@ -216,19 +272,58 @@ class BrokerService(pb_grpc.GpuBrokerServicer):  # type: ignore[misc]
             yields_asked=c.yields_asked,
             disconnects=c.disconnects,
             source=self.source,
+            recovering=b.recovering,
+            recovery_seconds_left=max(0.0, b.recovery_until - now) if b.recovering else 0.0,
+            sessions_expected=len(b.expected or ()) if b.recovering else 0,
         )
 
     async def tick_forever(self) -> None:
         while True:
             await asyncio.sleep(TICK_SECONDS)
             self._deliver(self.broker.tick(time.monotonic()))
+            if not self.broker.recovering:
+                self.save_state()  # the grace ended in this tick
+
+
+def state_path_for(sock: str) -> str:
+    return sock + ".state"
+
+
+def write_state(path: str, sessions: set[str]) -> None:
+    """Atomically replace the state file (mode 0600)."""
+    tmp = f"{path}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump({"pid": os.getpid(), "sessions": sorted(sessions)}, f)
+    os.replace(tmp, path)
+
+
+def read_state(path: str) -> set[str] | None:
+    """The sessions a broker that died left in its state file; None if unreadable."""
+    try:
+        with open(path) as f:
+            data = json.load(f)
+        sessions = data["sessions"]
+        if not isinstance(sessions, list):
+            return None
+        return {str(x) for x in sessions}
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 class RunningBroker:
     """A started broker (on the running event loop); ``stop()`` ends it, removes its socket."""
 
-    def __init__(self, broker: core.Broker, address: str, source: str = "") -> None:
+    def __init__(
+        self,
+        broker: core.Broker,
+        address: str,
+        source: str = "",
+        recovery_grace: float = RECOVERY_GRACE,
+    ) -> None:
         self.broker = broker
+        self.recovery_grace = recovery_grace
+        self._recovery_timer: asyncio.TimerHandle | None = None
         self.address = parse_address(address)
         self.path = socket_path(self.address)
         self.source = source
@@ -239,6 +334,7 @@ class RunningBroker:
     async def start(self, socket_mode: int = 0o600) -> None:
         if self.path:
             _clear_stale_socket(self.path, self.address)
+            self._recover(state_path_for(self.path))
         self.server = grpc.aio.server(
             maximum_concurrent_rpcs=MAX_SESSIONS,
             options=[
@@ -262,10 +358,41 @@ class RunningBroker:
             if self.path:
                 with contextlib.suppress(FileNotFoundError):
                     Path(self.path).unlink()
+            state = self.service.state_path
+            if state and not self.broker.recovering:  # sessions to wait for stay recorded
+                with contextlib.suppress(FileNotFoundError):
+                    Path(state).unlink()
             raise
         if self.broker.policy == "quantum":
             self._tick = asyncio.get_running_loop().create_task(self.service.tick_forever())
+        if self.broker.recovering:
+            self._recovery_timer = asyncio.get_running_loop().call_later(
+                self.recovery_grace, self.service.end_recovery
+            )
         log.info("broker listening on %s with %d device(s)", self.address, len(self.broker.devices))
+
+    def _recover(self, state: str) -> None:
+        """A state file left behind: the previous broker died; wait for its sessions."""
+        self.service.state_path = state
+        if not os.path.lexists(state):
+            try:
+                write_state(state, set())
+            except OSError as exc:
+                raise BrokerError(f"cannot write the broker state file {state}: {exc}") from None
+            self.service.save_state()
+            return
+        expected = read_state(state)
+        self.broker.start_recovery(expected, time.monotonic() + self.recovery_grace)
+        if self.broker.recovering:
+            who = "an unknown number of" if expected is None else str(len(expected))
+            log.warning(
+                "the previous broker on %s did not stop cleanly: waiting up to %gs for its "
+                "%s session(s) to come back before granting",
+                self.address,
+                self.recovery_grace,
+                who,
+            )
+        self.service.save_state()
 
     def _listen(self, socket_mode: int) -> None:
         # The socket is born with the final permissions (no window where others can connect).
@@ -290,6 +417,8 @@ class RunningBroker:
     async def stop(self, grace: float = 0.5) -> None:
         if self._tick is not None:
             self._tick.cancel()
+        if self._recovery_timer is not None:
+            self._recovery_timer.cancel()
         for box in self.service.outboxes.values():
             box.put_nowait(None)
         if self.service.lane is not None:
@@ -298,6 +427,11 @@ class RunningBroker:
         if self.path:
             with contextlib.suppress(FileNotFoundError):
                 Path(self.path).unlink()
+        state = self.service.state_path
+        if state:
+            self.service.state_path = None  # no more writes after this
+            with contextlib.suppress(FileNotFoundError):
+                Path(state).unlink()  # a clean stop: the next broker need not wait
         log.info("broker stopped")
 
 
@@ -338,12 +472,13 @@ async def _serve(
     source: str,
     socket_mode: int,
     on_ready: Callable[[], None] | None,
+    recovery_grace: float,
 ) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    running = RunningBroker(broker, address, source)
+    running = RunningBroker(broker, address, source, recovery_grace)
     await running.start(socket_mode)
     if on_ready is not None:
         on_ready()
@@ -357,9 +492,11 @@ def serve(
     source: str = "",
     socket_mode: int = 0o600,
     on_ready: Callable[[], None] | None = None,
+    recovery_grace: float = RECOVERY_GRACE,
 ) -> None:
     """Run the daemon in the foreground; SIGTERM and SIGINT stop it cleanly.
 
-    ``on_ready`` runs once the sockets accept connections.
+    ``on_ready`` runs once the sockets accept connections. ``recovery_grace``: seconds
+    to wait for the sessions of a predecessor that did not stop cleanly.
     """
-    asyncio.run(_serve(broker, address, source, socket_mode, on_ready))
+    asyncio.run(_serve(broker, address, source, socket_mode, on_ready, recovery_grace))

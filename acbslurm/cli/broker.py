@@ -62,8 +62,23 @@ def broker() -> None:
     metavar="OCTAL",
     help="Permissions of the unix socket (666 lets every user of a node use it).",
 )
+@click.option(
+    "--recovery-grace",
+    type=click.FloatRange(min=0),
+    default=10.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="After an unclean stop of the previous broker on this socket (its state file "
+    "<socket>.state is still there), grant nothing until its sessions have come back, "
+    "or for at most this long. A normal start does not wait.",
+)
 def serve(
-    listen: str | None, policy: str, quantum: float, device_spec: str, socket_mode: str
+    listen: str | None,
+    policy: str,
+    quantum: float,
+    device_spec: str,
+    socket_mode: str,
+    recovery_grace: float,
 ) -> None:
     """Run the broker in the foreground until SIGTERM or Ctrl-C."""
     from acbslurm.broker.grpc_tuning import SERVER_EXPERIMENTS, inline_io
@@ -97,6 +112,7 @@ def serve(
         address,
         source=found.source,
         socket_mode=mode,
+        recovery_grace=recovery_grace,
         # Said only once the socket accepts connections: scripts may wait for this line.
         on_ready=lambda: click.echo(f"broker: listening on {address} (policy {policy})", err=True),
     )
@@ -111,6 +127,9 @@ def _status_dict(reply: Any) -> dict[str, Any]:
         "evictions": reply.evictions,
         "yields_asked": reply.yields_asked,
         "disconnects": reply.disconnects,
+        "recovering": reply.recovering,
+        "recovery_seconds_left": round(reply.recovery_seconds_left, 3),
+        "sessions_expected": reply.sessions_expected,
         "devices": [
             {
                 "id": d.device.id,
@@ -131,6 +150,7 @@ def _status_dict(reply: Any) -> dict[str, Any]:
                 "waiting_count": c.waiting_count,
                 "waiting_seconds": round(c.waiting_seconds, 3),
                 "on_lane": c.on_lane,
+                "rejoined": c.rejoined,
             }
             for c in reply.clients
         ],
@@ -180,6 +200,12 @@ def status(address: str | None, timeout: float, as_json: bool) -> None:
         f"{st['source']}; grants {st['grants']}, evictions {st['evictions']}, "
         f"yields asked {st['yields_asked']}, disconnects {st['disconnects']}"
     )
+    if st["recovering"]:
+        click.echo(
+            f"  recovering after an unclean stop: no grants for up to "
+            f"{st['recovery_seconds_left']:.1f}s more, or until {st['sessions_expected']} "
+            "session(s) of the previous broker are back"
+        )
     names = {c["id"]: f"{c['name']}[{c['pid']}]#{c['id']}" for c in st["clients"]}
     for d in st["devices"]:
         holder = names.get(d["holder"], "free") if d["holder"] else "free"

@@ -7,12 +7,18 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class Register(_message.Message):
-    __slots__ = ("name", "pid")
+    __slots__ = ("name", "pid", "session", "rejoin", "resident")
     NAME_FIELD_NUMBER: _ClassVar[int]
     PID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_FIELD_NUMBER: _ClassVar[int]
+    REJOIN_FIELD_NUMBER: _ClassVar[int]
+    RESIDENT_FIELD_NUMBER: _ClassVar[int]
     name: str
     pid: int
-    def __init__(self, name: _Optional[str] = ..., pid: _Optional[int] = ...) -> None: ...
+    session: str
+    rejoin: bool
+    resident: _containers.RepeatedCompositeFieldContainer[Residency]
+    def __init__(self, name: _Optional[str] = ..., pid: _Optional[int] = ..., session: _Optional[str] = ..., rejoin: _Optional[bool] = ..., resident: _Optional[_Iterable[_Union[Residency, _Mapping]]] = ...) -> None: ...
 
 class Request(_message.Message):
     __slots__ = ("request_id", "count", "memory_bytes", "pin")
@@ -93,18 +99,20 @@ class Device(_message.Message):
     def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., memory_total: _Optional[int] = ..., minor: _Optional[int] = ..., index: _Optional[int] = ...) -> None: ...
 
 class Registered(_message.Message):
-    __slots__ = ("client_id", "devices", "policy", "lane_path", "lane_token")
+    __slots__ = ("client_id", "devices", "policy", "lane_path", "lane_token", "recovering")
     CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
     DEVICES_FIELD_NUMBER: _ClassVar[int]
     POLICY_FIELD_NUMBER: _ClassVar[int]
     LANE_PATH_FIELD_NUMBER: _ClassVar[int]
     LANE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    RECOVERING_FIELD_NUMBER: _ClassVar[int]
     client_id: int
     devices: _containers.RepeatedCompositeFieldContainer[Device]
     policy: str
     lane_path: str
     lane_token: bytes
-    def __init__(self, client_id: _Optional[int] = ..., devices: _Optional[_Iterable[_Union[Device, _Mapping]]] = ..., policy: _Optional[str] = ..., lane_path: _Optional[str] = ..., lane_token: _Optional[bytes] = ...) -> None: ...
+    recovering: bool
+    def __init__(self, client_id: _Optional[int] = ..., devices: _Optional[_Iterable[_Union[Device, _Mapping]]] = ..., policy: _Optional[str] = ..., lane_path: _Optional[str] = ..., lane_token: _Optional[bytes] = ..., recovering: _Optional[bool] = ...) -> None: ...
 
 class Granted(_message.Message):
     __slots__ = ("request_id", "lease_id", "devices")
@@ -183,23 +191,25 @@ class DeviceState(_message.Message):
     def __init__(self, device: _Optional[_Union[Device, _Mapping]] = ..., holder: _Optional[int] = ..., lease_id: _Optional[int] = ..., held_seconds: _Optional[float] = ..., residents: _Optional[_Iterable[_Union[Resident, _Mapping]]] = ...) -> None: ...
 
 class ClientState(_message.Message):
-    __slots__ = ("client_id", "name", "pid", "waiting_count", "waiting_seconds", "on_lane")
+    __slots__ = ("client_id", "name", "pid", "waiting_count", "waiting_seconds", "on_lane", "rejoined")
     CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     PID_FIELD_NUMBER: _ClassVar[int]
     WAITING_COUNT_FIELD_NUMBER: _ClassVar[int]
     WAITING_SECONDS_FIELD_NUMBER: _ClassVar[int]
     ON_LANE_FIELD_NUMBER: _ClassVar[int]
+    REJOINED_FIELD_NUMBER: _ClassVar[int]
     client_id: int
     name: str
     pid: int
     waiting_count: int
     waiting_seconds: float
     on_lane: bool
-    def __init__(self, client_id: _Optional[int] = ..., name: _Optional[str] = ..., pid: _Optional[int] = ..., waiting_count: _Optional[int] = ..., waiting_seconds: _Optional[float] = ..., on_lane: _Optional[bool] = ...) -> None: ...
+    rejoined: bool
+    def __init__(self, client_id: _Optional[int] = ..., name: _Optional[str] = ..., pid: _Optional[int] = ..., waiting_count: _Optional[int] = ..., waiting_seconds: _Optional[float] = ..., on_lane: _Optional[bool] = ..., rejoined: _Optional[bool] = ...) -> None: ...
 
 class StatusReply(_message.Message):
-    __slots__ = ("policy", "quantum_seconds", "devices", "clients", "grants", "evictions", "yields_asked", "disconnects", "source")
+    __slots__ = ("policy", "quantum_seconds", "devices", "clients", "grants", "evictions", "yields_asked", "disconnects", "source", "recovering", "recovery_seconds_left", "sessions_expected")
     POLICY_FIELD_NUMBER: _ClassVar[int]
     QUANTUM_SECONDS_FIELD_NUMBER: _ClassVar[int]
     DEVICES_FIELD_NUMBER: _ClassVar[int]
@@ -209,6 +219,9 @@ class StatusReply(_message.Message):
     YIELDS_ASKED_FIELD_NUMBER: _ClassVar[int]
     DISCONNECTS_FIELD_NUMBER: _ClassVar[int]
     SOURCE_FIELD_NUMBER: _ClassVar[int]
+    RECOVERING_FIELD_NUMBER: _ClassVar[int]
+    RECOVERY_SECONDS_LEFT_FIELD_NUMBER: _ClassVar[int]
+    SESSIONS_EXPECTED_FIELD_NUMBER: _ClassVar[int]
     policy: str
     quantum_seconds: float
     devices: _containers.RepeatedCompositeFieldContainer[DeviceState]
@@ -218,4 +231,7 @@ class StatusReply(_message.Message):
     yields_asked: int
     disconnects: int
     source: str
-    def __init__(self, policy: _Optional[str] = ..., quantum_seconds: _Optional[float] = ..., devices: _Optional[_Iterable[_Union[DeviceState, _Mapping]]] = ..., clients: _Optional[_Iterable[_Union[ClientState, _Mapping]]] = ..., grants: _Optional[int] = ..., evictions: _Optional[int] = ..., yields_asked: _Optional[int] = ..., disconnects: _Optional[int] = ..., source: _Optional[str] = ...) -> None: ...
+    recovering: bool
+    recovery_seconds_left: float
+    sessions_expected: int
+    def __init__(self, policy: _Optional[str] = ..., quantum_seconds: _Optional[float] = ..., devices: _Optional[_Iterable[_Union[DeviceState, _Mapping]]] = ..., clients: _Optional[_Iterable[_Union[ClientState, _Mapping]]] = ..., grants: _Optional[int] = ..., evictions: _Optional[int] = ..., yields_asked: _Optional[int] = ..., disconnects: _Optional[int] = ..., source: _Optional[str] = ..., recovering: _Optional[bool] = ..., recovery_seconds_left: _Optional[float] = ..., sessions_expected: _Optional[int] = ...) -> None: ...

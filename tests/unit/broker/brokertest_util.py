@@ -27,16 +27,29 @@ class Daemon:
     address: str
     proc: subprocess.Popen[str]
 
+    lines: list[str]
+
     def stop(self) -> int:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
         return self.proc.wait(10)
 
+    def kill(self) -> None:
+        """SIGKILL: no clean stop (the socket and the state file stay behind)."""
+        self.proc.kill()
+        self.proc.wait(10)
 
-def start_broker(*args: str) -> Daemon:
+    @property
+    def socket(self) -> Path:
+        return Path(self.address.removeprefix("unix:"))
+
+
+def start_broker(*args: str, sock: Path | None = None) -> Daemon:
     """Start a broker and return once it says it listens (gRPC socket AND local lane:
-    the socket file alone appears before the lane is bound)."""
-    sock = Path(tempfile.mkdtemp(prefix="acbb-", dir="/tmp")) / "b.sock"
+    the socket file alone appears before the lane is bound). ``sock``: its socket
+    (default: a new private folder's), e.g. to restart a killed broker in its place."""
+    if sock is None:
+        sock = Path(tempfile.mkdtemp(prefix="acbb-", dir="/tmp")) / "b.sock"
     address = f"unix:{sock}"
     proc = subprocess.Popen(
         [sys.executable, "-m", "acbslurm", "broker", "serve", "--listen", address, *args],
@@ -60,4 +73,4 @@ def start_broker(*args: str) -> Daemon:
         if proc.poll() is not None or time.monotonic() > deadline:
             proc.kill()
             raise RuntimeError(f"broker did not start: {''.join(lines)}")
-    return Daemon(address, proc)
+    return Daemon(address, proc, lines)

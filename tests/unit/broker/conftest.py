@@ -1,6 +1,7 @@
 """Fixtures for the broker tests."""
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from brokertest_util import Daemon, start_broker
@@ -10,8 +11,8 @@ from brokertest_util import Daemon, start_broker
 def broker_factory() -> Iterator[object]:
     started: list[Daemon] = []
 
-    def factory(*args: str) -> Daemon:
-        d = start_broker(*args)
+    def factory(*args: str, sock: Path | None = None) -> Daemon:
+        d = start_broker(*args, sock=sock)
         started.append(d)
         return d
 

@@ -101,3 +101,38 @@ def test_quantum_policy_asks_the_holder_to_yield_once() -> None:
 def test_unknown_policy_is_refused() -> None:
     with pytest.raises(ValueError, match="lottery"):
         Broker(devs(1), policy="lottery")
+
+
+def test_recovery_grants_nothing_until_every_old_session_is_back() -> None:
+    b = Broker(devs(1, mem=100))
+    b.start_recovery({"old-a", "old-b"}, until=10)
+    new = b.register("new", 3, "new")
+    assert b.request(new, 1, 1, now=0, memory=50) == []  # waits: old sessions may compute
+    a, events = b.rejoin("a", 1, "old-a", {"d0": 100}, now=1)  # was using d0: all of it
+    assert events == [] and b.recovering
+    assert b.sessions() == {"old-a", "old-b", "new"}
+    _, events = b.rejoin("b", 2, "old-b", {}, now=2)
+    # Everybody is back: granting resumes, and a's declared memory must go first.
+    assert events == [EvictAsked(a, ("d0",))] and not b.recovering
+    [g] = b.evict_done(a, ("d0",), now=3)
+    assert isinstance(g, Granted) and g.client == new
+    b.check_invariants()
+
+
+def test_recovery_ends_after_the_grace_when_an_old_session_never_comes_back() -> None:
+    b = Broker(devs(1))
+    b.start_recovery({"gone"}, until=5)
+    c = b.register("c", 1)
+    assert b.request(c, 1, 1, now=0) == []
+    assert b.tick(now=4.9) == []
+    [g] = b.tick(now=5)
+    assert isinstance(g, Granted) and not b.recovering and b.sessions() == set()
+
+
+def test_unknown_sessions_wait_the_whole_grace_and_none_expected_means_no_recovery() -> None:
+    b = Broker(devs(1))
+    b.start_recovery(None, until=5)  # an unreadable state file
+    b.rejoin("a", 1, "x", {}, now=0)
+    assert b.recovering
+    b.start_recovery(set(), until=5)  # the previous broker had no sessions
+    assert not b.recovering

@@ -173,7 +173,8 @@ def test_no_broker_is_a_clear_error() -> None:
 
 def test_broker_going_away_fails_waiters(broker_factory, lane: bool) -> None:
     d = broker_factory("--devices", "cpu:1")
-    a, b = BrokerClient(d.address, lane=lane), BrokerClient(d.address, lane=lane)
+    a = BrokerClient(d.address, lane=lane, reconnect_timeout=1)
+    b = BrokerClient(d.address, lane=lane, reconnect_timeout=1)
     held = a.acquire(1)
     errors: list[str] = []
 
@@ -188,12 +189,90 @@ def test_broker_going_away_fails_waiters(broker_factory, lane: bool) -> None:
     time.sleep(0.2)
     d.stop()
     t.join(10)
-    assert errors and "broker" in errors[0]
-    with pytest.raises(BrokerError, match=r"lost the broker|the broker ended the session"):
+    # Not before the reconnect time (1 s): a restarted broker would have been found.
+    assert errors and "did not come back within 1s" in errors[0], errors
+    assert not held.valid and held.lost
+    with pytest.raises(BrokerError, match=r"lost the broker .* did not come back"):
         a.acquire(1, timeout=5)  # no hang: the session is known to be gone
     a.release(held)  # no error: the broker freed it with the session
     a.close()
     b.close()
+
+
+def test_a_restarted_broker_waits_for_old_sessions_and_their_memory(
+    broker_factory, lane: bool
+) -> None:
+    """SIGKILL the broker while a holds the device; restart it on the same socket. a's
+    lease is void; b, waiting in acquire, reconnects and waits on; the new broker grants
+    nothing while a's data may be on the device, and b only after a released its void
+    lease and evicted."""
+    d = broker_factory("--devices", "cpu:1:1G", "--recovery-grace", "30")
+    a = BrokerClient(d.address, name="a", lane=lane)
+    b = BrokerClient(d.address, name="b", lane=lane)
+    evicted: list[float] = []
+    a.on_evict(lambda devices: evicted.append(time.monotonic()))
+    lease = a.acquire(1, memory="100M")
+    got: list[object] = []
+    t = threading.Thread(target=lambda: got.append(b.acquire(1, memory="1G", timeout=30)))
+    t.start()
+    time.sleep(0.3)
+    assert d.socket.with_name("b.sock.state").exists()
+    d.kill()
+    deadline = time.monotonic() + 5
+    while lease.valid:
+        assert time.monotonic() < deadline, "the lease stayed valid after the broker died"
+        time.sleep(0.01)
+    d2 = broker_factory("--devices", "cpu:1:1G", "--recovery-grace", "30", sock=d.socket)
+    deadline = time.monotonic() + 10
+    while a.reconnects < 1 or b.reconnects < 1:
+        assert time.monotonic() < deadline, "the clients did not register again"
+        time.sleep(0.01)
+    st = fetch_status(d2.address)
+    # Both old sessions are back: the 30 s grace ended early.
+    assert not st["recovering"] and all(c["rejoined"] for c in st["clients"])
+    assert st["devices"][0]["residents"] == {str(a.client_id): 1024**3}  # all of it
+    time.sleep(0.3)
+    assert not got and not evicted  # a has not released its void lease yet
+    released = time.monotonic()
+    a.release(lease, resident={"cpu0": 100 << 20})
+    t.join(10)
+    assert got and evicted and released <= evicted[0]
+    b.release(got[0])  # type: ignore[arg-type]
+    # a goes on transparently, on the new broker.
+    a.release(a.acquire(1, timeout=10))
+    assert a.reconnects == 1 and b.reconnects == 1
+    a.close()
+    b.close()
+    assert d2.stop() == 0
+    assert not d.socket.with_name("b.sock.state").exists()  # a clean stop removes it
+
+
+def test_a_normal_start_does_not_wait_and_an_unknown_state_waits_the_grace(
+    broker_factory, tmp_path: Path
+) -> None:
+    d = broker_factory("--devices", "cpu:1")
+    assert not fetch_status(d.address)["recovering"]
+    with BrokerClient(d.address) as c:
+        c.release(c.acquire(1, timeout=5))
+    assert d.stop() == 0
+    d = broker_factory("--devices", "cpu:1", sock=d.socket)  # after a clean stop
+    assert not fetch_status(d.address)["recovering"]
+    d.kill()  # no sessions: nobody to wait for
+    d = broker_factory("--devices", "cpu:1", sock=d.socket)
+    assert not fetch_status(d.address)["recovering"]
+    d.kill()
+    d.socket.with_name("b.sock.state").write_text("garbage")
+    d = broker_factory("--devices", "cpu:1", "--recovery-grace", "4", sock=d.socket)
+    st = fetch_status(d.address)
+    assert st["recovering"] and 0 < st["recovery_seconds_left"] <= 4
+    r = run_cli("broker", "status", "--broker", d.address)
+    assert "recovering after an unclean stop" in r.stdout
+    with BrokerClient(d.address) as c:
+        t0 = time.monotonic()
+        assert fetch_status(d.address)["recovering"]
+        c.release(c.acquire(1, timeout=10))  # granted when the grace ends
+        assert 0 < time.monotonic() - t0 < 5
+    assert not fetch_status(d.address)["recovering"]
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:

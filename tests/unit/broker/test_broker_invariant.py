@@ -1,6 +1,16 @@
 """Property test: over random interleavings of requests, releases, cancels, yields,
-evictions and client deaths, no device is ever leased to two clients, and once
-everybody lets go every waiting request is granted (nobody is stuck)."""
+evictions, client deaths and broker restarts, no device ever has two users, and once
+everybody lets go every waiting request is granted (nobody is stuck).
+
+A restart (the broker SIGKILLed and started again on its socket) replaces the core by a
+new one in recovery. The clients of the old broker count as still using the devices
+they held until they notice the loss; then they rejoin, declaring those devices as
+resident memory, and keep using them until they stop at their next device call
+(``stop``); until then they cannot answer an eviction of those devices (the client
+library waits for the lost lease to be released). Timing assumption of the grace
+period (docs/broker.md): a live client notices the loss within the grace, so the
+grace may end only once every live old client has rejoined.
+"""
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -9,6 +19,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from acbslurm.broker.core import Broker, Device, EvictAsked, Granted, YieldAsked
 
 MEM = 100
+GRACE = 5.0
 
 
 class BrokerMachine(RuleBasedStateMachine):
@@ -21,6 +32,27 @@ class BrokerMachine(RuleBasedStateMachine):
         self.leases: dict[int, dict[int, tuple[str, ...]]] = {}  # client -> lease -> devices
         self.evict_asks: list[tuple[int, tuple[str, ...]]] = []
         self.next_req = 1
+        self.keys: dict[int, str] = {}  # client -> session key
+        self.next_key = 0
+        # Restarts: old sessions that have not noticed yet (key -> devices in use, residency),
+        # and rejoined ones still finishing their device call (client -> devices in use).
+        self.unnoticed: dict[str, tuple[frozenset[str], dict[str, int]]] = {}
+        self.still_using: dict[int, frozenset[str]] = {}
+
+    def users(self) -> dict[str, set[str]]:
+        """Device -> every program using it: holders, and old clients not stopped yet."""
+        out: dict[str, set[str]] = {}
+        for cid, ls in self.leases.items():
+            for devs in ls.values():
+                for d in devs:
+                    out.setdefault(d, set()).add(f"client {cid}")
+        for key, (devs, _) in self.unnoticed.items():
+            for d in devs:
+                out.setdefault(d, set()).add(f"unnoticed {key}")
+        for cid, devs in self.still_using.items():
+            for d in devs:
+                out.setdefault(d, set()).add(f"client {cid}")  # its lost lease, still in use
+        return out
 
     def apply(self, events: list) -> None:
         for ev in events:
@@ -35,8 +67,10 @@ class BrokerMachine(RuleBasedStateMachine):
 
     @rule(name=st.text(max_size=3))
     def register(self, name: str) -> None:
-        cid = self.b.register(name, 0)
+        self.next_key += 1
+        cid = self.b.register(name, 0, f"k{self.next_key}")
         self.leases[cid] = {}
+        self.keys[cid] = f"k{self.next_key}"
 
     @precondition(lambda self: self.leases)
     @rule(data=st.data(), count=st.integers(1, 4), memory=st.sampled_from([0, 30, 60, 120]))
@@ -59,18 +93,80 @@ class BrokerMachine(RuleBasedStateMachine):
         w = data.draw(st.sampled_from(self.b.queue))
         self.apply(self.b.cancel(w.client, w.request_id, self.now))
 
-    @precondition(lambda self: self.evict_asks)
+    def answerable(self) -> list[int]:
+        # A client still using a device from before the restart answers later (``stop``).
+        return [
+            i
+            for i, (c, devs) in enumerate(self.evict_asks)
+            if not set(devs) & self.still_using.get(c, frozenset())
+        ]
+
+    @precondition(lambda self: self.answerable())
     @rule(data=st.data())
     def evict_done(self, data: st.DataObject) -> None:
-        i = data.draw(st.integers(0, len(self.evict_asks) - 1))
+        i = data.draw(st.sampled_from(self.answerable()))
         cid, devs = self.evict_asks.pop(i)
         self.apply(self.b.evict_done(cid, devs, self.now))
+
+    @rule()
+    def restart(self) -> None:
+        """SIGKILL and restart: every session of the old core is now an unnoticed one."""
+        for cid, ls in self.leases.items():
+            used = frozenset(d for devs in ls.values() for d in devs)
+            used |= self.still_using.pop(cid, frozenset())
+            res = {d: m[cid] for d, m in self.b.resident.items() if cid in m}
+            self.unnoticed[self.keys[cid]] = (used, res)
+        for cid, devs in self.still_using.items():  # rejoined, then the broker died again
+            self.unnoticed[self.keys[cid]] = (devs, {})
+        expected = self.b.sessions()
+        assert set(self.unnoticed) <= expected, "an old session is missing from the state"
+        self.b = Broker(
+            [Device(f"d{i}", memory_total=MEM) for i in range(3)], policy="quantum", quantum=1.0
+        )
+        self.b.start_recovery(expected, until=self.now + GRACE)
+        self.leases, self.keys, self.evict_asks, self.still_using = {}, {}, [], {}
+
+    @precondition(lambda self: self.unnoticed)
+    @rule(data=st.data())
+    def rejoin(self, data: st.DataObject) -> None:
+        """An old client notices the loss and registers again (maybe mid device call)."""
+        key = data.draw(st.sampled_from(sorted(self.unnoticed)))
+        used, res = self.unnoticed.pop(key)
+        declared = dict(res)
+        for d in used:
+            declared[d] = MEM  # what a lost lease's device may hold: all of it
+        cid, events = self.b.rejoin("old", 0, key, declared, self.now)
+        self.leases[cid] = {}
+        self.keys[cid] = key
+        if used:
+            self.still_using[cid] = used
+        self.apply(events)
+
+    @precondition(lambda self: self.still_using)
+    @rule(data=st.data())
+    def stop(self, data: st.DataObject) -> None:
+        """A rejoined client's device call ends: it stops at its next one (blocks in acquire)."""
+        cid = data.draw(st.sampled_from(sorted(self.still_using)))
+        del self.still_using[cid]
+
+    @precondition(lambda self: self.unnoticed)
+    @rule(data=st.data())
+    def old_dies(self, data: st.DataObject) -> None:
+        key = data.draw(st.sampled_from(sorted(self.unnoticed)))
+        del self.unnoticed[key]
+
+    @precondition(lambda self: self.b.recovering and not self.unnoticed)
+    @rule()
+    def grace_ends(self) -> None:
+        self.now = max(self.now, self.b.recovery_until)
+        self.apply(self.b.tick(self.now))
 
     @precondition(lambda self: self.leases)
     @rule(data=st.data())
     def die(self, data: st.DataObject) -> None:
         cid = data.draw(st.sampled_from(sorted(self.leases)))
         del self.leases[cid]
+        self.still_using.pop(cid, None)
         self.evict_asks = [(c, d) for c, d in self.evict_asks if c != cid]
         self.apply(self.b.disconnect(cid, self.now))
         assert all(ls is None or ls.client != cid for ls in self.b.holder.values())
@@ -78,17 +174,33 @@ class BrokerMachine(RuleBasedStateMachine):
     @rule(dt=st.floats(0, 2))
     def tick(self, dt: float) -> None:
         self.now += dt
+        if self.b.recovering and self.unnoticed:
+            # The timing assumption: live old clients rejoin before the grace ends.
+            self.now = min(self.now, self.b.recovery_until - 0.001)
         self.apply(self.b.tick(self.now))
 
     @invariant()
-    def never_two_holders(self) -> None:
+    def never_two_users(self) -> None:
         self.b.check_invariants()
         mine = {d: c for c, ls in self.leases.items() for devs in ls.values() for d in devs}
         theirs = {d: ls.client for d, ls in self.b.holder.items() if ls is not None}
         assert mine == theirs
+        shared = {d: who for d, who in self.users().items() if len(who) > 1}
+        assert not shared, f"devices with two users: {shared}"
 
     def teardown(self) -> None:
-        # Liveness: everyone releases and answers evictions; every request gets served.
+        # Liveness: old clients come back and stop, the grace ends, everyone releases and
+        # answers evictions; every request gets served.
+        for key in sorted(self.unnoticed):
+            self.unnoticed[key] = (frozenset(), self.unnoticed[key][1])
+        while self.unnoticed:
+            key = sorted(self.unnoticed)[0]
+            _, res = self.unnoticed.pop(key)
+            cid, events = self.b.rejoin("old", 0, key, res, self.now)
+            self.leases[cid] = {}
+            self.apply(events)
+        self.still_using.clear()
+        self.apply(self.b.end_recovery(self.now))
         for _ in range(200):
             if not self.b.queue:
                 break
