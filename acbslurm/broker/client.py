@@ -567,65 +567,77 @@ class BrokerClient:
 
     def _dispatch(self, msg: Any, gen: int) -> None:
         kind = msg.WhichOneof("kind")
-        if kind == "granted":
-            g = msg.granted
-            lease = Lease(g.lease_id, [DeviceInfo.from_pb(d) for d in g.devices])
-            with self._lock:
-                if gen != self._gen or not self._up:
-                    return  # a grant of a lost session: void (the request is sent again)
-                slot = self._pending.pop(g.request_id, None)
-                if slot is not None and not slot.abandoned:
-                    self._leases[lease.lease_id] = lease
-                    if lease.lease_id in self._early_yields:
-                        self._early_yields.discard(lease.lease_id)
-                        lease.yield_requested.set()
-                    slot.lease = lease
-                    slot.done.set()
-                    return
-                # Granted after the caller gave up waiting: hand it straight back.
-                self._send(pb.ClientMessage(release=pb.Release(lease_id=g.lease_id)))
-            if slot is not None:
+        handler = {
+            "granted": self._on_granted,
+            "rejected": self._on_rejected,
+            "yield_asked": self._on_yield_asked,
+            "evict": self._on_evict,
+        }.get(kind)
+        if handler is not None:
+            handler(msg, gen)
+
+    def _on_granted(self, msg: Any, gen: int) -> None:
+        g = msg.granted
+        lease = Lease(g.lease_id, [DeviceInfo.from_pb(d) for d in g.devices])
+        with self._lock:
+            if gen != self._gen or not self._up:
+                return  # a grant of a lost session: void (the request is sent again)
+            slot = self._pending.pop(g.request_id, None)
+            if slot is not None and not slot.abandoned:
+                self._leases[lease.lease_id] = lease
+                if lease.lease_id in self._early_yields:
+                    self._early_yields.discard(lease.lease_id)
+                    lease.yield_requested.set()
+                slot.lease = lease
                 slot.done.set()
-        elif kind == "rejected":
-            r = msg.rejected
-            with self._lock:
-                if gen != self._gen:
-                    return
-                slot = self._pending.pop(r.request_id, None)
-            if slot is not None:
-                if not slot.abandoned:
-                    slot.error = f"broker rejected the request: {r.reason}"
-                slot.done.set()
-        elif kind == "yield_asked":
-            lid = msg.yield_asked.lease_id
-            with self._lock:
-                if gen != self._gen:
-                    return
-                held = self._leases.get(lid)
-                if held is None and self._lane is not None:
-                    # The stream can overtake the lane: the grant may still be unread.
-                    if len(self._early_yields) > 1024:
-                        self._early_yields.clear()  # leases released before the ask came
-                    self._early_yields.add(lid)
-            if held is not None:
-                held.yield_requested.set()
-                if self._yield_handler is not None:
-                    self._submit(self._yield_handler, held)
-        elif kind == "evict":
-            devices = list(msg.evict.devices)
-            with self._lock:
-                waits = any(
-                    set(devices) & set(lease.device_ids) for lease in self._lost_leases.values()
-                )
-            if waits:
-                # It waits for the program to release a void lease, maybe for long: not on
-                # the worker (joined at interpreter exit), on a thread of its own.
-                name = "broker-evict-wait"
-                threading.Thread(
-                    target=self._evict, args=(devices, gen), name=name, daemon=True
-                ).start()
-            else:
-                self._submit(self._evict, devices, gen)
+                return
+            # Granted after the caller gave up waiting: hand it straight back.
+            self._send(pb.ClientMessage(release=pb.Release(lease_id=g.lease_id)))
+        if slot is not None:
+            slot.done.set()
+
+    def _on_rejected(self, msg: Any, gen: int) -> None:
+        r = msg.rejected
+        with self._lock:
+            if gen != self._gen:
+                return
+            slot = self._pending.pop(r.request_id, None)
+        if slot is not None:
+            if not slot.abandoned:
+                slot.error = f"broker rejected the request: {r.reason}"
+            slot.done.set()
+
+    def _on_yield_asked(self, msg: Any, gen: int) -> None:
+        lid = msg.yield_asked.lease_id
+        with self._lock:
+            if gen != self._gen:
+                return
+            held = self._leases.get(lid)
+            if held is None and self._lane is not None:
+                # The stream can overtake the lane: the grant may still be unread.
+                if len(self._early_yields) > 1024:
+                    self._early_yields.clear()  # leases released before the ask came
+                self._early_yields.add(lid)
+        if held is not None:
+            held.yield_requested.set()
+            if self._yield_handler is not None:
+                self._submit(self._yield_handler, held)
+
+    def _on_evict(self, msg: Any, gen: int) -> None:
+        devices = list(msg.evict.devices)
+        with self._lock:
+            waits = any(
+                set(devices) & set(lease.device_ids) for lease in self._lost_leases.values()
+            )
+        if waits:
+            # It waits for the program to release a void lease, maybe for long: not on
+            # the worker (joined at interpreter exit), on a thread of its own.
+            name = "broker-evict-wait"
+            threading.Thread(
+                target=self._evict, args=(devices, gen), name=name, daemon=True
+            ).start()
+        else:
+            self._submit(self._evict, devices, gen)
 
     def _submit(self, fn: Callable[..., None], *args: Any) -> None:
         # Closed meanwhile (the worker is shut down): the session ends anyway.
