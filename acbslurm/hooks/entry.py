@@ -180,7 +180,14 @@ def run_epilog(env: Mapping[str, str]) -> int:
     try:
         remove_record(settings.record_dir, job_id)
     except OSError as exc:
-        _say("warning", f"job {job_id}: cannot remove record: {exc}")
+        # Not a drain: the job has ended and its id never comes back, so the record can
+        # give nobody a GPU (`acbslurm run` also checks the caller descends from the
+        # job's slurmstepd). But the next prolog cannot write either: said loudly.
+        _say(
+            "error",
+            f"job {job_id}: its record stays in {settings.record_dir} ({exc.strerror}); "
+            "the next prolog on this node will fail the same way: fix the directory",
+        )
     if problems:
         for problem in problems:
             _say("error", f"job {job_id}: {problem}")
