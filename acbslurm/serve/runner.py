@@ -168,7 +168,12 @@ class PoolServer:
         # uvicorn re-raises the stopping signal after its graceful shutdown; with this
         # handler in place it lands here, so the broker is stopped too and we exit 0.
         stopped: list[int] = []
-        previous = {s: signal.signal(s, lambda n, f: stopped.append(n)) for s in STOP_SIGNALS}
+
+        # A signal handler's signature: the frame is passed, and not needed.
+        def note(signum: int, frame: Any) -> None:  # noqa: ARG001
+            stopped.append(signum)
+
+        previous = {s: signal.signal(s, note) for s in STOP_SIGNALS}
         try:
             server.run()
         finally:
