@@ -61,28 +61,37 @@ def _int(body: dict[str, Any], key: str, low: int) -> int | None:
     return v
 
 
-def _common(body: dict[str, Any]) -> dict[str, Any]:
-    if not isinstance(body, dict):
-        raise ApiError(400, "the request body must be a JSON object", code="invalid_json")
+def _model_name(body: dict[str, Any]) -> str:
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise ApiError(
             400, "model: required (a model name from GET /v1/models)", "model", "missing_field"
         )
-    out: dict[str, Any] = {"model": model}
+    return model
+
+
+def _max_tokens(body: dict[str, Any]) -> int | None:
+    """``max_completion_tokens``, OpenAI's newer name, else ``max_tokens``."""
     mt = _int(body, "max_completion_tokens", 1)
     if mt is None:
         mt = _int(body, "max_tokens", 1)
-    out["max_tokens"] = mt
-    out["temperature"] = _number(body, "temperature", 0.0, 2.0)
-    out["top_p"] = _number(body, "top_p", 0.0, 1.0)
+    return mt
+
+
+def _seed(body: dict[str, Any]) -> int | None:
     seed = body.get("seed")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
         raise _bad("seed", f"must be an integer, got {seed!r}")
-    out["seed"] = seed
+    return seed
+
+
+def _check_one_choice(body: dict[str, Any]) -> None:
     n = _int(body, "n", 1)
     if n not in (None, 1):
         raise ApiError(400, "n: only n=1 is supported", "n", "unsupported_value")
+
+
+def _stops(body: dict[str, Any]) -> list[str]:
     stop = body.get("stop")
     if stop is None:
         stops: list[str] = []
@@ -92,26 +101,57 @@ def _common(body: dict[str, Any]) -> dict[str, Any]:
         stops = list(stop)
     else:
         raise _bad("stop", "must be a string or a list of up to 4 strings")
-    out["stop"] = [s for s in stops if s]
+    return [s for s in stops if s]
+
+
+def _stream(body: dict[str, Any]) -> bool:
     stream = body.get("stream", False)
     if stream is None:
         stream = False
     if not isinstance(stream, bool):
         raise _bad("stream", f"must be true or false, got {stream!r}")
-    out["stream"] = stream
+    return stream
+
+
+def _include_usage(body: dict[str, Any]) -> bool:
     opts = body.get("stream_options") or {}
     if not isinstance(opts, dict):
         raise _bad("stream_options", "must be an object")
-    out["include_usage"] = bool(opts.get("include_usage", False))
+    return bool(opts.get("include_usage", False))
+
+
+# Fields that would change the result and are not implemented: refused, not ignored.
+UNSUPPORTED = ("logprobs", "top_logprobs", "tools", "functions", "logit_bias", "suffix")
+
+
+def _refuse_unsupported(body: dict[str, Any]) -> None:
     for key in ("frequency_penalty", "presence_penalty"):
         v = _number(body, key, -2.0, 2.0)
         if v:
             raise ApiError(400, f"{key}: not supported (only 0)", key, "unsupported_value")
-    for key in ("logprobs", "top_logprobs", "tools", "functions", "logit_bias", "suffix"):
+    for key in UNSUPPORTED:
         if body.get(key) not in (None, False, [], {}):
             raise ApiError(400, f"{key}: not supported by this server", key, "unsupported_value")
     if body.get("echo"):
         raise ApiError(400, "echo: not supported by this server", "echo", "unsupported_value")
+
+
+def _common(body: dict[str, Any]) -> dict[str, Any]:
+    """The fields of both endpoints, checked in this order (the first error is reported)."""
+    if not isinstance(body, dict):
+        raise ApiError(400, "the request body must be a JSON object", code="invalid_json")
+    out: dict[str, Any] = {
+        "model": _model_name(body),
+        "max_tokens": _max_tokens(body),
+        "temperature": _number(body, "temperature", 0.0, 2.0),
+        "top_p": _number(body, "top_p", 0.0, 1.0),
+        "seed": _seed(body),
+    }
+    _check_one_choice(body)
+    out["stop"] = _stops(body)
+    out["stream"] = _stream(body)
+    out["include_usage"] = _include_usage(body)
+    _refuse_unsupported(body)
     return out
 
 
@@ -131,6 +171,37 @@ def parse_completion(body: Any) -> dict[str, Any]:
 ROLES = ("system", "developer", "user", "assistant", "tool")
 
 
+def _content(at: str, content: Any) -> Any:
+    """A list of text parts joined into one string; anything else as it is."""
+    if not isinstance(content, list):
+        return content
+    texts = []
+    for j, part in enumerate(content):
+        if (
+            not isinstance(part, dict)
+            or part.get("type") != "text"
+            or not isinstance(part.get("text"), str)
+        ):
+            raise _bad(f"{at}.content[{j}]", "only text parts are supported")
+        texts.append(part["text"])
+    return "".join(texts)
+
+
+def _message(i: int, m: Any) -> dict[str, str]:
+    at = f"messages[{i}]"
+    if not isinstance(m, dict):
+        raise _bad(at, "must be an object with role and content")
+    role = m.get("role")
+    if role not in ROLES:
+        raise _bad(f"{at}.role", f"must be one of {', '.join(ROLES)}, got {role!r}")
+    content = _content(at, m.get("content"))
+    if content is None and role == "assistant":
+        content = ""
+    if not isinstance(content, str):
+        raise _bad(f"{at}.content", "must be a string or a list of text parts")
+    return {"role": "system" if role == "developer" else role, "content": content}
+
+
 def parse_chat(body: Any) -> dict[str, Any]:
     out = _common(body)
     messages = body.get("messages")
@@ -138,30 +209,5 @@ def parse_chat(body: Any) -> dict[str, Any]:
         raise ApiError(400, "messages: required", "messages", "missing_field")
     if not isinstance(messages, list) or not messages:
         raise _bad("messages", "must be a non-empty list of {role, content} objects")
-    clean = []
-    for i, m in enumerate(messages):
-        at = f"messages[{i}]"
-        if not isinstance(m, dict):
-            raise _bad(at, "must be an object with role and content")
-        role = m.get("role")
-        if role not in ROLES:
-            raise _bad(f"{at}.role", f"must be one of {', '.join(ROLES)}, got {role!r}")
-        content = m.get("content")
-        if isinstance(content, list):
-            texts = []
-            for j, part in enumerate(content):
-                if (
-                    not isinstance(part, dict)
-                    or part.get("type") != "text"
-                    or not isinstance(part.get("text"), str)
-                ):
-                    raise _bad(f"{at}.content[{j}]", "only text parts are supported")
-                texts.append(part["text"])
-            content = "".join(texts)
-        if content is None and role == "assistant":
-            content = ""
-        if not isinstance(content, str):
-            raise _bad(f"{at}.content", "must be a string or a list of text parts")
-        clean.append({"role": "system" if role == "developer" else role, "content": content})
-    out["messages"] = clean
+    out["messages"] = [_message(i, m) for i, m in enumerate(messages)]
     return out

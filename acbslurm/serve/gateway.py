@@ -30,6 +30,11 @@ from acbslurm.serve.workers import Overloaded, Pending, Unavailable, WorkerHandl
 MAX_BODY = 8 << 20  # bytes; a 100k-token prompt is well below
 
 
+def _event(obj: dict[str, Any]) -> bytes:
+    """One server-sent event."""
+    return f"data: {json.dumps(obj)}\n\n".encode()
+
+
 def _error(e: ApiError) -> JSONResponse:
     headers = {"Retry-After": str(e.retry_after)} if e.retry_after is not None else None
     return JSONResponse(e.body(), status_code=e.status, headers=headers)
@@ -54,8 +59,9 @@ class Gateway:
             lifespan=self._lifespan,
         )
 
+    # Starlette's lifespan signature: the app is passed, and the gateway holds it already.
     @asynccontextmanager
-    async def _lifespan(self, app: Starlette) -> AsyncIterator[None]:
+    async def _lifespan(self, app: Starlette) -> AsyncIterator[None]:  # noqa: ARG002
         for h in self.handles.values():
             h.start()
         try:
@@ -76,7 +82,8 @@ class Gateway:
     def _model_obj(self, name: str) -> dict[str, Any]:
         return {"id": name, "object": "model", "created": self.created, "owned_by": "acbslurm"}
 
-    async def models(self, request: Request) -> Response:
+    # Starlette's handler signature: every route is called with the request, used or not.
+    async def models(self, request: Request) -> Response:  # noqa: ARG002
         return JSONResponse({"object": "list", "data": [self._model_obj(n) for n in self.handles]})
 
     async def model(self, request: Request) -> Response:
@@ -85,14 +92,16 @@ class Gateway:
             return _error(self._unknown(name))
         return JSONResponse(self._model_obj(name))
 
-    async def health(self, request: Request) -> Response:
+    # Starlette's handler signature (the request is not needed).
+    async def health(self, request: Request) -> Response:  # noqa: ARG002
         states = {n: h.state for n, h in self.handles.items()}
         reasons = {n: h.reason for n, h in self.handles.items() if h.reason}
         ok = all(s == "ready" for s in states.values())
         body = {"status": "ok" if ok else "degraded", "models": states, "reasons": reasons}
         return JSONResponse(body, status_code=200 if ok else 503)
 
-    async def prometheus(self, request: Request) -> Response:
+    # Starlette's handler signature (the request is not needed).
+    async def prometheus(self, request: Request) -> Response:  # noqa: ARG002
         return Response(self.metrics.render(), media_type=CONTENT_TYPE)
 
     def _unknown(self, name: str) -> ApiError:
@@ -158,14 +167,13 @@ class Gateway:
             except BaseException:
                 handle.finish(rid, cancel=True)
                 raise
-            prompt_tokens = int(first.get("prompt_tokens", 0))
             if body["stream"]:
-                gen = self._sse(handle, rid, pending, deadline, chat, body, prompt_tokens)
+                gen = self._sse(handle, rid, pending, deadline, chat, body)
                 self.metrics.request(model, 200)
                 return StreamingResponse(
                     gen, media_type="text/event-stream", headers={"Cache-Control": "no-cache"}
                 )
-            return await self._collect(handle, rid, pending, deadline, chat, body)
+            return await self._collect(handle, rid, pending, deadline, chat)
         except ApiError as e:
             self.metrics.request(model or "-", e.status)
             return _error(e)
@@ -214,7 +222,6 @@ class Gateway:
         pending: Pending,
         deadline: float,
         chat: bool,
-        body: dict[str, Any],
     ) -> Response:
         parts: list[str] = []
         try:
@@ -253,6 +260,22 @@ class Gateway:
         self.metrics.usage(handle.spec.name, p, c)
         return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
 
+    def _chunk(
+        self, rid: str, chat: bool, model: str, delta: str | None, finish: str | None, role: bool
+    ) -> bytes:
+        """One streamed event: a chat delta (the first one with the role) or a text piece."""
+        out = self._envelope(rid, chat, model, chunk=True)
+        if chat:
+            d: dict[str, Any] = {"role": "assistant", "content": ""} if role else {}
+            if delta:
+                d["content"] = delta
+            out["choices"] = [{"index": 0, "delta": d, "finish_reason": finish, "logprobs": None}]
+        else:
+            out["choices"] = [
+                {"index": 0, "text": delta or "", "finish_reason": finish, "logprobs": None}
+            ]
+        return _event(out)
+
     async def _sse(
         self,
         handle: WorkerHandle,
@@ -261,27 +284,11 @@ class Gateway:
         deadline: float,
         chat: bool,
         body: dict[str, Any],
-        prompt_tokens: int,
     ) -> AsyncIterator[bytes]:
         model = handle.spec.name
 
-        def event(obj: dict[str, Any]) -> bytes:
-            return f"data: {json.dumps(obj)}\n\n".encode()
-
         def chunk(delta: str | None, finish: str | None, role: bool = False) -> bytes:
-            out = self._envelope(rid, chat, model, chunk=True)
-            if chat:
-                d: dict[str, Any] = {"role": "assistant", "content": ""} if role else {}
-                if delta:
-                    d["content"] = delta
-                out["choices"] = [
-                    {"index": 0, "delta": d, "finish_reason": finish, "logprobs": None}
-                ]
-            else:
-                out["choices"] = [
-                    {"index": 0, "text": delta or "", "finish_reason": finish, "logprobs": None}
-                ]
-            return event(out)
+            return self._chunk(rid, chat, model, delta, finish, role)
 
         try:
             if chat:
@@ -291,7 +298,7 @@ class Gateway:
                     msg = await self._next(handle, rid, pending, deadline)
                     self._raise_if_error(msg)
                 except ApiError as e:
-                    yield event(e.body())
+                    yield _event(e.body())
                     break
                 if msg["type"] == "delta":
                     yield chunk(msg["text"], None)
@@ -302,7 +309,7 @@ class Gateway:
                         tail = self._envelope(rid, chat, model, chunk=True)
                         tail["choices"] = []
                         tail["usage"] = usage
-                        yield event(tail)
+                        yield _event(tail)
                     break
             yield b"data: [DONE]\n\n"
         finally:

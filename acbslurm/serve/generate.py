@@ -82,16 +82,29 @@ class Decoding:
             return self._flush()
         self.out_ids.append(token)
         self.text = tokenizer.decode(self.out_ids, skip_special_tokens=True)
+        if self._cut_at_stop():
+            self.finish_reason = "stop"
+            return self._flush()
+        if len(self.out_ids) >= self.params.max_tokens:
+            self.finish_reason = "length"
+            return self._flush()
+        safe = self._safe_end()
+        delta = self.text[self.sent : safe] if safe > self.sent else ""
+        self.sent = max(self.sent, safe)
+        return delta
+
+    def _cut_at_stop(self) -> bool:
+        """Cut ``text`` at the first stop string (in the order given) it contains; True if one."""
         for s in self.params.stop:
             at = self.text.find(s)
             if at >= 0:
                 self.text = self.text[:at]
-                self.finish_reason = "stop"
-                return self._flush()
-        if len(self.out_ids) >= self.params.max_tokens:
-            self.finish_reason = "length"
-            return self._flush()
-        # Hold back a trailing partial UTF-8 sequence, and text that may start a stop string.
+                return True
+        return False
+
+    def _safe_end(self) -> int:
+        """How much of ``text`` may be sent: not a trailing partial UTF-8 sequence, nor
+        text that may start a stop string."""
         safe = len(self.text)
         if self.text.endswith("\ufffd"):
             safe = len(self.text.rstrip("\ufffd"))
@@ -100,9 +113,7 @@ class Decoding:
                 if self.text[:safe].endswith(s[:k]):
                     safe -= k
                     break
-        delta = self.text[self.sent : safe] if safe > self.sent else ""
-        self.sent = max(self.sent, safe)
-        return delta
+        return safe
 
     def _flush(self) -> str:
         self.past = None

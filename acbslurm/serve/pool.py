@@ -27,7 +27,9 @@ import json
 import os
 import re
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -191,6 +193,94 @@ def check_listen(text: str) -> str:
     return text
 
 
+def _policy(value: Any, at: tuple[str, ...], e: _Errors) -> Any:
+    if value not in ("fifo", "quantum"):
+        e.add(at, f"must be fifo or quantum, got {value!r}")
+    return value
+
+
+def _dtype(value: Any, at: tuple[str, ...], e: _Errors) -> Any:
+    if value not in DTYPES:
+        e.add(at, f"must be one of {', '.join(DTYPES)}, got {value!r}")
+    return value
+
+
+def _listen(value: Any, at: tuple[str, ...], e: _Errors) -> str | None:
+    try:
+        return check_listen(str(value))
+    except ValueError as exc:
+        e.add(at, str(exc))
+        return None
+
+
+def _devices(value: Any, at: tuple[str, ...], e: _Errors) -> str | None:
+    dev = _str(value, at, e)
+    if (
+        dev is not None
+        and dev != "auto"
+        and not re.match(r"^cpu:[0-9]+(:[0-9.]+[KMGTP]?(i?B)?)?$", dev, re.I)
+    ):
+        e.add(at, f"must be auto or cpu:N[:SIZE], got {dev!r}")
+    return dev
+
+
+# key -> check(value, at, errors): the value to keep (None after an error); in the order
+# the keys are checked, which is the order their errors are listed in.
+_Check = Callable[[Any, tuple[str, ...], _Errors], Any]
+POOL_CHECKS: tuple[tuple[str, _Check], ...] = (
+    ("listen", _listen),
+    ("broker", _str),
+    ("devices", _devices),
+    ("policy", _policy),
+    ("quantum", partial(_float, low=0.01, high=3600.0)),
+    ("request_timeout", partial(_float, low=0.1, high=86400.0)),
+    ("host_memory", _size),
+    ("max_queue", _int),
+)
+MODEL_CHECKS: tuple[tuple[str, _Check], ...] = (
+    ("devices", _int),
+    ("max_batch", _int),
+    ("max_tokens", _int),
+    ("max_context", partial(_int, low=2)),
+    ("dtype", _dtype),
+    ("temperature", partial(_float, low=0.0, high=2.0)),
+    ("top_p", partial(_float, low=0.0, high=1.0)),
+    ("headroom", _size),
+)
+
+
+def _checked(
+    raw: dict[Any, Any], checks: tuple[tuple[str, _Check], ...], at: tuple[str, ...], e: _Errors
+) -> dict[str, Any]:
+    return {key: check(raw[key], (*at, key), e) for key, check in checks if key in raw}
+
+
+def _model_name(value: Any, at: tuple[str, ...], e: _Errors) -> str | None:
+    name = _str(value, at, e)
+    if name is not None and not _NAME.match(name):
+        e.add(at, f"{name!r}: letters, digits and . _ : / - only (max 128)")
+    return name
+
+
+def _model_path(
+    value: Any, at: tuple[str, ...], e: _Errors, base: Path, check_paths: bool
+) -> str | None:
+    """The model's folder, relative to the pool file's; with ``check_paths``, checked."""
+    text = _str(value, at, e)
+    if text is None:
+        return None
+    path = Path(os.path.expanduser(text))
+    if not path.is_absolute():
+        path = base / path
+    if not check_paths:
+        pass
+    elif not (path / "config.json").is_file():
+        e.add(at, f"{path}: no config.json there (a Hugging Face model folder)")
+    elif not list(path.glob("*.safetensors")):
+        e.add(at, f"{path}: no *.safetensors weights there")
+    return str(path)
+
+
 def _model(raw: Any, i: int, base: Path, e: _Errors, check_paths: bool) -> ModelSpec | None:
     at = ("models", str(i))
     if not isinstance(raw, dict):
@@ -203,41 +293,34 @@ def _model(raw: Any, i: int, base: Path, e: _Errors, check_paths: bool) -> Model
         if key not in raw:
             e.add(at, f"{key}: required")
     if "name" in raw:
-        name = _str(raw["name"], (*at, "name"), e)
-        if name is not None and not _NAME.match(name):
-            e.add((*at, "name"), f"{name!r}: letters, digits and . _ : / - only (max 128)")
-        kw["name"] = name
+        kw["name"] = _model_name(raw["name"], (*at, "name"), e)
     if "path" in raw:
-        text = _str(raw["path"], (*at, "path"), e)
-        if text is not None:
-            path = Path(os.path.expanduser(text))
-            if not path.is_absolute():
-                path = base / path
-            if not check_paths:
-                pass
-            elif not (path / "config.json").is_file():
-                e.add((*at, "path"), f"{path}: no config.json there (a Hugging Face model folder)")
-            elif not list(path.glob("*.safetensors")):
-                e.add((*at, "path"), f"{path}: no *.safetensors weights there")
-            kw["path"] = str(path)
-    for key in ("devices", "max_batch", "max_tokens"):
-        if key in raw:
-            kw[key] = _int(raw[key], (*at, key), e)
-    if "max_context" in raw:
-        kw["max_context"] = _int(raw["max_context"], (*at, "max_context"), e, low=2)
-    if "dtype" in raw:
-        if raw["dtype"] not in DTYPES:
-            e.add((*at, "dtype"), f"must be one of {', '.join(DTYPES)}, got {raw['dtype']!r}")
-        kw["dtype"] = raw["dtype"]
-    if "temperature" in raw:
-        kw["temperature"] = _float(raw["temperature"], (*at, "temperature"), e, 0.0, 2.0)
-    if "top_p" in raw:
-        kw["top_p"] = _float(raw["top_p"], (*at, "top_p"), e, 0.0, 1.0)
-    if "headroom" in raw:
-        kw["headroom"] = _size(raw["headroom"], (*at, "headroom"), e)
+        kw["path"] = _model_path(raw["path"], (*at, "path"), e, base, check_paths)
+    kw.update(_checked(raw, MODEL_CHECKS, at, e))
     if len(e.items) > before:
         return None
     return ModelSpec(**kw)
+
+
+def _models(raw: dict[Any, Any], base: Path, e: _Errors, check_paths: bool) -> list[ModelSpec]:
+    """The valid entries of ``models:``; each model name once."""
+    if "models" not in raw:
+        e.add((), "models: required (a list of models to serve)")
+        return []
+    if not isinstance(raw["models"], list) or not raw["models"]:
+        e.add(("models",), "must be a non-empty list of models")
+        return []
+    models: list[ModelSpec] = []
+    seen: dict[str, str] = {}
+    for i, m in enumerate(raw["models"]):
+        spec = _model(m, i, base, e, check_paths)
+        if spec is None:
+            continue
+        if spec.name in seen:
+            e.add(("models", str(i), "name"), f"{spec.name!r} already defined at {seen[spec.name]}")
+        seen[spec.name] = spec.where
+        models.append(spec)
+    return models
 
 
 def validate(doc: Located, base: Path, check_paths: bool = True) -> PoolSpec:
@@ -246,55 +329,8 @@ def validate(doc: Located, base: Path, check_paths: bool = True) -> PoolSpec:
     if not isinstance(raw, dict):
         raise PoolError(f"{doc.source}: a pool file is a mapping with a models: list")
     _check_keys(raw, POOL_KEYS, (), e)
-    kw: dict[str, Any] = {}
-    if "listen" in raw:
-        try:
-            kw["listen"] = check_listen(str(raw["listen"]))
-        except ValueError as exc:
-            e.add(("listen",), str(exc))
-    if "broker" in raw:
-        kw["broker"] = _str(raw["broker"], ("broker",), e)
-    if "devices" in raw:
-        dev = _str(raw["devices"], ("devices",), e)
-        if (
-            dev is not None
-            and dev != "auto"
-            and not re.match(r"^cpu:[0-9]+(:[0-9.]+[KMGTP]?(i?B)?)?$", dev, re.I)
-        ):
-            e.add(("devices",), f"must be auto or cpu:N[:SIZE], got {dev!r}")
-        kw["devices"] = dev
-    if "policy" in raw:
-        if raw["policy"] not in ("fifo", "quantum"):
-            e.add(("policy",), f"must be fifo or quantum, got {raw['policy']!r}")
-        kw["policy"] = raw["policy"]
-    if "quantum" in raw:
-        kw["quantum"] = _float(raw["quantum"], ("quantum",), e, 0.01, 3600.0)
-    if "request_timeout" in raw:
-        kw["request_timeout"] = _float(
-            raw["request_timeout"], ("request_timeout",), e, 0.1, 86400.0
-        )
-    if "host_memory" in raw:
-        kw["host_memory"] = _size(raw["host_memory"], ("host_memory",), e)
-    if "max_queue" in raw:
-        kw["max_queue"] = _int(raw["max_queue"], ("max_queue",), e)
-    models: list[ModelSpec] = []
-    if "models" not in raw:
-        e.add((), "models: required (a list of models to serve)")
-    elif not isinstance(raw["models"], list) or not raw["models"]:
-        e.add(("models",), "must be a non-empty list of models")
-    else:
-        seen: dict[str, str] = {}
-        for i, m in enumerate(raw["models"]):
-            spec = _model(m, i, base, e, check_paths)
-            if spec is None:
-                continue
-            if spec.name in seen:
-                e.add(
-                    ("models", str(i), "name"),
-                    f"{spec.name!r} already defined at {seen[spec.name]}",
-                )
-            seen[spec.name] = spec.where
-            models.append(spec)
+    kw = _checked(raw, POOL_CHECKS, (), e)
+    models = _models(raw, base, e, check_paths)
     if e.items:
         raise PoolError("invalid pool file:\n  " + "\n  ".join(e.items))
     return PoolSpec(models=tuple(models), source=doc.source, origins=dict(doc.origins), **kw)

@@ -43,13 +43,7 @@ def choose_broker(pool: PoolSpec, env: dict[str, str] | None = None) -> BrokerCh
     from acbslurm.errors import AcbslurmError
 
     env = dict(os.environ if env is None else env)
-    address = pool.broker or env.get("ACBSLURM_BROKER_ADDRESS", "")
-    if not address and env.get("SLURM_JOB_ID"):
-        from acbslurm.jobsockets import job_socket_path
-
-        path = job_socket_path(env["SLURM_JOB_ID"])
-        if Path(path).exists():
-            address = f"unix:{path}"
+    address = pool.broker or _running_broker(env)
     if address:
         return _existing(address)
     try:
@@ -65,6 +59,23 @@ def choose_broker(pool: PoolSpec, env: dict[str, str] | None = None) -> BrokerCh
         devices, source = cpu_devices(f"cpu:{n}"), f"cpu:{n} (no GPU found)"
     kind = "cpu" if all(d.id.startswith("cpu") for d in devices) else "cuda"
     return BrokerChoice("", devices, kind, None, source)
+
+
+def _running_broker(env: dict[str, str]) -> str:
+    """``ACBSLURM_BROKER_ADDRESS``, else in a Slurm job its broker's socket when it exists.
+
+    ``default_address`` knows where the job's broker listens; its last resort, the
+    site's ``broker_address``, is not used here: outside a job the pool starts its own.
+    """
+    from acbslurm.broker.address import default_address, socket_path
+
+    if env.get("ACBSLURM_BROKER_ADDRESS"):
+        return default_address(env)
+    if not env.get("SLURM_JOB_ID"):
+        return ""
+    address = default_address(env)
+    path = socket_path(address)
+    return address if path is not None and Path(path).exists() else ""
 
 
 def _existing(address: str) -> BrokerChoice:
@@ -157,7 +168,12 @@ class PoolServer:
         # uvicorn re-raises the stopping signal after its graceful shutdown; with this
         # handler in place it lands here, so the broker is stopped too and we exit 0.
         stopped: list[int] = []
-        previous = {s: signal.signal(s, lambda n, f: stopped.append(n)) for s in STOP_SIGNALS}
+
+        # A signal handler's signature: the frame is passed, and not needed.
+        def note(signum: int, frame: Any) -> None:  # noqa: ARG001
+            stopped.append(signum)
+
+        previous = {s: signal.signal(s, note) for s in STOP_SIGNALS}
         try:
             server.run()
         finally:

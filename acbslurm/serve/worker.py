@@ -218,7 +218,9 @@ class Worker:
 
     # -- broker -------------------------------------------------------------------------
 
-    def on_evict(self, devices: list[str]) -> None:
+    # The broker client's eviction callback gets the devices to free; the weights leave
+    # all of them at once.
+    def on_evict(self, devices: list[str]) -> None:  # noqa: ARG002
         self.residency.evict()
         self.send_stats()
 
@@ -326,30 +328,34 @@ class Worker:
         with torch.inference_mode():
             while active:
                 for d in list(active):
-                    if d.cancelled:
-                        d.drop_cache()
+                    if not self.advance(d, dev):
                         active.remove(d)
-                        self.forget(d)
-                        continue
-                    try:
-                        delta = d.step(self.model, dev, self.tokenizer)
-                    except Exception as exc:
-                        log.exception("decoding failed")
-                        active.remove(d)
-                        self.forget(d)
-                        self.fail(d.rid, 500, f"decoding failed: {exc}", code="internal_error")
-                        continue
-                    if delta:
-                        self.send({"type": "delta", "id": d.rid, "text": delta})
-                    if d.done:
-                        active.remove(d)
-                        self.finish(d)
                 if self.token_delay:
                     time.sleep(self.token_delay)  # simulated device time (bench knob)
                 if len(active) < limit and not lease.yield_requested.is_set():
                     for d in self.take(limit - len(active)):
                         d.timing = {"wait_s": 0.0, "restore_s": 0.0, "started": time.monotonic()}
                         active.append(d)
+
+    def advance(self, d: Any, dev: Any) -> bool:
+        """One token of ``d``, sent on; False when ``d`` is over (cancelled, failed, done)."""
+        if d.cancelled:
+            d.drop_cache()
+            self.forget(d)
+            return False
+        try:
+            delta = d.step(self.model, dev, self.tokenizer)
+        except Exception as exc:
+            log.exception("decoding failed")
+            self.forget(d)
+            self.fail(d.rid, 500, f"decoding failed: {exc}", code="internal_error")
+            return False
+        if delta:
+            self.send({"type": "delta", "id": d.rid, "text": delta})
+        if d.done:
+            self.finish(d)
+            return False
+        return True
 
     def forget(self, d: Any) -> None:
         with self.cond:

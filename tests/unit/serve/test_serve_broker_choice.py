@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
 
 from acbslurm.broker.devices import cpu_devices
-from acbslurm.jobsockets import job_socket_path
+from acbslurm.jobsockets import job_dir, job_socket_path
 from acbslurm.serve.brokerhost import BrokerThread
 from acbslurm.serve.pool import PoolSpec, load_pool_text
 from acbslurm.serve.runner import choose_broker
@@ -22,19 +23,34 @@ def _pool(path: Path, extra: str = "") -> PoolSpec:
     )
 
 
-def test_inside_a_job_the_jobs_broker_is_used(tiny_models: dict[str, Path]) -> None:
-    job = f"servetest{os.getpid()}"
-    address = f"unix:{job_socket_path(job)}"
-    broker = BrokerThread(cpu_devices("cpu:4:1M"), "fifo", 1.0, "job", address=address)
-    broker.start()
-    try:
-        choice = choose_broker(_pool(tiny_models["model-a"]), env={"SLURM_JOB_ID": job})
-        assert choice.address == address and choice.own is None and choice.device_kind == "cpu"
-        assert [d.id for d in choice.devices] == ["cpu0", "cpu1", "cpu2", "cpu3"]
-        assert all(d.memory_total == 1 << 20 for d in choice.devices)
-    finally:
-        broker.stop()
-        Path(job_socket_path(job)).unlink(missing_ok=True)
+def test_inside_a_job_the_jobs_broker_is_used(
+    tiny_models: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job = str(os.getpid())
+    # A short base: a unix socket path has at most 107 bytes.
+    with tempfile.TemporaryDirectory(prefix="acbserve") as base:
+        monkeypatch.setenv("ACBSLURM_JOB_RUNTIME_DIR", base)
+        os.mkdir(job_dir(job, base), 0o700)  # the prolog's part
+        address = f"unix:{job_socket_path(job, base)}"
+        broker = BrokerThread(cpu_devices("cpu:4:1M"), "fifo", 1.0, "job", address=address)
+        broker.start()
+        try:
+            choice = choose_broker(_pool(tiny_models["model-a"]), env={"SLURM_JOB_ID": job})
+            assert choice.address == address and choice.own is None
+            assert choice.device_kind == "cpu"
+            assert [d.id for d in choice.devices] == ["cpu0", "cpu1", "cpu2", "cpu3"]
+            assert all(d.memory_total == 1 << 20 for d in choice.devices)
+        finally:
+            broker.stop()
+
+
+def test_inside_a_job_without_its_broker_the_pool_starts_its_own(
+    tiny_models: dict[str, Path], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("ACBSLURM_JOB_RUNTIME_DIR", str(tmp_path))
+    pool = _pool(tiny_models["model-a"], "devices: cpu:8:2M\n")
+    choice = choose_broker(pool, env={"SLURM_JOB_ID": "12"})
+    assert choice.address == "" and choice.own is None and len(choice.devices) == 8
 
 
 def test_own_broker_on_stand_ins_and_fallback_without_gpu(tiny_models: dict[str, Path]) -> None:
