@@ -22,7 +22,6 @@ Errors name ``file:line`` like the job spec's (``acbslurm.spec.yamlpos``).
 
 from __future__ import annotations
 
-import difflib
 import json
 import os
 import re
@@ -36,7 +35,7 @@ from typing import Any
 import yaml
 
 from acbslurm.serve.errors import PoolError
-from acbslurm.spec.yamlpos import DuplicateKeyError, Located, load_located
+from acbslurm.spec.yamlpos import DuplicateKeyError, Errors, Located, load_located
 from acbslurm.units import size_bytes
 
 POOL_KEYS = (
@@ -128,29 +127,7 @@ class PoolSpec:
         return self.source
 
 
-class _Errors:
-    def __init__(self, doc: Located) -> None:
-        self.doc = doc
-        self.items: list[str] = []
-
-    def add(self, path: tuple[str, ...], message: str) -> None:
-        key = f"{'.'.join(path)}: " if path else ""
-        self.items.append(f"{self.doc.where(path)}: {key}{message}")
-
-
-def _check_keys(
-    raw: dict[Any, Any], valid: tuple[str, ...], at: tuple[str, ...], e: _Errors
-) -> None:
-    for key in raw:
-        if str(key) not in valid:
-            close = difflib.get_close_matches(str(key).replace("-", "_"), valid, n=1, cutoff=0.6)
-            hint = (
-                f" (did you mean {close[0]!r}?)" if close else f"; valid keys: {', '.join(valid)}"
-            )
-            e.add((*at, str(key)), f"unknown key{hint}")
-
-
-def _int(value: Any, at: tuple[str, ...], e: _Errors, low: int = 1) -> int | None:
+def _int(value: Any, at: tuple[str, ...], e: Errors, low: int = 1) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int):
         e.add(at, f"must be a whole number, got {value!r}")
         return None
@@ -160,7 +137,7 @@ def _int(value: Any, at: tuple[str, ...], e: _Errors, low: int = 1) -> int | Non
     return value
 
 
-def _float(value: Any, at: tuple[str, ...], e: _Errors, low: float, high: float) -> float | None:
+def _float(value: Any, at: tuple[str, ...], e: Errors, low: float, high: float) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         e.add(at, f"must be a number, got {value!r}")
         return None
@@ -170,7 +147,7 @@ def _float(value: Any, at: tuple[str, ...], e: _Errors, low: float, high: float)
     return float(value)
 
 
-def _size(value: Any, at: tuple[str, ...], e: _Errors) -> int | None:
+def _size(value: Any, at: tuple[str, ...], e: Errors) -> int | None:
     try:
         return size_bytes(value)
     except (ValueError, TypeError) as exc:
@@ -178,7 +155,7 @@ def _size(value: Any, at: tuple[str, ...], e: _Errors) -> int | None:
         return None
 
 
-def _str(value: Any, at: tuple[str, ...], e: _Errors) -> str | None:
+def _str(value: Any, at: tuple[str, ...], e: Errors) -> str | None:
     if not isinstance(value, str) or not value.strip():
         e.add(at, f"must be a non-empty string, got {value!r}")
         return None
@@ -193,19 +170,19 @@ def check_listen(text: str) -> str:
     return text
 
 
-def _policy(value: Any, at: tuple[str, ...], e: _Errors) -> Any:
+def _policy(value: Any, at: tuple[str, ...], e: Errors) -> Any:
     if value not in ("fifo", "quantum"):
         e.add(at, f"must be fifo or quantum, got {value!r}")
     return value
 
 
-def _dtype(value: Any, at: tuple[str, ...], e: _Errors) -> Any:
+def _dtype(value: Any, at: tuple[str, ...], e: Errors) -> Any:
     if value not in DTYPES:
         e.add(at, f"must be one of {', '.join(DTYPES)}, got {value!r}")
     return value
 
 
-def _listen(value: Any, at: tuple[str, ...], e: _Errors) -> str | None:
+def _listen(value: Any, at: tuple[str, ...], e: Errors) -> str | None:
     try:
         return check_listen(str(value))
     except ValueError as exc:
@@ -213,7 +190,7 @@ def _listen(value: Any, at: tuple[str, ...], e: _Errors) -> str | None:
         return None
 
 
-def _devices(value: Any, at: tuple[str, ...], e: _Errors) -> str | None:
+def _devices(value: Any, at: tuple[str, ...], e: Errors) -> str | None:
     dev = _str(value, at, e)
     if (
         dev is not None
@@ -226,7 +203,7 @@ def _devices(value: Any, at: tuple[str, ...], e: _Errors) -> str | None:
 
 # key -> check(value, at, errors): the value to keep (None after an error); in the order
 # the keys are checked, which is the order their errors are listed in.
-_Check = Callable[[Any, tuple[str, ...], _Errors], Any]
+_Check = Callable[[Any, tuple[str, ...], Errors], Any]
 POOL_CHECKS: tuple[tuple[str, _Check], ...] = (
     ("listen", _listen),
     ("broker", _str),
@@ -250,12 +227,12 @@ MODEL_CHECKS: tuple[tuple[str, _Check], ...] = (
 
 
 def _checked(
-    raw: dict[Any, Any], checks: tuple[tuple[str, _Check], ...], at: tuple[str, ...], e: _Errors
+    raw: dict[Any, Any], checks: tuple[tuple[str, _Check], ...], at: tuple[str, ...], e: Errors
 ) -> dict[str, Any]:
     return {key: check(raw[key], (*at, key), e) for key, check in checks if key in raw}
 
 
-def _model_name(value: Any, at: tuple[str, ...], e: _Errors) -> str | None:
+def _model_name(value: Any, at: tuple[str, ...], e: Errors) -> str | None:
     name = _str(value, at, e)
     if name is not None and not _NAME.match(name):
         e.add(at, f"{name!r}: letters, digits and . _ : / - only (max 128)")
@@ -263,7 +240,7 @@ def _model_name(value: Any, at: tuple[str, ...], e: _Errors) -> str | None:
 
 
 def _model_path(
-    value: Any, at: tuple[str, ...], e: _Errors, base: Path, check_paths: bool
+    value: Any, at: tuple[str, ...], e: Errors, base: Path, check_paths: bool
 ) -> str | None:
     """The model's folder, relative to the pool file's; with ``check_paths``, checked."""
     text = _str(value, at, e)
@@ -281,12 +258,12 @@ def _model_path(
     return str(path)
 
 
-def _model(raw: Any, i: int, base: Path, e: _Errors, check_paths: bool) -> ModelSpec | None:
+def _model(raw: Any, i: int, base: Path, e: Errors, check_paths: bool) -> ModelSpec | None:
     at = ("models", str(i))
     if not isinstance(raw, dict):
         e.add(at, f"must be a mapping with name, path and devices, got {raw!r}")
         return None
-    _check_keys(raw, MODEL_KEYS, at, e)
+    e.check_keys(raw, MODEL_KEYS, at)
     before = len(e.items)
     kw: dict[str, Any] = {"where": e.doc.where(at)}
     for key in ("name", "path"):
@@ -302,7 +279,7 @@ def _model(raw: Any, i: int, base: Path, e: _Errors, check_paths: bool) -> Model
     return ModelSpec(**kw)
 
 
-def _models(raw: dict[Any, Any], base: Path, e: _Errors, check_paths: bool) -> list[ModelSpec]:
+def _models(raw: dict[Any, Any], base: Path, e: Errors, check_paths: bool) -> list[ModelSpec]:
     """The valid entries of ``models:``; each model name once."""
     if "models" not in raw:
         e.add((), "models: required (a list of models to serve)")
@@ -324,11 +301,11 @@ def _models(raw: dict[Any, Any], base: Path, e: _Errors, check_paths: bool) -> l
 
 
 def validate(doc: Located, base: Path, check_paths: bool = True) -> PoolSpec:
-    e = _Errors(doc)
+    e = Errors(doc)
     raw = doc.value
     if not isinstance(raw, dict):
         raise PoolError(f"{doc.source}: a pool file is a mapping with a models: list")
-    _check_keys(raw, POOL_KEYS, (), e)
+    e.check_keys(raw, POOL_KEYS, ())
     kw = _checked(raw, POOL_CHECKS, (), e)
     models = _models(raw, base, e, check_paths)
     if e.items:

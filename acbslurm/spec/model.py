@@ -6,7 +6,6 @@ listing every problem with the place it came from (``file:line`` or ``--set key`
 
 from __future__ import annotations
 
-import difflib
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,7 +14,7 @@ from acbslurm import units
 from acbslurm.envrules import env_problem
 from acbslurm.errors import SpecError
 from acbslurm.mountrules import Mount, lexical, path_problem
-from acbslurm.spec.yamlpos import Located
+from acbslurm.spec.yamlpos import Errors, Located
 
 JOB_KEYS = (
     "name",
@@ -155,31 +154,7 @@ class JobSpec:
         return int(self.gpus.rsplit(":", 1)[-1]) if self.gpus else 0
 
 
-class _Errors:
-    def __init__(self, doc: Located) -> None:
-        self.doc = doc
-        self.items: list[str] = []
-
-    def add(self, path: tuple[str, ...], message: str) -> None:
-        key = f"{'.'.join(path)}: " if path else ""
-        self.items.append(f"{self.doc.where(path)}: {key}{message}")
-
-
-def _suggest(key: str, valid: tuple[str, ...]) -> str:
-    candidates = difflib.get_close_matches(key.replace("-", "_"), valid, n=1, cutoff=0.6)
-    return f" (did you mean {candidates[0]!r}?)" if candidates else ""
-
-
-def _check_keys(
-    raw: dict[Any, Any], valid: tuple[str, ...], prefix: tuple[str, ...], e: _Errors
-) -> None:
-    for key in raw:
-        if str(key) not in valid:
-            hint = _suggest(str(key), valid) or f"; valid keys: {', '.join(valid)}"
-            e.add((*prefix, str(key)), f"unknown key{hint}")
-
-
-def _text(value: Any, path: tuple[str, ...], e: _Errors, *, what: str = "a string") -> str | None:
+def _text(value: Any, path: tuple[str, ...], e: Errors, *, what: str = "a string") -> str | None:
     """A one-line string value (it ends up on an #SBATCH line or in a path)."""
     if value is None:
         return None
@@ -196,7 +171,7 @@ def _text(value: Any, path: tuple[str, ...], e: _Errors, *, what: str = "a strin
     return text
 
 
-def _positive_int(value: Any, path: tuple[str, ...], e: _Errors) -> int | None:
+def _positive_int(value: Any, path: tuple[str, ...], e: Errors) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | str):
@@ -210,7 +185,7 @@ def _positive_int(value: Any, path: tuple[str, ...], e: _Errors) -> int | None:
 
 
 def _pattern(
-    value: Any, rx: re.Pattern[str], path: tuple[str, ...], e: _Errors, hint: str
+    value: Any, rx: re.Pattern[str], path: tuple[str, ...], e: Errors, hint: str
 ) -> str | None:
     text = _text(value, path, e)
     if text is not None and not rx.match(text):
@@ -219,7 +194,7 @@ def _pattern(
     return text
 
 
-def _gpus(value: Any, path: tuple[str, ...], e: _Errors) -> str | None:
+def _gpus(value: Any, path: tuple[str, ...], e: Errors) -> str | None:
     if value is None:
         return None
     hint = "a positive integer GPU count or TYPE:COUNT (e.g. 1, a100:2)"
@@ -241,7 +216,7 @@ def _gpus(value: Any, path: tuple[str, ...], e: _Errors) -> str | None:
     return f"{gpu_type}:{int(count)}" if gpu_type else str(int(count))
 
 
-def _unit(value: Any, parse: Any, path: tuple[str, ...], e: _Errors) -> str | None:
+def _unit(value: Any, parse: Any, path: tuple[str, ...], e: Errors) -> str | None:
     if value is None:
         return None
     try:
@@ -251,7 +226,7 @@ def _unit(value: Any, parse: Any, path: tuple[str, ...], e: _Errors) -> str | No
         return None
 
 
-def _env(value: Any, path: tuple[str, ...], e: _Errors) -> tuple[tuple[str, str], ...]:
+def _env(value: Any, path: tuple[str, ...], e: Errors) -> tuple[tuple[str, str], ...]:
     if value is None:
         return ()
     if not isinstance(value, dict):
@@ -281,7 +256,7 @@ def _env(value: Any, path: tuple[str, ...], e: _Errors) -> tuple[tuple[str, str]
     return tuple(out)
 
 
-def _command(value: Any, path: tuple[str, ...], e: _Errors) -> tuple[str, ...] | str | None:
+def _command(value: Any, path: tuple[str, ...], e: Errors) -> tuple[str, ...] | str | None:
     if value is None:
         return None
     if isinstance(value, str):
@@ -310,7 +285,7 @@ def _command(value: Any, path: tuple[str, ...], e: _Errors) -> tuple[str, ...] |
     return None
 
 
-def _path(value: Any, path: tuple[str, ...], e: _Errors, *, absolute: bool = False) -> str | None:
+def _path(value: Any, path: tuple[str, ...], e: Errors, *, absolute: bool = False) -> str | None:
     text = _text(value, path, e, what="a path")
     if text is not None and absolute and not text.startswith("/"):
         e.add(path, f"{text!r} must be an absolute path")
@@ -318,7 +293,7 @@ def _path(value: Any, path: tuple[str, ...], e: _Errors, *, absolute: bool = Fal
     return text
 
 
-def _mount_item(item: Any, ipath: tuple[str, ...], e: _Errors) -> tuple[Any, Any, bool] | None:
+def _mount_item(item: Any, ipath: tuple[str, ...], e: Errors) -> tuple[Any, Any, bool] | None:
     """(source, target, readonly) of one ``mounts`` entry in either form, else None."""
     if isinstance(item, str):
         parts = item.split(":")
@@ -329,7 +304,7 @@ def _mount_item(item: Any, ipath: tuple[str, ...], e: _Errors) -> tuple[Any, Any
         return parts[0], parts[1], mode == "ro"
     if isinstance(item, dict):
         if any(k not in ("source", "target", "readonly") for k in item):
-            _check_keys(item, ("source", "target", "readonly"), ipath, e)
+            e.check_keys(item, ("source", "target", "readonly"), ipath)
             return None
         readonly = item.get("readonly", False)
         if not isinstance(readonly, bool):
@@ -352,7 +327,7 @@ def _mount_path_problem(label: str, p: Any) -> str | None:
     return None
 
 
-def _mounts(value: Any, path: tuple[str, ...], e: _Errors) -> tuple[Mount, ...]:
+def _mounts(value: Any, path: tuple[str, ...], e: Errors) -> tuple[Mount, ...]:
     if value is None:
         return ()
     if not isinstance(value, list):
@@ -375,14 +350,14 @@ def _mounts(value: Any, path: tuple[str, ...], e: _Errors) -> tuple[Mount, ...]:
     return tuple(out)
 
 
-def _bool(value: Any, path: tuple[str, ...], e: _Errors) -> bool | None:
+def _bool(value: Any, path: tuple[str, ...], e: Errors) -> bool | None:
     if value is None or isinstance(value, bool):
         return value
     e.add(path, f"must be true or false, got {value!r}")
     return None
 
 
-def _exclusive(value: Any, path: tuple[str, ...], e: _Errors) -> str | None:
+def _exclusive(value: Any, path: tuple[str, ...], e: Errors) -> str | None:
     """``true`` -> ``""`` (a bare --exclusive); ``user``/``mcs``/``topo``; false: left out."""
     if value is True:
         return ""
@@ -394,7 +369,7 @@ def _exclusive(value: Any, path: tuple[str, ...], e: _Errors) -> str | None:
     return None
 
 
-def _mail_type(value: Any, path: tuple[str, ...], e: _Errors) -> str | None:
+def _mail_type(value: Any, path: tuple[str, ...], e: Errors) -> str | None:
     if value is None:
         return None
     items = value if isinstance(value, list) else str(value).split(",")
@@ -406,7 +381,7 @@ def _mail_type(value: Any, path: tuple[str, ...], e: _Errors) -> str | None:
     return ",".join(names)
 
 
-def _sbatch_args(value: Any, path: tuple[str, ...], e: _Errors) -> tuple[str, ...]:
+def _sbatch_args(value: Any, path: tuple[str, ...], e: Errors) -> tuple[str, ...]:
     """Further sbatch options, one ``--name[=value]`` each, never one a key stands for."""
     if value is None:
         return ()
@@ -432,7 +407,7 @@ def _sbatch_args(value: Any, path: tuple[str, ...], e: _Errors) -> tuple[str, ..
     return tuple(out)
 
 
-def _sbatch_options(get: Any, e: _Errors) -> dict[str, Any]:
+def _sbatch_options(get: Any, e: Errors) -> dict[str, Any]:
     """The spec's keys for the common sbatch options, and the pass-through list."""
     return {
         "qos": _text(get("qos"), ("qos",), e),
@@ -449,7 +424,7 @@ def _sbatch_options(get: Any, e: _Errors) -> dict[str, Any]:
     }
 
 
-def _pull(value: Any, path: tuple[str, ...], e: _Errors) -> str:
+def _pull(value: Any, path: tuple[str, ...], e: Errors) -> str:
     if value is None:
         return "missing"
     if isinstance(value, str) and value in PULL_POLICIES:
@@ -458,13 +433,13 @@ def _pull(value: Any, path: tuple[str, ...], e: _Errors) -> str:
     return "missing"
 
 
-def _container(value: Any, path: tuple[str, ...], e: _Errors) -> ContainerSpec | None:
+def _container(value: Any, path: tuple[str, ...], e: Errors) -> ContainerSpec | None:
     if value is None:
         return None
     if not isinstance(value, dict):
         e.add(path, f"must be a mapping with at least 'image', got {value!r}")
         return None
-    _check_keys(value, CONTAINER_KEYS, path, e)
+    e.check_keys(value, CONTAINER_KEYS, path)
     image_raw = value.get("image")
     if image_raw is None:
         e.add(
@@ -489,11 +464,11 @@ def _container(value: Any, path: tuple[str, ...], e: _Errors) -> ContainerSpec |
 
 def validate(doc: Located) -> JobSpec:
     """Check a loaded spec; return the JobSpec or raise SpecError listing every problem."""
-    e = _Errors(doc)
+    e = Errors(doc)
     raw = doc.value
     if not isinstance(raw, dict):
         raise SpecError(f"{doc.where(())}: a job spec must be a mapping of keys, got {raw!r}")
-    _check_keys(raw, JOB_KEYS, (), e)
+    e.check_keys(raw, JOB_KEYS, ())
     get = raw.get
     spec = JobSpec(
         name=_text(get("name"), ("name",), e),

@@ -87,3 +87,31 @@ def _build(loader: Any, node: yaml.Node, path: tuple[str, ...], doc: Located) ->
 
 def source_line(doc: Located, node: yaml.Node) -> str:
     return f"{doc.source}:{node.start_mark.line + 1}"
+
+
+class Errors:
+    """Every problem of one document, each with where it came from (``file:line: key:``),
+    so a user sees them all at once (job specs, pool files)."""
+
+    def __init__(self, doc: Located) -> None:
+        self.doc = doc
+        self.items: list[str] = []
+
+    def add(self, path: tuple[str, ...], message: str) -> None:
+        key = f"{'.'.join(path)}: " if path else ""
+        self.items.append(f"{self.doc.where(path)}: {key}{message}")
+
+    def check_keys(self, raw: dict[Any, Any], valid: tuple[str, ...], at: tuple[str, ...]) -> None:
+        """An error per unknown key, with the closest valid one (or the list)."""
+        for key in raw:
+            if str(key) not in valid:
+                hint = suggest(str(key), valid) or f"; valid keys: {', '.join(valid)}"
+                self.add((*at, str(key)), f"unknown key{hint}")
+
+
+def suggest(key: str, valid: tuple[str, ...]) -> str:
+    """`` (did you mean 'x'?)`` for a key close to a valid one (``-`` read as ``_``)."""
+    import difflib
+
+    candidates = difflib.get_close_matches(key.replace("-", "_"), valid, n=1, cutoff=0.6)
+    return f" (did you mean {candidates[0]!r}?)" if candidates else ""
