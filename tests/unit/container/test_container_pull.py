@@ -7,6 +7,7 @@ only the two image calls a pull needs.)
 from __future__ import annotations
 
 import json
+import re
 import socketserver
 import threading
 from collections.abc import Iterator
@@ -31,8 +32,11 @@ class FakeImages:
 
 def _answer(fake: FakeImages, method: str, target: str) -> tuple[int, bytes]:
     url = urlsplit(target)
-    fake.requests.append((method, unquote(url.path) + ("?" + url.query if url.query else "")))
-    path = unquote(url.path)
+    # Every call is pinned to an Engine API version (/v1.41/...); the routes are below it.
+    versioned = re.fullmatch(r"/v[0-9.]+(/.*)", unquote(url.path))
+    assert versioned, f"unversioned call {target}"
+    path = versioned.group(1)
+    fake.requests.append((method, path + ("?" + url.query if url.query else "")))
     if method == "GET" and path.startswith("/images/") and path.endswith("/json"):
         name = path[len("/images/") : -len("/json")]
         if name in fake.images:
