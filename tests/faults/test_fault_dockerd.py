@@ -19,18 +19,21 @@ from sandboxtest import IMAGE, acbslurm_run, docker_api, submit, wait_container,
 pytestmark = pytest.mark.integration
 
 
-def _dockerd_pid(uid: int) -> int:
+def _dockerd_pid(sb: Any) -> int:
+    """The sandbox user's dockerd of THIS sandbox (another sandbox may run one for the same
+    user): the one serving this sandbox's socket."""
+    host = f"--host={sb.env()['DOCKER_HOST']}"
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
             comm = Path(f"/proc/{entry}/comm").read_text().strip()
-            owner = os.stat(f"/proc/{entry}").st_uid
+            argv = Path(f"/proc/{entry}/cmdline").read_bytes().decode().split("\0")
         except OSError:
             continue
-        if comm == "dockerd" and owner == uid:
+        if comm == "dockerd" and host in argv:
             return int(entry)
-    raise AssertionError(f"no dockerd of uid {uid} runs")
+    raise AssertionError(f"no dockerd with {host} runs")
 
 
 def _alive(pid: int) -> bool:
@@ -59,7 +62,7 @@ def test_a_killed_dockerd_leaks_no_container_and_no_gpu(idle: Any, scripts: Path
     # The host's view of the container's process: it carries the job's id.
     assert f"ACBSLURM_JOB_ID={job}".encode() in Path(f"/proc/{pid}/environ").read_bytes()
 
-    os.kill(_dockerd_pid(sb.uid), signal.SIGKILL)
+    os.kill(_dockerd_pid(sb), signal.SIGKILL)
     try:
         time.sleep(1)
         assert _alive(pid), "the container died with its daemon: nothing left to test"

@@ -109,7 +109,7 @@ def test_a_frozen_dockerd_drains_the_node_naming_the_job(idle: Any, scripts: Pat
     job = submit(sb, scripts, "exec " + acbslurm_run(IMAGE, "sleep", "600"), "--gres=gpu:1")
     wait_job(sb, job, ("RUNNING",), 60)
     cid = wait_container(api, job)["Id"]
-    dockerd = _dockerd_pid(sb.uid)
+    dockerd = _dockerd_pid(sb)
     os.kill(dockerd, signal.SIGSTOP)
     try:
         sb.run_slurm(["scancel", job])
