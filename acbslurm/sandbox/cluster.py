@@ -356,8 +356,12 @@ class Sandbox:
             "report": lambda: reportsvc.start(lay, p, self.marker),
             "slurmctld": lambda: slurm.start_slurmctld(lay, self.marker),
             "slurmd": lambda: slurm.start_slurmd(lay, p, self.marker),
-            f"dockerd-{p.user}": lambda: docker.start(lay, pwd.getpwnam(p.user), self.marker),
+            f"dockerd-{p.user}": lambda: self._start_dockerd(p),
         }
+
+    def _start_dockerd(self, p: Params) -> None:
+        docker.stop_leftover_containerd(self.layout, p.user)
+        docker.start(self.layout, pwd.getpwnam(p.user), self.marker)
 
     def restart(self, name: str, progress: Progress = _quiet) -> str:
         """Stop one component (if it runs) and start it again; jobs keep running.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 import shutil
@@ -114,6 +115,28 @@ def start(layout: Layout, pw: pwd.struct_passwd, marker: str) -> Proc:
         interval=0.3,
     )
     return p
+
+
+def stop_leftover_containerd(layout: Layout, user: str) -> list[int]:
+    """SIGKILL the containerd a killed dockerd left running (it is not tied to its
+    parent): a new dockerd finds its pid file, takes it for alive, and times out on it.
+    The containerd-shims, and so the containers, are left alone."""
+    import signal
+
+    config = str(layout.user_runtime_dir(user) / "docker" / "containerd" / "containerd.toml")
+    killed = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv[:1] == [b"containerd"] and config.encode() in argv:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(entry.name), signal.SIGKILL)
+                killed.append(int(entry.name))
+    return killed
 
 
 def docker(layout: Layout, user: str, *args: str, timeout: float = 60, **kw: object) -> str:
