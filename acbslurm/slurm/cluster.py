@@ -27,7 +27,8 @@ def partition_exists(name: str, *, env: Mapping[str, str] | None = None) -> bool
         return None
     if res.returncode == 0:
         return bool(res.stdout.strip())
-    if "not found" in res.stderr.lower():
+    # 22.05 says "Partition x not found" on stdout, later releases on stderr.
+    if "not found" in (res.stdout + res.stderr).lower():
         return False
     return None
 

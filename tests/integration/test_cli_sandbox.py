@@ -1,8 +1,4 @@
-"""Issue 13 items 3 and 4 on the real sandbox, driven as user1 and user2 (not as root).
-
-Written without running them in the session that wrote them (the sandbox was not
-available there): run with `pytest tests/integration/test_cli_sandbox.py`.
-"""
+"""Issue 13 items 3 and 4 on the real sandbox, driven as user1 and user2 (not as root)."""
 
 from __future__ import annotations
 
@@ -90,10 +86,21 @@ def test_unknown_partition_and_foreign_account_are_refused(
     assert "account 'nosuchacct' does not exist or user2 may not charge it" in res.stderr
 
 
+HOLD = """\
+name: cli-hold
+partition: p1
+gpus: 1
+time: "2"
+output: out-%j.txt
+command: [sleep, "60"]
+"""
+
+
 def test_status_and_gpu_view_as_two_users(sb: Any, idle: Any, workdir: Path) -> None:
-    hold = BUSYBOX.replace('"echo to-stderr >&2; exit 3"', '"sleep 60"')
-    one = as_user(sb, "user1", "submit", spec(workdir, hold), cwd=str(workdir))
-    two = as_user(sb, "user2", "submit", spec(workdir, hold), cwd=str(workdir))
+    # Plain commands: user2 has no Docker daemon of its own in the sandbox.
+    one = as_user(sb, "user1", "submit", spec(workdir, HOLD), cwd=str(workdir))
+    two = as_user(sb, "user2", "submit", spec(workdir, HOLD), cwd=str(workdir))
+    assert one.returncode == 0 and two.returncode == 0, (one.stderr, two.stderr)
     ids = [one.stdout.strip(), two.stdout.strip()]
     try:
         import time
