@@ -136,7 +136,13 @@ def test_array_tasks_show_their_own_gpus(idle: Any) -> None:
     tasks = [f"{array}_0", f"{array}_1"]
     # RUNNING comes as the prolog starts; the UUIDs once it has written the job record
     jobs = wait_for(
-        idle, tasks, lambda j: all(x["state"] == "RUNNING" and x["gpu_uuids"] for x in j.values())
+        idle,
+        tasks,
+        # both tasks listed (not yet split off they are "unknown"), running, recorded
+        lambda j: (
+            set(j) == set(tasks)
+            and all(x["state"] == "RUNNING" and x["gpu_uuids"] for x in j.values())
+        ),
     )
     # Slurm's index -> the sandbox GPU with that minor (gres.conf lists /dev/nvidia[0-1])
     uuid_of = {g.minor: g.uuid for g in idle.gpus}
@@ -145,7 +151,11 @@ def test_array_tasks_show_their_own_gpus(idle: Any) -> None:
     assert sorted(g[0] for g in gpus) == [0, 1]
     for t, g in zip(tasks, gpus, strict=True):
         assert jobs[t]["gpu_uuids"] == [uuid_of[g[0]]], jobs  # the task's own job record
-    wait_for(idle, tasks, lambda j: all(x["state"] == "COMPLETED" for x in j.values()))
+    wait_for(
+        idle,
+        tasks,
+        lambda j: set(j) == set(tasks) and all(x["state"] == "COMPLETED" for x in j.values()),
+    )
 
 
 def test_an_array_id_stands_for_its_tasks(idle: Any) -> None:
