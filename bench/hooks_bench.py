@@ -33,13 +33,31 @@ def timed(argv: list[str], env: dict[str, str]) -> float:
     return (time.perf_counter() - t0) * 1000
 
 
-def wrappers_for(libexec: Path, checkout: Path) -> Path:
-    """Copies of the sandbox's hook wrappers that import acbslurm from ``checkout``."""
+def wrappers_for(libexec: Path, checkout: Path, config: Path) -> Path:
+    """Copies of the sandbox's hook wrappers that import acbslurm from ``checkout``, with
+    the sandbox's settings less those that checkout does not know (an older one refuses
+    unknown settings)."""
+    import json
+
+    known = json.loads(
+        subprocess.run(
+            [sys.executable, "-c", "import sys, json, dataclasses; sys.path.insert(0, sys.argv[1]);"
+             " from acbslurm.config import Settings;"
+             " print(json.dumps([f.name for f in dataclasses.fields(Settings)]))", str(checkout)],
+            check=True, capture_output=True, text=True,
+        ).stdout
+    )  # fmt: skip
     out = Path(tempfile.mkdtemp(prefix="acbslurm-hooks-"))
+    settings = {k: v for k, v in json.loads(config.read_text()).items() if k in known}
+    (out / "settings.json").write_text(json.dumps(settings))
     for name in ("acbslurm-prolog", "acbslurm-epilog"):
         lines = (libexec / name).read_text().splitlines()
         text = "\n".join(
-            f"sys.path.insert(0, {str(checkout)!r})" if ln.startswith("sys.path.insert") else ln
+            f"sys.path.insert(0, {str(checkout)!r})"
+            if ln.startswith("sys.path.insert")
+            else f"os.environ['ACBSLURM_CONFIG'] = {str(out / 'settings.json')!r}"
+            if ln.startswith('os.environ["ACBSLURM_CONFIG"]')
+            else ln
             for ln in lines
         )
         (out / name).write_text(text + "\n")
@@ -56,7 +74,7 @@ def main() -> None:
     sb = Sandbox.load(args.dir)
     libexec = sb.layout.libexec
     if args.checkout:
-        libexec = wrappers_for(libexec, Path(args.checkout).resolve())
+        libexec = wrappers_for(libexec, Path(args.checkout).resolve(), sb.layout.acbslurm_conf)
     job = sb.run_as_user(
         ["sbatch", "--parsable", "--gres=gpu:1", "-o", "/dev/null", "--wrap", "sleep 300"]
     ).stdout.strip()
