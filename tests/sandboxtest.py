@@ -16,12 +16,13 @@ IMAGE = "acbslurm/busybox:latest"
 
 
 def no_jobs(sb: Any, timeout: float = 60) -> None:
-    """Cancel the sandbox user's jobs and wait until none is queued, running or completing.
+    """Cancel every job (user1's and user2's) and wait until none is queued, running or
+    completing: a test that takes all GPUs must find them free.
 
     (Not ``sb.wait_idle``: ``sinfo -o %T`` reports a node "mixed" for up to a minute
     after a GPU job ended, while slurmctld already calls it IDLE.)
     """
-    cancel_and_wait(user=sb.user, env={**slurm_env(sb.layout), **sb.env()}, timeout=timeout)
+    cancel_and_wait(env={**slurm_env(sb.layout), **sb.env()}, timeout=timeout)
 
 
 def acbslurm_run(*args: str) -> str:
