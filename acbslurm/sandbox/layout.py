@@ -8,6 +8,8 @@ import socket
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from acbslurm.slurm.versions import DEBIAN_PREFIX, DEBIAN_RELEASE, SlurmInstall
+
 DEFAULT_DIR = "/var/lib/acbslurm/sandbox"
 DEFAULT_PORT_BASE = 16817
 CLUSTER = "acbsandbox"
@@ -17,6 +19,12 @@ IMAGE = "acbslurm/busybox:latest"
 
 def default_dir() -> Path:
     return Path(os.environ.get("ACBSLURM_SANDBOX_DIR") or DEFAULT_DIR)
+
+
+def default_port_base() -> int:
+    """``ACBSLURM_SANDBOX_PORT_BASE`` or 16817 (two sandboxes on one machine need two)."""
+    raw = os.environ.get("ACBSLURM_SANDBOX_PORT_BASE", "").strip()
+    return int(raw) if raw.isdigit() and raw.isascii() else DEFAULT_PORT_BASE
 
 
 @dataclass(frozen=True)
@@ -33,6 +41,13 @@ class Params:
     # The interpreter and checkout whose acbslurm the Slurm hooks run.
     python: str = ""
     pythonpath: str = ""
+    # The Slurm installation the daemons and clients come from (Debian's by default).
+    slurm_prefix: str = DEBIAN_PREFIX
+    slurm_release: str = DEBIAN_RELEASE
+
+    @property
+    def slurm(self) -> SlurmInstall:
+        return SlurmInstall(prefix=self.slurm_prefix, release=self.slurm_release)
 
     @property
     def slurmctld_port(self) -> int:

@@ -147,6 +147,19 @@ def history(sandbox: Sandbox) -> dict[str, Any]:
     sb.wait_idle()
 
 
+def live_util_tres(sb: Sandbox) -> tuple[int, bool]:
+    """slurmdbd's schema version and whether its tres_table has gres/gpuutil."""
+    from acbslurm.sandbox import mariadb
+
+    out = mariadb.sql(
+        sb.layout,
+        "SELECT MAX(version) FROM slurm_acct_db.convert_version_table;\n"
+        "SELECT COUNT(*) FROM slurm_acct_db.tres_table "
+        "WHERE type = 'gres' AND name = 'gpuutil' AND deleted = 0;",
+    ).split()
+    return int(out[0]), int(out[1]) > 0
+
+
 def test_per_job_gpu_seconds_equal_sacct(sandbox: Sandbox, history: dict[str, Any]) -> None:
     before = time.time()
     res = report(sandbox, "--format", "json", "--start", f"@{history['t0']}")
@@ -155,7 +168,11 @@ def test_per_job_gpu_seconds_equal_sacct(sandbox: Sandbox, history: dict[str, An
     acct = sacct_jobs(sandbox, history["t0"])
     slack = time.time() - before + 2  # running jobs grow between the two reads
     assert doc["report"]["definition"] == "sacct"
-    assert doc["report"]["gpu_utilization"]["recorded"] is False
+    # gres/gpuutil exists from Slurm 23.02 (schema 13) when gres/gpu is accounted; 22.05
+    # never records it.
+    version, has_util = live_util_tres(sandbox)
+    assert doc["report"]["gpu_utilization"]["recorded"] is (version >= 13 and has_util)
+    assert has_util is (sandbox.params.slurm_release >= "23.02")
     mine = {j["job_id_raw"]: j for j in doc["jobs"]}
     assert set(mine) == set(acct), (sorted(mine), sorted(acct))
     for raw, a in acct.items():
