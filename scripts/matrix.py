@@ -86,6 +86,10 @@ def write(
         "| Slurm | result | passed | failed | seconds | failing tests |",
         "|---|---|---|---|---|---|",
     ]
+    ran = {r["release"] for r in results}
+    for release in SUPPORTED:
+        if release not in ran:
+            lines.append(f"| {release} | not run | | | | |")
     for r in results:
         c = r["counts"]
         assert isinstance(c, dict)
@@ -103,8 +107,8 @@ def write(
         "recorded on 22.05; at each step the report's GPUs and GPU-seconds for them must",
         "equal the first step's and sacct's.",
         "",
-        "| Slurm | schema | same numbers | jobs (gpus, gpu_seconds) |",
-        "|---|---|---|---|",
+        "| Slurm | schema | same numbers | jobs (gpus, gpu_seconds) | columns changed |",
+        "|---|---|---|---|---|",
     ]
     for s in steps:
         jobs = s["jobs"]

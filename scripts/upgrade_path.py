@@ -39,6 +39,22 @@ def schema_version(sb: Sandbox) -> int:
     return int(out.split()[0])
 
 
+def columns(sb: Sandbox) -> dict[str, list[str]]:
+    """The job and step tables' columns as this release's slurmdbd left them."""
+    cluster = sb.params.cluster
+    tables = f"('{cluster}_job_table', '{cluster}_step_table')"  # a checked cluster name
+    query = (
+        "SELECT table_name, column_name FROM information_schema.columns WHERE "
+        "table_schema = 'slurm_acct_db' AND table_name IN " + tables + " ORDER BY ordinal_position;"
+    )
+    out = mariadb.sql(sb.layout, query)
+    cols: dict[str, list[str]] = {"job": [], "step": []}
+    for line in out.splitlines():
+        table, column = line.split("\t")
+        cols["job" if table.endswith("_job_table") else "step"].append(column)
+    return cols
+
+
 def report(sb: Sandbox, start: int) -> dict[int, dict[str, Any]]:
     env = {**os.environ, **sb.env(), "PYTHONPATH": str(ROOT)}
     res = subprocess.run(
@@ -102,6 +118,7 @@ def main() -> int:
     sb.down()
     shutil.rmtree(args.dir, ignore_errors=True)  # a fresh 22.05 database
     first: dict[int, dict[str, Any]] | None = None
+    before: dict[str, list[str]] = {"job": [], "step": []}
     start, ids, ok = 0, [], True
     try:
         for step in STEPS:
@@ -114,6 +131,17 @@ def main() -> int:
             rep = {i: v for i, v in report(sb, start).items() if i in ids}
             acct = {i: v for i, v in sacct(sb, start).items() if i in ids}
             first = first or rep
+            cols = columns(sb)
+            changed: dict[str, Any] = {
+                t: {
+                    "added": [c for c in cols[t] if c not in before[t]],
+                    "dropped": [c for c in before[t] if c not in cols[t]],
+                }
+                for t in cols
+            }
+            if not before["job"]:
+                changed = {t: {"columns": len(cols[t])} for t in cols}
+            before = cols
             same = rep == first and {i: v["gpu_seconds"] for i, v in rep.items()} == {
                 i: v["gpu_seconds"] for i, v in acct.items()
             }
@@ -121,6 +149,7 @@ def main() -> int:
             print(json.dumps({
                 "slurm": sb.params.slurm_release, "schema": schema_version(sb),
                 "jobs": {str(i): rep.get(i) for i in ids}, "equal_to_first_and_sacct": same,
+                "columns": changed,
                 "seconds": round(time.monotonic() - t, 1),
             }), flush=True)  # fmt: skip
     finally:
