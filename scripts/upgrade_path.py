@@ -42,16 +42,17 @@ def schema_version(sb: Sandbox) -> int:
 def columns(sb: Sandbox) -> dict[str, list[str]]:
     """The job and step tables' columns as this release's slurmdbd left them."""
     cluster = sb.params.cluster
-    tables = f"('{cluster}_job_table', '{cluster}_step_table')"  # a checked cluster name
-    query = (
-        "SELECT table_name, column_name FROM information_schema.columns WHERE "
-        "table_schema = 'slurm_acct_db' AND table_name IN " + tables + " ORDER BY ordinal_position;"
+    out = mariadb.sql(
+        sb.layout,
+        "SELECT table_name, column_name FROM information_schema.columns "
+        "WHERE table_schema = 'slurm_acct_db' ORDER BY table_name, ordinal_position;",
     )
-    out = mariadb.sql(sb.layout, query)
     cols: dict[str, list[str]] = {"job": [], "step": []}
     for line in out.splitlines():
         table, column = line.split("\t")
-        cols["job" if table.endswith("_job_table") else "step"].append(column)
+        for kind in cols:
+            if table == f"{cluster}_{kind}_table":
+                cols[kind].append(column)
     return cols
 
 
