@@ -119,7 +119,7 @@ def submit(
         return
     from acbslurm.slurm.jobs import submit_script
 
-    result = submit_script(script, count=count)
+    result = submit_script(script, count=count, backend=_backend())
     if not as_json:
         for jid in result.job_ids:
             click.echo(jid)
@@ -139,6 +139,15 @@ def submit(
     if failed:
         click.echo(f"{len(failed)} of {len(final)} jobs did not complete.", err=True)
         ctx.exit(1)
+
+
+def _backend() -> str:
+    """``cli`` or ``pyslurm``, from the ``slurm_backend`` setting (slurm/backend.py)."""
+    from acbslurm.config import load_settings
+    from acbslurm.slurm.backend import choose_backend
+
+    settings = load_settings()
+    return choose_backend(settings.slurm_backend, settings.slurm_conf)
 
 
 # Some jobs were submitted and some not: neither success (0) nor nothing happened (1).
@@ -260,7 +269,7 @@ def cancel(ctx: click.Context, job_ids: tuple[str, ...]) -> None:
     unknown = [i for i in ids if all(j.state == "UNKNOWN" for j in rows[i])]
     ended = [i for i in ids if i not in unknown and all(j.finished for j in rows[i])]
     live = [i for i in ids if i not in unknown and i not in ended]
-    cancel_jobs(live)
+    cancel_jobs(live, backend=_backend())
     if live:
         click.echo(f"Cancelled {' '.join(live)}")
     for i in ended:
