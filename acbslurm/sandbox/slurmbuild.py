@@ -256,3 +256,46 @@ def choose_install(
             raise SetupError(f"--slurm-source: Slurm {release} is Debian's package, not built")
         return SlurmInstall()
     return ensure_built(release, source, progress)
+
+
+def pyslurm_dir(install: SlurmInstall) -> Path:
+    """Where the pyslurm built for a cached Slurm build lives (beside its prefix)."""
+    return Path(install.prefix).parent / "pyslurm"
+
+
+def ensure_pyslurm(install: SlurmInstall, progress: Progress) -> Path:
+    """pyslurm built against ``install`` (once; ``pip install --target``): the directory
+    to put on PYTHONPATH. ``SLURM_INCLUDE_DIR``/``SLURM_LIB_DIR`` point its build at
+    this Slurm's headers and libslurm, as a site does for its own Slurm."""
+    import sys
+
+    from acbslurm.slurm.versions import PYSLURM_FOR, major
+
+    want = PYSLURM_FOR.get(major(install.release))
+    if want is None:
+        raise SetupError(f"no pyslurm release is known to build against Slurm {install.release}")
+    target = pyslurm_dir(install)
+    stamp = target / ".acbslurm-built"
+    if stamp.is_file() and stamp.read_text().strip() == want:
+        return target
+    with (target.parent / "pyslurm.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if stamp.is_file() and stamp.read_text().strip() == want:
+            return target
+        shutil.rmtree(target, ignore_errors=True)
+        progress(f"building pyslurm {want} against Slurm {install.release} (minutes)")
+        t = time.monotonic()
+        env = {
+            **_BUILD_ENV,
+            "SLURM_INCLUDE_DIR": install.include_dir,
+            "SLURM_LIB_DIR": install.lib_dir,
+        }
+        argv = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target",
+                str(target), f"pyslurm=={want}"]  # fmt: skip
+        res = proc.run(argv, env=env, check=False, timeout=3600)
+        if res.returncode != 0:
+            tail = "\n".join(res.stderr.strip().splitlines()[-5:])
+            raise SetupError(f"building pyslurm {want} failed (exit {res.returncode})\n{tail}")
+        stamp.write_text(want + "\n")
+        progress(f"pyslurm {want}: ok ({time.monotonic() - t:.0f} s)")
+    return target

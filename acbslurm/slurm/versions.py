@@ -150,6 +150,11 @@ MIN_CONVERT: dict[str, int] = {
 GPU_UTIL_MIN_SCHEMA = 13
 
 
+# The pyslurm release that builds against each Slurm major (pyslurm follows Slurm's
+# numbering from 23.x on). Only 25.11 is built and tested here (the CI's 25.11 leg).
+PYSLURM_FOR: dict[str, str] = {"25.11": "25.11.2"}
+
+
 def upgrade_path(source_schema: int, target: str) -> list[str]:
     """The releases a database of ``source_schema`` must pass through to reach ``target``
     (empty: ``target``'s slurmdbd converts it itself)."""
