@@ -290,8 +290,9 @@ def ensure_pyslurm(install: SlurmInstall, progress: Progress) -> Path:
             "SLURM_INCLUDE_DIR": install.include_dir,
             "SLURM_LIB_DIR": install.lib_dir,
         }
-        argv = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target",
-                str(target), f"pyslurm=={want}"]  # fmt: skip
+        # --no-cache-dir: a wheel pip cached from another Slurm build must not be reused.
+        argv = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-cache-dir",
+                "--target", str(target), f"pyslurm=={want}"]  # fmt: skip
         res = proc.run(argv, env=env, check=False, timeout=3600)
         if res.returncode != 0:
             tail = "\n".join(res.stderr.strip().splitlines()[-5:])

@@ -87,3 +87,20 @@ def test_a_refused_submission_is_the_same_error(idle: Any, backend_env: dict[str
     assert res.returncode == 1, res.stderr
     assert "Batch job submission failed: Invalid partition name specified" in res.stderr
     assert "exited with code 1" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_the_job_runs_the_same(idle: Any, backend_env: dict[str, str], scripts: Path) -> None:
+    """The job itself sees what sbatch would give it: the submitter's environment, the
+    submit directory, its name and partition."""
+    out = scripts / f"out-{backend_env['ACBSLURM_SLURM_BACKEND']}.txt"
+    res = acbslurm(idle, backend_env, "submit", str(SPEC), "--json", "--wait",
+                   "--set", "account=user1", "--set", "container=", "--set", "name=contract",
+                   "--set", f"output={out}", "--set",
+                   "command=[sh, -c, 'echo $USER $SLURM_JOB_NAME $SLURM_JOB_PARTITION "
+                   "$SLURM_SUBMIT_DIR $ACBSLURM_SLURM_BACKEND']")  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    (job,) = json.loads(res.stdout)["jobs"]
+    assert job["state"] == "COMPLETED"
+    home = idle.run_as_user(["sh", "-c", "echo $HOME"]).stdout.strip()
+    backend = backend_env["ACBSLURM_SLURM_BACKEND"]
+    assert out.read_text().split() == ["user1", "contract", "p1", home, backend]
