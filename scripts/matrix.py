@@ -61,7 +61,8 @@ def run_release(release: str, port_base: str) -> dict[str, object]:
 def upgrade_path(port_base: str) -> tuple[bool, list[dict[str, object]], int]:
     t = time.monotonic()
     res = subprocess.run(
-        [sys.executable, "scripts/upgrade_path.py", "--port-base", port_base],
+        [sys.executable, "scripts/upgrade_path.py", "--port-base", port_base, "--dir",
+         os.environ.get("ACBSLURM_MATRIX_DIR", "/var/lib/acbslurm/matrix") + "-upgrade-path"],
         cwd=ROOT, capture_output=True, text=True, check=False,
     )  # fmt: skip
     steps = [json.loads(ln) for ln in res.stdout.splitlines() if ln.startswith("{")]
