@@ -19,7 +19,14 @@ from acbslurm import proc
 from acbslurm.errors import ConfigError, SetupError
 from acbslurm.gpu.inventory import GpuInfo
 from acbslurm.sandbox import docker, gpus, mariadb, munge, preflight, render, slurm
-from acbslurm.sandbox.layout import Layout, Params, default_dir, default_port_base, node_name
+from acbslurm.sandbox.layout import (
+    MAX_SOCKET_PATH,
+    Layout,
+    Params,
+    default_dir,
+    default_port_base,
+    node_name,
+)
 from acbslurm.sandbox.procs import kill_marked, log_tail, read_proc, stop
 from acbslurm.slurm.versions import SlurmInstall
 
@@ -251,6 +258,7 @@ class Sandbox:
                 progress(f"partly up ({', '.join(alive)}); restarting")
             self.down(progress)
         params = self._new_params(old, gpu_count, port_base, install)
+        self._check_socket_paths(params)
         try:
             self._cold_up(params, progress)
         except BaseException:
@@ -329,6 +337,17 @@ class Sandbox:
         step(f"dockerd-{p.user}", lambda: docker.start(lay, pw, self.marker))
         step("image", lambda: docker.ensure_image(lay, p.user))
         self._check_user_can_run_acbslurm(p)
+
+    def _check_socket_paths(self, p: Params) -> None:
+        """A sandbox directory too long for rootless containerd's sockets fails here,
+        with the reason, not later as "timeout waiting for containerd to start"."""
+        longest = self.layout.longest_socket(p.user)
+        if len(str(longest).encode()) > MAX_SOCKET_PATH:
+            raise SetupError(
+                f"the sandbox directory {self.layout.root} is too long: rootless Docker's "
+                f"socket {longest} would have {len(str(longest).encode())} bytes, and unix "
+                f"socket paths hold at most {MAX_SOCKET_PATH}; choose a shorter --dir"
+            )
 
     def _forget_state_of_other_release(self, p: Params, progress: Progress) -> None:
         """slurmctld's and slurmd's saved state do not cross Slurm releases in the

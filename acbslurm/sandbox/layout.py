@@ -13,6 +13,8 @@ from acbslurm.slurm.versions import DEBIAN_PREFIX, DEBIAN_RELEASE, SlurmInstall
 DEFAULT_DIR = "/var/lib/acbslurm/sandbox"
 DEFAULT_PORT_BASE = 16817
 CLUSTER = "acbsandbox"
+# sun_path holds 108 bytes with the NUL: a longer socket path cannot be bound at all.
+MAX_SOCKET_PATH = 107
 USER = "user1"
 IMAGE = "acbslurm/busybox:latest"
 
@@ -99,6 +101,11 @@ class Layout:
 
     def docker_socket(self, user: str) -> Path:
         return self.user_runtime_dir(user) / "docker.sock"
+
+    def longest_socket(self, user: str) -> Path:
+        """The longest unix socket path the sandbox makes: rootless containerd's ttrpc
+        socket under the user's runtime directory."""
+        return self.user_runtime_dir(user) / "docker" / "containerd" / "containerd.sock.ttrpc"
 
     def docker_data(self, user: str) -> Path:
         return self.state / "docker" / user

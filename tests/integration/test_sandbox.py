@@ -124,14 +124,15 @@ def test_env_exports_point_at_the_sandbox(sandbox: Sandbox) -> None:
 
 def _beside(sandbox: Sandbox, name: str, port_offset: int) -> tuple[Sandbox, int]:
     """A second sandbox next to the session's (its dir + -name, its ports + offset), so
-    that two test runs on two sandboxes of one machine never share one."""
+    that two test runs on two sandboxes of one machine never share one. Short names:
+    rootless containerd's socket paths under the directory must stay within 107 bytes."""
     root = Path(f"{sandbox.layout.root}-{name}")
     return Sandbox(root), sandbox.params.port_base + port_offset
 
 
 @pytest.fixture
 def second_sandbox(sandbox: Sandbox) -> Iterator[tuple[Sandbox, int]]:
-    sb, port_base = _beside(sandbox, "test-lifecycle", 4000)
+    sb, port_base = _beside(sandbox, "lc", 4000)
     yield sb, port_base
     sb.down()
 
@@ -171,7 +172,7 @@ def test_failed_component_is_named_with_its_log_and_nothing_is_left(sandbox: San
 
     from acbslurm.errors import SetupError
 
-    sb, port_base = _beside(sandbox, "test-failure", 6000)
+    sb, port_base = _beside(sandbox, "fail", 6000)
     blocker = socket.socket()
     blocker.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     blocker.bind(("0.0.0.0", port_base))  # slurmctld's port, taken

@@ -184,3 +184,14 @@ def test_slurm_conf_of_a_built_release(layout: Layout) -> None:
     render.write_acbslurm_settings(layout, p)
     settings = json.loads(layout.acbslurm_conf.read_text())
     assert settings["slurm_bin_dir"] == "/cache/25.11.7/prefix/bin"
+
+
+def test_a_sandbox_dir_too_long_for_unix_sockets_is_refused_up_front() -> None:
+    from acbslurm.errors import SetupError
+    from acbslurm.sandbox import Sandbox
+
+    with pytest.raises(SetupError, match=r"too long: rootless Docker's socket .* 109 bytes"):
+        Sandbox("/var/lib/acbslurm/sb-slurmver-matrix-22.05.8-test-lifecycle")._check_socket_paths(
+            Params()
+        )
+    Sandbox("/var/lib/acbslurm/sandbox-slurm-25.11.7-lc")._check_socket_paths(Params())
