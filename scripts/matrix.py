@@ -87,11 +87,12 @@ def write(
         "| Slurm | result | passed | failed | seconds | failing tests |",
         "|---|---|---|---|---|---|",
     ]
-    ran = {r["release"] for r in results}
+    by_release = {r["release"]: r for r in results}
     for release in SUPPORTED:
-        if release not in ran:
+        r = by_release.get(release)
+        if r is None:
             lines.append(f"| {release} | not run | | | | |")
-    for r in results:
+            continue
         c = r["counts"]
         assert isinstance(c, dict)
         bad = c.get("failed", 0) + c.get("error", 0) + c.get("errors", 0)
