@@ -14,15 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sandboxtest import (
-    IMAGE,
-    acbslurm_run,
-    docker_api,
-    no_jobs,
-    submit,
-    wait_container,
-    wait_job,
-)
+from sandboxtest import IMAGE, acbslurm_run, docker_api, submit, wait_container, wait_job
 
 pytestmark = pytest.mark.integration
 
@@ -73,10 +65,6 @@ def test_a_killed_dockerd_leaks_no_container_and_no_gpu(idle: Any, scripts: Path
         assert _alive(pid), "the container died with its daemon: nothing left to test"
         sb.run_slurm(["scancel", job])
         wait_job(sb, job, ("CANCELLED", "FAILED", "COMPLETED"), 60)
-        # Until its epilog is done (not only CANCELLED: Slurm 25.11 reports that while the
-        # job is still COMPLETING), or the epilog's retry may meet the restarted daemon
-        # and remove the container this test looks for below.
-        no_jobs(sb)
         # The epilog found the container without Docker and killed it.
         _wait(f"container process {pid} of job {job} ends", lambda: not _alive(pid), 30)
         node = sb.run_slurm(["sinfo", "-h", "-N", "-o", "%T"]).stdout.strip()
