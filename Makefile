@@ -3,7 +3,21 @@ VENV := .venv
 BIN := $(VENV)/bin
 GPUS ?= 2
 
-.PHONY: setup demo test lint unit integration sandbox-up sandbox-down proto clean
+# Slurm release sources (release tarballs + SHA256SUMS) beside the checkout, if there.
+SLURM_SOURCES_HERE := $(abspath ../shared/slurm-src)
+ifneq ($(wildcard $(SLURM_SOURCES_HERE)/SHA256SUMS),)
+export ACBSLURM_SLURM_SOURCES ?= $(SLURM_SOURCES_HERE)
+endif
+# `make test SLURM=25.11.7`: the whole suite on that release, on a sandbox of its own
+# (its directory and ports), so that it never meets the default 22.05 one.
+SLURM ?=
+ifneq ($(SLURM),)
+export ACBSLURM_SANDBOX_SLURM := $(SLURM)
+export ACBSLURM_SANDBOX_DIR ?= /var/lib/acbslurm/sandbox-slurm-$(SLURM)
+export ACBSLURM_SANDBOX_PORT_BASE ?= 16857
+endif
+
+.PHONY: setup demo test lint unit integration sandbox-up sandbox-down proto clean matrix
 
 setup:
 	@bash scripts/setup.sh
@@ -32,6 +46,11 @@ sandbox-up: setup
 
 sandbox-down: setup
 	$(BIN)/acbslurm sandbox down
+
+# The integration suite on every supported release, and the 22.05 -> 23.11 -> 25.11
+# upgrade path; writes docs/compatibility.md.
+matrix: lint
+	$(BIN)/python scripts/matrix.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info

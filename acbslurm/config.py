@@ -29,6 +29,13 @@ class Settings:
     gpu_inventory: str = ""
     gres_conf: str = "/etc/slurm/gres.conf"
     slurm_conf: str = "/etc/slurm/slurm.conf"
+    # The directory of the site's Slurm clients (scontrol, sbatch...). Empty: the hooks
+    # take the bin directory beside the slurmd that runs them, then the one beside
+    # slurm.conf's PluginDir, then PATH (slurm/binaries.py).
+    slurm_bin_dir: str = ""
+    # How `acbslurm submit` and `cancel` talk to Slurm: cli (sbatch, scancel), pyslurm
+    # (libslurm in-process, built for the running release), or auto (pyslurm when usable).
+    slurm_backend: str = "auto"
     # Root-owned per-job records written by the prolog.
     record_dir: str = "/run/acbslurm/jobs"
     # The job user's rootless Docker daemon.

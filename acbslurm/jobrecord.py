@@ -41,6 +41,9 @@ class JobRecord:
     cpus: int = 0  # 0: unknown, no limit
     mem_mb: int = 0  # 0: unknown, no limit
     created: float = 0.0
+    # Why the prolog could not read the job's CPU/memory allocation ("" when it could):
+    # `acbslurm run` then refuses to start a container rather than run it unlimited.
+    alloc_error: str = ""
 
 
 def check_job_id(job_id: str) -> str:
@@ -109,6 +112,7 @@ def _decode(path: str, text: str) -> JobRecord:
             cpus=int(data.get("cpus", 0)),
             mem_mb=int(data.get("mem_mb", 0)),
             created=float(data.get("created", 0.0)),
+            alloc_error=str(data.get("alloc_error", "")),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise ConfigError(f"job record {path} is invalid ({exc})") from None

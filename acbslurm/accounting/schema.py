@@ -12,17 +12,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from acbslurm.errors import AccountingError
+from acbslurm.slurm.versions import GPU_UTIL_MIN_SCHEMA, SCHEMA_RELEASES
 
-# convert_version_table.version -> the Slurm releases that write it.
-KNOWN_VERSIONS: dict[int, str] = {
-    12: "22.05",
-    13: "23.02",
-    14: "23.02",
-    15: "23.11/24.05",
-    16: "24.11-25.11",
-}
+# convert_version_table.version -> the Slurm releases that write it (14 is 23.11's first
+# schema, not 23.02's: the labels live with every other release difference).
+KNOWN_VERSIONS: dict[int, str] = SCHEMA_RELEASES
 # From this version on, steps may carry gres/gpuutil and gres/gpumem usage.
-GPU_UTIL_MIN_VERSION = 13
+GPU_UTIL_MIN_VERSION = GPU_UTIL_MIN_SCHEMA
 
 # Job-table columns a report reads (present in every known version).
 JOB_COLUMNS = (
@@ -73,9 +69,10 @@ class Schema:
 def check_version(version: int) -> None:
     if version not in KNOWN_VERSIONS:
         known = ", ".join(f"{v} (Slurm {r})" for v, r in sorted(KNOWN_VERSIONS.items()))
+        newer = " (a newer Slurm than this acbslurm knows)" if version > max(KNOWN_VERSIONS) else ""
         raise AccountingError(
-            f"slurmdbd schema version {version} is not one this report knows ({known}); "
-            "its columns may differ, so no numbers are given"
+            f"slurmdbd schema version {version}{newer} is not one this report knows "
+            f"({known}); its columns may differ, so no numbers are given"
         )
 
 

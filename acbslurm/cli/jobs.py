@@ -136,7 +136,7 @@ def submit(
         _check(job)
     from acbslurm.slurm.jobs import submit_script
 
-    result = submit_script(script, count=count)
+    result = submit_script(script, count=count, backend=_backend())
     if not as_json:
         for jid in result.job_ids:
             click.echo(jid)
@@ -188,6 +188,15 @@ def _wait_for(job_ids: list[str], interval: float, as_json: bool, spec: JobSpec)
         click.echo(f"{len(failed)} of {len(final)} jobs did not complete.", err=True)
         return 1
     return 0
+
+
+def _backend() -> str:
+    """``cli`` or ``pyslurm``, from the ``slurm_backend`` setting (slurm/backend.py)."""
+    from acbslurm.config import load_settings
+    from acbslurm.slurm.backend import choose_backend
+
+    settings = load_settings()
+    return choose_backend(settings.slurm_backend, settings.slurm_conf)
 
 
 # Some jobs were submitted and some not: neither success (0) nor nothing happened (1).
@@ -384,7 +393,7 @@ def cancel(ctx: click.Context, job_ids: tuple[str, ...], as_json: bool) -> None:
     unknown = [i for i in ids if all(j.state == "UNKNOWN" for j in rows[i])]
     ended = [i for i in ids if i not in unknown and all(j.finished for j in rows[i])]
     live = [i for i in ids if i not in unknown and i not in ended]
-    cancel_jobs(live)
+    cancel_jobs(live, backend=_backend())
     states = {i: sorted({j.state for j in rows[i]}) for i in ended}
     if as_json:
         out = {

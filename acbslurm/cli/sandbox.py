@@ -43,15 +43,51 @@ def sandbox() -> None:
     "--port-base",
     type=click.IntRange(1024, 65000),
     default=None,
-    help="slurmctld port; slurmd, slurmdbd and MariaDB use the next three  [default: 16817].",
+    envvar="ACBSLURM_SANDBOX_PORT_BASE",
+    help="slurmctld port; slurmd, slurmdbd and MariaDB use the next three  "
+    "[default: 16817]. Env: ACBSLURM_SANDBOX_PORT_BASE.",
 )
-def up(root: str, gpus: int | None, port_base: int | None) -> None:
+@click.option(
+    "--slurm",
+    "slurm_release",
+    metavar="VERSION",
+    default=None,
+    envvar="ACBSLURM_SANDBOX_SLURM",
+    help="Slurm release to run: `debian` (the packaged 22.05, the default) or e.g. "
+    "25.11.7, built once from its source tarball (ACBSLURM_SLURM_SOURCES, "
+    "--slurm-source) into /var/cache/acbslurm/slurm. Env: ACBSLURM_SANDBOX_SLURM.",
+)
+@click.option(
+    "--slurm-prefix",
+    metavar="DIR",
+    default=None,
+    envvar="ACBSLURM_SANDBOX_SLURM_PREFIX",
+    type=click.Path(file_okay=False, exists=True),
+    help="Run an existing Slurm installation (its ./configure --prefix).",
+)
+@click.option(
+    "--slurm-source",
+    metavar="FILE",
+    default=None,
+    type=click.Path(dir_okay=False),
+    help="The slurm-VERSION.tar.bz2 to build (checked against a SHA256SUMS beside it).",
+)
+def up(
+    root: str,
+    gpus: int | None,
+    port_base: int | None,
+    slurm_release: str | None,
+    slurm_prefix: str | None,
+    slurm_source: str | None,
+) -> None:
     """Start the sandbox, or check it if it is already up (idempotent)."""
     from acbslurm.sandbox import Sandbox
+    from acbslurm.sandbox.slurmbuild import choose_install
 
     sb = Sandbox(root)
     click.echo(f"acbslurm sandbox: starting at {sb.layout.root}", err=True)
-    click.echo(sb.up(gpus, port_base, progress=_progress))
+    install = choose_install(slurm_release, slurm_prefix, slurm_source, _progress)
+    click.echo(sb.up(gpus, port_base, progress=_progress, install=install))
 
 
 @sandbox.command()
@@ -118,3 +154,6 @@ def env(root: str, as_json: bool) -> None:
         return
     for key, value in values.items():
         click.echo(f"export {key}={shlex.quote(value)}")
+    # The sandbox's own Slurm clients first (Debian's 22.05 ones cannot talk to others).
+    bin_dir = values["ACBSLURM_SLURM_BIN_DIR"]
+    click.echo(f'export PATH={shlex.quote(bin_dir)}:"$PATH"')

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from acbslurm.envrules import env_problem
-from acbslurm.errors import ConfigError, GpuMappingError
+from acbslurm.errors import ConfigError, GpuMappingError, SetupError
 from acbslurm.gpu.mapping import is_uuid
 from acbslurm.jobrecord import JobRecord
 from acbslurm.mountrules import Mount, read_mounts, source_problem
@@ -126,7 +126,17 @@ class Limits:
 
 
 def resolve_limits(cpus: float | None, memory: str | None, record: JobRecord | None) -> Limits:
-    """The allocation's CPUs/memory, or lower values asked for; never more."""
+    """The allocation's CPUs/memory, or lower values asked for; never more.
+
+    A record whose prolog could not read the allocation is refused: a container must
+    never run without limits because slurmctld did not answer the prolog.
+    """
+    if record is not None and record.alloc_error:
+        raise SetupError(
+            f"job {record.job_id}: the prolog could not read the job's CPU and memory "
+            f"allocation, so no container is started without limits ({record.alloc_error}); "
+            "ask the cluster admin (slurmd's log on this node has the same line)"
+        )
     alloc_cpus = record.cpus if record else 0
     alloc_mem = record.mem_mb * 1024**2 if record else 0
     nano = alloc_cpus * 10**9

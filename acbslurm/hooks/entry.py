@@ -3,7 +3,10 @@
 Each returns an exit code. They import only what they need (no click, no Docker SDK)
 because slurmd waits for them on every job. Exit codes matter to Slurm:
 - prolog: non-zero drains the node and requeues the job; it fails only when the
-  job's GPUs cannot be mapped (or recorded, which ``acbslurm run`` needs);
+  job's GPUs cannot be mapped (or recorded, which ``acbslurm run`` needs). When the
+  job's CPU/memory allocation cannot be read (scontrol failed), it does not fail the
+  job: it logs an error and records the refusal, and ``acbslurm run`` then refuses to
+  start a container in that job, saying why; it never falls back to "no limits";
 - epilog: non-zero drains the node; it fails only when a container of the job may
   still be running (a daemon answered but the container could not be removed);
 - task prolog: always 0 (its stdout ``export`` lines go into the job's environment).
@@ -24,6 +27,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from acbslurm.config import Settings
     from acbslurm.jobrecord import JobRecord
+    from acbslurm.slurm.allocation import Allocation
 
 _NAME = "acbslurm"
 _SYSLOG_OPEN = ""
@@ -80,7 +84,6 @@ def run_prolog(env: Mapping[str, str]) -> int:
     from acbslurm.config import load_settings
     from acbslurm.gpu.node import job_gpus, node_name
     from acbslurm.jobrecord import JobRecord, check_job_id, write_record
-    from acbslurm.slurm.allocation import job_allocation
 
     job_id = ""
     try:
@@ -89,7 +92,8 @@ def run_prolog(env: Mapping[str, str]) -> int:
         gpus = job_gpus(env, settings)
         uid, user = _user_of(env)
         node = node_name(env)
-        alloc = job_allocation(job_id, node)
+        bin_dir = _bin_dir(settings, env)
+        alloc, alloc_error, shown = _allocation(job_id, node, bin_dir)
         rec = JobRecord(
             job_id=job_id,
             user=user,
@@ -101,6 +105,7 @@ def run_prolog(env: Mapping[str, str]) -> int:
             cpus=alloc.cpus,
             mem_mb=alloc.mem_mb,
             created=time.time(),
+            alloc_error=alloc_error,
         )
         path = write_record(settings.record_dir, rec)
         _make_job_dir(settings, job_id, uid)
@@ -108,12 +113,12 @@ def run_prolog(env: Mapping[str, str]) -> int:
         _say("error", f"job {job_id or '?'}: {exc}")
         return 1
     _say("info", f"job {job_id}: GPUs {','.join(rec.gpu_uuids) or '-'} recorded in {path}")
-    _keep_gpu_history(rec)
+    _keep_gpu_history(rec, shown, bin_dir)
     _sweep_earlier_if_any(uid, user, settings)
     return 0
 
 
-def _keep_gpu_history(rec: JobRecord) -> None:
+def _keep_gpu_history(rec: JobRecord, shown: str | None, bin_dir: str) -> None:
     """The job's GPUs into its AdminComment, for the report after the job is gone.
 
     History, not safety: a failure is said (slurmd's log, syslog) but fails no job.
@@ -121,9 +126,30 @@ def _keep_gpu_history(rec: JobRecord) -> None:
     from acbslurm.slurm.gpu_history import record_job_gpus
 
     try:
-        record_job_gpus(rec.job_id, rec.node, rec.gpu_indices, rec.gpu_uuids)
+        record_job_gpus(
+            rec.job_id, rec.node, rec.gpu_indices, rec.gpu_uuids, shown=shown, bin_dir=bin_dir
+        )
     except AcbslurmError as exc:
         _say("warning", f"job {rec.job_id}: GPUs not kept in its AdminComment: {exc}")
+
+
+def _allocation(job_id: str, node: str, bin_dir: str) -> tuple[Allocation, str, str | None]:
+    """The job's CPUs/memory on this node, or why they could not be read (logged), and
+    scontrol's line about the job (None when it did not answer)."""
+    from acbslurm.errors import SlurmError
+    from acbslurm.slurm.allocation import Allocation, allocation_and_text
+
+    try:
+        alloc, shown = allocation_and_text(job_id, node, bin_dir)
+        return alloc, "", shown
+    except SlurmError as exc:
+        why = str(exc).splitlines()[0]
+        _say(
+            "error",
+            f"job {job_id}: cannot read its CPU/memory allocation: {why}; "
+            "`acbslurm run` will refuse to start containers in this job",
+        )
+        return Allocation(), why, None
 
 
 def _make_job_dir(settings: Settings, job_id: str, uid: int) -> None:
@@ -191,7 +217,7 @@ def run_epilog(env: Mapping[str, str]) -> int:
     if problems:
         for problem in problems:
             _say("error", f"job {job_id}: {problem}")
-        _drain(env, f"acbslurm: job {job_id}: a container may still hold its GPUs")
+        _drain(env, settings, f"acbslurm: job {job_id}: a container may still hold its GPUs")
         return 1
     return 0
 
@@ -276,7 +302,13 @@ def _sweep_earlier_jobs(uid: int, hosts: list[str], settings: Settings) -> None:
             _say("warning", f"job {old}: {exc}")
 
 
-def _drain(env: Mapping[str, str], reason: str) -> None:
+def _bin_dir(settings: Settings, env: Mapping[str, str]) -> str:
+    from acbslurm.slurm.binaries import slurm_bin_dir
+
+    return slurm_bin_dir(settings.slurm_bin_dir, env.get("SLURM_CONF") or settings.slurm_conf)
+
+
+def _drain(env: Mapping[str, str], settings: Settings, reason: str) -> None:
     """Drain this node with a reason that names the job (Slurm's own says "Epilog error")."""
     from acbslurm.errors import CommandError
     from acbslurm.gpu.node import node_name
@@ -285,7 +317,7 @@ def _drain(env: Mapping[str, str], reason: str) -> None:
     node = node_name(env)
     try:
         slurm(["scontrol", "update", f"nodename={node}", "state=drain", f"reason={reason}"],
-              timeout=5)  # fmt: skip
+              timeout=5, bin_dir=_bin_dir(settings, env))  # fmt: skip
     except CommandError as exc:
         _say("error", f"cannot drain {node} with a reason ({exc}); Slurm drains it anyway")
 

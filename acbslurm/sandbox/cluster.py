@@ -6,6 +6,7 @@ import json
 import os
 import pwd
 import secrets
+import shutil
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -18,8 +19,16 @@ from acbslurm import proc
 from acbslurm.errors import ConfigError, SetupError
 from acbslurm.gpu.inventory import GpuInfo
 from acbslurm.sandbox import docker, gpus, mariadb, munge, preflight, render, reportsvc, slurm
-from acbslurm.sandbox.layout import Layout, Params, default_dir, node_name
+from acbslurm.sandbox.layout import (
+    MAX_SOCKET_PATH,
+    Layout,
+    Params,
+    default_dir,
+    default_port_base,
+    node_name,
+)
 from acbslurm.sandbox.procs import kill_marked, log_tail, read_proc, stop
+from acbslurm.slurm.versions import SlurmInstall
 
 Progress = Callable[[str], None]
 
@@ -104,12 +113,14 @@ class Sandbox:
             "ACBSLURM_DB_CONFIG": str(lay.report_db_cnf),
             "ACBSLURM_CLUSTER": p.cluster,
             "ACBSLURM_SANDBOX_DIR": str(lay.root),
+            "ACBSLURM_SLURM_BIN_DIR": p.slurm.bin_dir,
         }
 
     def user_env(self, user: str | None = None) -> dict[str, str]:
         pw = pwd.getpwnam(user or self.user)
         return {
-            "PATH": f"{Path(sys.executable).parent}:/usr/sbin:/usr/bin:/sbin:/bin:/usr/local/bin",
+            "PATH": f"{Path(sys.executable).parent}:"
+            + self.params.slurm.path_env("/usr/sbin:/usr/bin:/sbin:/bin:/usr/local/bin"),
             "HOME": pw.pw_dir,
             "USER": pw.pw_name,
             "LOGNAME": pw.pw_name,
@@ -219,11 +230,15 @@ class Sandbox:
         gpu_count: int | None = None,
         port_base: int | None = None,
         progress: Progress = _quiet,
+        install: SlurmInstall | None = None,
     ) -> str:
-        """Start every component; a second call only checks. Returns a summary line."""
-        preflight.check()
+        """Start every component; a second call only checks. Returns a summary line.
+
+        ``install``: the Slurm to run (None: what the sandbox ran before, else Debian's).
+        """
         t0 = time.monotonic()
         old = self.layout.load_params()
+        preflight.check(install or (old.slurm if old else None))
         procs = {n: read_proc(self.layout.run, n) for n in self.components()}
         alive = [n for n, pr in procs.items() if pr and pr.alive()]
         if old and alive:
@@ -237,6 +252,12 @@ class Sandbox:
                     f"the sandbox at {self.layout.root} is up on port base {old.port_base}; "
                     "run `acbslurm sandbox down` first"
                 )
+            if install is not None and install != old.slurm:
+                raise SetupError(
+                    f"the sandbox at {self.layout.root} is up with Slurm "
+                    f"{old.slurm_release} ({old.slurm_prefix}); run `acbslurm sandbox down` "
+                    f"before `up` with Slurm {install.release}"
+                )
             if len(alive) == len(procs):
                 bad = [s for s in self.status() if not s.ready]
                 if not bad:
@@ -245,12 +266,16 @@ class Sandbox:
                     slurm.ensure_accounts(self.layout, old)
                     note = slurm.resume_if_drained(self.layout, old)
                     extra = f"; {note}" if note else ""
-                    return f"sandbox already up at {self.layout.root} ({old.gpus} GPUs){extra}"
+                    return (
+                        f"sandbox already up at {self.layout.root} ({old.gpus} GPUs, "
+                        f"Slurm {old.slurm_release}){extra}"
+                    )
                 progress(f"not ready: {', '.join(s.name for s in bad)}; restarting")
             else:
                 progress(f"partly up ({', '.join(alive)}); restarting")
             self.down(progress)
-        params = self._new_params(old, gpu_count, port_base)
+        params = self._new_params(old, gpu_count, port_base, install)
+        self._check_socket_paths(params)
         try:
             self._cold_up(params, progress)
         except BaseException:
@@ -258,14 +283,19 @@ class Sandbox:
             self.down(_quiet)
             raise
         return (
-            f"sandbox up at {self.layout.root} ({params.gpus} GPUs, "
-            f"user {params.user}) in {time.monotonic() - t0:.1f} s"
+            f"sandbox up at {self.layout.root} ({params.gpus} GPUs, user {params.user}, "
+            f"Slurm {params.slurm_release}) in {time.monotonic() - t0:.1f} s"
         )
 
     def _new_params(
-        self, old: Params | None, gpu_count: int | None, port_base: int | None
+        self,
+        old: Params | None,
+        gpu_count: int | None,
+        port_base: int | None,
+        install: SlurmInstall | None,
     ) -> Params:
-        base = old or Params()
+        base = old or Params(port_base=default_port_base())
+        slurm_now = install or base.slurm
         gpus_n = gpu_count if gpu_count is not None else base.gpus
         if gpus_n < 1 or gpus_n > 64:
             raise SetupError(f"--gpus must be between 1 and 64, got {gpus_n}")
@@ -278,6 +308,8 @@ class Sandbox:
             node=node_name(),
             python=sys.executable,
             pythonpath=str(Path(acbslurm.__file__).resolve().parent.parent),
+            slurm_prefix=slurm_now.prefix,
+            slurm_release=slurm_now.release,
         )
 
     def _secrets(self) -> dict[str, str]:
@@ -297,6 +329,7 @@ class Sandbox:
             d.mkdir(parents=True, exist_ok=True)
             d.chmod(0o755)
         lay.records.mkdir(parents=True, exist_ok=True)
+        self._forget_state_of_other_release(p, progress)
         lay.save_params(p)
         sec = self._secrets()
 
@@ -323,6 +356,31 @@ class Sandbox:
         step(f"dockerd-{p.user}", lambda: docker.start(lay, pw, self.marker))
         step("image", lambda: docker.ensure_image(lay, p.user))
         self._check_user_can_run_acbslurm(p)
+
+    def _check_socket_paths(self, p: Params) -> None:
+        """A sandbox directory too long for rootless containerd's sockets fails here,
+        with the reason, not later as "timeout waiting for containerd to start"."""
+        longest = self.layout.longest_socket(p.user)
+        if len(str(longest).encode()) > MAX_SOCKET_PATH:
+            raise SetupError(
+                f"the sandbox directory {self.layout.root} is too long: rootless Docker's "
+                f"socket {longest} would have {len(str(longest).encode())} bytes, and unix "
+                f"socket paths hold at most {MAX_SOCKET_PATH}; choose a shorter --dir"
+            )
+
+    def _forget_state_of_other_release(self, p: Params, progress: Progress) -> None:
+        """slurmctld's and slurmd's saved state do not cross Slurm releases in the
+        sandbox (jobs were cancelled at `down`); the accounting database does: the new
+        slurmdbd converts it."""
+        old = self.layout.load_params()
+        if old is None or old.slurm_release == p.slurm_release:
+            return
+        for d in ("slurmctld", "slurmd"):
+            shutil.rmtree(self.layout.state / d, ignore_errors=True)
+        progress(
+            f"Slurm {old.slurm_release} -> {p.slurm_release}: controller state reset, "
+            "accounting database kept (slurmdbd converts it)"
+        )
 
     def _write_configs(self, p: Params, sec: dict[str, str]) -> None:
         lay = self.layout

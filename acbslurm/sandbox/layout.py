@@ -8,9 +8,13 @@ import socket
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from acbslurm.slurm.versions import DEBIAN_PREFIX, DEBIAN_RELEASE, SlurmInstall
+
 DEFAULT_DIR = "/var/lib/acbslurm/sandbox"
 DEFAULT_PORT_BASE = 16817
 CLUSTER = "acbsandbox"
+# sun_path holds 108 bytes with the NUL: a longer socket path cannot be bound at all.
+MAX_SOCKET_PATH = 107
 USER = "user1"
 # A second user with no Docker daemon: tests check that it reaches none of user1's jobs,
 # records, sockets or report rows.
@@ -20,6 +24,12 @@ IMAGE = "acbslurm/busybox:latest"
 
 def default_dir() -> Path:
     return Path(os.environ.get("ACBSLURM_SANDBOX_DIR") or DEFAULT_DIR)
+
+
+def default_port_base() -> int:
+    """``ACBSLURM_SANDBOX_PORT_BASE`` or 16817 (two sandboxes on one machine need two)."""
+    raw = os.environ.get("ACBSLURM_SANDBOX_PORT_BASE", "").strip()
+    return int(raw) if raw.isdigit() and raw.isascii() else DEFAULT_PORT_BASE
 
 
 @dataclass(frozen=True)
@@ -37,6 +47,13 @@ class Params:
     # The interpreter and checkout whose acbslurm the Slurm hooks run.
     python: str = ""
     pythonpath: str = ""
+    # The Slurm installation the daemons and clients come from (Debian's by default).
+    slurm_prefix: str = DEBIAN_PREFIX
+    slurm_release: str = DEBIAN_RELEASE
+
+    @property
+    def slurm(self) -> SlurmInstall:
+        return SlurmInstall(prefix=self.slurm_prefix, release=self.slurm_release)
 
     @property
     def slurmctld_port(self) -> int:
@@ -88,6 +105,11 @@ class Layout:
 
     def docker_socket(self, user: str) -> Path:
         return self.user_runtime_dir(user) / "docker.sock"
+
+    def longest_socket(self, user: str) -> Path:
+        """The longest unix socket path the sandbox makes: rootless containerd's ttrpc
+        socket under the user's runtime directory."""
+        return self.user_runtime_dir(user) / "docker" / "containerd" / "containerd.sock.ttrpc"
 
     def docker_data(self, user: str) -> Path:
         return self.state / "docker" / user

@@ -14,6 +14,7 @@ from acbslurm import proc
 from acbslurm.errors import CommandError, SetupError
 from acbslurm.sandbox.layout import Layout, Params
 from acbslurm.sandbox.procs import Proc, spawn, wait_for
+from acbslurm.slurm.versions import config_choices
 
 DB_NAME = "slurm_acct_db"
 READONLY_USER = "acbslurm_ro"
@@ -60,11 +61,8 @@ def start(layout: Layout, params: Params, marker: str) -> Proc:
             "--bind-address=127.0.0.1",
             f"--pid-file={layout.mysql_socket.parent}/mariadbd.pid",
             "--skip-name-resolve",
-            # What Slurm's docs ask of slurmdbd's database.
-            "--innodb-buffer-pool-size=1G",
-            "--innodb-lock-wait-timeout=900",
-            "--innodb-log-file-size=256M",
-            "--max-allowed-packet=64M",
+            # What slurmdbd asks of its database (differs by release).
+            *(f"--{k}={v}" for k, v in config_choices(params.slurm_release).mariadb_settings),
         ],
         run_dir=layout.run,
         log_file=log,

@@ -12,6 +12,7 @@ import jinja2
 from acbslurm.gpu.inventory import GpuInfo
 from acbslurm.resources import templates_dir
 from acbslurm.sandbox.layout import Layout, Params
+from acbslurm.slurm.versions import config_choices
 
 HOOKS = {
     "acbslurm-prolog": "prolog_main",
@@ -43,7 +44,12 @@ def write_slurm_configs(
     layout: Layout, params: Params, gpus: list[GpuInfo], slurm_db_password: str
 ) -> None:
     env = _env()
-    ctx: dict[str, Any] = {"layout": layout, "p": params, "gpus": gpus}
+    ctx: dict[str, Any] = {
+        "layout": layout,
+        "p": params,
+        "gpus": gpus,
+        "c": config_choices(params.slurm_release),
+    }
     _write(layout.slurm_conf, env.get_template("slurm.conf.j2").render(ctx))
     _write(layout.gres_conf, env.get_template("gres.conf.j2").render(ctx))
     _write(
@@ -81,6 +87,7 @@ def write_acbslurm_settings(layout: Layout, params: Params) -> None:
         "gpu_inventory": str(layout.inventory),
         "gres_conf": str(layout.gres_conf),
         "slurm_conf": str(layout.slurm_conf),
+        "slurm_bin_dir": params.slurm.bin_dir,
         "record_dir": str(layout.records),
         "job_runtime_dir": str(layout.run / "job"),
         "report_socket": str(layout.run / "report.sock"),

@@ -3,19 +3,49 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 from acbslurm import proc
+from acbslurm.errors import SetupError
 from acbslurm.sandbox.layout import Layout, Params
 from acbslurm.sandbox.procs import Proc, spawn, wait_for
+from acbslurm.slurm.versions import DAEMONS, SlurmInstall, parse_release
+
+
+def install_of(layout: Layout) -> SlurmInstall:
+    """The Slurm the sandbox at ``layout`` runs (Debian's when it has no parameters yet)."""
+    p = layout.load_params()
+    return p.slurm if p else SlurmInstall()
 
 
 def slurm_env(layout: Layout) -> dict[str, str]:
+    """Root's environment for the sandbox's Slurm daemons and clients: its install's
+    clients first on PATH (a 22.05 client cannot talk to a 25.11 daemon)."""
+    install = install_of(layout)
     return {
-        "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
+        "PATH": install.path_env(),
         "SLURM_CONF": str(layout.slurm_conf),
+        "ACBSLURM_SLURM_BIN_DIR": install.bin_dir,
         "HOME": "/root",
         "LANG": "C.UTF-8",
     }
+
+
+def installed_release(prefix: str) -> str:
+    """The release of the Slurm installed under ``prefix`` (``slurmctld -V``)."""
+    install = SlurmInstall(prefix=prefix)
+    missing = [d for d in DAEMONS if not Path(install.daemon(d)).exists()]
+    if missing:
+        raise SetupError(
+            f"--slurm-prefix {prefix}: no {', '.join(missing)} in {install.sbin_dir}; "
+            "name the --prefix Slurm was configured with"
+        )
+    out = proc.run([install.daemon("slurmctld"), "-V"], timeout=20).stdout
+    try:
+        y, m, patch = parse_release(out)
+    except ValueError:
+        raise SetupError(f"{install.daemon('slurmctld')} -V said {out.strip()!r}") from None
+    return f"{y:02d}.{m:02d}.{patch}"
 
 
 def _client(layout: Layout, argv: list[str], timeout: float = 20) -> str:
@@ -48,7 +78,7 @@ def start_slurmdbd(layout: Layout, marker: str) -> Proc:
         layout,
         marker,
         "slurmdbd",
-        ["/usr/sbin/slurmdbd", "-D"],
+        [install_of(layout).daemon("slurmdbd"), "-D"],
         lambda: _dbd_answers(layout),
         interval=0.5,
     )
@@ -85,7 +115,7 @@ def start_slurmctld(layout: Layout, marker: str) -> Proc:
         layout,
         marker,
         "slurmctld",
-        ["/usr/sbin/slurmctld", "-D", "-f", str(layout.slurm_conf)],
+        [install_of(layout).daemon("slurmctld"), "-D", "-f", str(layout.slurm_conf)],
         lambda: "UP" in _client(layout, ["scontrol", "ping"], 5),
         interval=0.3,
     )
@@ -96,7 +126,7 @@ def start_slurmd(layout: Layout, params: Params, marker: str) -> Proc:
         layout,
         marker,
         "slurmd",
-        ["/usr/sbin/slurmd", "-D", "-f", str(layout.slurm_conf), "-N", params.node],
+        [params.slurm.daemon("slurmd"), "-D", "-f", str(layout.slurm_conf), "-N", params.node],
         lambda: slurmd_answers(node_state(layout, params)),
         interval=0.3,
     )

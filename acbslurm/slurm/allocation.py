@@ -15,7 +15,7 @@ from acbslurm.units import expand_ranges, is_ascii_int, size_bytes
 @dataclass(frozen=True)
 class Allocation:
     cpus: int = 0  # 0: unknown
-    mem_mb: int = 0  # 0: unknown
+    mem_mb: int = 0  # 0: unknown, or a site that does not schedule memory
 
 
 def count_cpu_ids(spec: str) -> int:
@@ -54,16 +54,48 @@ def parse_scontrol_job(text: str, node: str) -> Allocation:
     return Allocation(cpus, mem)
 
 
-def job_allocation(job_id: str, node: str, timeout: float = 5.0) -> Allocation:
-    """Ask slurmctld; an unknown allocation (0, 0) when it cannot answer in time."""
-    from acbslurm.errors import CommandError
+def job_allocation(job_id: str, node: str, bin_dir: str = "", timeout: float = 5.0) -> Allocation:
+    """``allocation_and_text``, the allocation alone."""
+    return allocation_and_text(job_id, node, bin_dir, timeout)[0]
+
+
+def allocation_and_text(
+    job_id: str, node: str, bin_dir: str = "", timeout: float = 5.0
+) -> tuple[Allocation, str]:
+    """Ask slurmctld (through the site's scontrol in ``bin_dir``).
+
+    Never an unknown allocation: a prolog that fell back to "no limits" would let the
+    job's containers take the whole node. ``SlurmError`` says which scontrol ran, its
+    exit code and error, and where the bin directory came from.
+    """
+    from acbslurm.errors import CommandError, SlurmError
+    from acbslurm.slurm.binaries import client
     from acbslurm.slurm.commands import slurm
 
+    scontrol = client("scontrol", bin_dir)
+    where = f"slurm_bin_dir {bin_dir}" if bin_dir else "PATH (set slurm_bin_dir)"
+    argv = [scontrol, "show", "job", "-d", "-o", job_id]
     try:
-        res = slurm(["scontrol", "show", "job", "-d", "-o", job_id], timeout=timeout)
-    except CommandError:
-        return Allocation()
+        res = slurm(argv, timeout=timeout, bin_dir=bin_dir)
+    except CommandError as exc:
+        detail = (exc.stderr or "").strip().splitlines()
+        why = detail[-1] if detail else exc.reason
+        raise SlurmError(
+            argv,
+            exc.returncode,
+            exc.stdout,
+            exc.stderr,
+            reason=f"{scontrol} (from {where}) failed: {why}",
+        ) from None
     try:
-        return parse_scontrol_job(res.stdout, node)
-    except ValueError:  # a format this parser does not know: limits are not worth a drain
-        return Allocation()
+        alloc = parse_scontrol_job(res.stdout, node)
+    except ValueError as exc:
+        raise SlurmError(
+            argv, 0, res.stdout, "", reason=f"cannot parse {scontrol}'s answer: {exc}"
+        ) from None
+    # Memory may be 0: a site that does not schedule memory (CR_Core) gives none.
+    if alloc.cpus <= 0:
+        raise SlurmError(
+            argv, 0, res.stdout, "", reason=f"{scontrol} names no CPUs of job {job_id} on {node}"
+        )
+    return alloc, res.stdout  # the whole line: the prolog also reads its AdminComment

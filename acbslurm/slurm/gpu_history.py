@@ -66,13 +66,24 @@ def parse_gpus(comment: str | None) -> list[dict[str, str | int | None]]:
 
 
 def record_job_gpus(
-    job_id: str, node: str, indices: list[int], uuids: list[str], timeout: float = 5.0
+    job_id: str,
+    node: str,
+    indices: list[int],
+    uuids: list[str],
+    *,
+    shown: str | None = None,
+    bin_dir: str = "",
+    timeout: float = 5.0,
 ) -> None:
-    """Add this node's GPUs to the job's AdminComment (two scontrol calls)."""
+    """Add this node's GPUs to the job's AdminComment. ``shown``: the job's
+    ``scontrol show job -o`` line when the caller has it already (the prolog does)."""
     from acbslurm.slurm.commands import slurm
 
     if not uuids:
         return
-    shown = slurm(["scontrol", "show", "job", "-o", job_id], timeout=timeout).stdout
+    if shown is None:
+        argv = ["scontrol", "show", "job", "-o", job_id]
+        shown = slurm(argv, timeout=timeout, bin_dir=bin_dir).stdout
     comment = merged_comment(admin_comment(shown), node, gpu_token(node, indices, uuids))
-    slurm(["scontrol", "update", f"job={job_id}", f"AdminComment={comment}"], timeout=timeout)
+    argv = ["scontrol", "update", f"job={job_id}", f"AdminComment={comment}"]
+    slurm(argv, timeout=timeout, bin_dir=bin_dir)

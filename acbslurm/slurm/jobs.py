@@ -15,7 +15,7 @@ from concurrent.futures import CancelledError, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-from acbslurm.errors import SlurmError
+from acbslurm.errors import ConfigError, SlurmError
 from acbslurm.jobrecord import JOB_ID
 from acbslurm.slurm.commands import slurm
 from acbslurm.slurm.states import TERMINAL_STATES
@@ -471,6 +471,7 @@ def submit_script(
     extra_env: Mapping[str, str] | None = None,
     cwd: str | None = None,
     parallel: int = 8,
+    backend: str = "cli",
 ) -> SubmitResult:
     """Submit ``script`` ``count`` times (several sbatch calls at once, ids in order).
 
@@ -480,6 +481,15 @@ def submit_script(
     """
     if count < 1:
         raise ValueError("count must be at least 1")
+    if backend == "pyslurm":
+        if user is not None or env is not None or extra_env:
+            raise ConfigError(
+                "the pyslurm backend submits as this process's user with its environment"
+            )
+        from acbslurm.slurm import pyslurm_backend
+
+        result: SubmitResult = pyslurm_backend.submit_script(script, count=count, cwd=cwd)
+        return result
 
     def one(_: int) -> str:
         # env is the submitter's environment (HOME, PYTHONPATH, XDG_RUNTIME_DIR...): the
@@ -519,8 +529,14 @@ def cancel_jobs(
     *,
     user: str | int | None = None,
     env: Mapping[str, str] | None = None,
+    backend: str = "cli",
 ) -> None:
-    """Cancel ``job_ids`` with one scancel call."""
+    """Cancel ``job_ids`` with one scancel call (pyslurm: plain ids in-process)."""
+    if backend == "pyslurm" and user is None and env is None:
+        from acbslurm.slurm import pyslurm_backend
+
+        pyslurm_backend.cancel_jobs([j for j in job_ids if "_" not in j])
+        job_ids = [j for j in job_ids if "_" in j]
     if job_ids:
         slurm(["scancel", *job_ids], user=user, env=env)
 

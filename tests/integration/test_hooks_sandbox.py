@@ -35,6 +35,25 @@ def test_container_exit_code_becomes_job_exit_code(idle: Any, scripts: Path) -> 
     assert "out" in (scripts / f"out-{job}.txt").read_text()
 
 
+def test_prolog_records_the_allocation_through_the_sandboxs_own_scontrol(
+    idle: Any, scripts: Path
+) -> None:
+    """slurmd gives the prolog no PATH: the record's CPUs and memory come from the
+    scontrol of the Slurm the sandbox runs (slurm_bin_dir), never 0 = no limits; the
+    prolog environment (SLURM_JOB_GPUS, SLURM_JOB_UID) names the job's GPU and user."""
+    import json
+
+    records = idle.layout.records
+    body = f'cat {records}/"$SLURM_JOB_ID".json; echo; echo "uid=$(id -u)"'
+    job = submit(idle, scripts, body, "--gres=gpu:1", "-c", "2", "--mem", "1000")
+    wait_job(idle, job, ("COMPLETED",), 60)
+    out = (scripts / f"out-{job}.txt").read_text()
+    rec = json.loads(out.splitlines()[0])
+    assert (rec["cpus"], rec["mem_mb"], rec["alloc_error"]) == (2, 1000, ""), rec
+    assert len(rec["gpu_uuids"]) == 1 and rec["gpu_uuids"][0] in {g.uuid for g in idle.gpus}
+    assert f"uid={rec['uid']}" in out and rec["user"] == idle.user
+
+
 def test_uuid_not_given_by_slurm_is_refused(idle: Any, scripts: Path) -> None:
     before = set(hook_devices(idle))
     uuids = " ".join(g.uuid for g in idle.gpus)

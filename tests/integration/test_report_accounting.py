@@ -164,6 +164,19 @@ def history(sandbox: Sandbox) -> dict[str, Any]:
     sb.wait_idle()
 
 
+def live_util_tres(sb: Sandbox) -> tuple[int, bool]:
+    """slurmdbd's schema version and whether its tres_table has gres/gpuutil."""
+    from acbslurm.sandbox import mariadb
+
+    out = mariadb.sql(
+        sb.layout,
+        "SELECT MAX(version) FROM slurm_acct_db.convert_version_table;\n"
+        "SELECT COUNT(*) FROM slurm_acct_db.tres_table "
+        "WHERE type = 'gres' AND name = 'gpuutil' AND deleted = 0;",
+    ).split()
+    return int(out[0]), int(out[1]) > 0
+
+
 def test_per_job_gpu_seconds_equal_sacct(sandbox: Sandbox, history: dict[str, Any]) -> None:
     before = time.time()
     res = report(sandbox, "--format", "json", "--start", f"@{history['t0']}")
@@ -172,7 +185,11 @@ def test_per_job_gpu_seconds_equal_sacct(sandbox: Sandbox, history: dict[str, An
     acct = sacct_jobs(sandbox, history["t0"])
     slack = time.time() - before + 2  # running jobs grow between the two reads
     assert doc["report"]["definition"] == "sacct"
-    assert doc["report"]["gpu_utilization"]["recorded"] is False
+    # gres/gpuutil exists from Slurm 23.02 (schema 13) when gres/gpu is accounted; 22.05
+    # never records it.
+    version, has_util = live_util_tres(sandbox)
+    assert doc["report"]["gpu_utilization"]["recorded"] is (version >= 13 and has_util)
+    assert has_util is (sandbox.params.slurm_release >= "23.02")
     mine = {j["job_id_raw"]: j for j in doc["jobs"]}
     assert set(mine) == set(acct), (sorted(mine), sorted(acct))
     for raw, a in acct.items():
@@ -313,3 +330,54 @@ def test_slices_correct_a_requeued_job_in_two_of_them(
             assert mid == whole
     finally:
         conn.close()
+
+
+def test_gpu_utilization_as_this_release_records_it(
+    sandbox: Sandbox, history: dict[str, Any]
+) -> None:
+    """From 23.02, steps carry gres/gpuutil and gres/gpumem in tres_usage_in_ave/max.
+    Emulated GPUs give no NVML samples, so the values are written into the job's step
+    rows the way slurmdbd writes them ("id=value" items in id order), and the report
+    must read them back; on 22.05 it must say that nothing is recorded."""
+    from acbslurm.sandbox import mariadb
+
+    version, has_util = live_util_tres(sandbox)
+    job = int(history["two"])
+
+    def job_util() -> tuple[dict[str, Any], Any]:
+        res = report(sandbox, "--format", "json", "--start", f"@{history['t0']}")
+        assert res.returncode == 0, res.stderr
+        doc = json.loads(res.stdout)
+        return doc["report"], next(j for j in doc["jobs"] if j["job_id_raw"] == job)["gpu_util"]
+
+    if not has_util:
+        meta, util = job_util()
+        assert meta["gpu_utilization"]["recorded"] is False
+        assert util is None
+        return
+    db = "slurm_acct_db"
+    rows = mariadb.sql(
+        sandbox.layout,
+        f"SELECT id, name FROM {db}.tres_table WHERE type = 'gres' AND deleted = 0 "
+        "AND name IN ('gpuutil', 'gpumem');",
+    ).split()
+    ids = dict(zip(rows[1::2], map(int, rows[0::2]), strict=True))
+    cluster = sandbox.params.cluster
+
+    def items(util: int, mem: int) -> str:
+        pairs = sorted([(ids["gpuutil"], util), (ids["gpumem"], mem)])
+        return ",".join(f"{i}={v}" for i, v in pairs)
+
+    step = f"{db}.`{cluster}_step_table`"
+    mariadb.sql(
+        sandbox.layout,
+        f"UPDATE {step} s JOIN {db}.`{cluster}_job_table` j ON s.job_db_inx = j.job_db_inx "
+        f"SET s.tres_usage_in_ave = CONCAT_WS(',', NULLIF(s.tres_usage_in_ave, ''), "
+        f"'{items(150, 1048576)}'), "
+        f"s.tres_usage_in_max = CONCAT_WS(',', NULLIF(s.tres_usage_in_max, ''), "
+        f"'{items(190, 2097152)}') WHERE j.id_job = {job} AND j.deleted = 0;",
+    )
+    meta, util = job_util()
+    assert meta["schema_version"] == version
+    assert meta["gpu_utilization"]["recorded"] is True
+    assert (util["ave"], util["max"], util["mem_max"]) == (150, 190, 2097152), util

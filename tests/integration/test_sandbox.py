@@ -122,17 +122,26 @@ def test_env_exports_point_at_the_sandbox(sandbox: Sandbox) -> None:
     assert Path(sandbox.layout.slurmdbd_conf).stat().st_mode & 0o777 == 0o600
 
 
+def _beside(sandbox: Sandbox, name: str, port_offset: int) -> tuple[Sandbox, int]:
+    """A second sandbox next to the session's (its dir + -name, its ports + offset), so
+    that two test runs on two sandboxes of one machine never share one. Short names:
+    rootless containerd's socket paths under the directory must stay within 107 bytes."""
+    root = Path(f"{sandbox.layout.root}-{name}")
+    return Sandbox(root), sandbox.params.port_base + port_offset
+
+
 @pytest.fixture
-def second_sandbox() -> Iterator[Sandbox]:
-    root = Path("/var/lib/acbslurm/sb-test-lifecycle")
-    sb = Sandbox(root)
-    yield sb
+def second_sandbox(sandbox: Sandbox) -> Iterator[tuple[Sandbox, int]]:
+    sb, port_base = _beside(sandbox, "lc", 4000)
+    yield sb, port_base
     sb.down()
 
 
-def test_lifecycle_up_is_idempotent_and_down_leaves_nothing(second_sandbox: Sandbox) -> None:
-    sb = second_sandbox
-    sb.up(1, port_base=20817)
+def test_lifecycle_up_is_idempotent_and_down_leaves_nothing(
+    sandbox: Sandbox, second_sandbox: tuple[Sandbox, int]
+) -> None:
+    sb, port_base = second_sandbox
+    sb.up(1, port_base=port_base, install=sandbox.params.slurm)
     pids = {s.name: s.pid for s in sb.status()}
     assert all(s.ready for s in sb.status()), sb.status()
     t0 = time.monotonic()
@@ -158,20 +167,19 @@ def _not_same(pid: int) -> bool:
     return b"ACBSLURM_SANDBOX=" not in Path(f"/proc/{pid}/environ").read_bytes()
 
 
-def test_failed_component_is_named_with_its_log_and_nothing_is_left() -> None:
+def test_failed_component_is_named_with_its_log_and_nothing_is_left(sandbox: Sandbox) -> None:
     import socket
 
     from acbslurm.errors import SetupError
 
-    sb = Sandbox("/var/lib/acbslurm/sb-test-failure")
-    port_base = 22817
+    sb, port_base = _beside(sandbox, "fail", 6000)
     blocker = socket.socket()
     blocker.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     blocker.bind(("0.0.0.0", port_base))  # slurmctld's port, taken
     blocker.listen()
     try:
         with pytest.raises(SetupError) as exc:
-            sb.up(1, port_base=port_base)
+            sb.up(1, port_base=port_base, install=sandbox.params.slurm)
         msg = str(exc.value)
         assert "slurmctld" in msg
         assert "last" in msg and "slurmctld.log" in msg

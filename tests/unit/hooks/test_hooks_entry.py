@@ -31,7 +31,15 @@ def node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         f"docker_host: unix://{tmp_path}/run/{{user}}/docker.sock\n"
     )
     monkeypatch.setenv("ACBSLURM_CONFIG", str(tmp_path / "acbslurm.yaml"))
-    monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # no scontrol: allocation unknown
+    # An scontrol that answers for any job: 2 CPUs, 1 GiB on n1.
+    bin_dir = tmp_path / "slurm-bin"
+    bin_dir.mkdir()
+    (bin_dir / "scontrol").write_text(
+        "#!/bin/sh\necho JobId=77 NumNodes=1 NumCPUs=2 TRES=cpu=2,mem=1G,node=1\n"
+    )
+    (bin_dir / "scontrol").chmod(0o755)
+    monkeypatch.setenv("ACBSLURM_SLURM_BIN_DIR", str(bin_dir))
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # slurmd gives hooks no PATH
     return tmp_path
 
 
@@ -52,6 +60,7 @@ def test_prolog_records_uuids_task_prolog_exports_epilog_removes(
     assert rec["gpu_minors"] == [0, 2]
     assert rec["gpu_indices"] == [0, 2]
     assert (rec["user"], rec["uid"], rec["node"]) == ("user1", 1001, "n1")
+    assert (rec["cpus"], rec["mem_mb"], rec["alloc_error"]) == (2, 1024, "")
 
     assert run_task_prolog(job_env()) == 0
     assert capsys.readouterr().out == "export ACBSLURM_GPU_UUIDS=GPU-2222,GPU-0000\n"
@@ -59,6 +68,26 @@ def test_prolog_records_uuids_task_prolog_exports_epilog_removes(
     # No daemon socket: nothing can be running there, so the epilog succeeds.
     assert run_epilog(job_env()) == 0
     assert not (node / "jobs" / "77.json").exists()
+
+
+def test_prolog_without_an_allocation_records_a_refusal_not_no_limits(
+    node: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """scontrol missing (no PATH, no slurm_bin_dir): the job runs, its record says why no
+    container may start, and slurmd's log gets the same line."""
+    from acbslurm.container.options import resolve_limits
+    from acbslurm.errors import SetupError
+    from acbslurm.jobrecord import read_record
+
+    monkeypatch.setenv("ACBSLURM_SLURM_BIN_DIR", str(node / "nothing-here"))
+    assert run_prolog(job_env(SLURM_JOB_GPUS="0")) == 0
+    err = capsys.readouterr().err
+    assert "cannot read its CPU/memory allocation" in err
+    assert f"{node}/nothing-here/scontrol" in err
+    rec = read_record(str(node / "jobs"), "77")
+    assert rec is not None and rec.cpus == 0 and "nothing-here/scontrol" in rec.alloc_error
+    with pytest.raises(SetupError, match="no container is started without limits"):
+        resolve_limits(None, None, rec)
 
 
 def test_prolog_fails_only_when_gpus_cannot_be_mapped(node: Path) -> None:

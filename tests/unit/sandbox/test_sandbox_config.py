@@ -167,3 +167,31 @@ def test_db_user_errors_never_show_the_passwords(
         mariadb.create_users(layout, "pw-slurm-0123abcd", "pw-ro-4567ef")
     assert "ERROR 1064" in str(exc.value)
     assert "pw-slurm-0123abcd" not in str(exc.value) and "pw-ro-4567ef" not in str(exc.value)
+
+
+def test_slurm_conf_of_a_built_release(layout: Layout) -> None:
+    """25.11: CredType, no task/none, gpumem/gpuutil accounted; the hooks get its bin."""
+    p = Params(gpus=2, node="n1", slurm_prefix="/cache/25.11.7/prefix", slurm_release="25.11.7")
+    render.write_slurm_configs(layout, p, _gpus(layout, 2), "pw")
+    conf = layout.slurm_conf.read_text().splitlines()
+    assert "CredType=cred/munge" in conf and "CryptoType=crypto/munge" not in conf
+    assert not any(line.startswith("TaskPlugin=") for line in conf)
+    assert "AccountingStorageTRES=gres/gpu,gres/gpumem,gres/gpuutil" in conf
+    old = Params(gpus=2, node="n1")
+    render.write_slurm_configs(layout, old, _gpus(layout, 2), "pw")
+    conf = layout.slurm_conf.read_text().splitlines()
+    assert "CryptoType=crypto/munge" in conf and "TaskPlugin=task/none" in conf
+    render.write_acbslurm_settings(layout, p)
+    settings = json.loads(layout.acbslurm_conf.read_text())
+    assert settings["slurm_bin_dir"] == "/cache/25.11.7/prefix/bin"
+
+
+def test_a_sandbox_dir_too_long_for_unix_sockets_is_refused_up_front() -> None:
+    from acbslurm.errors import SetupError
+    from acbslurm.sandbox import Sandbox
+
+    with pytest.raises(SetupError, match=r"too long: rootless Docker's socket .* 109 bytes"):
+        Sandbox("/var/lib/acbslurm/sb-slurmver-matrix-22.05.8-test-lifecycle")._check_socket_paths(
+            Params()
+        )
+    Sandbox("/var/lib/acbslurm/sandbox-slurm-25.11.7-lc")._check_socket_paths(Params())

@@ -1,5 +1,7 @@
+import pytest
 from fake_slurm import FakeSlurm
 
+from acbslurm.errors import SlurmError
 from acbslurm.slurm.allocation import (
     Allocation,
     count_cpu_ids,
@@ -35,11 +37,31 @@ def test_units() -> None:
     assert mem_to_mb("2048") == 2048
 
 
-def test_unreadable_scontrol_output_means_unknown_not_failure(fake_slurm: FakeSlurm) -> None:
-    """The prolog must not drain a node because scontrol printed something odd."""
+def test_unreadable_scontrol_output_is_an_error_not_no_limits(fake_slurm: FakeSlurm) -> None:
+    """The prolog must never fall back silently to "no limits" (issue 12)."""
     fake_slurm.respond("scontrol", stdout="JobId=5 NumNodes=1 Nodes=n1 CPU_IDs=0-x Mem=lots\n")
-    assert job_allocation("5", "n1") == Allocation()
+    with pytest.raises(SlurmError, match="cannot parse scontrol's answer"):
+        job_allocation("5", "n1")
     assert fake_slurm.argvs() == [["scontrol", "show", "job", "-d", "-o", "5"]]
-    # nor because slurmctld did not answer
+
+
+def test_an_unreachable_controller_is_an_error_naming_scontrol(fake_slurm: FakeSlurm) -> None:
     fake_slurm.respond("scontrol", stderr="Unable to contact slurm controller\n", rc=1)
-    assert job_allocation("5", "n1") == Allocation()
+    with pytest.raises(SlurmError) as exc:
+        job_allocation("5", "n1")
+    msg = str(exc.value).splitlines()[0]
+    assert "scontrol (from PATH (set slurm_bin_dir)) failed" in msg
+    assert "Unable to contact slurm controller" in msg
+
+
+def test_the_bin_dir_names_the_scontrol_that_runs(fake_slurm: FakeSlurm) -> None:
+    fake_slurm.respond("scontrol", stdout="JobId=5 NumNodes=1 NumCPUs=2 TRES=cpu=2,mem=1G\n")
+    alloc = job_allocation("5", "n1", bin_dir=str(fake_slurm.bin_dir))
+    assert alloc == Allocation(2, 1024)
+    assert fake_slurm.calls("scontrol")
+
+
+def test_no_cpus_is_an_error(fake_slurm: FakeSlurm) -> None:
+    fake_slurm.respond("scontrol", stdout="JobId=5 NumNodes=2 NumCPUs=2\n")
+    with pytest.raises(SlurmError, match="names no CPUs of job 5 on n1"):
+        job_allocation("5", "n1")

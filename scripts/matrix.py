@@ -1,0 +1,168 @@
+"""`make matrix`: the integration suite on every supported Slurm release, then the
+22.05 -> 23.11 -> 25.11 upgrade path; writes docs/compatibility.md.
+
+Each release gets its own sandbox (ACBSLURM_MATRIX_DIR/<release>, default
+/var/lib/acbslurm/matrix-<release>) on one port base (ACBSLURM_SANDBOX_PORT_BASE,
+default 16897), brought up by the suite's fixture and stopped after it. Releases built
+from source come from ACBSLURM_SLURM_SOURCES (the Makefile points it at
+../shared/slurm-src) and are built once into the cache. ACBSLURM_MATRIX_RELEASES
+(comma list) runs a subset.
+
+    sudo make matrix
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from acbslurm.sandbox import Sandbox  # noqa: E402
+from acbslurm.slurm.versions import DEBIAN_RELEASE, SUPPORTED  # noqa: E402
+
+OUT = ROOT / "docs" / "compatibility.md"
+NOTES = """
+## What differs between releases (acbslurm/slurm/versions.py has each branch)
+
+- slurm.conf: `CryptoType=crypto/munge` (22.05) became `CredType=cred/munge` (23.02 on;
+  CryptoType is still read as an alias up to 26.05). `task/none` is gone from 23.11
+  (`TaskPlugin` is left out). From 23.02, `AccountingStorageTRES` names
+  `gres/gpumem,gres/gpuutil` with `gres/gpu`, so slurmdbd's tres_table has them and
+  the report's GPU-utilization columns read step rows (the integration test writes
+  them as slurmdbd does, since emulated GPUs give NVML no samples).
+- MariaDB: slurmdbd warns below half of its recommended `innodb_buffer_pool_size`,
+  1 GiB up to 23.02 and 4 GiB from 23.11; the sandbox gives 1 GiB or 2 GiB.
+- Programs: a built release lives under its own prefix; its clients must come first on
+  PATH (Debian's 22.05 clients fail against newer daemons: "Incompatible versions of
+  client and server code"), and the hooks run the site's scontrol (`slurm_bin_dir`).
+- slurmdbd schema: 12 (22.05) -> 15 (23.11.11; 14 was the first 23.11 releases) -> 16
+  (24.11 to 26.05). A 25.11 or 26.05 slurmdbd converts only 15 and newer, 24.11 13 and
+  newer: a 22.05 database goes through 23.11. Columns added to the job table: 23.11
+  `extra`, `failed_node`, `licenses`; 25.11 `qos_req`, `restart_cnt`, `resv_req`,
+  `segment_size`, `std_err`, `std_in`, `std_out` (the step table gained `timelimit`,
+  `cwd`, `std_*`). The report names its columns, so none of this changes its numbers.
+- Unchanged on every release tested: the squeue/sacct/scontrol text formats acbslurm
+  reads; with `PrologFlags=Alloc` the prolog's environment names the job's GPUs and
+  user (`SLURM_JOB_GPUS`/`CUDA_VISIBLE_DEVICES`, `SLURM_JOB_UID`: the hooks tests and
+  the record test check the mapped UUID, uid, CPUs and memory); the `File=` form of
+  gres.conf.
+- pyslurm: built and contract-tested for 25.11 (pyslurm 25.11.2); its half of
+  `test_backend_contract.py` is skipped on the other releases.
+"""
+
+
+def run_release(release: str, port_base: str) -> dict[str, object]:
+    base = os.environ.get("ACBSLURM_MATRIX_DIR", "/var/lib/acbslurm/matrix")
+    sandbox_dir = f"{base}-{release}"
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "ACBSLURM_SANDBOX_DIR": sandbox_dir,
+        "ACBSLURM_SANDBOX_PORT_BASE": port_base,
+        "ACBSLURM_SANDBOX_SLURM": "debian" if release == DEBIAN_RELEASE else release,
+    }
+    t = time.monotonic()
+    res = subprocess.run(
+        [sys.executable, "-m", "pytest", "tests/integration", "-q", "-p", "no:cacheprovider"],
+        cwd=ROOT, env=env, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    seconds = round(time.monotonic() - t)
+    Sandbox(sandbox_dir).down()
+    tail = res.stdout.strip().splitlines()[-1] if res.stdout.strip() else res.stderr[-300:]
+    counts = {k: int(n) for n, k in re.findall(r"(\d+) (passed|failed|error|errors)", tail)}
+    failed = re.findall(r"^(?:FAILED|ERROR) (\S+)", res.stdout, re.M)
+    log = ROOT / "build" / f"matrix-{release}.log"
+    log.parent.mkdir(exist_ok=True)
+    log.write_text(res.stdout + res.stderr)
+    print(f"matrix: Slurm {release}: {tail} ({seconds} s, log {log})", flush=True)
+    return {"release": release, "ok": res.returncode == 0, "counts": counts,
+            "failed": failed, "seconds": seconds}  # fmt: skip
+
+
+def upgrade_path(port_base: str) -> tuple[bool, list[dict[str, object]], int]:
+    t = time.monotonic()
+    res = subprocess.run(
+        [sys.executable, "scripts/upgrade_path.py", "--port-base", port_base, "--dir",
+         os.environ.get("ACBSLURM_MATRIX_DIR", "/var/lib/acbslurm/matrix") + "-upgrade-path"],
+        cwd=ROOT, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    steps = [json.loads(ln) for ln in res.stdout.splitlines() if ln.startswith("{")]
+    if res.returncode != 0:
+        print(res.stderr[-2000:], file=sys.stderr)
+    return res.returncode == 0, steps, round(time.monotonic() - t)
+
+
+def write(
+    results: list[dict[str, object]], upgrade: tuple[bool, list[dict[str, object]], int]
+) -> None:
+    ok, steps, seconds = upgrade
+    lines = [
+        "# Compatibility: acbslurm on each Slurm release",
+        "",
+        f"Written by `make matrix` on {time.strftime('%Y-%m-%d %H:%M %Z')} on this project's",
+        "2-core Debian 12 machine: the integration suite (`tests/integration`) on a sandbox",
+        "running each release (22.05.8 is Debian's package; the others are built from",
+        "SchedMD's release tarballs in ../shared/slurm-src). Release differences and the",
+        "release that needed each are in `acbslurm/slurm/versions.py`.",
+        "",
+        "| Slurm | result | passed | failed | seconds | failing tests |",
+        "|---|---|---|---|---|---|",
+    ]
+    by_release = {r["release"]: r for r in results}
+    for release in SUPPORTED:
+        r = by_release.get(release)
+        if r is None:
+            lines.append(f"| {release} | not run | | | | |")
+            continue
+        c = r["counts"]
+        assert isinstance(c, dict)
+        bad = c.get("failed", 0) + c.get("error", 0) + c.get("errors", 0)
+        names = ", ".join(str(f) for f in r["failed"]) or "-"  # type: ignore[attr-defined]
+        lines.append(
+            f"| {r['release']} | {'pass' if r['ok'] else 'FAIL'} | {c.get('passed', 0)} "
+            f"| {bad} | {r['seconds']} | {names} |"
+        )
+    lines += [
+        "",
+        "## Upgrade path 22.05 -> 23.11 -> 25.11",
+        "",
+        f"`scripts/upgrade_path.py` ({seconds} s): {'pass' if ok else 'FAIL'}. Three jobs",
+        "recorded on 22.05; at each step the report's GPUs and GPU-seconds for them must",
+        "equal the first step's and sacct's.",
+        "",
+        "| Slurm | schema | same numbers | jobs (gpus, gpu_seconds) | columns changed |",
+        "|---|---|---|---|---|",
+    ]
+    for s in steps:
+        jobs = s["jobs"]
+        assert isinstance(jobs, dict)
+        shown = "; ".join(
+            f"{k}: {v['gpus']}, {v['gpu_seconds']}" if v else f"{k}: missing"
+            for k, v in jobs.items()
+        )
+        lines.append(
+            f"| {s['slurm']} | {s['schema']} | {s['equal_to_first_and_sacct']} | {shown} |"
+        )
+    OUT.write_text("\n".join(lines) + "\n" + NOTES)
+    print(f"matrix: wrote {OUT}")
+
+
+def main() -> int:
+    port_base = os.environ.get("ACBSLURM_SANDBOX_PORT_BASE", "16897")
+    wanted = os.environ.get("ACBSLURM_MATRIX_RELEASES", "")
+    releases = [r for r in SUPPORTED if not wanted or r in wanted.split(",")]
+    results = [run_release(r, port_base) for r in releases]
+    upgrade = upgrade_path(port_base)
+    write(results, upgrade)
+    return 0 if all(r["ok"] for r in results) and upgrade[0] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
