@@ -78,6 +78,13 @@ def test_a_killed_dockerd_leaks_no_container_and_no_gpu(idle: Any, scripts: Path
         wait_job(sb, job, ("CANCELLED", "FAILED", "COMPLETED"), 60)
         # The epilog found the container without Docker and killed it.
         _wait(f"container process {pid} of job {job} ends", lambda: not _alive(pid), 30)
+        # Slurm 25.11 shows CANCELLED while the epilog still runs (COMPLETING): the daemon
+        # comes back only once the epilog is done, so it is the next job's to sweep.
+        _wait(
+            f"job {job} to leave the queue",
+            lambda: not sb.run_slurm(["squeue", "-h", "-j", job], check=False).stdout.strip(),
+            60,
+        )
         node = sb.run_slurm(["sinfo", "-h", "-N", "-o", "%T"]).stdout.strip()
         assert "drain" not in node, node
     finally:
