@@ -52,14 +52,32 @@ def rights_for(conn: Any, schema: Schema, uid: int, private: bool) -> Rights:
     if level and int(level[0][0]) >= OPERATOR:
         return Rights(uid, user, all_jobs=True)
     # The accounts the user coordinates and every account below them (lft..rgt nest).
-    # Table names come from Schema (validated); the user is a %s parameter.
-    assoc = schema.table("assoc_table")
-    sql = (
-        f"SELECT DISTINCT c.acct FROM {assoc} AS c JOIN {assoc} AS p"  # noqa: S608
-        " ON c.lft BETWEEN p.lft AND p.rgt JOIN acct_coord_table AS k ON k.acct = p.acct"
-        " WHERE k.user = %s AND k.deleted = 0 AND p.user = '' AND c.user = ''"
-        " AND p.deleted = 0 AND c.deleted = 0"
+    coordinated = fetch_rows(
+        conn, "SELECT acct FROM acct_coord_table WHERE user = %s AND deleted = 0", (user,)
     )
-    coordinated = fetch_rows(conn, sql, (user,))
-    accounts = tuple(sorted(str(r[0]) for r in coordinated))
+    accounts: tuple[str, ...] = ()
+    if coordinated:
+        # Sub-accounts by parent_acct, which every schema has (lft/rgt went in 23.11,
+        # lineage came then). The table name comes from Schema (validated).
+        tree = fetch_rows(
+            conn,
+            f"SELECT acct, parent_acct FROM {schema.table('assoc_table')}"  # noqa: S608
+            " WHERE user = '' AND deleted = 0",
+        )
+        accounts = tuple(sorted(descendants({str(r[0]) for r in coordinated}, tree)))
     return Rights(uid, user, all_jobs=False, accounts=accounts)
+
+
+def descendants(roots: set[str], tree: list[tuple[object, ...]]) -> set[str]:
+    """``roots`` and every account below them in ``(account, parent)`` rows."""
+    children: dict[str, set[str]] = {}
+    for acct, parent in tree:
+        children.setdefault(str(parent), set()).add(str(acct))
+    found: set[str] = set()
+    stack = list(roots)
+    while stack:
+        acct = stack.pop()
+        if acct not in found:
+            found.add(acct)
+            stack.extend(children.get(acct, ()))
+    return found

@@ -37,3 +37,12 @@ def test_rights_say_what_they_allow() -> None:
     assert Rights(0, "root", all_jobs=True).describe() == "all jobs"
     r = Rights(1001, "user1", all_jobs=False, accounts=("lab",))
     assert r.describe() == "the jobs of user1 and of the accounts lab (PrivateData=jobs)"
+
+
+def test_a_coordinator_sees_the_accounts_below_theirs() -> None:
+    from acbslurm.accounting.rights import descendants
+
+    tree = [("root", ""), ("lab", "root"), ("lab-a", "lab"), ("lab-a1", "lab-a"), ("other", "root")]
+    assert descendants({"lab"}, tree) == {"lab", "lab-a", "lab-a1"}
+    assert descendants({"other"}, tree) == {"other"}
+    assert descendants({"lab-a1"}, tree) == {"lab-a1"}
