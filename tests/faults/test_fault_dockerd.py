@@ -19,18 +19,22 @@ from sandboxtest import IMAGE, acbslurm_run, docker_api, submit, wait_container,
 pytestmark = pytest.mark.integration
 
 
-def _dockerd_pid(uid: int) -> int:
+def _dockerd_pid(sb: Any) -> int:
+    """The dockerd of THIS sandbox's user daemon: matched by its --data-root, not by its
+    owner (several sandboxes on one machine each run a dockerd as user1, and killing
+    another's broke that sandbox's tests)."""
+    data_root = f"--data-root={sb.layout.docker_data(sb.user)}".encode()
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
             comm = Path(f"/proc/{entry}/comm").read_text().strip()
-            owner = os.stat(f"/proc/{entry}").st_uid
+            args = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if comm == "dockerd" and owner == uid:
+        if comm == "dockerd" and data_root in args:
             return int(entry)
-    raise AssertionError(f"no dockerd of uid {uid} runs")
+    raise AssertionError(f"no dockerd with {data_root.decode()} runs")
 
 
 def _alive(pid: int) -> bool:
@@ -59,7 +63,7 @@ def test_a_killed_dockerd_leaks_no_container_and_no_gpu(idle: Any, scripts: Path
     # The host's view of the container's process: it carries the job's id.
     assert f"ACBSLURM_JOB_ID={job}".encode() in Path(f"/proc/{pid}/environ").read_bytes()
 
-    os.kill(_dockerd_pid(sb.uid), signal.SIGKILL)
+    os.kill(_dockerd_pid(sb), signal.SIGKILL)
     try:
         time.sleep(1)
         assert _alive(pid), "the container died with its daemon: nothing left to test"
