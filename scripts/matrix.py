@@ -160,7 +160,12 @@ def main() -> int:
     releases = [r for r in SUPPORTED if not wanted or r in wanted.split(",")]
     results = [run_release(r, port_base) for r in releases]
     upgrade = upgrade_path(port_base)
-    write(results, upgrade)
+    # A run of a subset keeps the other releases' last results (build/matrix.json).
+    saved = ROOT / "build" / "matrix.json"
+    earlier = json.loads(saved.read_text()) if wanted and saved.exists() else {}
+    merged = {**earlier, **{str(r["release"]): r for r in results}}
+    saved.write_text(json.dumps(merged, indent=2) + "\n")
+    write(list(merged.values()), upgrade)
     return 0 if all(r["ok"] for r in results) and upgrade[0] else 1
 
 
