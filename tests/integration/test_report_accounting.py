@@ -139,7 +139,10 @@ def history(sandbox: Sandbox) -> dict[str, Any]:
             ["sacct", "-X", "-n", "-P", "-j", ids["pending_cancelled"], "-o", "State"]
         )
         rq = sb.run_slurm(["sacct", "-D", "-X", "-n", "-P", "-j", ids["requeued"], "-o", "State"])
-        return "CANCELLED" in pc.stdout and len(rq.stdout.split()) >= 2
+        # The running job too: the report reads the database before sacct does, and a
+        # row slurmdbd writes in between made the two differ (seen on 22.05 and 26.05).
+        run = sb.run_slurm(["sacct", "-X", "-n", "-P", "-j", ids["running"], "-o", "State"])
+        return "CANCELLED" in pc.stdout and len(rq.stdout.split()) >= 2 and "RUNNING" in run.stdout
 
     wait_for(stored, timeout=60, what="slurmdbd to store the records")
     ids["t0"] = t0
