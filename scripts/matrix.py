@@ -99,6 +99,20 @@ def upgrade_path(port_base: str) -> tuple[bool, list[dict[str, object]], int]:
     return res.returncode == 0, steps, round(time.monotonic() - t)
 
 
+def _columns(changed: object) -> str:
+    """``job: +extra +failed_node; step: -`` from upgrade_path.py's column changes."""
+    if not isinstance(changed, dict):
+        return ""
+    parts = []
+    for table, diff in changed.items():
+        if "columns" in diff:
+            parts.append(f"{table}: {diff['columns']} columns")
+            continue
+        items = [f"+{c}" for c in diff["added"]] + [f"-{c}" for c in diff["dropped"]]
+        parts.append(f"{table}: {' '.join(items) or 'none'}")
+    return "; ".join(parts)
+
+
 def write(
     results: list[dict[str, object]], upgrade: tuple[bool, list[dict[str, object]], int]
 ) -> None:
@@ -148,7 +162,8 @@ def write(
             for k, v in jobs.items()
         )
         lines.append(
-            f"| {s['slurm']} | {s['schema']} | {s['equal_to_first_and_sacct']} | {shown} |"
+            f"| {s['slurm']} | {s['schema']} | {s['equal_to_first_and_sacct']} | {shown} "
+            f"| {_columns(s.get('columns'))} |"
         )
     OUT.write_text("\n".join(lines) + "\n" + NOTES)
     print(f"matrix: wrote {OUT}")
