@@ -99,6 +99,20 @@ def upgrade_path(port_base: str) -> tuple[bool, list[dict[str, object]], int]:
     return res.returncode == 0, steps, round(time.monotonic() - t)
 
 
+def _columns(changed: object) -> str:
+    """``job: +extra +failed_node; step: -`` from upgrade_path.py's column changes."""
+    if not isinstance(changed, dict):
+        return ""
+    parts = []
+    for table, diff in changed.items():
+        if "columns" in diff:
+            parts.append(f"{table}: {diff['columns']} columns")
+            continue
+        items = [f"+{c}" for c in diff["added"]] + [f"-{c}" for c in diff["dropped"]]
+        parts.append(f"{table}: {' '.join(items) or 'none'}")
+    return "; ".join(parts)
+
+
 def write(
     results: list[dict[str, object]], upgrade: tuple[bool, list[dict[str, object]], int]
 ) -> None:
@@ -148,7 +162,8 @@ def write(
             for k, v in jobs.items()
         )
         lines.append(
-            f"| {s['slurm']} | {s['schema']} | {s['equal_to_first_and_sacct']} | {shown} |"
+            f"| {s['slurm']} | {s['schema']} | {s['equal_to_first_and_sacct']} | {shown} "
+            f"| {_columns(s.get('columns'))} |"
         )
     OUT.write_text("\n".join(lines) + "\n" + NOTES)
     print(f"matrix: wrote {OUT}")
@@ -160,7 +175,12 @@ def main() -> int:
     releases = [r for r in SUPPORTED if not wanted or r in wanted.split(",")]
     results = [run_release(r, port_base) for r in releases]
     upgrade = upgrade_path(port_base)
-    write(results, upgrade)
+    # A run of a subset keeps the other releases' last results (build/matrix.json).
+    saved = ROOT / "build" / "matrix.json"
+    earlier = json.loads(saved.read_text()) if wanted and saved.exists() else {}
+    merged = {**earlier, **{str(r["release"]): r for r in results}}
+    saved.write_text(json.dumps(merged, indent=2) + "\n")
+    write(list(merged.values()), upgrade)
     return 0 if all(r["ok"] for r in results) and upgrade[0] else 1
 
 
