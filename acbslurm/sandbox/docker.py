@@ -16,7 +16,7 @@ from pathlib import Path
 from acbslurm import proc
 from acbslurm.errors import SetupError
 from acbslurm.sandbox.layout import IMAGE, Layout
-from acbslurm.sandbox.procs import Proc, spawn, wait_for
+from acbslurm.sandbox.procs import Proc, running, spawn, wait_for
 
 ROOTLESS_SCRIPT = "/usr/share/docker.io/contrib/dockerd-rootless.sh"
 DOCKER = "/usr/bin/docker"  # Debian's client, matching its daemon
@@ -118,14 +118,6 @@ def start(layout: Layout, pw: pwd.struct_passwd, marker: str) -> Proc:
     return p
 
 
-def _running(pid: int) -> bool:
-    """Alive and not a zombie (nobody may reap an orphan of a dead rootlesskit)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
-
-
 def stop_leftover_containerd(layout: Layout, user: str) -> list[int]:
     """SIGKILL the containerd a killed dockerd left running (it is not tied to its
     parent): a new dockerd finds its pid file, takes it for alive, and times out on it.
@@ -147,7 +139,7 @@ def stop_leftover_containerd(layout: Layout, user: str) -> list[int]:
                 killed.append(int(entry.name))
     # Gone, not just signalled: dockerd checks the pid in containerd.pid.
     deadline = time.monotonic() + 10
-    while any(_running(pid) for pid in killed) and time.monotonic() < deadline:
+    while any(running(pid) for pid in killed) and time.monotonic() < deadline:
         time.sleep(0.05)
     with contextlib.suppress(FileNotFoundError):
         Path(config).with_name("containerd.pid").unlink()

@@ -40,13 +40,16 @@ class Proc:
     start_time: int
 
     def alive(self) -> bool:
-        if _start_time(self.pid) != self.start_time:
-            return False
-        try:
-            state = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            return False
-        return state != "Z"
+        return _start_time(self.pid) == self.start_time and running(self.pid)
+
+
+def running(pid: int) -> bool:
+    """Alive and not a zombie (an orphan nobody reaps stays listed in /proc)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
 
 
 def pidfile(run_dir: Path, name: str) -> Path:

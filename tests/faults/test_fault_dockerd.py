@@ -16,6 +16,8 @@ from typing import Any
 import pytest
 from sandboxtest import IMAGE, acbslurm_run, docker_api, submit, wait_container, wait_job
 
+from acbslurm.sandbox.procs import running
+
 pytestmark = pytest.mark.integration
 
 
@@ -34,14 +36,6 @@ def _dockerd_pid(sb: Any) -> int:
         if comm == "dockerd" and host in argv:
             return int(entry)
     raise AssertionError(f"no dockerd with {host} runs")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 def _wait(what: str, cond: Any, timeout: float = 60) -> None:
@@ -73,11 +67,11 @@ def test_a_killed_dockerd_leaks_no_container_and_no_gpu(idle: Any, scripts: Path
         text = out.read_text(errors="replace")
         assert "run exit 125" in text and "the Docker daemon went away" in text, text
         assert "Traceback" not in text
-        assert _alive(pid), "the container died with its daemon: nothing left to test"
+        assert running(pid), "the container died with its daemon: nothing left to test"
         sb.run_slurm(["scancel", job])
         wait_job(sb, job, ("CANCELLED", "FAILED", "COMPLETED"), 60)
         # The epilog found the container without Docker and killed it.
-        _wait(f"container process {pid} of job {job} ends", lambda: not _alive(pid), 30)
+        _wait(f"container process {pid} of job {job} ends", lambda: not running(pid), 30)
         # Slurm 25.11 shows CANCELLED while the epilog still runs (COMPLETING): the daemon
         # comes back only once the epilog is done, so it is the next job's to sweep.
         _wait(
