@@ -170,13 +170,17 @@ def test_which_gpu_a_job_used_stays_known_after_it_ended(sandbox: Sandbox) -> No
     job = sbatch_as(sb, "user1", "--gres=gpu:2", "--wrap", "sleep 1")
     uuids = {g.uuid for g in sb.gpus}
     deadline = time.monotonic() + 90
-    while True:  # ended, and its record gone: only slurmdbd knows now
+    record = sb.layout.records / f"{job}.json"
+    # Ended, and its record gone: only slurmdbd knows now. slurmdbd may store
+    # COMPLETED before the epilog has run (the job is still COMPLETING), so the
+    # record's removal is a state of its own to wait for.
+    while True:
         got = rows(sb, "user1", "--start", f"@{t0}").get(job)
-        if got and got["state"] == "COMPLETED" and got["gpu_devices"]:
+        done = got and got["state"] == "COMPLETED" and got["gpu_devices"]
+        if done and not record.exists():
             break
-        assert time.monotonic() < deadline, f"no devices for job {job}: {got}"
+        assert time.monotonic() < deadline, f"job {job}: {got}, record left: {record.exists()}"
         time.sleep(0.5)
-    assert not (sb.layout.records / f"{job}.json").exists()
     assert {d["uuid"] for d in got["gpu_devices"]} == uuids
     assert sorted(d["index"] for d in got["gpu_devices"]) == [0, 1]
     assert {d["node"] for d in got["gpu_devices"]} == {sb.params.node}
