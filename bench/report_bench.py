@@ -9,7 +9,7 @@ then ``--repeat`` times, the report and sacct alternating, and the medians are p
 (the machine is shared; one run alone says little); every pair must agree. The report
 runs from cached bytecode, as an installed package does.
 
-    python bench/report_bench.py [--dir SANDBOX] [--user UID] [--repeat N]
+    python bench/report_bench.py [--dir SANDBOX] [--user UID] [--repeat N] [--service-only]
 """
 
 from __future__ import annotations
@@ -129,6 +129,9 @@ def main() -> int:
     ap.add_argument("--dir", default=None, help="sandbox directory")
     ap.add_argument("--user", type=int, default=None, help="uid for the one-user report")
     ap.add_argument("--repeat", type=int, default=5, help="runs per case (medians printed)")
+    ap.add_argument(
+        "--service-only", action="store_true", help="only the report service vs direct cases"
+    )
     a = ap.parse_args()
     sb = Sandbox.load(a.dir)
     meta = json.loads((sb.layout.state / "bench-fill.json").read_text())
@@ -141,7 +144,13 @@ def main() -> int:
     created = ensure_login(uid)
     try:
         with tempfile.TemporaryDirectory(prefix="acbslurm-bench-pyc-") as pyc:
+            # Readable by the user the service case runs as: TemporaryDirectory is 0700,
+            # and a user who cannot read the cache compiles every module on every run
+            # (0.3 s here), which is the bench's cost, not the service's.
+            os.chmod(pyc, 0o755)
             env["PYTHONPYCACHEPREFIX"] = pyc
+            if a.service_only:
+                return report_service_only(uid, env, max(1, a.repeat))
             return run(sb, uid, env, meta, max(1, a.repeat))
     finally:
         if created:
@@ -223,6 +232,15 @@ def run(sb: Sandbox, uid: int, env: dict[str, str], meta: dict[str, Any], repeat
         print(json.dumps(r))
     ok = ok and all(r["ratio"] <= GOALS["service_ratio"] and r["same_numbers"] for r in service)
     print(f"goals {GOALS}: {'met' if ok else 'NOT met'}")
+    return 0 if ok else 1
+
+
+def report_service_only(uid: int, env: dict[str, str], repeat: int) -> int:
+    service = via_service(uid, env, int(time.time()) - 365 * 86400, repeat)
+    for r in service:
+        print(json.dumps(r))
+    ok = all(r["ratio"] <= GOALS["service_ratio"] and r["same_numbers"] for r in service)
+    print(f"goal service_ratio <= {GOALS['service_ratio']}: {'met' if ok else 'NOT met'}")
     return 0 if ok else 1
 
 
