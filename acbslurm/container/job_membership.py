@@ -9,26 +9,11 @@ from __future__ import annotations
 
 import os
 
-
-def _read(path: str) -> str:
-    try:
-        with open(path, "rb") as f:
-            return f.read().decode(errors="replace")
-    except OSError:
-        return ""
+from acbslurm.procfs import parent_pid, read_bytes, real_uid
 
 
 def _parent_and_uid(pid: int) -> tuple[int, int]:
-    stat = _read(f"/proc/{pid}/stat")
-    # The command name (field 2) may hold spaces and parentheses: split after the last ')'.
-    fields = stat.rpartition(")")[2].split()
-    ppid = int(fields[1]) if len(fields) > 1 else 0
-    uid = -1
-    for line in _read(f"/proc/{pid}/status").splitlines():
-        if line.startswith("Uid:"):
-            uid = int(line.split()[1])  # real uid
-            break
-    return ppid, uid
+    return parent_pid(read_bytes(f"/proc/{pid}/stat")), real_uid(read_bytes(f"/proc/{pid}/status"))
 
 
 def stepd_job_of_ancestors(pid: int | None = None) -> str | None:
@@ -38,7 +23,7 @@ def stepd_job_of_ancestors(pid: int | None = None) -> str | None:
     while pid > 1 and seen < 64:
         seen += 1
         ppid, uid = _parent_and_uid(pid)
-        cmd = _read(f"/proc/{pid}/cmdline").split("\0", 1)[0]
+        cmd = read_bytes(f"/proc/{pid}/cmdline").split(b"\0", 1)[0].decode(errors="replace")
         if uid == 0 and cmd.startswith("slurmstepd: ["):
             return cmd[len("slurmstepd: [") :].split(".", 1)[0].split("]", 1)[0]
         pid = ppid

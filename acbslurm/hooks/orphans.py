@@ -20,6 +20,7 @@ import os
 import signal
 import time
 
+from acbslurm.procfs import read_bytes, real_uid
 from acbslurm.units import is_ascii_int
 
 ENV_NAME = "ACBSLURM_JOB_ID"
@@ -41,21 +42,6 @@ def subuid_ranges(user: str, path: str = "/etc/subuid") -> list[tuple[int, int]]
     return out
 
 
-def _read(path: str) -> bytes:
-    try:
-        with open(path, "rb") as f:
-            return f.read()
-    except OSError:  # gone meanwhile, or a kernel thread
-        return b""
-
-
-def _real_uid(status: bytes) -> int:
-    for line in status.splitlines():
-        if line.startswith(b"Uid:"):
-            return int(line.split()[1])
-    return -1
-
-
 class _UserUids:
     """The job user's uid and subuids: a rootless container's processes run as these."""
 
@@ -64,7 +50,7 @@ class _UserUids:
         self.ranges = subuid_ranges(user, subuid) if user else []
 
     def owns(self, status: bytes) -> bool:
-        u = _real_uid(status)
+        u = real_uid(status)
         return u == self.uid or any(first <= u < first + n for first, n in self.ranges)
 
 
@@ -84,10 +70,10 @@ def job_processes(
     owner = _UserUids(uid, user, subuid)
     found = []
     for entry in _processes(proc):
-        status = _read(f"{proc}/{entry}/status")
+        status = read_bytes(f"{proc}/{entry}/status")
         if not owner.owns(status) or b"\nState:\tZ" in status:
             continue  # someone else's, or a zombie (it holds nothing any more)
-        if marker in _read(f"{proc}/{entry}/environ").split(b"\0"):
+        if marker in read_bytes(f"{proc}/{entry}/environ").split(b"\0"):
             found.append(int(entry))
     return sorted(found)
 
@@ -136,7 +122,7 @@ def device_holders(
     owner = _UserUids(uid, user, subuid)
     found = []
     for entry in _processes(proc):
-        if not owner.owns(_read(f"{proc}/{entry}/status")):
+        if not owner.owns(read_bytes(f"{proc}/{entry}/status")):
             continue
         try:
             fds = os.listdir(f"{proc}/{entry}/fd")
@@ -162,7 +148,7 @@ def _unswept_file(record_dir: str, uid: int) -> str:
 
 def unswept(record_dir: str, uid: int) -> list[str]:
     """Jobs of ``uid`` whose containers could not be removed (daemon unreachable)."""
-    text = _read(_unswept_file(record_dir, uid)).decode(errors="replace")
+    text = read_bytes(_unswept_file(record_dir, uid)).decode(errors="replace")
     return [j for j in text.split() if j]
 
 

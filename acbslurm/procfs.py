@@ -1,0 +1,34 @@
+"""Reading /proc the way the hooks and `acbslurm run` need it: a process may end at any
+moment between listing and reading, so every read answers "nothing" rather than raise.
+
+Shared by ``hooks/orphans.py`` (the epilog's sweep of a job's leftover processes) and
+``container/job_membership.py`` (is this process really in job N?).
+"""
+
+from __future__ import annotations
+
+
+def read_bytes(path: str) -> bytes:
+    """The file's bytes; empty when it cannot be read (gone meanwhile, a kernel thread)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
+
+
+def real_uid(status: bytes) -> int:
+    """The real uid of a ``/proc/PID/status`` text; -1 when it has none (gone)."""
+    for line in status.splitlines():
+        if line.startswith(b"Uid:"):
+            return int(line.split()[1])
+    return -1
+
+
+def parent_pid(stat: bytes) -> int:
+    """The parent pid of a ``/proc/PID/stat`` text; 0 when it has none (gone).
+
+    The command name (field 2) may hold spaces and parentheses: split after the last ')'.
+    """
+    fields = stat.rpartition(b")")[2].split()
+    return int(fields[1]) if len(fields) > 1 else 0
