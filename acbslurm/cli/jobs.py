@@ -179,7 +179,14 @@ def _wait_for(job_ids: list[str], interval: float, as_json: bool, spec: JobSpec)
     """Follow the jobs to their end; 1 if one did not complete, with the reasons."""
     from acbslurm.cli.waiting import explain, follow, is_terminal
 
-    final = follow(job_ids, interval, record_dir=_record_dir(), live=is_terminal(), quiet=as_json)
+    final = follow(
+        job_ids,
+        interval,
+        record_dir=_record_dir(),
+        live=is_terminal(),
+        quiet=as_json,
+        backend=_backend(),
+    )
     failed = [j for j in final if j.failed]
     if as_json:
         click.echo(json.dumps({"job_ids": job_ids, "jobs": [j.as_json() for j in final]}))
@@ -299,7 +306,7 @@ def status(
     from acbslurm.slurm.jobs import query_jobs
 
     ids = _validate_ids(job_ids)
-    jobs = query_jobs(ids, user=user, record_dir=_record_dir())
+    jobs = query_jobs(ids, user=user, record_dir=_record_dir(), backend=_backend())
     if as_json:
         unknown = [j.job_id for j in jobs if j.state == "UNKNOWN" and not j.reason]
         out = {"jobs": [j.as_json() for j in jobs if j.job_id not in unknown], "unknown": unknown}
@@ -388,12 +395,13 @@ def cancel(ctx: click.Context, job_ids: tuple[str, ...], as_json: bool) -> None:
 
     ids = list(dict.fromkeys(_validate_ids(job_ids)))
     rows: dict[str, list[JobInfo]] = {i: [] for i in ids}
-    for job in query_jobs(ids):
+    backend = _backend()
+    for job in query_jobs(ids, backend=backend):
         rows[job.array_job_id or job.job_id].append(job)
     unknown = [i for i in ids if all(j.state == "UNKNOWN" for j in rows[i])]
     ended = [i for i in ids if i not in unknown and all(j.finished for j in rows[i])]
     live = [i for i in ids if i not in unknown and i not in ended]
-    cancel_jobs(live, backend=_backend())
+    cancel_jobs(live, backend=backend)
     states = {i: sorted({j.state for j in rows[i]}) for i in ended}
     if as_json:
         out = {

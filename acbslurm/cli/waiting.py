@@ -74,15 +74,25 @@ class Progress:
 
 
 def follow(
-    job_ids: list[str], interval: float, *, record_dir: str, live: bool, quiet: bool
+    job_ids: list[str],
+    interval: float,
+    *,
+    record_dir: str,
+    live: bool,
+    quiet: bool,
+    backend: str = "cli",
 ) -> list[JobInfo]:
     """Watch ``job_ids`` to their end; on Ctrl-C say they keep running and exit 130."""
+    import functools
+
+    from acbslurm.slurm.jobs import query_jobs
     from acbslurm.slurm.watch import watch_jobs
 
     progress = Progress(live=live, quiet=quiet)
     snapshot: list[JobInfo] = []
     try:
-        for snapshot in watch_jobs(job_ids, interval=interval, record_dir=record_dir):
+        query = functools.partial(query_jobs, backend=backend)
+        for snapshot in watch_jobs(job_ids, interval=interval, record_dir=record_dir, query=query):
             progress.show(snapshot)
     except KeyboardInterrupt:
         if live and not quiet:

@@ -11,7 +11,9 @@
    it wraps (25.11.x for 25.11), and a libslurm of another release refuses to talk to
    the daemons. The running release is ``scontrol --version`` of the site's clients.
 
-Status and the watcher stay on squeue/sacct/scontrol with either backend.
+With pyslurm, ``status``, the ``--wait`` watcher and ``cancel`` ask the controller
+in-process too (one RPC a poll, GPUs included); jobs the controller has forgotten
+come from sacct with either backend.
 """
 
 from __future__ import annotations

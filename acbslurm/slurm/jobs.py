@@ -292,22 +292,27 @@ def query_jobs(
     record_dir: str = "",
     env: Mapping[str, str] | None = None,
     gpu_cache: GpuCache | None = None,
+    backend: str = "cli",
 ) -> list[JobInfo]:
     """State of ``job_ids`` (or all jobs of ``user`` / everyone), in a few batched calls.
 
     An array's own id (what sbatch prints for ``--array``) stands for all its tasks:
     it comes back as one row per task (``array_job_id`` set), live ones from squeue
-    and the ones the controller already forgot from sacct.
+    and the ones the controller already forgot from sacct. ``backend`` "pyslurm" asks
+    the controller in-process instead of squeue and scontrol (this process's Slurm:
+    ``env`` must be None).
     """
     wanted = list(dict.fromkeys(job_ids))
-    found = {j.job_id: j for j in _squeue(wanted, user, env)}
+    if gpu_cache is None:
+        gpu_cache = {}
+    found = {j.job_id: j for j in _controller_rows(wanted, user, env, backend, gpu_cache)}
     if not wanted:
         jobs = list(found.values())
     else:
         # An array the controller shows may have tasks it already forgot: ask sacct too.
         arrays_shown = {k.split("_", 1)[0] for k in found if "_" in k}
         # squeue has no exit code: sacct gives it for the jobs that ended.
-        ended = {w for w in wanted if w in found and found[w].finished}
+        ended = {w for w in wanted if w in found and found[w].finished and not found[w].exit_code}
         ask = [w for w in wanted if w not in found or w in arrays_shown or w in ended]
         old: dict[str, JobInfo] = {}
         unknown_why = ""
@@ -335,9 +340,30 @@ def query_jobs(
             jobs.extend(rows or [JobInfo(job_id=w, state="UNKNOWN", reason=unknown_why)])
     running = [j for j in jobs if j.state in ("RUNNING", "COMPLETING", "SUSPENDED")]
     if running:
-        cache = {} if gpu_cache is None else gpu_cache
-        _add_gpus(running, record_dir, env, scoped=bool(wanted), cache=cache)
+        _add_gpus(running, record_dir, env, scoped=bool(wanted), cache=gpu_cache)
     return jobs
+
+
+def _controller_rows(
+    wanted: list[str],
+    user: str | None,
+    env: Mapping[str, str] | None,
+    backend: str,
+    gpu_cache: GpuCache,
+) -> list[JobInfo]:
+    """What the controller has: squeue's rows, or pyslurm's (their GPUs into the cache,
+    so that scontrol is not asked)."""
+    if backend != "pyslurm":
+        return _squeue(wanted, user, env)
+    if env is not None:
+        raise ValueError("the pyslurm backend queries this process's own Slurm")
+    from acbslurm.slurm import pyslurm_backend
+
+    rows, gres = pyslurm_backend.controller_jobs(wanted, user)
+    for row in rows:
+        if row.job_id in gres:
+            gpu_cache[(row.job_id, row.start_time)] = gres[row.job_id]
+    return list(rows)
 
 
 def _add_exit_codes(found: Mapping[str, JobInfo], old: Mapping[str, JobInfo]) -> None:

@@ -1,10 +1,16 @@
-"""submit and cancel through pyslurm (libslurm in-process), with the CLI's results.
+"""submit, status, the watcher and cancel through pyslurm (libslurm in-process), with
+the CLI's results.
 
 The same ``SubmitResult`` as ``jobs.submit_script``: ids in order, the first error as a
 ``SlurmError`` carrying what sbatch would have printed (``sbatch: error: Batch job
 submission failed: <Slurm's reason>``), no further submissions after a failure. Only
 for the calling user with its own environment (sbatch's ``--export=ALL``): submitting
 as another user or with another environment stays on the CLI.
+
+``controller_jobs`` is squeue's and scontrol's part of ``jobs.query_jobs``: the same
+``JobInfo`` rows squeue would give, plus each running job's GPU indices (scontrol's
+``IDX``) from the same load, so a watcher costs one in-process RPC a poll instead of a
+squeue and an scontrol per new job. Jobs the controller forgot still come from sacct.
 """
 
 from __future__ import annotations
@@ -134,3 +140,139 @@ def cancel_jobs(job_ids: Sequence[str]) -> None:
             pyslurm.Job(int(jid)).cancel()
         except pyslurm.RPCError as exc:
             raise _error(["pyslurm", "Job.cancel", jid], exc, "scancel: error: ") from None
+
+
+def squeue_elapsed(seconds: int) -> str:
+    """squeue's ``%M``: ``M:SS``, ``H:MM:SS`` or ``D-HH:MM:SS``."""
+    days, rest = divmod(max(seconds, 0), 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}-{hours:02d}:{minutes:02d}:{secs:02d}"
+    if hours:
+        return f"{hours}:{minutes:02d}:{secs:02d}"
+    return f"{minutes}:{secs:02d}"
+
+
+def _local(unix: int | None) -> str:
+    """A Slurm time as squeue prints it: the host's local time, no offset."""
+    import time
+
+    if not unix:
+        return ""
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(unix))
+
+
+def display_id(job: Any) -> str:
+    """The id squeue shows: ``12``, ``12_3`` for a task, ``12_[4-9]`` for the pending rest.
+
+    pyslurm gives task id 0 as None (its "no value"), so a record of an array that is
+    neither the pending rest nor a numbered task is task 0.
+    """
+    if job.array_id is None:
+        return str(job.id)
+    if job.array_tasks_waiting:
+        return f"{job.array_id}_[{job.array_tasks_waiting}]"
+    return f"{job.array_id}_{job.array_task_id or 0}"
+
+
+def gpu_indices(job: Any) -> list[int]:
+    """The GPU indices of a running job on all its nodes (scontrol's ``GRES=gpu(IDX:..)``)."""
+    from acbslurm.units import expand_ranges
+
+    found: set[int] = set()
+    for node in (job.get_resource_layout_per_node() or {}).values():
+        for name, gres in (node.get("gres") or {}).items():
+            if name.split(":", 1)[0] == "gpu" and gres.get("indexes"):
+                found.update(expand_ranges(str(gres["indexes"])))
+    return sorted(found)
+
+
+def job_info(job: Any) -> Any:
+    """One pyslurm Job as the ``jobs.JobInfo`` squeue's row would give."""
+    from acbslurm.slurm.jobs import JobInfo
+    from acbslurm.slurm.states import TERMINAL_STATES
+
+    state = str(job.state)
+    reason = str(job.state_reason or "")
+    finished = state in TERMINAL_STATES
+    return JobInfo(
+        job_id=display_id(job),
+        state=state,
+        name=job.name or "",
+        user=job.user_name or "",
+        reason="" if reason in ("None", "(null)") else reason,
+        elapsed=squeue_elapsed(int(job.run_time or 0)),
+        node=job.allocated_nodes or "",
+        submit_time=_local(job.submit_time),
+        start_time=_local(job.start_time) if state != "PENDING" else "",
+        end_time=_local(job.end_time) if finished else "",
+        # squeue has no exit code (sacct had to be asked); the controller has it.
+        exit_code=f"{job.exit_code or 0}:{job.exit_code_signal or 0}" if finished else "",
+        partition=job.partition or "",
+    )
+
+
+def _wanted(job: Any, wanted: set[str], user: str | None) -> bool:
+    if user and job.user_name != user:
+        return False
+    if not wanted:
+        return True
+    ids = {str(job.id), display_id(job)}
+    if job.array_id is not None:
+        ids.add(str(job.array_id))  # an array's own id stands for all its tasks
+    return bool(ids & wanted)
+
+
+# squeue's default sort "P,t,-p": partition, state (by Slurm's job_state number), then
+# priority, highest first.
+_STATE_ORDER = {"PENDING": 0, "RUNNING": 1, "SUSPENDED": 2}
+
+
+def _squeue_order(job: Any) -> tuple[str, int, int]:
+    return (job.partition or "", _STATE_ORDER.get(str(job.state), 3), -int(job.priority or 0))
+
+
+def _load(wanted: list[str]) -> list[Any]:
+    """The controller's records for ``wanted``: one job's alone when one plain id is
+    asked (squeue does the same), else the job table (as squeue with several ids)."""
+    pyslurm = _pyslurm()
+    if len(wanted) == 1 and wanted[0].isdigit() and wanted[0].isascii():
+        try:
+            one = pyslurm.Job.load(int(wanted[0]))
+        except pyslurm.RPCError as exc:
+            if "invalid job id" in str(exc).lower():
+                return []  # forgotten: sacct answers for it
+            raise
+        if one.array_id is None:
+            return [one]
+        # An array: slurm_load_job returns all its records, pyslurm keeps the first.
+    try:
+        return list(pyslurm.Jobs.load().values())
+    except pyslurm.RPCError as exc:
+        raise _error(["pyslurm", "Jobs.load"], exc, "squeue: error: ") from None
+
+
+def controller_jobs(wanted: Sequence[str], user: str | None) -> tuple[list[Any], dict[str, Any]]:
+    """squeue's rows for ``wanted`` (or all of ``user``'s / everyone's) and the GPUs of
+    the running ones as ``jobs.JobGres`` keyed by the row's id."""
+    from acbslurm.slurm.jobs import JobGres
+
+    want = set(wanted)
+    rows: list[Any] = []
+    gres: dict[str, Any] = {}
+    loaded = _load(list(wanted))
+    if not want:  # a listing: in squeue's default order (a stable sort, as squeue's)
+        loaded.sort(key=_squeue_order)
+    for job in loaded:
+        if not _wanted(job, want, user):
+            continue
+        info = job_info(job)
+        if not want and info.finished:
+            continue  # squeue without ids lists what is queued or running, as here
+        rows.append(info)
+        if info.state in ("RUNNING", "COMPLETING", "SUSPENDED"):
+            indices = gpu_indices(job)
+            if indices:
+                gres[info.job_id] = JobGres(str(job.id), indices)
+    return rows, gres

@@ -105,3 +105,70 @@ def test_the_job_runs_the_same(idle: Any, backend_env: dict[str, str], scripts: 
     home = idle.run_as_user(["sh", "-c", "echo $HOME"]).stdout.strip()
     backend = backend_env["ACBSLURM_SLURM_BACKEND"]
     assert out.read_text().split() == ["user1", "contract", "p1", home, backend]
+
+
+def _status(sb: Sandbox, env: dict[str, str], *ids: str) -> tuple[int, list[dict[str, Any]]]:
+    res = acbslurm(sb, env, "status", "--json", *ids)
+    assert "Traceback" not in res.stderr, res.stderr
+    doc = json.loads(res.stdout)
+    # Elapsed seconds tick between the two reads; everything else must be equal.
+    return res.returncode, [
+        {k: v for k, v in j.items() if k != "elapsed_s"} for j in doc["jobs"]
+    ] + [{"unknown": doc["unknown"]}]
+
+
+def tripwires(sb: Sandbox, where: Path) -> str:
+    """A Slurm bin directory where squeue fails and scontrol answers only --version (the
+    backend check): a status through pyslurm that still ran them would fail."""
+    real = sb.env()["ACBSLURM_SLURM_BIN_DIR"]
+    where.mkdir(mode=0o755)
+    (where / "squeue").write_text("#!/bin/sh\necho 'squeue was run' >&2\nexit 99\n")
+    (where / "scontrol").write_text(
+        f'#!/bin/sh\n[ "$1" = --version ] && exec {real}/scontrol "$@"\n'
+        'echo "scontrol $* was run" >&2\nexit 99\n'
+    )
+    (where / "sacct").symlink_to(f"{real}/sacct")
+    for name in ("squeue", "scontrol"):
+        (where / name).chmod(0o755)
+    return str(where)
+
+
+def test_status_is_the_same_through_both(
+    idle: Any, pyslurm_path: str | None, scripts: Path
+) -> None:
+    """status (and so the watcher, which asks the same) gives the same rows through
+    squeue+scontrol+sacct and through pyslurm alone: a running array with GPUs, its
+    pending rest, a failed job, an unknown id and the user's own listing."""
+    if pyslurm_path is None:
+        pytest.skip(f"no pyslurm builds against Slurm {idle.params.slurm_release} here")
+    sb = idle
+    cli = {"ACBSLURM_SLURM_BACKEND": "cli", "PYTHONPATH": str(REPO)}
+    pys = {
+        "ACBSLURM_SLURM_BACKEND": "pyslurm",
+        "PYTHONPATH": f"{REPO}:{pyslurm_path}",
+        "ACBSLURM_SLURM_BIN_DIR": tripwires(sb, scripts / "bin"),
+    }
+    sub = ["sbatch", "--parsable", "-A", "user1", "-o", "/dev/null"]
+    failed = sb.run_as_user([*sub, "--wrap", "exit 3"]).stdout.strip()
+    n = len(sb.gpus)  # one task per GPU runs, one waits
+    array = sb.run_as_user(
+        [*sub, f"--array=0-{n}", "--gres=gpu:1", "--wrap", "sleep 120"]
+    ).stdout.strip()
+    ids = (array, failed, "99999999")
+    deadline = time.monotonic() + 60
+    while True:
+        rc, rows = _status(sb, cli, *ids)
+        by_state = [r["state"] for r in rows[:-1]]
+        settled = by_state.count("RUNNING") == n and "FAILED" in by_state
+        if settled and all(r["gpu_indices"] for r in rows[:-1] if r["state"] == "RUNNING"):
+            break
+        assert time.monotonic() < deadline, rows
+        time.sleep(0.5)
+    try:
+        assert rc == 1  # the unknown id
+        assert _status(sb, pys, *ids) == (rc, rows)
+        assert sorted(i for r in rows[:-1] for i in r["gpu_indices"]) == list(range(n))
+        assert any(r["state"] == "PENDING" and r["job_id"].endswith("]") for r in rows)
+        assert _status(sb, pys) == _status(sb, cli)  # the user's own listing
+    finally:
+        sb.run_as_user(["scancel", array], check=False)
