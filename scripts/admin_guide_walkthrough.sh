@@ -282,11 +282,31 @@ wait_for 60 "the node to drain after the failed prolog" drained
 wait_for 30 "slurmd's log line" grep -q 'lists no GPU device files' <(tail -n +"$BEFORE" "$SLURMD_LOG")
 tail -n +"$BEFORE" "$SLURMD_LOG" | grep -E 'prolog failed|acbslurm-prolog' | head -n 5
 scontrol show node "$NODE" -o | grep -o 'Reason=.*'
-if [ -S /dev/log ]; then
-    echo "syslog: /dev/log exists; see journalctl -t acbslurm-prolog"
-else
-    echo "syslog: no /dev/log on this machine, so slurmd's log is the only place (step 8)"
-fi
+# and in syslog: this machine has no /dev/log (nor may this script make one: other
+# sandboxes share it), so the same prolog wrapper runs, outside slurmd, in a mount
+# namespace of its own whose /dev holds a real syslog socket.
+say "step 8: the same error reaches syslog (facility daemon, tag acbslurm-prolog)"
+SYSLOG=$(unshare -m --propagation private "$PY" - "$G/prolog.sh" "$NODE" <<'PYEOF'
+import os, socket, subprocess, sys
+subprocess.run(["mount", "-t", "tmpfs", "-o", "mode=0755", "tmpfs", "/dev"], check=True)
+os.mknod("/dev/null", 0o666 | 0o020000, os.makedev(1, 3))
+os.chmod("/dev/null", 0o666)
+log = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+log.bind("/dev/log")
+log.settimeout(30)
+env = {"PATH": "/usr/bin:/bin", "SLURM_JOB_ID": "999999", "SLURM_JOB_UID": "1001",
+       "SLURM_JOB_USER": "user1", "SLURM_JOB_GPUS": "9", "SLURMD_NODENAME": sys.argv[2]}
+r = subprocess.run([sys.argv[1]], env=env, capture_output=True, text=True)
+print(f"rc={r.returncode} stderr={r.stderr.strip()}")
+print(log.recv(65536).decode(errors="replace"))
+PYEOF
+)
+echo "$SYSLOG"
+grep -q '^rc=1 ' <<<"$SYSLOG" || die "step 8: the prolog did not fail on GPU index 9"
+# <27>: facility daemon (3) * 8 + priority err (3)
+grep -qE '^<27>.*acbslurm-prolog\[[0-9]+\]: error: job 999999: ' <<<"$SYSLOG" \
+    || die "step 8: no daemon.err line tagged acbslurm-prolog in syslog"
+rm -f "$G/markers/prolog.999999"
 write_settings "$SB/etc/gres.conf"
 scancel "$JOB3"
 scontrol update nodename="$NODE" state=resume
