@@ -17,7 +17,7 @@ export ACBSLURM_SANDBOX_DIR ?= /var/lib/acbslurm/sandbox-slurm-$(SLURM)
 export ACBSLURM_SANDBOX_PORT_BASE ?= 16857
 endif
 
-.PHONY: setup demo test lint unit integration sandbox-up sandbox-down proto clean matrix
+.PHONY: setup demo test lint unit integration sandbox-up sandbox-down proto clean matrix guide
 
 setup:
 	@bash scripts/setup.sh
@@ -51,6 +51,15 @@ sandbox-down: setup
 # upgrade path; writes docs/compatibility.md.
 matrix: lint
 	$(BIN)/python scripts/matrix.py
+
+# docs/admin-guide.md "Install on a site, step by step", followed on a sandbox of its own
+# (a wheel of this checkout into /opt/acbslurm-guide, hooks through chaining wrappers,
+# doctor, test jobs as user1); leaves that sandbox down and the venv removed.
+GUIDE_SANDBOX ?= /var/lib/acbslurm/sandbox-guide
+GUIDE_PORT_BASE ?= 16937
+guide: setup
+	ACBSLURM_PYTHON=$(abspath $(BIN)/python) bash scripts/admin_guide_walkthrough.sh \
+		$(GUIDE_SANDBOX) $(GUIDE_PORT_BASE)
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info

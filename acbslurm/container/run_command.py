@@ -12,7 +12,7 @@ import os
 import sys
 from dataclasses import dataclass
 
-from acbslurm.config import load_settings
+from acbslurm.config import DEFAULT_CONFIG_FILE, load_settings
 from acbslurm.container.options import (
     GpuNotAllocated,
     OptionError,
@@ -42,6 +42,16 @@ class RunArgs:
     pull: str = "missing"
 
 
+def _settings_source() -> str:
+    """Where this process's settings came from, for a message."""
+    named = os.environ.get("ACBSLURM_CONFIG")
+    if named:
+        return f"ACBSLURM_CONFIG={named}"
+    if os.path.isfile(DEFAULT_CONFIG_FILE):
+        return DEFAULT_CONFIG_FILE
+    return f"the defaults (no {DEFAULT_CONFIG_FILE}, no ACBSLURM_CONFIG)"
+
+
 def _job_record(
     record_dir: str, job_id: str | None, gpus_spec: str | list[str]
 ) -> JobRecord | None:
@@ -53,9 +63,11 @@ def _job_record(
         if gpus_spec == "none":
             return None
         raise SetupError(
-            f"no acbslurm record for job {job_id} on this node: the acbslurm prolog is not "
-            "configured (Prolog= and PrologFlags=Alloc in slurm.conf); use --gpus none to "
-            "run without GPUs"
+            f"no acbslurm record for job {job_id} in {record_dir} on this node: the acbslurm "
+            "prolog is not configured (Prolog= and PrologFlags=Alloc in slurm.conf), or it "
+            f"writes its records elsewhere ({_settings_source()} gave this record_dir; the "
+            "prolog's wrapper and the job's environment must name the same settings file); "
+            "use --gpus none to run without GPUs"
         )
     if rec.uid != os.getuid():
         raise GpuNotAllocated(f"job {job_id} belongs to {rec.user}, not to you")

@@ -5,10 +5,10 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 
-from acbslurm.config import load_settings
+from acbslurm.config import DEFAULT_CONFIG_FILE, load_settings
 from acbslurm.doctor import docker, gres, logs, nvidia, records, report, slurmconf, version
 from acbslurm.doctor.context import Context, make_context
-from acbslurm.doctor.result import FAIL, SKIP, WARN, Check, fail, ok, skip
+from acbslurm.doctor.result import FAIL, SKIP, WARN, Check, fail, ok, skip, warn
 from acbslurm.errors import AcbslurmError
 
 
@@ -33,18 +33,34 @@ def _slurm_checks(ctx: Context) -> tuple[list[Check], slurmconf.SlurmConf | None
     ], conf
 
 
+def _settings_check(ctx: Context, where: str) -> Check:
+    """Which settings file the checks read; a missing default file is worth a warning:
+    the checks below then test the defaults, not the node's settings (`sudo` drops
+    ACBSLURM_CONFIG, the usual way to get here by mistake)."""
+    who = f"node {ctx.node}; user {ctx.user}"
+    if ctx.env.get("ACBSLURM_CONFIG") or os.path.isfile(where):
+        return ok("settings", f"{where}; {who}")
+    return warn(
+        "settings",
+        f"no settings file ({where} does not exist, ACBSLURM_CONFIG is not set): "
+        f"the defaults apply; {who}",
+        f"write {where} (docs/admin-guide.md, 'Install', step 2), or name the file with "
+        "ACBSLURM_CONFIG (sudo drops it: `sudo env ACBSLURM_CONFIG=FILE acbslurm doctor`)",
+    )
+
+
 def run_doctor(
     env: Mapping[str, str] | None = None, user: str | None = None, node: str | None = None
 ) -> list[Check]:
     """Every check's outcome for this node (and ``user``'s daemon; default: the caller)."""
     env = dict(os.environ if env is None else env)
-    where = env.get("ACBSLURM_CONFIG") or "/etc/acbslurm/acbslurm.yaml (or the defaults)"
+    where = env.get("ACBSLURM_CONFIG") or DEFAULT_CONFIG_FILE
     try:
         settings = load_settings()
     except AcbslurmError as exc:
         return [fail("settings", str(exc), f"fix the settings file {where}")]
     ctx = make_context(settings, env, user, node)
-    checks = [ok("settings", f"{where}; node {ctx.node}; user {ctx.user}")]
+    checks = [_settings_check(ctx, where)]
     checks.append(_guarded("slurm-version", lambda: version.check_slurm_version(ctx)))
     slurm, conf = _slurm_checks(ctx)
     checks += slurm

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 
@@ -32,15 +33,29 @@ def _slurmd_version(env: dict[str, str]) -> str:
         return ""
 
 
-def check_slurm_version(ctx: Context) -> Check:
+def client_env(ctx: Context) -> dict[str, str]:
+    """The environment for Slurm's clients: SLURM_CONF, else the slurm_conf setting.
+
+    Slurm's clients read slurm.conf even for ``--version``; without a file they try
+    configless DNS SRV records and fail. ``sudo`` drops SLURM_CONF, so a doctor run as
+    root on a node whose slurm.conf is not /etc/slurm/slurm.conf needs the setting.
+    """
     env = dict(ctx.env)
+    if not env.get("SLURM_CONF") and os.path.isfile(ctx.settings.slurm_conf):
+        env["SLURM_CONF"] = ctx.settings.slurm_conf
+    return env
+
+
+def check_slurm_version(ctx: Context) -> Check:
+    env = client_env(ctx)
     try:
         text, version = _version(["scontrol", "--version"], env)
     except AcbslurmError as exc:
         return fail(
             "slurm-version",
             f"`scontrol --version` failed: {exc}",
-            "run the doctor on a Slurm node with Slurm's commands on PATH",
+            "run the doctor on a Slurm node with Slurm's commands on PATH, and SLURM_CONF "
+            "or the slurm_conf setting naming its slurm.conf (configless: slurmd's cache)",
         )
     if version is None:
         return warn("slurm-version", f"cannot read a version in {text!r}")

@@ -188,3 +188,20 @@ def test_the_command(node: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     conf.write_text('{"no_such_setting": 1}')
     r = CliRunner().invoke(doctor, [])
     assert r.exit_code == 1 and "unknown setting 'no_such_setting'" in r.output
+
+
+def test_no_settings_file_is_a_warning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, make_ctx: Callable[..., Context]
+) -> None:
+    # `sudo acbslurm doctor` drops ACBSLURM_CONFIG: the checks then test the defaults,
+    # which an "ok" would hide.
+    from acbslurm.doctor import run
+
+    missing = str(tmp_path / "acbslurm.yaml")
+    c = run._settings_check(make_ctx(env={"PATH": "/usr/bin"}), missing)
+    assert c.status == "warn" and "the defaults apply" in c.summary and "user user1" in c.summary
+    assert "sudo env ACBSLURM_CONFIG=FILE" in c.fix
+    (tmp_path / "acbslurm.yaml").write_text("{}")
+    assert run._settings_check(make_ctx(env={"PATH": "/usr/bin"}), missing).status == "ok"
+    named = make_ctx(env={"ACBSLURM_CONFIG": missing})
+    assert run._settings_check(named, missing).status == "ok"

@@ -155,3 +155,23 @@ def test_a_task_prolog_users_cannot_run(node: Path, make_ctx: Callable[..., Cont
     hook_script(task, f"#!{private}/python3 -sE\ntask_prolog_main()\n")
     status, summary = _hooks(make_ctx())
     assert status == "fail" and f"{private}/python3 cannot be run by job users" in summary
+
+
+def test_scontrol_gets_the_slurm_conf_setting(
+    node: Path, make_ctx: Callable[..., Context], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Slurm's clients read slurm.conf even for --version; sudo drops SLURM_CONF, so the
+    # setting must reach scontrol (a real 22.05 scontrol failed on DNS SRV records here).
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    hook_script(
+        bin_dir / "scontrol",
+        '#!/bin/sh\n[ -f "$SLURM_CONF" ] || { echo "no config" >&2; exit 1; }\n'
+        "echo slurm 22.05.8\n",
+    )
+    monkeypatch.setattr(version, "SBIN", "")
+    c = version.check_slurm_version(make_ctx(env={"PATH": str(bin_dir)}))
+    assert c.status == "ok" and "22.05.8" in c.summary, c
+    gone = make_ctx(env={"PATH": str(bin_dir)}, slurm_conf=str(tmp_path / "none.conf"))
+    c = version.check_slurm_version(gone)
+    assert c.status == "fail" and "no config" in c.summary and "SLURM_CONF" in c.fix, c
