@@ -89,12 +89,25 @@ def write_private(path: str, data: dict[str, Any]) -> None:
 
 
 def read(path: str) -> dict[str, Any] | None:
-    """The address file's content, or None when it is not there (yet) or not readable."""
+    """The address file's content, or None when it is not there (yet), not readable,
+    or not trustworthy: it must be the caller's own and writable by nobody else (in a
+    folder others may write, someone could have put an address of theirs there)."""
     try:
-        with open(path, encoding="utf-8") as fh:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if st.st_uid != os.getuid() or st.st_mode & 0o022:
+            return None
+        with os.fdopen(fd, encoding="utf-8") as fh:
+            fd = -1
             data = json.load(fh)
     except (OSError, ValueError):
         return None
+    finally:
+        if fd >= 0:
+            os.close(fd)
     return data if isinstance(data, dict) else None
 
 

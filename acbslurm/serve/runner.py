@@ -38,6 +38,10 @@ class BrokerChoice:
     device_kind: str  # cpu | cuda
     own: BrokerThread | None
     source: str
+    # Where the pool's own broker listens: inside a Slurm job the job's broker socket
+    # (so it is the job's broker: `acbslurm broker status` and `agarun` in the job find
+    # it), else "" for a private socket.
+    own_address: str = ""
 
 
 def choose_broker(pool: PoolSpec, env: dict[str, str] | None = None) -> BrokerChoice:
@@ -61,7 +65,18 @@ def choose_broker(pool: PoolSpec, env: dict[str, str] | None = None) -> BrokerCh
         from acbslurm.broker.devices import cpu_devices
 
         devices, source = cpu_devices(f"cpu:{n}"), f"cpu:{n} (no GPU found)"
-    return BrokerChoice("", devices, device_kind(devices), None, source)
+    return BrokerChoice("", devices, device_kind(devices), None, source, _job_address(env))
+
+
+def _job_address(env: dict[str, str]) -> str:
+    """Inside a Slurm job, the job's broker address when its folder exists, else ""."""
+    from acbslurm.broker.address import default_address, socket_path
+
+    if not env.get("SLURM_JOB_ID") or env.get("ACBSLURM_BROKER_ADDRESS"):
+        return ""
+    address = default_address(env)
+    path = socket_path(address)
+    return address if path is not None and os.path.isdir(os.path.dirname(path)) else ""
 
 
 def device_kind(devices: list[Device]) -> str:
@@ -154,7 +169,11 @@ class PoolServer:
 
         if not self.choice.address:
             self.broker = BrokerThread(
-                self.choice.devices, self.pool.policy, self.pool.quantum, self.choice.source
+                self.choice.devices,
+                self.pool.policy,
+                self.pool.quantum,
+                self.choice.source,
+                address=self.choice.own_address or None,
             )
             self.broker.start()
             self.choice.address = self.broker.address

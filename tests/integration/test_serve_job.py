@@ -74,6 +74,14 @@ def _status(sb: Any, user: str, job_id: str) -> dict[str, Any]:
     return dict(json.loads(res.stdout)["jobs"][0])
 
 
+def _broker_status(sb: Any, job_id: str) -> dict[str, Any]:
+    """`acbslurm broker status` as user1 in a step of the pool job (the job's broker)."""
+    argv = ["srun", f"--jobid={job_id}", "--overlap", "-n1", *ACBSLURM, "broker", "status"]
+    res = sb.run_as("user1", [*argv, "--json"], check=False, extra_env={"PYTHONPATH": str(REPO)})
+    assert res.returncode == 0, res.stderr
+    return dict(json.loads(res.stdout))
+
+
 def _wait_for_address(sb: Any, job_id: str, out: Path, timeout: float = 240) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     job: dict[str, Any] = {}
@@ -87,21 +95,38 @@ def _wait_for_address(sb: Any, job_id: str, out: Path, timeout: float = 240) -> 
     return dict(job["serve"])
 
 
+def test_a_pool_that_does_not_fit_is_refused_before_it_queues(sb: Any, folder: Path) -> None:
+    """The pool file's own line, exit 2, no traceback, no job."""
+    jobs = folder / "jobs"
+    bad = folder / "bad-pool.yaml"
+    bad.write_text((folder / "pool.yaml").read_text().replace("devices: 1", "devices: 3"))
+    bad_job = jobs / "bad.yaml"
+    bad_job.write_text(f"name: bad-pool\npartition: p1\ntime: '5'\nserve: {bad}\ngpus: 2\n")
+    res = as_user(sb, "user1", "submit", str(bad_job), cwd=str(jobs))
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert "gpus: 2 GPU(s) are fewer than model model-b needs (3, " in res.stderr
+    assert f"{bad}:5" in res.stderr
+    queued = sb.run_slurm(["squeue", "-h", "-n", "bad-pool", "-o", "%i"]).stdout
+    assert queued.strip() == ""
+
+
+def _nothing_left(sb: Any, job_id: str, jobs: Path) -> None:
+    """No worker, no container, no address file; the GPUs free."""
+    deadline = time.monotonic() + 30
+    while _worker_pids(job_id) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert [p for p in _worker_pids(job_id) if running(p)] == []
+    assert job_containers(docker_api(sb), job_id) == []
+    assert not (jobs / f"acbslurm-serve-{job_id}.json").exists()
+    view = json.loads(as_user(sb, "user1", "status", "--gpus", "--json").stdout)["gpus"]
+    assert [g for g in view if g["job_id"]] == []
+
+
 def test_pool_job_as_user1_and_user2(sb: Any, folder: Path) -> None:
     from openai import OpenAI
 
     no_jobs(sb)
     jobs = folder / "jobs"
-    # A bad pool is refused before anything queues: the pool file's line, exit 2.
-    bad = folder / "bad-pool.yaml"
-    bad.write_text((folder / "pool.yaml").read_text().replace("devices: 1", "devices: 3"))
-    bad_job = jobs / "bad.yaml"
-    bad_job.write_text(f"partition: p1\ntime: '5'\nserve: {bad}\ngpus: 2\n")
-    res = as_user(sb, "user1", "submit", str(bad_job), cwd=str(jobs))
-    assert res.returncode == 2 and "Traceback" not in res.stderr
-    assert "gpus: 2 GPU(s) are fewer than model model-b needs (3, " in res.stderr
-    assert f"{bad}:5" in res.stderr
-
     res = as_user(sb, "user1", "submit", str(jobs / "pool-job.yaml"), cwd=str(jobs))
     assert res.returncode == 0, res.stderr
     job_id = res.stdout.strip()
@@ -114,8 +139,12 @@ def test_pool_job_as_user1_and_user2(sb: Any, folder: Path) -> None:
         assert pool["models"] == {"model-a": "ready", "model-b": "ready"}
         assert pool["url"] == f"http://127.0.0.1:{pool['port']}/v1" and pool["port"] > 0
         assert (path.stat().st_mode & 0o777) == 0o600
-        # the pool's own broker leases exactly the job's (emulated) GPUs
+        # the pool's broker is the job's broker, on exactly the job's (emulated) GPUs
         assert f"(broker: Slurm job {job_id})" in (jobs / f"out-{job_id}.txt").read_text()
+        broker = _broker_status(sb, job_id)
+        assert len(job["gpu_uuids"]) == 2
+        assert sorted(d["id"] for d in broker["devices"]) == sorted(job["gpu_uuids"])
+        assert {c["name"] for c in broker["clients"]} == {"serve:model-a", "serve:model-b"}
         text = as_user(sb, "user1", "status", job_id).stdout
         assert f"job {job_id} serves {pool['url']}" in text
 
@@ -137,12 +166,4 @@ def test_pool_job_as_user1_and_user2(sb: Any, folder: Path) -> None:
     finally:
         as_user(sb, "user1", "cancel", job_id)
         no_jobs(sb)
-    # nothing left: no worker, no container, no address file, the GPUs free
-    deadline = time.monotonic() + 30
-    while _worker_pids(job_id) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert [p for p in _worker_pids(job_id) if running(p)] == []
-    assert job_containers(docker_api(sb), job_id) == []
-    assert not (jobs / f"acbslurm-serve-{job_id}.json").exists()
-    view = json.loads(as_user(sb, "user1", "status", "--gpus", "--json").stdout)["gpus"]
-    assert [g for g in view if g["job_id"]] == []
+    _nothing_left(sb, job_id, jobs)

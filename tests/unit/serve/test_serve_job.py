@@ -167,3 +167,18 @@ def test_address_file_is_private_and_names_the_bound_port(tmp_path: Path) -> Non
     finally:
         wild.close()
     assert read(str(tmp_path / "none.json")) is None
+
+
+def test_an_address_file_someone_else_planted_is_not_believed(tmp_path: Path) -> None:
+    path = address_file(str(tmp_path), "43")
+    write_private(path, {"url": "http://attacker:1/v1"})
+    assert read(path) is not None
+    os.chmod(path, 0o666)  # others could have written it
+    assert read(path) is None
+    os.chmod(path, 0o600)
+    if os.getuid() == 0:  # root can hand the file to another user
+        os.chown(path, 4242, 4242)
+        assert read(path) is None
+    link = tmp_path / "acbslurm-serve-44.json"
+    link.symlink_to(path)
+    assert read(str(link)) is None
