@@ -1,36 +1,41 @@
 """The serving pool's GPU check (issue 14): four ~35 GB models on one GPU, an evicted
-model's restore and first token, against a cold start measured in the same run.
+model's restore and first token, against a cold start measured in the same run; then
+the same through the real gateway and worker processes.
 
     python bench/serve_gpu_check.py            # on the H200 (~140 GB GPU, ~35 GB disk)
-    python bench/serve_gpu_check.py --smoke    # CPU, tiny model: checks the script works
+    python bench/serve_gpu_check.py --smoke    # CPU, tiny models: checks the script works
 
-What it does, all in one run:
+Each phase runs in a process of its own (the GPU and pinned host memory of one are
+given back before the next):
 
-1. writes one random GPT-2 of ``--gb`` GB (bf16; on the GPU, safetensors shards, a
-   trained tokenizer) to ``--dir`` (the disk holds one copy: the four models are four
-   copies of it in GPU memory, so their outputs can be compared);
-2. **cold start**: a new process loads it from disk onto the GPU and computes the
-   first token of a prompt (page cache dropped first where the kernel allows it);
-   time from the process's start to that token;
-3. the pool: the four models loaded, at most ``--resident`` of them on the device
-   at once (the room a pool's headroom leaves), the others evicted to pinned host
-   memory in place by the serving layer's own ``Residency`` (acbslurm/serve/
-   residency.py, the broker's ``StorageEvictor``). Each round a request comes for the
-   evicted model: the least recently used one is evicted to make room, the requested
-   one restored, its first token computed. Printed: evict, restore (GB/s), compute,
-   and the time from the request to the first token, both when the room was already
-   free (the request arrives after the eviction) and with the eviction on its path.
+1. **residency** (``--gb``, default 35): one random GPT-2 of that size is written to
+   disk (bf16 safetensors shards made on the GPU, a trained tokenizer; the disk holds
+   one, so the four models are four copies of it in GPU memory, and their outputs can
+   be compared). **Cold start**: a new process loads it from disk onto the GPU and
+   computes the first token of a prompt (page cache dropped first where the kernel
+   allows it); time from the process's start to that token. Then the four copies, at
+   most ``--resident`` (3) on the device, the others evicted to pinned host memory in
+   place by the serving layer's own ``Residency`` (acbslurm/serve/residency.py, the
+   broker's ``StorageEvictor``). Each round a request comes for the evicted model:
+   the least recently used one is evicted to make room, the requested one restored,
+   its first token computed: evict, restore (GB/s), compute, and the time from the
+   request to the first token, when the room was already free (the request arrives
+   after the eviction) and with the eviction on its path.
+2. **gateway** (``--gateway-gb``, default 16): four models (one folder) behind
+   ``acbslurm serve``'s gateway, one worker process each, the pool's own broker on
+   the GPU (NVML), headroom sized so that at most three stay resident; requests round
+   robin over HTTP, each for the evicted model; the gateway's timing headers split
+   each first token into wait (another model's eviction included), restore, compute.
+   Smaller models: every worker reads its weights into host memory at start (a full
+   copy until its first grant, docs/serve.md), and four 35 GB copies would not fit
+   the machine's 128 GiB. Needs starlette and uvicorn (scripts/device_wheels.sh).
 
 Goals (exit 1 when one is missed): restore >= 45 GB/s (median), first token <= 1.5 s
-after the request when the room is free (worst round), faster than the cold start;
-and always: every restored model's first token equals its token before eviction and
-the cold start's (bit-identical weights). With ``--smoke`` the speed goals are
-printed but not checked unless given explicitly (``--goal-gbps``, ``--goal-first-s``).
-
-The gateway and the worker processes are not in this check: a worker reads its
-weights into host memory at start (docs/serve.md, "Status"), so four 35 GB workers
-starting together would need ~140 GB of the machine's 128 GiB; this check drives the
-same residency code in one process, which loads straight onto the GPU.
+after the request (residency: worst round with the room free; gateway: worst request,
+eviction included), faster than the cold start; and always: identical first tokens
+(before eviction, after each restore, cold; the four gateway models alike) and every
+gateway request answered. With ``--smoke`` the speed goals are printed but not checked
+unless given explicitly (``--goal-gbps``, ``--goal-first-s``; residency phase).
 """
 
 from __future__ import annotations
@@ -55,6 +60,12 @@ sys.path.insert(0, str(ROOT))
 GOAL_GBPS = 45.0
 GOAL_FIRST_S = 1.5
 WIDTH = 8192  # GPT-2 width of the GPU-sized model (64 heads of 128)
+
+
+def _env() -> dict[str, str]:
+    """The environment of the phases' processes: this checkout first on the path."""
+    extra = os.environ.get("PYTHONPATH", "")
+    return dict(os.environ, PYTHONPATH=str(ROOT) + (os.pathsep + extra if extra else ""))
 
 
 def shape_for(gb: float, smoke: bool) -> dict[str, int]:
@@ -163,7 +174,7 @@ def cold_child(path: Path, device: str, tokens: int) -> None:
 
 
 def cold_start(path: Path, device: str, tokens: int) -> tuple[float, int]:
-    env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONWARNINGS="ignore")
+    env = dict(_env(), PYTHONWARNINGS="ignore")
     argv = [sys.executable, __file__, "--cold-child", str(path), "--device", device]
     start = time.time()
     res = subprocess.run(
@@ -291,6 +302,152 @@ def report(rows: list[dict], weights: int, cold_s: float, args: argparse.Namespa
     return 1 if missed else 0
 
 
+PROMPT = "What is a GPU? A graphics processing unit computes many things at once. " * 2
+
+
+def gateway_pool_yaml(path: Path, weights: int, memory: int, models: int, smoke: bool) -> str:
+    """Four models (the same folder) whose headroom lets at most three stay resident.
+
+    A turn asks the broker for headroom + weights; with ``headroom = memory - 3.5 x
+    weights`` three resident models leave too little, two leave enough, so every
+    request for an evicted model evicts the least recently used other one.
+    """
+    headroom = max(memory - int(3.5 * weights), 64 << 20 if not smoke else 0)
+    devices = f"cpu:1:{memory}" if smoke else "auto"
+    lines = [
+        "listen: 127.0.0.1:0",
+        f"devices: {devices}",
+        "policy: fifo",
+        "max_queue: 8",
+        "request_timeout: 300",
+        "models:",
+    ]
+    for i in range(models):
+        lines.append(
+            f"  - {{name: m{i}, path: {path}, devices: 1, dtype: bfloat16, max_batch: 1, "
+            f"max_tokens: 1, temperature: 0, headroom: {headroom}}}"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def gateway_requests(url: str, models: int, count: int) -> list[dict[str, Any]]:
+    """Requests round robin (each for the least recently used, i.e. evicted, model)."""
+    import httpx
+
+    rows = []
+    with httpx.Client(timeout=300) as client:
+        for i in range(count):
+            body = {"model": f"m{i % models}", "prompt": PROMPT, "max_tokens": 1}
+            t0 = time.perf_counter()
+            r = client.post(f"{url}/completions", json={**body, "temperature": 0})
+            took = time.perf_counter() - t0
+            h = r.headers
+            rows.append(
+                {
+                    "model": body["model"],
+                    "status": r.status_code,
+                    "text": r.json()["choices"][0]["text"] if r.status_code == 200 else r.text,
+                    "first_s": took,
+                    "wait_s": float(h.get("x-acbslurm-wait-s", "nan")),
+                    "restore_s": float(h.get("x-acbslurm-restore-s", "nan")),
+                    "compute_s": float(h.get("x-acbslurm-compute-s", "nan")),
+                }
+            )
+    return rows
+
+
+def gateway_report(rows: list[dict[str, Any]], weights: int, models: int, check: bool) -> int:
+    missed = [
+        f"{r['model']}: HTTP {r['status']}: {r['text'][:200]}" for r in rows if r["status"] != 200
+    ]
+    for r in rows:
+        print(
+            f"    {r['model']}: first token {r['first_s']:.3f} s after the request = wait "
+            f"{r['wait_s']:.3f} (incl. another model's eviction) + restore {r['restore_s']:.3f} "
+            f"+ compute {r['compute_s']:.3f} s (+ HTTP)"
+        )
+    later = [r for r in rows[models:] if r["status"] == 200]
+    restored = [r for r in later if r["restore_s"] > 0]
+    if len(restored) < len(later) or not later:
+        missed.append(f"{len(restored)} of {len(later)} requests after the first round restored")
+    if restored:
+        gbps = statistics.median(weights / r["restore_s"] / 1e9 for r in restored)
+        worst = max(r["first_s"] for r in restored)
+        note = "" if check else "  (not checked: --smoke)"
+        print(f"gateway: restore, median {gbps:.2f} GB/s (goal >= {GOAL_GBPS:g}){note}")
+        print(
+            f"gateway: first token of an evicted model, worst {worst:.3f} s "
+            f"(goal <= {GOAL_FIRST_S:g}; another model's eviction included){note}"
+        )
+        if check and gbps < GOAL_GBPS:
+            missed.append(f"gateway restore {gbps:.2f} GB/s < {GOAL_GBPS:g}")
+        if check and worst > GOAL_FIRST_S:
+            missed.append(f"gateway first token {worst:.3f} s > {GOAL_FIRST_S:g} s")
+    texts = {r["text"] for r in rows if r["status"] == 200}
+    if len(texts) > 1:
+        missed.append(f"the four copies answered differently: {sorted(texts)[:4]}")
+    for m in missed:
+        print(f"MISSED: {m}")
+    return 1 if missed else 0
+
+
+def gateway_phase(args: argparse.Namespace, device: str) -> int:
+    """The same pool behind the real gateway: worker processes, the broker, HTTP."""
+    import torch
+
+    from acbslurm.serve.pool import load_pool_text
+    from acbslurm.serve.runner import PoolServer
+
+    work = Path(tempfile.mkdtemp(prefix="acbslurm-serve-gw-"))
+    try:
+        weights = write_model(work / "model", args.gateway_gb, device, args.smoke)
+        memory = 4 * weights if args.smoke else torch.cuda.mem_get_info(device)[1]
+        text = gateway_pool_yaml(work / "model", weights, memory, args.models, args.smoke)
+        print(
+            f"== gateway: {args.models} workers of {weights / 1e9:.2f} GB on {device}, "
+            f"at most 3 resident; pool:\n{text}",
+            end="",
+        )
+        server = PoolServer(load_pool_text(text, "<serve_gpu_check pool>", base=work))
+        t0 = time.perf_counter()
+        server.start(ready_timeout=args.ready_timeout)
+        try:
+            states = {n: (h.state, h.reason) for n, h in server.gateway.handles.items()}
+            print(f"gateway: workers {states} after {time.perf_counter() - t0:.1f} s")
+            if any(s != "ready" for s, _ in states.values()):
+                print("MISSED: not every worker started")
+                return 1
+            url = f"http://127.0.0.1:{server.port}/v1"
+            rows = gateway_requests(url, args.models, args.models + args.rounds)
+        finally:
+            server.stop()
+        return gateway_report(rows, weights, args.models, not args.smoke)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def run_gateway_phase(args: argparse.Namespace) -> int:
+    """In a new process: the first phase's pinned host memory is given back first."""
+    try:
+        import starlette  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError as exc:
+        print(f"MISSED: gateway not run: {exc} (scripts/device_wheels.sh carries it)")
+        return 1
+    argv = [sys.executable, __file__, "--gateway-phase", "--models", str(args.models)]
+    argv += ["--rounds", str(args.rounds), "--gateway-gb", str(args.gateway_gb)]
+    argv += ["--device", args.device] if args.device else []
+    argv += ["--smoke"] if args.smoke else []
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), *sys.path[1:]]))
+    try:
+        return subprocess.run(
+            argv, env=env, timeout=args.ready_timeout + 300, check=False
+        ).returncode
+    except subprocess.TimeoutExpired:
+        print("MISSED: the gateway phase did not end in time")
+        return 1
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--smoke", action="store_true", help="CPU, a tiny model")
@@ -303,12 +460,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dir", default="", help="where the weights go (default: a temp dir)")
     p.add_argument("--goal-gbps", type=float, default=None)
     p.add_argument("--goal-first-s", type=float, default=None)
+    p.add_argument("--gateway-gb", type=float, default=16.0, help="model size behind the gateway")
+    p.add_argument("--no-gateway", action="store_true", help="skip the gateway phase")
+    p.add_argument("--ready-timeout", type=float, default=600.0)
     p.add_argument("--cold-child", default="", help=argparse.SUPPRESS)
+    p.add_argument("--gateway-phase", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--residency-phase", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     device = args.device or ("cpu" if args.smoke else "cuda:0")
     if args.cold_child:
         cold_child(Path(args.cold_child), device, args.prompt_tokens)
         return 0
+    if args.gateway_phase:
+        return gateway_phase(args, device)
     import torch
 
     if device != "cpu" and not torch.cuda.is_available():
@@ -316,6 +480,33 @@ def main(argv: list[str] | None = None) -> int:
         return 3
     if args.resident >= args.models:
         p.error("--resident must be less than --models (else nothing is ever evicted)")
+    if args.residency_phase:
+        return residency_phase(args, device)
+    # Each phase in a process of its own: the GPU and the pinned host memory of one
+    # (three 35 GB models resident, two evicted) are given back before the next.
+    rc = _phase(argv if argv is not None else sys.argv[1:], "--residency-phase", args)
+    if not args.no_gateway:
+        rc = max(rc, run_gateway_phase(args))
+    print(f"serve_gpu_check: {'all goals met' if rc == 0 else 'a goal was missed'}")
+    return rc
+
+
+def _phase(argv: list[str], flag: str, args: argparse.Namespace) -> int:
+    try:
+        run = subprocess.run(
+            [sys.executable, __file__, *argv, flag],
+            env=_env(),
+            timeout=args.ready_timeout + 600,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        print(f"MISSED: {flag} did not end in time")
+        return 1
+    return run.returncode
+
+
+def residency_phase(args: argparse.Namespace, device: str) -> int:
+    """Four models in this process, through the serving layer's Residency."""
     work = Path(args.dir or tempfile.mkdtemp(prefix="acbslurm-serve-gpu-"))
     path = work / "model"
     try:
