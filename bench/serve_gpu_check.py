@@ -117,6 +117,8 @@ def write_model(dest: Path, gb: float, device: str, smoke: bool, shard_gb: float
     (dest / "model.safetensors.index.json").write_text(json.dumps(index))
     config.save_pretrained(dest)
     tok.save_pretrained(dest)  # type: ignore[attr-defined]
+    if device != "cpu":
+        torch.cuda.empty_cache()  # the pool's models need the room, not this cache
     return total
 
 
@@ -393,15 +395,13 @@ def gateway_report(rows: list[dict[str, Any]], weights: int, models: int, check:
 
 def gateway_phase(args: argparse.Namespace, device: str) -> int:
     """The same pool behind the real gateway: worker processes, the broker, HTTP."""
-    import torch
-
     from acbslurm.serve.pool import load_pool_text
     from acbslurm.serve.runner import PoolServer
 
     work = Path(tempfile.mkdtemp(prefix="acbslurm-serve-gw-"))
     try:
         weights = write_model(work / "model", args.gateway_gb, device, args.smoke)
-        memory = 4 * weights if args.smoke else torch.cuda.mem_get_info(device)[1]
+        memory = 4 * weights if args.smoke else _gpu_memory()
         text = gateway_pool_yaml(work / "model", weights, memory, args.models, args.smoke)
         print(
             f"== gateway: {args.models} workers of {weights / 1e9:.2f} GB on {device}, "
@@ -424,6 +424,13 @@ def gateway_phase(args: argparse.Namespace, device: str) -> int:
         return gateway_report(rows, weights, args.models, not args.smoke)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _gpu_memory() -> int:
+    """The GPU's memory as the pool's broker sees it (NVML), without a CUDA context here."""
+    from acbslurm.broker.devices import resolve_devices
+
+    return min(d.memory_total for d in resolve_devices("auto", {}).devices)
 
 
 def run_gateway_phase(args: argparse.Namespace) -> int:
