@@ -167,6 +167,10 @@ class PoolServer:
     def _build(self) -> Any:
         import uvicorn
 
+        # Bound here rather than by uvicorn: port 0 becomes a real port before anything
+        # is served, and the address file names the port actually bound. First, so that
+        # an address in use stops the pool before its broker starts.
+        self.sock = bind(self.listen)
         if not self.choice.address:
             self.broker = BrokerThread(
                 self.choice.devices,
@@ -183,9 +187,6 @@ class PoolServer:
             )
             for m in self.pool.models
         }
-        # Bound here rather than by uvicorn: port 0 becomes a real port before anything
-        # is served, and the address file names the port actually bound.
-        self.sock = bind(self.listen)
         self.gateway = Gateway(handles, self.pool.request_timeout, on_ready=self._ready)
         config = uvicorn.Config(
             self.gateway.app,

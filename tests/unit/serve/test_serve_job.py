@@ -182,3 +182,31 @@ def test_an_address_file_someone_else_planted_is_not_believed(tmp_path: Path) ->
     link = tmp_path / "acbslurm-serve-44.json"
     link.symlink_to(path)
     assert read(str(link)) is None
+
+
+def test_an_address_in_use_stops_the_pool_before_it_starts(
+    tmp_path: Path, tiny_models: dict[str, Path]
+) -> None:
+    """One line naming the address, no traceback, no address file, no worker started."""
+    import subprocess
+
+    pool = tmp_path / "pool.yaml"
+    pool.write_text(f"devices: cpu:1\nmodels:\n  - {{name: a, path: {tiny_models['model-a']}}}\n")
+    taken = bind("127.0.0.1:0")
+    listen = f"127.0.0.1:{taken.getsockname()[1]}"
+    out = tmp_path / "address.json"
+    argv = ["serve", str(pool), "--listen", listen, "--address-file", str(out)]
+    try:
+        res = subprocess.run(
+            [sys.executable, "-m", "acbslurm", *argv],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+            timeout=120,
+            check=False,
+        )
+    finally:
+        taken.close()
+    assert res.returncode == 1, res.stderr
+    assert f"Error: cannot listen on {listen}: Address already in use" in res.stderr
+    assert "Traceback" not in res.stderr and not out.exists()
