@@ -5,7 +5,10 @@
 #
 #     bash bench/device_checks.sh [--smoke]     # --smoke: the CPU-sized plumbing check
 #
-# Results go to $OUT (else ./device-out): gpu_map.json, nvidia_smi.txt, broker_gpu.txt.
+# Results go to $OUT (else ./device-out): gpu_map.json, nvidia_smi.txt, broker_gpu.txt,
+# serve_gpu.txt. The serve check needs ~36 GB of free disk where TMPDIR points (one
+# model's weights) and the wheels of scripts/device_wheels.sh (starlette, uvicorn for
+# its gateway phase); SERVE_GB=N and SERVE_GATEWAY_GB=N make its models smaller.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 py=${PYTHON:-python3}
@@ -30,6 +33,11 @@ if [ "$map_rc" -ne 0 ] && ! { [ "$smoke" = --smoke ] && [ "$map_rc" -eq 3 ]; }; 
 nvidia-smi -L >"$out/nvidia_smi.txt" 2>&1 || true
 echo "== issue 6: eviction bandwidth and four ~40 GB programs under agarun"
 "$py" bench/broker_gpu_check.py $smoke 2>&1 | tee "$out/broker_gpu.txt"
+[ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+echo "== issue 14: four ~35 GB models on one GPU: evicted model's restore and first token vs. a cold start"
+serve_args=(--gb "${SERVE_GB:-35}" --gateway-gb "${SERVE_GATEWAY_GB:-16}")
+[ "$smoke" = --smoke ] && serve_args=(--smoke)
+"$py" bench/serve_gpu_check.py "${serve_args[@]}" 2>&1 | tee "$out/serve_gpu.txt"
 [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
 echo "== device_checks: exit $rc (files in $out)"
 exit $rc

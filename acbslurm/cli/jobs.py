@@ -44,10 +44,16 @@ def _acbslurm_words(value: str | None) -> list[str]:
     return shlex.split(configured) if configured else default_acbslurm_command()
 
 
-def _load(spec_path: str, overrides: tuple[str, ...]) -> JobSpec:
+def _load(spec_path: str, overrides: tuple[str, ...], check_paths: bool = True) -> JobSpec:
+    """The spec; for a pool job (``serve:``) with its pool file checked and its GPUs set."""
     from acbslurm.spec import load_spec
 
-    return load_spec(spec_path, overrides)
+    spec = load_spec(spec_path, overrides)
+    if spec.serve is None:
+        return spec
+    from acbslurm.serve.job import pool_job
+
+    return pool_job(spec, check_paths=check_paths)
 
 
 def _render(spec: JobSpec, template: str | None, acbslurm: str | None) -> str:
@@ -124,7 +130,7 @@ def submit(
     as_json: bool,
 ) -> None:
     """Validate SPEC, render it and submit it COUNT times; print the job ids."""
-    job = _load(spec, overrides)
+    job = _load(spec, overrides, check_paths=not no_check)
     script = _render(job, _template_default(template), acbslurm_cmd)
     if dry_run:
         if as_json:
@@ -306,15 +312,49 @@ def status(
     from acbslurm.slurm.jobs import query_jobs
 
     ids = _validate_ids(job_ids)
-    jobs = query_jobs(ids, user=user, record_dir=_record_dir(), backend=_backend())
+    backend = _backend()
+    jobs = query_jobs(ids, user=user, record_dir=_record_dir(), backend=backend)
+    pools = _pool_addresses(jobs, backend)
     if as_json:
         unknown = [j.job_id for j in jobs if j.state == "UNKNOWN" and not j.reason]
-        out = {"jobs": [j.as_json() for j in jobs if j.job_id not in unknown], "unknown": unknown}
+        out = {
+            "jobs": [
+                {**j.as_json(), "serve": pools.get(j.job_id)}
+                for j in jobs
+                if j.job_id not in unknown
+            ],
+            "unknown": unknown,
+        }
         click.echo(json.dumps(out, indent=2))
     else:
         _print_status([j for j in jobs if j.state != "UNKNOWN" or j.reason], long)
+        for jid, pool in pools.items():
+            click.echo(f"job {jid} serves {pool['url']} (bound {pool['bound']}; {pool['file']})")
     if _name_unknown(jobs):
         ctx.exit(1)
+
+
+def _pool_addresses(jobs: list[JobInfo], backend: str) -> dict[str, dict[str, Any]]:
+    """The gateway addresses of the caller's running pool jobs (docs/serve.md).
+
+    A pool job writes ``acbslurm-serve-JOBID.json`` (mode 0600) in its working
+    directory once its workers are up; only the job's user can read it, so only
+    the caller's own running jobs are looked at (one more squeue call, for those).
+    """
+    me = _user()
+    mine = [j.job_id for j in jobs if j.state == "RUNNING" and j.user == me and not j.array_job_id]
+    if not mine:
+        return {}
+    from acbslurm.serve.address import address_file, read
+    from acbslurm.slurm.jobs import work_dirs
+
+    out = {}
+    for jid, folder in work_dirs(mine, backend=backend).items():
+        path = address_file(folder, jid)
+        data = read(path)
+        if data is not None and "url" in data:
+            out[jid] = {**data, "file": path}
+    return out
 
 
 def _table(rows: list[tuple[Any, ...]]) -> None:

@@ -16,7 +16,15 @@ import click
     help="Make small models once and serve a seed-shaped pool (A:4, B:4, C:8).",
 )
 @click.option("--check", is_flag=True, help="Validate the pool file and exit.")
-def serve(pool_file: str | None, listen: str | None, demo: bool, check: bool) -> None:
+@click.option(
+    "--address-file",
+    type=click.Path(dir_okay=False),
+    default="",
+    help="Once every worker is up, write the gateway's address (JSON, mode 0600) here.",
+)
+def serve(
+    pool_file: str | None, listen: str | None, demo: bool, check: bool, address_file: str
+) -> None:
     """Serve the models of POOL_FILE behind one OpenAI-compatible gateway.
 
     Each model gets one long-lived worker that holds its GPUs only while it computes
@@ -42,10 +50,12 @@ def serve(pool_file: str | None, listen: str | None, demo: bool, check: bool) ->
         return
     from acbslurm.serve.runner import PoolServer
 
-    server = PoolServer(pool, listen=listen)
+    server = PoolServer(pool, listen=listen, address_file=address_file)
+    shown = server.listen[:-2] + ":<a free port>" if server.listen.endswith(":0") else server.listen
     click.echo(
-        f"serving {', '.join(m.name for m in pool.models)} on http://{listen or pool.listen}/v1 "
-        f"(broker: {server.choice.source})",
+        f"serving {', '.join(m.name for m in pool.models)} on http://{shown}/v1 "
+        f"(broker: {server.choice.source})"
+        + (f"; address in {address_file} once ready" if address_file else ""),
         err=True,
     )
     server.run()

@@ -25,6 +25,11 @@ class GpuInfo:
     device: str = ""  # device file path
 
 
+# The name the sandbox gives its emulated GPUs (no CUDA behind them): a model pool
+# computes on the CPU when every device it leases is one of these.
+EMULATED_GPU_NAME = "Emulated GPU (acbslurm sandbox)"
+
+
 def sandbox_uuid(seed: str, minor: int) -> str:
     """A deterministic UUID in NVIDIA's format for emulated GPU ``minor``."""
     import hashlib  # only the sandbox needs it; the hooks import this module

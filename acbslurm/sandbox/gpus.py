@@ -5,7 +5,13 @@ from __future__ import annotations
 import os
 import stat
 
-from acbslurm.gpu.inventory import GpuInfo, load_static, sandbox_uuid, write_static
+from acbslurm.gpu.inventory import (
+    EMULATED_GPU_NAME,
+    GpuInfo,
+    load_static,
+    sandbox_uuid,
+    write_static,
+)
 from acbslurm.sandbox.layout import Layout
 
 NVIDIA_MAJOR = 195
@@ -26,7 +32,7 @@ def create(layout: Layout, count: int) -> list[GpuInfo]:
                 index=minor,
                 minor=minor,
                 uuid=sandbox_uuid(seed, minor),
-                name="Emulated GPU (acbslurm sandbox)",
+                name=EMULATED_GPU_NAME,
                 memory_total=EMULATED_MEMORY,
                 device=str(dev),
             )

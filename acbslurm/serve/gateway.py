@@ -12,8 +12,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -27,6 +28,7 @@ from acbslurm.serve.api import ApiError, parse_chat, parse_completion
 from acbslurm.serve.metrics import CONTENT_TYPE, Metrics
 from acbslurm.serve.workers import Overloaded, Pending, Unavailable, WorkerHandle
 
+log = logging.getLogger(__name__)
 MAX_BODY = 8 << 20  # bytes; a 100k-token prompt is well below
 
 
@@ -41,8 +43,15 @@ def _error(e: ApiError) -> JSONResponse:
 
 
 class Gateway:
-    def __init__(self, handles: Mapping[str, WorkerHandle], request_timeout: float = 300.0) -> None:
+    def __init__(
+        self,
+        handles: Mapping[str, WorkerHandle],
+        request_timeout: float = 300.0,
+        on_ready: Callable[[], None] | None = None,
+    ) -> None:
         self.handles = dict(handles)
+        self.on_ready = on_ready
+        self._ready_task: asyncio.Task[None] | None = None
         self.request_timeout = request_timeout
         self.metrics = Metrics(list(self.handles.values()))
         self.created = int(time.time())
@@ -64,10 +73,23 @@ class Gateway:
     async def _lifespan(self, app: Starlette) -> AsyncIterator[None]:  # noqa: ARG002
         for h in self.handles.values():
             h.start()
+        if self.on_ready is not None:
+            self._ready_task = asyncio.get_running_loop().create_task(self._when_ready())
         try:
             yield
         finally:
+            if self._ready_task is not None:
+                self._ready_task.cancel()
             await asyncio.gather(*(h.stop() for h in self.handles.values()))
+
+    async def _when_ready(self) -> None:
+        """Call ``on_ready`` once every worker is ready or refused (its first start)."""
+        await asyncio.gather(*(h.ready_event.wait() for h in self.handles.values()))
+        if self.on_ready is not None:
+            try:
+                self.on_ready()
+            except Exception:
+                log.exception("after the workers started")
 
     async def _http_error(self, request: Request, exc: HTTPException) -> Response:
         code = "not_found" if exc.status_code == 404 else "method_not_allowed"

@@ -75,7 +75,7 @@ SAFETENSORS_SIZES = {
     "BOOL": 1,
 }
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$")
-_LISTEN = re.compile(r"^(\[[0-9a-fA-F:]+\]|[A-Za-z0-9.-]+):([0-9]{1,5})$")
+_LISTEN = re.compile(r"^(\[[0-9a-fA-F:]+\]|[A-Za-z0-9.-]+):([0-9]{1,5}|auto)$")
 DEFAULT_LISTEN = "127.0.0.1:8000"
 
 
@@ -163,10 +163,14 @@ def _str(value: Any, at: tuple[str, ...], e: Errors) -> str | None:
 
 
 def check_listen(text: str) -> str:
-    """``HOST:PORT``; ValueError otherwise."""
+    """``HOST:PORT``, with ``HOST:auto`` spelled ``HOST:0`` (a free port); ValueError otherwise."""
     m = _LISTEN.match(text)
+    if m and m.group(2) == "auto":
+        return f"{m.group(1)}:0"
     if not m or not (0 <= int(m.group(2)) <= 65535):
-        raise ValueError(f"{text!r} is not HOST:PORT (for example 127.0.0.1:8000)")
+        raise ValueError(
+            f"{text!r} is not HOST:PORT (for example 127.0.0.1:8000; port 0 or auto: a free one)"
+        )
     return text
 
 

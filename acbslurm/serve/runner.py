@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import socket
 import threading
 import time
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from acbslurm.broker.core import Device
+from acbslurm.serve.address import bind, describe, remove, write_private
 from acbslurm.serve.brokerhost import BrokerThread
 from acbslurm.serve.errors import ServeError
 from acbslurm.serve.gateway import Gateway
@@ -36,10 +38,15 @@ class BrokerChoice:
     device_kind: str  # cpu | cuda
     own: BrokerThread | None
     source: str
+    # Where the pool's own broker listens: inside a Slurm job the job's broker socket
+    # (so it is the job's broker: `acbslurm broker status` and `agarun` in the job find
+    # it), else "" for a private socket.
+    own_address: str = ""
 
 
 def choose_broker(pool: PoolSpec, env: dict[str, str] | None = None) -> BrokerChoice:
     from acbslurm.broker.devices import resolve_devices
+    from acbslurm.config import load_settings
     from acbslurm.errors import AcbslurmError
 
     env = dict(os.environ if env is None else env)
@@ -47,7 +54,8 @@ def choose_broker(pool: PoolSpec, env: dict[str, str] | None = None) -> BrokerCh
     if address:
         return _existing(address)
     try:
-        found = resolve_devices(pool.devices, env)
+        # The site's inventory gives the job's GPUs their names and sizes (fit check).
+        found = resolve_devices(pool.devices, env, load_settings().gpu_inventory)
         devices, source = found.devices, found.source
     except AcbslurmError as exc:
         if pool.devices != "auto":
@@ -57,8 +65,32 @@ def choose_broker(pool: PoolSpec, env: dict[str, str] | None = None) -> BrokerCh
         from acbslurm.broker.devices import cpu_devices
 
         devices, source = cpu_devices(f"cpu:{n}"), f"cpu:{n} (no GPU found)"
-    kind = "cpu" if all(d.id.startswith("cpu") for d in devices) else "cuda"
-    return BrokerChoice("", devices, kind, None, source)
+    return BrokerChoice("", devices, device_kind(devices), None, source, _job_address(env))
+
+
+def _job_address(env: dict[str, str]) -> str:
+    """Inside a Slurm job, the job's broker address when its folder exists, else ""."""
+    from acbslurm.broker.address import default_address, socket_path
+
+    if not env.get("SLURM_JOB_ID") or env.get("ACBSLURM_BROKER_ADDRESS"):
+        return ""
+    address = default_address(env)
+    path = socket_path(address)
+    return address if path is not None and os.path.isdir(os.path.dirname(path)) else ""
+
+
+def device_kind(devices: list[Device]) -> str:
+    """``cuda``, or ``cpu`` when every device is a CPU stand-in or an emulated GPU.
+
+    The sandbox's emulated GPUs (docs/sandbox.md) have no CUDA behind them: the broker
+    leases them as it would real ones, and the models compute on the host's cores.
+    """
+    from acbslurm.gpu.inventory import EMULATED_GPU_NAME
+
+    stand_in = all(d.id.startswith("cpu") or d.name == EMULATED_GPU_NAME for d in devices)
+    if stand_in and any(d.name == EMULATED_GPU_NAME for d in devices):
+        log.warning("the devices are emulated GPUs: the models compute on the CPU")
+    return "cpu" if stand_in else "cuda"
 
 
 def _running_broker(env: dict[str, str]) -> str:
@@ -83,8 +115,7 @@ def _existing(address: str) -> BrokerChoice:
 
     with BrokerClient(address, name="serve:probe") as c:
         devices = [Device(d.id, d.name, d.memory_total, d.minor, d.index) for d in c.devices]
-    kind = "cpu" if all(d.id.startswith("cpu") for d in devices) else "cuda"
-    return BrokerChoice(address, devices, kind, None, address)
+    return BrokerChoice(address, devices, device_kind(devices), None, address)
 
 
 def check_fits(pool: PoolSpec, devices: list[Device]) -> None:
@@ -116,11 +147,17 @@ class PoolServer:
     """The broker (own or the job's), the workers and the HTTP server of one pool."""
 
     def __init__(
-        self, pool: PoolSpec, listen: str | None = None, env: dict[str, str] | None = None
+        self,
+        pool: PoolSpec,
+        listen: str | None = None,
+        env: dict[str, str] | None = None,
+        address_file: str = "",
     ) -> None:
         self.pool = pool
         self.listen = check_listen(listen or pool.listen)
         self.env = env or {}
+        self.address_file = address_file
+        self.sock: socket.socket | None = None
         self.choice = choose_broker(pool)
         check_fits(pool, self.choice.devices)
         self.broker = self.choice.own
@@ -130,9 +167,17 @@ class PoolServer:
     def _build(self) -> Any:
         import uvicorn
 
+        # Bound here rather than by uvicorn: port 0 becomes a real port before anything
+        # is served, and the address file names the port actually bound. First, so that
+        # an address in use stops the pool before its broker starts.
+        self.sock = bind(self.listen)
         if not self.choice.address:
             self.broker = BrokerThread(
-                self.choice.devices, self.pool.policy, self.pool.quantum, self.choice.source
+                self.choice.devices,
+                self.pool.policy,
+                self.pool.quantum,
+                self.choice.source,
+                address=self.choice.own_address or None,
             )
             self.broker.start()
             self.choice.address = self.broker.address
@@ -142,12 +187,9 @@ class PoolServer:
             )
             for m in self.pool.models
         }
-        self.gateway = Gateway(handles, self.pool.request_timeout)
-        host, port = self.listen.rsplit(":", 1)
+        self.gateway = Gateway(handles, self.pool.request_timeout, on_ready=self._ready)
         config = uvicorn.Config(
             self.gateway.app,
-            host=host.strip("[]"),
-            port=int(port),
             log_level="warning",
             timeout_graceful_shutdown=5,
             limit_concurrency=4096,
@@ -157,10 +199,14 @@ class PoolServer:
 
     @property
     def port(self) -> int:
-        for s in self.server.servers:
-            for sock in s.sockets:
-                return int(sock.getsockname()[1])
-        return 0
+        return int(self.sock.getsockname()[1]) if self.sock is not None else 0
+
+    def _ready(self) -> None:
+        """Every worker is up (or refused): tell the user where the gateway listens."""
+        if self.address_file and self.sock is not None:
+            states = {name: h.state for name, h in self.gateway.handles.items()}
+            write_private(self.address_file, describe(self.sock, states))
+            log.info("gateway address written to %s", self.address_file)
 
     def run(self) -> None:
         """Serve in the foreground until SIGTERM/SIGINT (uvicorn's handlers)."""
@@ -175,7 +221,7 @@ class PoolServer:
 
         previous = {s: signal.signal(s, note) for s in STOP_SIGNALS}
         try:
-            server.run()
+            server.run(sockets=[self.sock])
         finally:
             self._stop_broker()
             for s, h in previous.items():
@@ -185,7 +231,9 @@ class PoolServer:
 
     def start(self, ready_timeout: float = 120.0) -> None:
         server = self._build()
-        self._thread = threading.Thread(target=server.run, name="serve-http", daemon=True)
+        self._thread = threading.Thread(
+            target=server.run, kwargs={"sockets": [self.sock]}, name="serve-http", daemon=True
+        )
         self._thread.start()
         deadline = time.monotonic() + ready_timeout
         while time.monotonic() < deadline:
@@ -206,5 +254,9 @@ class PoolServer:
         self._stop_broker()
 
     def _stop_broker(self) -> None:
+        if self.address_file:
+            remove(self.address_file)  # a stopped pool has no address
+        if self.sock is not None:
+            self.sock.close()
         if self.broker is not None:
             self.broker.stop()

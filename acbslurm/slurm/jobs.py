@@ -375,6 +375,36 @@ def _add_exit_codes(found: Mapping[str, JobInfo], old: Mapping[str, JobInfo]) ->
             job.reason = job.reason or known.reason
 
 
+def work_dirs(
+    job_ids: Sequence[str], *, env: Mapping[str, str] | None = None, backend: str = "cli"
+) -> dict[str, str]:
+    """The working directory of each running job of ``job_ids`` (one squeue call, or
+    one pyslurm load).
+
+    ``%Z`` is last and split off at the first ``|`` (a job id has none), so a folder
+    name with ``|`` in it stays whole. A job that ended meanwhile is just absent.
+    """
+    if not job_ids:
+        return {}
+    if backend == "pyslurm" and env is None:
+        from acbslurm.slurm import pyslurm_backend
+
+        return pyslurm_backend.work_dirs(job_ids)
+    argv = ["squeue", "-h", "-t", "running", "-o", "%i|%Z", "--jobs=" + ",".join(job_ids)]
+    try:
+        out = slurm(argv, env=env).stdout
+    except SlurmError as exc:
+        if _INVALID_JOB_ID in exc.stderr.lower():
+            return {}
+        raise
+    found = {}
+    for line in out.splitlines():
+        jid, sep, folder = line.partition("|")
+        if sep and folder.startswith("/"):
+            found[jid.strip()] = folder
+    return found
+
+
 def _squeue(wanted: list[str], user: str | None, env: Mapping[str, str] | None) -> list[JobInfo]:
     """squeue's rows for ``wanted`` (all jobs, or ``user``'s, when none are given).
 

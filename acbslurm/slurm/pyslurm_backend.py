@@ -276,3 +276,14 @@ def controller_jobs(wanted: Sequence[str], user: str | None) -> tuple[list[Any],
             if indices:
                 gres[info.job_id] = JobGres(str(job.id), indices)
     return rows, gres
+
+
+def work_dirs(job_ids: Sequence[str]) -> dict[str, str]:
+    """``jobs.work_dirs`` in-process: each running job's working directory."""
+    found = {}
+    for job in _load(list(job_ids)):
+        folder = job.working_directory or ""
+        jid = display_id(job)
+        if jid in job_ids and str(job.state) == "RUNNING" and folder.startswith("/"):
+            found[jid] = folder
+    return found

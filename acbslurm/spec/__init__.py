@@ -11,7 +11,7 @@ from typing import Any
 
 from acbslurm.errors import SpecError
 from acbslurm.mountrules import Mount
-from acbslurm.spec.model import CONTAINER_KEYS, JOB_KEYS, ContainerSpec, JobSpec, validate
+from acbslurm.spec.model import CONTAINER_KEYS, JOB_KEYS, ContainerSpec, JobSpec, ServeJob, validate
 from acbslurm.spec.yamlpos import Located, load_located
 
 __all__ = [
@@ -20,6 +20,7 @@ __all__ = [
     "ContainerSpec",
     "JobSpec",
     "Mount",
+    "ServeJob",
     "apply_overrides",
     "load_spec",
     "parse_spec",

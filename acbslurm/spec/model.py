@@ -6,6 +6,7 @@ listing every problem with the place it came from (``file:line`` or ``--set key`
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,8 +45,10 @@ JOB_KEYS = (
     "workdir",
     "command",
     "container",
+    "serve",
 )
 CONTAINER_KEYS = ("image", "pull", "command", "mounts", "env", "workdir")
+SERVE_KEYS = ("pool", "listen")
 PULL_POLICIES = ("missing", "always", "never")
 MAIL_TYPES = (
     "NONE",
@@ -102,6 +105,7 @@ _IMAGE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-/:@]*$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _SIGNAL = re.compile(r"^((R|B|RB|BR):)?[A-Za-z0-9]+(@[0-9]+)?$")
 _LONG_OPTION = re.compile(r"^--[A-Za-z][A-Za-z0-9\-]*(=|$)")
+_LISTEN = re.compile(r"^(\[[0-9a-fA-F:]+\]|[A-Za-z0-9.-]+):([0-9]{1,5}|auto)$")
 
 
 @dataclass(frozen=True)
@@ -112,6 +116,19 @@ class ContainerSpec:
     mounts: tuple[Mount, ...] = ()
     env: tuple[tuple[str, str], ...] = ()
     workdir: str | None = None
+
+
+@dataclass(frozen=True)
+class ServeJob:
+    """A pool job: ``acbslurm serve POOL`` on the job's GPUs (docs/serve.md).
+
+    The pool file itself is checked by ``acbslurm.serve`` (a layer above this one)
+    when the job is rendered or submitted.
+    """
+
+    pool: str  # absolute path of the pool file
+    listen: str | None = None  # HOST:PORT, HOST:0 or HOST:auto; None: the pool's own
+    where: str = ""  # file:line of the serve key
 
 
 @dataclass(frozen=True)
@@ -143,6 +160,7 @@ class JobSpec:
     workdir: str | None = None
     command: tuple[str, ...] | str | None = None
     container: ContainerSpec | None = None
+    serve: ServeJob | None = None
     source: str = field(default="", compare=False)
 
     @property
@@ -462,6 +480,49 @@ def _container(value: Any, path: tuple[str, ...], e: Errors) -> ContainerSpec | 
     )
 
 
+def _serve(value: Any, path: tuple[str, ...], e: Errors) -> ServeJob | None:
+    """``serve: POOL.yaml`` or ``serve: {pool: POOL.yaml, listen: HOST:PORT}``.
+
+    A relative pool path is relative to the spec file's folder (to the working
+    directory when the value came from ``--set``).
+    """
+    if value is None:
+        return None
+    raw = value if isinstance(value, dict) else {"pool": value}
+    if isinstance(value, dict):
+        e.check_keys(value, SERVE_KEYS, path)
+    pool_path = (*path, "pool") if isinstance(value, dict) else path
+    if raw.get("pool") is None:
+        e.add(path, "missing required key 'pool' (the pool file, e.g. pool.yaml)")
+        return None
+    pool = _path(raw.get("pool"), pool_path, e)
+    listen = _text(raw.get("listen"), (*path, "listen"), e)
+    if listen is not None and not _LISTEN.match(listen):
+        e.add((*path, "listen"), f"{listen!r} is not HOST:PORT, HOST:0 or HOST:auto")
+        listen = None
+    if pool is None:
+        return None
+    where = e.doc.where(pool_path)
+    base = os.getcwd() if where.startswith("--set") else os.path.dirname(e.doc.source)
+    return ServeJob(os.path.abspath(os.path.join(base, pool)), listen, e.doc.where(path))
+
+
+def _what_runs(get: Any, e: Errors) -> None:
+    """Exactly one of command, container and serve."""
+    given = [k for k in ("command", "container", "serve") if get(k) is not None]
+    if "container" in given and "command" in given:
+        e.add(("command",), "a job with a container runs container.command; remove 'command'")
+    elif "serve" in given and len(given) > 1:
+        other = given[0] if given[0] != "serve" else given[1]
+        e.add((other,), f"a pool job runs its pool (serve); remove {other!r}")
+    if not given:
+        e.add((), "nothing to run: give 'command', a 'container' block or 'serve' (a pool file)")
+    if "serve" in given and get("array") is not None:
+        e.add(("array",), "a pool job is one gateway; remove 'array'")
+    if "serve" in given and str(get("nodes") or 1) != "1":
+        e.add(("nodes",), "a pool runs on one node (nodes: 1)")
+
+
 def validate(doc: Located) -> JobSpec:
     """Check a loaded spec; return the JobSpec or raise SpecError listing every problem."""
     e = Errors(doc)
@@ -494,12 +555,10 @@ def validate(doc: Located) -> JobSpec:
         workdir=_path(get("workdir"), ("workdir",), e),
         command=_command(get("command"), ("command",), e),
         container=_container(get("container"), ("container",), e),
+        serve=_serve(get("serve"), ("serve",), e),
         source=doc.source,
     )
-    if get("container") is not None and get("command") is not None:
-        e.add(("command",), "a job with a container runs container.command; remove 'command'")
-    if get("container") is None and get("command") is None:
-        e.add((), "nothing to run: give 'command' or a 'container' block with an 'image'")
+    _what_runs(get, e)
     if e.items:
         raise SpecError("invalid job spec:\n  " + "\n  ".join(e.items))
     return spec

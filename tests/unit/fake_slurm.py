@@ -132,7 +132,7 @@ def squeue_field(letter, key, job):
         "i": key, "A": job["job_id"], "T": job["state"], "r": job["reason"] or "None",
         "M": job["elapsed"] or "0:00", "N": job["node"], "u": job["user"],
         "V": job["submit"] or "N/A", "S": job["start"] or "N/A", "e": job["end"] or "N/A",
-        "j": job["name"], "P": job["partition"],
+        "j": job["name"], "P": job["partition"], "Z": job["workdir"],
     }}
     if letter not in values:
         raise Usage(f"the fake squeue knows no %{{letter}}")
@@ -275,6 +275,7 @@ _DEFAULTS: dict[str, Any] = {
     "exit_code": "",
     "name": "job",
     "partition": "p1",
+    "workdir": "/",  # squeue's %Z
     "std_err": "",
     "std_out": "",
     "gpus": [],

@@ -307,3 +307,35 @@ def test_status_gpus_shows_each_gpu_with_its_job_or_free(cwd: Path, fake_slurm: 
     }
     assert data["gpus"][0]["job_id"] is None
     assert status("--gpus", "7").exit_code == 2
+
+
+def test_status_shows_the_address_of_my_running_pool_job(cwd: Path, fake_slurm: FakeSlurm) -> None:
+    """Only the caller's running jobs are looked at, in their working directory."""
+    from acbslurm.serve.address import address_file, write_private
+
+    mine, other = cwd / "mine", cwd / "other"
+    mine.mkdir()
+    other.mkdir()
+    url = "http://node1:41327/v1"
+    for folder, jid in ((mine, "7"), (other, "8"), (mine, "10")):
+        write_private(address_file(str(folder), jid), {"url": url, "bound": "0.0.0.0:41327"})
+    fake_slurm.add_job("7", "RUNNING", user=ME, start=T0, workdir=str(mine))
+    fake_slurm.add_job("8", "RUNNING", user="user2", start=T0, workdir=str(other))
+    fake_slurm.add_job("9", "RUNNING", user=ME, start=T0, workdir=str(other))  # no file
+    fake_slurm.add_job("10", "COMPLETED", user=ME, end=T0, workdir=str(mine))  # ended
+    fake_slurm.clear_calls()
+    data = json.loads(acbslurm("status", "--json", "7", "8", "9", "10").stdout)
+    serve = {j["job_id"]: j["serve"] for j in data["jobs"]}
+    assert serve["7"] == {
+        "url": url,
+        "bound": "0.0.0.0:41327",
+        "file": str(mine / "acbslurm-serve-7.json"),
+    }
+    assert serve["8"] is None and serve["9"] is None and serve["10"] is None
+    asked = [a for a in fake_slurm.argvs("squeue") if "%i|%Z" in a]
+    assert len(asked) == 1 and asked[0][-1] == "--jobs=7,9"  # mine and running only
+    text = acbslurm("status", "7").stdout
+    assert f"job 7 serves {url} (bound 0.0.0.0:41327; {mine}/acbslurm-serve-7.json)" in text
+    fake_slurm.clear_calls()
+    acbslurm("status", "8")  # nobody else's folder is looked into
+    assert not [a for a in fake_slurm.argvs("squeue") if "%i|%Z" in a]

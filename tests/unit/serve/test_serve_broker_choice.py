@@ -72,3 +72,21 @@ def test_own_broker_on_stand_ins_and_fallback_without_gpu(tiny_models: dict[str,
         "cpu1",
         "cpu2",
     ] and choice.device_kind == "cpu"
+
+
+def test_inside_a_job_the_pools_own_broker_listens_as_the_jobs_broker(
+    tiny_models: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """So that `acbslurm broker status` and `agarun` in the job find the pool's broker."""
+    job = str(os.getpid() + 1)
+    with tempfile.TemporaryDirectory(prefix="acbserve") as base:
+        monkeypatch.setenv("ACBSLURM_JOB_RUNTIME_DIR", base)
+        pool = _pool(tiny_models["model-a"], "devices: cpu:4:2M\n")
+        # no job folder (no acbslurm prolog, no XDG_RUNTIME_DIR): a private socket
+        assert choose_broker(pool, env={"SLURM_JOB_ID": job}).own_address == ""
+        os.mkdir(job_dir(job, base), 0o700)  # the prolog's part
+        choice = choose_broker(pool, env={"SLURM_JOB_ID": job})
+        assert choice.address == "" and choice.own is None
+        assert choice.own_address == f"unix:{job_socket_path(job, base)}"
+        # outside a job, or with an explicit address, never
+        assert choose_broker(pool, env={}).own_address == ""

@@ -1,0 +1,169 @@
+"""A model pool as one Slurm job on the real sandbox (docs/serve.md, "Inside Slurm"),
+driven as user1 and user2: submitted with `acbslurm submit`, found through
+`acbslurm status`, called with the official `openai` client, cancelled, gone."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sandboxtest import REPO, docker_api, job_containers, no_jobs
+
+from acbslurm.sandbox.procs import running
+from acbslurm.serve.modelmaker import TinyShape, make_model
+
+ACBSLURM = [sys.executable, "-m", "acbslurm"]
+
+
+def as_user(sb: Any, user: str, *argv: str, cwd: str | None = None) -> Any:
+    kw: dict[str, Any] = {"check": False, "extra_env": {"PYTHONPATH": str(REPO)}}
+    if cwd:
+        kw["cwd"] = cwd
+    return sb.run_as(user, [*ACBSLURM, *argv], **kw)
+
+
+@pytest.fixture(scope="module")
+def folder() -> Iterator[Path]:
+    """Two tiny models and a pool of them (gangs 2 and 1 on the sandbox's 2 GPUs)."""
+    with tempfile.TemporaryDirectory(prefix="acbslurm-pooljob-") as d:
+        root = Path(d)
+        os.chmod(root, 0o755)
+        make_model(root / "models/a", TinyShape(), seed=1)
+        make_model(root / "models/b", TinyShape(), seed=2)
+        for p in [root / "models", *(root / "models").rglob("*")]:
+            p.chmod(0o755 if p.is_dir() else 0o644)
+        (root / "pool.yaml").write_text(
+            "listen: 127.0.0.1:auto\nhost_memory: 1G\nmodels:\n"
+            "  - {name: model-a, path: models/a, devices: 2, max_tokens: 8, temperature: 0}\n"
+            "  - {name: model-b, path: models/b, devices: 1, max_tokens: 8, temperature: 0}\n"
+        )
+        jobs = root / "jobs"
+        jobs.mkdir(mode=0o777)
+        jobs.chmod(0o777)  # user1 writes the job's output and address file here
+        (jobs / "pool-job.yaml").write_text(
+            f"name: pool-job\npartition: p1\ntime: '10'\noutput: out-%j.txt\n"
+            f"serve: {root / 'pool.yaml'}\n"
+        )
+        yield root
+
+
+def _worker_pids(job_id: str) -> list[int]:
+    """Live processes of the pool's workers (their argv names the worker module)."""
+    out = []
+    for pid in (int(p) for p in os.listdir("/proc") if p.isdigit()):
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"acbslurm.serve.worker" in cmd and f"SLURM_JOB_ID={job_id}".encode() in env:
+            out.append(pid)
+    return out
+
+
+def _status(sb: Any, user: str, job_id: str) -> dict[str, Any]:
+    res = as_user(sb, user, "status", "--json", job_id)
+    assert res.returncode == 0, res.stderr
+    return dict(json.loads(res.stdout)["jobs"][0])
+
+
+def _broker_status(sb: Any, job_id: str) -> dict[str, Any]:
+    """`acbslurm broker status` as user1 in a step of the pool job (the job's broker)."""
+    argv = ["srun", f"--jobid={job_id}", "--overlap", "-n1", *ACBSLURM, "broker", "status"]
+    res = sb.run_as("user1", [*argv, "--json"], check=False, extra_env={"PYTHONPATH": str(REPO)})
+    assert res.returncode == 0, res.stderr
+    return dict(json.loads(res.stdout))
+
+
+def _wait_for_address(sb: Any, job_id: str, out: Path, timeout: float = 240) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    job: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        job = _status(sb, "user1", job_id)
+        if job["serve"] is not None or job["state"] not in ("PENDING", "RUNNING"):
+            break
+        time.sleep(0.5)
+    log = out.read_text() if out.exists() else "(no output yet)"
+    assert job.get("serve") is not None, f"no address after {timeout} s: {job}\n{log}"
+    return dict(job["serve"])
+
+
+def test_a_pool_that_does_not_fit_is_refused_before_it_queues(sb: Any, folder: Path) -> None:
+    """The pool file's own line, exit 2, no traceback, no job."""
+    jobs = folder / "jobs"
+    bad = folder / "bad-pool.yaml"
+    bad.write_text((folder / "pool.yaml").read_text().replace("devices: 1", "devices: 3"))
+    bad_job = jobs / "bad.yaml"
+    bad_job.write_text(f"name: bad-pool\npartition: p1\ntime: '5'\nserve: {bad}\ngpus: 2\n")
+    res = as_user(sb, "user1", "submit", str(bad_job), cwd=str(jobs))
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert "gpus: 2 GPU(s) are fewer than model model-b needs (3, " in res.stderr
+    assert f"{bad}:5" in res.stderr
+    queued = sb.run_slurm(["squeue", "-h", "-n", "bad-pool", "-o", "%i"]).stdout
+    assert queued.strip() == ""
+
+
+def _nothing_left(sb: Any, job_id: str, jobs: Path) -> None:
+    """No worker, no container, no address file; the GPUs free."""
+    deadline = time.monotonic() + 30
+    while _worker_pids(job_id) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert [p for p in _worker_pids(job_id) if running(p)] == []
+    assert job_containers(docker_api(sb), job_id) == []
+    assert not (jobs / f"acbslurm-serve-{job_id}.json").exists()
+    view = json.loads(as_user(sb, "user1", "status", "--gpus", "--json").stdout)["gpus"]
+    assert [g for g in view if g["job_id"]] == []
+
+
+def test_pool_job_as_user1_and_user2(sb: Any, folder: Path) -> None:
+    from openai import OpenAI
+
+    no_jobs(sb)
+    jobs = folder / "jobs"
+    res = as_user(sb, "user1", "submit", str(jobs / "pool-job.yaml"), cwd=str(jobs))
+    assert res.returncode == 0, res.stderr
+    job_id = res.stdout.strip()
+    try:
+        pool = _wait_for_address(sb, job_id, jobs / f"out-{job_id}.txt")
+        job = _status(sb, "user1", job_id)
+        assert job["state"] == "RUNNING" and len(job["gpu_indices"]) == 2
+        path = Path(pool["file"])
+        assert path == jobs / f"acbslurm-serve-{job_id}.json"
+        assert pool["models"] == {"model-a": "ready", "model-b": "ready"}
+        assert pool["url"] == f"http://127.0.0.1:{pool['port']}/v1" and pool["port"] > 0
+        assert (path.stat().st_mode & 0o777) == 0o600
+        # the pool's broker is the job's broker, on exactly the job's (emulated) GPUs
+        assert f"(broker: Slurm job {job_id})" in (jobs / f"out-{job_id}.txt").read_text()
+        broker = _broker_status(sb, job_id)
+        assert len(job["gpu_uuids"]) == 2
+        assert sorted(d["id"] for d in broker["devices"]) == sorted(job["gpu_uuids"])
+        assert {c["name"] for c in broker["clients"]} == {"serve:model-a", "serve:model-b"}
+        text = as_user(sb, "user1", "status", job_id).stdout
+        assert f"job {job_id} serves {pool['url']}" in text
+
+        # user2 cannot read the file, and status shows user2 no address
+        res = sb.run_as("user2", ["cat", str(path)], check=False)
+        assert res.returncode != 0 and "Permission denied" in res.stderr
+        assert _status(sb, "user2", job_id)["serve"] is None
+
+        client = OpenAI(base_url=pool["url"], api_key="none", max_retries=0, timeout=120)
+        assert sorted(m.id for m in client.models.list()) == ["model-a", "model-b"]
+        for model in ("model-a", "model-b"):
+            done = client.completions.create(model=model, prompt="a GPU is", max_tokens=4)
+            assert done.usage is not None and done.usage.completion_tokens >= 1
+        chat = client.chat.completions.create(
+            model="model-b", messages=[{"role": "user", "content": "hi"}], max_tokens=3
+        )
+        assert chat.choices[0].message.role == "assistant"
+        assert _worker_pids(job_id), "the workers run inside the job"
+    finally:
+        as_user(sb, "user1", "cancel", job_id)
+        no_jobs(sb)
+    _nothing_left(sb, job_id, jobs)
