@@ -9,7 +9,6 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 py=${PYTHON:-.venv/bin/python}
-grep -qx '/.whl/' .git/info/exclude 2>/dev/null || echo '/.whl/' >>.git/info/exclude
 mkdir -p .whl
 for pkg in grpcio protobuf starlette uvicorn; do
   ver=$("$py" -c "import importlib.metadata as m; print(m.version('$pkg'))")

@@ -1,14 +1,16 @@
 """The pool's own broker (bare node): the broker daemon on a thread of the serve process.
 
-``RecordingBroker`` is the broker's core plus a record of every lease (client name,
-devices, granted and ended, on the monotonic clock) and its invariant check after
-every decision; the acceptance test reads the record to prove that no device was
-ever held by two models at once.
+``RecordingBroker`` is the broker's core plus a record of the latest leases (client
+name, devices, granted and ended, on the monotonic clock; the last ``RECORD_LIMIT``, so
+a pool that serves for weeks does not grow) and its invariant check after every
+decision; the acceptance test reads the record to prove that no device was ever held
+by two models at once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import itertools
 import os
@@ -21,6 +23,9 @@ from typing import Any
 from acbslurm.broker import core
 from acbslurm.broker.server import RunningBroker
 from acbslurm.errors import BrokerError
+
+RECORD_LIMIT = 50_000  # leases kept (~10 MB); older ones are dropped, oldest first
+VIOLATION_LIMIT = 100  # the first ones say what went wrong; more add nothing
 
 
 @dataclass
@@ -36,10 +41,14 @@ class RecordingBroker(core.Broker):
     """The core, recording leases and checking its invariants after each step."""
 
     def __init__(
-        self, devices: list[core.Device], policy: str = "fifo", quantum: float = 1.0
+        self,
+        devices: list[core.Device],
+        policy: str = "fifo",
+        quantum: float = 1.0,
+        keep: int = RECORD_LIMIT,
     ) -> None:
         super().__init__(devices, policy, quantum)
-        self.record: list[LeaseRecord] = []
+        self.record: collections.deque[LeaseRecord] = collections.deque(maxlen=keep)
         self._open: dict[int, LeaseRecord] = {}
         self.violations: list[str] = []
 
@@ -58,7 +67,8 @@ class RecordingBroker(core.Broker):
         try:
             self.check_invariants()
         except AssertionError as exc:
-            self.violations.append(str(exc))
+            if len(self.violations) < VIOLATION_LIMIT:
+                self.violations.append(str(exc))
         return events
 
     def disconnect(self, client: int, now: float) -> list[core.Event]:
