@@ -11,6 +11,7 @@
       - name: model-a
         path: /models/a         # Hugging Face-style directory (config.json, *.safetensors)
         devices: 4              # gang size
+        procs: 1                # worker processes (pipeline stages), one per node in a job
         dtype: bfloat16
         max_batch: 8
         max_tokens: 128         # default completion length
@@ -53,6 +54,7 @@ MODEL_KEYS = (
     "name",
     "path",
     "devices",
+    "procs",
     "dtype",
     "max_batch",
     "max_tokens",
@@ -84,6 +86,7 @@ class ModelSpec:
     name: str
     path: str
     devices: int = 1
+    procs: int = 1  # worker processes, one pipeline stage each (the gang split evenly)
     dtype: str = "float32"
     max_batch: int = 8
     max_tokens: int = 128
@@ -216,6 +219,7 @@ POOL_CHECKS: tuple[tuple[str, _Check], ...] = (
 )
 MODEL_CHECKS: tuple[tuple[str, _Check], ...] = (
     ("devices", _int),
+    ("procs", _int),
     ("max_batch", _int),
     ("max_tokens", _int),
     ("max_context", partial(_int, low=2)),
@@ -258,6 +262,19 @@ def _model_path(
     return str(path)
 
 
+def _check_procs(kw: dict[str, Any], at: tuple[str, ...], e: Errors) -> None:
+    """Each process of a model gets the same number of the gang's devices."""
+    procs = kw.get("procs")
+    devices = kw.get("devices", 1)
+    if procs is None or devices is None or devices % procs == 0:
+        return
+    e.add(
+        (*at, "procs"),
+        f"{procs} processes cannot split the model's {devices} device(s) evenly "
+        "(devices must be a multiple of procs)",
+    )
+
+
 def _model(raw: Any, i: int, base: Path, e: Errors, check_paths: bool) -> ModelSpec | None:
     at = ("models", str(i))
     if not isinstance(raw, dict):
@@ -274,6 +291,7 @@ def _model(raw: Any, i: int, base: Path, e: Errors, check_paths: bool) -> ModelS
     if "path" in raw:
         kw["path"] = _model_path(raw["path"], (*at, "path"), e, base, check_paths)
     kw.update(_checked(raw, MODEL_CHECKS, at, e))
+    _check_procs(kw, at, e)
     if len(e.items) > before:
         return None
     return ModelSpec(**kw)

@@ -110,12 +110,16 @@ class Residency:
     def evict(self) -> float:
         """Move the weights to host memory (takes ``lock``); seconds it took."""
         with self.lock:
-            if self.evictor is None or self.evictor.evicted:
-                return 0.0
-            t0 = time.perf_counter()
-            self.evictor.evict(model_storages(self.model))
-            dt = time.perf_counter() - t0
-            self.stats.swaps_out += 1
-            self.stats.swap_out_seconds += dt
-            self.stats.bytes_out += self.weights
-            return dt
+            return self.evict_locked()
+
+    def evict_locked(self) -> float:
+        """``evict`` for a caller that holds ``lock``."""
+        if self.evictor is None or self.evictor.evicted:
+            return 0.0
+        t0 = time.perf_counter()
+        self.evictor.evict(model_storages(self.model))
+        dt = time.perf_counter() - t0
+        self.stats.swaps_out += 1
+        self.stats.swap_out_seconds += dt
+        self.stats.bytes_out += self.weights
+        return dt

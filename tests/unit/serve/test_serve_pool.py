@@ -59,6 +59,30 @@ models:
     assert "pool.yaml:10: models.1.path: /does/not/exist: no config.json" in msg
 
 
+def test_procs_must_split_the_gang_evenly(tiny_models: dict[str, Path]) -> None:
+    p = tiny_models["model-c"]
+    text = f"""\
+models:
+  - name: c
+    path: {p}
+    devices: 8
+    procs: 3
+  - name: d
+    path: {p}
+    devices: 8
+    procs: 0
+  - {{name: e, path: {p}, devices: 8, procs: 2}}
+"""
+    with pytest.raises(PoolError) as info:
+        load_pool_text(text, "pool.yaml")
+    msg = str(info.value)
+    assert "pool.yaml:5: models.0.procs: 3 processes cannot split the model's 8 device(s)" in msg
+    assert "pool.yaml:9: models.1.procs: must be at least 1" in msg
+    assert "models.2" not in msg
+    ok = load_pool_text(f"models:\n  - {{name: e, path: {p}, devices: 8, procs: 2}}\n", "ok.yaml")
+    assert [(m.name, m.procs) for m in ok.models] == [("e", 2)]
+
+
 def test_duplicate_names_and_bad_yaml(tiny_models: dict[str, Path]) -> None:
     p = tiny_models["model-a"]
     with pytest.raises(
