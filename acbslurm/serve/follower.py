@@ -20,8 +20,8 @@ EXIT_REFUSED = 3  # this stage cannot run (the leader tells the gateway why)
 EXIT_GROUP = 5  # the leader went away or failed
 
 
-def load_stage(spec: dict[str, Any], rank: int, device: str) -> tuple[Any, Any, Any]:
-    """(stage, residency, dtype) of ``rank``: the model cut to its stage, weights off
+def load_stage(spec: dict[str, Any], rank: int, device: str) -> tuple[Any, Any]:
+    """(stage, residency) of ``rank``: the model cut to its stage, weights off
     the device (host memory) until the leader's first RESTORE."""
     import os
 
@@ -35,7 +35,7 @@ def load_stage(spec: dict[str, Any], rank: int, device: str) -> tuple[Any, Any, 
     dtype = getattr(torch, spec["dtype"])
     model = AutoModelForCausalLM.from_pretrained(spec["path"], dtype=dtype).eval()
     stage = make_stage(model, rank, int(spec["procs"]))
-    return stage, Residency(stage.model, device), dtype
+    return stage, Residency(stage.model, device)
 
 
 def run(spec: dict[str, Any], rank: int, rendezvous: str, device: str) -> int:
@@ -46,7 +46,7 @@ def run(spec: dict[str, Any], rank: int, rendezvous: str, device: str) -> int:
     store = pipeline.rendezvous(host.strip("[]"), int(port), rank, procs)
     pipeline.join(store, rank, procs)
     try:
-        stage, residency, dtype = load_stage(spec, rank, device)
+        stage, residency = load_stage(spec, rank, device)
         info = pipeline.Peer(True, "", residency.weights)
     except Exception as exc:
         info = pipeline.Peer(False, f"stage {rank}: {exc}", 0)
@@ -54,7 +54,7 @@ def run(spec: dict[str, Any], rank: int, rendezvous: str, device: str) -> int:
     if not info.ok:
         pipeline.header()  # the leader's STOP (or its going away)
         return EXIT_REFUSED
-    pipeline.Follower(stage, residency, device, dtype).serve()
+    pipeline.Follower(stage, residency, device).serve()
     return 0
 
 
@@ -68,6 +68,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
     import os
 
+    # torch's C++ warnings (a stack trace each) when the leader goes away: the one
+    # line printed below says it.
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never download anything
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")

@@ -46,7 +46,10 @@ from torch.distributed import TCPStore  # type: ignore[attr-defined]
 log = logging.getLogger("acbslurm.serve.pipeline")
 
 NOOP, RESTORE, STEP, DROP, EVICT, STOP = range(6)
-HEADER = 4  # int64: command, key, tokens, spare
+HEADER = 4  # int64: command, key, tokens, dtype of the hidden states
+# The hidden states travel in their own dtype (the header says which); logits always
+# in float32, which holds any model's exactly, so the leader picks from the same values.
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 FOREVER = datetime.timedelta(days=365)  # followers wait for commands as long as it takes
 JOIN_TIMEOUT = datetime.timedelta(seconds=300)
 
@@ -86,8 +89,8 @@ def recv(shape: tuple[int, ...], dtype: torch.dtype, src: int) -> torch.Tensor:
     return buf
 
 
-def header(cmd: int = NOOP, key: int = 0, tokens: int = 0) -> torch.Tensor:
-    h = torch.tensor([cmd, key, tokens, 0], dtype=torch.int64)
+def header(cmd: int = NOOP, key: int = 0, tokens: int = 0, dtype: int = 0) -> torch.Tensor:
+    h = torch.tensor([cmd, key, tokens, dtype], dtype=torch.int64)
     dist.broadcast(h, 0)
     return h
 
@@ -149,21 +152,22 @@ class PipePast:
 class Leader:
     """Rank 0's side: the commands above, and ``forward`` for ``generate.Decoding``."""
 
-    def __init__(self, stage: Any, procs: int, vocab: int, dtype: torch.dtype, dog: Watchdog):
+    def __init__(self, stage: Any, procs: int, vocab: int, dog: Watchdog):
         self.stage = stage
         self.procs = procs
         self.vocab = vocab
-        self.dtype = dtype
         self.dog = dog
         self._keys = itertools.count(1)
 
     @contextlib.contextmanager
-    def _command(self, what: str, cmd: int, key: int = 0, tokens: int = 0) -> Iterator[None]:
+    def _command(
+        self, what: str, cmd: int, key: int = 0, tokens: int = 0, dtype: int = 0
+    ) -> Iterator[None]:
         """Send a command and do its part, under the watchdog; a peer's failure raises
         ``GroupBroken``."""
         self.dog.arm(what)
         try:
-            header(cmd, key, tokens)
+            header(cmd, key, tokens, dtype)
             yield
         except RuntimeError as exc:  # gloo: a peer closed its connection
             raise GroupBroken(f"{what}: {exc}") from exc
@@ -173,9 +177,10 @@ class Leader:
     def __call__(self, ids: torch.Tensor, past: PipePast | None) -> tuple[torch.Tensor, Any]:
         key = past.key if past is not None else next(self._keys)
         hidden, local = self.stage.forward(ids, past.local if past is not None else None)
-        with self._command("a decoding step", STEP, key, ids.shape[1]):
+        code = DTYPES.index(hidden.dtype)
+        with self._command("a decoding step", STEP, key, ids.shape[1], code):
             send(hidden.to("cpu"), 1)
-            logits = recv((self.vocab,), self.dtype, self.procs - 1)
+            logits = recv((self.vocab,), torch.float32, self.procs - 1)
         return logits, PipePast(key, local)
 
     def drop(self, past: Any) -> None:
@@ -203,12 +208,12 @@ class Leader:
 class Follower:
     """Ranks 1..N-1: wait for the leader's commands and do them; returns on STOP."""
 
-    def __init__(self, stage: Any, residency: Any, device: str, dtype: torch.dtype) -> None:
+    def __init__(self, stage: Any, residency: Any, device: str) -> None:
         self.stage = stage
         self.residency = residency
         self.device = device
-        self.dtype = dtype
         self.caches: dict[int, Any] = {}
+        self.dtype = torch.float32  # of the hidden states, from each command's header
 
     def serve(self) -> None:
         handlers: dict[int, Callable[[int, int], None]] = {
@@ -223,6 +228,7 @@ class Follower:
             cmd = int(h[0])
             if cmd == STOP:
                 return
+            self.dtype = DTYPES[int(h[3])]
             handlers[cmd](int(h[1]), int(h[2]))
 
     def _restore(self, _key: int, _tokens: int) -> None:
@@ -253,4 +259,7 @@ class Follower:
         hidden = recv((1, tokens, stage.hidden), self.dtype, stage.rank - 1)
         with torch.inference_mode():
             out, self.caches[key] = stage.forward(hidden.to(dev), self.caches.get(key))
-        send(out.to("cpu"), stage.rank + 1 if not stage.last else 0)
+        if stage.last:
+            send(out.to("cpu", torch.float32), 0)
+        else:
+            send(out.to("cpu", self.dtype), stage.rank + 1)

@@ -262,17 +262,32 @@ def _model_path(
     return str(path)
 
 
-def _check_procs(kw: dict[str, Any], at: tuple[str, ...], e: Errors) -> None:
-    """Each process of a model gets the same number of the gang's devices."""
+def _check_procs(kw: dict[str, Any], at: tuple[str, ...], e: Errors, check_paths: bool) -> None:
+    """Each process of a model gets the same number of the gang's devices, and at
+    least one of its blocks (pipeline stages)."""
     procs = kw.get("procs")
     devices = kw.get("devices", 1)
-    if procs is None or devices is None or devices % procs == 0:
+    if procs is None or devices is None:
         return
-    e.add(
-        (*at, "procs"),
-        f"{procs} processes cannot split the model's {devices} device(s) evenly "
-        "(devices must be a multiple of procs)",
-    )
+    if devices % procs:
+        e.add(
+            (*at, "procs"),
+            f"{procs} processes cannot split the model's {devices} device(s) evenly "
+            "(devices must be a multiple of procs)",
+        )
+    blocks = model_blocks(kw["path"]) if check_paths and kw.get("path") and procs > 1 else 0
+    if blocks and procs > blocks:
+        e.add((*at, "procs"), f"the model has {blocks} blocks: at most {blocks} processes")
+
+
+def model_blocks(model_dir: str) -> int:
+    """The model's number of blocks (layers) from its config.json; 0 if unknown."""
+    try:
+        cfg = json.loads((Path(model_dir) / "config.json").read_text())
+    except (OSError, ValueError):
+        return 0
+    n = cfg.get("num_hidden_layers") or cfg.get("n_layer") if isinstance(cfg, dict) else 0
+    return n if isinstance(n, int) else 0
 
 
 def _model(raw: Any, i: int, base: Path, e: Errors, check_paths: bool) -> ModelSpec | None:
@@ -291,7 +306,7 @@ def _model(raw: Any, i: int, base: Path, e: Errors, check_paths: bool) -> ModelS
     if "path" in raw:
         kw["path"] = _model_path(raw["path"], (*at, "path"), e, base, check_paths)
     kw.update(_checked(raw, MODEL_CHECKS, at, e))
-    _check_procs(kw, at, e)
+    _check_procs(kw, at, e, check_paths)
     if len(e.items) > before:
         return None
     return ModelSpec(**kw)

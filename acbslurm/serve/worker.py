@@ -147,7 +147,7 @@ class Worker:
         peers = pipeline.exchange(mine, self.procs)[1:]
         failed = [p.message for p in peers if not p.ok]
         dog = pipeline.Watchdog(pipeline.stage_timeout(), self.group_failed)
-        self.leader = pipeline.Leader(self.stage, self.procs, self.vocab, self.dtype, dog)
+        self.leader = pipeline.Leader(self.stage, self.procs, self.vocab, dog)
         if failed:
             self.leader.stop()
             self.send({"type": "fatal", "exit": EXIT_REFUSED, "message": "; ".join(failed)})
@@ -468,6 +468,7 @@ class Worker:
             raise
         except Exception as exc:
             log.exception("decoding failed")
+            d.drop_cache()  # the followers' caches of it too
             self.forget(d)
             self.fail(d.rid, 500, f"decoding failed: {exc}", code="internal_error")
             return False
@@ -536,6 +537,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")  # a group's peer gone: said once
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never download anything
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
