@@ -278,6 +278,7 @@ class WorkerHandle:
     async def stop(self) -> None:
         self._stopping = True
         self._fail_all(503, "the server is shutting down")
+        await self._stop_followers()  # first: a leader going away would alarm them
         self._drop_writer()
         proc = self.proc
         if proc is not None and proc.returncode is None:
@@ -289,7 +290,6 @@ class WorkerHandle:
                 with contextlib.suppress(ProcessLookupError):
                     proc.kill()
                 await proc.wait()
-        await self._stop_followers()
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
