@@ -29,6 +29,7 @@ import warnings
 from collections import deque
 from typing import Any
 
+from acbslurm.serve.gang import Gang
 from acbslurm.serve.protocol import MAX_LINE, decode, encode
 
 log = logging.getLogger("acbslurm.serve.worker")
@@ -55,9 +56,6 @@ class Worker:
         self.pin: list[str] | None = None
         self.procs = int(spec.get("procs", 1))
         self.leader: Any = None  # pipeline.Leader of a worker group
-        self.peer_weights: list[int] = []  # the followers' weight bytes
-        self.shares: list[int] = []  # bytes per device, for each rank's devices
-        self.share = 0
 
     # -- I/O ----------------------------------------------------------------------------
 
@@ -109,23 +107,7 @@ class Worker:
         self.model = model
         self.residency = Residency(model, self.device)
         self.forward = local_forward(model)
-        self.set_shares()
-
-    def set_shares(self) -> None:
-        """Bytes per device of the gang, for each rank's part of it. On the CPU stand-ins
-        a rank's weights count as split evenly over its devices (a simulated sharded
-        model). On CUDA a rank's whole stage sits on the first GPU of its part."""
-        per = self.spec["devices"] // self.procs
-        weights = [self.residency.weights, *self.peer_weights]
-        if self.device == "cuda":
-            self.shares = weights
-        else:
-            self.shares = [-(-w // per) for w in weights]
-        self.share = max(self.shares)
-
-    @property
-    def weights(self) -> int:
-        return int(self.residency.weights) + sum(self.peer_weights)
+        self.gang = Gang(self.residency, self.spec["devices"], self.procs, self.device)
 
     # -- the worker group (procs > 1) ----------------------------------------------------
 
@@ -152,9 +134,8 @@ class Worker:
             self.leader.stop()
             self.send({"type": "fatal", "exit": EXIT_REFUSED, "message": "; ".join(failed)})
             return EXIT_REFUSED
-        self.peer_weights = [p.weights for p in peers]
+        self.gang.set_peers([p.weights for p in peers], self.leader)
         self.forward = self.leader
-        self.set_shares()
         return 0
 
     def group_failed(self, reason: str) -> None:
@@ -183,7 +164,7 @@ class Worker:
     def check_fit(self) -> int:
         """0 when the gang fits the broker's devices, else EXIT_REFUSED (gateway told)."""
         count = self.spec["devices"]
-        need = self.share + self.spec["headroom"]
+        need = self.gang.share + self.spec["headroom"]
         devs = self.client.devices
         fitting = [d for d in devs if d.memory_total == 0 or d.memory_total >= need]
         if len(fitting) < count:
@@ -194,7 +175,7 @@ class Worker:
                     "message": (
                         f"model {self.spec['name']} needs {count} device(s) with "
                         f"{need / 2**20:.1f} MiB each (weights "
-                        f"{self.weights / 2**20:.1f} MiB / {count} + headroom); "
+                        f"{self.gang.weights / 2**20:.1f} MiB / {count} + headroom); "
                         f"the broker has {len(devs)} device(s), "
                         f"{len(fitting)} large enough"
                     ),
@@ -289,23 +270,13 @@ class Worker:
     # The broker client's eviction callback gets the devices to free; the weights leave
     # all of them at once.
     def on_evict(self, devices: list[str]) -> None:  # noqa: ARG002
-        if self.leader is None:
-            self.residency.evict()
-        else:
-            self.evict_group()
-        self.send_stats()
-
-    def evict_group(self) -> None:
         from acbslurm.serve.pipeline import GroupBroken
 
-        r = self.residency
-        with r.lock:  # not while a turn computes (it holds the lock)
-            if not r.resident:
-                return
-            try:
-                self.leader.evict(own=lambda: (r.evict_locked(), r.host_bytes))
-            except GroupBroken as exc:
-                self.group_failed(str(exc))
+        try:
+            self.gang.evict()
+        except GroupBroken as exc:
+            self.group_failed(str(exc))
+        self.send_stats()
 
     def send_stats(self) -> None:
         r = self.residency
@@ -319,9 +290,9 @@ class Worker:
                 "swaps_out": s.swaps_out,
                 "swap_in_seconds": s.swap_in_seconds,
                 "swap_out_seconds": s.swap_out_seconds,
-                "resident_bytes": self.weights if r.resident else 0,
-                "evicted_bytes": 0 if r.resident else self.weights,
-                "weights_bytes": self.weights,
+                "resident_bytes": self.gang.weights if r.resident else 0,
+                "evicted_bytes": 0 if r.resident else self.gang.weights,
+                "weights_bytes": self.gang.weights,
             }
         )
 
@@ -346,7 +317,7 @@ class Worker:
         broken: GroupBroken | None = None
         try:
             with self.residency.lock:
-                restore = self.bring_in(lease)
+                restore = self.gang.bring_in(lease.device_ids)
                 if self.device == "cuda" and self.pin is None:
                     self.pin = lease.device_ids  # the weights live there from now on
                 self.compute(lease, granted, restore)
@@ -357,7 +328,7 @@ class Worker:
             # processes): from the grant it read to the release it sent. The tests
             # check that no two models' views of one device overlap.
             released = time.monotonic()
-            resident = {} if broken is not None else self.resident_map(lease)
+            resident = {} if broken is not None else self.gang.resident_map(lease.device_ids)
             self.client.release(lease, resident=resident)
             self.send(
                 {
@@ -377,7 +348,7 @@ class Worker:
         from acbslurm.errors import BrokerError
 
         spec = self.spec
-        hint = spec["headroom"] + (0 if self.residency.resident else self.share)
+        hint = spec["headroom"] + (0 if self.residency.resident else self.gang.share)
         t0 = time.monotonic()
         try:
             lease = self.client.acquire(spec["devices"], memory=hint, pin=self.pin)
@@ -394,40 +365,6 @@ class Worker:
         self.gpu_wait += granted - t0
         self.turns += 1
         return lease, granted
-
-    def chunks(self, device_ids: list[str]) -> list[list[str]]:
-        """The lease's devices, split between the group's ranks (in order)."""
-        per = len(device_ids) // self.procs
-        return [device_ids[i * per : (i + 1) * per] for i in range(self.procs)]
-
-    def bring_in(self, lease: Any) -> float:
-        """Weights back on the devices (every rank's, at once); seconds it took."""
-        r = self.residency
-        chunks = self.chunks(lease.device_ids)
-        if self.leader is None or r.resident:
-            return float(r.ensure_on_device(self.ordinal(chunks[0])))
-        got = self.leader.restore(
-            chunks, own=lambda: (r.ensure_on_device(self.ordinal(chunks[0])), r.resident_bytes)
-        )
-        return max(float(seconds) for seconds, _ in got)
-
-    def resident_map(self, lease: Any) -> dict[str, int]:
-        """What stays on each device of the lease after release."""
-        out: dict[str, int] = {}
-        for chunk, share in zip(self.chunks(lease.device_ids), self.shares, strict=True):
-            if self.device == "cuda":
-                out[chunk[0]] = share
-            else:
-                out.update(dict.fromkeys(chunk, share))
-        return out
-
-    def ordinal(self, device_ids: list[str]) -> int:
-        """The CUDA ordinal of the first GPU of ``device_ids`` (matched by UUID, as agarun does)."""
-        if self.device != "cuda":
-            return 0
-        from acbslurm.broker.runtime import _cuda_ordinal
-
-        return _cuda_ordinal(device_ids[0])
 
     def compute(self, lease: Any, granted: float, restore: float) -> None:
         import torch
@@ -562,7 +499,7 @@ def main(argv: list[str] | None = None) -> int:
     code = start(w, store)
     if code:
         return code
-    w.send({"type": "ready", "weights_bytes": w.weights, "max_context": w.max_context})
+    w.send({"type": "ready", "weights_bytes": w.gang.weights, "max_context": w.max_context})
     w.send_stats()
     threading.Thread(target=w.reader, name="gateway-reader", daemon=True).start()
     while True:
