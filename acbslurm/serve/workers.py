@@ -83,6 +83,7 @@ class WorkerHandle:
         self.start_timeout = start_timeout
         self.placement = placement if placement is not None else from_env()
         self.followers: list[asyncio.subprocess.Process] = []
+        self._watchers: set[asyncio.Task[None]] = set()
         self.state = "stopped"  # starting | ready | restarting | refused | stopped
         self.reason = ""
         self.proc: asyncio.subprocess.Process | None = None
@@ -221,11 +222,22 @@ class WorkerHandle:
         spec = json.dumps(self.spec.as_dict())
         for rank in range(1, self.spec.procs):
             argv = self.placement.follower_argv(rank, spec, rendezvous, self.device)
-            proc = await asyncio.create_subprocess_exec(
-                *argv, env=env, stdin=asyncio.subprocess.DEVNULL
-            )
+            try:
+                proc = await asyncio.create_subprocess_exec(
+                    *argv, env=env, stdin=asyncio.subprocess.DEVNULL
+                )
+            except OSError as exc:  # srun missing, say: the group cannot form, ever
+                self.reason = f"cannot start follower {rank} ({argv[0]}): {exc}"
+                self._exit_code = EXIT_REFUSED
+                log.error("model %s: %s", self.spec.name, self.reason)
+                with contextlib.suppress(ProcessLookupError):
+                    if leader is not None:
+                        leader.kill()
+                return
             self.followers.append(proc)
-            asyncio.get_running_loop().create_task(self._watch_follower(rank, proc, leader))
+            task = asyncio.get_running_loop().create_task(self._watch_follower(rank, proc, leader))
+            self._watchers.add(task)  # the loop keeps only a weak reference
+            task.add_done_callback(self._watchers.discard)
 
     async def _watch_follower(
         self, rank: int, proc: asyncio.subprocess.Process, leader: Any

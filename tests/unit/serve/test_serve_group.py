@@ -276,3 +276,35 @@ def test_placement_local_and_slurm() -> None:
     ]
     assert argv[argv.index("--spec") + 1] == '{"name": "c"}'  # one argument, never a shell
     assert from_env({**job, "ACBSLURM_SERVE_RENDEZVOUS_HOST": "10.0.0.2"}).host == "10.0.0.2"
+
+
+def test_in_a_multi_node_job_followers_go_through_srun(
+    tiny_models: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Inside a 2-node job the gateway starts the follower with srun on the other
+    node; where srun cannot be run (here: not on the workers' PATH) the model is
+    refused with the reason, not restarted forever, and its leader leaves no lease."""
+    monkeypatch.setenv("SLURM_JOB_NUM_NODES", "2")
+    monkeypatch.setenv("SLURM_JOB_NODELIST", "node[1-2]")
+    monkeypatch.setenv("SLURMD_NODENAME", "node1")
+    monkeypatch.setenv("ACBSLURM_SERVE_RENDEZVOUS_HOST", "127.0.0.1")
+    text = (
+        "listen: 127.0.0.1:0\ndevices: cpu:2\nmodels:\n"
+        f"  - {{name: c, path: {tiny_models['model-c']}, devices: 2, procs: 2}}\n"
+    )
+    srv = PoolServer(load_pool_text(text, "job-pool.yaml"), env={"PATH": "/nonexistent"})
+    try:
+        srv.start(ready_timeout=120)
+        h = srv.gateway.handles["c"]
+        assert h.placement.node_of(1) == "node2"
+        assert h.state == "refused" and h.restarts == 0
+        assert h.reason.startswith("cannot start follower 1 (srun):"), h.reason
+        status, body = _get(srv, "/health")
+        assert status == 503 and "cannot start follower 1 (srun)" in body
+        assert srv.broker is not None
+        deadline = time.monotonic() + 10  # the leader's session ends with its process
+        while srv.broker.snapshot()["clients"] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert srv.broker.snapshot()["clients"] == {}
+    finally:
+        srv.stop()
