@@ -5,15 +5,32 @@ cache and a forward pass of batch size 1: a request's tokens never depend on whi
 other requests share its turn, so greedy outputs are identical to the model served
 alone (the acceptance test checks it). Padded batched kernels would be faster on a
 GPU; they are not implemented (docs/serve.md).
+
+The forward pass is a ``Forward``: the model in this process (``local_forward``), or
+the leader of a worker group whose stages run in several processes
+(``pipeline.Leader``, which also needs to hear when a request's KV cache is dropped:
+``on_drop``).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+
+# (token ids [1, T], the request's KV cache or None) -> (last position's logits, cache)
+Forward = Callable[[torch.Tensor, Any], tuple[torch.Tensor, Any]]
+
+
+def local_forward(model: Any) -> Forward:
+    def forward(ids: torch.Tensor, past: Any) -> tuple[torch.Tensor, Any]:
+        out = model(input_ids=ids, past_key_values=past, use_cache=True)
+        return out.logits[0, -1], out.past_key_values
+
+    return forward
 
 
 @dataclass
@@ -41,6 +58,7 @@ class Decoding:
     first_token_at: float = 0.0
     generator: torch.Generator | None = None
     timing: dict[str, float] = field(default_factory=dict)
+    on_drop: Callable[[Any], None] | None = None  # told when ``past`` is dropped
 
     def __post_init__(self) -> None:
         if self.params.temperature > 0:
@@ -66,15 +84,14 @@ class Decoding:
             probs = torch.zeros_like(probs).scatter(0, order[keep], sorted_p[keep])
         return int(torch.multinomial(probs, 1, generator=self.generator).item())
 
-    def step(self, model: torch.nn.Module, device: torch.device, tokenizer: Any) -> str:
+    def step(self, forward: Forward, device: torch.device, tokenizer: Any) -> str:
         """Compute one token; returns the new text (may be empty while bytes are pending)."""
         if self.past is None:
             ids = torch.tensor([self.prompt_ids], dtype=torch.long, device=device)
         else:
             ids = torch.tensor([[self.out_ids[-1]]], dtype=torch.long, device=device)
-        out = model(input_ids=ids, past_key_values=self.past, use_cache=True)
-        self.past = out.past_key_values
-        token = self.pick(out.logits[0, -1].to("cpu"))
+        logits, self.past = forward(ids, self.past)
+        token = self.pick(logits.to("cpu"))
         if not self.first_token_at:
             self.first_token_at = time.monotonic()
         if self.eos_id is not None and token == self.eos_id:
@@ -116,10 +133,12 @@ class Decoding:
         return safe
 
     def _flush(self) -> str:
-        self.past = None
+        self.drop_cache()
         delta = self.text[self.sent :]
         self.sent = len(self.text)
         return delta
 
     def drop_cache(self) -> None:
-        self.past = None
+        past, self.past = self.past, None
+        if past is not None and self.on_drop is not None:
+            self.on_drop(past)

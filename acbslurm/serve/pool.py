@@ -11,6 +11,7 @@
       - name: model-a
         path: /models/a         # Hugging Face-style directory (config.json, *.safetensors)
         devices: 4              # gang size
+        procs: 1                # worker processes (pipeline stages), one per node in a job
         dtype: bfloat16
         max_batch: 8
         max_tokens: 128         # default completion length
@@ -53,6 +54,7 @@ MODEL_KEYS = (
     "name",
     "path",
     "devices",
+    "procs",
     "dtype",
     "max_batch",
     "max_tokens",
@@ -84,6 +86,7 @@ class ModelSpec:
     name: str
     path: str
     devices: int = 1
+    procs: int = 1  # worker processes, one pipeline stage each (the gang split evenly)
     dtype: str = "float32"
     max_batch: int = 8
     max_tokens: int = 128
@@ -220,6 +223,7 @@ POOL_CHECKS: tuple[tuple[str, _Check], ...] = (
 )
 MODEL_CHECKS: tuple[tuple[str, _Check], ...] = (
     ("devices", _int),
+    ("procs", _int),
     ("max_batch", _int),
     ("max_tokens", _int),
     ("max_context", partial(_int, low=2)),
@@ -262,6 +266,34 @@ def _model_path(
     return str(path)
 
 
+def _check_procs(kw: dict[str, Any], at: tuple[str, ...], e: Errors, check_paths: bool) -> None:
+    """Each process of a model gets the same number of the gang's devices, and at
+    least one of its blocks (pipeline stages)."""
+    procs = kw.get("procs")
+    devices = kw.get("devices", 1)
+    if procs is None or devices is None:
+        return
+    if devices % procs:
+        e.add(
+            (*at, "procs"),
+            f"{procs} processes cannot split the model's {devices} device(s) evenly "
+            "(devices must be a multiple of procs)",
+        )
+    blocks = model_blocks(kw["path"]) if check_paths and kw.get("path") and procs > 1 else 0
+    if blocks and procs > blocks:
+        e.add((*at, "procs"), f"the model has {blocks} blocks: at most {blocks} processes")
+
+
+def model_blocks(model_dir: str) -> int:
+    """The model's number of blocks (layers) from its config.json; 0 if unknown."""
+    try:
+        cfg = json.loads((Path(model_dir) / "config.json").read_text())
+    except (OSError, ValueError):
+        return 0
+    n = cfg.get("num_hidden_layers") or cfg.get("n_layer") if isinstance(cfg, dict) else 0
+    return n if isinstance(n, int) else 0
+
+
 def _model(raw: Any, i: int, base: Path, e: Errors, check_paths: bool) -> ModelSpec | None:
     at = ("models", str(i))
     if not isinstance(raw, dict):
@@ -278,6 +310,7 @@ def _model(raw: Any, i: int, base: Path, e: Errors, check_paths: bool) -> ModelS
     if "path" in raw:
         kw["path"] = _model_path(raw["path"], (*at, "path"), e, base, check_paths)
     kw.update(_checked(raw, MODEL_CHECKS, at, e))
+    _check_procs(kw, at, e, check_paths)
     if len(e.items) > before:
         return None
     return ModelSpec(**kw)

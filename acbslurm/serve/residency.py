@@ -7,9 +7,10 @@ and nothing is reloaded. On the CPU stand-in devices the "device" is host memory
 but the same code runs (the storages really are freed and refilled), so the path a
 GPU takes is exercised by the tests; only the copy's speed differs.
 
-On CUDA the model is moved to the lease's first GPU at the first grant (weights are
-read from disk into host memory once, at start). Tensor parallelism over the gang's
-other GPUs is not implemented (docs/serve.md).
+On CUDA the model (or, in a worker group, the process's stage) is moved to the first
+GPU of its part of the lease at the first grant (weights are read from disk into host
+memory once, at start). Tensor parallelism over the other GPUs is not implemented
+(docs/serve.md).
 """
 
 from __future__ import annotations
@@ -110,12 +111,16 @@ class Residency:
     def evict(self) -> float:
         """Move the weights to host memory (takes ``lock``); seconds it took."""
         with self.lock:
-            if self.evictor is None or self.evictor.evicted:
-                return 0.0
-            t0 = time.perf_counter()
-            self.evictor.evict(model_storages(self.model))
-            dt = time.perf_counter() - t0
-            self.stats.swaps_out += 1
-            self.stats.swap_out_seconds += dt
-            self.stats.bytes_out += self.weights
-            return dt
+            return self.evict_locked()
+
+    def evict_locked(self) -> float:
+        """``evict`` for a caller that holds ``lock``."""
+        if self.evictor is None or self.evictor.evicted:
+            return 0.0
+        t0 = time.perf_counter()
+        self.evictor.evict(model_storages(self.model))
+        dt = time.perf_counter() - t0
+        self.stats.swaps_out += 1
+        self.stats.swap_out_seconds += dt
+        self.stats.bytes_out += self.weights
+        return dt

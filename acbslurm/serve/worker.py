@@ -8,6 +8,11 @@ admitting newcomers while the lease is not asked to yield), and releases with th
 weights' share as resident bytes. When the broker asks for the memory, the weights
 go to host memory in place (``residency``). The worker exits when the gateway's
 connection closes or the broker goes away (the gateway then restarts it).
+
+With ``procs: N`` this process is the leader (rank 0) of a worker group: it runs the
+first pipeline stage, holds the one gang lease for all the group's devices, and
+commands the followers (``follower``, ``pipeline``) to restore, compute and evict
+their stages; a group whose follower fails exits (EXIT_GROUP) and is restarted.
 """
 
 from __future__ import annotations
@@ -24,12 +29,14 @@ import warnings
 from collections import deque
 from typing import Any
 
+from acbslurm.serve.gang import Gang
 from acbslurm.serve.protocol import MAX_LINE, decode, encode
 
 log = logging.getLogger("acbslurm.serve.worker")
 
 EXIT_REFUSED = 3  # the model cannot run here (gang or memory cannot fit): no restart
 EXIT_BROKER = 4  # the broker went away
+EXIT_GROUP = 5  # a follower of the group died or hung: the gateway restarts the group
 
 
 class Worker:
@@ -47,6 +54,8 @@ class Worker:
         self.turns = 0
         self.requests = 0
         self.pin: list[str] | None = None
+        self.procs = int(spec.get("procs", 1))
+        self.leader: Any = None  # pipeline.Leader of a worker group
 
     # -- I/O ----------------------------------------------------------------------------
 
@@ -78,26 +87,64 @@ class Worker:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
+        from acbslurm.serve.generate import local_forward
         from acbslurm.serve.residency import Residency
 
         torch.set_num_threads(int(os.environ.get("ACBSLURM_SERVE_THREADS", "1")))
         dtype = getattr(torch, self.spec["dtype"])
         self.tokenizer = AutoTokenizer.from_pretrained(self.spec["path"])
-        self.model = AutoModelForCausalLM.from_pretrained(self.spec["path"], dtype=dtype)
-        self.model.eval()
-        cfg = self.model.config
+        self.dtype = dtype
+        model = AutoModelForCausalLM.from_pretrained(self.spec["path"], dtype=dtype).eval()
+        cfg = model.config
         own = getattr(cfg, "max_position_embeddings", 0) or getattr(cfg, "n_positions", 0) or 2048
         self.max_context = min(self.spec["max_context"] or own, own)
         self.eos_id = self.tokenizer.eos_token_id
-        self.residency = Residency(self.model, self.device)
-        count = self.spec["devices"]
-        # Bytes per device of the gang. On the CPU stand-ins the weights count as split
-        # evenly over the gang (a simulated sharded model). On CUDA the whole model sits
-        # on the lease's first GPU (no tensor parallelism yet), so that GPU needs all of it.
-        if self.device == "cuda":
-            self.share = self.residency.weights
-        else:
-            self.share = -(-self.residency.weights // count)
+        self.vocab = int(model.get_output_embeddings().weight.shape[0])
+        if self.procs > 1:
+            from acbslurm.serve.stages import make_stage
+
+            self.stage = make_stage(model, 0, self.procs)
+        self.model = model
+        self.residency = Residency(model, self.device)
+        self.forward = local_forward(model)
+        self.gang = Gang(self.residency, self.spec["devices"], self.procs, self.device)
+
+    # -- the worker group (procs > 1) ----------------------------------------------------
+
+    def open_group(self, host: str) -> Any:
+        """Host the group's rendezvous and tell the gateway where, so it starts the
+        followers (while this process loads its own stage)."""
+        from acbslurm.serve import pipeline
+
+        store = pipeline.rendezvous(host, 0, 0, self.procs)
+        self.send({"type": "rendezvous", "address": f"{host}:{store.port}"})
+        return store
+
+    def join_group(self, store: Any) -> int:
+        """0 when every follower loaded its stage, else EXIT_REFUSED (gateway told)."""
+        from acbslurm.serve import pipeline
+
+        pipeline.join(store, 0, self.procs)
+        mine = pipeline.Peer(True, "", self.residency.weights)
+        peers = pipeline.exchange(mine, self.procs)[1:]
+        failed = [p.message for p in peers if not p.ok]
+        dog = pipeline.Watchdog(pipeline.stage_timeout(), self.group_failed)
+        self.leader = pipeline.Leader(self.stage, self.procs, self.vocab, dog)
+        if failed:
+            self.leader.stop()
+            self.send({"type": "fatal", "exit": EXIT_REFUSED, "message": "; ".join(failed)})
+            return EXIT_REFUSED
+        self.gang.set_peers([p.weights for p in peers], self.leader)
+        self.forward = self.leader
+        return 0
+
+    def group_failed(self, reason: str) -> None:
+        """A follower died or hung: its requests fail (503 from the gateway), the
+        process exits so that the broker frees the lease and the gateway restarts
+        the whole group."""
+        log.error("model %s: worker group failed: %s", self.spec["name"], reason)
+        self.send({"type": "group_failed", "message": reason})
+        os._exit(EXIT_GROUP)
 
     def register(self) -> int:
         """0 when registered with the broker, else the exit code (the gateway is told why).
@@ -117,7 +164,7 @@ class Worker:
     def check_fit(self) -> int:
         """0 when the gang fits the broker's devices, else EXIT_REFUSED (gateway told)."""
         count = self.spec["devices"]
-        need = self.share + self.spec["headroom"]
+        need = self.gang.share + self.spec["headroom"]
         devs = self.client.devices
         fitting = [d for d in devs if d.memory_total == 0 or d.memory_total >= need]
         if len(fitting) < count:
@@ -128,7 +175,7 @@ class Worker:
                     "message": (
                         f"model {self.spec['name']} needs {count} device(s) with "
                         f"{need / 2**20:.1f} MiB each (weights "
-                        f"{self.residency.weights / 2**20:.1f} MiB / {count} + headroom); "
+                        f"{self.gang.weights / 2**20:.1f} MiB / {count} + headroom); "
                         f"the broker has {len(devs)} device(s), "
                         f"{len(fitting)} large enough"
                     ),
@@ -210,6 +257,8 @@ class Worker:
             stop=tuple(msg.get("stop") or ()),
         )
         d = Decoding(rid, ids, params, self.eos_id)
+        if self.leader is not None:
+            d.on_drop = self.leader.drop  # the followers drop their KV caches too
         self.send({"type": "accepted", "id": rid, "prompt_tokens": len(ids)})
         with self.cond:
             self.by_id[rid] = d
@@ -221,7 +270,12 @@ class Worker:
     # The broker client's eviction callback gets the devices to free; the weights leave
     # all of them at once.
     def on_evict(self, devices: list[str]) -> None:  # noqa: ARG002
-        self.residency.evict()
+        from acbslurm.serve.pipeline import GroupBroken
+
+        try:
+            self.gang.evict()
+        except GroupBroken as exc:
+            self.group_failed(str(exc))
         self.send_stats()
 
     def send_stats(self) -> None:
@@ -236,9 +290,9 @@ class Worker:
                 "swaps_out": s.swaps_out,
                 "swap_in_seconds": s.swap_in_seconds,
                 "swap_out_seconds": s.swap_out_seconds,
-                "resident_bytes": r.resident_bytes,
-                "evicted_bytes": r.host_bytes,
-                "weights_bytes": r.weights,
+                "resident_bytes": self.gang.weights if r.resident else 0,
+                "evicted_bytes": 0 if r.resident else self.gang.weights,
+                "weights_bytes": self.gang.weights,
             }
         )
 
@@ -254,13 +308,47 @@ class Worker:
         return out
 
     def turn(self) -> None:
-        from acbslurm.errors import BrokerError
+        from acbslurm.serve.pipeline import GroupBroken
 
         with self.cond:
             while not self.queue:
                 self.cond.wait()
+        lease, granted = self.acquire()
+        broken: GroupBroken | None = None
+        try:
+            with self.residency.lock:
+                restore = self.gang.bring_in(lease.device_ids)
+                if self.device == "cuda" and self.pin is None:
+                    self.pin = lease.device_ids  # the weights live there from now on
+                self.compute(lease, granted, restore)
+        except GroupBroken as exc:
+            broken = exc
+        finally:
+            # The worker's own view of its lease (monotonic clock, shared by the host's
+            # processes): from the grant it read to the release it sent. The tests
+            # check that no two models' views of one device overlap.
+            released = time.monotonic()
+            resident = {} if broken is not None else self.gang.resident_map(lease.device_ids)
+            self.client.release(lease, resident=resident)
+            self.send(
+                {
+                    "type": "lease",
+                    "devices": lease.device_ids,
+                    "granted": granted,
+                    "released": released,
+                }
+            )
+        if broken is not None:
+            self.group_failed(str(broken))
+        self.send_stats()
+
+    def acquire(self) -> tuple[Any, float]:
+        """The gang's lease and when it was granted; on a broker failure every queued
+        request fails with 503 and the process exits."""
+        from acbslurm.errors import BrokerError
+
         spec = self.spec
-        hint = spec["headroom"] + (0 if self.residency.resident else self.share)
+        hint = spec["headroom"] + (0 if self.residency.resident else self.gang.share)
         t0 = time.monotonic()
         try:
             lease = self.client.acquire(spec["devices"], memory=hint, pin=self.pin)
@@ -276,41 +364,7 @@ class Worker:
         granted = time.monotonic()
         self.gpu_wait += granted - t0
         self.turns += 1
-        try:
-            with self.residency.lock:
-                restore = self.residency.ensure_on_device(self.ordinal(lease))
-                if self.device == "cuda" and self.pin is None:
-                    self.pin = lease.device_ids  # the weights live there from now on
-                self.compute(lease, granted, restore)
-        finally:
-            # The worker's own view of its lease (monotonic clock, shared by the host's
-            # processes): from the grant it read to the release it sent. The tests
-            # check that no two models' views of one device overlap.
-            released = time.monotonic()
-            self.client.release(lease, resident=self.resident_map(lease))
-            self.send(
-                {
-                    "type": "lease",
-                    "devices": lease.device_ids,
-                    "granted": granted,
-                    "released": released,
-                }
-            )
-        self.send_stats()
-
-    def resident_map(self, lease: Any) -> dict[str, int]:
-        """What stays on each device of the lease after release."""
-        if self.device == "cuda":
-            return {lease.device_ids[0]: self.share}
-        return dict.fromkeys(lease.device_ids, self.share)
-
-    def ordinal(self, lease: Any) -> int:
-        """The CUDA ordinal of the lease's first GPU (matched by UUID, as agarun does)."""
-        if self.device != "cuda":
-            return 0
-        from acbslurm.broker.runtime import _cuda_ordinal
-
-        return _cuda_ordinal(lease.devices[0].id)
+        return lease, granted
 
     def compute(self, lease: Any, granted: float, restore: float) -> None:
         import torch
@@ -343,10 +397,15 @@ class Worker:
             d.drop_cache()
             self.forget(d)
             return False
+        from acbslurm.serve.pipeline import GroupBroken
+
         try:
-            delta = d.step(self.model, dev, self.tokenizer)
+            delta = d.step(self.forward, dev, self.tokenizer)
+        except GroupBroken:
+            raise
         except Exception as exc:
             log.exception("decoding failed")
+            d.drop_cache()  # the followers' caches of it too
             self.forget(d)
             self.fail(d.rid, 500, f"decoding failed: {exc}", code="internal_error")
             return False
@@ -378,14 +437,44 @@ class Worker:
         )
 
 
+def start(w: Worker, store: Any) -> int:
+    """Register, load, form the group (if any), check the fit: 0, or the exit code
+    (the gateway has been told why)."""
+    code = w.register()
+    if code:
+        return code
+    try:
+        w.load()
+    except Exception as exc:
+        w.send(
+            {
+                "type": "fatal",
+                "exit": EXIT_REFUSED,
+                "message": f"cannot load {w.spec['path']}: {exc}",
+            }
+        )
+        return EXIT_REFUSED
+    if store is not None:
+        code = w.join_group(store)
+        if code:
+            return code
+    return w.check_fit()
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="acbslurm.serve.worker")
     p.add_argument("--spec", required=True, help="the model's spec as JSON")
     p.add_argument("--socket", required=True)
     p.add_argument("--broker", required=True)
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument(
+        "--rendezvous-host",
+        default="127.0.0.1",
+        help="with procs > 1: the address the followers reach this process at",
+    )
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")  # a group's peer gone: said once
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never download anything
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
@@ -406,20 +495,11 @@ def main(argv: list[str] | None = None) -> int:
         os.unlink(args.socket)
     conn.settimeout(None)
     w = Worker(spec, conn, args.broker, args.device)
-    code = w.register()
+    store = w.open_group(args.rendezvous_host) if w.procs > 1 else None
+    code = start(w, store)
     if code:
         return code
-    try:
-        w.load()
-    except Exception as exc:
-        w.send(
-            {"type": "fatal", "exit": EXIT_REFUSED, "message": f"cannot load {spec['path']}: {exc}"}
-        )
-        return EXIT_REFUSED
-    code = w.check_fit()
-    if code:
-        return code
-    w.send({"type": "ready", "weights_bytes": w.residency.weights, "max_context": w.max_context})
+    w.send({"type": "ready", "weights_bytes": w.gang.weights, "max_context": w.max_context})
     w.send_stats()
     threading.Thread(target=w.reader, name="gateway-reader", daemon=True).start()
     while True:

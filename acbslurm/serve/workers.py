@@ -6,6 +6,12 @@ broker gone) every request it had fails at once with a 503 and the handle starts
 new worker (backing off up to 10 s); a worker that refuses to run (its gang cannot
 fit, its weights cannot load) is not restarted and its model answers 503 with the
 reason.
+
+A model with ``procs: N`` runs as a worker group: the handle starts the leader (rank
+0, the process it talks to), and when the leader has opened its rendezvous, the
+N-1 followers (here, or on the job's other nodes: ``placement``). The group lives
+and dies as one: when any of its processes exits, the others are stopped, the
+model's requests fail with 503 and the whole group is started again.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from acbslurm.serve.placement import Placement, from_env
 from acbslurm.serve.pool import ModelSpec
 from acbslurm.serve.protocol import MAX_LINE, decode, encode
 
@@ -66,6 +73,7 @@ class WorkerHandle:
         max_queue: int,
         env: dict[str, str] | None = None,
         start_timeout: float = 300.0,
+        placement: Placement | None = None,
     ) -> None:
         self.spec = spec
         self.broker = broker
@@ -73,6 +81,9 @@ class WorkerHandle:
         self.max_queue = max_queue
         self.env = env or {}
         self.start_timeout = start_timeout
+        self.placement = placement if placement is not None else from_env()
+        self.followers: list[asyncio.subprocess.Process] = []
+        self._watchers: set[asyncio.Task[None]] = set()
         self.state = "stopped"  # starting | ready | restarting | refused | stopped
         self.reason = ""
         self.proc: asyncio.subprocess.Process | None = None
@@ -118,6 +129,7 @@ class WorkerHandle:
         self.state = "starting"
         sock = os.path.join(tempfile.mkdtemp(prefix="acbslurm-w-"), "w.sock")
         env = {**os.environ, **self.env}
+        group = ["--rendezvous-host", self.placement.host] if self.spec.procs > 1 else []
         self.proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
@@ -130,6 +142,7 @@ class WorkerHandle:
             self.broker,
             "--device",
             self.device,
+            *group,
             env=env,
             stdin=asyncio.subprocess.DEVNULL,
         )
@@ -158,6 +171,7 @@ class WorkerHandle:
         with contextlib.suppress(ProcessLookupError):
             proc.kill()
         code = await proc.wait()
+        await self._stop_followers()
         return self._exit_code if self._exit_code is not None else code
 
     _exit_code: int | None = None
@@ -175,23 +189,86 @@ class WorkerHandle:
                 msg = decode(line)
             except ValueError:
                 continue
-            kind = msg.get("type")
-            if kind == "ready":
-                self.weights_bytes = int(msg.get("weights_bytes", 0))
-                self.state = "ready"
-                self.reason = ""
-                self.ready_event.set()
-            elif kind == "fatal":
-                self.reason = str(msg.get("message", "worker failed"))
-                self._exit_code = int(msg.get("exit", 1))
-            elif kind == "stats":
-                self.stats = msg
-            elif kind == "lease":
-                self.lease_log.append((tuple(msg["devices"]), msg["granted"], msg["released"]))
-            else:
-                p = self.pending.get(str(msg.get("id")))
-                if p is not None:
-                    p.queue.put_nowait(msg)
+            await self._handle(msg)
+
+    async def _handle(self, msg: dict[str, Any]) -> None:
+        kind = msg.get("type")
+        if kind == "ready":
+            self.weights_bytes = int(msg.get("weights_bytes", 0))
+            self.state = "ready"
+            self.reason = ""
+            self.ready_event.set()
+        elif kind == "fatal":
+            self.reason = str(msg.get("message", "worker failed"))
+            self._exit_code = int(msg.get("exit", 1))
+        elif kind == "stats":
+            self.stats = msg
+        elif kind == "lease":
+            self.lease_log.append((tuple(msg["devices"]), msg["granted"], msg["released"]))
+        elif kind == "rendezvous":
+            await self._start_followers(str(msg["address"]))
+        elif kind == "group_failed":
+            self.reason = f"worker group failed: {msg.get('message', '')}"
+        else:
+            p = self.pending.get(str(msg.get("id")))
+            if p is not None:
+                p.queue.put_nowait(msg)
+
+    # -- the followers of a worker group -------------------------------------------------
+
+    async def _start_followers(self, rendezvous: str) -> None:
+        leader = self.proc
+        env = {**os.environ, **self.env}
+        spec = json.dumps(self.spec.as_dict())
+        for rank in range(1, self.spec.procs):
+            argv = self.placement.follower_argv(rank, spec, rendezvous, self.device)
+            try:
+                proc = await asyncio.create_subprocess_exec(
+                    *argv, env=env, stdin=asyncio.subprocess.DEVNULL
+                )
+            except OSError as exc:  # srun missing, say: the group cannot form, ever
+                self.reason = f"cannot start follower {rank} ({argv[0]}): {exc}"
+                self._exit_code = EXIT_REFUSED
+                log.error("model %s: %s", self.spec.name, self.reason)
+                with contextlib.suppress(ProcessLookupError):
+                    if leader is not None:
+                        leader.kill()
+                return
+            self.followers.append(proc)
+            task = asyncio.get_running_loop().create_task(self._watch_follower(rank, proc, leader))
+            self._watchers.add(task)  # the loop keeps only a weak reference
+            task.add_done_callback(self._watchers.discard)
+
+    async def _watch_follower(
+        self, rank: int, proc: asyncio.subprocess.Process, leader: Any
+    ) -> None:
+        """A follower that exits takes its group down: the leader is killed (its lease
+        ends with its broker session), which fails the requests and restarts the group."""
+        code = await proc.wait()
+        if self._stopping or leader is None or leader.returncode is not None:
+            return
+        if proc not in self.followers:
+            return  # stopped by us
+        log.warning("model %s: follower %d exited (%s)", self.spec.name, rank, code)
+        self.reason = f"follower {rank} of the worker group exited ({code})"
+        with contextlib.suppress(ProcessLookupError):
+            leader.kill()
+
+    async def _stop_followers(self) -> None:
+        """SIGTERM (srun passes it to the remote task), SIGKILL after 5 s."""
+        followers, self.followers = self.followers, []
+        for proc in followers:
+            if proc.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.terminate()
+                    proc.send_signal(signal.SIGCONT)  # a stopped one gets SIGTERM only so
+        for proc in followers:
+            try:
+                await asyncio.wait_for(proc.wait(), 5)
+            except TimeoutError:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+                await proc.wait()
 
     def _retire_stats(self) -> None:
         for k in STATS_COUNTERS:
@@ -213,6 +290,7 @@ class WorkerHandle:
     async def stop(self) -> None:
         self._stopping = True
         self._fail_all(503, "the server is shutting down")
+        await self._stop_followers()  # first: a leader going away would alarm them
         self._drop_writer()
         proc = self.proc
         if proc is not None and proc.returncode is None:

@@ -53,7 +53,7 @@ def test_sigterm_stops_gateway_and_workers(tmp_path: Path, tiny_models: dict[str
     pool = tmp_path / "pool.yaml"
     pool.write_text(
         f"devices: cpu:2\nmodels:\n  - name: a\n    path: {tiny_models['model-a']}\n"
-        f"  - name: b\n    path: {tiny_models['model-b']}\n    devices: 2\n"
+        f"  - name: b\n    path: {tiny_models['model-b']}\n    devices: 2\n    procs: 2\n"
     )
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen(
@@ -74,7 +74,14 @@ def test_sigterm_stops_gateway_and_workers(tmp_path: Path, tiny_models: dict[str
                 time.sleep(0.2)
         assert health.get("status") == "ok", health
         workers = _children(proc.pid)
-        assert len(workers) == 2
+        # a's worker, b's leader and b's follower (a worker group of two processes)
+        assert len(workers) == 3
+        cmdlines = [Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") for pid in workers]
+        assert sorted(c[2].decode() for c in cmdlines) == [
+            "acbslurm.serve.follower",
+            "acbslurm.serve.worker",
+            "acbslurm.serve.worker",
+        ]
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(20) == 0
         for pid in workers:

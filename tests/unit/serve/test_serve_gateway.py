@@ -16,9 +16,6 @@ import signal
 import subprocess
 import threading
 import time
-import urllib.error
-import urllib.request
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,6 +23,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from servehelp import _get, _metric, reference
 
 from acbslurm.serve.brokerhost import overlaps
 from acbslurm.serve.pool import load_pool_text
@@ -64,31 +62,6 @@ def client(server: PoolServer) -> openai.OpenAI:
     return openai.OpenAI(
         base_url=f"http://127.0.0.1:{server.port}/v1", api_key="none", max_retries=0, timeout=60
     )
-
-
-def _get(server: PoolServer, path: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{server.port}{path}", timeout=10) as r:
-            return r.status, r.read().decode()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode()
-
-
-def reference(path: Path, prompt: str, max_tokens: int) -> str:
-    """The model served alone: the same decoding, in this process, one request at a time."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from acbslurm.serve.generate import Decoding, Params
-
-    tok = AutoTokenizer.from_pretrained(path)
-    model = AutoModelForCausalLM.from_pretrained(path).eval()
-    d = Decoding("r", list(tok(prompt).input_ids), Params(max_tokens, 0.0, 1.0), tok.eos_token_id)
-    with torch.inference_mode(), warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)  # transformers renames past_key_values
-        while not d.done:
-            d.step(model, torch.device("cpu"), tok)
-    return d.text
 
 
 def test_models_health_and_unknown_routes(server: PoolServer, client: openai.OpenAI) -> None:
@@ -288,14 +261,6 @@ def worker_view_overlaps(server: PoolServer) -> list[str]:
         if a[0] == b[0] and a[3] != b[3] and b[1] < a[2]:
             bad.append(f"{a[0]}: {a[3]} until {a[2]:.6f}, {b[3]} from {b[1]:.6f}")
     return bad
-
-
-def _metric(text: str, name: str, model: str, extra: str = "") -> float:
-    total = 0.0
-    for line in text.splitlines():
-        if line.startswith(name + "{") and f'model="{model}"' in line and extra in line:
-            total += float(line.rsplit(" ", 1)[1])
-    return total
 
 
 def test_flood_gets_429_not_a_hang(server: PoolServer) -> None:

@@ -24,6 +24,7 @@ def test_seed_example_is_valid_and_seed_shaped() -> None:
     ]
     assert pool.host_memory == 100 << 30  # binary units
     assert pool.models[2].headroom == 8 << 30
+    assert [m.procs for m in pool.models] == [1, 1, 2]  # C spans the seed's two servers
     assert pool.policy == "quantum"
 
 
@@ -57,6 +58,36 @@ models:
     assert "pool.yaml:7: models.0.dtype: must be one of float32" in msg
     assert "pool.yaml:8: models.0.temprature: unknown key (did you mean 'temperature'?)" in msg
     assert "pool.yaml:10: models.1.path: /does/not/exist: no config.json" in msg
+
+
+def test_procs_must_split_the_gang_evenly(tiny_models: dict[str, Path]) -> None:
+    p = tiny_models["model-c"]
+    text = f"""\
+models:
+  - name: c
+    path: {p}
+    devices: 8
+    procs: 3
+  - name: d
+    path: {p}
+    devices: 8
+    procs: 0
+  - {{name: e, path: {p}, devices: 8, procs: 2}}
+"""
+    with pytest.raises(PoolError) as info:
+        load_pool_text(text, "pool.yaml")
+    msg = str(info.value)
+    assert "pool.yaml:5: models.0.procs: 3 processes cannot split the model's 8 device(s)" in msg
+    assert "pool.yaml:9: models.1.procs: must be at least 1" in msg
+    assert "models.2" not in msg
+    many = f"models:\n  - name: c\n    path: {p}\n    devices: 4\n    procs: 4\n"
+    with pytest.raises(PoolError) as info:
+        load_pool_text(many, "many.yaml")
+    assert "many.yaml:5: models.0.procs: the model has 3 blocks: at most 3 processes" in str(
+        info.value
+    )
+    ok = load_pool_text(f"models:\n  - {{name: e, path: {p}, devices: 8, procs: 2}}\n", "ok.yaml")
+    assert [(m.name, m.procs) for m in ok.models] == [("e", 2)]
 
 
 def test_duplicate_names_and_bad_yaml(tiny_models: dict[str, Path]) -> None:

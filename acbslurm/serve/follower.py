@@ -1,0 +1,87 @@
+"""A follower of a model's worker group: ``python -m acbslurm.serve.follower``.
+
+Started by the gateway (here, or with ``srun`` on another node of the job;
+``placement``) once the leader has opened its rendezvous. It joins the group, loads
+its stage of the model (weights in host memory: it holds no lease), tells the
+leader its weight bytes (or why it cannot run), then does the leader's commands
+until STOP or until the leader goes away (``pipeline``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import warnings
+from typing import Any
+
+EXIT_REFUSED = 3  # this stage cannot run (the leader tells the gateway why)
+EXIT_GROUP = 5  # the leader went away or failed
+
+
+def load_stage(spec: dict[str, Any], rank: int, device: str) -> tuple[Any, Any]:
+    """(stage, residency) of ``rank``: the model cut to its stage, weights off
+    the device (host memory) until the leader's first RESTORE."""
+    import os
+
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from acbslurm.serve.residency import Residency
+    from acbslurm.serve.stages import make_stage
+
+    torch.set_num_threads(int(os.environ.get("ACBSLURM_SERVE_THREADS", "1")))
+    dtype = getattr(torch, spec["dtype"])
+    model = AutoModelForCausalLM.from_pretrained(spec["path"], dtype=dtype).eval()
+    stage = make_stage(model, rank, int(spec["procs"]))
+    return stage, Residency(stage.model, device)
+
+
+def run(spec: dict[str, Any], rank: int, rendezvous: str, device: str) -> int:
+    from acbslurm.serve import pipeline
+
+    procs = int(spec["procs"])
+    host, port = rendezvous.rsplit(":", 1)
+    store = pipeline.rendezvous(host.strip("[]"), int(port), rank, procs)
+    pipeline.join(store, rank, procs)
+    try:
+        stage, residency = load_stage(spec, rank, device)
+        info = pipeline.Peer(True, "", residency.weights)
+    except Exception as exc:
+        info = pipeline.Peer(False, f"stage {rank}: {exc}", 0)
+    pipeline.exchange(info, procs)
+    if not info.ok:
+        pipeline.header()  # the leader's STOP (or its going away)
+        return EXIT_REFUSED
+    pipeline.Follower(stage, residency, device).serve()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="acbslurm.serve.follower")
+    p.add_argument("--spec", required=True, help="the model's spec as JSON")
+    p.add_argument("--rank", type=int, required=True)
+    p.add_argument("--rendezvous", required=True, help="HOST:PORT of the leader's store")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
+    import os
+
+    # torch's C++ warnings (a stack trace each) when the leader goes away: the one
+    # line printed below says it.
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never download anything
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    try:
+        return run(json.loads(args.spec), args.rank, args.rendezvous, args.device)
+    except RuntimeError as exc:  # gloo: the leader closed its connections
+        first = str(exc).split(". ")[0]
+        print(f"follower {args.rank}: the group's leader went away ({first})", file=sys.stderr)
+        return EXIT_GROUP
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,43 @@
+"""Helpers shared by the serve tests that drive a real pool."""
+
+from __future__ import annotations
+
+import urllib.error
+import urllib.request
+import warnings
+from pathlib import Path
+
+from acbslurm.serve.runner import PoolServer
+
+
+def _get(server: PoolServer, path: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{server.port}{path}", timeout=10) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def reference(path: Path, prompt: str, max_tokens: int) -> str:
+    """The model served alone: the same decoding, in this process, one request at a time."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from acbslurm.serve.generate import Decoding, Params, local_forward
+
+    tok = AutoTokenizer.from_pretrained(path)
+    forward = local_forward(AutoModelForCausalLM.from_pretrained(path).eval())
+    d = Decoding("r", list(tok(prompt).input_ids), Params(max_tokens, 0.0, 1.0), tok.eos_token_id)
+    with torch.inference_mode(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # transformers renames past_key_values
+        while not d.done:
+            d.step(forward, torch.device("cpu"), tok)
+    return d.text
+
+
+def _metric(text: str, name: str, model: str, extra: str = "") -> float:
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(name + "{") and f'model="{model}"' in line and extra in line:
+            total += float(line.rsplit(" ", 1)[1])
+    return total
