@@ -1,6 +1,6 @@
 """Times the sandbox's life cycle on this machine and prints the numbers.
 
-    sudo .venv/bin/python bench/sandbox_up.py [--runs 3]
+    sudo .venv/bin/python bench/sandbox_up.py [--runs 3] [--nodes 2] [--dir D --port-base P]
 
 Uses its own directory and ports, so a sandbox already running is not disturbed.
 Goals (issue 2): cold `up` within 90 s, a second `up` within 5 s.
@@ -34,10 +34,17 @@ def acbslurm(*args: str) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--nodes", type=int, default=1, help="slurmd daemons (sandbox up --nodes)")
+    ap.add_argument("--dir", default=str(ROOT), help="the sandbox directory (removed after)")
+    ap.add_argument("--port-base", type=int, default=PORT_BASE)
     args = ap.parse_args()
+    global ROOT
+    ROOT = Path(args.dir)
     acbslurm("down")
     shutil.rmtree(ROOT, ignore_errors=True)
-    fresh = acbslurm("up", "--gpus", "2", "--port-base", str(PORT_BASE))
+    shape = ["--gpus", "2", "--nodes", str(args.nodes), "--port-base", str(args.port_base)]
+    fresh = acbslurm("up", *shape)
+    print(f"{args.nodes} node(s) x 2 GPUs at {ROOT}")
     second = [acbslurm("up")]
     downs, colds = [], []
     for _ in range(args.runs):
