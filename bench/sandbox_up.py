@@ -18,12 +18,13 @@ from pathlib import Path
 
 ROOT = Path("/var/lib/acbslurm/sb-bench")
 PORT_BASE = 21817
+_root = ROOT  # --dir
 
 
 def acbslurm(*args: str) -> float:
     t0 = time.monotonic()
     subprocess.run(
-        [sys.executable, "-m", "acbslurm", "sandbox", *args, "--dir", str(ROOT)],
+        [sys.executable, "-m", "acbslurm", "sandbox", *args, "--dir", str(_root)],
         check=True,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -38,13 +39,13 @@ def main() -> None:
     ap.add_argument("--dir", default=str(ROOT), help="the sandbox directory (removed after)")
     ap.add_argument("--port-base", type=int, default=PORT_BASE)
     args = ap.parse_args()
-    global ROOT
-    ROOT = Path(args.dir)
+    global _root
+    _root = Path(args.dir)
     acbslurm("down")
-    shutil.rmtree(ROOT, ignore_errors=True)
+    shutil.rmtree(_root, ignore_errors=True)
     shape = ["--gpus", "2", "--nodes", str(args.nodes), "--port-base", str(args.port_base)]
     fresh = acbslurm("up", *shape)
-    print(f"{args.nodes} node(s) x 2 GPUs at {ROOT}")
+    print(f"{args.nodes} node(s) x 2 GPUs at {_root}")
     second = [acbslurm("up")]
     downs, colds = [], []
     for _ in range(args.runs):
@@ -52,7 +53,7 @@ def main() -> None:
         colds.append(acbslurm("up"))
         second.append(acbslurm("up"))
     acbslurm("down")
-    shutil.rmtree(ROOT, ignore_errors=True)
+    shutil.rmtree(_root, ignore_errors=True)
     print(f"fresh up (new directory, database created): {fresh:6.1f} s   goal <= 90 s")
     print(f"cold up (state kept), median of {args.runs}:        {statistics.median(colds):6.1f} s")
     print(
