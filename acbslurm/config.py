@@ -4,6 +4,12 @@ The file is YAML (``ACBSLURM_CONFIG`` or /etc/acbslurm/acbslurm.yaml); a file in
 which is YAML too, is read without importing PyYAML. Every key can
 also be set by an environment variable ``ACBSLURM_<KEY>`` (upper case). Values that
 are paths may contain ``{uid}`` and ``{user}``, filled per job user where documented.
+
+Any value may contain ``{node}``: Slurm's name for the node the reader runs on
+(SLURMD_NODENAME, which slurmd gives its hooks and every job step; else the short host
+name), filled here. A real cluster runs one slurmd per host and needs none; the sandbox
+runs several slurmd on one machine (``sandbox up --nodes``), whose hooks and jobs must
+each keep their own job records, job directories and GPU inventory.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from acbslurm.units import finite_float
 # On the hook path: no typing at run time (tests/unit/hooks/test_hooks_imports.py).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from typing import Any
 
 DEFAULT_CONFIG_FILE = "/etc/acbslurm/acbslurm.yaml"
@@ -109,6 +116,23 @@ def _file_values(p: str, settings: Settings) -> dict[str, Any]:
     return values
 
 
+NODE_FIELD = "{node}"
+
+
+def this_node(env: Mapping[str, str] | None = None) -> str:
+    """Slurm's name for this node (SLURMD_NODENAME), else the short host name."""
+    e = os.environ if env is None else env
+    return e.get("SLURMD_NODENAME") or os.uname().nodename.split(".")[0]
+
+
+def _fill_node(values: dict[str, Any]) -> None:
+    node = ""
+    for key, value in values.items():
+        if isinstance(value, str) and NODE_FIELD in value:
+            node = node or this_node()
+            values[key] = value.replace(NODE_FIELD, node)
+
+
 def load_settings(path: str | None = None, **overrides: Any) -> Settings:
     """Settings from packaged defaults, the file, the environment, then ``overrides``."""
     settings = Settings()
@@ -130,4 +154,5 @@ def load_settings(path: str | None = None, **overrides: Any) -> Settings:
         if key not in known:
             raise ConfigError(f"unknown setting {key!r}")
         values[key] = _coerce(key, raw, getattr(settings, key), f"--{key.replace('_', '-')}")
+    _fill_node(values)
     return replace(settings, **values)

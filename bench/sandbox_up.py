@@ -1,6 +1,6 @@
 """Times the sandbox's life cycle on this machine and prints the numbers.
 
-    sudo .venv/bin/python bench/sandbox_up.py [--runs 3]
+    sudo .venv/bin/python bench/sandbox_up.py [--runs 3] [--nodes 2] [--dir D --port-base P]
 
 Uses its own directory and ports, so a sandbox already running is not disturbed.
 Goals (issue 2): cold `up` within 90 s, a second `up` within 5 s.
@@ -18,12 +18,13 @@ from pathlib import Path
 
 ROOT = Path("/var/lib/acbslurm/sb-bench")
 PORT_BASE = 21817
+_root = ROOT  # --dir
 
 
 def acbslurm(*args: str) -> float:
     t0 = time.monotonic()
     subprocess.run(
-        [sys.executable, "-m", "acbslurm", "sandbox", *args, "--dir", str(ROOT)],
+        [sys.executable, "-m", "acbslurm", "sandbox", *args, "--dir", str(_root)],
         check=True,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -34,10 +35,17 @@ def acbslurm(*args: str) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--nodes", type=int, default=1, help="slurmd daemons (sandbox up --nodes)")
+    ap.add_argument("--dir", default=str(ROOT), help="the sandbox directory (removed after)")
+    ap.add_argument("--port-base", type=int, default=PORT_BASE)
     args = ap.parse_args()
+    global _root
+    _root = Path(args.dir)
     acbslurm("down")
-    shutil.rmtree(ROOT, ignore_errors=True)
-    fresh = acbslurm("up", "--gpus", "2", "--port-base", str(PORT_BASE))
+    shutil.rmtree(_root, ignore_errors=True)
+    shape = ["--gpus", "2", "--nodes", str(args.nodes), "--port-base", str(args.port_base)]
+    fresh = acbslurm("up", *shape)
+    print(f"{args.nodes} node(s) x 2 GPUs at {_root}")
     second = [acbslurm("up")]
     downs, colds = [], []
     for _ in range(args.runs):
@@ -45,7 +53,7 @@ def main() -> None:
         colds.append(acbslurm("up"))
         second.append(acbslurm("up"))
     acbslurm("down")
-    shutil.rmtree(ROOT, ignore_errors=True)
+    shutil.rmtree(_root, ignore_errors=True)
     print(f"fresh up (new directory, database created): {fresh:6.1f} s   goal <= 90 s")
     print(f"cold up (state kept), median of {args.runs}:        {statistics.median(colds):6.1f} s")
     print(

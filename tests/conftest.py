@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sandboxtest import no_jobs
+from sandboxtest import no_jobs, requested_install
 
 from acbslurm.errors import AcbslurmError
 from acbslurm.sandbox import Sandbox
@@ -33,20 +33,13 @@ def sandbox() -> Iterator[Sandbox]:
     """The sandbox at ACBSLURM_SANDBOX_DIR (default /var/lib/acbslurm/sandbox), on port
     base ACBSLURM_SANDBOX_PORT_BASE, running the Slurm of ACBSLURM_SANDBOX_SLURM
     (`make test SLURM=25.11.7`) or ACBSLURM_SANDBOX_SLURM_PREFIX (default: Debian's)."""
-    from acbslurm.sandbox.slurmbuild import choose_install
-
     sb = Sandbox(os.environ.get("ACBSLURM_SANDBOX_DIR") or None)
     if os.geteuid() != 0:
         pytest.fail("integration tests need root: the sandbox starts Slurm, MariaDB and Docker")
     port = os.environ.get("ACBSLURM_SANDBOX_PORT_BASE", "")
     log = lambda m: print("sandbox:", m)  # noqa: E731
     try:
-        install = choose_install(
-            os.environ.get("ACBSLURM_SANDBOX_SLURM") or None,
-            os.environ.get("ACBSLURM_SANDBOX_SLURM_PREFIX") or None,
-            None,
-            log,
-        )
+        install = requested_install(log)
         print(sb.up(SANDBOX_GPUS, int(port) if port else None, progress=log, install=install))
     except AcbslurmError as exc:
         pytest.fail(f"the sandbox could not start:\n{exc}", pytrace=False)

@@ -3,6 +3,7 @@ as the sandbox user, wait for states, list a job's containers in user1's real da
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -13,6 +14,20 @@ from acbslurm.slurm.jobs import cancel_and_wait
 
 REPO = Path(__file__).resolve().parents[1]
 IMAGE = "acbslurm/busybox:latest"
+
+
+def requested_install(log: Any) -> Any:
+    """The Slurm the test run asked for: ACBSLURM_SANDBOX_SLURM (`make test
+    SLURM=25.11.7`) or ACBSLURM_SANDBOX_SLURM_PREFIX; None: the sandbox's last, else
+    Debian's."""
+    from acbslurm.sandbox.slurmbuild import choose_install
+
+    return choose_install(
+        os.environ.get("ACBSLURM_SANDBOX_SLURM") or None,
+        os.environ.get("ACBSLURM_SANDBOX_SLURM_PREFIX") or None,
+        None,
+        log,
+    )
 
 
 def no_jobs(sb: Any, timeout: float = 60) -> None:
@@ -81,3 +96,20 @@ def wait_container(api: Any, job_id: str, timeout: float = 30) -> dict[str, Any]
 def hook_devices(sb: Any) -> dict[str, list[str]]:
     """container id -> the GPU UUIDs Docker handed to the NVIDIA hook."""
     return {r["container"]: [d for d in r["devices"].split(",") if d] for r in sb.hook_records()}
+
+
+def dockerd_pid(sb: Any) -> int:
+    """The sandbox user's dockerd of THIS sandbox (another sandbox may run one for the same
+    user): the one serving this sandbox's socket."""
+    host = f"--host={sb.env()['DOCKER_HOST']}"
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            comm = Path(f"/proc/{entry}/comm").read_text().strip()
+            argv = Path(f"/proc/{entry}/cmdline").read_bytes().decode().split("\0")
+        except OSError:
+            continue
+        if comm == "dockerd" and host in argv:
+            return int(entry)
+    raise AssertionError(f"no dockerd with {host} runs")

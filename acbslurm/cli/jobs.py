@@ -255,7 +255,14 @@ def _validate_ids(ids: tuple[str, ...]) -> list[str]:
 
 
 def _gpu_text(job: JobInfo, long: bool) -> str:
-    """``0,1`` (Slurm's indices); with ``long`` each with its UUID (``0=GPU-...``)."""
+    """``0,1`` (Slurm's indices); with ``long`` each with its UUID (``0=GPU-...``).
+    A job on several nodes: per node, ``vm-1:0,1 vm-2:0,1``."""
+    if job.gpu_devices:
+        per_node: dict[str, list[str]] = {}
+        for d in job.gpu_devices:
+            uuid = f"={d['uuid']}" if long and d["uuid"] else ""
+            per_node.setdefault(d["node"], []).append(f"{d['index']}{uuid}")
+        return " ".join(f"{node}:{','.join(gpus)}" for node, gpus in per_node.items())
     if not job.gpu_indices and not job.gpu_uuids:
         return "-"
     parts = []
@@ -396,7 +403,10 @@ def _gpu_status(as_json: bool) -> None:
         out = []
         for node, idx, job in slots:
             uuid = None
-            if job is not None and idx in job.gpu_indices:
+            if job is not None and job.gpu_devices:
+                mine = [d for d in job.gpu_devices if (d["node"], d["index"]) == (node, idx)]
+                uuid = mine[0]["uuid"] if mine else None
+            elif job is not None and idx in job.gpu_indices:
                 pos = job.gpu_indices.index(idx)
                 uuid = job.gpu_uuids[pos] if pos < len(job.gpu_uuids) else None
             out.append(

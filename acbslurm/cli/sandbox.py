@@ -1,4 +1,5 @@
-"""`acbslurm sandbox up|down|status|env`: a real single-node Slurm cluster on this machine."""
+"""`acbslurm sandbox up|down|status|env`: a real Slurm cluster on this machine (one node,
+or several with `up --nodes`)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import time
 
 import click
 
-from acbslurm.sandbox.layout import DEFAULT_DIR
+from acbslurm.sandbox.layout import DEFAULT_DIR, MAX_NODES
 
 dir_option = click.option(
     "--dir",
@@ -37,15 +38,22 @@ def sandbox() -> None:
     "--gpus",
     type=click.IntRange(1, 64),
     default=None,
-    help="Number of emulated GPUs  [default: 2, or what the sandbox had].",
+    help="Number of emulated GPUs per node  [default: 2, or what the sandbox had].",
+)
+@click.option(
+    "--nodes",
+    type=click.IntRange(1, MAX_NODES),
+    default=None,
+    help="Number of nodes: one slurmd each (`slurmd -N`), all on this machine, each "
+    "with its own GPUs  [default: 1, or what the sandbox had].",
 )
 @click.option(
     "--port-base",
     type=click.IntRange(1024, 65000),
     default=None,
     envvar="ACBSLURM_SANDBOX_PORT_BASE",
-    help="slurmctld port; slurmd, slurmdbd and MariaDB use the next three  "
-    "[default: 16817]. Env: ACBSLURM_SANDBOX_PORT_BASE.",
+    help="slurmctld port; slurmd, slurmdbd and MariaDB use the next three, further "
+    "nodes' slurmd the ones after  [default: 16817]. Env: ACBSLURM_SANDBOX_PORT_BASE.",
 )
 @click.option(
     "--slurm",
@@ -75,6 +83,7 @@ def sandbox() -> None:
 def up(
     root: str,
     gpus: int | None,
+    nodes: int | None,
     port_base: int | None,
     slurm_release: str | None,
     slurm_prefix: str | None,
@@ -87,7 +96,7 @@ def up(
     sb = Sandbox(root)
     click.echo(f"acbslurm sandbox: starting at {sb.layout.root}", err=True)
     install = choose_install(slurm_release, slurm_prefix, slurm_source, _progress)
-    click.echo(sb.up(gpus, port_base, progress=_progress, install=install))
+    click.echo(sb.up(gpus, port_base, progress=_progress, install=install, nodes=nodes))
 
 
 @sandbox.command()
@@ -109,8 +118,9 @@ def down(root: str) -> None:
 @dir_option
 @click.argument("component")
 def restart(root: str, component: str) -> None:
-    """Restart one COMPONENT (munged, mariadb, slurmdbd, slurmctld, slurmd, dockerd-USER)
-    without touching the others; running jobs are not cancelled."""
+    """Restart one COMPONENT (munged, mariadb, slurmdbd, slurmctld, slurmd or
+    slurmd-NODE, dockerd-USER) without touching the others; running jobs are not
+    cancelled."""
     from acbslurm.sandbox import Sandbox
 
     click.echo(Sandbox(root).restart(component, progress=_progress))

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 
-from acbslurm.config import Settings
+from acbslurm.config import Settings, this_node
 from acbslurm.gpu.gres_conf import node_gpu_devices
 from acbslurm.gpu.inventory import GpuInfo, load_static
 from acbslurm.gpu.mapping import JobGpus, map_job_gpus
@@ -14,7 +13,7 @@ from acbslurm.units import is_ascii_int
 
 def node_name(env: Mapping[str, str]) -> str:
     """Slurm's name for this node (SLURMD_NODENAME), else the short host name."""
-    return env.get("SLURMD_NODENAME") or os.uname().nodename.split(".")[0]
+    return this_node(env)
 
 
 def node_inventory(settings: Settings) -> list[GpuInfo]:

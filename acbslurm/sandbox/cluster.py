@@ -11,6 +11,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from acbslurm.errors import ConfigError, SetupError
 from acbslurm.gpu.inventory import GpuInfo
 from acbslurm.sandbox import docker, gpus, mariadb, munge, preflight, render, reportsvc, slurm
 from acbslurm.sandbox.layout import (
+    MAX_NODES,
     MAX_SOCKET_PATH,
     Layout,
     Params,
@@ -53,6 +55,11 @@ class ComponentStatus:
             "ready": self.ready,
             "detail": self.detail,
         }
+
+
+def _shape(p: Params) -> str:
+    """``2 GPUs``, or ``2 nodes x 2 GPUs``."""
+    return f"{p.gpus} GPUs" if p.nodes == 1 else f"{p.nodes} nodes x {p.gpus} GPUs"
 
 
 class Sandbox:
@@ -89,17 +96,21 @@ class Sandbox:
         return gpus.load(self.layout)
 
     def components(self) -> list[str]:
-        user = self.layout.load_params()
-        name = user.user if user else "user1"
+        p = self.layout.load_params() or Params()
+        slurmds = [self.layout.slurmd_component(p, n) for n in p.node_names]
         return [
             "munged",
             "mariadb",
             "slurmdbd",
             "report",
             "slurmctld",
-            "slurmd",
-            f"dockerd-{name}",
+            *slurmds,
+            f"dockerd-{p.user}",
         ]
+
+    def _slurmd_nodes(self, p: Params) -> dict[str, str]:
+        """slurmd component name -> the node it is."""
+        return {self.layout.slurmd_component(p, n): n for n in p.node_names}
 
     # -- environment ----------------------------------------------------------------
     def env(self) -> dict[str, str]:
@@ -156,7 +167,7 @@ class Sandbox:
         return sorted(out, key=lambda r: (r.get("time", 0), r.get("container", "")))
 
     def wait_idle(self, timeout: float = 60) -> None:
-        """Cancel every job (again, while any is left) until the node has nothing allocated."""
+        """Cancel every job (again, while any is left) until no node has anything allocated."""
         from acbslurm.errors import SlurmError
         from acbslurm.slurm.jobs import cancel_and_wait
 
@@ -168,14 +179,15 @@ class Sandbox:
                 left = ""
             except SlurmError as exc:
                 left = exc.reason
-            state = slurm.node_state(self.layout, self.params)
-            if not left and state == "idle":
+            states = slurm.node_states(self.layout)
+            state = ", ".join(f"{n} {st}" for n, st in sorted(states.items()))
+            if not left and states and all(st == "idle" for st in states.values()):
                 return
-            if "drain" in state or state.startswith("down"):
+            if any("drain" in st or st.startswith("down") for st in states.values()):
                 slurm.resume_if_drained(self.layout, self.params)
             time.sleep(0.3)
         raise SetupError(
-            f"sandbox node not idle after {timeout:g} s (node: {state}; jobs: {left or 'none'})"
+            f"sandbox nodes not idle after {timeout:g} s ({state}; jobs: {left or 'none'})"
         )
 
     # -- status ---------------------------------------------------------------------
@@ -197,10 +209,11 @@ class Sandbox:
                     in proc.run(["scontrol", "ping"], env=slurm.slurm_env(lay), timeout=5).stdout
                 )
                 return ok, f"127.0.0.1:{p.slurmctld_port}"
-            if name == "slurmd":
-                state = slurm.node_state(lay, p)
+            node = self._slurmd_nodes(p).get(name)
+            if node is not None:
+                state = slurm.node_state(lay, node)
                 ok = slurm.slurmd_answers(state)
-                return ok, f"node {p.node} {state}, gpu:{p.gpus}"
+                return ok, f"node {node} {state}, gpu:{p.gpus}"
             if name.startswith("dockerd-"):
                 ok = docker.ready(lay, p.user) and docker.has_image(lay, p.user)
                 return ok, docker.docker_host(lay, p.user)
@@ -231,10 +244,12 @@ class Sandbox:
         port_base: int | None = None,
         progress: Progress = _quiet,
         install: SlurmInstall | None = None,
+        nodes: int | None = None,
     ) -> str:
         """Start every component; a second call only checks. Returns a summary line.
 
         ``install``: the Slurm to run (None: what the sandbox ran before, else Debian's).
+        ``gpu_count``: GPUs per node; ``nodes``: slurmd daemons (None: as before, else 1).
         """
         t0 = time.monotonic()
         old = self.layout.load_params()
@@ -252,6 +267,11 @@ class Sandbox:
                     f"the sandbox at {self.layout.root} is up on port base {old.port_base}; "
                     "run `acbslurm sandbox down` first"
                 )
+            if nodes is not None and nodes != old.nodes:
+                raise SetupError(
+                    f"the sandbox at {self.layout.root} is up with {old.nodes} node(s); "
+                    f"run `acbslurm sandbox down` before `up --nodes {nodes}`"
+                )
             if install is not None and install != old.slurm:
                 raise SetupError(
                     f"the sandbox at {self.layout.root} is up with Slurm "
@@ -267,14 +287,14 @@ class Sandbox:
                     note = slurm.resume_if_drained(self.layout, old)
                     extra = f"; {note}" if note else ""
                     return (
-                        f"sandbox already up at {self.layout.root} ({old.gpus} GPUs, "
+                        f"sandbox already up at {self.layout.root} ({_shape(old)}, "
                         f"Slurm {old.slurm_release}){extra}"
                     )
                 progress(f"not ready: {', '.join(s.name for s in bad)}; restarting")
             else:
                 progress(f"partly up ({', '.join(alive)}); restarting")
             self.down(progress)
-        params = self._new_params(old, gpu_count, port_base, install)
+        params = self._new_params(old, gpu_count, port_base, install, nodes)
         self._check_socket_paths(params)
         try:
             self._cold_up(params, progress)
@@ -283,7 +303,7 @@ class Sandbox:
             self.down(_quiet)
             raise
         return (
-            f"sandbox up at {self.layout.root} ({params.gpus} GPUs, user {params.user}, "
+            f"sandbox up at {self.layout.root} ({_shape(params)}, user {params.user}, "
             f"Slurm {params.slurm_release}) in {time.monotonic() - t0:.1f} s"
         )
 
@@ -293,15 +313,20 @@ class Sandbox:
         gpu_count: int | None,
         port_base: int | None,
         install: SlurmInstall | None,
+        nodes: int | None,
     ) -> Params:
         base = old or Params(port_base=default_port_base())
         slurm_now = install or base.slurm
         gpus_n = gpu_count if gpu_count is not None else base.gpus
         if gpus_n < 1 or gpus_n > 64:
             raise SetupError(f"--gpus must be between 1 and 64, got {gpus_n}")
+        nodes_n = nodes if nodes is not None else base.nodes
+        if nodes_n < 1 or nodes_n > MAX_NODES:
+            raise SetupError(f"--nodes must be between 1 and {MAX_NODES}, got {nodes_n}")
         return replace(
             base,
             gpus=gpus_n,
+            nodes=nodes_n,
             port_base=port_base if port_base is not None else base.port_base,
             cpus=max(8, 4 * gpus_n),
             memory_mb=max(16000, 8000 * gpus_n),
@@ -338,7 +363,7 @@ class Sandbox:
             fn()
             progress(f"{name}: ok ({time.monotonic() - t:.1f} s)")
 
-        step("gpus", lambda: gpus.create(lay, p.gpus))
+        step("gpus", lambda: gpus.create(lay, p))
         step("config", lambda: self._write_configs(p, sec))
         pw = docker.prepare(lay, p.user)
         docker.prepare_second_user(lay, p.user2)
@@ -347,12 +372,14 @@ class Sandbox:
         mariadb.prepare(lay)
         step("mariadb", lambda: mariadb.start(lay, p, self.marker))
         mariadb.create_users(lay, sec["slurm_db"], sec["readonly_db"])
-        slurm.prepare(lay)
+        slurm.prepare(lay, p)
         step("slurmdbd", lambda: slurm.start_slurmdbd(lay, self.marker))
         step("accounts", lambda: slurm.ensure_accounts(lay, p))
         step("report", lambda: reportsvc.start(lay, p, self.marker))
         step("slurmctld", lambda: slurm.start_slurmctld(lay, self.marker))
-        step("slurmd", lambda: slurm.start_slurmd(lay, p, self.marker))
+        for node in p.node_names:
+            name = lay.slurmd_component(p, node)
+            step(name, partial(slurm.start_slurmd, lay, p, self.marker, node))
         step(f"dockerd-{p.user}", lambda: docker.start(lay, pw, self.marker))
         step("image", lambda: docker.ensure_image(lay, p.user))
         self._check_user_can_run_acbslurm(p)
@@ -384,7 +411,7 @@ class Sandbox:
 
     def _write_configs(self, p: Params, sec: dict[str, str]) -> None:
         lay = self.layout
-        render.write_slurm_configs(lay, p, gpus.load(lay), sec["slurm_db"])
+        render.write_slurm_configs(lay, p, gpus.by_node(lay, p), sec["slurm_db"])
         render.write_hook_wrappers(lay, p)
         render.write_standin_hook(lay)
         render.write_acbslurm_settings(lay, p)
@@ -413,7 +440,10 @@ class Sandbox:
             "slurmdbd": lambda: slurm.start_slurmdbd(lay, self.marker),
             "report": lambda: reportsvc.start(lay, p, self.marker),
             "slurmctld": lambda: slurm.start_slurmctld(lay, self.marker),
-            "slurmd": lambda: slurm.start_slurmd(lay, p, self.marker),
+            **{
+                name: partial(slurm.start_slurmd, lay, p, self.marker, node)
+                for name, node in self._slurmd_nodes(p).items()
+            },
             f"dockerd-{p.user}": lambda: self._start_dockerd(p),
         }
 

@@ -20,6 +20,8 @@ USER = "user1"
 # records, sockets or report rows.
 USER2 = "user2"
 IMAGE = "acbslurm/busybox:latest"
+# `up --nodes`: each node one slurmd and one port (see Params.node_port).
+MAX_NODES = 16
 
 
 def default_dir() -> Path:
@@ -36,7 +38,9 @@ def default_port_base() -> int:
 class Params:
     """What ``up`` was asked for; saved so that later commands and a second ``up`` agree."""
 
-    gpus: int = 2
+    gpus: int = 2  # per node
+    # slurmd daemons on this machine, each a node with its own GPUs (``slurmd -N``).
+    nodes: int = 1
     port_base: int = DEFAULT_PORT_BASE
     cpus: int = 8
     memory_mb: int = 16000
@@ -64,6 +68,20 @@ class Params:
         return self.port_base + 1
 
     @property
+    def node_names(self) -> list[str]:
+        """Slurm's node names: the host's short name alone, or ``<host>-1`` ... ``-N``."""
+        if self.nodes == 1:
+            return [self.node]
+        return [f"{self.node}-{i}" for i in range(1, self.nodes + 1)]
+
+    def node_port(self, name: str) -> int:
+        """The slurmd port of node ``name``: the first node's is ``port_base + 1``, the
+        others' follow MariaDB's (``+ 4`` on), so that every port of a sandbox stays
+        below ``port_base + 4 + MAX_NODES``: bases 100 apart never collide."""
+        i = self.node_names.index(name)
+        return self.slurmd_port if i == 0 else self.port_base + 3 + i
+
+    @property
     def slurmdbd_port(self) -> int:
         return self.port_base + 2
 
@@ -89,6 +107,9 @@ class Layout:
         self.gres_conf = self.etc / "gres.conf"
         self.slurmdbd_conf = self.etc / "slurmdbd.conf"
         self.inventory = self.etc / "gpus.json"
+        # With several nodes each has its own inventory; the hooks' settings name
+        # ``gpus-{node}.json`` and expand ``{node}`` (config.py).
+        self.node_inventory_pattern = self.etc / "gpus-{node}.json"
         self.acbslurm_conf = self.etc / "acbslurm.yaml"
         self.report_db_cnf = self.etc / "report-db.cnf"
         self.secrets = self.etc / "secrets.json"
@@ -99,6 +120,16 @@ class Layout:
         self.records = self.state / "jobs"
         self.hook_record = self.state / "gpu-hook.jsonl"
         self.hook_record_dir = self.state / "gpu-hook"
+
+    def node_inventory(self, params: Params, node: str) -> Path:
+        """The GPU inventory of ``node`` (the single node keeps ``gpus.json``)."""
+        if params.nodes == 1:
+            return self.inventory
+        return Path(str(self.node_inventory_pattern).replace("{node}", node))
+
+    def slurmd_component(self, params: Params, node: str) -> str:
+        """``slurmd``, or ``slurmd-<node>`` with several nodes (its pid file and log)."""
+        return "slurmd" if params.nodes == 1 else f"slurmd-{node}"
 
     def user_runtime_dir(self, user: str) -> Path:
         return self.run / user

@@ -41,7 +41,7 @@ def _write(path: Path, text: str, mode: int = 0o644) -> None:
 
 
 def write_slurm_configs(
-    layout: Layout, params: Params, gpus: list[GpuInfo], slurm_db_password: str
+    layout: Layout, params: Params, gpus: dict[str, list[GpuInfo]], slurm_db_password: str
 ) -> None:
     env = _env()
     ctx: dict[str, Any] = {
@@ -82,14 +82,21 @@ def write_standin_hook(layout: Layout) -> None:
 
 
 def write_acbslurm_settings(layout: Layout, params: Params) -> None:
-    """Settings the hooks, `acbslurm run` and `report` read inside the sandbox."""
+    """Settings the hooks, `acbslurm run` and `report` read inside the sandbox.
+
+    With several nodes on this one machine, each node's hooks and jobs keep their own
+    inventory, job records and job directories: the paths name ``{node}``, which the
+    settings fill with the node the reader runs on (SLURMD_NODENAME; config.py).
+    """
+    per_node = "/{node}" if params.nodes > 1 else ""
+    inventory = layout.inventory if params.nodes == 1 else layout.node_inventory_pattern
     settings = {
-        "gpu_inventory": str(layout.inventory),
+        "gpu_inventory": str(inventory),
         "gres_conf": str(layout.gres_conf),
         "slurm_conf": str(layout.slurm_conf),
         "slurm_bin_dir": params.slurm.bin_dir,
-        "record_dir": str(layout.records),
-        "job_runtime_dir": str(layout.run / "job"),
+        "record_dir": f"{layout.records}{per_node}",
+        "job_runtime_dir": f"{layout.run / 'job'}{per_node}",
         "report_socket": str(layout.run / "report.sock"),
         "docker_host": f"unix://{layout.run}/{{user}}/docker.sock",
         "db_config": str(layout.report_db_cnf),

@@ -52,9 +52,12 @@ def _client(layout: Layout, argv: list[str], timeout: float = 20) -> str:
     return proc.run(argv, env=slurm_env(layout), timeout=timeout).stdout
 
 
-def prepare(layout: Layout) -> None:
+def prepare(layout: Layout, params: Params) -> None:
     for d in ("slurmctld", "slurmd"):
         (layout.state / d).mkdir(parents=True, exist_ok=True)
+    if params.nodes > 1:
+        for node in params.node_names:
+            (layout.state / "slurmd" / node).mkdir(exist_ok=True)
 
 
 def _start(
@@ -121,28 +124,38 @@ def start_slurmctld(layout: Layout, marker: str) -> Proc:
     )
 
 
-def start_slurmd(layout: Layout, params: Params, marker: str) -> Proc:
+def start_slurmd(layout: Layout, params: Params, marker: str, node: str) -> Proc:
+    """The slurmd of ``node`` (one of ``params.node_names``): ``-N`` names the node it
+    is, whose Port, GPUs and (with %n in slurm.conf) spool, pid file and log it takes."""
     return _start(
         layout,
         marker,
-        "slurmd",
-        [params.slurm.daemon("slurmd"), "-D", "-f", str(layout.slurm_conf), "-N", params.node],
-        lambda: slurmd_answers(node_state(layout, params)),
+        layout.slurmd_component(params, node),
+        [params.slurm.daemon("slurmd"), "-D", "-f", str(layout.slurm_conf), "-N", node],
+        lambda: slurmd_answers(node_state(layout, node)),
         interval=0.3,
     )
 
 
-def node_state(layout: Layout, params: Params) -> str:
-    """The node's state as slurmctld has it now, lower case (e.g. "idle", "mixed+drain").
+def node_states(layout: Layout) -> dict[str, str]:
+    """Every node's state as slurmctld has it now, lower case (e.g. "idle",
+    "mixed+drain"), in one call.
 
     scontrol, not sinfo: sinfo keeps showing "mixed" for up to a minute after the last
     GPU job ended, while slurmctld already has the node idle.
     """
-    out = _client(layout, ["scontrol", "show", "node", params.node, "-o"], 5)
-    for field in out.split():
-        if field.startswith("State="):
-            return field.removeprefix("State=").lower()
-    return "unknown"
+    out = _client(layout, ["scontrol", "show", "node", "-o"], 5)
+    states = {}
+    for line in out.splitlines():
+        fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
+        if "NodeName" in fields:
+            states[fields["NodeName"]] = fields.get("State", "unknown").lower()
+    return states
+
+
+def node_state(layout: Layout, node: str) -> str:
+    """``node``'s state (see ``node_states``)."""
+    return node_states(layout).get(node, "unknown")
 
 
 def slurmd_answers(state: str) -> bool:
@@ -152,15 +165,17 @@ def slurmd_answers(state: str) -> bool:
 
 
 def resume_if_drained(layout: Layout, params: Params) -> str | None:
-    """A failed hook drains the node; a sandbox `up` puts it back and says why it was."""
-    out = _client(layout, ["scontrol", "show", "node", params.node, "-o"], 5)
-    fields = dict(f.split("=", 1) for f in out.split() if "=" in f)
-    state = fields.get("State", "").lower()
-    if "drain" in state or state.startswith("down"):
-        reason = out.split("Reason=", 1)[1].strip() if "Reason=" in out else ""
-        _client(layout, ["scontrol", "update", f"nodename={params.node}", "state=resume"])
-        return f"node was {state} ({reason}); resumed"
-    return None
+    """A failed hook drains its node; a sandbox `up` puts it back and says why it was."""
+    notes = []
+    for node in params.node_names:
+        out = _client(layout, ["scontrol", "show", "node", node, "-o"], 5)
+        fields = dict(f.split("=", 1) for f in out.split() if "=" in f)
+        state = fields.get("State", "").lower()
+        if "drain" in state or state.startswith("down"):
+            reason = out.split("Reason=", 1)[1].strip() if "Reason=" in out else ""
+            _client(layout, ["scontrol", "update", f"nodename={node}", "state=resume"])
+            notes.append(f"node {node} was {state} ({reason}); resumed")
+    return "; ".join(notes) or None
 
 
 def cancel_all(layout: Layout, timeout: float = 20) -> None:

@@ -106,7 +106,9 @@ def gpu_slots(
     for job in query_jobs(record_dir=record_dir, env=env):
         if job.state not in ("RUNNING", "COMPLETING", "SUSPENDED") or not job.node:
             continue
-        for node in expand_hostlist(job.node):
+        for d in job.gpu_devices:  # a job on several nodes: exactly its GPUs on each
+            held[(d["node"], d["index"])] = job
+        for node in expand_hostlist(job.node) if not job.gpu_devices else []:
             for idx in job.gpu_indices:
                 held[(node, idx)] = job
     return [

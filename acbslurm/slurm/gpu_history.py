@@ -7,20 +7,38 @@ admin (the prolog runs as root) may set, which slurmctld hands to slurmdbd with 
 and the report reads back from the ``admin_comment`` column. The comment an admin gave
 the job is kept; acbslurm adds one token, ``acbslurm:gpus=NODE:INDEX=UUID,...``.
 
-A job on several nodes has one token per node; their prologs run at once, so a node's
-token can be lost in a race (one read-modify-write each). One-node jobs, the common
-case for GPU work here, are exact.
+A job on several nodes has one token per node, and their prologs run at once: each
+does a read-modify-write of the whole comment (Slurm has no append), so one node's
+update can start from a comment without another's token and drop it. On such a job a
+prolog therefore reads the comment back after a random pause and writes its token
+again while it is missing (``_SETTLE_READS`` reads in a row must show it). A token is
+lost only if another node's read and write straddle all of those reads, i.e. its one
+``scontrol update`` takes longer than the pauses. One-node jobs need none of it.
 """
 
 from __future__ import annotations
 
 import re
+import time
 
+from acbslurm.errors import SlurmError
 from acbslurm.units import is_ascii_int
+
+# On the hook path: no typing at run time (tests/unit/hooks/test_hooks_imports.py).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 PREFIX = "acbslurm:gpus="
 _TOKEN = re.compile(r"acbslurm:gpus=(\S+)")
 _ADMIN = re.compile(r"\bAdminComment=(.*?)(?=\s[A-Z][A-Za-z]*=|$)")
+_NUM_NODES = re.compile(r"\bNumNodes=([0-9]+)")
+# A job on several nodes: how often a prolog writes its token at most, how many reads in
+# a row must show it, and the pause before each read (seconds, random: two nodes'
+# prologs fall out of step).
+_ATTEMPTS = 4
+_SETTLE_READS = 2
+_PAUSE = (0.15, 0.5)
 
 
 def gpu_token(node: str, indices: list[int], uuids: list[str]) -> str:
@@ -81,9 +99,38 @@ def record_job_gpus(
 
     if not uuids:
         return
-    if shown is None:
+    token = gpu_token(node, indices, uuids)
+
+    def read() -> str:
         argv = ["scontrol", "show", "job", "-o", job_id]
-        shown = slurm(argv, timeout=timeout, bin_dir=bin_dir).stdout
-    comment = merged_comment(admin_comment(shown), node, gpu_token(node, indices, uuids))
-    argv = ["scontrol", "update", f"job={job_id}", f"AdminComment={comment}"]
-    slurm(argv, timeout=timeout, bin_dir=bin_dir)
+        return slurm(argv, timeout=timeout, bin_dir=bin_dir).stdout
+
+    for _ in range(_ATTEMPTS):
+        line = read() if shown is None else shown
+        comment = merged_comment(admin_comment(line), node, token)
+        argv = ["scontrol", "update", f"job={job_id}", f"AdminComment={comment}"]
+        slurm(argv, timeout=timeout, bin_dir=bin_dir)
+        if not _several_nodes(line) or _settled(read, token):
+            return
+        shown = None
+    raise SlurmError(
+        ["scontrol", "update", f"job={job_id}", "AdminComment=..."],
+        0,
+        reason=f"this node's GPUs were overwritten by other nodes' {_ATTEMPTS} times",
+    )
+
+
+def _several_nodes(show_job: str) -> bool:
+    m = _NUM_NODES.search(show_job)
+    return m is not None and int(m.group(1)) > 1
+
+
+def _settled(read: Callable[[], str], token: str) -> bool:
+    """True when ``_SETTLE_READS`` reads in a row, each after a random pause, show ``token``."""
+    import random  # only jobs on several nodes get here
+
+    for _ in range(_SETTLE_READS):
+        time.sleep(random.uniform(*_PAUSE))  # noqa: S311 - jitter, not a secret
+        if token not in admin_comment(read()).split():
+            return False
+    return True

@@ -58,6 +58,9 @@ class JobInfo:
     partition: str = ""
     gpu_indices: list[int] = field(default_factory=list)
     gpu_uuids: list[str] = field(default_factory=list)
+    # Per node, for a job on several nodes: ``{"node", "index", "uuid"}`` per GPU (the
+    # UUID from the prolog's AdminComment token; None when it has none).
+    gpu_devices: list[dict[str, Any]] = field(default_factory=list)
     # Set on the task rows (12_1, 12_[2-3]) an array's own id (12) was expanded to.
     array_job_id: str = ""
 
@@ -93,6 +96,7 @@ class JobInfo:
             "end": iso_local(self.end_time),
             "gpu_indices": list(self.gpu_indices),
             "gpu_uuids": list(self.gpu_uuids),
+            "gpu_devices": [dict(d) for d in self.gpu_devices],
         }
 
 
@@ -210,7 +214,41 @@ class JobGres:
     """One job of ``scontrol -d -o show job``: its own JobId and GPU indices."""
 
     job_id: str  # the JobId: an array task's own id, the name of its record file
-    indices: list[int]
+    indices: list[int]  # of all its nodes together
+    # A job on several nodes: each GPU as {"node", "index", "uuid"} (empty for one node).
+    devices: list[dict[str, Any]] = field(default_factory=list)
+
+
+# scontrol -d names each group of nodes with the same allocation:
+# ``Nodes=vm-[1-2] CPU_IDs=0 Mem=500 GRES=gpu:2(IDX:0-1)``.
+_NODE_GROUP = re.compile(r"\bNodes=(\S+)(.*?)(?=\sNodes=|$)")
+
+
+def _gpu_indices(gres: str) -> list[int]:
+    indices: list[int] = []
+    for chunk in re.split(r",(?=[a-z])", gres):
+        if chunk.startswith("gpu"):
+            for idx in _IDX.findall(chunk):
+                indices.extend(expand_ranges(idx))
+    return indices
+
+
+def _devices_by_node(line: str) -> list[dict[str, Any]]:
+    """Each GPU of a job on several nodes, with the UUID its node's prolog recorded."""
+    from acbslurm.slurm.gpu_history import admin_comment, parse_gpus
+    from acbslurm.slurm.hostlist import expand_hostlist
+
+    groups = _NODE_GROUP.findall(line)
+    nodes = [(n, seg) for expr, seg in groups for n in expand_hostlist(expr)]
+    if len(nodes) < 2:
+        return []
+    known = {(d["node"], d["index"]): d["uuid"] for d in parse_gpus(admin_comment(line))}
+    return [
+        {"node": node, "index": i, "uuid": known.get((node, i))}
+        for node, seg in nodes
+        for gres in re.findall(r"\bGRES=(\S+)", seg)
+        for i in sorted(set(_gpu_indices(gres)))
+    ]
 
 
 def parse_job_gpus(text: str) -> dict[str, JobGres]:
@@ -228,11 +266,8 @@ def parse_job_gpus(text: str) -> dict[str, JobGres]:
             continue
         indices: list[int] = []
         for gres in re.findall(r"\bGRES=(\S+)", line):
-            for chunk in re.split(r",(?=[a-z])", gres):
-                if chunk.startswith("gpu"):
-                    for idx in _IDX.findall(chunk):
-                        indices.extend(expand_ranges(idx))
-        job = JobGres(m.group(1), sorted(set(indices)))
+            indices.extend(_gpu_indices(gres))
+        job = JobGres(m.group(1), sorted(set(indices)), _devices_by_node(line))
         out[job.job_id] = job
         array, task = _ARRAY_JOB.search(line), _ARRAY_TASK.search(line)
         if array and task:
@@ -448,6 +483,7 @@ def _add_gpus(
     for job in jobs:
         found = cache.get((job.job_id, job.start_time))
         job.gpu_indices = list(found.indices) if found else []
+        job.gpu_devices = [dict(d) for d in found.devices] if found else []
         # The prolog names the record after the JobId (SLURM_JOB_ID), 14 for task 12_1.
         record = _read_record(record_dir, found.job_id if found else job.job_id)
         if record:

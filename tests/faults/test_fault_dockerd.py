@@ -14,28 +14,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sandboxtest import IMAGE, acbslurm_run, docker_api, submit, wait_container, wait_job
+from sandboxtest import (
+    IMAGE,
+    acbslurm_run,
+    docker_api,
+    dockerd_pid,
+    submit,
+    wait_container,
+    wait_job,
+)
 
 from acbslurm.sandbox.procs import running
 
 pytestmark = pytest.mark.integration
-
-
-def _dockerd_pid(sb: Any) -> int:
-    """The sandbox user's dockerd of THIS sandbox (another sandbox may run one for the same
-    user): the one serving this sandbox's socket."""
-    host = f"--host={sb.env()['DOCKER_HOST']}"
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            comm = Path(f"/proc/{entry}/comm").read_text().strip()
-            argv = Path(f"/proc/{entry}/cmdline").read_bytes().decode().split("\0")
-        except OSError:
-            continue
-        if comm == "dockerd" and host in argv:
-            return int(entry)
-    raise AssertionError(f"no dockerd with {host} runs")
 
 
 def _wait(what: str, cond: Any, timeout: float = 60) -> None:
@@ -60,7 +51,7 @@ def test_a_killed_dockerd_leaks_no_container_and_no_gpu(idle: Any, scripts: Path
     assert f"ACBSLURM_JOB_ID={job}".encode() in Path(f"/proc/{pid}/environ").read_bytes()
     out = scripts / f"out-{job}.txt"
 
-    os.kill(_dockerd_pid(sb), signal.SIGKILL)
+    os.kill(dockerd_pid(sb), signal.SIGKILL)
     try:
         # `acbslurm run` does not hang: it says why and exits 125 (not the program's code).
         _wait("acbslurm run to end", lambda: "run exit" in out.read_text(errors="replace"), 60)

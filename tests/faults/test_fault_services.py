@@ -19,12 +19,12 @@ from sandboxtest import (
     REPO,
     acbslurm_run,
     docker_api,
+    dockerd_pid,
     job_containers,
     submit,
     wait_container,
     wait_job,
 )
-from test_fault_dockerd import _dockerd_pid
 
 pytestmark = pytest.mark.integration
 
@@ -109,7 +109,7 @@ def test_a_frozen_dockerd_drains_the_node_naming_the_job(idle: Any, scripts: Pat
     job = submit(sb, scripts, "exec " + acbslurm_run(IMAGE, "sleep", "600"), "--gres=gpu:1")
     wait_job(sb, job, ("RUNNING",), 60)
     cid = wait_container(api, job)["Id"]
-    dockerd = _dockerd_pid(sb)
+    dockerd = dockerd_pid(sb)
     os.kill(dockerd, signal.SIGSTOP)
     try:
         sb.run_slurm(["scancel", job])

@@ -339,3 +339,18 @@ def test_status_shows_the_address_of_my_running_pool_job(cwd: Path, fake_slurm: 
     fake_slurm.clear_calls()
     acbslurm("status", "8")  # nobody else's folder is looked into
     assert not [a for a in fake_slurm.argvs("squeue") if "%i|%Z" in a]
+
+
+def test_status_names_the_node_of_each_gpu_of_a_job_on_several_nodes() -> None:
+    from acbslurm.cli.jobs import _gpu_text
+    from acbslurm.slurm.jobs import JobInfo
+
+    devices = [
+        {"node": "vm-1", "index": 0, "uuid": "GPU-a"},
+        {"node": "vm-1", "index": 1, "uuid": "GPU-b"},
+        {"node": "vm-2", "index": 1, "uuid": None},
+    ]
+    job = JobInfo("7", "RUNNING", gpu_indices=[0, 1], gpu_devices=devices)
+    assert _gpu_text(job, long=False) == "vm-1:0,1 vm-2:1"
+    assert _gpu_text(job, long=True) == "vm-1:0=GPU-a,1=GPU-b vm-2:1"
+    assert job.as_json()["gpu_devices"] == devices

@@ -21,16 +21,23 @@ def layout(tmp_path: Path) -> Layout:
     return lay
 
 
-def _gpus(lay: Layout, n: int) -> list[GpuInfo]:
-    return [
-        GpuInfo(i, i, sandbox_uuid(str(lay.root), i), device=str(lay.dev / f"nvidia{i}"))
-        for i in range(n)
-    ]
+def _gpus(lay: Layout, p: Params) -> dict[str, list[GpuInfo]]:
+    """Each node's GPUs, minors unique across the nodes (as gpus.create makes them)."""
+    out = {}
+    for k, node in enumerate(p.node_names):
+        minors = range(k * p.gpus, (k + 1) * p.gpus)
+        out[node] = [
+            GpuInfo(
+                m - k * p.gpus, m, sandbox_uuid(str(lay.root), m), device=f"{lay.dev}/nvidia{m}"
+            )
+            for m in minors
+        ]
+    return out
 
 
 def test_slurm_conf_has_the_seed_settings(layout: Layout) -> None:
     p = Params(gpus=3, node="gpuserver", port_base=20000)
-    render.write_slurm_configs(layout, p, _gpus(layout, 3), "s3cret-pw")
+    render.write_slurm_configs(layout, p, _gpus(layout, p), "s3cret-pw")
     conf = layout.slurm_conf.read_text()
     for line in (
         "AccountingStorageTRES=gres/gpu",
@@ -145,7 +152,7 @@ def test_password_files_are_never_readable_by_others(
 
     monkeypatch.setattr(os, "fdopen", lambda fd, *a, **kw: Spy(real_fdopen(fd, *a, **kw)))
     p = Params(gpus=1, node="n", port_base=20000)
-    render.write_slurm_configs(layout, p, _gpus(layout, 1), "s3cret-pw")
+    render.write_slurm_configs(layout, p, _gpus(layout, p), "s3cret-pw")
     render.write_report_db_cnf(layout, p, "s3cret-pw")
     assert modes == [0o600, 0o600]
     assert layout.report_db_cnf.stat().st_mode & 0o777 == 0o600
@@ -172,13 +179,13 @@ def test_db_user_errors_never_show_the_passwords(
 def test_slurm_conf_of_a_built_release(layout: Layout) -> None:
     """25.11: CredType, no task/none, gpumem/gpuutil accounted; the hooks get its bin."""
     p = Params(gpus=2, node="n1", slurm_prefix="/cache/25.11.7/prefix", slurm_release="25.11.7")
-    render.write_slurm_configs(layout, p, _gpus(layout, 2), "pw")
+    render.write_slurm_configs(layout, p, _gpus(layout, p), "pw")
     conf = layout.slurm_conf.read_text().splitlines()
     assert "CredType=cred/munge" in conf and "CryptoType=crypto/munge" not in conf
     assert not any(line.startswith("TaskPlugin=") for line in conf)
     assert "AccountingStorageTRES=gres/gpu,gres/gpumem,gres/gpuutil" in conf
     old = Params(gpus=2, node="n1")
-    render.write_slurm_configs(layout, old, _gpus(layout, 2), "pw")
+    render.write_slurm_configs(layout, old, _gpus(layout, p), "pw")
     conf = layout.slurm_conf.read_text().splitlines()
     assert "CryptoType=crypto/munge" in conf and "TaskPlugin=task/none" in conf
     render.write_acbslurm_settings(layout, p)
@@ -195,3 +202,69 @@ def test_a_sandbox_dir_too_long_for_unix_sockets_is_refused_up_front() -> None:
             Params()
         )
     Sandbox("/var/lib/acbslurm/sandbox-slurm-25.11.7-lc")._check_socket_paths(Params())
+
+
+def test_several_nodes_each_have_a_port_spool_log_and_gpus(layout: Layout) -> None:
+    p = Params(gpus=2, nodes=3, node="vm", port_base=20000)
+    assert p.node_names == ["vm-1", "vm-2", "vm-3"]
+    render.write_slurm_configs(layout, p, _gpus(layout, p), "pw")
+    conf = layout.slurm_conf.read_text().splitlines()
+    nodes = [ln for ln in conf if ln.startswith("NodeName=")]
+    assert [ln.split()[0] for ln in nodes] == ["NodeName=vm-1", "NodeName=vm-2", "NodeName=vm-3"]
+    # The first node keeps SlurmdPort; the others follow MariaDB's port.
+    assert [ln.split()[2] for ln in nodes] == ["Port=20001", "Port=20004", "Port=20005"]
+    assert all("Gres=gpu:2" in ln for ln in nodes)
+    assert f"SlurmdSpoolDir={layout.state}/slurmd/%n" in conf
+    assert f"SlurmdLogFile={layout.log}/slurmd-%n.log" in conf
+    assert f"SlurmdPidFile={layout.run}/slurmd-%n.pid" in conf
+    gres = [ln for ln in layout.gres_conf.read_text().splitlines() if ln.startswith("NodeName")]
+    assert gres[2:4] == [
+        f"NodeName=vm-2 Name=gpu File={layout.dev}/nvidia2",
+        f"NodeName=vm-2 Name=gpu File={layout.dev}/nvidia3",
+    ]
+
+
+def test_one_node_keeps_its_single_slurmd_lines(layout: Layout) -> None:
+    p = Params(gpus=2, node="vm", port_base=20000)
+    assert p.node_names == ["vm"]
+    render.write_slurm_configs(layout, p, _gpus(layout, p), "pw")
+    conf = layout.slurm_conf.read_text()
+    assert f"SlurmdSpoolDir={layout.state}/slurmd\n" in conf and "%n" not in conf
+    assert "Port=" not in next(ln for ln in conf.splitlines() if ln.startswith("NodeName="))
+
+
+def test_ports_of_sandboxes_100_apart_never_collide() -> None:
+    from acbslurm.sandbox.layout import MAX_NODES
+
+    def ports(base: int) -> set[int]:
+        p = Params(nodes=MAX_NODES, node="vm", port_base=base)
+        extra = {p.slurmctld_port, p.slurmdbd_port, p.mariadb_port}
+        return {p.node_port(n) for n in p.node_names} | extra
+
+    a, b = ports(17000), ports(17100)
+    assert len(a) == MAX_NODES + 3 and not a & b
+    assert max(a) < 17100
+
+
+def test_node_settings_name_the_node_each_hook_runs_on(
+    layout: Layout, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two slurmd on one machine run hooks for the same job: each node's hooks and job
+    steps get their own records, job directories and inventory (SLURMD_NODENAME)."""
+    from acbslurm.config import load_settings
+
+    p = Params(nodes=2, node="vm")
+    render.write_acbslurm_settings(layout, p)
+    monkeypatch.setenv("ACBSLURM_CONFIG", str(layout.acbslurm_conf))
+    seen = {}
+    for node in p.node_names:
+        monkeypatch.setenv("SLURMD_NODENAME", node)
+        seen[node] = load_settings()
+    one, two = seen["vm-1"], seen["vm-2"]
+    assert one.record_dir == f"{layout.records}/vm-1" and two.record_dir.endswith("/vm-2")
+    assert one.job_runtime_dir == f"{layout.run}/job/vm-1"
+    assert one.gpu_inventory == str(layout.etc / "gpus-vm-1.json")
+    assert two.gres_conf == one.gres_conf  # one gres.conf with NodeName= lines
+    # One node: the paths of a single-node sandbox, whatever SLURMD_NODENAME says.
+    render.write_acbslurm_settings(layout, Params(node="vm"))
+    assert load_settings().record_dir == str(layout.records)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from acbslurm.accounting.output import bar, devices
 from acbslurm.accounting.usage import devices_text
 from acbslurm.slurm.gpu_history import admin_comment, gpu_token, merged_comment, parse_gpus
@@ -52,3 +54,52 @@ def test_bars_scale_to_the_widest_group() -> None:
     assert bar(5, 10) == "\u2588" * 12
     assert bar(1, 1000) == "\u258f"  # the smallest visible bar
     assert bar(0, 10) == "" and bar(1, 0) == ""
+
+
+class _Controller:
+    """slurmctld's AdminComment of one job, and another node's prolog whose
+    read-modify-write started before ours and lands just after our first update."""
+
+    def __init__(self, num_nodes: int) -> None:
+        self.comment = ""
+        self.num_nodes = num_nodes
+        self.updates = 0
+        self.stale_write = gpu_token("n2", [0], [B])  # n2 read "" before our write
+
+    def __call__(self, argv: list[str], **_: object) -> object:
+        from types import SimpleNamespace
+
+        if argv[1] == "update":
+            self.comment = argv[3].removeprefix("AdminComment=")
+            self.updates += 1
+            if self.stale_write:
+                self.comment, self.stale_write = self.stale_write, ""
+            return SimpleNamespace(stdout="")
+        line = f"JobId=7 NumNodes={self.num_nodes} AdminComment={self.comment or '(null)'} X=1"
+        return SimpleNamespace(stdout=line)
+
+
+def test_a_token_another_nodes_prolog_overwrote_is_written_again(monkeypatch: Any) -> None:
+    import acbslurm.slurm.commands as commands
+    import acbslurm.slurm.gpu_history as history
+
+    ctl = _Controller(num_nodes=2)
+    monkeypatch.setattr(commands, "slurm", ctl)
+    monkeypatch.setattr(history.time, "sleep", lambda _s: None)
+    history.record_job_gpus("7", "n1", [1], [A])
+    assert ctl.updates == 2  # lost once, written again on top of n2's
+    assert {d["node"] for d in parse_gpus(ctl.comment)} == {"n1", "n2"}
+
+
+def test_a_one_node_job_writes_once_and_reads_nothing_back(monkeypatch: Any) -> None:
+    import acbslurm.slurm.commands as commands
+    import acbslurm.slurm.gpu_history as history
+
+    ctl = _Controller(num_nodes=1)
+    ctl.stale_write = ""
+    calls: list[list[str]] = []
+    monkeypatch.setattr(commands, "slurm", lambda argv, **kw: calls.append(argv) or ctl(argv))
+    shown = "JobId=7 NumNodes=1 AdminComment=(null) X=1"
+    history.record_job_gpus("7", "n1", [0], [A], shown=shown)
+    assert [c[1] for c in calls] == ["update"]
+    assert parse_gpus(ctl.comment) == [{"node": "n1", "index": 0, "uuid": A}]

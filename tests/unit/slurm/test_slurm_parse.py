@@ -180,3 +180,32 @@ def test_an_array_id_stands_for_its_tasks(fake_slurm: FakeSlurm) -> None:
     assert [(j.job_id, j.array_job_id) for j in got] == [("9", "9"), ("9_0", "9"), ("9_1", "9")]
     fake_slurm.respond("squeue", stdout=squeue.replace("9|PENDING|", "9|CANCELLED|"))
     assert [j.job_id for j in query_jobs(["9"])] == ["9_0", "9_1"]
+
+
+def test_a_job_on_two_nodes_has_its_gpus_per_node_with_their_uuids() -> None:
+    # Slurm 22.05 (sandbox up --nodes 2): one group for both nodes, Nodes=vm-[1-2].
+    job = parse_job_gpus((CAPTURED / "two-nodes.scontrol").read_text())["45"]
+    assert job.indices == [0, 1]
+    assert [(d["node"], d["index"]) for d in job.devices] == [
+        ("vm-1", 0),
+        ("vm-1", 1),
+        ("vm-2", 0),
+        ("vm-2", 1),
+    ]
+    uuids = [d["uuid"] for d in job.devices]
+    assert all(u.startswith("GPU-") for u in uuids) and len(set(uuids)) == 4
+
+
+def test_nodes_with_different_gpus_each_keep_their_own() -> None:
+    line = (
+        "JobId=9 NumNodes=2 AdminComment=acbslurm:gpus=b:1=GPU-b1 Nodes=a CPU_IDs=0 Mem=500 "
+        "GRES=gpu:2(IDX:0-1) Nodes=b CPU_IDs=0-1 Mem=500 GRES=gpu:1(IDX:1) Features=x"
+    )
+    job = parse_job_gpus(line)["9"]
+    assert job.devices == [
+        {"node": "a", "index": 0, "uuid": None},
+        {"node": "a", "index": 1, "uuid": None},
+        {"node": "b", "index": 1, "uuid": "GPU-b1"},
+    ]
+    one = "JobId=3 NumNodes=1 Nodes=a CPU_IDs=0 Mem=500 GRES=gpu:1(IDX:0)"
+    assert parse_job_gpus(one)["3"].devices == []  # one node: indices say it all
