@@ -9,7 +9,6 @@ second thread (a stop on SIGTERM) never shares a connection with a waiting one.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import socket
 import struct
@@ -64,6 +63,8 @@ class Conflict(EngineError):
 
 
 _BY_STATUS: dict[int, type[EngineError]] = {404: NotFound, 409: Conflict}
+# What a 409 on DELETE says when another caller is removing the container.
+_REMOVING = "is already in progress"
 
 
 def http_error(status: int, message: str) -> EngineError:
@@ -382,6 +383,25 @@ class EngineApi:
         self.call("POST", f"/containers/{_quote(cid)}/kill")
 
     def remove_container(self, cid: str) -> None:
-        """Kill and remove, with its anonymous volumes; a missing container is fine."""
-        with contextlib.suppress(NotFound):
+        """Kill and remove, with its anonymous volumes; a missing container is fine, and
+        so is one that another caller is removing (waited for until it is gone)."""
+        try:
             self.call("DELETE", f"/containers/{_quote(cid)}?force=1&v=1")
+        except NotFound:
+            return
+        except Conflict as exc:
+            # 409 "removal of container ... is already in progress": two epilogs (the
+            # sandbox's nodes share one daemon) or the user's own `docker rm` got there
+            # first. Done once it is gone; still there after the timeout: a failure.
+            if _REMOVING not in str(exc) or not self._gone(cid):
+                raise
+
+    def _gone(self, cid: str) -> bool:
+        deadline = time.monotonic() + self.timeout
+        while time.monotonic() < deadline:
+            try:
+                self.call("GET", f"/containers/{_quote(cid)}/json")
+            except NotFound:
+                return True
+            time.sleep(0.05)
+        return False

@@ -97,9 +97,10 @@ class Sandbox:
 
     def components(self) -> list[str]:
         p = self.layout.load_params() or Params()
+        mungeds = [self.layout.munged_component(p, n) for n in p.node_names]
         slurmds = [self.layout.slurmd_component(p, n) for n in p.node_names]
         return [
-            "munged",
+            *mungeds,
             "mariadb",
             "slurmdbd",
             "report",
@@ -111,6 +112,11 @@ class Sandbox:
     def _slurmd_nodes(self, p: Params) -> dict[str, str]:
         """slurmd component name -> the node it is."""
         return {self.layout.slurmd_component(p, n): n for n in p.node_names}
+
+    def _extra_mungeds(self, p: Params) -> dict[str, Path]:
+        """munged-<node> -> its socket, for the nodes after the first (``--nodes``)."""
+        lay = self.layout
+        return {lay.munged_component(p, n): lay.node_munge_socket(p, n) for n in p.node_names[1:]}
 
     # -- environment ----------------------------------------------------------------
     def env(self) -> dict[str, str]:
@@ -196,6 +202,9 @@ class Sandbox:
         try:
             if name == "munged":
                 return munge.ready(lay), str(lay.munge_socket)
+            sock = self._extra_mungeds(p).get(name)
+            if sock is not None:
+                return munge.ready(lay, sock), str(sock)
             if name == "mariadb":
                 return mariadb.ready(lay), f"127.0.0.1:{p.mariadb_port}"
             if name == "slurmdbd":
@@ -367,8 +376,11 @@ class Sandbox:
         step("config", lambda: self._write_configs(p, sec))
         pw = docker.prepare(lay, p.user)
         docker.prepare_second_user(lay, p.user2)
-        munge.prepare(lay)
+        extra = self._extra_mungeds(p)
+        munge.prepare(lay, [lay.munge_socket, *extra.values()])
         step("munged", lambda: munge.start(lay, self.marker))
+        for name, sock in extra.items():
+            step(name, partial(munge.start, lay, self.marker, name, sock))
         mariadb.prepare(lay)
         step("mariadb", lambda: mariadb.start(lay, p, self.marker))
         mariadb.create_users(lay, sec["slurm_db"], sec["readonly_db"])
@@ -436,6 +448,10 @@ class Sandbox:
         lay = self.layout
         return {
             "munged": lambda: munge.start(lay, self.marker),
+            **{
+                name: partial(munge.start, lay, self.marker, name, sock)
+                for name, sock in self._extra_mungeds(p).items()
+            },
             "mariadb": lambda: mariadb.start(lay, p, self.marker),
             "slurmdbd": lambda: slurm.start_slurmdbd(lay, self.marker),
             "report": lambda: reportsvc.start(lay, p, self.marker),

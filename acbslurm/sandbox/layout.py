@@ -127,6 +127,28 @@ class Layout:
             return self.inventory
         return Path(str(self.node_inventory_pattern).replace("{node}", node))
 
+    def node_munge_socket(self, params: Params, node: str) -> Path:
+        """The munged socket of ``node``'s slurmd: the sandbox's own for the first node,
+        a munged of its own (``munged-<node>``) for each other. On one munged, the
+        second slurmd to check a job's launch credential finds it "replayed" (munged
+        decodes a credential once), which slurmd accepts only when Slurm was built with
+        --enable-multiple-slurmd (cred_munge.c of 23.02 and 25.11; 2-node steps failed
+        on 25.11.7, Debian's 22.05.8 ran them): one munged per node, as each host of a
+        real cluster has."""
+        if node == params.node_names[0]:
+            return self.munge_socket
+        return self.run / f"munge-{node}" / "munge.socket.2"
+
+    def node_slurm_conf(self, params: Params, node: str) -> Path:
+        """The slurm.conf ``node``'s slurmd reads: slurm.conf with its own munged socket
+        (the first node's is slurm.conf itself)."""
+        if node == params.node_names[0]:
+            return self.slurm_conf
+        return self.etc / f"slurm-{node}.conf"
+
+    def munged_component(self, params: Params, node: str) -> str:
+        return "munged" if node == params.node_names[0] else f"munged-{node}"
+
     def slurmd_component(self, params: Params, node: str) -> str:
         """``slurmd``, or ``slurmd-<node>`` with several nodes (its pid file and log)."""
         return "slurmd" if params.nodes == 1 else f"slurmd-{node}"

@@ -17,30 +17,33 @@ def _own(path: Path, user: str, mode: int) -> None:
     path.chmod(mode)
 
 
-def prepare(layout: Layout) -> None:
+def prepare(layout: Layout, sockets: list[Path]) -> None:
     key_dir = layout.munge_key.parent
     key_dir.mkdir(parents=True, exist_ok=True)
     if not layout.munge_key.exists():
         layout.munge_key.write_bytes(os.urandom(1024))
     _own(key_dir, "munge", 0o700)
     _own(layout.munge_key, "munge", 0o400)
-    for d in (layout.munge_socket.parent, layout.state / "munge"):
+    for d in (*(s.parent for s in sockets), layout.state / "munge"):
         d.mkdir(parents=True, exist_ok=True)
         _own(d, "munge", 0o755)
 
 
-def start(layout: Layout, marker: str) -> Proc:
+def start(layout: Layout, marker: str, name: str = "munged", socket: Path | None = None) -> Proc:
+    """A munged with the sandbox's key: ``munged`` on the sandbox's socket, or one
+    more (``munged-<node>``, ``socket``) for a node of ``up --nodes``."""
     pw = pwd.getpwnam("munge")
-    log = layout.log_file("munged")
+    log = layout.log_file(name)
+    sock = socket or layout.munge_socket
     p = spawn(
-        "munged",
+        name,
         [
             "/usr/sbin/munged",
             "--foreground",
-            f"--socket={layout.munge_socket}",
+            f"--socket={sock}",
             f"--key-file={layout.munge_key}",
-            f"--pid-file={layout.munge_socket.parent}/munged.pid",
-            f"--seed-file={layout.state}/munge/munged.seed",
+            f"--pid-file={sock.parent}/munged.pid",
+            f"--seed-file={layout.state}/munge/{name}.seed",
             "--num-threads=2",
         ],
         run_dir=layout.run,
@@ -50,11 +53,12 @@ def start(layout: Layout, marker: str) -> Proc:
         group=pw.pw_gid,
         env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
     )
-    wait_for("munged", lambda: ready(layout), proc=p, log_file=log, timeout=20)
+    wait_for(name, lambda: ready(layout, sock), proc=p, log_file=log, timeout=20)
     return p
 
 
-def ready(layout: Layout) -> bool:
-    cred = proc.run(["munge", "-n", "-S", str(layout.munge_socket)], timeout=5)
-    proc.run(["unmunge", "-S", str(layout.munge_socket)], input=cred.stdout, timeout=5)
+def ready(layout: Layout, socket: Path | None = None) -> bool:
+    sock = str(socket or layout.munge_socket)
+    cred = proc.run(["munge", "-n", "-S", sock], timeout=5)
+    proc.run(["unmunge", "-S", sock], input=cred.stdout, timeout=5)
     return True

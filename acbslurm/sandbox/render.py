@@ -50,7 +50,10 @@ def write_slurm_configs(
         "gpus": gpus,
         "c": config_choices(params.slurm_release),
     }
-    _write(layout.slurm_conf, env.get_template("slurm.conf.j2").render(ctx))
+    conf = env.get_template("slurm.conf.j2")
+    for node in params.node_names:
+        sock = layout.node_munge_socket(params, node)
+        _write(layout.node_slurm_conf(params, node), conf.render(ctx, munge_socket=sock))
     _write(layout.gres_conf, env.get_template("gres.conf.j2").render(ctx))
     _write(
         layout.slurmdbd_conf,

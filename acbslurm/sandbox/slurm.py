@@ -126,15 +126,22 @@ def start_slurmctld(layout: Layout, marker: str) -> Proc:
 
 def start_slurmd(layout: Layout, params: Params, marker: str, node: str) -> Proc:
     """The slurmd of ``node`` (one of ``params.node_names``): ``-N`` names the node it
-    is, whose Port, GPUs and (with %n in slurm.conf) spool, pid file and log it takes."""
-    return _start(
-        layout,
-        marker,
-        layout.slurmd_component(params, node),
-        [params.slurm.daemon("slurmd"), "-D", "-f", str(layout.slurm_conf), "-N", node],
-        lambda: slurmd_answers(node_state(layout, node)),
-        interval=0.3,
+    is, whose Port, GPUs and (with %n in slurm.conf) spool, pid file and log it takes;
+    ``-f`` its slurm.conf (its own munged's socket)."""
+    name = layout.slurmd_component(params, node)
+    conf = str(layout.node_slurm_conf(params, node))
+    log = layout.log_file(name)
+    p = spawn(
+        name,
+        [params.slurm.daemon("slurmd"), "-D", "-f", conf, "-N", node],
+        run_dir=layout.run,
+        log_file=log,
+        marker=marker,
+        env={**slurm_env(layout), "SLURM_CONF": conf},
     )
+    ready = lambda: slurmd_answers(node_state(layout, node))  # noqa: E731
+    wait_for(name, ready, proc=p, log_file=log, timeout=60, interval=0.3)
+    return p
 
 
 def node_states(layout: Layout) -> dict[str, str]:

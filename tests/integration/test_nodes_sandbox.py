@@ -146,6 +146,8 @@ def test_each_node_has_its_own_slurmd_and_gpus(two: Sandbox) -> None:
     status = {s.name: s for s in sb.status()}
     for node in nodes:
         assert status[f"slurmd-{node}"].ready, status[f"slurmd-{node}"]
+    # One munged per node: the second node's own (see Layout.node_munge_socket).
+    assert all(status[f"munged-{n}"].ready for n in nodes[1:]), status
     shown = sb.run_slurm(["sinfo", "-h", "-N", "-o", "%N %G"]).stdout.split("\n")
     assert sorted(ln.strip() for ln in shown if ln.strip()) == [f"{n} gpu:{GPUS}" for n in nodes]
     uuids = [g.uuid for gpus in sb_gpus(sb).values() for g in gpus]

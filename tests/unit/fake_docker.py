@@ -324,7 +324,7 @@ class FakeDocker:
         )
 
     def _act(self, c: Container, action: tuple[str, str], req: Request) -> Reply:
-        """start, stop, kill or delete ``c`` (under ``self.cond``)."""
+        """start, stop, kill, inspect or delete ``c`` (under ``self.cond``)."""
         if action == ("POST", "/start"):
             if c.state != "created":
                 return Answer(304)
@@ -337,6 +337,8 @@ class FakeDocker:
                     Answer(304) if action[1] == "/stop" else Answer(409, {"message": "not running"})
                 )
             self._exit(c, 143 if action[1] == "/stop" else 137)
+        elif action == ("GET", "/json"):  # inspect, the fields acbslurm reads
+            return Answer(200, {"Id": c.id, "State": {"Status": c.state}})
         elif action == ("DELETE", ""):
             if c.state == "running" and req.query.get("force") != "1":
                 return Answer(409, {"message": "stop the container before removing it"})

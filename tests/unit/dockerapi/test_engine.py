@@ -201,3 +201,23 @@ def test_a_daemon_silent_mid_answer_times_out(fake_docker: FakeDocker) -> None:
     with pytest.raises(DockerError, match="GET /info: timed out"):
         api(fake_docker, timeout=0.3).info()
     assert time.monotonic() - start < 2.0
+
+
+def test_a_container_another_caller_is_removing_counts_once_it_is_gone(
+    fake_docker: FakeDocker,
+) -> None:
+    """Docker answers a second `DELETE ?force=1` of one container 409 "removal ... is
+    already in progress" (checked on the sandbox's rootless dockerd): two nodes' epilogs
+    sharing the daemon, or the user's own `docker rm`. Removed means gone, so it waits."""
+    d = api(fake_docker, timeout=0.5)
+    busy = Answer(409, {"message": "removal of container c1 is already in progress"})
+    fake_docker.images = {"there:1"}
+    d.create("c1", {"Image": "there:1"})
+    fake_docker.on("DELETE", "/containers/*", busy)
+    with pytest.raises(Conflict, match="already in progress"):
+        d.remove_container("c1")  # still there after the timeout: a failure
+    fake_docker.containers.clear()  # the other caller's removal ended
+    d.remove_container("c1")
+    fake_docker.on("DELETE", "/containers/*", Answer(409, {"message": "something else"}))
+    with pytest.raises(Conflict, match="something else"):
+        d.remove_container("c1")  # any other conflict is one

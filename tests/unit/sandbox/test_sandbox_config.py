@@ -217,6 +217,14 @@ def test_several_nodes_each_have_a_port_spool_log_and_gpus(layout: Layout) -> No
     assert f"SlurmdSpoolDir={layout.state}/slurmd/%n" in conf
     assert f"SlurmdLogFile={layout.log}/slurmd-%n.log" in conf
     assert f"SlurmdPidFile={layout.run}/slurmd-%n.pid" in conf
+    # Each node after the first reads its own copy, naming its own munged (one munged
+    # decodes a launch credential once: the second slurmd would find it "replayed").
+    assert "DebugFlags=NO_CONF_HASH" in conf
+    assert f"AuthInfo=socket={layout.munge_socket}" in conf
+    two = (layout.etc / "slurm-vm-2.conf").read_text().splitlines()
+    sock = layout.run / "munge-vm-2" / "munge.socket.2"
+    assert f"AuthInfo=socket={sock}" in two and f"AccountingStoragePass={sock}" in two
+    assert [ln for ln in two if "munge" not in ln] == [ln for ln in conf if "munge" not in ln]
     gres = [ln for ln in layout.gres_conf.read_text().splitlines() if ln.startswith("NodeName")]
     assert gres[2:4] == [
         f"NodeName=vm-2 Name=gpu File={layout.dev}/nvidia2",
@@ -230,6 +238,7 @@ def test_one_node_keeps_its_single_slurmd_lines(layout: Layout) -> None:
     render.write_slurm_configs(layout, p, _gpus(layout, p), "pw")
     conf = layout.slurm_conf.read_text()
     assert f"SlurmdSpoolDir={layout.state}/slurmd\n" in conf and "%n" not in conf
+    assert "NO_CONF_HASH" not in conf and not list(layout.etc.glob("slurm-*.conf"))
     assert "Port=" not in next(ln for ln in conf.splitlines() if ln.startswith("NodeName="))
 
 
