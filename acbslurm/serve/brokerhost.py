@@ -82,8 +82,10 @@ class RecordingBroker(core.Broker):
         now: float,
         memory: int = 0,
         pin: tuple[str, ...] = (),
+        per_node: int = 0,
     ) -> list[core.Event]:
-        return self._note(super().request(client, request_id, count, now, memory, pin), now)
+        events = super().request(client, request_id, count, now, memory, pin, per_node)
+        return self._note(events, now)
 
     def cancel(self, client: int, request_id: int, now: float) -> list[core.Event]:
         return self._note(super().cancel(client, request_id, now), now)
