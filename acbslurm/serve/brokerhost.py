@@ -116,6 +116,29 @@ def overlaps(record: list[LeaseRecord]) -> list[str]:
     return out
 
 
+def summary(snap: dict[str, Any], node_of: dict[str, str]) -> list[str]:
+    """What the pool's broker lent, for the pool's log when it stops: leases, overlaps
+    and invariant violations (both 0 unless the broker is wrong), and per client the
+    gang sizes it held and on which nodes."""
+    record: list[LeaseRecord] = snap["record"]
+    out = [
+        f"pool broker: {len(record)} lease(s), {len(overlaps(record))} overlap(s), "
+        f"{len(snap['violations'])} invariant violation(s)"
+    ]
+    by_client: dict[str, list[LeaseRecord]] = {}
+    for r in record:
+        by_client.setdefault(r.client, []).append(r)
+    for client, recs in sorted(by_client.items()):
+        sizes = ",".join(str(n) for n in sorted({len(r.devices) for r in recs}))
+        nodes = sorted({node_of.get(d, "") or "-" for r in recs for d in r.devices})
+        per = max(len({node_of.get(d, "") for d in r.devices}) for r in recs)
+        out.append(
+            f"pool broker: {client}: {len(recs)} lease(s) of {sizes} device(s), "
+            f"on node(s) {','.join(nodes)}, at most {per} node(s) per lease"
+        )
+    return out
+
+
 class BrokerThread:
     """A broker on its own event loop thread, listening on a private unix socket."""
 
