@@ -83,3 +83,16 @@ def job_gpus_by_node(
                 ),
             )
         time.sleep(_POLL)
+
+
+def node_address(node: str, bin_dir: str = "", timeout: float = 5.0) -> str:
+    """The address slurmd of ``node`` is reached at (``NodeAddr``; the node's name when
+    Slurm gives none): for a node name that does not resolve (several slurmd on one
+    host, such as the sandbox's, or a site whose node names are not in DNS)."""
+    from acbslurm.slurm.commands import slurm
+
+    line = slurm(["scontrol", "show", "node", "-o", node], timeout=timeout, bin_dir=bin_dir).stdout
+    for tok in line.split():
+        if tok.startswith("NodeAddr="):
+            return tok.partition("=")[2] or node
+    return node

@@ -101,3 +101,17 @@ def test_a_groups_lease_is_put_in_rank_order_by_node() -> None:
     one = Gang(SimpleNamespace(weights=0), 2, 1, "cpu")
     one.plan([d.node for d in three], ("vm-3", "vm-1", "vm-2"))
     assert (one.per_node, one.rank_nodes, one.pin(three)) == (2, (), None)
+
+
+def test_the_rendezvous_host_is_slurms_node_address_when_the_name_does_not_resolve(
+    fake_slurm: FakeSlurm,
+) -> None:
+    """The sandbox's nodes are names on one host (NodeAddr=127.0.0.1), in no DNS."""
+    from acbslurm.serve.placement import from_env
+
+    fake_slurm.respond("scontrol", stdout="NodeName=vm-1 Arch=x86_64 NodeAddr=127.0.0.1 Port=1\n")
+    env = {"SLURM_JOB_NUM_NODES": "2", "SLURM_JOB_NODELIST": "vm-[1-2]", "SLURMD_NODENAME": "vm-1"}
+    assert from_env(env).host == "127.0.0.1"
+    assert fake_slurm.argvs("scontrol")[-1][-3:] == ["node", "-o", "vm-1"]
+    resolvable = {**env, "SLURM_JOB_NODELIST": "localhost,vm-2", "SLURMD_NODENAME": "localhost"}
+    assert from_env(resolvable).host == "localhost"
