@@ -126,7 +126,9 @@ def _existing(address: str) -> BrokerChoice:
     from acbslurm.broker.client import BrokerClient
 
     with BrokerClient(address, name="serve:probe") as c:
-        devices = [Device(d.id, d.name, d.memory_total, d.minor, d.index) for d in c.devices]
+        devices = [
+            Device(d.id, d.name, d.memory_total, d.minor, d.index, d.node) for d in c.devices
+        ]
     return BrokerChoice(address, devices, device_kind(devices), None, address)
 
 
