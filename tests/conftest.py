@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import os
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sandboxtest import no_jobs, requested_install
+from sandboxtest import TWO_NODES, TWO_NODES_GPUS, no_jobs, requested_install
 
 from acbslurm.errors import AcbslurmError
 from acbslurm.sandbox import Sandbox
+from acbslurm.sandbox.layout import default_port_base
 
 SANDBOX_GPUS = 2
 
@@ -45,6 +47,29 @@ def sandbox() -> Iterator[Sandbox]:
         pytest.fail(f"the sandbox could not start:\n{exc}", pytrace=False)
     assert len(sb.gpus) == SANDBOX_GPUS, "integration tests expect a 2-GPU sandbox"
     yield sb
+
+
+@pytest.fixture(scope="session")
+def two() -> Iterator[Sandbox]:
+    """A second sandbox of 2 nodes (two slurmd, 2 emulated GPUs each) beside the
+    session's: its directory + ``-n2``, its ports + 5000. Brought up once per run for
+    every test that asks for it (test_nodes_sandbox.py, test_serve_nodes.py), stopped
+    at the end."""
+    if os.geteuid() != 0:
+        pytest.fail("integration tests need root: the sandbox starts Slurm, MariaDB and Docker")
+    session = Sandbox(os.environ.get("ACBSLURM_SANDBOX_DIR") or None)
+    sb = Sandbox(f"{session.layout.root}-n2")
+    log = lambda m: print("sandbox -n2:", m)  # noqa: E731
+    try:
+        t0 = time.monotonic()
+        port = default_port_base() + 5000
+        print(sb.up(TWO_NODES_GPUS, port, log, requested_install(log), TWO_NODES))
+        print(f"sandbox -n2 up in {time.monotonic() - t0:.1f} s")
+    except AcbslurmError as exc:
+        pytest.fail(f"the 2-node sandbox could not start:\n{exc}", pytrace=False)
+    sb.wait_idle()
+    yield sb
+    sb.down()
 
 
 @pytest.fixture

@@ -14,6 +14,8 @@ from acbslurm.slurm.jobs import cancel_and_wait
 
 REPO = Path(__file__).resolve().parents[1]
 IMAGE = "acbslurm/busybox:latest"
+# The 2-node sandbox (conftest.py's ``two``): nodes, and emulated GPUs on each.
+TWO_NODES, TWO_NODES_GPUS = 2, 2
 
 
 def requested_install(log: Any) -> Any:

@@ -77,10 +77,11 @@ class DeviceInfo:
     memory_total: int
     minor: int
     index: int
+    node: str = ""  # the Slurm node; "" = the broker's own
 
     @classmethod
     def from_pb(cls, d: Any) -> DeviceInfo:
-        return cls(d.id, d.name, d.memory_total, d.minor, d.index)
+        return cls(d.id, d.name, d.memory_total, d.minor, d.index, d.node)
 
 
 @dataclass
@@ -262,6 +263,7 @@ class BrokerClient:
         memory: str | int | None = None,
         timeout: float | None = None,
         pin: list[str] | None = None,
+        per_node: int = 0,
     ) -> Lease:
         """Wait for ``count`` devices (all at once); raise BrokerError after ``timeout`` s.
 
@@ -271,7 +273,7 @@ class BrokerClient:
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            lease = self._acquire_once(count, memory, left, timeout, pin)
+            lease = self._acquire_once(count, memory, left, timeout, pin, per_node)
             if not lease.lost:
                 return lease
             # Granted just before the broker was lost: void already; ask the new one.
@@ -284,9 +286,12 @@ class BrokerClient:
         left: float | None,
         timeout: float | None,
         pin: list[str] | None,
+        per_node: int = 0,
     ) -> Lease:
         rid = next(self._ids)
-        req = pb.Request(request_id=rid, count=count, memory_bytes=_memory_bytes(memory))
+        req = pb.Request(
+            request_id=rid, count=count, memory_bytes=_memory_bytes(memory), per_node=per_node
+        )
         req.pin.extend(pin or [])
         slot = _Pending(request=req)
         with self._lock:

@@ -6,6 +6,11 @@ property test drive it through random interleavings and check its invariants.
 
 Rules:
 - A request asks for ``count`` devices as a gang: granted all at once or not at all.
+  With ``per_node`` k (devices know their node: a broker lending a multi-node job's
+  GPUs) the gang is ``count / k`` groups of k devices, each group on one node and no
+  two on the same node; the grant lists the groups in the broker's node order. A
+  model served by one process asks ``per_node = count`` (all its devices on one
+  node); a model of N processes, one per node, asks ``count / N``.
 - Requests are served in arrival order (FIFO); the head of the queue is never passed
   by a later request, so nobody starves behind a stream of small requests.
 - A device is leased to at most one client at a time.
@@ -39,6 +44,7 @@ class Device:
     memory_total: int = 0  # bytes; 0 = unknown (every request then needs the whole device)
     minor: int = -1
     index: int = -1
+    node: str = ""  # the Slurm node it is on ("" = this broker's own node)
 
 
 @dataclass(frozen=True)
@@ -88,6 +94,7 @@ class Waiting:
     memory: int
     pin: tuple[str, ...]
     since: float
+    per_node: int = 0  # 0: anywhere; k: groups of k devices, each on one node
 
 
 @dataclass
@@ -214,16 +221,41 @@ class Broker:
         now: float,
         memory: int = 0,
         pin: tuple[str, ...] = (),
+        per_node: int = 0,
     ) -> list[Event]:
         if client not in self.clients:
             return []
-        reason = self._invalid(count, memory, pin)
+        reason = self._invalid(count, memory, pin) or self._invalid_spread(
+            count, memory, pin, per_node
+        )
         if reason:
             return [Rejected(client, request_id, reason)]
         if any(w.client == client and w.request_id == request_id for w in self.queue):
             return [Rejected(client, request_id, f"request {request_id} is already waiting")]
-        self.queue.append(Waiting(client, request_id, count, memory, pin, now))
+        self.queue.append(Waiting(client, request_id, count, memory, pin, now, per_node))
         return self._schedule(now)
+
+    def _invalid_spread(self, count: int, memory: int, pin: tuple[str, ...], per_node: int) -> str:
+        """Why a ``per_node`` request can never be granted ("" when it can)."""
+        if per_node == 0:
+            return ""
+        if per_node < 0 or count % per_node:
+            return f"per_node {per_node} does not divide count {count}"
+        fitting = [d for d in pin or tuple(self.devices) if self._fits(self.devices[d], memory)]
+        groups = sum(1 for devs in self._by_node(fitting).values() if len(devs) >= per_node)
+        if groups < count // per_node:
+            return (
+                f"no {count // per_node} node(s) with {per_node} device(s) each "
+                f"with {memory} bytes of memory"
+            )
+        return ""
+
+    def _by_node(self, devices: Iterable[str]) -> dict[str, list[str]]:
+        """``devices`` grouped by node, nodes and devices in the broker's order."""
+        out: dict[str, list[str]] = {}
+        for d in devices:
+            out.setdefault(self.devices[d].node, []).append(d)
+        return out
 
     def _invalid(self, count: int, memory: int, pin: tuple[str, ...]) -> str:
         candidates = list(pin) if pin else list(self.devices)
@@ -345,13 +377,31 @@ class Broker:
         ]
         if len(candidates) < w.count:
             return None
+        order = {d: i for i, d in enumerate(self.devices)}
 
         def cost(dev: str) -> tuple[int, int, int]:
             mine = 0 if w.client in self.resident[dev] else 1
             others = sum(b for c, b in self.resident[dev].items() if c != w.client)
-            return (mine, others, list(self.devices).index(dev))
+            return (mine, others, order[dev])
 
-        return tuple(sorted(candidates, key=cost)[: w.count])
+        if w.per_node == 0:
+            return tuple(sorted(candidates, key=cost)[: w.count])
+        # Each node's best group, then the best nodes; listed in the broker's node order.
+        groups = [
+            sorted(devs, key=cost)[: w.per_node]
+            for devs in self._by_node(candidates).values()
+            if len(devs) >= w.per_node
+        ]
+        if len(groups) < w.count // w.per_node:
+            return None
+
+        def group_cost(g: list[str]) -> tuple[int, int, int]:
+            costs = [cost(d) for d in g]
+            return (sum(c[0] for c in costs), sum(c[1] for c in costs), min(c[2] for c in costs))
+
+        best = sorted(groups, key=group_cost)[: w.count // w.per_node]
+        best.sort(key=lambda g: min(order[d] for d in g))
+        return tuple(d for g in best for d in g)
 
     def _evictions_needed(self, dev: str, w: Waiting) -> list[int]:
         """Residents of ``dev`` (oldest first) that must leave so that ``w`` fits."""

@@ -8,6 +8,7 @@ gave the job, so one allocation can be shared by many programs and never grows:
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -129,6 +130,50 @@ def _slurm_job_devices(env: Mapping[str, str], gpu_inventory: str) -> DeviceSet:
             inv = None
     gpus = slurm_job_gpus(env, inv)
     return DeviceSet(from_gpu_info(gpus), f"Slurm job {env['SLURM_JOB_ID']}")
+
+
+def job_nodes_count(env: Mapping[str, str]) -> int:
+    """``SLURM_JOB_NUM_NODES`` (1 outside a job or when unreadable)."""
+    raw = env.get("SLURM_JOB_NUM_NODES", "1")
+    return int(raw) if raw.isascii() and raw.isdigit() and int(raw) > 0 else 1
+
+
+def all_nodes_devices(
+    env: Mapping[str, str], gpu_inventory: str = "", bin_dir: str = ""
+) -> DeviceSet:
+    """Every GPU of the multi-node Slurm job this program runs in, in the job's node
+    order, each with its node (for a broker that lends them all: the pool's).
+
+    This node's GPUs come as for ``--devices slurm`` (names and sizes from NVML or the
+    inventory); the other nodes' from the job's ``AdminComment``, where each node's
+    prolog recorded them. Their names and sizes cannot be read from here: they are
+    taken from this node's (a job's nodes share one GPU type, its ``--gres``), the
+    smallest size if this node's differ.
+    """
+    from acbslurm.config import this_node
+    from acbslurm.slurm.jobgpus import job_gpus_by_node
+
+    mine = _slurm_job_devices(env, gpu_inventory).devices
+    here = this_node(env)
+    job = env["SLURM_JOB_ID"]
+    gpus = job_gpus_by_node(job, bin_dir=bin_dir)
+    by_uuid = {d.id: d for d in mine}
+    name = mine[0].name if mine else ""
+    size = min((d.memory_total for d in mine), default=0)
+    out = [
+        dataclasses.replace(by_uuid[g.uuid], node=g.node)
+        if g.uuid in by_uuid
+        else Device(g.uuid, name, size, -1, g.index, g.node)
+        for g in gpus
+    ]
+    lost = [d.id for d in mine if d.id not in {g.uuid for g in gpus}]
+    if lost:
+        raise GpuMappingError(
+            f"job {job}: this node's GPUs {', '.join(lost)} are not in the job's "
+            f"AdminComment for node {here}"
+        )
+    nodes = list(dict.fromkeys(d.node for d in out))
+    return DeviceSet(out, f"Slurm job {job} on {len(nodes)} nodes: {','.join(nodes)}")
 
 
 def resolve_devices(

@@ -54,7 +54,12 @@ _EOF: Any = grpc.aio.EOF  # type: ignore[attr-defined]  # missing from grpc-stub
 
 def device_msg(d: core.Device) -> Any:
     return pb.Device(
-        id=d.id, name=d.name, memory_total=d.memory_total, minor=d.minor, index=d.index
+        id=d.id,
+        name=d.name,
+        memory_total=d.memory_total,
+        minor=d.minor,
+        index=d.index,
+        node=d.node,
     )
 
 
@@ -127,7 +132,9 @@ class BrokerService(pb_grpc.GpuBrokerServicer):  # type: ignore[misc]
         now = time.monotonic()
         if kind == "request":
             r = msg.request
-            events = b.request(cid, r.request_id, r.count, now, r.memory_bytes, tuple(r.pin))
+            events = b.request(
+                cid, r.request_id, r.count, now, r.memory_bytes, tuple(r.pin), r.per_node
+            )
         elif kind == "release":
             res = {x.device: x.bytes for x in msg.release.resident}
             events = b.release(cid, msg.release.lease_id, now, res)

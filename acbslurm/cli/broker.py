@@ -135,6 +135,7 @@ def _status_dict(reply: Any) -> dict[str, Any]:
                 "id": d.device.id,
                 "name": d.device.name,
                 "memory_total": d.device.memory_total,
+                "node": d.device.node or None,
                 "holder": d.holder or None,
                 "lease_id": d.lease_id or None,
                 "held_seconds": round(d.held_seconds, 3),

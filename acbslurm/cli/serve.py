@@ -59,3 +59,5 @@ def serve(
         err=True,
     )
     server.run()
+    for line in server.lease_summary:
+        click.echo(line, err=True)

@@ -82,8 +82,10 @@ class RecordingBroker(core.Broker):
         now: float,
         memory: int = 0,
         pin: tuple[str, ...] = (),
+        per_node: int = 0,
     ) -> list[core.Event]:
-        return self._note(super().request(client, request_id, count, now, memory, pin), now)
+        events = super().request(client, request_id, count, now, memory, pin, per_node)
+        return self._note(events, now)
 
     def cancel(self, client: int, request_id: int, now: float) -> list[core.Event]:
         return self._note(super().cancel(client, request_id, now), now)
@@ -111,6 +113,29 @@ def overlaps(record: list[LeaseRecord]) -> list[str]:
             end = a.ended or now
             if b.granted < end and a.client != b.client:
                 out.append(f"{dev}: lease {a.lease_id} ({a.client}) and {b.lease_id} ({b.client})")
+    return out
+
+
+def summary(snap: dict[str, Any], node_of: dict[str, str]) -> list[str]:
+    """What the pool's broker lent, for the pool's log when it stops: leases, overlaps
+    and invariant violations (both 0 unless the broker is wrong), and per client the
+    gang sizes it held and on which nodes."""
+    record: list[LeaseRecord] = snap["record"]
+    out = [
+        f"pool broker: {len(record)} lease(s), {len(overlaps(record))} overlap(s), "
+        f"{len(snap['violations'])} invariant violation(s)"
+    ]
+    by_client: dict[str, list[LeaseRecord]] = {}
+    for r in record:
+        by_client.setdefault(r.client, []).append(r)
+    for client, recs in sorted(by_client.items()):
+        sizes = ",".join(str(n) for n in sorted({len(r.devices) for r in recs}))
+        nodes = sorted({node_of.get(d, "") or "-" for r in recs for d in r.devices})
+        per = max(len({node_of.get(d, "") for d in r.devices}) for r in recs)
+        out.append(
+            f"pool broker: {client}: {len(recs)} lease(s) of {sizes} device(s), "
+            f"on node(s) {','.join(nodes)}, at most {per} node(s) per lease"
+        )
     return out
 
 

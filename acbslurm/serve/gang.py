@@ -6,6 +6,12 @@ lease's devices are split in order into N equal parts, rank r's stage on part r;
 leader (this process) moves its own weights and has the followers move theirs
 (``pipeline.Leader``), returning only when all have.
 
+Several nodes: when the broker lends a multi-node job's GPUs (its devices carry their
+node), a group of one asks for all its devices on one node, and a group of N asks
+for ``devices / N`` on each of the N nodes its ranks run on (``placement``), so that
+every rank computes on GPUs of its own node; the lease's devices are then put in rank
+order by node (``order``).
+
 Bytes per device: on the CPU stand-ins a rank's weights count as split evenly over
 its part (a simulated sharded model). On CUDA a rank's whole stage sits on the first
 GPU of its part (no tensor parallelism), so that GPU needs all of it.
@@ -14,6 +20,42 @@ GPU of its part (no tensor parallelism), so that GPU needs all of it.
 from __future__ import annotations
 
 from typing import Any
+
+
+def node_plan(
+    count: int, procs: int, device_nodes: list[str], placement_nodes: tuple[str, ...]
+) -> tuple[int, tuple[str, ...]]:
+    """The broker request's ``per_node`` and the node of each rank, for a gang of
+    ``count`` devices in ``procs`` processes on a broker whose devices are on
+    ``device_nodes``, its ranks placed on ``placement_nodes`` (this node first).
+
+    (0, ()) when the broker's devices are on one node: no constraint."""
+    if len(set(device_nodes)) < 2:
+        return 0, ()
+    if procs == 1:
+        return count, ()
+    if not placement_nodes:
+        return 0, ()
+    ranks = tuple(placement_nodes[r % len(placement_nodes)] for r in range(procs))
+    if len(set(ranks)) < procs:  # ranks share a node (pool jobs refuse procs > nodes)
+        return 0, ()
+    return count // procs, ranks
+
+
+def placeable(
+    count: int, per_node: int, rank_nodes: tuple[str, ...], devices: list[Any], need: int
+) -> bool:
+    """Whether ``devices`` (with ``memory_total`` and ``node``) can ever hold the gang
+    with ``need`` bytes on each device."""
+    fitting = [d for d in devices if d.memory_total == 0 or d.memory_total >= need]
+    if not per_node:
+        return len(fitting) >= count
+    per: dict[str, int] = {}
+    for d in fitting:
+        per[d.node] = per.get(d.node, 0) + 1
+    if rank_nodes:
+        return all(per.get(n, 0) >= per_node for n in rank_nodes)
+    return sum(1 for c in per.values() if c >= per_node) >= count // per_node
 
 
 class Gang:
@@ -26,7 +68,30 @@ class Gang:
         self.peer_weights: list[int] = []  # the followers' weight bytes, rank 1..N-1
         self.shares: list[int] = []  # bytes per device of each rank's part
         self.share = 0  # the largest: what the memory hint and the fit check use
+        self.per_node = 0  # the broker request's per_node (0: the devices are on one node)
+        self.rank_nodes: tuple[str, ...] = ()  # the node of each rank, when they differ
         self.set_peers([])
+
+    def plan(self, device_nodes: list[str], placement_nodes: tuple[str, ...]) -> None:
+        """Set ``per_node`` and ``rank_nodes`` (``node_plan``)."""
+        self.per_node, self.rank_nodes = node_plan(
+            self.devices, self.procs, device_nodes, placement_nodes
+        )
+
+    def placeable(self, devices: list[Any], need: int) -> bool:
+        return placeable(self.devices, self.per_node, self.rank_nodes, devices, need)
+
+    def pin(self, devices: list[Any]) -> list[str] | None:
+        """The broker devices a first request may take: those on the ranks' nodes."""
+        if not self.rank_nodes:
+            return None
+        return [d.id for d in devices if d.node in self.rank_nodes]
+
+    def order(self, devices: list[Any]) -> list[str]:
+        """A lease's device ids in rank order: rank r's part on ``rank_nodes[r]``."""
+        if not self.rank_nodes:
+            return [d.id for d in devices]
+        return [d.id for node in self.rank_nodes for d in devices if d.node == node]
 
     def set_peers(self, weights: list[int], leader: Any = None) -> None:
         self.peer_weights = weights

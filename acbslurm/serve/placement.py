@@ -6,9 +6,9 @@ the job's other nodes.
 - **Multi-node Slurm job** (``SLURM_JOB_NUM_NODES`` > 1): rank r runs on the r-th
   node of the job counted from this one (``SLURMD_NODENAME``), started with ``srun
   --nodes 1 --ntasks 1 --nodelist NODE --overlap`` from the serve process; the
-  followers reach the leader's store at this node's name
-  (``ACBSLURM_SERVE_RENDEZVOUS_HOST`` overrides it, for example an address on the
-  fast network).
+  followers reach the leader's store at this node's name, or at its ``NodeAddr`` in
+  Slurm when the name does not resolve (``ACBSLURM_SERVE_RENDEZVOUS_HOST`` overrides
+  both, for example an address on the fast network).
 
 The gateway (``workers``) starts the leader, reads the store's address from it, then
 starts the followers with the argument lists made here. Nothing here runs a process.
@@ -86,5 +86,22 @@ def from_env(env: dict[str, str] | None = None) -> Placement:
     if here in nodes:  # this node first, then the others in the job's order
         i = nodes.index(here)
         nodes = nodes[i:] + nodes[:i]
-    host = env.get("ACBSLURM_SERVE_RENDEZVOUS_HOST") or here
+    host = env.get("ACBSLURM_SERVE_RENDEZVOUS_HOST") or reachable(here)
     return Placement(tuple(nodes), host)
+
+
+def reachable(node: str) -> str:
+    """``node`` when its name resolves, else Slurm's ``NodeAddr`` for it (the name
+    again when Slurm cannot say: the followers' error will then name it)."""
+    from acbslurm.errors import AcbslurmError
+    from acbslurm.slurm.jobgpus import node_address
+
+    try:
+        socket.getaddrinfo(node, None)
+        return node
+    except OSError:
+        pass
+    try:
+        return node_address(node)
+    except AcbslurmError:
+        return node

@@ -9,6 +9,7 @@ largest gang).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -21,9 +22,11 @@ from typing import Any
 
 from acbslurm.broker.core import Device
 from acbslurm.serve.address import bind, describe, remove, write_private
-from acbslurm.serve.brokerhost import BrokerThread
+from acbslurm.serve.brokerhost import BrokerThread, summary
 from acbslurm.serve.errors import ServeError
+from acbslurm.serve.gang import node_plan, placeable
 from acbslurm.serve.gateway import Gateway
+from acbslurm.serve.placement import from_env as placement_from_env
 from acbslurm.serve.pool import PoolSpec, check_listen, per_device_need, weights_bytes
 from acbslurm.serve.workers import WorkerHandle
 
@@ -45,7 +48,7 @@ class BrokerChoice:
 
 
 def choose_broker(pool: PoolSpec, env: dict[str, str] | None = None) -> BrokerChoice:
-    from acbslurm.broker.devices import resolve_devices
+    from acbslurm.broker.devices import all_nodes_devices, job_nodes_count, resolve_devices
     from acbslurm.config import load_settings
     from acbslurm.errors import AcbslurmError
 
@@ -53,9 +56,18 @@ def choose_broker(pool: PoolSpec, env: dict[str, str] | None = None) -> BrokerCh
     address = pool.broker or _running_broker(env)
     if address:
         return _existing(address)
+    settings = load_settings()
+    if pool.devices == "auto" and env.get("SLURM_JOB_ID") and job_nodes_count(env) > 1:
+        # A job of several nodes: the pool's broker lends every node's GPUs (a gang of
+        # several processes spans nodes); no CPU fallback, a missing GPU is an error.
+        found = all_nodes_devices(env, settings.gpu_inventory, settings.slurm_bin_dir)
+        devices = found.devices
+        return BrokerChoice(
+            "", devices, device_kind(devices), None, found.source, _job_address(env)
+        )
     try:
         # The site's inventory gives the job's GPUs their names and sizes (fit check).
-        found = resolve_devices(pool.devices, env, load_settings().gpu_inventory)
+        found = resolve_devices(pool.devices, env, settings.gpu_inventory)
         devices, source = found.devices, found.source
     except AcbslurmError as exc:
         if pool.devices != "auto":
@@ -114,22 +126,34 @@ def _existing(address: str) -> BrokerChoice:
     from acbslurm.broker.client import BrokerClient
 
     with BrokerClient(address, name="serve:probe") as c:
-        devices = [Device(d.id, d.name, d.memory_total, d.minor, d.index) for d in c.devices]
+        devices = [
+            Device(d.id, d.name, d.memory_total, d.minor, d.index, d.node) for d in c.devices
+        ]
     return BrokerChoice(address, devices, device_kind(devices), None, address)
 
 
-def check_fits(pool: PoolSpec, devices: list[Device]) -> None:
-    """Refuse models whose gang can never be granted, and a host-memory budget too small."""
+def check_fits(
+    pool: PoolSpec, devices: list[Device], placement_nodes: tuple[str, ...] = ()
+) -> None:
+    """Refuse models whose gang can never be granted, and a host-memory budget too small.
+
+    Devices on several nodes (a multi-node job): a model of one process needs all its
+    devices on one node, a model of N processes ``devices / N`` on each of its ranks'
+    nodes (``placement_nodes``, ``gang.node_plan``)."""
     problems = []
     total = 0
+    nodes = [d.node for d in devices]
     for m in pool.models:
         need = per_device_need(m)
         fitting = [d for d in devices if d.memory_total == 0 or d.memory_total >= need]
-        if len(fitting) < m.devices:
+        per_node, ranks = node_plan(m.devices, m.procs, nodes, placement_nodes)
+        if not placeable(m.devices, per_node, ranks, devices, need):
+            where = f", {per_node} of them on each of its node(s)" if per_node else ""
             problems.append(
                 f"{m.where}: model {m.name} needs {m.devices} device(s) with "
-                f"{need / 2**20:.1f} MiB each (weights / {m.devices} + headroom); "
-                f"the broker has {len(devices)} device(s), "
+                f"{need / 2**20:.1f} MiB each{where} (weights / {m.devices} + headroom); "
+                f"the broker has {len(devices)} device(s)"
+                f"{' on ' + str(len(set(nodes))) + ' nodes' if per_node else ''}, "
                 f"{len(fitting)} with that much memory"
             )
         total += weights_bytes(m.path, m.dtype)
@@ -159,8 +183,9 @@ class PoolServer:
         self.address_file = address_file
         self.sock: socket.socket | None = None
         self.choice = choose_broker(pool)
-        check_fits(pool, self.choice.devices)
+        check_fits(pool, self.choice.devices, placement_from_env().nodes)
         self.broker = self.choice.own
+        self.lease_summary: list[str] = []  # the own broker's, once stopped
         self.server: Any = None
         self._thread: threading.Thread | None = None
 
@@ -259,4 +284,8 @@ class PoolServer:
         if self.sock is not None:
             self.sock.close()
         if self.broker is not None:
+            if not self.lease_summary:
+                with contextlib.suppress(Exception):  # a broker already gone has none
+                    node_of = {d.id: d.node for d in self.choice.devices}
+                    self.lease_summary = summary(self.broker.snapshot(), node_of)
             self.broker.stop()

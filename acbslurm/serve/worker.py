@@ -163,18 +163,24 @@ class Worker:
 
     def check_fit(self) -> int:
         """0 when the gang fits the broker's devices, else EXIT_REFUSED (gateway told)."""
+        from acbslurm.serve.placement import from_env
+
         count = self.spec["devices"]
         need = self.gang.share + self.spec["headroom"]
         devs = self.client.devices
+        self.gang.plan([d.node for d in devs], from_env().nodes)
         fitting = [d for d in devs if d.memory_total == 0 or d.memory_total >= need]
-        if len(fitting) < count:
+        if not self.gang.placeable(devs, need):
+            where = ""
+            if self.gang.per_node:
+                where = f", {self.gang.per_node} of them on each of its node(s)"
             self.send(
                 {
                     "type": "fatal",
                     "exit": EXIT_REFUSED,
                     "message": (
                         f"model {self.spec['name']} needs {count} device(s) with "
-                        f"{need / 2**20:.1f} MiB each (weights "
+                        f"{need / 2**20:.1f} MiB each{where} (weights "
                         f"{self.gang.weights / 2**20:.1f} MiB / {count} + headroom); "
                         f"the broker has {len(devs)} device(s), "
                         f"{len(fitting)} large enough"
@@ -314,12 +320,13 @@ class Worker:
             while not self.queue:
                 self.cond.wait()
         lease, granted = self.acquire()
+        ids = self.gang.order(lease.devices)  # rank r's part on rank r's node
         broken: GroupBroken | None = None
         try:
             with self.residency.lock:
-                restore = self.gang.bring_in(lease.device_ids)
+                restore = self.gang.bring_in(ids)
                 if self.device == "cuda" and self.pin is None:
-                    self.pin = lease.device_ids  # the weights live there from now on
+                    self.pin = ids  # the weights live there from now on
                 self.compute(lease, granted, restore)
         except GroupBroken as exc:
             broken = exc
@@ -328,12 +335,12 @@ class Worker:
             # processes): from the grant it read to the release it sent. The tests
             # check that no two models' views of one device overlap.
             released = time.monotonic()
-            resident = {} if broken is not None else self.gang.resident_map(lease.device_ids)
+            resident = {} if broken is not None else self.gang.resident_map(ids)
             self.client.release(lease, resident=resident)
             self.send(
                 {
                     "type": "lease",
-                    "devices": lease.device_ids,
+                    "devices": ids,
                     "granted": granted,
                     "released": released,
                 }
@@ -351,7 +358,12 @@ class Worker:
         hint = spec["headroom"] + (0 if self.residency.resident else self.gang.share)
         t0 = time.monotonic()
         try:
-            lease = self.client.acquire(spec["devices"], memory=hint, pin=self.pin)
+            lease = self.client.acquire(
+                spec["devices"],
+                memory=hint,
+                pin=self.pin or self.gang.pin(self.client.devices),
+                per_node=self.gang.per_node,
+            )
         except BrokerError as exc:
             for d in self.take(len(self.queue)):
                 self.fail(

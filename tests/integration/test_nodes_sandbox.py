@@ -5,8 +5,9 @@ user1 and user2 through `acbslurm submit`, `status`, `report` and `cancel`.
 The two nodes' hooks run for the same job id on one machine: each must map, record
 and clean up its own node's GPUs only (their settings name ``{node}``).
 
-This module brings up its own sandbox beside the session's (its directory + ``-n2``,
-its ports + 5000), so the other tests keep their single 2-GPU node.
+These tests run on a sandbox of their own beside the session's (the ``two`` fixture of
+tests/conftest.py: its directory + ``-n2``, its ports + 5000), so the other tests keep
+their single 2-GPU node; tests/integration/test_serve_nodes.py shares it.
 """
 
 from __future__ import annotations
@@ -25,41 +26,22 @@ import pytest
 from sandboxtest import (
     IMAGE,
     REPO,
+    TWO_NODES,
+    TWO_NODES_GPUS,
     docker_api,
     dockerd_pid,
     hook_devices,
     job_containers,
-    requested_install,
 )
 
-from acbslurm.errors import AcbslurmError
 from acbslurm.sandbox import Sandbox
-from acbslurm.sandbox.layout import default_port_base
 from acbslurm.sandbox.procs import running
 
 pytestmark = pytest.mark.integration
 
-NODES, GPUS = 2, 2
+NODES, GPUS = TWO_NODES, TWO_NODES_GPUS
 ACBSLURM = [sys.executable, "-m", "acbslurm"]
 ENDED = ("CANCELLED", "COMPLETED", "FAILED")
-
-
-@pytest.fixture(scope="module")
-def two() -> Iterator[Sandbox]:
-    if os.geteuid() != 0:
-        pytest.fail("integration tests need root: the sandbox starts Slurm, MariaDB and Docker")
-    session = Sandbox(os.environ.get("ACBSLURM_SANDBOX_DIR") or None)
-    sb = Sandbox(f"{session.layout.root}-n2")
-    log = lambda m: print("sandbox -n2:", m)  # noqa: E731
-    try:
-        t0 = time.monotonic()
-        print(sb.up(GPUS, default_port_base() + 5000, log, requested_install(log), NODES))
-        print(f"sandbox -n2 up in {time.monotonic() - t0:.1f} s")
-    except AcbslurmError as exc:
-        pytest.fail(f"the 2-node sandbox could not start:\n{exc}", pytrace=False)
-    sb.wait_idle()
-    yield sb
-    sb.down()
 
 
 @pytest.fixture(scope="module")

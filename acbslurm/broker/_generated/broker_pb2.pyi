@@ -21,16 +21,18 @@ class Register(_message.Message):
     def __init__(self, name: _Optional[str] = ..., pid: _Optional[int] = ..., session: _Optional[str] = ..., rejoin: _Optional[bool] = ..., resident: _Optional[_Iterable[_Union[Residency, _Mapping]]] = ...) -> None: ...
 
 class Request(_message.Message):
-    __slots__ = ("request_id", "count", "memory_bytes", "pin")
+    __slots__ = ("request_id", "count", "memory_bytes", "pin", "per_node")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     COUNT_FIELD_NUMBER: _ClassVar[int]
     MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
     PIN_FIELD_NUMBER: _ClassVar[int]
+    PER_NODE_FIELD_NUMBER: _ClassVar[int]
     request_id: int
     count: int
     memory_bytes: int
     pin: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, request_id: _Optional[int] = ..., count: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., pin: _Optional[_Iterable[str]] = ...) -> None: ...
+    per_node: int
+    def __init__(self, request_id: _Optional[int] = ..., count: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., pin: _Optional[_Iterable[str]] = ..., per_node: _Optional[int] = ...) -> None: ...
 
 class Residency(_message.Message):
     __slots__ = ("device", "bytes")
@@ -85,18 +87,20 @@ class ClientMessage(_message.Message):
     def __init__(self, register: _Optional[_Union[Register, _Mapping]] = ..., request: _Optional[_Union[Request, _Mapping]] = ..., release: _Optional[_Union[Release, _Mapping]] = ..., cancel: _Optional[_Union[Cancel, _Mapping]] = ..., evict_done: _Optional[_Union[EvictDone, _Mapping]] = ..., lane_open: _Optional[_Union[LaneOpen, _Mapping]] = ...) -> None: ...
 
 class Device(_message.Message):
-    __slots__ = ("id", "name", "memory_total", "minor", "index")
+    __slots__ = ("id", "name", "memory_total", "minor", "index", "node")
     ID_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     MEMORY_TOTAL_FIELD_NUMBER: _ClassVar[int]
     MINOR_FIELD_NUMBER: _ClassVar[int]
     INDEX_FIELD_NUMBER: _ClassVar[int]
+    NODE_FIELD_NUMBER: _ClassVar[int]
     id: str
     name: str
     memory_total: int
     minor: int
     index: int
-    def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., memory_total: _Optional[int] = ..., minor: _Optional[int] = ..., index: _Optional[int] = ...) -> None: ...
+    node: str
+    def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., memory_total: _Optional[int] = ..., minor: _Optional[int] = ..., index: _Optional[int] = ..., node: _Optional[str] = ...) -> None: ...
 
 class Registered(_message.Message):
     __slots__ = ("client_id", "devices", "policy", "lane_path", "lane_token", "recovering")

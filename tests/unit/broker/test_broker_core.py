@@ -136,3 +136,58 @@ def test_unknown_sessions_wait_the_whole_grace_and_none_expected_means_no_recove
     assert b.recovering
     b.start_recovery(set(), until=5)  # the previous broker had no sessions
     assert not b.recovering
+
+
+def two_nodes(per: int = 2) -> list[Device]:
+    """A broker lending a two-node job's GPUs: n1's devices first, then n2's."""
+    return [Device(f"{n}d{i}", node=n) for n in ("n1", "n2") for i in range(per)]
+
+
+def test_per_node_keeps_a_gang_on_one_node_and_picks_the_free_one() -> None:
+    b = Broker(two_nodes())
+    a, c, e = b.register("a", 1), b.register("c", 2), b.register("e", 3)
+    [ga] = b.request(a, 1, 1, now=0)  # one device anywhere: n1d0
+    assert ga.devices == ("n1d0",)
+    # two devices on one node: n1 has only one free left, so n2
+    [gc] = b.request(c, 1, 2, now=1, per_node=2)
+    assert isinstance(gc, Granted) and gc.devices == ("n2d0", "n2d1")
+    # without the constraint the same request would have straddled the nodes
+    b.release(c, gc.lease_id, now=2)
+    [ge] = b.request(e, 1, 2, now=3)
+    assert isinstance(ge, Granted) and ge.devices == ("n1d1", "n2d0")
+    b.check_invariants()
+
+
+def test_per_node_spreads_a_gang_over_nodes_in_node_order() -> None:
+    b = Broker(two_nodes())
+    a, c = b.register("a", 1), b.register("c", 2)
+    [g] = b.request(a, 1, 4, now=0, per_node=2)
+    assert isinstance(g, Granted) and g.devices == ("n1d0", "n1d1", "n2d0", "n2d1")
+    # its residency on n2 first: the groups still come in node order (rank 0 on n1)
+    b.release(a, g.lease_id, now=1, resident={"n2d0": 5, "n2d1": 5})
+    [g2] = b.request(a, 2, 4, now=2, per_node=2)
+    assert g2.devices[:2] == ("n1d0", "n1d1") and set(g2.devices[2:]) == {"n2d0", "n2d1"}
+    # one per node: never two on one node, waits while a node is full
+    b.release(a, g2.lease_id, now=3)
+    [g3] = b.request(a, 3, 2, now=4, per_node=2)  # holds n1 (or n2) entirely
+    assert len({d[:2] for d in g3.devices}) == 1
+    assert b.request(c, 1, 2, now=5, per_node=1) == []  # one free node only: waits
+    events = b.release(a, g3.lease_id, now=6)
+    assert [type(x) for x in events] == [Granted]
+    assert [d[:2] for d in events[0].devices] == ["n1", "n2"]
+    b.check_invariants()
+
+
+def test_per_node_requests_that_can_never_fit_are_rejected() -> None:
+    b = Broker(two_nodes())
+    a = b.register("a", 1)
+    [r] = b.request(a, 1, 3, now=0, per_node=3)
+    assert isinstance(r, Rejected) and "no 1 node(s) with 3 device(s) each" in r.reason
+    [r] = b.request(a, 2, 3, now=0, per_node=2)
+    assert isinstance(r, Rejected) and "per_node 2 does not divide count 3" in r.reason
+    [r] = b.request(a, 3, 2, now=0, per_node=2, pin=("n1d0", "n2d0"))
+    assert isinstance(r, Rejected) and "no 1 node(s)" in r.reason
+    # devices without a node are one node (a broker on its own node)
+    b1 = Broker(devs(2))
+    [g] = b1.request(b1.register("x", 1), 1, 2, now=0, per_node=2)
+    assert isinstance(g, Granted)

@@ -20,14 +20,18 @@ from acbslurm.broker.core import Broker, Device, EvictAsked, Granted, YieldAsked
 
 MEM = 100
 GRACE = 5.0
+# Two nodes, as a broker lending a two-node job's GPUs: per_node requests group by them.
+NODE = {"d0": "n1", "d1": "n1", "d2": "n2"}
+
+
+def devices() -> list[Device]:
+    return [Device(d, memory_total=MEM, node=n) for d, n in NODE.items()]
 
 
 class BrokerMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
-        self.b = Broker(
-            [Device(f"d{i}", memory_total=MEM) for i in range(3)], policy="quantum", quantum=1.0
-        )
+        self.b = Broker(devices(), policy="quantum", quantum=1.0)
         self.now = 0.0
         self.leases: dict[int, dict[int, tuple[str, ...]]] = {}  # client -> lease -> devices
         self.evict_asks: list[tuple[int, tuple[str, ...]]] = []
@@ -37,6 +41,7 @@ class BrokerMachine(RuleBasedStateMachine):
         # Restarts: old sessions that have not noticed yet (key -> devices in use, residency),
         # and rejoined ones still finishing their device call (client -> devices in use).
         self.unnoticed: dict[str, tuple[frozenset[str], dict[str, int]]] = {}
+        self.per_node: dict[tuple[int, int], int] = {}  # (client, request) -> per_node
         self.still_using: dict[int, frozenset[str]] = {}
 
     def users(self) -> dict[str, set[str]]:
@@ -59,6 +64,12 @@ class BrokerMachine(RuleBasedStateMachine):
             if isinstance(ev, Granted):
                 held = {d for ls in self.leases.values() for devs in ls.values() for d in devs}
                 assert not held & set(ev.devices), f"{ev.devices} granted while held"
+                k = self.per_node.get((ev.client, ev.request_id), 0)
+                if k:  # groups of k, each on one node, no node twice, in node order
+                    nodes = [NODE[d] for d in ev.devices]
+                    groups = [nodes[i : i + k] for i in range(0, len(nodes), k)]
+                    assert all(len(set(g)) == 1 for g in groups), ev
+                    assert [g[0] for g in groups] == sorted({g[0] for g in groups}), ev
                 self.leases.setdefault(ev.client, {})[ev.lease_id] = ev.devices
             elif isinstance(ev, EvictAsked):
                 self.evict_asks.append((ev.client, ev.devices))
@@ -76,8 +87,10 @@ class BrokerMachine(RuleBasedStateMachine):
     @rule(data=st.data(), count=st.integers(1, 4), memory=st.sampled_from([0, 30, 60, 120]))
     def request(self, data: st.DataObject, count: int, memory: int) -> None:
         cid = data.draw(st.sampled_from(sorted(self.leases)))
+        per_node = data.draw(st.sampled_from([0, 1, count]))
         self.next_req += 1
-        self.apply(self.b.request(cid, self.next_req, count, self.now, memory))
+        self.per_node[(cid, self.next_req)] = per_node
+        self.apply(self.b.request(cid, self.next_req, count, self.now, memory, (), per_node))
 
     @precondition(lambda self: any(self.leases.values()))
     @rule(data=st.data(), resident=st.sampled_from([0, 20, 50, 100]))
@@ -120,9 +133,7 @@ class BrokerMachine(RuleBasedStateMachine):
             self.unnoticed[self.keys[cid]] = (devs, {})
         expected = self.b.sessions()
         assert set(self.unnoticed) <= expected, "an old session is missing from the state"
-        self.b = Broker(
-            [Device(f"d{i}", memory_total=MEM) for i in range(3)], policy="quantum", quantum=1.0
-        )
+        self.b = Broker(devices(), policy="quantum", quantum=1.0)
         self.b.start_recovery(expected, until=self.now + GRACE)
         self.leases, self.keys, self.evict_asks, self.still_using = {}, {}, [], {}
 

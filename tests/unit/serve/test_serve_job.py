@@ -35,6 +35,48 @@ def test_golden_pool_job_script() -> None:
     assert text == golden.read_text()
 
 
+def test_golden_two_node_pool_job_script() -> None:
+    """The seed's two servers: 4 GPUs per node (C: 8 in 2 processes, 4 on each node)."""
+    spec = pool_job(load_spec(REPO / "conf/examples/pool-job-2nodes.yaml"), check_paths=False)
+    assert spec.gpus == "4"
+    text = render(spec, acbslurm=ACBSLURM).replace(str(REPO), "<repo>")
+    assert "#SBATCH --nodes=2\n" in text and "#SBATCH --gres=gpu:4\n" in text
+    golden = GOLDEN / "pool-job-2nodes.sh"
+    if os.environ.get("ACBSLURM_UPDATE_GOLDEN"):
+        golden.write_text(text)
+    assert text == golden.read_text()
+
+
+def test_two_node_pool_jobs_count_gpus_per_node(
+    tiny_models: dict[str, Path], tmp_path: Path
+) -> None:
+    """procs 1: the whole gang on one node; procs N: devices / N on each of N nodes."""
+    a, c = tiny_models["model-a"], tiny_models["model-c"]
+    pool = tmp_path / "pool.yaml"
+    pool.write_text(
+        f"models:\n  - {{name: a, path: {a}, devices: 2}}\n"
+        f"  - {{name: c, path: {c}, devices: 4, procs: 2}}\n"
+    )
+    assert pool_job(load_spec(_job(tmp_path, "serve: pool.yaml\nnodes: 2\n"))).gpus == "2"
+    assert pool_job(load_spec(_job(tmp_path, "serve: pool.yaml\n"))).gpus == "4"  # one node
+    pool.write_text(pool.read_text().replace("devices: 2}", "devices: 3}"))
+    assert pool_job(load_spec(_job(tmp_path, "serve: pool.yaml\nnodes: 2\n"))).gpus == "3"
+    with pytest.raises(PoolError) as err:
+        pool_job(load_spec(_job(tmp_path, "serve: pool.yaml\nnodes: 2\ngpus: 2\n")))
+    assert "job.yaml: gpus: 2 GPU(s) per node are fewer than model a needs per node (3, " in str(
+        err.value
+    )
+    pool.write_text(
+        pool.read_text().replace("procs: 2", "procs: 3").replace("devices: 4", "devices: 6")
+    )
+    with pytest.raises(PoolError) as err:
+        pool_job(load_spec(_job(tmp_path, "serve: pool.yaml\nnodes: 2\n")))
+    assert (
+        f"{pool}:3: model c: procs: 3 processes on a 2-node job: each runs on a node of its own"
+        in str(err.value)
+    )
+
+
 def _pool(folder: Path, model: Path, extra: str = "", gang: int = 2) -> Path:
     p = folder / "pool.yaml"
     p.write_text(
@@ -92,7 +134,7 @@ def test_bad_pool_file_is_reported_with_file_and_line(
         ("serve: {listen: 'a:1'}\n", "serve: missing required key 'pool'"),
         ("serve: {pool: p.yaml, listen: nope}\n", "serve.listen: 'nope' is not HOST:PORT"),
         ("serve: p.yaml\narray: 0-3\n", "x.yaml:2: array: a pool job is one gateway"),
-        ("serve: p.yaml\nnodes: 2\n", "x.yaml:2: nodes: a pool runs on one node"),
+        ("serve: p.yaml\nnodes: 1-2\n", "x.yaml:2: nodes: a pool job needs a fixed node count"),
         ("name: t\n", "give 'command', a 'container' block or 'serve'"),
     ],
 )

@@ -1,0 +1,98 @@
+"""Every GPU of a running job on every node, in the job's node order.
+
+A job step sees only its own node's GPUs (``ACBSLURM_GPU_UUIDS``, ``SLURM_JOB_GPUS``).
+A program that lends all of a multi-node job's GPUs (the pool's broker,
+docs/serve.md) reads them from the job itself: each node's prolog writes its GPUs
+into the job's ``AdminComment`` (``acbslurm:gpus=NODE:INDEX=UUID,...``,
+``gpu_history``), and the job's ``NodeList`` gives the order. With
+``PrologFlags=Alloc`` every prolog has finished before the batch step starts; the
+reader still waits a little for a token that is missing (a prolog retrying its write,
+``gpu_history._settled``) before it gives up.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from acbslurm.errors import SlurmError
+from acbslurm.slurm.gpu_history import admin_comment, parse_gpus
+from acbslurm.slurm.hostlist import expand_hostlist
+
+WAIT = 30.0  # seconds for every node's token to appear
+_POLL = 0.25
+
+
+@dataclass(frozen=True)
+class NodeGpu:
+    node: str
+    index: int  # Slurm's index on its node; -1 when the prolog had UUIDs only
+    uuid: str
+
+
+def job_nodes(show_job: str) -> list[str]:
+    """The job's nodes from one ``scontrol show job -o`` line (``NodeList``), in order."""
+    for tok in show_job.split():
+        if tok.startswith("NodeList="):
+            value = tok.partition("=")[2]
+            return [] if value in ("", "(null)") else expand_hostlist(value)
+    return []
+
+
+def parse_job_gpus(show_job: str) -> tuple[list[str], list[NodeGpu]]:
+    """The job's nodes, and its GPUs in node order (Slurm's index within a node)."""
+    nodes = job_nodes(show_job)
+    rank = {n: i for i, n in enumerate(nodes)}
+    gpus = [
+        NodeGpu(str(g["node"]), g["index"] if isinstance(g["index"], int) else -1, str(g["uuid"]))
+        for g in parse_gpus(admin_comment(show_job))
+        if g["node"] in rank
+    ]
+    gpus.sort(key=lambda g: (rank[g.node], g.index))
+    return nodes, gpus
+
+
+def job_gpus_by_node(
+    job_id: str, bin_dir: str = "", timeout: float = 5.0, wait: float = WAIT
+) -> list[NodeGpu]:
+    """Ask slurmctld for the GPUs of job ``job_id`` on all its nodes.
+
+    Raises ``SlurmError`` naming the nodes whose GPUs are not recorded after ``wait``
+    seconds (a prolog that did not run acbslurm's hook, or a job without GPUs there).
+    """
+    from acbslurm.slurm.commands import slurm
+
+    argv = ["scontrol", "show", "job", "-o", job_id]
+    deadline = time.monotonic() + wait
+    while True:
+        line = slurm(argv, timeout=timeout, bin_dir=bin_dir).stdout
+        nodes, gpus = parse_job_gpus(line)
+        missing = [n for n in nodes if not any(g.node == n for g in gpus)]
+        if nodes and not missing:
+            return gpus
+        if time.monotonic() > deadline:
+            what = ", ".join(missing) if nodes else "(no NodeList: is the job running?)"
+            raise SlurmError(
+                argv,
+                0,
+                line,
+                "",
+                reason=(
+                    f"job {job_id}: no GPUs recorded in its AdminComment for node(s) {what} "
+                    f"after {wait:g} s (acbslurm's prolog writes them; docs/admin-guide.md)"
+                ),
+            )
+        time.sleep(_POLL)
+
+
+def node_address(node: str, bin_dir: str = "", timeout: float = 5.0) -> str:
+    """The address slurmd of ``node`` is reached at (``NodeAddr``; the node's name when
+    Slurm gives none): for a node name that does not resolve (several slurmd on one
+    host, such as the sandbox's, or a site whose node names are not in DNS)."""
+    from acbslurm.slurm.commands import slurm
+
+    line = slurm(["scontrol", "show", "node", "-o", node], timeout=timeout, bin_dir=bin_dir).stdout
+    for tok in line.split():
+        if tok.startswith("NodeAddr="):
+            return tok.partition("=")[2] or node
+    return node

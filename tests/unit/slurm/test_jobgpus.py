@@ -1,0 +1,32 @@
+"""Every GPU of a multi-node job, from its AdminComment, in the job's node order."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from fake_slurm import FakeSlurm
+
+from acbslurm.errors import SlurmError
+from acbslurm.slurm.jobgpus import NodeGpu, job_gpus_by_node, job_nodes, parse_job_gpus
+
+CAPTURED = (Path(__file__).parent / "captured/two-nodes.scontrol").read_text()
+
+
+def test_a_captured_two_node_job_in_node_order() -> None:
+    """Sandbox capture: vm-2's prolog wrote its token first; the order is NodeList's."""
+    nodes, gpus = parse_job_gpus(CAPTURED)
+    assert nodes == ["vm-1", "vm-2"]
+    assert [(g.node, g.index) for g in gpus] == [("vm-1", 0), ("vm-1", 1), ("vm-2", 0), ("vm-2", 1)]
+    assert gpus[0] == NodeGpu("vm-1", 0, "GPU-93f7abd3-c6bc-e35c-5292-2e29187ec1fd")
+    assert job_nodes("JobId=1 ReqNodeList=(null) NodeList=(null)") == []
+
+
+def test_a_node_without_its_token_is_waited_for_then_named(fake_slurm: FakeSlurm) -> None:
+    one_token = CAPTURED.replace(" acbslurm:gpus=vm-1:0=", " x=")
+    fake_slurm.respond("scontrol", stdout=one_token)
+    with pytest.raises(SlurmError, match=r"job 45: no GPUs recorded .* node\(s\) vm-1 after 0.3 s"):
+        job_gpus_by_node("45", wait=0.3)
+    assert len(fake_slurm.calls("scontrol")) >= 2  # asked again while waiting
+    fake_slurm.respond("scontrol", stdout=CAPTURED)
+    assert [g.node for g in job_gpus_by_node("45")] == ["vm-1", "vm-1", "vm-2", "vm-2"]
