@@ -50,6 +50,11 @@ NOTES = """
   `extra`, `failed_node`, `licenses`; 25.11 `qos_req`, `restart_cnt`, `resv_req`,
   `segment_size`, `std_err`, `std_in`, `std_out` (the step table gained `timelimit`,
   `cwd`, `std_*`). The report names its columns, so none of this changes its numbers.
+- `sacctmgr show config`: up to 25.11 its "SlurmDBD configuration" section is what
+  slurmdbd sends; from 26.05 sacctmgr formats slurmdbd's settings itself and prints its
+  own slurm.conf's `PrivateData` there. The report service (`report_private_data: auto`)
+  therefore counts jobs as private from 26.05 unless the setting says otherwise (the
+  26.05.3 leg showed every user all jobs before that).
 - Unchanged on every release tested: the squeue/sacct/scontrol text formats acbslurm
   reads; with `PrologFlags=Alloc` the prolog's environment names the job's GPUs and
   user (`SLURM_JOB_GPUS`/`CUDA_VISIBLE_DEVICES`, `SLURM_JOB_UID`: the hooks tests and
