@@ -6,7 +6,9 @@ Each release gets its own sandbox (ACBSLURM_MATRIX_DIR/<release>, default
 default 16897), brought up by the suite's fixture and stopped after it. Releases built
 from source come from ACBSLURM_SLURM_SOURCES (the Makefile points it at
 ../shared/slurm-src) and are built once into the cache. ACBSLURM_MATRIX_RELEASES
-(comma list) runs a subset.
+(comma list) runs a subset: the other releases keep their rows of the last table, with
+the date each was run (read back from docs/compatibility.md itself, so a fresh clone's
+subset run keeps them too).
 
     sudo make matrix
 """
@@ -48,6 +50,11 @@ NOTES = """
   `extra`, `failed_node`, `licenses`; 25.11 `qos_req`, `restart_cnt`, `resv_req`,
   `segment_size`, `std_err`, `std_in`, `std_out` (the step table gained `timelimit`,
   `cwd`, `std_*`). The report names its columns, so none of this changes its numbers.
+- `sacctmgr show config`: up to 25.11 its "SlurmDBD configuration" section is what
+  slurmdbd sends; from 26.05 sacctmgr formats slurmdbd's settings itself and prints its
+  own slurm.conf's `PrivateData` there. The report service (`report_private_data: auto`)
+  therefore counts jobs as private from 26.05 unless the setting says otherwise (the
+  26.05.3 leg showed every user all jobs before that).
 - Unchanged on every release tested: the squeue/sacct/scontrol text formats acbslurm
   reads; with `PrologFlags=Alloc` the prolog's environment names the job's GPUs and
   user (`SLURM_JOB_GPUS`/`CUDA_VISIBLE_DEVICES`, `SLURM_JOB_UID`: the hooks tests and
@@ -83,7 +90,39 @@ def run_release(release: str, port_base: str) -> dict[str, object]:
     log.write_text(res.stdout + res.stderr)
     print(f"matrix: Slurm {release}: {tail} ({seconds} s, log {log})", flush=True)
     return {"release": release, "ok": res.returncode == 0, "counts": counts,
-            "failed": failed, "seconds": seconds}  # fmt: skip
+            "failed": failed, "seconds": seconds, "date": _now()}  # fmt: skip
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+
+
+_WRITTEN_RE = re.compile(r"Written by `make matrix` on (\d{4}-\d\d-\d\d \d\d:\d\d \w+)")
+
+
+def earlier_rows(text: str) -> dict[str, dict[str, object]]:
+    """The release rows of a table this script wrote (``text``: docs/compatibility.md),
+    as run_release's results. A row without a date column (tables written before the
+    column existed) gets the date the table was written."""
+    m = _WRITTEN_RE.search(text)
+    written = m.group(1) if m else "unknown date"
+    rows: dict[str, dict[str, object]] = {}
+    for line in text.split("## Upgrade path")[0].splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) not in (6, 7) or cells[1] not in ("pass", "FAIL"):
+            continue
+        release, result, passed, bad, seconds = cells[:5]
+        date = cells[5] if len(cells) == 7 else written
+        names = cells[-1]
+        rows[release] = {
+            "release": release,
+            "ok": result == "pass",
+            "counts": {"passed": int(passed or 0), "failed": int(bad or 0)},
+            "failed": [] if names in ("-", "") else names.split(", "),
+            "seconds": int(seconds or 0),
+            "date": date,
+        }
+    return rows
 
 
 def upgrade_path(port_base: str) -> tuple[bool, list[dict[str, object]], int]:
@@ -120,20 +159,22 @@ def write(
     lines = [
         "# Compatibility: acbslurm on each Slurm release",
         "",
-        f"Written by `make matrix` on {time.strftime('%Y-%m-%d %H:%M %Z')} on this project's",
+        f"Written by `make matrix` on {_now()} on this project's",
         "2-core Debian 12 machine: the integration suite (`tests/integration`) on a sandbox",
         "running each release (22.05.8 is Debian's package; the others are built from",
         "SchedMD's release tarballs in ../shared/slurm-src). Release differences and the",
-        "release that needed each are in `acbslurm/slurm/versions.py`.",
+        "release that needed each are in `acbslurm/slurm/versions.py`. A run of some",
+        "releases (`ACBSLURM_MATRIX_RELEASES`) keeps the other rows: the date is each",
+        "row's own run.",
         "",
-        "| Slurm | result | passed | failed | seconds | failing tests |",
-        "|---|---|---|---|---|---|",
+        "| Slurm | result | passed | failed | seconds | date | failing tests |",
+        "|---|---|---|---|---|---|---|",
     ]
     by_release = {r["release"]: r for r in results}
     for release in SUPPORTED:
         r = by_release.get(release)
         if r is None:
-            lines.append(f"| {release} | not run | | | | |")
+            lines.append(f"| {release} | not run | | | | | |")
             continue
         c = r["counts"]
         assert isinstance(c, dict)
@@ -141,7 +182,7 @@ def write(
         names = ", ".join(str(f) for f in r["failed"]) or "-"  # type: ignore[attr-defined]
         lines.append(
             f"| {r['release']} | {'pass' if r['ok'] else 'FAIL'} | {c.get('passed', 0)} "
-            f"| {bad} | {r['seconds']} | {names} |"
+            f"| {bad} | {r['seconds']} | {r.get('date', '')} | {names} |"
         )
     lines += [
         "",
@@ -175,11 +216,9 @@ def main() -> int:
     releases = [r for r in SUPPORTED if not wanted or r in wanted.split(",")]
     results = [run_release(r, port_base) for r in releases]
     upgrade = upgrade_path(port_base)
-    # A run of a subset keeps the other releases' last results (build/matrix.json).
-    saved = ROOT / "build" / "matrix.json"
-    earlier = json.loads(saved.read_text()) if wanted and saved.exists() else {}
+    # A run of a subset keeps the other releases' rows of the last table, dates and all.
+    earlier = earlier_rows(OUT.read_text()) if wanted and OUT.exists() else {}
     merged = {**earlier, **{str(r["release"]): r for r in results}}
-    saved.write_text(json.dumps(merged, indent=2) + "\n")
     write(list(merged.values()), upgrade)
     return 0 if all(r["ok"] for r in results) and upgrade[0] else 1
 

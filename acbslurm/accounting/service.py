@@ -25,6 +25,7 @@ from acbslurm.accounting.rights import private_jobs
 from acbslurm.accounting.run import Viewer, run_report
 from acbslurm.accounting.wire import MAX_REQUEST, FrameWriter, options_from
 from acbslurm.errors import AcbslurmError, ConfigError, SetupError
+from acbslurm.slurm.versions import sacctmgr_shows_dbd_private_data
 
 log = logging.getLogger(__name__)
 
@@ -49,8 +50,19 @@ def private_data_of_slurmdbd() -> str:
 
 def parse_private_data(show_config: str) -> str:
     """slurmdbd's PrivateData from ``sacctmgr show config``, whose first section is the
-    local slurm.conf's (slurmctld's PrivateData, not what sacct obeys)."""
-    _, sep, dbd = show_config.partition("SlurmDBD configuration")
+    local slurm.conf's (slurmctld's PrivateData, not what sacct obeys). "jobs" where the
+    output cannot tell: no slurmdbd section, or a sacctmgr (26.05 on) whose slurmdbd
+    section repeats the local slurm.conf's PrivateData."""
+    local, sep, dbd = show_config.partition("SlurmDBD configuration")
+    release = re.search(r"^\s*SLURM_VERSION\s*=\s*(\d+\.\d+(?:\.\d+)?)", local, re.MULTILINE)
+    if release and not sacctmgr_shows_dbd_private_data(release.group(1)):
+        log.warning(
+            "sacctmgr %s does not show slurmdbd's PrivateData (Slurm 26.05 on): treating "
+            "jobs as private; set report_private_data to slurmdbd.conf's PrivateData "
+            "(none, jobs...) to say otherwise",
+            release.group(1),
+        )
+        return "jobs"
     m = re.search(r"^\s*PrivateData\s*=\s*(\S*)", dbd if sep else "", re.MULTILINE)
     return m.group(1) if m else "jobs"
 

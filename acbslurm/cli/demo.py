@@ -24,7 +24,10 @@ import click
     type=click.FloatRange(min=1),
     default=6.0,
     show_default=True,
-    help="Seconds each job holds its GPU.",
+    # slurmctld starts batch jobs up to batch_sched_delay (3 s by default) after they are
+    # submitted: jobs that hold their GPU for less may never overlap.
+    help="Seconds each job holds its GPU (more than Slurm's batch scheduling delay, 3 s "
+    "by default, or jobs submitted together need not run at once).",
 )
 @click.option(
     "--no-container",

@@ -150,6 +150,19 @@ MIN_CONVERT: dict[str, int] = {
 GPU_UTIL_MIN_SCHEMA = 13
 
 
+def sacctmgr_shows_dbd_private_data(release: str) -> bool:
+    """Whether ``sacctmgr show config`` (of ``release``) prints slurmdbd's own PrivateData
+    in its "SlurmDBD configuration" section.
+
+    Up to 25.11 slurmdbd sends its key/value pairs. From 26.05 it sends its settings and
+    sacctmgr formats them itself (slurmdb_config_get_keypairs, src/api/
+    extra_get_functions.c), filling PrivateData from the client's own slurm.conf: that
+    line is then slurmctld's PrivateData, not what sacct obeys (seen on 26.05.3: the
+    sandbox's slurmdbd.conf says jobs, the section said none).
+    """
+    return parse_release(release)[:2] < (26, 5)
+
+
 # The pyslurm release that builds against each Slurm major (pyslurm follows Slurm's
 # numbering from 23.x on). Only 25.11 is built and tested here (the CI's 25.11 leg).
 PYSLURM_FOR: dict[str, str] = {"25.11": "25.11.2"}

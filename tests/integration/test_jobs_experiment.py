@@ -7,8 +7,11 @@ Jobs are submitted AS the sandbox user through `acbslurm submit`, and followed w
 from __future__ import annotations
 
 import json
+import shutil
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +35,33 @@ def acbslurm(sandbox: Any, *args: str, check: bool = True) -> Any:
     )
 
 
-def submit(sandbox: Any, count: int, seconds: int, *sets: str) -> list[str]:
+class Gate:
+    """A job command that runs until the test opens the gate (creates a file), so a job
+    ends once the test has seen what it waits for, never after a guessed time: slurmctld
+    starts a batch job up to batch_sched_delay (3 s by default, every release) after its
+    submission, so two jobs submitted together may start 3 s apart (26.05.3's leg: a 4 s
+    job ended 1 s after the second one started, before the test saw both running)."""
+
+    def __init__(self, directory: Path, name: str) -> None:
+        self.path = directory / name
+
+    def command(self) -> str:
+        return f"command=[sh, -c, 'until [ -e {self.path} ]; do sleep 0.2; done']"
+
+    def open(self) -> None:
+        self.path.touch()
+
+
+@pytest.fixture
+def gates() -> Iterator[Path]:
+    d = Path(tempfile.mkdtemp(prefix="acbslurm-gates-"))
+    d.chmod(0o755)  # the jobs run as the sandbox user and look for the files
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def submit(sandbox: Any, count: int, hold: int | Gate, *sets: str) -> list[str]:
+    command = hold.command() if isinstance(hold, Gate) else f"command=[sleep, '{hold}']"
     res = acbslurm(
         sandbox,
         "submit",
@@ -46,7 +75,7 @@ def submit(sandbox: Any, count: int, seconds: int, *sets: str) -> list[str]:
         "--set",
         "container=",
         "--set",
-        f"command=[sleep, '{seconds}']",
+        command,
         "--set",
         "output=/dev/null",
     )
@@ -85,24 +114,30 @@ def idle(sandbox: Any) -> Any:
     no_jobs_left(sandbox)
 
 
-def test_one_job_gets_one_gpu(idle: Any) -> None:
-    ids = submit(idle, 1, 3)
+def test_one_job_gets_one_gpu(idle: Any, gates: Path) -> None:
+    gate = Gate(gates, "end")
+    ids = submit(idle, 1, gate)
     jobs = wait_for(idle, ids, lambda j: j[ids[0]]["state"] == "RUNNING")
     assert len(jobs[ids[0]]["gpu_indices"]) == 1
+    gate.open()
     wait_for(idle, ids, lambda j: j[ids[0]]["state"] == "COMPLETED")
 
 
-def test_two_jobs_run_at_once_on_different_gpus(idle: Any) -> None:
-    ids = submit(idle, 2, 4)
+def test_two_jobs_run_at_once_on_different_gpus(idle: Any, gates: Path) -> None:
+    gate = Gate(gates, "end")
+    ids = submit(idle, 2, gate)
     jobs = wait_for(idle, ids, lambda j: all(x["state"] == "RUNNING" for x in j.values()))
     gpus = [jobs[i]["gpu_indices"] for i in ids]
     assert all(len(g) == 1 for g in gpus)
     assert gpus[0] != gpus[1]
+    gate.open()
+    wait_for(idle, ids, lambda j: all(x["state"] == "COMPLETED" for x in j.values()))
 
 
-def test_four_jobs_two_run_two_pend_then_take_the_freed_gpu(idle: Any) -> None:
-    first = submit(idle, 1, 4)  # short: frees its GPU while the second still runs
-    rest = submit(idle, 3, 12)
+def test_four_jobs_two_run_two_pend_then_take_the_freed_gpu(idle: Any, gates: Path) -> None:
+    short, long = Gate(gates, "short"), Gate(gates, "long")
+    first = submit(idle, 1, short)  # ends first: frees its GPU while the second still runs
+    rest = submit(idle, 3, long)
     ids = first + rest
 
     def two_running_two_resources(j: dict[str, Any]) -> bool:
@@ -121,18 +156,27 @@ def test_four_jobs_two_run_two_pend_then_take_the_freed_gpu(idle: Any) -> None:
     freed_gpu = jobs[ids[0]]["gpu_indices"]
     busy_gpu = jobs[ids[1]]["gpu_indices"]
 
-    # the short job ends; the first waiting job starts on exactly its GPU
-    jobs = wait_for(idle, ids, lambda j: j[ids[2]]["state"] == "RUNNING", timeout=30)
+    # the short job ends; the first waiting job starts on exactly its GPU, and the last
+    # one (Priority until the scheduler's next pass) waits for Resources
+    short.open()
+    jobs = wait_for(
+        idle,
+        ids,
+        lambda j: j[ids[2]]["state"] == "RUNNING" and j[ids[3]]["reason"] == "Resources",
+        timeout=30,
+    )
     assert jobs[ids[0]]["state"] == "COMPLETED"
     assert jobs[ids[2]]["gpu_indices"] == freed_gpu
     assert jobs[ids[1]]["state"] == "RUNNING"
     assert jobs[ids[1]]["gpu_indices"] == busy_gpu
     assert jobs[ids[3]]["state"] == "PENDING"
-    assert jobs[ids[3]]["reason"] == "Resources"
+    long.open()
+    wait_for(idle, ids, lambda j: all(x["state"] == "COMPLETED" for x in j.values()))
 
 
-def test_array_tasks_show_their_own_gpus(idle: Any) -> None:
-    (array,) = submit(idle, 1, 6, "--set", "array=0-1")
+def test_array_tasks_show_their_own_gpus(idle: Any, gates: Path) -> None:
+    gate = Gate(gates, "end")
+    (array,) = submit(idle, 1, gate, "--set", "array=0-1")
     tasks = [f"{array}_0", f"{array}_1"]
     # RUNNING comes as the prolog starts; the UUIDs once it has written the job record
     jobs = wait_for(
@@ -151,6 +195,7 @@ def test_array_tasks_show_their_own_gpus(idle: Any) -> None:
     assert sorted(g[0] for g in gpus) == [0, 1]
     for t, g in zip(tasks, gpus, strict=True):
         assert jobs[t]["gpu_uuids"] == [uuid_of[g[0]]], jobs  # the task's own job record
+    gate.open()
     wait_for(
         idle,
         tasks,
@@ -251,8 +296,10 @@ def test_demo_reports_the_experiment(idle: Any) -> None:
             "--dir",
             str(idle.layout.root),
             "--no-container",
+            # Longer than slurmctld's batch_sched_delay (3 s): two jobs submitted together
+            # may start that far apart, and must still overlap (a 3 s hold failed so).
             "--hold",
-            "3",
+            "6",
             "--json",
         ],
         extra_env={"PYTHONPATH": str(REPO)},

@@ -23,6 +23,21 @@ def test_private_data_is_slurmdbds_not_slurmctlds() -> None:
     assert private_jobs("jobs,usage") and private_jobs("Jobs") and not private_jobs("none")
 
 
+def test_a_sacctmgr_that_shows_slurmctlds_private_data_as_slurmdbds_is_not_believed() -> None:
+    # 26.05's sacctmgr fills the SlurmDBD section's PrivateData from its own slurm.conf
+    # (26.05.3's sandbox: slurmdbd.conf says jobs, the section said none).
+    def show(release: str) -> str:
+        return SHOW_CONFIG.replace(
+            "PrivateData            = none\n",
+            f"PrivateData            = none\nSLURM_VERSION          = {release}\n",
+            1,
+        ).replace("jobs,usage", "none")
+
+    assert parse_private_data(show("25.11.7")) == "none"
+    assert parse_private_data(show("26.05.3")) == "jobs"
+    assert parse_private_data(show("27.05.0")) == "jobs"
+
+
 def test_visibility_is_a_parameterized_sql_condition() -> None:
     f = Filters(start=1, end=2, visible_uid=1001, visible_accounts=("lab", "lab-sub"))
     sql, params = where_clause(f)

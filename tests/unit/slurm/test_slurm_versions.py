@@ -9,6 +9,7 @@ from acbslurm.slurm.versions import (
     config_choices,
     major,
     parse_release,
+    sacctmgr_shows_dbd_private_data,
     upgrade_path,
 )
 
@@ -49,3 +50,9 @@ def test_schema_labels_and_upgrade_path() -> None:
     assert upgrade_path(12, "25.11.7") == ["23.11"]
     assert upgrade_path(12, "23.11.11") == []
     assert upgrade_path(15, "26.05.3") == []
+
+
+def test_sacctmgr_shows_slurmdbds_private_data_up_to_25_11() -> None:
+    shown = [r for r in SUPPORTED if sacctmgr_shows_dbd_private_data(r)]
+    assert shown == ["22.05.8", "23.02.8", "23.11.11", "24.11.7", "25.05.8", "25.11.7"]
+    assert not sacctmgr_shows_dbd_private_data("26.05.3")
