@@ -3,7 +3,10 @@
 
 Each release gets its own sandbox (ACBSLURM_MATRIX_DIR/<release>, default
 /var/lib/acbslurm/matrix-<release>) on one port base (ACBSLURM_SANDBOX_PORT_BASE,
-default 16897), brought up by the suite's fixture and stopped after it. Releases built
+default 16897), brought up by the suite's fixture and stopped after it. The suite's
+lifecycle and failure tests add sandboxes on the port bases +4000 and +6000: pick a base
+whose three ranges no other sandbox on the machine uses (18100's +4000, 22100, met another
+sandbox's and failed the 23.02.8 leg's lifecycle test: "Address already in use"). Releases built
 from source come from ACBSLURM_SLURM_SOURCES (the Makefile points it at
 ../shared/slurm-src) and are built once into the cache. ACBSLURM_MATRIX_RELEASES
 (comma list) runs a subset: the other releases keep their rows of the last table, with
