@@ -7,7 +7,7 @@ and clean up its own node's GPUs only (their settings name ``{node}``).
 
 These tests run on a sandbox of their own beside the session's (the ``two`` fixture of
 tests/conftest.py: its directory + ``-n2``, its ports + 5000), so the other tests keep
-their single 2-GPU node; tests/integration/test_serve_nodes.py shares it.
+their single 2-GPU node; tests/integration/test_serve_nodes_sandbox.py shares it.
 """
 
 from __future__ import annotations

@@ -95,3 +95,14 @@ def test_installed_copy_finds_its_own_templates(wheel: Path, tmp_path: Path) -> 
         cwd=tmp_path,
     ).stdout.strip()
     assert out == str(target / "acbslurm" / "templates")
+
+
+def test_test_file_names_are_unique_across_folders() -> None:
+    """`make test` collects tests/ in one run without __init__.py files: two test files
+    of one name in two folders stop the whole run at collection ("import file mismatch"),
+    which running the folders one at a time does not show."""
+    from collections import Counter
+    from pathlib import Path
+
+    names = Counter(p.name for p in (Path(__file__).parents[1]).rglob("test_*.py"))
+    assert [n for n, c in names.items() if c > 1] == []
