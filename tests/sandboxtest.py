@@ -115,3 +115,28 @@ def dockerd_pid(sb: Any) -> int:
         if comm == "dockerd" and host in argv:
             return int(entry)
     raise AssertionError(f"no dockerd with {host} runs")
+
+
+ACBSLURM = [sys.executable, "-m", "acbslurm"]
+
+
+def acbslurm_as(
+    sb: Any, user: str, *argv: str, cwd: str | Path | None = None, timeout: float = 60.0
+) -> Any:
+    """``acbslurm ARGV`` run by ``user`` with this checkout's code; its exit status is
+    the test's to check."""
+    kw: dict[str, Any] = {"check": False, "extra_env": {"PYTHONPATH": str(REPO)}}
+    if cwd:
+        kw["cwd"] = str(cwd)
+    return sb.run_as(user, [*ACBSLURM, *argv], timeout=timeout, **kw)
+
+
+def wait_until(what: str, cond: Any, timeout: float = 60) -> Any:
+    """``cond()``'s first true value, asked every 0.2 s; AssertionError naming ``what``
+    after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not (got := cond()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not after {timeout} s")
+        time.sleep(0.2)
+    return got

@@ -12,15 +12,7 @@ from typing import Any
 
 import pytest
 from sandboxtest import IMAGE, REPO, no_jobs
-
-ACBSLURM = [sys.executable, "-m", "acbslurm"]
-
-
-def as_user(sb: Any, user: str, *argv: str, cwd: str | None = None) -> Any:
-    kw: dict[str, Any] = {"check": False, "extra_env": {"PYTHONPATH": str(REPO)}}
-    if cwd:
-        kw["cwd"] = cwd
-    return sb.run_as(user, [*ACBSLURM, *argv], **kw)
+from sandboxtest import acbslurm_as as as_user
 
 
 @pytest.fixture

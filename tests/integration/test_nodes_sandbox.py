@@ -12,27 +12,28 @@ their single 2-GPU node; tests/integration/test_serve_nodes_sandbox.py shares it
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
-import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from sandboxtest import (
     IMAGE,
-    REPO,
     TWO_NODES,
     TWO_NODES_GPUS,
+    acbslurm_as,
     docker_api,
     dockerd_pid,
     hook_devices,
     job_containers,
 )
+from sandboxtest import wait_until as wait
 
 from acbslurm.sandbox import Sandbox
 from acbslurm.sandbox.procs import running
@@ -40,7 +41,6 @@ from acbslurm.sandbox.procs import running
 pytestmark = pytest.mark.integration
 
 NODES, GPUS = TWO_NODES, TWO_NODES_GPUS
-ACBSLURM = [sys.executable, "-m", "acbslurm"]
 ENDED = ("CANCELLED", "COMPLETED", "FAILED")
 
 
@@ -51,20 +51,7 @@ def workdir() -> Iterator[Path]:
         yield Path(d)
 
 
-def as_user(sb: Sandbox, user: str, *argv: str, cwd: Path | None = None) -> Any:
-    kw: dict[str, Any] = {"check": False, "extra_env": {"PYTHONPATH": str(REPO)}, "timeout": 120}
-    if cwd:
-        kw["cwd"] = str(cwd)
-    return sb.run_as(user, [*ACBSLURM, *argv], **kw)
-
-
-def wait(what: str, cond: Callable[[], Any], timeout: float = 60) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (got := cond()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not after {timeout} s")
-        time.sleep(0.2)
-    return got
+as_user = functools.partial(acbslurm_as, timeout=120)
 
 
 SPEC = f"""\

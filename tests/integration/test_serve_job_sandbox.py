@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -14,19 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sandboxtest import REPO, docker_api, job_containers, no_jobs
+from sandboxtest import ACBSLURM, REPO, docker_api, job_containers, no_jobs
+from sandboxtest import acbslurm_as as as_user
 
 from acbslurm.sandbox.procs import running
 from acbslurm.serve.modelmaker import TinyShape, make_model
-
-ACBSLURM = [sys.executable, "-m", "acbslurm"]
-
-
-def as_user(sb: Any, user: str, *argv: str, cwd: str | None = None) -> Any:
-    kw: dict[str, Any] = {"check": False, "extra_env": {"PYTHONPATH": str(REPO)}}
-    if cwd:
-        kw["cwd"] = cwd
-    return sb.run_as(user, [*ACBSLURM, *argv], **kw)
 
 
 @pytest.fixture(scope="module")

@@ -9,18 +9,26 @@ the second. C's greedy outputs equal C served in one process.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
-import sys
 import tempfile
-import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sandboxtest import REPO, TWO_NODES, TWO_NODES_GPUS, docker_api, job_containers
+from sandboxtest import (
+    ACBSLURM,
+    REPO,
+    TWO_NODES,
+    TWO_NODES_GPUS,
+    acbslurm_as,
+    docker_api,
+    job_containers,
+)
+from sandboxtest import wait_until as wait
 
 from acbslurm.sandbox import Sandbox
 from acbslurm.sandbox.procs import running
@@ -28,26 +36,12 @@ from acbslurm.serve.modelmaker import TinyShape, make_model
 
 pytestmark = pytest.mark.integration
 
-ACBSLURM = [sys.executable, "-m", "acbslurm"]
 ENDED = ("CANCELLED", "COMPLETED", "FAILED", "TIMEOUT")
 PROMPTS = ("a GPU is", "Two servers hold")
 TOKENS = 8
 
 
-def as_user(sb: Sandbox, user: str, *argv: str, cwd: Path | None = None) -> Any:
-    kw: dict[str, Any] = {"check": False, "extra_env": {"PYTHONPATH": str(REPO)}, "timeout": 120}
-    if cwd:
-        kw["cwd"] = str(cwd)
-    return sb.run_as(user, [*ACBSLURM, *argv], **kw)
-
-
-def wait(what: str, cond: Callable[[], Any], timeout: float = 60) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (got := cond()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not after {timeout} s")
-        time.sleep(0.2)
-    return got
+as_user = functools.partial(acbslurm_as, timeout=120)
 
 
 @pytest.fixture(scope="module")

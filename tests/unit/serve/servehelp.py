@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import threading
+import time
 import urllib.error
 import urllib.request
 import warnings
 from pathlib import Path
+from typing import Any
 
 from acbslurm.serve.runner import PoolServer
 
@@ -41,3 +44,29 @@ def _metric(text: str, name: str, model: str, extra: str = "") -> float:
         if line.startswith(name + "{") and f'model="{model}"' in line and extra in line:
             total += float(line.rsplit(" ", 1)[1])
     return total
+
+
+def long_request_in_flight(
+    client: Any, model: str, handle: Any
+) -> tuple[threading.Thread, list[Any]]:
+    """A 450-token completion of ``model`` on a thread, returned once ``handle``'s worker
+    has it and is decoding: the thread, and the list its outcome lands in ("answered",
+    or the ``openai.APIStatusError``)."""
+    import openai
+
+    outcome: list[Any] = []
+
+    def long_request() -> None:
+        try:
+            client.completions.create(model=model, prompt="Hello", max_tokens=450)
+            outcome.append("answered")
+        except openai.APIStatusError as exc:
+            outcome.append(exc)
+
+    t = threading.Thread(target=long_request)
+    t.start()
+    deadline = time.monotonic() + 10
+    while not handle.pending and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.3)  # decoding (450 tokens at >= 2 ms each)
+    return t, outcome

@@ -18,12 +18,11 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import openai
 import pytest
-from servehelp import _get, _metric, reference
+from servehelp import _get, _metric, long_request_in_flight, reference
 
 from acbslurm.serve.brokerhost import overlaps
 from acbslurm.serve.pool import load_pool_text
@@ -289,21 +288,7 @@ def test_worker_killed_mid_batch_gets_503_and_restarts(
     handle = server.gateway.handles["model-a"]
     assert handle.proc is not None
     pid = handle.proc.pid
-    outcome: list[Any] = []
-
-    def long_request() -> None:
-        try:
-            client.completions.create(model="model-a", prompt="Hello", max_tokens=450)
-            outcome.append("answered")
-        except openai.APIStatusError as exc:
-            outcome.append(exc)
-
-    t = threading.Thread(target=long_request)
-    t.start()
-    deadline = time.monotonic() + 10
-    while not handle.pending and time.monotonic() < deadline:
-        time.sleep(0.01)
-    time.sleep(0.3)  # decoding (450 tokens at >= 2 ms each)
+    t, outcome = long_request_in_flight(client, "model-a", handle)
     os.kill(pid, signal.SIGKILL)
     t.join(30)
     assert len(outcome) == 1 and isinstance(outcome[0], openai.InternalServerError)

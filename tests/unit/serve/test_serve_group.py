@@ -20,7 +20,7 @@ from typing import Any
 
 import openai
 import pytest
-from servehelp import _get, _metric, reference
+from servehelp import _get, _metric, long_request_in_flight, reference
 
 from acbslurm.serve.brokerhost import overlaps
 from acbslurm.serve.pool import load_pool_text
@@ -157,21 +157,7 @@ def _broken_follower_gets_503_and_the_group_restarts(
     assert h.proc is not None and h.followers
     leader, follower = h.proc.pid, h.followers[0].pid
     restarts = h.restarts
-    outcome: list[Any] = []
-
-    def long_request() -> None:
-        try:
-            client.completions.create(model="c2", prompt="Hello", max_tokens=450)
-            outcome.append("answered")
-        except openai.APIStatusError as exc:
-            outcome.append(exc)
-
-    t = threading.Thread(target=long_request)
-    t.start()
-    deadline = time.monotonic() + 10
-    while not h.pending and time.monotonic() < deadline:
-        time.sleep(0.01)
-    time.sleep(0.3)  # decoding (450 tokens at >= 2 ms each)
+    t, outcome = long_request_in_flight(client, "c2", h)
     hurt_at = time.monotonic()
     hurt(follower)
     t.join(60)
