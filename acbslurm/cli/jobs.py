@@ -142,7 +142,8 @@ def submit(
         _check(job)
     from acbslurm.slurm.jobs import submit_script
 
-    result = submit_script(script, count=count, backend=_backend())
+    backend = _backend()  # asks `scontrol --version` for auto: once for submit and --wait
+    result = submit_script(script, count=count, backend=backend)
     if not as_json:
         for jid in result.job_ids:
             click.echo(jid)
@@ -155,7 +156,7 @@ def submit(
         if as_json:
             click.echo(json.dumps({"job_ids": result.job_ids}))
         return
-    ctx.exit(_wait_for(result.job_ids, interval, as_json, job))
+    ctx.exit(_wait_for(result.job_ids, interval, as_json, job, backend))
 
 
 def _user() -> str:
@@ -181,7 +182,9 @@ def _check(job: JobSpec) -> None:
         )
 
 
-def _wait_for(job_ids: list[str], interval: float, as_json: bool, spec: JobSpec) -> int:
+def _wait_for(
+    job_ids: list[str], interval: float, as_json: bool, spec: JobSpec, backend: str
+) -> int:
     """Follow the jobs to their end; 1 if one did not complete, with the reasons."""
     from acbslurm.cli.waiting import explain, follow, is_terminal
 
@@ -191,7 +194,7 @@ def _wait_for(job_ids: list[str], interval: float, as_json: bool, spec: JobSpec)
         record_dir=_record_dir(),
         live=is_terminal(),
         quiet=as_json,
-        backend=_backend(),
+        backend=backend,
     )
     failed = [j for j in final if j.failed]
     if as_json:
