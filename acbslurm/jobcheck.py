@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from acbslurm.errors import ConfigError
 
 if TYPE_CHECKING:
-    from acbslurm.slurm.jobs import JobInfo
+    from acbslurm.slurm.jobtypes import JobInfo
     from acbslurm.spec import JobSpec
 
 TAIL_LINES = 10
@@ -206,7 +206,7 @@ def explain_failure(
 ) -> list[str]:
     """Lines that say why ``job`` failed: reason, exit code, the error file's last lines."""
     from acbslurm.slurm.cluster import job_details
-    from acbslurm.slurm.jobs import exit_status
+    from acbslurm.slurm.jobtypes import exit_status
 
     details = job_details(job.job_id, env=env)
     reason = job.reason or details.get("Reason", "")

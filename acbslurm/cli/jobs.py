@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 if TYPE_CHECKING:
-    from acbslurm.slurm.jobs import JobInfo, SubmitResult
+    from acbslurm.slurm.jobtypes import JobInfo, SubmitResult
     from acbslurm.spec import JobSpec
 
 _SET_HELP = "Override a spec key, e.g. --set mem=4G or --set container.image=x:1 (repeatable)."
@@ -276,7 +276,7 @@ def _gpu_text(job: JobInfo, long: bool) -> str:
 
 
 def _exit_text(job: JobInfo) -> str:
-    from acbslurm.slurm.jobs import exit_status
+    from acbslurm.slurm.jobtypes import exit_status
 
     code, sig = exit_status(job.exit_code)
     if sig:
@@ -399,7 +399,7 @@ def _print_status(jobs: list[JobInfo], long: bool) -> None:
 
 def _gpu_status(as_json: bool) -> None:
     from acbslurm.slurm.cluster import gpu_slots
-    from acbslurm.slurm.jobs import elapsed_seconds
+    from acbslurm.slurm.jobtypes import elapsed_seconds
 
     slots = gpu_slots(record_dir=_record_dir())
     if as_json:

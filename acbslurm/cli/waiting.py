@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import click
 
 if TYPE_CHECKING:
-    from acbslurm.slurm.jobs import JobInfo
+    from acbslurm.slurm.jobtypes import JobInfo
     from acbslurm.spec import JobSpec
 
 # Failures explained in full after --wait; the rest are counted.

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from acbslurm.slurm.jobs import GpuCache, JobInfo, query_jobs, submit_script
+from acbslurm.slurm.jobs import GpuCache, query_jobs, submit_script
+from acbslurm.slurm.jobtypes import JobInfo
 
 
 @dataclass

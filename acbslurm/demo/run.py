@@ -17,7 +17,8 @@ from acbslurm.demo.target import Target, sandbox_target
 from acbslurm.demo.usage import usage_report, wait_until_stored
 from acbslurm.errors import SetupError
 from acbslurm.render import render
-from acbslurm.slurm.jobs import JobInfo, cancel_and_wait
+from acbslurm.slurm.jobs import cancel_and_wait
+from acbslurm.slurm.jobtypes import JobInfo
 from acbslurm.spec import load_spec
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "conf" / "examples" / "sandbox-gpu.yaml"

@@ -6,7 +6,7 @@ import json
 from collections.abc import Sequence
 
 from acbslurm.demo.experiment import Phase
-from acbslurm.slurm.jobs import JobInfo
+from acbslurm.slurm.jobtypes import JobInfo
 from acbslurm.slurm.watch import describe
 
 SEED_OK = (

@@ -10,7 +10,8 @@ import time
 from collections.abc import Mapping, Sequence
 
 from acbslurm import proc
-from acbslurm.slurm.jobs import JobInfo, sacct_jobs
+from acbslurm.slurm.jobs import sacct_jobs
+from acbslurm.slurm.jobtypes import JobInfo
 
 STORE_TIMEOUT = 30.0
 

@@ -14,7 +14,7 @@ from acbslurm.errors import AcbslurmError
 from acbslurm.slurm.commands import slurm
 
 if TYPE_CHECKING:
-    from acbslurm.slurm.jobs import JobInfo
+    from acbslurm.slurm.jobtypes import JobInfo
 
 _GPU_GRES = re.compile(r"(?:^|,)gpu(?::[A-Za-z0-9_.\-]+)?:([0-9]+)")
 

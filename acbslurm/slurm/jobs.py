@@ -12,12 +12,12 @@ import logging
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import CancelledError, ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from acbslurm.errors import ConfigError, SlurmError
 from acbslurm.jobrecord import JOB_ID
 from acbslurm.slurm.commands import slurm
+from acbslurm.slurm.jobtypes import JobGres, JobInfo, SubmitResult
 from acbslurm.slurm.states import TERMINAL_STATES
 from acbslurm.units import expand_ranges
 
@@ -40,97 +40,6 @@ _INVALID_JOB_ID = "invalid job id specified"
 # scontrol takes one job id a call: this many calls at once, quick for a watcher and
 # gentle on slurmctld (each is a cheap single-job request).
 _SCONTROL_PARALLEL = 4
-
-
-@dataclass
-class JobInfo:
-    job_id: str
-    state: str
-    name: str = ""
-    user: str = ""
-    reason: str = ""
-    elapsed: str = ""
-    node: str = ""
-    submit_time: str = ""
-    start_time: str = ""
-    end_time: str = ""
-    exit_code: str = ""  # Slurm's CODE:SIGNAL
-    partition: str = ""
-    gpu_indices: list[int] = field(default_factory=list)
-    gpu_uuids: list[str] = field(default_factory=list)
-    # Per node, for a job on several nodes: ``{"node", "index", "uuid"}`` per GPU (the
-    # UUID from the prolog's AdminComment token; None when it has none).
-    gpu_devices: list[dict[str, Any]] = field(default_factory=list)
-    # Set on the task rows (12_1, 12_[2-3]) an array's own id (12) was expanded to.
-    array_job_id: str = ""
-
-    @property
-    def finished(self) -> bool:
-        return self.state in TERMINAL_STATES
-
-    @property
-    def failed(self) -> bool:
-        return self.finished and self.state != "COMPLETED"
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    def as_json(self) -> dict[str, Any]:
-        """The JSON style of every command (docs/cli.md): null for what is not known,
-        ISO-8601 times with the local offset, durations in seconds (``elapsed_s``)."""
-        code, sig = exit_status(self.exit_code)
-        return {
-            "job_id": self.job_id,
-            "array_job_id": self.array_job_id or None,
-            "name": self.name or None,
-            "user": self.user or None,
-            "partition": self.partition or None,
-            "state": self.state,
-            "reason": self.reason or None,
-            "exit_code": code,
-            "signal": sig,
-            "node": self.node or None,
-            "elapsed_s": elapsed_seconds(self.elapsed),
-            "submit": iso_local(self.submit_time),
-            "start": iso_local(self.start_time),
-            "end": iso_local(self.end_time),
-            "gpu_indices": list(self.gpu_indices),
-            "gpu_uuids": list(self.gpu_uuids),
-            "gpu_devices": [dict(d) for d in self.gpu_devices],
-        }
-
-
-def exit_status(text: str) -> tuple[int | None, int | None]:
-    """Slurm's ``CODE:SIGNAL`` as two integers; None for what it does not say."""
-    code, _, sig = text.partition(":")
-    return (
-        int(code) if code.strip().isdigit() else None,
-        int(sig) if sig.strip().isdigit() else None,
-    )
-
-
-def elapsed_seconds(text: str) -> int | None:
-    """squeue's and sacct's elapsed time (``M:SS``, ``H:MM:SS``, ``D-HH:MM:SS``) in seconds."""
-    from acbslurm.units import time_limit_seconds
-
-    if not text or text in ("INVALID", "UNLIMITED"):
-        return None
-    try:
-        return time_limit_seconds(text)
-    except ValueError:
-        return None
-
-
-def iso_local(text: str) -> str | None:
-    """A Slurm time (``2024-05-01T10:00:00``, the host's local time) with its offset."""
-    from datetime import datetime
-
-    if not text:
-        return None
-    try:
-        return datetime.fromisoformat(text).astimezone().isoformat(timespec="seconds")
-    except ValueError:
-        return None
 
 
 def _clean_time(value: str) -> str:
@@ -207,16 +116,6 @@ def parse_sacct(text: str) -> list[JobInfo]:
             )
         )
     return jobs
-
-
-@dataclass(frozen=True)
-class JobGres:
-    """One job of ``scontrol -d -o show job``: its own JobId and GPU indices."""
-
-    job_id: str  # the JobId: an array task's own id, the name of its record file
-    indices: list[int]  # of all its nodes together
-    # A job on several nodes: each GPU as {"node", "index", "uuid"} (empty for one node).
-    devices: list[dict[str, Any]] = field(default_factory=list)
 
 
 # scontrol -d names each group of nodes with the same allocation:
@@ -537,23 +436,6 @@ def parse_job_id(stdout: str) -> str:
     return jid
 
 
-@dataclass
-class SubmitResult:
-    job_ids: list[str]
-    error: SlurmError | None = None  # the first failure
-    failed: int = 0  # sbatch calls that failed
-    requested: int = 1
-
-    @property
-    def not_attempted(self) -> int:
-        """Submissions never started because an earlier one failed."""
-        return self.requested - len(self.job_ids) - self.failed
-
-    @property
-    def partial(self) -> bool:
-        return self.error is not None and bool(self.job_ids)
-
-
 def submit_script(
     script: str,
     *,
@@ -580,8 +462,7 @@ def submit_script(
             )
         from acbslurm.slurm import pyslurm_backend
 
-        result: SubmitResult = pyslurm_backend.submit_script(script, count=count, cwd=cwd)
-        return result
+        return pyslurm_backend.submit_script(script, count=count, cwd=cwd)
 
     def one(_: int) -> str:
         # env is the submitter's environment (HOME, PYTHONPATH, XDG_RUNTIME_DIR...): the

@@ -19,6 +19,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from acbslurm.errors import SlurmError
+from acbslurm.slurm.jobtypes import JobGres, JobInfo, SubmitResult
+from acbslurm.slurm.states import TERMINAL_STATES
 
 SUBMIT_ARGV = ["pyslurm", "JobSubmitDescription.submit"]
 
@@ -91,11 +93,9 @@ def sbatch_directives(script: str) -> dict[str, Any]:
     return attrs
 
 
-def submit_script(script: str, *, count: int = 1, cwd: str | None = None) -> Any:
-    """Submit ``script`` ``count`` times; a ``jobs.SubmitResult``."""
+def submit_script(script: str, *, count: int = 1, cwd: str | None = None) -> SubmitResult:
+    """Submit ``script`` ``count`` times."""
     import os
-
-    from acbslurm.slurm.jobs import SubmitResult
 
     if count < 1:
         raise ValueError("count must be at least 1")
@@ -188,11 +188,8 @@ def gpu_indices(job: Any) -> list[int]:
     return sorted(found)
 
 
-def job_info(job: Any) -> Any:
-    """One pyslurm Job as the ``jobs.JobInfo`` squeue's row would give."""
-    from acbslurm.slurm.jobs import JobInfo
-    from acbslurm.slurm.states import TERMINAL_STATES
-
+def job_info(job: Any) -> JobInfo:
+    """One pyslurm Job as the ``JobInfo`` squeue's row would give."""
     state = str(job.state)
     reason = str(job.state_reason or "")
     finished = state in TERMINAL_STATES
@@ -253,14 +250,15 @@ def _load(wanted: list[str]) -> list[Any]:
         raise _error(["pyslurm", "Jobs.load"], exc, "squeue: error: ") from None
 
 
-def controller_jobs(wanted: Sequence[str], user: str | None) -> tuple[list[Any], dict[str, Any]]:
+def controller_jobs(
+    wanted: Sequence[str], user: str | None
+) -> tuple[list[JobInfo], dict[str, JobGres]]:
     """squeue's rows for ``wanted`` (or all of ``user``'s / everyone's) and the GPUs of
-    the running ones as ``jobs.JobGres`` keyed by the row's id."""
-    from acbslurm.slurm.jobs import JobGres
+    the running ones as ``JobGres`` keyed by the row's id."""
 
     want = set(wanted)
-    rows: list[Any] = []
-    gres: dict[str, Any] = {}
+    rows: list[JobInfo] = []
+    gres: dict[str, JobGres] = {}
     loaded = _load(list(wanted))
     if not want:  # a listing: in squeue's default order (a stable sort, as squeue's)
         loaded.sort(key=_squeue_order)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
-from acbslurm.slurm.jobs import GpuCache, JobInfo, query_jobs
+from acbslurm.slurm.jobs import GpuCache, query_jobs
+from acbslurm.slurm.jobtypes import JobInfo
 
 
 class JobWatcher:

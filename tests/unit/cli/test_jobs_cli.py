@@ -182,7 +182,7 @@ def test_wait_on_a_terminal_rewrites_one_summary_line(
 
 
 def test_summary_counts_states_in_order() -> None:
-    from acbslurm.slurm.jobs import JobInfo
+    from acbslurm.slurm.jobtypes import JobInfo
 
     jobs = [JobInfo("1", "RUNNING"), JobInfo("2", "PENDING"), JobInfo("3", "RUNNING")]
     assert waiting.summary(jobs, 75) == "3 jobs: 1 PENDING, 2 RUNNING  (1:15)"
@@ -343,7 +343,7 @@ def test_status_shows_the_address_of_my_running_pool_job(cwd: Path, fake_slurm: 
 
 def test_status_names_the_node_of_each_gpu_of_a_job_on_several_nodes() -> None:
     from acbslurm.cli.jobs import _gpu_text
-    from acbslurm.slurm.jobs import JobInfo
+    from acbslurm.slurm.jobtypes import JobInfo
 
     devices = [
         {"node": "vm-1", "index": 0, "uuid": "GPU-a"},

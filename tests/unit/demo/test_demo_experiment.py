@@ -9,7 +9,7 @@ import pytest
 
 from acbslurm.demo import experiment
 from acbslurm.demo.experiment import JobTrace, check_phase, run_phase
-from acbslurm.slurm.jobs import JobInfo, SubmitResult
+from acbslurm.slurm.jobtypes import JobInfo, SubmitResult
 
 
 def t(jid: str, gpu: int, submit: str, start: str, end: str, reasons: list[str]) -> JobTrace:

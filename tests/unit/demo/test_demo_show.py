@@ -6,7 +6,7 @@ import json
 
 from acbslurm.demo.experiment import JobTrace, Phase
 from acbslurm.demo.show import as_json, header, phase_table, progress
-from acbslurm.slurm.jobs import JobInfo
+from acbslurm.slurm.jobtypes import JobInfo
 
 D = "2026-11-30T01:00:"
 

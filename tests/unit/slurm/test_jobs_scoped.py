@@ -17,7 +17,8 @@ import pytest
 from fake_slurm import Call, FakeSlurm
 
 from acbslurm.errors import SlurmError
-from acbslurm.slurm.jobs import JobInfo, query_jobs
+from acbslurm.slurm.jobs import query_jobs
+from acbslurm.slurm.jobtypes import JobInfo
 from acbslurm.slurm.watch import watch_jobs
 
 T0 = "2026-11-30T01:00:00"

@@ -39,7 +39,7 @@ def test_parse_sacct_state_words() -> None:
 
 
 def test_json_style_null_iso_times_seconds_and_exit_code() -> None:
-    from acbslurm.slurm.jobs import JobInfo
+    from acbslurm.slurm.jobtypes import JobInfo
 
     j = JobInfo(
         job_id="9", state="FAILED", exit_code="2:0", elapsed="1:05", end_time="2026-11-30T01:00:00"
