@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from acbslurm.errors import AcbslurmError
 from acbslurm.slurm.commands import slurm
+from acbslurm.slurm.states import HOLDING_STATES
 
 if TYPE_CHECKING:
     from acbslurm.slurm.jobtypes import JobInfo
@@ -104,7 +105,7 @@ def gpu_slots(
 
     held: dict[tuple[str, int], JobInfo] = {}
     for job in query_jobs(record_dir=record_dir, env=env):
-        if job.state not in ("RUNNING", "COMPLETING", "SUSPENDED") or not job.node:
+        if job.state not in HOLDING_STATES or not job.node:
             continue
         for d in job.gpu_devices:  # a job on several nodes: exactly its GPUs on each
             held[(d["node"], d["index"])] = job

@@ -18,7 +18,7 @@ from acbslurm.errors import ConfigError, SlurmError
 from acbslurm.jobrecord import JOB_ID
 from acbslurm.slurm.commands import slurm
 from acbslurm.slurm.jobtypes import JobGres, JobInfo, SubmitResult
-from acbslurm.slurm.states import TERMINAL_STATES
+from acbslurm.slurm.states import HOLDING_STATES, LIVE_STATES, TERMINAL_STATES
 from acbslurm.units import expand_ranges
 
 if TYPE_CHECKING:
@@ -272,7 +272,7 @@ def query_jobs(
                     own = None
             rows = ([own] if own is not None else []) + tasks
             jobs.extend(rows or [JobInfo(job_id=w, state="UNKNOWN", reason=unknown_why)])
-    running = [j for j in jobs if j.state in ("RUNNING", "COMPLETING", "SUSPENDED")]
+    running = [j for j in jobs if j.state in HOLDING_STATES]
     if running:
         _add_gpus(running, record_dir, env, scoped=bool(wanted), cache=gpu_cache)
     return jobs
@@ -514,10 +514,6 @@ def cancel_jobs(
         slurm(["scancel", *job_ids], user=user, env=env)
 
 
-# squeue's states for jobs that still hold (or wait for) resources.
-_LIVE = "PENDING,RUNNING,SUSPENDED,COMPLETING,CONFIGURING,REQUEUED,RESIZING,SIGNALING"
-
-
 def cancel_and_wait(
     *,
     user: str | None = None,
@@ -536,7 +532,9 @@ def cancel_and_wait(
     who = ["-u", user] if user else []
     deadline = time.monotonic() + timeout
     while True:
-        left = slurm(["squeue", "-h", "-t", _LIVE, "-o", "%i", *who], env=env).stdout.split()
+        left = slurm(
+            ["squeue", "-h", "-t", ",".join(LIVE_STATES), "-o", "%i", *who], env=env
+        ).stdout.split()
         if not left:
             return
         slurm(["scancel", *who] if user else ["scancel", *left], env=env, check=False)

@@ -20,7 +20,7 @@ from typing import Any
 
 from acbslurm.errors import SlurmError
 from acbslurm.slurm.jobtypes import JobGres, JobInfo, SubmitResult
-from acbslurm.slurm.states import TERMINAL_STATES
+from acbslurm.slurm.states import HOLDING_STATES, TERMINAL_STATES
 
 SUBMIT_ARGV = ["pyslurm", "JobSubmitDescription.submit"]
 
@@ -269,7 +269,7 @@ def controller_jobs(
         if not want and info.finished:
             continue  # squeue without ids lists what is queued or running, as here
         rows.append(info)
-        if info.state in ("RUNNING", "COMPLETING", "SUSPENDED"):
+        if info.state in HOLDING_STATES:
             indices = gpu_indices(job)
             if indices:
                 gres[info.job_id] = JobGres(str(job.id), indices)

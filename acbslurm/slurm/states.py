@@ -32,6 +32,19 @@ TERMINAL_STATES = frozenset(
         "SPECIAL_EXIT",
     }
 )
+# States in which a job holds its allocation (its GPUs): scontrol shows their indices.
+HOLDING_STATES = frozenset({"RUNNING", "COMPLETING", "SUSPENDED"})
+# squeue's states for jobs that still hold (or wait for) resources.
+LIVE_STATES = (
+    "PENDING",
+    "RUNNING",
+    "SUSPENDED",
+    "COMPLETING",
+    "CONFIGURING",
+    "REQUEUED",
+    "RESIZING",
+    "SIGNALING",
+)
 JOB_STATE_BASE = 0xFF
 JOB_REQUEUE = 0x400  # row closed because the job was requeued
 JOB_RESIZING = 0x2000  # row closed because the job was resized
