@@ -13,7 +13,6 @@ import contextlib
 import json
 import logging
 import os
-import re
 import signal
 import socket
 import struct
@@ -25,46 +24,12 @@ from acbslurm.accounting.rights import private_jobs
 from acbslurm.accounting.run import Viewer, run_report
 from acbslurm.accounting.wire import MAX_REQUEST, FrameWriter, options_from
 from acbslurm.errors import AcbslurmError, ConfigError, SetupError
-from acbslurm.slurm.versions import sacctmgr_shows_dbd_private_data
+from acbslurm.slurm.dbdconfig import private_data_of_slurmdbd
 
 log = logging.getLogger(__name__)
 
 MAX_CLIENTS = 32  # reports at once; more callers are told to retry
 REQUEST_TIMEOUT = 5.0  # seconds a caller has to send its request
-
-
-def private_data_of_slurmdbd() -> str:
-    """slurmdbd's ``PrivateData`` (``sacctmgr show config``); "jobs" when it cannot tell.
-
-    Not knowing must not show anyone more than sacct would: assume jobs are private.
-    """
-    from acbslurm.slurm.commands import slurm
-
-    try:
-        out = slurm(["sacctmgr", "-n", "show", "config"], timeout=15).stdout
-    except AcbslurmError as exc:
-        log.warning("cannot read slurmdbd's PrivateData (%s): treating jobs as private", exc)
-        return "jobs"
-    return parse_private_data(out)
-
-
-def parse_private_data(show_config: str) -> str:
-    """slurmdbd's PrivateData from ``sacctmgr show config``, whose first section is the
-    local slurm.conf's (slurmctld's PrivateData, not what sacct obeys). "jobs" where the
-    output cannot tell: no slurmdbd section, or a sacctmgr (26.05 on) whose slurmdbd
-    section repeats the local slurm.conf's PrivateData."""
-    local, sep, dbd = show_config.partition("SlurmDBD configuration")
-    release = re.search(r"^\s*SLURM_VERSION\s*=\s*(\d+\.\d+(?:\.\d+)?)", local, re.MULTILINE)
-    if release and not sacctmgr_shows_dbd_private_data(release.group(1)):
-        log.warning(
-            "sacctmgr %s does not show slurmdbd's PrivateData (Slurm 26.05 on): treating "
-            "jobs as private; set report_private_data to slurmdbd.conf's PrivateData "
-            "(none, jobs...) to say otherwise",
-            release.group(1),
-        )
-        return "jobs"
-    m = re.search(r"^\s*PrivateData\s*=\s*(\S*)", dbd if sep else "", re.MULTILINE)
-    return m.group(1) if m else "jobs"
 
 
 def peer_uid(conn: socket.socket) -> int:

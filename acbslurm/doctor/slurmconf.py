@@ -13,7 +13,7 @@ import stat
 from acbslurm.doctor.context import Context
 from acbslurm.doctor.result import Check, fail, ok, warn
 from acbslurm.errors import AcbslurmError, ConfigError
-from acbslurm.proc import run
+from acbslurm.slurm.cluster import show_config
 from acbslurm.slurm.hostlist import expand_hostlist
 from acbslurm.units import is_ascii_int
 
@@ -85,13 +85,8 @@ def _read_file(conf: SlurmConf, path: str, depth: int = 0) -> None:
 
 
 def _from_scontrol(env: dict[str, str]) -> SlurmConf:
-    out = run(["scontrol", "show", "config"], env=env, timeout=10).stdout
     conf = SlurmConf("scontrol show config")
-    for raw in out.splitlines():
-        key, sep, value = raw.partition(" = ")
-        value = value.strip()
-        if sep and value != "(null)":
-            conf.values.setdefault(key.strip().lower(), value)
+    conf.values.update(show_config(env))
     return conf
 
 

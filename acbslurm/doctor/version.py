@@ -3,24 +3,25 @@
 from __future__ import annotations
 
 import os
-import re
 import shutil
 
 from acbslurm.doctor.context import Context
 from acbslurm.doctor.result import Check, fail, ok, warn
 from acbslurm.errors import AcbslurmError
-from acbslurm.proc import run
+from acbslurm.slurm.backend import version_text
+from acbslurm.slurm.versions import parse_release
 
 TESTED = (22, 5)
 # where slurmd lives when sbin is not on PATH
 SBIN = "/usr/sbin:/usr/local/sbin"
-_VERSION = re.compile(r"(\d+)\.(\d+)(?:\.(\d+))?")
 
 
-def _version(argv: list[str], env: dict[str, str]) -> tuple[str, tuple[int, int] | None]:
-    out = run(argv, env=env, timeout=10).stdout.strip()
-    m = _VERSION.search(out)
-    return out, (int(m.group(1)), int(m.group(2))) if m else None
+def _version(text: str) -> tuple[int, int] | None:
+    """``slurm 22.05.8`` -> (22, 5); None when it names no release."""
+    try:
+        return parse_release(text)[:2]
+    except ValueError:
+        return None
 
 
 def _slurmd_version(env: dict[str, str]) -> str:
@@ -28,7 +29,7 @@ def _slurmd_version(env: dict[str, str]) -> str:
     if not slurmd:
         return ""
     try:
-        return _version([slurmd, "-V"], env)[0]
+        return version_text(slurmd, env, flag="-V")
     except AcbslurmError:
         return ""
 
@@ -49,7 +50,7 @@ def client_env(ctx: Context) -> dict[str, str]:
 def check_slurm_version(ctx: Context) -> Check:
     env = client_env(ctx)
     try:
-        text, version = _version(["scontrol", "--version"], env)
+        text = version_text("scontrol", env)
     except AcbslurmError as exc:
         return fail(
             "slurm-version",
@@ -57,6 +58,7 @@ def check_slurm_version(ctx: Context) -> Check:
             "run the doctor on a Slurm node with Slurm's commands on PATH, and SLURM_CONF "
             "or the slurm_conf setting naming its slurm.conf (configless: slurmd's cache)",
         )
+    version = _version(text)
     if version is None:
         return warn("slurm-version", f"cannot read a version in {text!r}")
     slurmd = _slurmd_version(env)

@@ -312,12 +312,11 @@ def _drain(env: Mapping[str, str], settings: Settings, reason: str) -> None:
     """Drain this node with a reason that names the job (Slurm's own says "Epilog error")."""
     from acbslurm.errors import CommandError
     from acbslurm.gpu.node import node_name
-    from acbslurm.slurm.commands import slurm
+    from acbslurm.slurm.drain import drain_node
 
     node = node_name(env)
     try:
-        slurm(["scontrol", "update", f"nodename={node}", "state=drain", f"reason={reason}"],
-              timeout=5, bin_dir=_bin_dir(settings, env))  # fmt: skip
+        drain_node(node, reason, timeout=5, bin_dir=_bin_dir(settings, env))
     except CommandError as exc:
         _say("error", f"cannot drain {node} with a reason ({exc}); Slurm drains it anyway")
 

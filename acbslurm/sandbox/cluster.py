@@ -213,11 +213,7 @@ class Sandbox:
             if name == "report":
                 return reportsvc.ready(lay), str(reportsvc.socket_path(lay))
             if name == "slurmctld":
-                ok = (
-                    "UP"
-                    in proc.run(["scontrol", "ping"], env=slurm.slurm_env(lay), timeout=5).stdout
-                )
-                return ok, f"127.0.0.1:{p.slurmctld_port}"
+                return slurm.slurmctld_answers(lay), f"127.0.0.1:{p.slurmctld_port}"
             node = self._slurmd_nodes(p).get(name)
             if node is not None:
                 state = slurm.node_state(lay, node)

@@ -9,6 +9,7 @@ from acbslurm import proc
 from acbslurm.errors import SetupError
 from acbslurm.sandbox.layout import Layout, Params
 from acbslurm.sandbox.procs import Proc, spawn, wait_for
+from acbslurm.slurm.cluster import slurmctld_up
 from acbslurm.slurm.versions import DAEMONS, SlurmInstall, parse_release
 
 
@@ -46,6 +47,11 @@ def installed_release(prefix: str) -> str:
     except ValueError:
         raise SetupError(f"{install.daemon('slurmctld')} -V said {out.strip()!r}") from None
     return f"{y:02d}.{m:02d}.{patch}"
+
+
+def slurmctld_answers(layout: Layout) -> bool:
+    """Whether the sandbox's slurmctld answers its clients."""
+    return slurmctld_up(env=slurm_env(layout))
 
 
 def _client(layout: Layout, argv: list[str], timeout: float = 20) -> str:
@@ -119,7 +125,7 @@ def start_slurmctld(layout: Layout, marker: str) -> Proc:
         marker,
         "slurmctld",
         [install_of(layout).daemon("slurmctld"), "-D", "-f", str(layout.slurm_conf)],
-        lambda: "UP" in _client(layout, ["scontrol", "ping"], 5),
+        lambda: slurmctld_answers(layout),
         interval=0.3,
     )
 

@@ -28,10 +28,18 @@ from acbslurm.slurm.versions import major
 BACKENDS = ("auto", "cli", "pyslurm")
 
 
+def version_text(
+    program: str = "scontrol", env: Mapping[str, str] | None = None, *, flag: str = "--version"
+) -> str:
+    """What a Slurm program says its version is: ``slurm 25.11.7`` (``scontrol
+    --version``, ``slurmd -V``); ``versions.parse_release`` reads it."""
+    return slurm([program, flag], env=env, timeout=10).stdout.strip()
+
+
 def running_release(env: Mapping[str, str] | None = None) -> str:
     """``25.11.7``: the release of the Slurm clients this process runs."""
-    out = slurm(["scontrol", "--version"], env=env, timeout=10).stdout
-    return out.strip().split()[-1] if out.strip() else ""
+    out = version_text("scontrol", env)
+    return out.split()[-1] if out else ""
 
 
 def pyslurm_version() -> str:

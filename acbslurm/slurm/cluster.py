@@ -117,3 +117,22 @@ def gpu_slots(
         for node, count in sorted(node_gpus(env=env).items())
         for idx in range(count)
     ]
+
+
+def show_config(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """What slurmctld says its configuration is (``scontrol show config``): lower-cased
+    keys, values as printed; ``(null)`` values left out. Raises ``SlurmError``."""
+    out = slurm(["scontrol", "show", "config"], env=env, timeout=10).stdout
+    values: dict[str, str] = {}
+    for raw in out.splitlines():
+        key, sep, value = raw.partition(" = ")
+        value = value.strip()
+        if sep and value != "(null)":
+            values.setdefault(key.strip().lower(), value)
+    return values
+
+
+def slurmctld_up(*, env: Mapping[str, str] | None = None, timeout: float = 5.0) -> bool:
+    """Whether slurmctld answers (``scontrol ping``: ``Slurmctld(primary) at HOST is UP``)."""
+    res = slurm(["scontrol", "ping"], env=env, timeout=timeout, check=False)
+    return res.returncode == 0 and "UP" in res.stdout

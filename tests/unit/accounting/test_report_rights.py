@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from acbslurm.accounting.queries import Filters, where_clause
 from acbslurm.accounting.rights import Rights, private_jobs
-from acbslurm.accounting.service import parse_private_data
+from acbslurm.slurm.dbdconfig import parse_private_data
 
 SHOW_CONFIG = """Configuration data as of 2026-12-01T08:51:10
 AccountingStorageType  = accounting_storage/slurmdbd

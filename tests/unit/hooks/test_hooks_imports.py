@@ -40,6 +40,9 @@ def test_the_hooks_import_nothing_slow(tmp_path: Path) -> None:
         env = dict(SLURM_JOB_ID="7", SLURM_JOB_UID=str(os.getuid()), SLURM_JOB_USER="u",
                    SLURMD_NODENAME="n1", CUDA_VISIBLE_DEVICES="{uuid}")
         codes = [entry.run_prolog(env), entry.run_task_prolog(env), entry.run_epilog(env)]
+        # The epilog's drain (its answer to a container it could not remove), as called there.
+        from acbslurm.config import load_settings
+        entry._drain(env, load_settings(), "probe")
         slow = {SLOW!r}
         print(codes, sorted(m for m in sys.modules if m.split(".")[0] in slow))
         """
@@ -62,3 +65,4 @@ def test_the_hooks_import_nothing_slow(tmp_path: Path) -> None:
     assert f"export ACBSLURM_GPU_UUIDS={uuid}" in r.stdout
     assert r.stdout.strip().endswith("[0, 0, 0] []"), r.stdout
     assert not os.path.exists(tmp_path / "rec" / "7.json")  # the epilog removed it
+    assert "cannot drain n1" in r.stderr and "scontrol not found" in r.stderr, r.stderr
