@@ -22,6 +22,7 @@ import sys
 from dataclasses import dataclass
 
 from acbslurm.slurm.hostlist import expand_hostlist
+from acbslurm.slurm.steps import overlap_step_argv
 
 LOCAL_HOST = "127.0.0.1"
 
@@ -57,18 +58,7 @@ class Placement:
         node = self.node_of(rank)
         if node is None:
             return cmd
-        # One task on that node, sharing the job's resources with the batch step
-        # (--overlap); srun passes the environment on (the venv, PYTHONPATH).
-        return [
-            "srun",
-            "--nodes=1",
-            "--ntasks=1",
-            f"--nodelist={node}",
-            "--overlap",
-            "--kill-on-bad-exit=1",
-            "--quiet",
-            *cmd,
-        ]
+        return overlap_step_argv(node, cmd)
 
 
 def from_env(env: dict[str, str] | None = None) -> Placement:
