@@ -39,9 +39,10 @@ def job_nodes(show_job: str) -> list[str]:
     return []
 
 
-def parse_job_gpus(show_job: str) -> tuple[list[str], list[NodeGpu]]:
-    """The job's nodes, and its GPUs in node order (Slurm's index within a node)."""
-    nodes = job_nodes(show_job)
+def recorded_gpus(show_job: str, nodes: list[str]) -> list[NodeGpu]:
+    """The GPUs the prologs of ``nodes`` wrote into the job's AdminComment, in the order
+    of ``nodes`` (Slurm's index within a node): the one reader of those tokens, for
+    ``job_gpus_by_node`` and for ``jobs.parse_job_gpus`` (status' ``gpu_devices``)."""
     rank = {n: i for i, n in enumerate(nodes)}
     gpus = [
         NodeGpu(str(g["node"]), g["index"] if isinstance(g["index"], int) else -1, str(g["uuid"]))
@@ -49,7 +50,13 @@ def parse_job_gpus(show_job: str) -> tuple[list[str], list[NodeGpu]]:
         if g["node"] in rank
     ]
     gpus.sort(key=lambda g: (rank[g.node], g.index))
-    return nodes, gpus
+    return gpus
+
+
+def parse_node_gpus(show_job: str) -> tuple[list[str], list[NodeGpu]]:
+    """The job's nodes (``NodeList``), and its GPUs in node order."""
+    nodes = job_nodes(show_job)
+    return nodes, recorded_gpus(show_job, nodes)
 
 
 def job_gpus_by_node(
@@ -66,7 +73,7 @@ def job_gpus_by_node(
     deadline = time.monotonic() + wait
     while True:
         line = slurm(argv, timeout=timeout, bin_dir=bin_dir).stdout
-        nodes, gpus = parse_job_gpus(line)
+        nodes, gpus = parse_node_gpus(line)
         missing = [n for n in nodes if not any(g.node == n for g in gpus)]
         if nodes and not missing:
             return gpus

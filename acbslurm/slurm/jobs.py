@@ -134,14 +134,15 @@ def _gpu_indices(gres: str) -> list[int]:
 
 def _devices_by_node(line: str) -> list[dict[str, Any]]:
     """Each GPU of a job on several nodes, with the UUID its node's prolog recorded."""
-    from acbslurm.slurm.gpu_history import admin_comment, parse_gpus
     from acbslurm.slurm.hostlist import expand_hostlist
+    from acbslurm.slurm.jobgpus import recorded_gpus
 
     groups = _NODE_GROUP.findall(line)
     nodes = [(n, seg) for expr, seg in groups for n in expand_hostlist(expr)]
     if len(nodes) < 2:
         return []
-    known = {(d["node"], d["index"]): d["uuid"] for d in parse_gpus(admin_comment(line))}
+    recorded = recorded_gpus(line, [n for n, _ in nodes])
+    known = {(g.node, g.index): g.uuid for g in recorded}
     return [
         {"node": node, "index": i, "uuid": known.get((node, i))}
         for node, seg in nodes
