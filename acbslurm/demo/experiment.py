@@ -1,21 +1,22 @@
 """The seed's experiment: 1, 2, then 4 one-GPU jobs on a 2-GPU node, and what Slurm did.
 
-Each phase submits its jobs, follows them with one batched query per poll, and keeps
-for every job: the pending reasons seen, when it was submitted/started/ended (Slurm's
-times), and its GPU (index from Slurm, UUID from the job record or the inventory).
+Each phase submits its jobs, follows them with ``watch_jobs`` (one query per poll,
+scoped to the jobs not finished yet), and keeps for every job: the pending reasons
+seen, when it was submitted/started/ended (Slurm's times), and its GPU (index from
+Slurm, UUID from the job record or the inventory).
 ``check_phase`` says what did not behave like the seed's observations.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from acbslurm.slurm.jobs import GpuCache, query_jobs, submit_script
+from acbslurm.slurm.jobs import submit_script
 from acbslurm.slurm.jobtypes import JobInfo
+from acbslurm.slurm.watch import watch_jobs
 
 
 @dataclass
@@ -104,23 +105,22 @@ def run_phase(
         traces[res.job_ids[0]] = JobTrace(res.job_ids[0], hold)
     ids = list(traces)
     last: dict[str, tuple[str, str, tuple[int, ...]]] = {}
-    gpus: GpuCache = {}  # a running job's GPUs never change: scontrol once per job
-    deadline = time.monotonic() + timeout
-    while True:
-        snapshot = query_jobs(ids, record_dir=record_dir, env=slurm_env, gpu_cache=gpus)
-        for info in snapshot:
-            traces[info.job_id].update(info)
-            key = (info.state, info.reason, tuple(info.gpu_indices))
-            if on_update and last.get(info.job_id) != key:
-                on_update(info)
-            last[info.job_id] = key
-        if all(j.finished for j in snapshot):
-            break
-        if time.monotonic() > deadline:
-            phase = Phase(len(ids), list(traces.values()))
-            phase.problems.append(f"jobs still not finished after {timeout:g} s")
-            return phase
-        time.sleep(interval)
+    # The watcher asks only about unfinished jobs and scontrol once per running job.
+    polls = watch_jobs(
+        ids, interval=interval, timeout=timeout, record_dir=record_dir, env=slurm_env
+    )
+    try:
+        for snapshot in polls:
+            for info in snapshot:
+                traces[info.job_id].update(info)
+                key = (info.state, info.reason, tuple(info.gpu_indices))
+                if on_update and last.get(info.job_id) != key:
+                    on_update(info)
+                last[info.job_id] = key
+    except TimeoutError as exc:
+        phase = Phase(len(ids), list(traces.values()))
+        phase.problems.append(str(exc))
+        return phase
     for t in traces.values():
         if not t.gpu_uuids and t.gpu_indices:
             t.gpu_uuids = [inventory.get(i, "?") for i in t.gpu_indices]

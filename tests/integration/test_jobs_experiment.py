@@ -16,9 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from acbslurm.sandbox.slurm import slurm_env
-from acbslurm.slurm.jobs import cancel_and_wait
+from sandboxtest import no_jobs
 
 pytestmark = pytest.mark.integration
 
@@ -101,17 +99,12 @@ def wait_for(sandbox: Any, ids: list[str], pred: Any, timeout: float = 60) -> di
         time.sleep(0.5)
 
 
-def no_jobs_left(sandbox: Any, timeout: float = 60) -> None:
-    """Cancel leftover jobs and wait until none is pending, running or completing."""
-    cancel_and_wait(env={**slurm_env(sandbox.layout), **sandbox.env()}, timeout=timeout)
-
-
 @pytest.fixture
 def idle(sandbox: Any) -> Any:
     assert len(sandbox.gpus) == 2, "the experiment needs a sandbox with 2 GPUs"
-    no_jobs_left(sandbox)
+    no_jobs(sandbox)
     yield sandbox
-    no_jobs_left(sandbox)
+    no_jobs(sandbox)
 
 
 def test_one_job_gets_one_gpu(idle: Any, gates: Path) -> None:

@@ -9,7 +9,8 @@ environment, stdin) to a JSON-lines log and answers from a state file the test c
   controller forgets a job MinJobAge after it ends) and sacct always;
 * canned answers per command (stdout, stderr, exit code) that replace the simulation;
 * a clock: each squeue call applies the next of a job's planned changes (``next``), so
-  a watcher sees its jobs start and end; sbatch's new jobs take ``set_defaults``.
+  a watcher sees its jobs start and end; sbatch's new jobs take ``set_defaults``
+  (and ``plan``, per job id).
 
 The scripts find the state through a path written into them, not the environment, so a
 caller that replaces the environment (``env=``) still reaches them through PATH.
@@ -215,7 +216,8 @@ def sacctmgr(args, stdin, state):
 def sbatch(args, stdin, state):
     job_id = str(state["next_id"])
     state["next_id"] += 1
-    state["jobs"][job_id] = dict(state["defaults"], job_id=job_id, state="PENDING")
+    planned = state["planned"].pop(job_id, {{}})
+    state["jobs"][job_id] = dict(state["defaults"], **planned, job_id=job_id, state="PENDING")
     return (job_id if "--parsable" in args else f"Submitted batch job {{job_id}}") + "\n", "", 0
 
 
@@ -319,6 +321,7 @@ class FakeSlurm:
                 "responses": {},
                 "next_id": 100,
                 "defaults": _DEFAULTS,
+                "planned": {},
                 "partitions": ["p1"],
                 "accounts": {"user1": ["user1"]},
                 "nodes": {"node1": "gpu:2"},
@@ -368,6 +371,13 @@ class FakeSlurm:
         assert set(fields) <= set(_DEFAULTS), f"unknown job fields {set(fields) - set(_DEFAULTS)}"
         data = self._load()
         data["defaults"].update(fields)
+        self._save(data)
+
+    def plan(self, job_id: str, **fields: Any) -> None:
+        """What sbatch's job ``job_id`` will be, over ``set_defaults`` (ids count from 100)."""
+        assert set(fields) <= set(_DEFAULTS), f"unknown job fields {set(fields) - set(_DEFAULTS)}"
+        data = self._load()
+        data["planned"][job_id] = fields
         self._save(data)
 
     def forget(self, *keys: str) -> None:

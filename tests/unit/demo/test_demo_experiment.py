@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from pathlib import Path
 
-import pytest
+from fake_slurm import FakeSlurm
 
-from acbslurm.demo import experiment
 from acbslurm.demo.experiment import JobTrace, check_phase, run_phase
-from acbslurm.slurm.jobtypes import JobInfo, SubmitResult
 
 
 def t(jid: str, gpu: int, submit: str, start: str, end: str, reasons: list[str]) -> JobTrace:
@@ -43,52 +40,51 @@ def test_check_phase_two_jobs_must_overlap() -> None:
     assert any("did not run at the same time" in p for p in check_phase(jobs, gpus_on_node=2))
 
 
-def test_run_phase_queries_with_the_slurm_env_and_submits_with_the_job_env(
-    monkeypatch: pytest.MonkeyPatch,
+def test_run_phase_queries_with_the_slurm_env_and_asks_only_about_unfinished_jobs(
+    fake_slurm: FakeSlurm, tmp_path: Path
 ) -> None:
-    job_env = {"HOME": "/home/user1", "SLURM_CONF": "/sb/slurm.conf"}
-    slurm_env = {"HOME": "/root", "SLURM_CONF": "/sb/slurm.conf"}
-    submitted: list[Mapping[str, str] | None] = []
-    queried: list[Mapping[str, str] | None] = []
-    polls = iter(("RUNNING", "COMPLETED"))
-
-    def fake_submit(script: str, **kw: Any) -> SubmitResult:
-        submitted.append(kw["env"])
-        return SubmitResult([str(7 + len(submitted))])
-
-    def fake_query(ids: Sequence[str], **kw: Any) -> list[JobInfo]:
-        queried.append(kw["env"])
-        state = next(polls)
-        d = "2026-11-30T01:00:"
-        return [
-            JobInfo(
-                j,
-                state,
-                submit_time=d + "00",
-                start_time=d + "01",
-                end_time=d + "05" if state == "COMPLETED" else "",
-                gpu_indices=[i],
-            )
-            for i, j in enumerate(ids)
-        ]
-
-    monkeypatch.setattr(experiment, "submit_script", fake_submit)
-    monkeypatch.setattr(experiment, "query_jobs", fake_query)
+    path = str(fake_slurm.bin_dir)
+    job_env = {"PATH": path, "HOME": str(tmp_path), "WHO": "job"}  # sbatch's: the job's
+    slurm_env = {"PATH": path, "HOME": "/root", "WHO": "us"}  # our squeue, sacct, scontrol
+    d = "2026-11-30T01:00:"
+    run = {"state": "RUNNING", "node": "node1", "start": d + "01", "elapsed": "0:01"}
+    done = {"state": "COMPLETED", "end": d + "05", "exit_code": "0:0"}
+    later = dict(done, end=d + "09")
+    # Each squeue call moves the clock one step (after its answer): 100 is seen ended by
+    # the fourth call, 101 by the sixth.
+    fake_slurm.plan("100", submit=d + "00", gpus=[0], next=[run, {}, done])
+    fake_slurm.plan("101", submit=d + "00", gpus=[1], next=[run, {}, {}, {}, later])
+    seen: list[tuple[str, str]] = []
     phase = run_phase(
         [("#!/bin/sh\n", 1.0), ("#!/bin/sh\n", 1.0)],
-        user=1001,
+        user=None,
         env=job_env,
         slurm_env=slurm_env,
-        cwd="/home/user1",
+        cwd=str(tmp_path),
         record_dir="",
         inventory={0: "GPU-a", 1: "GPU-b"},
-        timeout=10,
+        timeout=30,
         interval=0,
+        on_update=lambda info: seen.append((info.job_id, info.state)),
     )
-    assert submitted == [job_env, job_env]
-    assert queried == [slurm_env, slurm_env]
     assert [(j.job_id, j.state, j.gpu_uuids) for j in phase.jobs] == [
-        ("8", "COMPLETED", ["GPU-a"]),
-        ("9", "COMPLETED", ["GPU-b"]),
+        ("100", "COMPLETED", ["GPU-a"]),
+        ("101", "COMPLETED", ["GPU-b"]),
     ]
     assert phase.problems == []
+    # Each change reported once, finished jobs included.
+    assert seen == [
+        ("100", "PENDING"),
+        ("101", "PENDING"),
+        ("100", "RUNNING"),
+        ("101", "RUNNING"),
+        ("100", "COMPLETED"),
+        ("101", "COMPLETED"),
+    ]
+    calls = fake_slurm.calls()
+    assert {c.env["WHO"] for c in calls if c.cmd == "sbatch"} == {"job"}
+    assert {c.env["WHO"] for c in calls if c.cmd != "sbatch"} == {"us"}
+    # Once 100 has ended (fourth poll) only 101 is asked about; scontrol once per job.
+    asked = [c.value("--jobs") for c in fake_slurm.calls("squeue")]
+    assert asked == ["100,101"] * 4 + ["101"] * 2
+    assert sorted(c.argv[-1] for c in fake_slurm.calls("scontrol")) == ["100", "101"]
