@@ -6,10 +6,11 @@ environment, stdin) to a JSON-lines log and answers from a state file the test c
 
 * a table of jobs as Slurm 22.05 shows them, keyed by squeue's id (``12``, ``5_1``,
   ``5_[2-3]``), which squeue and scontrol answer for while ``controller`` is true (the
-  controller forgets a job MinJobAge after it ends) and sacct always;
+  controller forgets a job MinJobAge after it ends) and sacct while ``stored``;
 * canned answers per command (stdout, stderr, exit code) that replace the simulation;
 * a clock: each squeue call applies the next of a job's planned changes (``next``), so
-  a watcher sees its jobs start and end; sbatch's new jobs take ``set_defaults``
+  a watcher sees its jobs start and end (each sacct call likewise applies the next of
+  ``sacct_next``: what slurmdbd stores comes later); sbatch's new jobs take ``set_defaults``
   (and ``plan``, per job id).
 
 The scripts find the state through a path written into them, not the environment, so a
@@ -148,7 +149,7 @@ def sacct(args, stdin, state):
     fields = opts.get("--format", "JobID,State").split(",")
     lines = []
     for key, job in state["jobs"].items():
-        if wanted and not matches(key, job, wanted):
+        if not job["stored"] or (wanted and not matches(key, job, wanted)):
             continue
         values = {{
             "JobID": key, "State": job["state"], "Elapsed": job["elapsed"] or "00:00:00",
@@ -159,6 +160,9 @@ def sacct(args, stdin, state):
             "Reason": job["reason"] or "None",
         }}
         lines.append("|".join(values[f] for f in fields))
+    for job in state["jobs"].values():  # slurmdbd's clock ticks once a sacct call
+        if job["sacct_next"]:
+            job.update(job["sacct_next"].pop(0))
     return "".join(line + "\n" for line in lines), "", 0
 
 
@@ -283,6 +287,8 @@ _DEFAULTS: dict[str, Any] = {
     "gpus": [],
     "controller": True,  # squeue and scontrol still know it; sacct always does
     "next": [],  # field changes, one applied after each squeue call
+    "stored": True,  # slurmdbd has the job (sacct shows it)
+    "sacct_next": [],  # field changes, one applied after each sacct call (slurmdbd's pace)
 }
 
 

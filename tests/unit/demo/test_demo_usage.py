@@ -2,91 +2,84 @@
 
 from __future__ import annotations
 
-import subprocess
+import sys
+from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
 
 import pytest
+from fake_slurm import FakeSlurm
 
 from acbslurm.demo import usage
 from acbslurm.demo.usage import all_final, usage_report, wait_until_stored
 from acbslurm.slurm.jobs import parse_sacct
 
-ENV = {"PATH": "/usr/bin", "SLURM_CONF": "/sb/slurm.conf", "ACBSLURM_DB_CONFIG": "/sb/db.cnf"}
 
+class Clock:
+    """The demo's clock: sleeping moves it, nothing waits."""
 
-def _asked_fields(argv: list[str]) -> list[str]:
-    for i, arg in enumerate(argv):
-        if arg == "-o":
-            return argv[i + 1].split(",")
-        if arg.startswith("--format="):
-            return arg.split("=", 1)[1].split(",")
-    raise AssertionError(f"no sacct fields in {argv}")
-
-
-class FakeSacct:
-    """sacct as a subprocess: prints the asked columns, ``|``-separated, per job."""
-
-    def __init__(self, answers: list[dict[str, str]]) -> None:
-        self.answers = answers  # one {job id: State} per call; the last one repeats
-        self.calls: list[tuple[list[str], Any]] = []
+    def __init__(self) -> None:
         self.now = 0.0
-
-    def run(self, argv: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
-        self.calls.append((argv, kw.get("env")))
-        if argv[0] != "sacct":
-            return subprocess.CompletedProcess(argv, 0, "JOBS TABLE\n\n", "")
-        states = self.answers[min(len(self.calls) - 1, len(self.answers) - 1)]
-        fields = _asked_fields(argv)
-        rows = [
-            "|".join({"JobID": j, "State": s}.get(f, "") for f in fields) for j, s in states.items()
-        ]
-        return subprocess.CompletedProcess(argv, 0, "".join(r + "\n" for r in rows), "")
 
     def sleep(self, seconds: float) -> None:
         self.now += seconds
 
 
 @pytest.fixture
-def fake_sacct(monkeypatch: pytest.MonkeyPatch) -> Any:
-    def install(answers: list[dict[str, str]]) -> FakeSacct:
-        fake = FakeSacct(answers)
-        monkeypatch.setattr(subprocess, "run", fake.run)
-        clock = SimpleNamespace(monotonic=lambda: fake.now, sleep=fake.sleep)
-        monkeypatch.setattr(usage, "time", clock)
-        return fake
-
-    return install
+def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    clock = Clock()
+    monkeypatch.setattr(
+        usage, "time", SimpleNamespace(monotonic=lambda: clock.now, sleep=clock.sleep)
+    )
+    return clock
 
 
-def test_a_cancelled_by_uid_state_is_final_at_the_first_answer(fake_sacct: Any) -> None:
+@pytest.fixture
+def env(fake_slurm: FakeSlurm) -> dict[str, str]:
+    """The environment the demo's own Slurm calls get (it replaces ours)."""
+    path = str(fake_slurm.bin_dir)
+    return {"PATH": path, "SLURM_CONF": "/sb/slurm.conf", "ACBSLURM_DB_CONFIG": "/sb/db.cnf"}
+
+
+def test_a_cancelled_by_uid_state_is_final_at_the_first_answer(
+    fake_slurm: FakeSlurm, env: dict[str, str], clock: Clock
+) -> None:
     # sacct prints "CANCELLED by 0" for a job root cancelled: the words after the state
     # once made the demo split the rows wrongly and wait its whole 30 s.
-    fake = fake_sacct([{"12": "COMPLETED", "13": "CANCELLED by 0"}])
-    assert wait_until_stored(["12", "13"], env=ENV) is True
-    assert len(fake.calls) == 1 and fake.now == 0
-    argv, env = fake.calls[0]
-    assert argv[0] == "sacct" and "-X" in argv and "12,13" in argv
-    assert env == ENV
+    fake_slurm.add_job("12", "COMPLETED")
+    fake_slurm.add_job("13", "CANCELLED by 0")
+    assert wait_until_stored(["12", "13"], env=env) is True
+    calls = fake_slurm.calls()
+    assert [c.cmd for c in calls] == ["sacct"] and clock.now == 0
+    assert "-X" in calls[0].argv and calls[0].value("-j") == "12,13"
+    assert {k: calls[0].env.get(k) for k in env} == env
 
 
-def test_waits_until_every_job_is_stored_as_ended(fake_sacct: Any) -> None:
-    fake = fake_sacct(
-        [
-            {},  # slurmdbd has nothing yet
-            {"12": "COMPLETED"},
-            {"12": "COMPLETED", "13": "RUNNING"},
-            {"12": "COMPLETED", "13": "FAILED"},
-        ]
+def test_waits_until_every_job_is_stored_as_ended(
+    fake_slurm: FakeSlurm, env: dict[str, str], clock: Clock
+) -> None:
+    # slurmdbd has nothing yet; then 12 ended; then 13 running; then 13 failed.
+    fake_slurm.add_job("12", "COMPLETED", stored=False, sacct_next=[{"stored": True}])
+    fake_slurm.add_job(
+        "13", "RUNNING", stored=False, sacct_next=[{}, {"stored": True}, {"state": "FAILED"}]
     )
-    assert wait_until_stored(["12", "13"], env=ENV, interval=0.5) is True
-    assert len(fake.calls) == 4 and fake.now == 1.5
+    assert wait_until_stored(["12", "13"], env=env, interval=0.5) is True
+    assert len(fake_slurm.calls("sacct")) == 4 and clock.now == 1.5
 
 
-def test_gives_up_after_the_timeout(fake_sacct: Any) -> None:
-    fake = fake_sacct([{"12": "COMPLETING"}])
-    assert wait_until_stored(["12"], env=ENV, timeout=2, interval=0.5) is False
-    assert fake.now == 2 and len(fake.calls) == 5
+def test_gives_up_after_the_timeout(
+    fake_slurm: FakeSlurm, env: dict[str, str], clock: Clock
+) -> None:
+    fake_slurm.add_job("12", "COMPLETING")
+    assert wait_until_stored(["12"], env=env, timeout=2, interval=0.5) is False
+    assert clock.now == 2 and len(fake_slurm.calls("sacct")) == 5
+
+
+def test_slurmdbd_not_answering_is_waited_for(
+    fake_slurm: FakeSlurm, env: dict[str, str], clock: Clock
+) -> None:
+    fake_slurm.respond("sacct", stderr="sacct: error: slurmdbd: Connection refused\n", rc=1)
+    assert wait_until_stored(["12"], env=env, timeout=1, interval=0.5) is False
+    assert clock.now == 1 and len(fake_slurm.calls("sacct")) == 3
 
 
 @pytest.mark.parametrize(
@@ -103,21 +96,10 @@ def test_all_final(text: str, final: bool) -> None:
     assert all_final(["12", "13"], parse_sacct(text)) is final
 
 
-def test_usage_report_runs_acbslurm_report_with_the_given_env(fake_sacct: Any) -> None:
-    fake = fake_sacct([{}])
-    text = usage_report(["py", "-m", "acbslurm"], "user1", 1700000000, env=ENV)
-    assert text == "JOBS TABLE"
-    argv, env = fake.calls[0]
-    assert argv == [
-        "py",
-        "-m",
-        "acbslurm",
-        "report",
-        "--user",
-        "user1",
-        "--start",
-        "@1700000000",
-        "--by",
-        "job",
-    ]
-    assert env == ENV
+def test_usage_report_runs_acbslurm_report_with_the_given_env(tmp_path: Path) -> None:
+    # A stand-in for `python -m acbslurm`: prints what it was run with.
+    show = "import os, sys; print(sys.argv[1:], os.environ.get('WHO'), os.environ.get('HOME'))"
+    env = {"WHO": "the demo", "PATH": str(tmp_path)}
+    text = usage_report([sys.executable, "-c", show], "user1", 1700000000, env=env)
+    argv = ["report", "--user", "user1", "--start", "@1700000000", "--by", "job"]
+    assert text == f"{argv} the demo None"
