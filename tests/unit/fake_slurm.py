@@ -7,7 +7,8 @@ environment, stdin) to a JSON-lines log and answers from a state file the test c
 * a table of jobs as Slurm 22.05 shows them, keyed by squeue's id (``12``, ``5_1``,
   ``5_[2-3]``), which squeue and scontrol answer for while ``controller`` is true (the
   controller forgets a job MinJobAge after it ends) and sacct while ``stored``;
-* canned answers per command (stdout, stderr, exit code) that replace the simulation;
+* canned answers per command (stdout, stderr, exit code) that replace the simulation,
+  from its first call or after a number of calls;
 * a clock: each squeue call applies the next of a job's planned changes (``next``), so
   a watcher sees its jobs start and end (each sacct call likewise applies the next of
   ``sacct_next``: what slurmdbd stores comes later); sbatch's new jobs take ``set_defaults``
@@ -250,15 +251,17 @@ def main():
         with open(os.path.join(ROOT, "calls.jsonl"), "a") as log:
             log.write(json.dumps(call) + "\n")
         canned = state["responses"].get(cmd)
-        if canned is not None:
+        done = state["counts"].get(cmd, 0)  # earlier calls of cmd
+        state["counts"][cmd] = done + 1
+        if canned is not None and done >= canned["after"]:
             out, err, rc = canned["stdout"], canned["stderr"], canned["rc"]
         else:
             try:
                 out, err, rc = globals()[cmd](args, stdin, state)
             except Usage as exc:
                 out, err, rc = "", f"{{cmd}}: error: {{exc}}\n", 2
-            with open(os.path.join(ROOT, "state.json"), "w") as f:
-                json.dump(state, f)
+        with open(os.path.join(ROOT, "state.json"), "w") as f:
+            json.dump(state, f)
     sys.stdout.write(out)
     sys.stderr.write(err)
     sys.exit(rc)
@@ -328,6 +331,7 @@ class FakeSlurm:
                 "next_id": 100,
                 "defaults": _DEFAULTS,
                 "planned": {},
+                "counts": {},
                 "partitions": ["p1"],
                 "accounts": {"user1": ["user1"]},
                 "nodes": {"node1": "gpu:2"},
@@ -414,11 +418,15 @@ class FakeSlurm:
 
     # canned answers
 
-    def respond(self, cmd: str, *, stdout: str = "", stderr: str = "", rc: int = 0) -> None:
-        """From now on ``cmd`` prints this and exits ``rc``, whatever it is asked."""
+    def respond(
+        self, cmd: str, *, stdout: str = "", stderr: str = "", rc: int = 0, after: int = 0
+    ) -> None:
+        """From now on ``cmd`` prints this and exits ``rc``, whatever it is asked; with
+        ``after``, only once that many calls of ``cmd`` (all so far counted) were answered
+        as usual (an sbatch that starts failing midway)."""
         assert cmd in COMMANDS
         data = self._load()
-        data["responses"][cmd] = {"stdout": stdout, "stderr": stderr, "rc": rc}
+        data["responses"][cmd] = {"stdout": stdout, "stderr": stderr, "rc": rc, "after": after}
         self._save(data)
 
     def simulate(self, cmd: str) -> None:

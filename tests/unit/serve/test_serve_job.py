@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from fake_slurm import FakeSlurm
 
 from acbslurm.errors import SpecError
 from acbslurm.render import render
@@ -153,7 +154,7 @@ def test_set_serve_is_relative_to_the_working_directory(
 
 
 def test_submit_refuses_a_bad_pool_before_anything_queues(
-    tiny_models: dict[str, Path], tmp_path: Path
+    tiny_models: dict[str, Path], tmp_path: Path, fake_slurm: FakeSlurm
 ) -> None:
     """Exit 2, the pool file's place, no traceback, and sbatch never ran."""
     import subprocess
@@ -161,12 +162,7 @@ def test_submit_refuses_a_bad_pool_before_anything_queues(
     pool = _pool(tmp_path, tiny_models["model-a"])
     pool.write_text(pool.read_text().replace("devices: 2", "devices: two"))
     job = _job(tmp_path, "serve: pool.yaml\n")
-    fake = tmp_path / "bin"
-    fake.mkdir()
-    marker = tmp_path / "sbatch-ran"
-    (fake / "sbatch").write_text(f"#!/bin/sh\ntouch {marker}\necho 1\n")
-    (fake / "sbatch").chmod(0o755)
-    env = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}", "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "PYTHONPATH": str(REPO)}  # PATH: the fake Slurm first
     res = subprocess.run(
         [sys.executable, "-m", "acbslurm", "submit", "--no-check", str(job)],
         capture_output=True,
@@ -177,7 +173,7 @@ def test_submit_refuses_a_bad_pool_before_anything_queues(
     )
     assert res.returncode == 2, res.stderr
     assert f"{pool}:4: models.0.devices: must be a whole number, got 'two'" in res.stderr
-    assert "Traceback" not in res.stderr and not marker.exists()
+    assert "Traceback" not in res.stderr and fake_slurm.calls("sbatch") == []
 
 
 def test_address_file_is_private_and_names_the_bound_port(tmp_path: Path) -> None:

@@ -9,35 +9,22 @@ import sys
 from pathlib import Path
 
 import pytest
+from fake_slurm import FakeSlurm
 
 ROOT = Path(__file__).resolve().parents[3]
 
-# sbatch that hands out ids 1001, 1002... and fails from its 6th call on.
-SBATCH = """#!{python}
-import fcntl, sys
-sys.stdin.read()
-with open({counter!r}, "a+") as f:
-    fcntl.flock(f, fcntl.LOCK_EX)
-    f.seek(0)
-    n = len(f.read()) + 1
-    f.write("x")
-if n >= 6:
-    sys.stderr.write("sbatch: error: Batch job submission failed: Socket timed out\\n")
-    sys.exit(1)
-print(1000 + n)
-"""
-
 
 @pytest.fixture
-def failing_sbatch(tmp_path: Path) -> dict[str, str]:
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    sbatch = bin_dir / "sbatch"
-    sbatch.write_text(SBATCH.format(python=sys.executable, counter=str(tmp_path / "n")))
-    sbatch.chmod(0o755)
+def failing_sbatch(fake_slurm: FakeSlurm, tmp_path: Path) -> dict[str, str]:
+    """sbatch hands out ids 100, 101... and fails from its 6th call on."""
+    fake_slurm.respond(
+        "sbatch",
+        stderr="sbatch: error: Batch job submission failed: Socket timed out\n",
+        rc=1,
+        after=5,
+    )
     (tmp_path / "job.yaml").write_text('name: t\ncommand: ["true"]\n')
-    env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", PYTHONPATH=str(ROOT))
-    return env
+    return dict(os.environ, PYTHONPATH=str(ROOT))  # PATH: the fake's bin first
 
 
 def _submit(env: dict[str, str], tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -58,7 +45,7 @@ def test_partial_submission_prints_every_id_and_exits_4(
     assert r.returncode == 4, r.stderr
     assert "Traceback" not in r.stderr
     ids = r.stdout.split()
-    assert ids == [str(1000 + n) for n in range(1, 6)]
+    assert ids == [str(100 + n) for n in range(5)]
     assert "Submitted 5 of 20 jobs" in r.stderr and "Socket timed out" in r.stderr
 
 
@@ -66,7 +53,7 @@ def test_partial_submission_in_json(failing_sbatch: dict[str, str], tmp_path: Pa
     r = _submit(failing_sbatch, tmp_path, "--json")
     assert r.returncode == 4, r.stderr
     out = json.loads(r.stdout)
-    assert out["job_ids"] == ["1001", "1002", "1003", "1004", "1005"]
+    assert out["job_ids"] == ["100", "101", "102", "103", "104"]
     assert out["requested"] == 20 and out["submitted"] == 5
     assert out["failed"] >= 1 and out["failed"] + out["not_attempted"] == 15
     assert "Socket timed out" in out["error"]
