@@ -7,6 +7,8 @@ environment, stdin) to a JSON-lines log and answers from a state file the test c
 * a table of jobs as Slurm 22.05 shows them, keyed by squeue's id (``12``, ``5_1``,
   ``5_[2-3]``), which squeue and scontrol answer for while ``controller`` is true (the
   controller forgets a job MinJobAge after it ends) and sacct while ``stored``;
+* ``scontrol update``: a job's AdminComment (another node's prolog may write right
+  after: ``update_next``) and drained nodes (``drained``);
 * canned answers per command (stdout, stderr, exit code) that replace the simulation,
   from its first call or after a number of calls;
 * a clock: each squeue call applies the next of a job's planned changes (``next``), so
@@ -168,43 +170,79 @@ def sacct(args, stdin, state):
 
 
 def scontrol(args, stdin, state):
-    if args[:3] == ["-o", "show", "partition"] and len(args) == 4:
-        if args[3] not in state["partitions"]:
-            return "", f"Partition {{args[3]}} not found\n", 1
-        return f"PartitionName={{args[3]}} State=UP\n", "", 0
-    if args[:3] == ["-o", "show", "node"] and len(args) == 3:
-        lines = [f"NodeName={{n}} State=IDLE Gres={{g}}" for n, g in state["nodes"].items()]
+    flags = {{a for a in args if a in ("-d", "-o")}}
+    words = [a for a in args if a not in ("-d", "-o")]
+    if words[:1] == ["update"]:
+        return scontrol_update(words[1:], state)
+    if words[:2] == ["show", "partition"] and len(words) == 3:
+        if words[2] not in state["partitions"]:
+            return "", f"Partition {{words[2]}} not found\n", 1
+        return f"PartitionName={{words[2]}} State=UP\n", "", 0
+    if words == ["show", "node"]:
+        lines = [
+            f"NodeName={{n}} State=IDLE{{'+DRAIN' if n in state['drained'] else ''}} Gres={{g}}"
+            for n, g in state["nodes"].items()
+        ]
         return "".join(line + "\n" for line in lines), "", 0
-    if args[:4] != ["-d", "-o", "show", "job"] or len(args) > 5:
-        raise Usage(f"the fake scontrol knows only -d -o show job [ID], not {{args}}")
+    if words[:2] != ["show", "job"] or len(words) > 3 or "-o" not in flags:
+        raise Usage(f"the fake scontrol knows only [-d] -o show job [ID] and update, not {{args}}")
     jobs = {{k: j for k, j in state["jobs"].items() if j["controller"]}}
-    if len(args) == 5:
+    if len(words) == 3:
         # One id: the job (an array's id: all its records), or one task of an array.
-        num, _, task = args[4].partition("_")
+        num, _, task = words[2].partition("_")
         jobs = {{
             k: j for k, j in jobs.items()
-            if ((k == args[4]) if task else (num in (j["job_id"], split_key(k)[0])))
+            if ((k == words[2]) if task else (num in (j["job_id"], split_key(k)[0])))
         }}
         if not jobs:
             return "", INVALID, 1
-    lines = []
-    for key, job in jobs.items():
-        array, task = split_key(key)
-        words = [f"JobId={{job['job_id']}}"]
-        if array is not None:
-            words += [f"ArrayJobId={{array}}", f"ArrayTaskId={{task.strip('[]')}}"]
-        words += [f"JobName={{job['name']}}", f"UserId={{job['user']}}(1001)",
-                  f"JobState={{job['state']}}", f"Reason={{job['reason'] or 'None'}}",
-                  f"ExitCode={{job['exit_code'] or '0:0'}}",
-                  f"Partition={{job['partition']}}", f"NodeList={{job['node'] or '(null)'}}"]
-        if job["node"]:
-            running = job["state"] in ("RUNNING", "SUSPENDED", "COMPLETING")
-            gpus = ",".join(str(g) for g in job["gpus"]) if running else ""
-            gres = f"gpu:{{len(job['gpus'])}}(IDX:{{gpus}})" if gpus else ""
-            words += [f"Nodes={{job['node']}}", "CPU_IDs=0", "Mem=500", f"GRES={{gres}}"]
-        words += [f"StdErr={{job['std_err']}}", f"StdOut={{job['std_out']}}"]
-        lines.append(" ".join(words))
+    lines = [show_job(key, job, "-d" in flags) for key, job in jobs.items()]
     return "".join(line + "\n" for line in lines), "", 0
+
+
+def show_job(key, job, detail):
+    """One job as ``scontrol -o show job`` prints it (``-d``: each node's allocation)."""
+    array, task = split_key(key)
+    words = [f"JobId={{job['job_id']}}"]
+    if array is not None:
+        words += [f"ArrayJobId={{array}}", f"ArrayTaskId={{task.strip('[]')}}"]
+    words += [f"JobName={{job['name']}}", f"UserId={{job['user']}}(1001)",
+              f"JobState={{job['state']}}", f"Reason={{job['reason'] or 'None'}}",
+              f"ExitCode={{job['exit_code'] or '0:0'}}", f"NumNodes={{job['num_nodes']}}",
+              f"Partition={{job['partition']}}", f"NodeList={{job['node'] or '(null)'}}",
+              f"AdminComment={{job['admin_comment'] or '(null)'}}"]
+    if job["node"] and detail:
+        running = job["state"] in ("RUNNING", "SUSPENDED", "COMPLETING")
+        gpus = ",".join(str(g) for g in job["gpus"]) if running else ""
+        gres = f"gpu:{{len(job['gpus'])}}(IDX:{{gpus}})" if gpus else ""
+        words += [f"Nodes={{job['node']}}", f"CPU_IDs={{job['cpu_ids']}}", f"Mem={{job['mem']}}",
+                  f"GRES={{gres}}"]
+    words += [f"StdErr={{job['std_err']}}", f"StdOut={{job['std_out']}}"]
+    return " ".join(words)
+
+
+def scontrol_update(words, state):
+    """``update job=ID AdminComment=...`` or ``update nodename=N state=drain reason=...``."""
+    fields = {{}}
+    for word in words:
+        name, eq, value = word.partition("=")
+        if not eq:
+            raise Usage(f"update: {{word!r}} is not KEY=VALUE")
+        fields[name.lower()] = value
+    if "job" in fields and set(fields) == {{"job", "admincomment"}}:
+        job = state["jobs"].get(fields["job"])
+        if job is None or not job["controller"]:
+            return "", INVALID, 1
+        job["admin_comment"] = fields["admincomment"]
+        if job["update_next"]:  # another node's prolog writing just after this one
+            job.update(job["update_next"].pop(0))
+        return "", "", 0
+    if "nodename" in fields and fields.get("state", "").lower() == "drain":
+        if fields["nodename"] not in state["nodes"]:
+            return "", "slurm_update error: Invalid node name specified\n", 1
+        state["drained"][fields["nodename"]] = fields.get("reason", "")
+        return "", "", 0
+    raise Usage(f"the fake scontrol cannot update {{words}}")
 
 
 def sacctmgr(args, stdin, state):
@@ -290,6 +328,11 @@ _DEFAULTS: dict[str, Any] = {
     "gpus": [],
     "controller": True,  # squeue and scontrol still know it; sacct always does
     "next": [],  # field changes, one applied after each squeue call
+    "num_nodes": 1,
+    "cpu_ids": "0",  # scontrol -d's allocation on the node(s)
+    "mem": "500",
+    "admin_comment": "",  # what `scontrol update job=ID AdminComment=...` wrote
+    "update_next": [],  # field changes, one applied after each scontrol update of the job
     "stored": True,  # slurmdbd has the job (sacct shows it)
     "sacct_next": [],  # field changes, one applied after each sacct call (slurmdbd's pace)
 }
@@ -332,6 +375,7 @@ class FakeSlurm:
                 "defaults": _DEFAULTS,
                 "planned": {},
                 "counts": {},
+                "drained": {},
                 "partitions": ["p1"],
                 "accounts": {"user1": ["user1"]},
                 "nodes": {"node1": "gpu:2"},
@@ -415,6 +459,12 @@ class FakeSlurm:
             if value is not None:
                 data[key] = value
         self._save(data)
+
+    @property
+    def drained(self) -> dict[str, str]:
+        """Nodes drained through ``scontrol update``, with their reasons."""
+        drained: dict[str, str] = self._load()["drained"]
+        return drained
 
     # canned answers
 

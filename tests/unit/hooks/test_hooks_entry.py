@@ -5,13 +5,14 @@ import os
 from pathlib import Path
 
 import pytest
+from fake_slurm import FakeSlurm
 
 from acbslurm.gpu.inventory import GpuInfo, write_static
 from acbslurm.hooks.entry import run_epilog, run_prolog, run_task_prolog
 
 
 @pytest.fixture
-def node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_slurm: FakeSlurm) -> Path:
     dev = tmp_path / "dev"
     dev.mkdir()
     for i in range(3):
@@ -31,14 +32,10 @@ def node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         f"docker_host: unix://{tmp_path}/run/{{user}}/docker.sock\n"
     )
     monkeypatch.setenv("ACBSLURM_CONFIG", str(tmp_path / "acbslurm.yaml"))
-    # An scontrol that answers for any job: 2 CPUs, 1 GiB on n1.
-    bin_dir = tmp_path / "slurm-bin"
-    bin_dir.mkdir()
-    (bin_dir / "scontrol").write_text(
-        "#!/bin/sh\necho JobId=77 NumNodes=1 NumCPUs=2 TRES=cpu=2,mem=1G,node=1\n"
-    )
-    (bin_dir / "scontrol").chmod(0o755)
-    monkeypatch.setenv("ACBSLURM_SLURM_BIN_DIR", str(bin_dir))
+    # Job 77 runs on n1 with 2 CPUs and 1 GiB; the hooks find scontrol by slurm_bin_dir.
+    fake_slurm.set_cluster(nodes={"n1": "gpu:3"})
+    fake_slurm.add_job("77", "RUNNING", node="n1", cpu_ids="0-1", mem="1024", gpus=[0, 2])
+    monkeypatch.setenv("ACBSLURM_SLURM_BIN_DIR", str(fake_slurm.bin_dir))
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # slurmd gives hooks no PATH
     return tmp_path
 
@@ -51,7 +48,7 @@ def job_env(**extra: str) -> dict[str, str]:
 
 
 def test_prolog_records_uuids_task_prolog_exports_epilog_removes(
-    node: Path, capsys: pytest.CaptureFixture[str]
+    node: Path, capsys: pytest.CaptureFixture[str], fake_slurm: FakeSlurm
 ) -> None:
     assert run_prolog(job_env(SLURM_JOB_GPUS="0,2")) == 0
     rec = json.loads((node / "jobs" / "77.json").read_text())
@@ -61,6 +58,9 @@ def test_prolog_records_uuids_task_prolog_exports_epilog_removes(
     assert rec["gpu_indices"] == [0, 2]
     assert (rec["user"], rec["uid"], rec["node"]) == ("user1", 1001, "n1")
     assert (rec["cpus"], rec["mem_mb"], rec["alloc_error"]) == (2, 1024, "")
+    # ... and wrote them into the job's AdminComment (status, report).
+    comment = fake_slurm.jobs["77"]["admin_comment"]
+    assert comment == "acbslurm:gpus=n1:0=GPU-2222,n1:2=GPU-0000"
 
     assert run_task_prolog(job_env()) == 0
     assert capsys.readouterr().out == "export ACBSLURM_GPU_UUIDS=GPU-2222,GPU-0000\n"
@@ -97,7 +97,7 @@ def test_prolog_fails_only_when_gpus_cannot_be_mapped(node: Path) -> None:
     assert json.loads((node / "jobs" / "77.json").read_text())["gpu_uuids"] == []
 
 
-def test_epilog_drains_when_a_daemon_fails(node: Path) -> None:
+def test_epilog_drains_when_a_daemon_fails(node: Path, fake_slurm: FakeSlurm) -> None:
     # A socket that accepts but answers garbage: a container may still be running.
     import socket
     import threading
@@ -117,6 +117,7 @@ def test_epilog_drains_when_a_daemon_fails(node: Path) -> None:
     threading.Thread(target=answer, daemon=True).start()
     assert run_epilog(job_env()) == 1
     srv.close()
+    assert fake_slurm.drained == {"n1": "acbslurm: job 77: a container may still hold its GPUs"}
 
 
 def test_task_prolog_without_record_says_so(node: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -126,7 +127,7 @@ def test_task_prolog_without_record_says_so(node: Path, capsys: pytest.CaptureFi
 
 @pytest.mark.parametrize("uid", ["abc", "", "4242"])
 def test_hooks_survive_a_job_user_without_name(
-    node: Path, uid: str, capsys: pytest.CaptureFixture[str]
+    node: Path, uid: str, capsys: pytest.CaptureFixture[str], fake_slurm: FakeSlurm
 ) -> None:
     """A uid the node cannot name (directory service down) or garbage: no traceback, no drain."""
     env = job_env(SLURM_JOB_UID=uid)
@@ -137,6 +138,7 @@ def test_hooks_survive_a_job_user_without_name(
     (node / "jobs" / "77.json").unlink()
     assert run_epilog(env) == 0  # no record: the user comes from the environment again
     assert "Traceback" not in capsys.readouterr().err
+    assert fake_slurm.drained == {}
 
 
 def test_epilog_with_a_bad_docker_host_setting_says_why(

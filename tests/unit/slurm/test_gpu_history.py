@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+import pytest
+from fake_slurm import FakeSlurm
 
 from acbslurm.accounting.output import bar, devices
 from acbslurm.accounting.usage import devices_text
@@ -56,50 +57,31 @@ def test_bars_scale_to_the_widest_group() -> None:
     assert bar(0, 10) == "" and bar(1, 0) == ""
 
 
-class _Controller:
-    """slurmctld's AdminComment of one job, and another node's prolog whose
-    read-modify-write started before ours and lands just after our first update."""
-
-    def __init__(self, num_nodes: int) -> None:
-        self.comment = ""
-        self.num_nodes = num_nodes
-        self.updates = 0
-        self.stale_write = gpu_token("n2", [0], [B])  # n2 read "" before our write
-
-    def __call__(self, argv: list[str], **_: object) -> object:
-        from types import SimpleNamespace
-
-        if argv[1] == "update":
-            self.comment = argv[3].removeprefix("AdminComment=")
-            self.updates += 1
-            if self.stale_write:
-                self.comment, self.stale_write = self.stale_write, ""
-            return SimpleNamespace(stdout="")
-        line = f"JobId=7 NumNodes={self.num_nodes} AdminComment={self.comment or '(null)'} X=1"
-        return SimpleNamespace(stdout=line)
-
-
-def test_a_token_another_nodes_prolog_overwrote_is_written_again(monkeypatch: Any) -> None:
-    import acbslurm.slurm.commands as commands
+def test_a_token_another_nodes_prolog_overwrote_is_written_again(
+    fake_slurm: FakeSlurm, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import acbslurm.slurm.gpu_history as history
 
-    ctl = _Controller(num_nodes=2)
-    monkeypatch.setattr(commands, "slurm", ctl)
+    # n2's prolog read the comment before our first write and lands just after it.
+    stale = {"admin_comment": gpu_token("n2", [0], [B])}
+    fake_slurm.add_job("7", "RUNNING", node="n[1-2]", num_nodes=2, update_next=[stale])
     monkeypatch.setattr(history.time, "sleep", lambda _s: None)
     history.record_job_gpus("7", "n1", [1], [A])
-    assert ctl.updates == 2  # lost once, written again on top of n2's
-    assert {d["node"] for d in parse_gpus(ctl.comment)} == {"n1", "n2"}
+    updates = [c for c in fake_slurm.calls("scontrol") if c.argv[0] == "update"]
+    assert len(updates) == 2  # lost once, written again on top of n2's
+    comment = fake_slurm.jobs["7"]["admin_comment"]
+    assert {d["node"] for d in parse_gpus(comment)} == {"n1", "n2"}
 
 
-def test_a_one_node_job_writes_once_and_reads_nothing_back(monkeypatch: Any) -> None:
-    import acbslurm.slurm.commands as commands
+def test_a_one_node_job_writes_once_and_reads_nothing_back(fake_slurm: FakeSlurm) -> None:
     import acbslurm.slurm.gpu_history as history
 
-    ctl = _Controller(num_nodes=1)
-    ctl.stale_write = ""
-    calls: list[list[str]] = []
-    monkeypatch.setattr(commands, "slurm", lambda argv, **kw: calls.append(argv) or ctl(argv))
+    fake_slurm.add_job("7", "RUNNING", node="n1")
     shown = "JobId=7 NumNodes=1 AdminComment=(null) X=1"
     history.record_job_gpus("7", "n1", [0], [A], shown=shown)
-    assert [c[1] for c in calls] == ["update"]
-    assert parse_gpus(ctl.comment) == [{"node": "n1", "index": 0, "uuid": A}]
+    assert fake_slurm.argvs() == [
+        ["scontrol", "update", "job=7", f"AdminComment=acbslurm:gpus=n1:0={A}"]
+    ]
+    assert parse_gpus(fake_slurm.jobs["7"]["admin_comment"]) == [
+        {"node": "n1", "index": 0, "uuid": A}
+    ]
