@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from conftest import hook_script
+from fake_slurm import FakeSlurm
 
 from acbslurm.doctor import slurmconf, version
 from acbslurm.doctor.context import Context
@@ -82,18 +83,17 @@ def test_prolog_flags_and_kill_wait(node: Path, make_ctx: Callable[..., Context]
     assert slurmconf.check_kill_wait(make_ctx(), conf).status == "ok"  # Slurm's default 30
 
 
-def _fake_scontrol(tmp_path: Path, text: str, code: int = 0) -> dict[str, str]:
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir(exist_ok=True)
-    hook_script(bin_dir / "scontrol", f"#!/bin/sh\n/bin/cat <<'EOF'\n{text}\nEOF\nexit {code}\n")
-    return {"PATH": f"{bin_dir}:/usr/bin:/bin"}
+def _fake_scontrol(fake: FakeSlurm, text: str, code: int = 0) -> dict[str, str]:
+    """scontrol prints ``text`` and exits ``code``; the environment that finds it."""
+    fake.respond("scontrol", stdout=text + "\n", rc=code)
+    return {"PATH": f"{fake.bin_dir}:/usr/bin:/bin"}
 
 
 def test_configless_asks_scontrol(
-    node: Path, make_ctx: Callable[..., Context], tmp_path: Path
+    node: Path, make_ctx: Callable[..., Context], tmp_path: Path, fake_slurm: FakeSlurm
 ) -> None:
     env = _fake_scontrol(
-        tmp_path,
+        fake_slurm,
         f"Prolog                  = {node}/libexec/acbslurm-prolog\n"
         "PrologFlags             = Alloc,Contain\nTaskProlog              = (null)\n"
         "KillWait                = 30 sec",
@@ -124,8 +124,9 @@ def test_slurm_version(
     code: int,
     status: str,
     words: str,
+    fake_slurm: FakeSlurm,
 ) -> None:
-    env = _fake_scontrol(tmp_path, text, code)
+    env = _fake_scontrol(fake_slurm, text, code)
     env["PATH"] = env["PATH"].split(":")[0]  # no slurmd to compare with
     monkeypatch.setattr(version, "SBIN", "")
     c = version.check_slurm_version(make_ctx(env=env))
@@ -138,10 +139,15 @@ def test_scontrol_missing(make_ctx: Callable[..., Context], tmp_path: Path) -> N
 
 
 def test_scontrol_and_slurmd_disagree(
-    make_ctx: Callable[..., Context], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    make_ctx: Callable[..., Context],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    fake_slurm: FakeSlurm,
 ) -> None:
-    env = _fake_scontrol(tmp_path, "slurm 23.02.1")
-    hook_script(tmp_path / "bin" / "slurmd", "#!/bin/sh\necho slurm 22.05.8\n")
+    env = _fake_scontrol(fake_slurm, "slurm 23.02.1")
+    (tmp_path / "sbin").mkdir()
+    hook_script(tmp_path / "sbin" / "slurmd", "#!/bin/sh\necho slurm 22.05.8\n")
+    env["PATH"] += f":{tmp_path}/sbin"
     monkeypatch.setattr(version, "SBIN", "")
     c = version.check_slurm_version(make_ctx(env=env))
     assert c.status == "warn" and "slurmd is slurm 22.05.8" in c.summary
@@ -158,20 +164,22 @@ def test_a_task_prolog_users_cannot_run(node: Path, make_ctx: Callable[..., Cont
 
 
 def test_scontrol_gets_the_slurm_conf_setting(
-    node: Path, make_ctx: Callable[..., Context], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    node: Path,
+    make_ctx: Callable[..., Context],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    fake_slurm: FakeSlurm,
 ) -> None:
     # Slurm's clients read slurm.conf even for --version; sudo drops SLURM_CONF, so the
     # setting must reach scontrol (a real 22.05 scontrol failed on DNS SRV records here).
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    hook_script(
-        bin_dir / "scontrol",
-        '#!/bin/sh\n[ -f "$SLURM_CONF" ] || { echo "no config" >&2; exit 1; }\n'
-        "echo slurm 22.05.8\n",
-    )
+    env = _fake_scontrol(fake_slurm, "slurm 22.05.8")
     monkeypatch.setattr(version, "SBIN", "")
-    c = version.check_slurm_version(make_ctx(env={"PATH": str(bin_dir)}))
+    c = version.check_slurm_version(make_ctx(env=env))
     assert c.status == "ok" and "22.05.8" in c.summary, c
-    gone = make_ctx(env={"PATH": str(bin_dir)}, slurm_conf=str(tmp_path / "none.conf"))
+    assert fake_slurm.calls("scontrol")[-1].env["SLURM_CONF"] == str(node / "slurm.conf")
+    # No file at the setting: nothing to pass, and scontrol's failure is explained.
+    fake_slurm.respond("scontrol", stderr="no config\n", rc=1)
+    gone = make_ctx(env=env, slurm_conf=str(tmp_path / "none.conf"))
     c = version.check_slurm_version(gone)
+    assert "SLURM_CONF" not in fake_slurm.calls("scontrol")[-1].env
     assert c.status == "fail" and "no config" in c.summary and "SLURM_CONF" in c.fix, c
