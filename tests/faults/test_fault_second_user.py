@@ -77,10 +77,14 @@ def test_user2_cannot_change_user1s_records(idle: Any, scripts: Path) -> None:
     and `acbslurm status` read them.)"""
     sb = idle
     records = sb.layout.records
-    job = submit(sb, scripts, "sleep 60", "--gres=gpu:1")
+    job = submit(sb, scripts, "echo started; sleep 60", "--gres=gpu:1")
     wait_job(sb, job, ("RUNNING",), 60)
     rec = records / f"{job}.json"
-    wait_until("the job's record", rec.exists, 30)
+    # The script runs once the prolog is done: no hook of user1 runs from here on
+    # (the prolog's sweep would take the job off the unswept list below).
+    out = scripts / f"out-{job}.txt"
+    wait_until("the job's script", lambda: out.exists() and "started" in out.read_text(), 60)
+    assert rec.exists()
     old = os.umask(0)
     try:
         remember_unswept(str(records), sb.uid, job)
