@@ -140,3 +140,14 @@ def wait_until(what: str, cond: Any, timeout: float = 60) -> Any:
             raise AssertionError(f"{what}: not after {timeout} s")
         time.sleep(0.2)
     return got
+
+
+def wait_gone(sb: Any, job_id: str, timeout: float = 60) -> None:
+    """Until ``squeue`` no longer lists the job: it ended and slurmctld heard that its
+    epilog finished (a job stays COMPLETING while it runs, on 25.11 also after its end
+    state is set), so what the epilog removes is gone."""
+    wait_until(
+        f"job {job_id} to leave the queue",
+        lambda: not sb.run_slurm(["squeue", "-h", "-j", job_id], check=False).stdout.strip(),
+        timeout,
+    )

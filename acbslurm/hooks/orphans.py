@@ -171,6 +171,8 @@ def _write_unswept(record_dir: str, uid: int, jobs: list[str]) -> None:
     path = _unswept_file(record_dir, uid)
     os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
     tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w") as f:
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+    os.fchmod(fd, 0o644)  # not slurmd's umask: only root may change whose jobs are swept
+    with os.fdopen(fd, "w") as f:
         f.write("\n".join(jobs) + "\n")
     os.replace(tmp, path)

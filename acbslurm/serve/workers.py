@@ -89,6 +89,9 @@ class WorkerHandle:
         self.proc: asyncio.subprocess.Process | None = None
         self.writer: asyncio.StreamWriter | None = None
         self.pending: dict[str, Pending] = {}
+        # Pieces of text its workers sent ("delta"), over all lives: a request is being
+        # decoded once this grows (tests kill a worker mid-decoding on that state).
+        self.deltas = 0
         self.stats: dict[str, Any] = {}
         self.base: dict[str, float] = dict.fromkeys(STATS_COUNTERS, 0.0)  # earlier lives
         self.restarts = 0
@@ -210,6 +213,8 @@ class WorkerHandle:
         elif kind == "group_failed":
             self.reason = f"worker group failed: {msg.get('message', '')}"
         else:
+            if kind == "delta":
+                self.deltas += 1
             p = self.pending.get(str(msg.get("id")))
             if p is not None:
                 p.queue.put_nowait(msg)

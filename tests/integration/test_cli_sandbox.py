@@ -98,11 +98,12 @@ def test_status_and_gpu_view_as_two_users(sb: Any, idle: Any, workdir: Path) -> 
         import time
 
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
+        while True:
             res = as_user(sb, "user1", "status", "--json", *ids)
             jobs = json.loads(res.stdout)["jobs"]
             if all(j["state"] == "RUNNING" and j["gpu_indices"] for j in jobs):
                 break
+            assert time.monotonic() < deadline, f"not both running with GPUs: {jobs}"
             time.sleep(0.5)
         assert {j["user"] for j in jobs} == {"user1", "user2"}
         assert all(j["partition"] == "p1" and j["end"] is None for j in jobs)

@@ -22,7 +22,9 @@ from sandboxtest import (
     job_containers,
     submit,
     wait_container,
+    wait_gone,
     wait_job,
+    wait_until,
 )
 
 pytestmark = pytest.mark.integration
@@ -109,10 +111,8 @@ def test_no_container_survives_its_job(idle: Any, scripts: Path, how: str) -> No
     f = wait_job(idle, job, states, 150 if how == "time-limit" else 30)
     if how == "time-limit":
         assert f["JobState"] == "TIMEOUT"
-    ended = time.monotonic()
-    while job_containers(api, job) and time.monotonic() - ended < 2.0:
-        time.sleep(0.1)
-    assert job_containers(api, job) == [], f"container of job {job} still there 2 s later"
+    wait_gone(idle, job)  # its epilog ran
+    assert job_containers(api, job) == [], f"container of job {job} outlived its epilog"
     _run_alone_after(idle, scripts, api, 1)
 
 
@@ -163,14 +163,11 @@ def test_scancel_stops_the_container_gracefully(idle: Any, scripts: Path) -> Non
     job = submit(idle, scripts, "exec " + acbslurm_run(IMAGE, "sh", "-c", inner), "--gres=gpu:1")
     wait_container(api, job)
     out = scripts / f"out-{job}.txt"
-    deadline = time.monotonic() + 10
-    while "ready" not in out.read_text() and time.monotonic() < deadline:
-        time.sleep(0.1)
+    # The trap is set only once "ready" is out: a SIGTERM before it proves nothing.
+    wait_until("the container to say ready", lambda: "ready" in out.read_text(), 30)
     idle.run_slurm(["scancel", job])
     wait_job(idle, job, ("CANCELLED",), 30)
-    deadline = time.monotonic() + 2
-    while job_containers(api, job) and time.monotonic() < deadline:
-        time.sleep(0.1)
+    wait_gone(idle, job)  # its epilog ran
     assert job_containers(api, job) == []
     assert "got-TERM" in out.read_text()
 

@@ -94,6 +94,16 @@ def sacct_jobs(sb: Sandbox, start: int) -> dict[int, dict[str, Any]]:
     return jobs
 
 
+def ran_a_second(sb: Sandbox, job: str) -> bool:
+    """slurmdbd has the job's start, and the clock is past its second: ended now, its
+    ElapsedRaw is at least 1."""
+    out = sb.run_slurm(
+        ["env", "SLURM_TIME_FORMAT=%s", "sacct", "-X", "-n", "-P", "-j", job, "-o", "Start"],
+        check=False,
+    ).stdout.split()
+    return bool(out) and out[-1].isdigit() and int(time.time()) > int(out[-1])
+
+
 @pytest.fixture(scope="module")
 def history(sandbox: Sandbox) -> dict[str, Any]:
     """Real jobs of every kind the acceptance names; returns their ids and the start."""
@@ -121,7 +131,12 @@ def history(sandbox: Sandbox) -> dict[str, Any]:
     # never started.
     ids["pending_cancelled"] = sbatch(sb, "--gres=gpu:1", "--wrap", "true")
     wait_for(lambda: squeue_state(sb, ids["pending_cancelled"]) == "PENDING", what="pending")
-    time.sleep(2)
+    # The cancelled and the requeued run must count GPU-seconds: their start is in
+    # slurmdbd and a whole second has passed since (ElapsedRaw = end - start, seconds).
+    wait_for(
+        lambda: all(ran_a_second(sb, ids[k]) for k in ("cancelled", "requeued")),
+        what="cancelled and requeued to have run a second",
+    )
     sb.run_slurm(["scancel", ids["cancelled"], ids["pending_cancelled"]])
     sb.run_slurm(["scontrol", "requeue", ids["requeued"]])
     wait_for(

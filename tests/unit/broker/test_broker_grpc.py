@@ -52,6 +52,18 @@ def test_gpus_context_acquire_release_and_status(broker_factory, lane: bool) -> 
     assert not Path(d.address[5:]).exists()  # SIGTERM: clean stop, socket removed
 
 
+def wait_waiting(address: str, client_id: int) -> None:
+    """Until the broker at ``address`` lists ``client_id`` waiting in its queue (the
+    state a test needs before it checks that the client is not granted)."""
+    deadline = time.monotonic() + 10
+    while True:
+        clients = {c["id"]: c for c in fetch_status(address)["clients"]}
+        if clients.get(client_id, {}).get("waiting_count"):
+            return
+        assert time.monotonic() < deadline, f"client {client_id} never waited: {clients}"
+        time.sleep(0.01)
+
+
 def test_socket_is_private_by_default(broker_factory) -> None:
     d = broker_factory("--devices", "cpu:1")
     mode = stat.S_IMODE(os.stat(d.address[5:]).st_mode)
@@ -70,7 +82,7 @@ def test_waiter_is_granted_when_holder_releases(broker_factory, lane: bool) -> N
 
         t = threading.Thread(target=wait_for_it)
         t.start()
-        time.sleep(0.3)  # time for b to queue; if it has not, the assertions below still hold
+        wait_waiting(d.address, b.client_id)
         assert not granted  # b waits while a holds the only device
         released = time.monotonic()
         a.release(lease)
@@ -111,7 +123,7 @@ def test_client_death_frees_its_lease_within_one_second(broker_factory, lane: bo
 
         t = threading.Thread(target=wait)
         t.start()
-        time.sleep(0.2)
+        wait_waiting(d.address, waiter.client_id)
         assert "granted" not in result
         killed = time.monotonic()
         victim.send_signal(signal.SIGKILL)
@@ -186,7 +198,7 @@ def test_broker_going_away_fails_waiters(broker_factory, lane: bool) -> None:
 
     t = threading.Thread(target=wait)
     t.start()
-    time.sleep(0.2)
+    wait_waiting(d.address, b.client_id)
     d.stop()
     t.join(10)
     # Not before the reconnect time (1 s): a restarted broker would have been found.
@@ -215,7 +227,7 @@ def test_a_restarted_broker_waits_for_old_sessions_and_their_memory(
     got: list[object] = []
     t = threading.Thread(target=lambda: got.append(b.acquire(1, memory="1G", timeout=30)))
     t.start()
-    time.sleep(0.3)
+    wait_waiting(d.address, b.client_id)
     assert d.socket.with_name("b.sock.state").exists()
     d.kill()
     deadline = time.monotonic() + 5
@@ -231,7 +243,8 @@ def test_a_restarted_broker_waits_for_old_sessions_and_their_memory(
     # Both old sessions are back: the 30 s grace ended early.
     assert not st["recovering"] and all(c["rejoined"] for c in st["clients"])
     assert st["devices"][0]["residents"] == {str(a.client_id): 1024**3}  # all of it
-    time.sleep(0.3)
+    # b's request is back in the new broker's queue: it could have been granted now.
+    wait_waiting(d2.address, b.client_id)
     assert not got and not evicted  # a has not released its void lease yet
     released = time.monotonic()
     a.release(lease, resident={"cpu0": 100 << 20})

@@ -125,7 +125,10 @@ def test_closing_the_client_wakes_a_thread_waiting_on_the_lane(broker_factory) -
 
         t = threading.Thread(target=wait)
         t.start()
-        time.sleep(0.2)
+        deadline = time.monotonic() + 10  # until the broker has c's request queued
+        while not any(x["waiting_count"] for x in fetch_status(d.address)["clients"]):
+            assert time.monotonic() < deadline, "c never waited"
+            time.sleep(0.01)
         c.close()
         t.join(5)
         assert not t.is_alive() and errors

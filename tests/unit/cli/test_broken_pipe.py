@@ -17,8 +17,8 @@ COMMAND = textwrap.dedent(
     r"""
     import click
 
+    import select
     import sys
-    import time
 
     @click.command()
     @click.option("--lines", type=int)
@@ -26,7 +26,9 @@ COMMAND = textwrap.dedent(
         if lines < 0:  # the reader is gone before the buffered rest is flushed at exit
             sys.stdout.write("row 0\n")
             sys.stdout.flush()
-            time.sleep(1.0)
+            gone = select.poll()  # until the reader closed the pipe (POLLERR)
+            gone.register(sys.stdout.fileno(), 0)
+            gone.poll(30_000)
             sys.stdout.write("row 1\n" * -lines)
             return
         for i in range(lines):

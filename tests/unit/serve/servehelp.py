@@ -63,10 +63,13 @@ def long_request_in_flight(
         except openai.APIStatusError as exc:
             outcome.append(exc)
 
+    before = handle.deltas
     t = threading.Thread(target=long_request)
     t.start()
-    deadline = time.monotonic() + 10
-    while not handle.pending and time.monotonic() < deadline:
+    # Decoding: the worker has sent text of it (450 tokens take far longer than one).
+    deadline = time.monotonic() + 30
+    while not (handle.pending and handle.deltas > before):
+        assert time.monotonic() < deadline, "the request was not decoded within 30 s"
+        assert t.is_alive(), f"the request ended before the test hurt its worker: {outcome}"
         time.sleep(0.01)
-    time.sleep(0.3)  # decoding (450 tokens at >= 2 ms each)
     return t, outcome
