@@ -14,7 +14,7 @@ from acbslurm.proc import run
 TESTED = (22, 5)
 # where slurmd lives when sbin is not on PATH
 SBIN = "/usr/sbin:/usr/local/sbin"
-_VERSION = re.compile(r"(\d+)\.(\d+)(?:\.(\d+))?")
+_VERSION = re.compile(r"([0-9]+)\.([0-9]+)(?:\.([0-9]+))?")
 
 
 def _version(argv: list[str], env: dict[str, str]) -> tuple[str, tuple[int, int] | None]:

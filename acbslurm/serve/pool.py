@@ -202,7 +202,7 @@ def _devices(value: Any, at: tuple[str, ...], e: Errors) -> str | None:
     if (
         dev is not None
         and dev != "auto"
-        and not re.match(r"^cpu:[0-9]+(:[0-9.]+[KMGTP]?(i?B)?)?$", dev, re.I)
+        and not re.match(r"^cpu:[0-9]+(:[0-9.]+[KMGTP]?(i?B)?)?$", dev, re.I | re.ASCII)
     ):
         e.add(at, f"must be auto or cpu:N[:SIZE], got {dev!r}")
     return dev

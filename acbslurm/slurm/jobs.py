@@ -19,7 +19,7 @@ from acbslurm.errors import ConfigError, SlurmError
 from acbslurm.jobrecord import JOB_ID
 from acbslurm.slurm.commands import slurm
 from acbslurm.slurm.states import TERMINAL_STATES
-from acbslurm.units import expand_ranges
+from acbslurm.units import expand_ranges, is_ascii_int
 
 if TYPE_CHECKING:
     from acbslurm.jobrecord import JobRecord
@@ -104,8 +104,8 @@ def exit_status(text: str) -> tuple[int | None, int | None]:
     """Slurm's ``CODE:SIGNAL`` as two integers; None for what it does not say."""
     code, _, sig = text.partition(":")
     return (
-        int(code) if code.strip().isdigit() else None,
-        int(sig) if sig.strip().isdigit() else None,
+        int(code) if is_ascii_int(code.strip()) else None,
+        int(sig) if is_ascii_int(sig.strip()) else None,
     )
 
 

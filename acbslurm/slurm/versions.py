@@ -25,7 +25,7 @@ SUPPORTED = ("22.05.8", "23.02.8", "23.11.11", "24.11.7", "25.05.8", "25.11.7", 
 DAEMONS = ("slurmctld", "slurmd", "slurmdbd", "slurmstepd")
 CLIENTS = ("sbatch", "scontrol", "squeue", "sacct", "sacctmgr", "scancel", "sinfo", "srun")
 
-_RELEASE_RE = re.compile(r"^(\d{2})\.(\d{2})(?:\.(\d+))?$")
+_RELEASE_RE = re.compile(r"^([0-9]{2})\.([0-9]{2})(?:\.([0-9]+))?$")
 
 
 def parse_release(text: str) -> tuple[int, int, int]:
