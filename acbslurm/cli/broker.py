@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 
+from acbslurm.clitypes import FiniteFloat
 from acbslurm.errors import AcbslurmError
 
 
@@ -41,7 +42,7 @@ def broker() -> None:
 )
 @click.option(
     "--quantum",
-    type=click.FloatRange(min=0.001),
+    type=FiniteFloat(min=0.001),
     default=1.0,
     show_default=True,
     help="Seconds a waiter waits before the holder is asked to yield (policy quantum).",
@@ -64,7 +65,7 @@ def broker() -> None:
 )
 @click.option(
     "--recovery-grace",
-    type=click.FloatRange(min=0),
+    type=FiniteFloat(min=0),
     default=10.0,
     show_default=True,
     metavar="SECONDS",
@@ -184,7 +185,7 @@ def fetch_status(address: str, timeout: float = 5.0) -> dict[str, Any]:
 @click.option("--broker", "address", metavar="ADDR", help="Broker address (as for serve).")
 @click.option(
     "--timeout",
-    type=click.FloatRange(min=0.1),
+    type=FiniteFloat(min=0.1),
     default=3.0,
     show_default=True,
     help="Seconds to wait for the broker.",

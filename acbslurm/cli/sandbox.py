@@ -9,6 +9,7 @@ import time
 
 import click
 
+from acbslurm.clitypes import AsciiInt
 from acbslurm.sandbox.layout import DEFAULT_DIR, MAX_NODES
 
 dir_option = click.option(
@@ -36,20 +37,20 @@ def sandbox() -> None:
 @dir_option
 @click.option(
     "--gpus",
-    type=click.IntRange(1, 64),
+    type=AsciiInt(1, 64),
     default=None,
     help="Number of emulated GPUs per node  [default: 2, or what the sandbox had].",
 )
 @click.option(
     "--nodes",
-    type=click.IntRange(1, MAX_NODES),
+    type=AsciiInt(1, MAX_NODES),
     default=None,
     help="Number of nodes: one slurmd each (`slurmd -N`), all on this machine, each "
     "with its own GPUs  [default: 1, or what the sandbox had].",
 )
 @click.option(
     "--port-base",
-    type=click.IntRange(1024, 65000),
+    type=AsciiInt(1024, 65000),
     default=None,
     envvar="ACBSLURM_SANDBOX_PORT_BASE",
     help="slurmctld port; slurmd, slurmdbd and MariaDB use the next three, further "
