@@ -23,6 +23,19 @@ dir_option = click.option(
 )
 
 
+def _slurm_release(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """``debian`` or a release such as 25.11.7, checked before the sandbox starts."""
+    if value is None or value == "debian":
+        return value
+    from acbslurm.slurm.versions import parse_release
+
+    try:
+        parse_release(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), ctx, param) from None
+    return value
+
+
 def _progress(msg: str) -> None:
     click.echo(f"  {msg}", err=True)
 
@@ -62,6 +75,7 @@ def sandbox() -> None:
     metavar="VERSION",
     default=None,
     envvar="ACBSLURM_SANDBOX_SLURM",
+    callback=_slurm_release,
     help="Slurm release to run: `debian` (the packaged 22.05, the default) or e.g. "
     "25.11.7, built once from its source tarball (ACBSLURM_SLURM_SOURCES, "
     "--slurm-source) into /var/cache/acbslurm/slurm. Env: ACBSLURM_SANDBOX_SLURM.",

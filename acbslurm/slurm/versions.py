@@ -16,6 +16,8 @@ import os
 import re
 from dataclasses import dataclass
 
+from acbslurm.errors import ConfigError
+
 # Debian's packages put the daemons in /usr/sbin and the clients in /usr/bin.
 DEBIAN_PREFIX = "/usr"
 DEBIAN_RELEASE = "22.05.8"
@@ -28,12 +30,16 @@ CLIENTS = ("sbatch", "scontrol", "squeue", "sacct", "sacctmgr", "scancel", "sinf
 _RELEASE_RE = re.compile(r"^([0-9]{2})\.([0-9]{2})(?:\.([0-9]+))?$")
 
 
+class ReleaseError(ConfigError, ValueError):
+    """Not a Slurm release (``25.11.7``). A ValueError too, as callers caught before."""
+
+
 def parse_release(text: str) -> tuple[int, int, int]:
     """``25.11.7`` -> (25, 11, 7); ``slurm 22.05.8`` (``slurmctld -V``) works too."""
     word = text.strip().split()[-1] if text.strip() else ""
     m = _RELEASE_RE.match(word)
     if not m:
-        raise ValueError(f"not a Slurm release: {text!r} (expected e.g. 25.11.7)")
+        raise ReleaseError(f"not a Slurm release: {text!r} (expected e.g. 25.11.7)")
     return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
 
 
