@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import click
@@ -91,12 +92,12 @@ def serve(
     from acbslurm.config import load_settings
 
     address = _address(listen)
-    try:
-        mode = int(socket_mode, 8)
-    except ValueError:
+    # Octal digits in ASCII only: int(..., 8) also reads Arabic-Indic digits and "6_00".
+    if not (socket_mode.isascii() and re.fullmatch(r"[0-7]{1,4}", socket_mode)):
         raise click.BadParameter(
             f"{socket_mode!r} is not an octal mode", param_hint="'--socket-mode'"
-        ) from None
+        )
+    mode = int(socket_mode, 8)
     if not 0 <= mode <= 0o777:
         raise click.BadParameter(f"{socket_mode!r} is out of range", param_hint="'--socket-mode'")
     try:

@@ -22,6 +22,7 @@ from acbslurm.clitypes import AsciiInt, FiniteFloat
 
 PACKAGE = Path(__file__).resolve().parents[3] / "acbslurm"
 ARABIC_2 = "\u0662"  # Arabic-Indic 2, which int() reads as 2
+ARABIC_6 = "\u0666"  # Arabic-Indic 6: int(ARABIC_6 * 3, 8) is 0o666
 
 
 def acbslurm(*argv: str) -> tuple[int, str]:
@@ -45,6 +46,8 @@ CASES = [
     (["broker", "serve", "--recovery-grace", "inf"], "--recovery-grace", "inf"),
     (["demo", "--hold", "nan"], "--hold", "nan"),
     (["demo", "--timeout", "inf"], "--timeout", "inf"),
+    (["broker", "serve", "--socket-mode", ARABIC_6 * 3], "--socket-mode", ARABIC_6 * 3),
+    (["broker", "serve", "--socket-mode", "6_00"], "--socket-mode", "6_00"),
     (["sandbox", "up", "--gpus", ARABIC_2], "--gpus", ARABIC_2),
     (["sandbox", "up", "--nodes", "²"], "--nodes", "²"),
     (["sandbox", "up", "--port-base", "2" + ARABIC_2 * 4], "--port-base", "2" + ARABIC_2 * 4),
