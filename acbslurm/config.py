@@ -19,7 +19,7 @@ import os
 from dataclasses import dataclass, fields, replace
 
 from acbslurm.errors import ConfigError
-from acbslurm.units import finite_float
+from acbslurm.units import finite_float, is_ascii_int
 
 # On the hook path: no typing at run time (tests/unit/hooks/test_hooks_imports.py).
 TYPE_CHECKING = False
@@ -156,3 +156,41 @@ def load_settings(path: str | None = None, **overrides: Any) -> Settings:
         values[key] = _coerce(key, raw, getattr(settings, key), f"--{key.replace('_', '-')}")
     _fill_node(values)
     return replace(settings, **values)
+
+
+# -- single environment variables (tuning knobs outside Settings) --------------------
+
+
+def env_float(
+    name: str, default: float, *, minimum: float = 0.0, env: Mapping[str, str] | None = None
+) -> float:
+    """A finite number >= ``minimum`` from environment variable ``name``; ``default``
+    when it is unset or empty. ConfigError naming the variable and its value otherwise:
+    ``float()`` alone takes ``nan`` (a wait that never ends) and ``inf`` (OverflowError)."""
+    raw = (os.environ if env is None else env).get(name, "")
+    if not raw:
+        return default
+    try:
+        value = finite_float(raw)
+    except ValueError:
+        raise ConfigError(
+            f"environment variable {name} must be a finite number, got {raw!r}"
+        ) from None
+    if value < minimum:
+        raise ConfigError(f"environment variable {name} must be at least {minimum:g}, got {raw!r}")
+    return value
+
+
+def env_int(
+    name: str, default: int, *, minimum: int = 0, env: Mapping[str, str] | None = None
+) -> int:
+    """A whole number (ASCII digits) >= ``minimum`` from environment variable ``name``;
+    ``default`` when it is unset or empty; ConfigError naming the variable otherwise."""
+    raw = (os.environ if env is None else env).get(name, "")
+    if not raw:
+        return default
+    if not is_ascii_int(raw) or int(raw) < minimum:
+        raise ConfigError(
+            f"environment variable {name} must be a whole number >= {minimum}, got {raw!r}"
+        )
+    return int(raw)

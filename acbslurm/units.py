@@ -34,7 +34,12 @@ def ascii_int(text: str) -> int:
 
 
 def finite_float(text: str | float) -> float:
-    """A finite float from ``text``; ValueError for garbage, ``nan`` and ``inf``."""
+    """A finite float from ``text``; ValueError for garbage, ``nan`` and ``inf``.
+
+    Text is ASCII without ``_``: ``float()`` alone reads Arabic-Indic digits and ``1_000`` too.
+    """
+    if isinstance(text, str) and (not text.isascii() or "_" in text):
+        raise ValueError(f"{text!r} is not a number")
     try:
         value = float(text)
     except (TypeError, ValueError):
@@ -46,7 +51,9 @@ def finite_float(text: str | float) -> float:
 
 # -- sizes ---------------------------------------------------------------------------
 
-_SIZE = re.compile(r"^([0-9]+(?:\.[0-9]+)?)\s*([KMGTP]?)(?:I?B)?$", re.IGNORECASE)
+# re.ASCII: without it IGNORECASE folds the Kelvin sign (U+212A) into k, and \s is
+# any Unicode space.
+_SIZE = re.compile(r"^([0-9]+(?:\.[0-9]+)?)\s*([KMGTP]?)(?:I?B)?$", re.IGNORECASE | re.ASCII)
 _POWER = {"": 0, "K": 1, "M": 2, "G": 3, "T": 4, "P": 5}
 SIZE_HELP = "a size such as 512M, 2G, 2GB, 1.5GiB or a number"
 

@@ -106,6 +106,7 @@ def slices(f: Filters, points: list[int]) -> list[Slice]:
     [p(n-1), pn), and ended at pn or later or not ended. Every row is in exactly one."""
     lo = max(f.start, 1)
     if any(b <= a for a, b in zip([lo, *points], points, strict=False)):
+        # The caller computes the points from the checked window: a bug, not user input.
         raise ValueError(f"split points {points} must rise above the window start {lo}")
     edges: list[int | None] = [*points, None]
     out: list[Slice] = []
@@ -322,7 +323,7 @@ def group_query(
             dedup, dparams = _dedup_not_exists(schema, f)
             where += dedup
             params += dparams
-    if with_ids and not rank:
+    if with_ids and not rank:  # a caller's bug, never a user's value: a builtin, not the tree
         raise ValueError("job id lists need the window-function de-duplication")
     # The index sacct itself uses: per user, else by end time (MariaDB otherwise tends
     # to walk a whole other index for a month of all users).

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import click
 
+from acbslurm.clitypes import FiniteFloat
 from acbslurm.errors import AcbslurmError
 
 ENV_PREFIX = "ACBSLURM_AGARUN_"
@@ -59,7 +60,7 @@ def _split_python(command: tuple[str, ...]) -> tuple[str, list[str]]:
 )
 @click.option(
     "--idle-ms",
-    type=click.FloatRange(min=1),
+    type=FiniteFloat(min=1),
     default=50.0,
     show_default=True,
     help="Release the lease after this many ms without device work.",
@@ -73,14 +74,14 @@ def _split_python(command: tuple[str, ...]) -> tuple[str, list[str]]:
 )
 @click.option(
     "--connect-timeout",
-    type=click.FloatRange(min=0.1),
+    type=FiniteFloat(min=0.1),
     default=5.0,
     show_default=True,
     help="Seconds to wait for the broker at start.",
 )
 @click.option(
     "--reconnect-timeout",
-    type=click.FloatRange(min=0),
+    type=FiniteFloat(min=0),
     default=30.0,
     show_default=True,
     help="Seconds to wait for the broker to come back after losing it; then the "

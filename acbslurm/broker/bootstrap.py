@@ -77,17 +77,24 @@ def main() -> None:
 
 
 def _start(client_class: Any, install: Any, args: list[str], env: Any) -> None:
+    from acbslurm.config import env_float, env_int
+
+    # Every setting is read before the client connects: a bad one starts nothing.
+    connect = env_float("ACBSLURM_AGARUN_TIMEOUT", 5.0, minimum=0.1, env=env)
+    reconnect = env_float("ACBSLURM_AGARUN_RECONNECT", 30.0, env=env)
+    memory = env_int("ACBSLURM_AGARUN_MEMORY", 0, env=env)
+    idle = env_float("ACBSLURM_AGARUN_IDLE", 0.05, minimum=0.001, env=env)
     client = client_class(
         env["ACBSLURM_AGARUN_BROKER"],
         name=_name(args),
-        connect_timeout=float(env.get("ACBSLURM_AGARUN_TIMEOUT", "5")),
-        reconnect_timeout=float(env.get("ACBSLURM_AGARUN_RECONNECT", "30")),
+        connect_timeout=connect,
+        reconnect_timeout=reconnect,
     )
     install(
         client,
         env.get("ACBSLURM_AGARUN_DEVICE", "cuda"),
-        memory=int(env.get("ACBSLURM_AGARUN_MEMORY", "0")),
-        idle=float(env.get("ACBSLURM_AGARUN_IDLE", "0.05")),
+        memory=memory,
+        idle=idle,
         stats_file=env.get("ACBSLURM_AGARUN_STATS", ""),
     )
 

@@ -50,6 +50,7 @@ import grpc
 from acbslurm.broker.address import check_address, default_address, socket_path
 from acbslurm.broker.lane_client import Lane, LaneClosed, lane_wanted
 from acbslurm.broker.proto import pb, pb_grpc
+from acbslurm.config import env_float
 from acbslurm.errors import BrokerError, ConfigError
 from acbslurm.jobsockets import lane_path
 from acbslurm.units import size_bytes
@@ -148,10 +149,7 @@ class BrokerClient:
         self.address = check_address(address or default_address())
         self.name = name or os.path.basename(sys.argv[0] or "python")
         if reconnect_timeout is None:
-            try:
-                reconnect_timeout = float(os.environ.get(RECONNECT_ENV, RECONNECT_TIMEOUT))
-            except ValueError:
-                raise ConfigError(f"{RECONNECT_ENV} must be a number of seconds") from None
+            reconnect_timeout = env_float(RECONNECT_ENV, RECONNECT_TIMEOUT)
         self.reconnect_timeout = reconnect_timeout
         self.reconnects = 0  # broker sessions regained after losing the broker
         # The session belongs to this process: a forked child shares its sockets but not

@@ -34,6 +34,8 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from acbslurm.errors import ConfigError
+
 POLICIES = ("fifo", "quantum")
 
 
@@ -117,10 +119,14 @@ class Counters:
 
 class Broker:
     def __init__(self, devices: list[Device], policy: str = "fifo", quantum: float = 1.0) -> None:
+        # Both come from what a user gives (a pool's policy:, a job's GPU list that names
+        # one GPU twice), so they are the tree's ConfigError, not a bug's ValueError.
         if policy not in POLICIES:
-            raise ValueError(f"unknown policy {policy!r} (one of {', '.join(POLICIES)})")
-        if len({d.id for d in devices}) != len(devices):
-            raise ValueError("device ids must be unique")
+            raise ConfigError(f"unknown policy {policy!r} (one of {', '.join(POLICIES)})")
+        ids = [d.id for d in devices]
+        twice = sorted({i for i in ids if ids.count(i) > 1})
+        if twice:
+            raise ConfigError(f"the broker's devices name {twice[0]!r} twice: {', '.join(ids)}")
         self.devices: dict[str, Device] = {d.id: d for d in devices}
         self.policy = policy
         self.quantum = quantum

@@ -202,7 +202,11 @@ def _cuda_ordinal(uuid: str) -> int:
     for i in range(torch.cuda.device_count()):
         if str(torch.cuda.get_device_properties(i).uuid) == want:
             return i
-    raise RuntimeError(f"GPU {uuid} granted by the broker is not visible to this process")
+    # The program's own CUDA_VISIBLE_DEVICES can hide it: the user's to fix, so in the tree.
+    raise BrokerError(
+        f"GPU {uuid} granted by the broker is not visible to this process "
+        f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')!r})"
+    )
 
 
 class LeaseMode(TorchFunctionMode):

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import click
 
+from acbslurm.clitypes import FiniteFloat
 from acbslurm.errors import AcbslurmError
 
 
@@ -41,7 +43,7 @@ def broker() -> None:
 )
 @click.option(
     "--quantum",
-    type=click.FloatRange(min=0.001),
+    type=FiniteFloat(min=0.001),
     default=1.0,
     show_default=True,
     help="Seconds a waiter waits before the holder is asked to yield (policy quantum).",
@@ -64,7 +66,7 @@ def broker() -> None:
 )
 @click.option(
     "--recovery-grace",
-    type=click.FloatRange(min=0),
+    type=FiniteFloat(min=0),
     default=10.0,
     show_default=True,
     metavar="SECONDS",
@@ -90,12 +92,12 @@ def serve(
     from acbslurm.config import load_settings
 
     address = _address(listen)
-    try:
-        mode = int(socket_mode, 8)
-    except ValueError:
+    # Octal digits in ASCII only: int(..., 8) also reads Arabic-Indic digits and "6_00".
+    if not (socket_mode.isascii() and re.fullmatch(r"[0-7]{1,4}", socket_mode)):
         raise click.BadParameter(
             f"{socket_mode!r} is not an octal mode", param_hint="'--socket-mode'"
-        ) from None
+        )
+    mode = int(socket_mode, 8)
     if not 0 <= mode <= 0o777:
         raise click.BadParameter(f"{socket_mode!r} is out of range", param_hint="'--socket-mode'")
     try:
@@ -184,7 +186,7 @@ def fetch_status(address: str, timeout: float = 5.0) -> dict[str, Any]:
 @click.option("--broker", "address", metavar="ADDR", help="Broker address (as for serve).")
 @click.option(
     "--timeout",
-    type=click.FloatRange(min=0.1),
+    type=FiniteFloat(min=0.1),
     default=3.0,
     show_default=True,
     help="Seconds to wait for the broker.",

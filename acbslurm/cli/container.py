@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import click
 
+from acbslurm.clitypes import FiniteFloat
 from acbslurm.container.options import OptionError
 from acbslurm.container.run_command import RunArgs, execute
 
@@ -28,11 +29,11 @@ from acbslurm.container.run_command import RunArgs, execute
 @click.option("--name", default=None, help="Container name (default acbslurm-<job>-<random>).")
 @click.option(
     "--grace",
-    type=click.FloatRange(min=0),
+    type=FiniteFloat(min=0),
     default=None,
     help="Seconds between SIGTERM and SIGKILL when the job is cancelled (default: setting).",
 )
-@click.option("--cpus", type=float, default=None, help="CPU limit, at most the job's CPUs.")
+@click.option("--cpus", type=FiniteFloat(), default=None, help="CPU limit, at most the job's CPUs.")
 @click.option("--memory", default=None, help="Memory limit (512m, 2g), at most the job's memory.")
 @click.option(
     "--pull",

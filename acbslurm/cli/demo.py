@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import click
 
+from acbslurm.clitypes import FiniteFloat
+
 
 @click.command()
 @click.option(
@@ -21,7 +23,7 @@ import click
 )
 @click.option(
     "--hold",
-    type=click.FloatRange(min=1),
+    type=FiniteFloat(min=1),
     default=6.0,
     show_default=True,
     # slurmctld starts batch jobs up to batch_sched_delay (3 s by default) after they are
@@ -36,7 +38,7 @@ import click
 )
 @click.option(
     "--timeout",
-    type=click.FloatRange(min=10),
+    type=FiniteFloat(min=10),
     default=180.0,
     show_default=True,
     help="Seconds each phase may take.",

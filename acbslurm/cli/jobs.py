@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from acbslurm.clitypes import AsciiInt, FiniteFloat
+
 if TYPE_CHECKING:
     from acbslurm.slurm.jobtypes import JobInfo, SubmitResult
     from acbslurm.spec import JobSpec
@@ -92,7 +94,7 @@ def render(
 @click.option(
     "-n",
     "--count",
-    type=click.IntRange(min=1),
+    type=AsciiInt(min=1),
     default=1,
     show_default=True,
     help="How many identical jobs to submit.",
@@ -109,7 +111,7 @@ def render(
 @click.option("--wait", is_flag=True, help="Follow the jobs until they end; fail if any failed.")
 @click.option(
     "--interval",
-    type=click.FloatRange(min=0.1),
+    type=FiniteFloat(min=0.1),
     default=1.0,
     show_default=True,
     help="Seconds between polls with --wait.",

@@ -9,6 +9,7 @@ import click
 from acbslurm.accounting.options import BY_CHOICES, DEFAULT_START
 from acbslurm.accounting.output import FORMATS
 from acbslurm.accounting.usage import DEFINITIONS
+from acbslurm.clitypes import AsciiInt
 
 
 @click.group("report", invoke_without_command=True)
@@ -77,7 +78,7 @@ from acbslurm.accounting.usage import DEFINITIONS
 @click.option(
     "--db-port",
     default=None,
-    type=click.IntRange(1, 65535),
+    type=AsciiInt(1, 65535),
     help="Database TCP port [env ACBSLURM_DB_PORT].",
 )
 @click.option("--db-socket", default=None, help="Database unix socket [env ACBSLURM_DB_SOCKET].")

@@ -9,6 +9,7 @@ import time
 
 import click
 
+from acbslurm.clitypes import AsciiInt
 from acbslurm.sandbox.layout import DEFAULT_DIR, MAX_NODES
 
 dir_option = click.option(
@@ -20,6 +21,19 @@ dir_option = click.option(
     type=click.Path(file_okay=False),
     help="Sandbox directory (all config and state live there). Env: ACBSLURM_SANDBOX_DIR.",
 )
+
+
+def _slurm_release(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """``debian`` or a release such as 25.11.7, checked before the sandbox starts."""
+    if value is None or value == "debian":
+        return value
+    from acbslurm.slurm.versions import parse_release
+
+    try:
+        parse_release(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), ctx, param) from None
+    return value
 
 
 def _progress(msg: str) -> None:
@@ -36,20 +50,20 @@ def sandbox() -> None:
 @dir_option
 @click.option(
     "--gpus",
-    type=click.IntRange(1, 64),
+    type=AsciiInt(1, 64),
     default=None,
     help="Number of emulated GPUs per node  [default: 2, or what the sandbox had].",
 )
 @click.option(
     "--nodes",
-    type=click.IntRange(1, MAX_NODES),
+    type=AsciiInt(1, MAX_NODES),
     default=None,
     help="Number of nodes: one slurmd each (`slurmd -N`), all on this machine, each "
     "with its own GPUs  [default: 1, or what the sandbox had].",
 )
 @click.option(
     "--port-base",
-    type=click.IntRange(1024, 65000),
+    type=AsciiInt(1024, 65000),
     default=None,
     envvar="ACBSLURM_SANDBOX_PORT_BASE",
     help="slurmctld port; slurmd, slurmdbd and MariaDB use the next three, further "
@@ -61,6 +75,7 @@ def sandbox() -> None:
     metavar="VERSION",
     default=None,
     envvar="ACBSLURM_SANDBOX_SLURM",
+    callback=_slurm_release,
     help="Slurm release to run: `debian` (the packaged 22.05, the default) or e.g. "
     "25.11.7, built once from its source tarball (ACBSLURM_SLURM_SOURCES, "
     "--slurm-source) into /var/cache/acbslurm/slurm. Env: ACBSLURM_SANDBOX_SLURM.",

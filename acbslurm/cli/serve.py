@@ -5,10 +5,25 @@ from __future__ import annotations
 import click
 
 
+def _listen(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """Checked before anything starts: a bad address names --listen and quotes itself."""
+    if value is None:
+        return None
+    from acbslurm.serve.pool import check_listen
+
+    try:
+        return check_listen(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), ctx, param) from None
+
+
 @click.command()
 @click.argument("pool_file", required=False, type=click.Path(dir_okay=False))
 @click.option(
-    "--listen", metavar="HOST:PORT", help="Gateway address (default: the pool's listen:)."
+    "--listen",
+    metavar="HOST:PORT",
+    callback=_listen,
+    help="Gateway address (default: the pool's listen:).",
 )
 @click.option(
     "--demo",

@@ -148,6 +148,8 @@ def resolve_limits(cpus: float | None, memory: str | None, record: JobRecord | N
         if alloc_cpus and cpus > alloc_cpus:
             raise OptionError("--cpus", f"{cpus:g} is more than the job's {alloc_cpus} CPUs")
         nano = int(cpus * 10**9)
+        if nano < 1:  # Docker reads NanoCpus 0 as "no limit"
+            raise OptionError("--cpus", f"must be at least 0.000000001 (1e-9), got {cpus:g}")
     mem = alloc_mem
     if memory is not None:
         mem = parse_size(memory)

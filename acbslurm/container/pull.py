@@ -68,7 +68,7 @@ def _pull(api: EngineApi, ref: str) -> None:
 
 def ensure_image(api: EngineApi, ref: str, policy: str) -> bool:
     """Apply ``policy`` to ``ref``; True when it was pulled. Raises a clear error."""
-    if policy not in POLICIES:
+    if policy not in POLICIES:  # --pull and the spec's pull: are checked before: a bug here
         raise ValueError(f"unknown pull policy {policy!r} (one of {', '.join(POLICIES)})")
     try:
         if policy == "always":

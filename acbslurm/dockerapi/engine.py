@@ -280,7 +280,8 @@ class EngineApi:
 
     def image_inspect(self, ref: str) -> dict[str, Any]:
         """The image ``ref`` as the daemon has it; ``EngineError`` 404 when it has not."""
-        return dict(self.call("GET", f"/images/{_quote(ref, keep='/:@')}/json"))
+        path = f"/images/{_quote(ref, keep='/:@')}/json"
+        return dict(_of_type(self.call("GET", path), dict, f"Docker at {self.host}: GET {path}"))
 
     def pull(self, query: dict[str, str], idle: float = 300.0) -> list[dict[str, Any]]:
         """``POST /images/create`` (``fromImage``, ``tag``): the daemon's progress messages.

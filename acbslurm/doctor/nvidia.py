@@ -17,6 +17,7 @@ from acbslurm.doctor.context import Context
 from acbslurm.doctor.docker import docker_host
 from acbslurm.doctor.result import Check, fail, ok
 from acbslurm.errors import AcbslurmError
+from acbslurm.units import is_ascii_int
 
 HOOK = "nvidia-container-runtime-hook"
 STANDIN_MARK = "SANDBOX-ONLY"
@@ -54,7 +55,7 @@ def _socket_of(argv: list[str], env: dict[str, str]) -> str:
 def daemon_envs(uid: int, proc: str = "/proc") -> list[tuple[str, dict[str, str]]]:
     """(socket, environment) of the ``dockerd`` processes of ``uid`` that we may read."""
     out = []
-    for pid in (p for p in os.listdir(proc) if p.isdigit()):
+    for pid in (p for p in os.listdir(proc) if is_ascii_int(p)):
         try:
             with open(os.path.join(proc, pid, "status")) as f:
                 status = f.read()

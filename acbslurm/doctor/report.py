@@ -10,6 +10,7 @@ import stat
 
 from acbslurm.doctor.context import Context
 from acbslurm.doctor.result import Check, fail, ok, warn
+from acbslurm.units import is_ascii_int
 
 FIX_SERVICE = (
     "start the report service on this host (`acbslurm report serve`, as a systemd unit "
@@ -42,7 +43,7 @@ def _db_address(text: str) -> tuple[str, int | str]:
     if sec.get("socket") and sec.get("host", "localhost") == "localhost":
         return "unix", str(sec["socket"])
     port = str(sec.get("port") or "3306")
-    return str(sec.get("host") or "localhost"), int(port) if port.isdigit() else 3306
+    return str(sec.get("host") or "localhost"), int(port) if is_ascii_int(port) else 3306
 
 
 def _read(path: str) -> tuple[str, str]:

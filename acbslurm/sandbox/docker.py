@@ -17,6 +17,7 @@ from acbslurm import proc
 from acbslurm.errors import SetupError
 from acbslurm.sandbox.layout import IMAGE, Layout
 from acbslurm.sandbox.procs import Proc, running, spawn, wait_for
+from acbslurm.units import is_ascii_int
 
 ROOTLESS_SCRIPT = "/usr/share/docker.io/contrib/dockerd-rootless.sh"
 DOCKER = "/usr/bin/docker"  # Debian's client, matching its daemon
@@ -127,7 +128,7 @@ def stop_leftover_containerd(layout: Layout, user: str) -> list[int]:
     config = str(layout.user_runtime_dir(user) / "docker" / "containerd" / "containerd.toml")
     killed = []
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
+        if not is_ascii_int(entry.name):
             continue
         try:
             argv = (entry / "cmdline").read_bytes().split(b"\0")

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from acbslurm.errors import SetupError
+from acbslurm.units import is_ascii_int
 
 MARKER = "ACBSLURM_SANDBOX"
 
@@ -143,7 +144,7 @@ def marked_pids(marker: str) -> list[int]:
     needle = f"{MARKER}={marker}".encode()
     found = []
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+        if not is_ascii_int(entry.name) or int(entry.name) == os.getpid():
             continue
         try:
             environ = (entry / "environ").read_bytes()

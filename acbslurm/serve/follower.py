@@ -16,6 +16,8 @@ import sys
 import warnings
 from typing import Any
 
+from acbslurm.units import ascii_int
+
 EXIT_REFUSED = 3  # this stage cannot run (the leader tells the gateway why)
 EXIT_GROUP = 5  # the leader went away or failed
 
@@ -61,7 +63,7 @@ def run(spec: dict[str, Any], rank: int, rendezvous: str, device: str) -> int:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="acbslurm.serve.follower")
     p.add_argument("--spec", required=True, help="the model's spec as JSON")
-    p.add_argument("--rank", type=int, required=True)
+    p.add_argument("--rank", type=ascii_int, required=True)
     p.add_argument("--rendezvous", required=True, help="HOST:PORT of the leader's store")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     args = p.parse_args(argv)

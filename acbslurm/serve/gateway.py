@@ -27,6 +27,7 @@ from starlette.routing import Route
 from acbslurm.serve.api import ApiError, parse_chat, parse_completion
 from acbslurm.serve.metrics import CONTENT_TYPE, Metrics
 from acbslurm.serve.workers import Overloaded, Pending, Unavailable, WorkerHandle
+from acbslurm.units import is_ascii_int
 
 log = logging.getLogger(__name__)
 MAX_BODY = 8 << 20  # bytes; a 100k-token prompt is well below
@@ -144,7 +145,7 @@ class Gateway:
 
     async def _read_json(self, request: Request) -> Any:
         length = request.headers.get("content-length")
-        if length is not None and length.isdigit() and int(length) > MAX_BODY:
+        if length is not None and is_ascii_int(length) and int(length) > MAX_BODY:
             raise ApiError(
                 413, f"request body larger than {MAX_BODY >> 20} MiB", code="body_too_large"
             )

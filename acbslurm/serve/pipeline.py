@@ -32,7 +32,6 @@ import contextlib
 import datetime
 import itertools
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -42,6 +41,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch.distributed import TCPStore  # type: ignore[attr-defined]
+
+from acbslurm.config import env_float
 
 log = logging.getLogger("acbslurm.serve.pipeline")
 
@@ -60,7 +61,7 @@ class GroupBroken(Exception):
 
 def stage_timeout() -> float:
     """Seconds one command may take before the leader declares the group broken."""
-    return float(os.environ.get("ACBSLURM_SERVE_STAGE_TIMEOUT", "120") or 120)
+    return env_float("ACBSLURM_SERVE_STAGE_TIMEOUT", 120.0, minimum=0.001)
 
 
 def rendezvous(host: str, port: int, rank: int, procs: int) -> TCPStore:

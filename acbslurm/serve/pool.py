@@ -35,7 +35,7 @@ from typing import Any
 
 import yaml
 
-from acbslurm.serve.errors import PoolError
+from acbslurm.serve.errors import ListenError, PoolError
 from acbslurm.spec.yamlpos import DuplicateKeyError, Errors, Located, load_located
 from acbslurm.units import size_bytes
 
@@ -166,12 +166,13 @@ def _str(value: Any, at: tuple[str, ...], e: Errors) -> str | None:
 
 
 def check_listen(text: str) -> str:
-    """``HOST:PORT``, with ``HOST:auto`` spelled ``HOST:0`` (a free port); ValueError otherwise."""
+    """``HOST:PORT``, with ``HOST:auto`` spelled ``HOST:0`` (a free port); ListenError
+    (a ConfigError and a ValueError) otherwise."""
     m = _LISTEN.match(text)
     if m and m.group(2) == "auto":
         return f"{m.group(1)}:0"
     if not m or not (0 <= int(m.group(2)) <= 65535):
-        raise ValueError(
+        raise ListenError(
             f"{text!r} is not HOST:PORT (for example 127.0.0.1:8000; port 0 or auto: a free one)"
         )
     return text
@@ -202,7 +203,7 @@ def _devices(value: Any, at: tuple[str, ...], e: Errors) -> str | None:
     if (
         dev is not None
         and dev != "auto"
-        and not re.match(r"^cpu:[0-9]+(:[0-9.]+[KMGTP]?(i?B)?)?$", dev, re.I)
+        and not re.match(r"^cpu:[0-9]+(:[0-9.]+[KMGTP]?(i?B)?)?$", dev, re.I | re.ASCII)
     ):
         e.add(at, f"must be auto or cpu:N[:SIZE], got {dev!r}")
     return dev

@@ -20,6 +20,6 @@ def encode(msg: dict[str, Any]) -> bytes:
 
 def decode(line: bytes) -> dict[str, Any]:
     msg = json.loads(line)
-    if not isinstance(msg, dict):
+    if not isinstance(msg, dict):  # readers catch ValueError, as for json.loads's own
         raise ValueError("message is not an object")
     return msg

@@ -29,6 +29,7 @@ import warnings
 from collections import deque
 from typing import Any
 
+from acbslurm.config import env_float
 from acbslurm.serve.gang import Gang
 from acbslurm.serve.protocol import MAX_LINE, decode, encode
 
@@ -49,7 +50,7 @@ class Worker:
         self.cond = threading.Condition()
         self.queue: deque[Any] = deque()
         self.by_id: dict[str, Any] = {}
-        self.token_delay = float(os.environ.get("ACBSLURM_SERVE_TOKEN_DELAY", "0") or 0)
+        self.token_delay = env_float("ACBSLURM_SERVE_TOKEN_DELAY", 0.0)
         self.gpu_wait = 0.0
         self.turns = 0
         self.requests = 0

@@ -35,7 +35,9 @@ def parse_private_data(show_config: str) -> str:
     output cannot tell: no slurmdbd section, or a sacctmgr (26.05 on) whose slurmdbd
     section repeats the local slurm.conf's PrivateData."""
     local, sep, dbd = show_config.partition("SlurmDBD configuration")
-    release = re.search(r"^\s*SLURM_VERSION\s*=\s*(\d+\.\d+(?:\.\d+)?)", local, re.MULTILINE)
+    release = re.search(
+        r"^\s*SLURM_VERSION\s*=\s*([0-9]+\.[0-9]+(?:\.[0-9]+)?)", local, re.MULTILINE
+    )
     if release and not sacctmgr_shows_dbd_private_data(release.group(1)):
         log.warning(
             "sacctmgr %s does not show slurmdbd's PrivateData (Slurm 26.05 on): treating "

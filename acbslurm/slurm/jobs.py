@@ -290,7 +290,7 @@ def _controller_rows(
     so that scontrol is not asked)."""
     if backend != "pyslurm":
         return _squeue(wanted, user, env)
-    if env is not None:
+    if env is not None:  # a caller's bug (no option leads here): a builtin, not the tree
         raise ValueError("the pyslurm backend queries this process's own Slurm")
     from acbslurm.slurm import pyslurm_backend
 
@@ -432,7 +432,7 @@ def parse_job_id(stdout: str) -> str:
     """``sbatch --parsable`` prints ``JOBID`` or ``JOBID;CLUSTER``."""
     first = stdout.strip().splitlines()[0] if stdout.strip() else ""
     jid = first.split(";")[0].strip()
-    if not JOB_ID.match(jid):
+    if not JOB_ID.match(jid):  # the caller turns it into a SlurmError with sbatch's output
         raise ValueError(f"sbatch printed no job id: {stdout!r}")
     return jid
 
@@ -455,7 +455,7 @@ def submit_script(
     already submitted come back with the error.
     """
     if count < 1:
-        raise ValueError("count must be at least 1")
+        raise ConfigError(f"a submission of {count} jobs: count must be at least 1")
     if backend == "pyslurm":
         if user is not None or env is not None or extra_env:
             raise ConfigError(

@@ -9,6 +9,7 @@ from typing import Any
 
 from acbslurm.errors import SlurmError
 from acbslurm.slurm.states import TERMINAL_STATES
+from acbslurm.units import is_ascii_int
 
 
 @dataclass
@@ -73,8 +74,8 @@ def exit_status(text: str) -> tuple[int | None, int | None]:
     """Slurm's ``CODE:SIGNAL`` as two integers; None for what it does not say."""
     code, _, sig = text.partition(":")
     return (
-        int(code) if code.strip().isdigit() else None,
-        int(sig) if sig.strip().isdigit() else None,
+        int(code) if is_ascii_int(code.strip()) else None,
+        int(sig) if is_ascii_int(sig.strip()) else None,
     )
 
 

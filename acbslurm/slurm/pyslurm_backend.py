@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from acbslurm.errors import SlurmError
+from acbslurm.errors import ConfigError, SlurmError
 from acbslurm.slurm.jobtypes import JobGres, JobInfo, SubmitResult
 from acbslurm.slurm.states import HOLDING_STATES, TERMINAL_STATES
 
@@ -84,8 +84,8 @@ def sbatch_directives(script: str) -> dict[str, Any]:
             continue
         flag, _, value = line.removeprefix("#SBATCH").strip().partition("=")
         attr = SBATCH_ATTRS.get(flag)
-        if attr is None:
-            raise ValueError(
+        if attr is None:  # a spec's sbatch_args can ask for it: the user's to change
+            raise ConfigError(
                 f"the pyslurm backend does not read '#SBATCH {flag}' (slurm_backend: cli does)"
             )
         text = _unquote(value.strip())
@@ -98,7 +98,7 @@ def submit_script(script: str, *, count: int = 1, cwd: str | None = None) -> Sub
     import os
 
     if count < 1:
-        raise ValueError("count must be at least 1")
+        raise ConfigError(f"a submission of {count} jobs: count must be at least 1")
     pyslurm = _pyslurm()
     result = SubmitResult([], requested=count)
     try:

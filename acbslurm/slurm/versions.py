@@ -16,6 +16,8 @@ import os
 import re
 from dataclasses import dataclass
 
+from acbslurm.errors import ConfigError
+
 # Debian's packages put the daemons in /usr/sbin and the clients in /usr/bin.
 DEBIAN_PREFIX = "/usr"
 DEBIAN_RELEASE = "22.05.8"
@@ -25,7 +27,11 @@ SUPPORTED = ("22.05.8", "23.02.8", "23.11.11", "24.11.7", "25.05.8", "25.11.7", 
 DAEMONS = ("slurmctld", "slurmd", "slurmdbd", "slurmstepd")
 CLIENTS = ("sbatch", "scontrol", "squeue", "sacct", "sacctmgr", "scancel", "sinfo", "srun")
 
-_RELEASE_RE = re.compile(r"^(\d{2})\.(\d{2})(?:\.(\d+))?$")
+_RELEASE_RE = re.compile(r"^([0-9]{2})\.([0-9]{2})(?:\.([0-9]+))?$")
+
+
+class ReleaseError(ConfigError, ValueError):
+    """Not a Slurm release (``25.11.7``). A ValueError too, as callers caught before."""
 
 
 def parse_release(text: str) -> tuple[int, int, int]:
@@ -33,7 +39,7 @@ def parse_release(text: str) -> tuple[int, int, int]:
     word = text.strip().split()[-1] if text.strip() else ""
     m = _RELEASE_RE.match(word)
     if not m:
-        raise ValueError(f"not a Slurm release: {text!r} (expected e.g. 25.11.7)")
+        raise ReleaseError(f"not a Slurm release: {text!r} (expected e.g. 25.11.7)")
     return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
 
 

@@ -519,7 +519,7 @@ def _what_runs(get: Any, e: Errors) -> None:
         e.add((), "nothing to run: give 'command', a 'container' block or 'serve' (a pool file)")
     if "serve" in given and get("array") is not None:
         e.add(("array",), "a pool job is one gateway; remove 'array'")
-    if "serve" in given and not str(get("nodes") or 1).isdigit():
+    if "serve" in given and not units.is_ascii_int(str(get("nodes") or 1)):
         e.add(("nodes",), "a pool job needs a fixed node count (nodes: 2, not a range)")
 
 

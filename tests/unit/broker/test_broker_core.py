@@ -3,6 +3,7 @@
 import pytest
 
 from acbslurm.broker.core import Broker, Device, EvictAsked, Granted, Rejected, YieldAsked
+from acbslurm.errors import ConfigError
 
 
 def devs(n: int, mem: int = 0) -> list[Device]:
@@ -99,7 +100,7 @@ def test_quantum_policy_asks_the_holder_to_yield_once() -> None:
 
 
 def test_unknown_policy_is_refused() -> None:
-    with pytest.raises(ValueError, match="lottery"):
+    with pytest.raises(ConfigError, match="lottery"):
         Broker(devs(1), policy="lottery")
 
 

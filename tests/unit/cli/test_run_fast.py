@@ -97,7 +97,7 @@ TOKENS = [
     "img", "echo", "", "-", "--", "-h", "--help", "--gpus", "--gpus=auto", "none",
     "--mount", "/a:/b", "--env", "A=1", "--workdir", "/w", "--name", "n", "--grace",
     "3", "-1", "inf", "nan", "--cpus", "0.5", "x", "--memory=1g", "--foo", "--grace=",
-    "--pull", "always", "--pull=never", "maybe",
+    "--pull", "always", "--pull=never", "maybe", "1e-12", "\u0662", "1_0",
 ]  # fmt: skip
 
 

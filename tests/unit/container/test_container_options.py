@@ -246,11 +246,13 @@ def test_no_slurmstepd_above_a_plain_process() -> None:
 @pytest.mark.parametrize(
     ("args", "msg"),
     [
-        (["--cpus", "nan"], "'--cpus': must be a finite number, got nan"),
-        (["--cpus", "inf"], "'--cpus': must be a finite number, got inf"),
-        (["--cpus", "-inf"], "'--cpus': must be a finite number, got -inf"),
-        (["--grace", "inf"], "'--grace': must be a finite number of seconds >= 0, got inf"),
-        (["--grace", "nan"], "'--grace': must be a finite number of seconds >= 0, got nan"),
+        (["--cpus", "nan"], "'--cpus': 'nan' is not a finite number"),
+        (["--cpus", "inf"], "'--cpus': 'inf' is not a finite number"),
+        (["--cpus", "-inf"], "'--cpus': '-inf' is not a finite number"),
+        (["--grace", "inf"], "'--grace': 'inf' is not a finite number"),
+        (["--grace", "nan"], "'--grace': 'nan' is not a finite number"),
+        # Docker reads NanoCpus 0 as no limit at all
+        (["--cpus", "1e-12"], "'--cpus': must be at least 0.000000001 (1e-9), got 1e-12"),
     ],
 )
 def test_cli_refuses_non_finite_numbers(in_job: Path, args: list[str], msg: str) -> None:
@@ -271,6 +273,10 @@ def test_non_finite_limits_and_grace_are_option_errors() -> None:
             resolve_grace(bad, 5.0)
         assert grace.value.option == "--grace"
     assert resolve_grace(None, 5.0) == 5.0
+    with pytest.raises(OptionError, match=r"at least 0\.000000001") as tiny:
+        resolve_limits(1e-12, None, REC)
+    assert tiny.value.option == "--cpus"
+    assert resolve_limits(1e-9, None, REC).nano_cpus == 1
     assert resolve_grace(0, 5.0) == 0
 
 

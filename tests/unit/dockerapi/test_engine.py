@@ -221,3 +221,19 @@ def test_a_container_another_caller_is_removing_counts_once_it_is_gone(
     fake_docker.on("DELETE", "/containers/*", Answer(409, {"message": "something else"}))
     with pytest.raises(Conflict, match="something else"):
         d.remove_container("c1")  # any other conflict is one
+
+
+@pytest.mark.parametrize(
+    "reply", [OK_HEAD, OK_HEAD + b"null", OK_HEAD + b'["img"]', OK_HEAD + b'"sha256:..."']
+)
+def test_an_image_answer_that_is_no_object_is_a_docker_error(
+    fake_docker: FakeDocker, reply: bytes
+) -> None:
+    # Before: dict(...) of it raised TypeError or ValueError, a traceback for
+    # `acbslurm run` (ensure_image) and the job checks.
+    fake_docker.on("GET", "/images/*/json", Raw(reply))
+    with pytest.raises(DockerError) as exc:
+        api(fake_docker).image_inspect("img:1")
+    assert str(exc.value).startswith(
+        f"Docker at {fake_docker.host}: GET /images/img:1/json: truncated or invalid answer"
+    )

@@ -2,6 +2,7 @@
 
 import pytest
 
+from acbslurm.errors import ConfigError
 from acbslurm.render import render
 from acbslurm.slurm.pyslurm_backend import sbatch_directives
 from acbslurm.spec import parse_spec
@@ -23,5 +24,5 @@ def test_a_rendered_spec_maps_to_pyslurm_attributes() -> None:
 def test_only_the_header_counts_and_unknown_options_are_refused() -> None:
     script = "#!/bin/bash\n#SBATCH --job-name=a\n\necho hi\n#SBATCH --partition=late\n"
     assert sbatch_directives(script) == {"name": "a"}
-    with pytest.raises(ValueError, match="does not read '#SBATCH --exclusive'"):
+    with pytest.raises(ConfigError, match="does not read '#SBATCH --exclusive'"):
         sbatch_directives("#!/bin/bash\n#SBATCH --exclusive=user\n")
