@@ -75,9 +75,11 @@ def write_record(record_dir: str, rec: JobRecord) -> str:
         finally:
             os.close(fd)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(OSError):  # a full disk must not keep half a record
             os.unlink(tmp)
+        if isinstance(exc, OSError) and exc.filename is None:
+            exc.filename = tmp  # os.write's ENOSPC names no file: say where
         raise
     return path
 
@@ -161,8 +163,18 @@ def read_trusted_record(record_dir: str, job_id: str) -> JobRecord | None:
 
 
 def remove_record(record_dir: str, job_id: str) -> bool:
+    """Remove the job's record; False when there was none.
+
+    A read-only directory answers EROFS before it looks for the file: no record there
+    (a job whose prolog failed on that very directory) is nothing to remove, not an error.
+    """
+    path = record_path(record_dir, job_id)
     try:
-        os.unlink(record_path(record_dir, job_id))
+        os.unlink(path)
     except FileNotFoundError:
         return False
+    except OSError:
+        if not os.path.lexists(path):
+            return False
+        raise
     return True

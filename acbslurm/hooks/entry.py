@@ -196,7 +196,8 @@ def run_epilog(env: Mapping[str, str]) -> int:
         _say("warning", f"job {job_id}: {exc}")
         rec = None
     uid, user = (rec.uid, rec.user) if rec else _user_of(env)
-    problems = _clean_up_containers(job_id, uid, user, rec.gpu_minors if rec else [], settings)
+    minors = rec.gpu_minors if rec else []
+    problems = _clean_up_containers(job_id, uid, user, minors, settings, env)
     from acbslurm.jobsockets import remove_job_dir
 
     try:
@@ -237,7 +238,7 @@ def _docker_hosts(settings: Settings, uid: int, user: str) -> list[str]:
 
 
 def _clean_up_containers(
-    job_id: str, uid: int, user: str, minors: list[int], settings: Settings
+    job_id: str, uid: int, user: str, minors: list[int], settings: Settings, env: Mapping[str, str]
 ) -> list[str]:
     """Remove the job's containers; what may still run (empty: nothing can)."""
     from acbslurm.hooks.sweep import sweep_job_containers
@@ -256,7 +257,8 @@ def _clean_up_containers(
     if result.unreachable and uid >= 0:
         # "Connection refused" says nothing about the containers: they outlive their
         # daemon under containerd-shim. Find them without it.
-        problems += _kill_orphans(job_id, uid, user, minors, result.unreachable)
+        devices = _gpu_files(settings, env, minors)
+        problems += _kill_orphans(job_id, uid, user, devices, result.unreachable)
         from acbslurm.hooks.orphans import remember_unswept
 
         try:
@@ -268,8 +270,30 @@ def _clean_up_containers(
     return problems
 
 
+def _gpu_files(settings: Settings, env: Mapping[str, str], minors: list[int]) -> list[str]:
+    """The device files of the job's GPUs: ``/dev/nvidiaN`` and those of gres.conf's
+    ``File=`` lines with the same minor numbers (a node whose GPUs live elsewhere, as the
+    sandbox's emulated ones); ``device_holders`` compares device numbers anyway."""
+    from acbslurm.gpu.gres_conf import gpu_device_files
+    from acbslurm.gpu.mapping import device_minor
+    from acbslurm.gpu.node import node_name
+
+    files = [f"/dev/nvidia{m}" for m in minors]
+    try:
+        listed = gpu_device_files(settings.gres_conf, node_name(env))
+    except (AcbslurmError, OSError):
+        return files  # AutoDetect or an unreadable gres.conf: the usual names
+    for path in listed:
+        try:
+            if device_minor(path) in minors and path not in files:
+                files.append(path)
+        except AcbslurmError:
+            continue  # gone or not a device: it cannot be held
+    return files
+
+
 def _kill_orphans(
-    job_id: str, uid: int, user: str, minors: list[int], unreachable: list[str]
+    job_id: str, uid: int, user: str, devices: list[str], unreachable: list[str]
 ) -> list[str]:
     from acbslurm.hooks.orphans import device_holders, kill_job_processes
 
@@ -279,7 +303,7 @@ def _kill_orphans(
         pids = ",".join(map(str, killed))
         _say("warning", f"job {job_id}: killed its container processes {pids} without Docker")
     problems = [f"container processes {left} survived SIGKILL"] if left else []
-    holders = device_holders([f"/dev/nvidia{m}" for m in minors], uid, user)
+    holders = device_holders(devices, uid, user)
     if holders:
         problems.append(f"processes {holders} of {user or uid} still hold the job's GPUs")
     return problems

@@ -72,6 +72,7 @@ def write_hook_wrappers(layout: Layout, params: Params) -> None:
             config=str(layout.acbslurm_conf),
             hook=name,
             func=func,
+            hook_log=str(layout.log_file("hooks")),
         )
         _write(layout.libexec / name, text, 0o755)
 

@@ -1,15 +1,16 @@
-"""Fault: the job user's rootless dockerd dies (SIGKILL) while a job's container runs.
+"""Faults of the job user's rootless dockerd while a job's container runs: killed
+(SIGKILL) or stopped gracefully (SIGTERM, as `systemctl stop`).
 
-The container outlives its daemon under containerd-shim and keeps its GPU. Before, the
-epilog took "connection refused" for "nothing runs", exited 0, and the next job got the
-same GPU while the old container still used it.
+A killed daemon's container outlives it under containerd-shim and keeps its GPU. Before,
+the epilog took "connection refused" for "nothing runs", exited 0, and the next job got
+the same GPU while the old container still used it. A daemon stopped gracefully stops
+the container itself (exit 143): the job's output must say why, not just end with 143.
 """
 
 from __future__ import annotations
 
 import os
 import signal
-import time
 from pathlib import Path
 from typing import Any
 
@@ -19,22 +20,41 @@ from sandboxtest import (
     acbslurm_run,
     docker_api,
     dockerd_pid,
+    hook_devices,
+    job_containers,
     submit,
     wait_container,
     wait_job,
+    wait_until,
 )
 
+from acbslurm.config import load_settings
+from acbslurm.hooks.orphans import job_processes, unswept
 from acbslurm.sandbox.procs import running
 
 pytestmark = pytest.mark.integration
 
 
-def _wait(what: str, cond: Any, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not after {timeout} s")
-        time.sleep(0.2)
+def record_dir(sb: Any) -> Path:
+    return Path(load_settings(str(sb.layout.acbslurm_conf)).record_dir)
+
+
+def in_queue(sb: Any, job: str) -> bool:
+    """Pending, running or completing (its epilog not done yet)."""
+    return bool(sb.run_slurm(["squeue", "-h", "-j", job], check=False).stdout.strip())
+
+
+def text_of(path: Path) -> str:
+    """A job's output so far ("" before slurmstepd has created it)."""
+    try:
+        return path.read_text(errors="replace")
+    except FileNotFoundError:
+        return ""
+
+
+def node_state(sb: Any) -> str:
+    out = sb.run_slurm(["scontrol", "show", "node", "-o"]).stdout
+    return dict(t.partition("=")[::2] for t in out.split() if "=" in t)["State"]
 
 
 def test_a_killed_dockerd_leaks_no_container_and_no_gpu(idle: Any, scripts: Path) -> None:
@@ -46,6 +66,8 @@ def test_a_killed_dockerd_leaks_no_container_and_no_gpu(idle: Any, scripts: Path
     job = submit(sb, scripts, body, "--gres=gpu:1")
     wait_job(sb, job, ("RUNNING",), 60)
     cid = wait_container(api, job)["Id"]
+    old_gpus = set(hook_devices(sb)[cid])
+    assert len(old_gpus) == 1, old_gpus
     pid = int(api.inspect_container(cid)["State"]["Pid"])
     # The host's view of the container's process: it carries the job's id.
     assert f"ACBSLURM_JOB_ID={job}".encode() in Path(f"/proc/{pid}/environ").read_bytes()
@@ -54,31 +76,75 @@ def test_a_killed_dockerd_leaks_no_container_and_no_gpu(idle: Any, scripts: Path
     os.kill(dockerd_pid(sb), signal.SIGKILL)
     try:
         # `acbslurm run` does not hang: it says why and exits 125 (not the program's code).
-        _wait("acbslurm run to end", lambda: "run exit" in out.read_text(errors="replace"), 60)
-        text = out.read_text(errors="replace")
+        wait_until("acbslurm run to end", lambda: "run exit" in text_of(out))
+        text = text_of(out)
         assert "run exit 125" in text and "the Docker daemon went away" in text, text
         assert "Traceback" not in text
         assert running(pid), "the container died with its daemon: nothing left to test"
         sb.run_slurm(["scancel", job])
         wait_job(sb, job, ("CANCELLED", "FAILED", "COMPLETED"), 60)
         # The epilog found the container without Docker and killed it.
-        _wait(f"container process {pid} of job {job} ends", lambda: not running(pid), 30)
+        wait_until(f"container process {pid} of job {job} ends", lambda: not running(pid), 30)
         # Slurm 25.11 shows CANCELLED while the epilog still runs (COMPLETING): the daemon
         # comes back only once the epilog is done, so it is the next job's to sweep.
-        _wait(
-            f"job {job} to leave the queue",
-            lambda: not sb.run_slurm(["squeue", "-h", "-j", job], check=False).stdout.strip(),
-            60,
-        )
-        node = sb.run_slurm(["sinfo", "-h", "-N", "-o", "%T"]).stdout.strip()
-        assert "drain" not in node, node
+        wait_until(f"job {job} to leave the queue", lambda: not in_queue(sb, job))
+        assert "DRAIN" not in node_state(sb)
+        # The epilog removed the job's record (nothing can claim its GPU through it) and
+        # noted the job for the sweep once the daemon answers again.
+        assert not (record_dir(sb) / f"{job}.json").exists()
+        assert job in unswept(str(record_dir(sb)), sb.uid)
     finally:
         sb.restart(f"dockerd-{sb.user}")
 
-    # The daemon is back: the next job's prolog removes the dead job's exited container.
     api = docker_api(sb)
-    assert [c["Id"] for c in api.containers(all=True, filters={"label": f"acbslurm.job_id={job}"})]
+    assert job_containers(api, job), "the dead daemon's state lost the exited container"
+    # The next job takes both GPUs, the dead job's among them: while it runs, no
+    # container (the daemon's, or an orphan of the dead job) may hold one of them.
+    nxt = submit(sb, scripts, 'echo "gpus=$ACBSLURM_GPU_UUIDS"\nsleep 300', "--gres=gpu:2")
+    wait_job(sb, nxt, ("RUNNING",), 60)
+    nxt_out = scripts / f"out-{nxt}.txt"
+    line = wait_until(
+        f"job {nxt} prints its GPUs",
+        lambda: next((x for x in text_of(nxt_out).splitlines() if x.startswith("gpus=")), ""),
+    )
+    nxt_gpus = set(line.removeprefix("gpus=").split(","))
+    assert old_gpus <= nxt_gpus and len(nxt_gpus) == 2, (old_gpus, line)
+    devices = hook_devices(sb)
+    busy = {d for c in api.containers() for d in devices.get(c["Id"], [])}
+    if job_processes(job, sb.uid, sb.user):
+        busy |= old_gpus
+    assert not busy & nxt_gpus, f"GPUs {busy & nxt_gpus} double-booked"
+    # Its prolog, with the daemon back, removed the dead job's exited container.
+    assert job_containers(api, job) == []
+    assert job not in unswept(str(record_dir(sb)), sb.uid)
+
+
+def test_a_dockerd_stopped_gracefully_says_so_in_the_job(idle: Any, scripts: Path) -> None:
+    sb = idle
+    api = docker_api(sb)
+    job = submit(sb, scripts, "exec " + acbslurm_run(IMAGE, "sleep", "600"), "--gres=gpu:1")
+    wait_job(sb, job, ("RUNNING",), 60)
+    wait_container(api, job)
+    try:
+        # SIGTERM: dockerd closes its API, stops the container (143), then exits.
+        sb.stop_component(f"dockerd-{sb.user}")
+        f = wait_job(sb, job, ("FAILED", "COMPLETED", "CANCELLED"), 60)
+        text = text_of(scripts / f"out-{job}.txt")
+        assert "Error: the Docker daemon stopped while the container ran" in text, text
+        assert "it stopped the container (exit code 143)" in text, text
+        assert "Traceback" not in text
+        # 125, Docker's own trouble, not the program's 143: the job failed with it.
+        assert (f["JobState"], f["ExitCode"]) == ("FAILED", "125:0"), f
+        wait_until(f"job {job} to leave the queue", lambda: not in_queue(sb, job))
+        assert not (record_dir(sb) / f"{job}.json").exists()
+        assert "DRAIN" not in node_state(sb)
+    finally:
+        sb.restart(f"dockerd-{sb.user}")
+    # The daemon kept the stopped container (nobody could remove it meanwhile): the
+    # next job's prolog does, and the node is idle, not drained.
+    api = docker_api(sb)
+    assert job_containers(api, job), "no stopped container: nothing left to test"
     nxt = submit(sb, scripts, "true", "--gres=gpu:1")
     wait_job(sb, nxt, ("COMPLETED",), 60)
-    left = api.containers(all=True, filters={"label": f"acbslurm.job_id={job}"})
-    assert left == [], left
+    assert job_containers(api, job) == []
+    wait_until("the node idle", lambda: node_state(sb) == "IDLE")

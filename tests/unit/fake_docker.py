@@ -215,6 +215,14 @@ class FakeDocker:
             self.containers[cid] = c
         return cid
 
+    def stop_listening(self) -> None:
+        """What a dockerd stopped gracefully does first: new connections fail (the socket
+        file is gone) while open ones go on, so a container's wait still gets its code."""
+        self._server.shutdown()  # never called from the serving thread itself
+        self._server.server_close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)
+
     def die(self) -> None:
         """The daemon goes away: open connections close unanswered (an answer under way
         stops where it is) and new ones fail: the socket file is gone."""

@@ -80,6 +80,8 @@ def test_a_full_disk_leaves_no_temporary_file(
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(os, "write", full)
-    with pytest.raises(OSError, match="No space left"):
+    with pytest.raises(OSError, match="No space left") as exc:
         write_record(str(tmp_path), JobRecord(job_id="5", user="u", uid=1, node="n"))
     assert os.listdir(tmp_path) == []
+    # The prolog's message says where (os.write's error names no file).
+    assert str(exc.value).endswith(f"No space left on device: '{tmp_path}/.5.{os.getpid()}.tmp'")

@@ -139,23 +139,28 @@ def test_a_daemon_dying_while_the_container_runs_ends_the_run_with_a_clear_error
 
 
 def test_a_daemon_stopped_gracefully_says_so(fake_docker: FakeDocker) -> None:
-    # `systemctl stop docker` stops the containers (exit 143), then the daemon exits:
-    # the job must say why, not just end with 143.
+    # `systemctl stop docker`: dockerd closes its API first, then stops the containers
+    # (exit 143 on the wait still open), then exits. The job must say why, not just 143.
     fake_docker.program = Program([(1, b"working\n")], exit_code=None)
 
-    def stop_then_die(_req: Request) -> None:
+    def stop_gracefully(_req: Request) -> None:
         def later() -> None:
+            fake_docker.stop_listening()
             with fake_docker.cond:
                 for c in fake_docker.containers.values():
                     fake_docker._exit(c, 143)
                 fake_docker.cond.notify_all()
-            threading.Timer(0.3, fake_docker.die).start()
 
         threading.Timer(0.3, later).start()
 
-    fake_docker.on("POST", "/containers/*/start", stop_then_die)
-    with deadline(15), pytest.raises(DaemonGone, match=r"Docker daemon at .* stopped while"):
+    fake_docker.on("POST", "/containers/*/start", stop_gracefully)
+    with deadline(15), pytest.raises(DaemonGone) as exc:
         run_container(EngineApi(fake_docker.host, timeout=5), spec())
+    assert str(exc.value) == (
+        f"the Docker daemon stopped while the container ran ({fake_docker.host}); "
+        "it stopped the container (exit code 143)"
+    )
+    assert exc.value.exit_code == 125
 
 
 def test_a_container_killed_by_a_signal_with_the_daemon_up_keeps_its_code(
@@ -164,6 +169,9 @@ def test_a_container_killed_by_a_signal_with_the_daemon_up_keeps_its_code(
     fake_docker.program = Program([(1, b"oom\n")], exit_code=137)
     with deadline(15):
         assert run_container(EngineApi(fake_docker.host, timeout=5), spec()) == 137
+    # One question, answered: no waiting to see whether the daemon goes away (it would
+    # have closed its API before stopping the container).
+    assert len(fake_docker.calls("GET", "/version")) == 1
 
 
 def test_an_unexpected_error_in_the_wait_thread_cannot_hang_the_run(

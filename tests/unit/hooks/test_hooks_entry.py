@@ -235,6 +235,49 @@ def test_epilog_without_daemon_kills_the_jobs_container_processes(
         container.wait()
 
 
+def test_epilog_without_daemon_drains_naming_the_job_while_its_gpu_is_held(
+    node: Path,
+    fake_slurm: FakeSlurm,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """No daemon answers and a process of the user still holds the job's GPU (it cleared
+    its environment, so no ACBSLURM_JOB_ID finds it): the GPU is not free, the node is
+    drained with a reason naming the job, the epilog fails."""
+    import pwd
+    import subprocess
+    import sys
+
+    job = f"8{os.getpid()}"
+    user = pwd.getpwuid(os.getuid()).pw_name
+    monkeypatch.setenv("ACBSLURM_JOB_RUNTIME_DIR", str(node / "run-job"))
+    env = job_env(SLURM_JOB_ID=job, SLURM_JOB_UID=str(os.getuid()), SLURM_JOB_USER=user)
+    assert run_prolog({**env, "SLURM_JOB_GPUS": "0"}) == 0
+    # The emulated GPU of index 0 is gres.conf's file (no driver: O_PATH holds it, as an
+    # open() would), not /dev/nvidia0: the epilog finds it by its device number.
+    dev = node / "dev" / "nvidia0"
+    hold = f"import os, time; fd = os.open({str(dev)!r}, os.O_PATH); print('up', flush=True)"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", hold + "; time.sleep(60)"], env={}, stdout=subprocess.PIPE
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == b"up\n"
+        fake_slurm.respond("scontrol")  # scontrol update answers 0, and is logged
+        monkeypatch.setenv("ACBSLURM_SLURM_BIN_DIR", str(fake_slurm.bin_dir))
+        assert run_epilog(env) == 1
+        assert fake_slurm.argvs("scontrol") == [
+            ["scontrol", "update", "nodename=n1", "state=drain",
+             f"reason=acbslurm: job {job}: a container may still hold its GPUs"],
+        ]  # fmt: skip
+        err = capsys.readouterr().err
+        assert "no Docker daemon answers at unix://" in err
+        assert f"job {job}: processes [{holder.pid}] of {user} still hold the job's GPUs" in err
+        assert holder.poll() is None  # not the job's (no job id): reported, not killed
+    finally:
+        holder.kill()
+        holder.wait()
+
+
 def test_hook_messages_go_to_syslog_too(
     node: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

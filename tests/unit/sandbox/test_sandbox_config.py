@@ -77,16 +77,21 @@ def test_hook_wrapper_runs_the_named_hook(layout: Layout, tmp_path: Path) -> Non
     (pkg.parent / "__init__.py").write_text("")
     (pkg / "__init__.py").write_text("")
     (pkg / "entry.py").write_text(
-        "import os\n"
-        "def prolog_main():\n    print('prolog', os.environ['ACBSLURM_CONFIG']); return 7\n"
+        "import os, sys\n"
+        "def prolog_main():\n    print('prolog', os.environ['ACBSLURM_CONFIG'])\n"
+        "    print('acbslurm-prolog: error: job 5: why', file=sys.stderr); return 7\n"
         "def epilog_main():\n    return 0\n"
         "def task_prolog_main():\n    return 0\n"
     )
     p = Params(python=sys.executable, pythonpath=str(tmp_path / "fake"))
+    layout.log.mkdir(parents=True)
     render.write_hook_wrappers(layout, p)
     r = subprocess.run([str(layout.libexec / "acbslurm-prolog")], capture_output=True, text=True)
     assert r.returncode == 7
     assert r.stdout.strip() == f"prolog {layout.acbslurm_conf}"
+    # stderr as slurmd sees it, and also in the hooks log (the sandbox has no syslog).
+    assert r.stderr == "acbslurm-prolog: error: job 5: why\n"
+    assert layout.log_file("hooks").read_text() == "acbslurm-prolog: error: job 5: why\n"
 
 
 def test_standin_hook_records_the_devices_docker_asked_for(layout: Layout, tmp_path: Path) -> None:
