@@ -338,3 +338,23 @@ def test_container_pull_policy_defaults_to_missing_and_is_checked() -> None:
     assert spec.container.pull == "missing"
     msg = errors_of(MINIMAL + "  pull: sometimes\n")
     assert "job.yaml:4: container.pull: must be missing, always or never" in msg
+
+
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        ("env:\n  ACBSLURM_JOB_ID: '7'\n", "job.yaml:2: env.ACBSLURM_JOB_ID"),
+        (
+            "container:\n  image: busybox\n  env:\n    ACBSLURM_GPU_UUIDS: GPU-x\n",
+            "job.yaml:4: container.env.ACBSLURM_GPU_UUIDS",
+        ),
+    ],
+)
+def test_spec_env_may_not_set_acbslurm_variables(text: str, where: str) -> None:
+    assert f"{where}: " in errors_of(text)
+    assert "is refused: ACBSLURM_" in errors_of(text)
+
+
+def test_set_env_may_not_set_acbslurm_variables() -> None:
+    msg = errors_of(MINIMAL, ("container.env.ACBSLURM_JOB_ID=7",))
+    assert "--set container.env.ACBSLURM_JOB_ID" in msg and "is refused: ACBSLURM_" in msg
