@@ -66,13 +66,13 @@ def _build(loader: Any, node: yaml.Node, path: tuple[str, ...], doc: Located) ->
     if doc.values_built > MAX_VALUES:
         raise SpecError(
             f"{source_line(doc, node)}: the document expands to more than {MAX_VALUES} "
-            "values (nested YAML aliases?); a job spec is refused past that"
+            "values (nested YAML aliases?); a job spec or pool file is refused past that"
         )
     doc.origins[path] = source_line(doc, node)
     if isinstance(node, yaml.MappingNode):
         out: dict[Any, Any] = {}
         for key_node, value_node in node.value:
-            key = loader.construct_object(key_node, deep=True)
+            key = _key(loader, key_node, doc)
             skey = str(key)
             if key in out:
                 raise DuplicateKeyError(f"{source_line(doc, key_node)}: key {skey!r} appears twice")
@@ -82,6 +82,19 @@ def _build(loader: Any, node: yaml.Node, path: tuple[str, ...], doc: Located) ->
         return out
     if isinstance(node, yaml.SequenceNode):
         return [_build(loader, n, (*path, str(i)), doc) for i, n in enumerate(node.value)]
+    return loader.construct_object(node, deep=True)
+
+
+def _key(loader: Any, node: yaml.Node, doc: Located) -> Any:
+    """A mapping key: only a scalar. A list or mapping as key (``? [a]``) is no name a
+    spec or pool file has, and building it would bypass MAX_VALUES (aliases in a key
+    expand to billions of values before anything could count them)."""
+    if not isinstance(node, yaml.ScalarNode):
+        kind = "a list" if isinstance(node, yaml.SequenceNode) else "a mapping"
+        raise SpecError(
+            f"{source_line(doc, node)}: a key must be a plain value (a name or a number), "
+            f"not {kind}"
+        )
     return loader.construct_object(node, deep=True)
 
 

@@ -358,3 +358,42 @@ def test_spec_env_may_not_set_acbslurm_variables(text: str, where: str) -> None:
 def test_set_env_may_not_set_acbslurm_variables() -> None:
     msg = errors_of(MINIMAL, ("container.env.ACBSLURM_JOB_ID=7",))
     assert "--set container.env.ACBSLURM_JOB_ID" in msg and "is refused: ACBSLURM_" in msg
+
+
+def _alias_levels(levels: int) -> list[str]:
+    """``&a0 [x]*9, &a1 [*a0]*9, ...``: 9**levels values once expanded."""
+    out = ["&a0 [" + ", ".join(["x"] * 9) + "]"]
+    out += [f"&a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, levels)]
+    return out
+
+
+# A key that is a list or mapping was built in full (deep=True) outside the bound on
+# values: a few hundred bytes of aliases there took a minute and gigabytes, then failed
+# with a TypeError (a list is no dict key).
+NON_SCALAR_KEYS = [
+    ("? [a]\n: 1\ncommand: [x]\n", 1),
+    ("? {k: v}\n: 1\ncommand: [x]\n", 1),
+    ("command: [x]\n? [" + ", ".join(_alias_levels(5)) + "]\n: 1\n", 2),
+    ("a: " + _alias_levels(1)[0] + "\n? *a0\n: 1\ncommand: [x]\n", 1),
+]
+
+
+@pytest.mark.parametrize(("text", "line"), NON_SCALAR_KEYS)
+def test_a_key_must_be_a_plain_value(text: str, line: int) -> None:
+    with pytest.raises(SpecError, match=rf"^job.yaml:{line}: a key must be a plain value"):
+        parse_spec(text, "job.yaml")
+
+
+def test_a_list_key_is_a_user_error_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from acbslurm.cli.main import main
+
+    spec = tmp_path / "key.yaml"
+    spec.write_text("? [" + ", ".join(_alias_levels(4)) + "]\n: 1\ncommand: [x]\n")
+    with pytest.raises(SystemExit) as info:
+        main(["render", str(spec)])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"Error: {spec}:1: a key must be a plain value")
+    assert "Traceback" not in err
