@@ -15,7 +15,7 @@ from acbslurm import units
 from acbslurm.envrules import env_problem
 from acbslurm.errors import SpecError
 from acbslurm.mountrules import Mount, lexical, path_problem
-from acbslurm.spec.yamlpos import Errors, Located
+from acbslurm.spec.yamlpos import Errors, Located, short_repr
 
 JOB_KEYS = (
     "name",
@@ -528,7 +528,8 @@ def validate(doc: Located) -> JobSpec:
     e = Errors(doc)
     raw = doc.value
     if not isinstance(raw, dict):
-        raise SpecError(f"{doc.where(())}: a job spec must be a mapping of keys, got {raw!r}")
+        got = short_repr(raw)
+        raise SpecError(f"{doc.where(())}: a job spec must be a mapping of keys, got {got}")
     e.check_keys(raw, JOB_KEYS, ())
     get = raw.get
     spec = JobSpec(

@@ -75,7 +75,8 @@ def _build(loader: Any, node: yaml.Node, path: tuple[str, ...], doc: Located) ->
             key = _key(loader, key_node, doc)
             skey = str(key)
             if key in out:
-                raise DuplicateKeyError(f"{source_line(doc, key_node)}: key {skey!r} appears twice")
+                where = source_line(doc, key_node)
+                raise DuplicateKeyError(f"{where}: key {short_repr(skey)} appears twice")
             out[key] = _build(loader, value_node, (*path, skey), doc)
             # the key's own line is the most useful place to point at
             doc.origins[(*path, skey)] = source_line(doc, key_node)
@@ -112,7 +113,7 @@ class Errors:
 
     def add(self, path: tuple[str, ...], message: str) -> None:
         key = f"{'.'.join(path)}: " if path else ""
-        self.items.append(f"{self.doc.where(path)}: {key}{message}")
+        self.items.append(clip(f"{self.doc.where(path)}: {key}{message}"))
 
     def check_keys(self, raw: dict[Any, Any], valid: tuple[str, ...], at: tuple[str, ...]) -> None:
         """An error per unknown key, with the closest valid one (or the list)."""
@@ -120,6 +121,24 @@ class Errors:
             if str(key) not in valid:
                 hint = suggest(str(key), valid) or f"; valid keys: {', '.join(valid)}"
                 self.add((*at, str(key)), f"unknown key{hint}")
+
+
+# A message quotes what the user wrote; a value of 10,000 items or a 1 MB line would make
+# it unreadable (and slow to print), so a line keeps its start and its end.
+MESSAGE_LIMIT = 300
+
+
+def clip(text: str, limit: int = MESSAGE_LIMIT) -> str:
+    """``text``, or its start and end around a note of how much was left out."""
+    if len(text) <= limit:
+        return text
+    head, tail = limit * 2 // 3, limit // 4
+    return f"{text[:head]}...<{len(text) - head - tail} characters left out>...{text[-tail:]}"
+
+
+def short_repr(value: Any, limit: int = 120) -> str:
+    """``repr(value)``, clipped: for a value quoted in a message."""
+    return clip(repr(value), limit)
 
 
 def suggest(key: str, valid: tuple[str, ...]) -> str:

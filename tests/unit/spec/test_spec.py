@@ -397,3 +397,55 @@ def test_a_list_key_is_a_user_error_exit_2(
     err = capsys.readouterr().err
     assert err.startswith(f"Error: {spec}:1: a key must be a plain value")
     assert "Traceback" not in err
+
+
+def _alias_list(levels: int) -> str:
+    return "[" + ", ".join(_alias_levels(levels)) + "]"
+
+
+@pytest.mark.parametrize("key", ["name", "container.command", "env.A"])
+def test_set_values_have_the_files_bound_on_aliases(key: str) -> None:
+    # 288 bytes of aliases in a --set value once ran for minutes (the value was built,
+    # then its repr of 9**9 items went into the message).
+    msg = errors_of(MINIMAL, (f"{key}={_alias_list(9)}",))
+    assert msg.startswith(f"--set {key}:1: the document expands to more than 10000 values")
+    assert len(msg) < 500
+
+
+def test_a_list_key_in_a_set_value_is_refused() -> None:
+    assert "a key must be a plain value" in errors_of(MINIMAL, ("name={[a]: 1}",))
+
+
+def test_set_cli_refuses_an_alias_bomb_with_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from acbslurm.cli.main import main
+
+    spec = tmp_path / "ok.yaml"
+    spec.write_text("command: [x]\n")
+    with pytest.raises(SystemExit) as info:
+        main(["render", str(spec), "--set", f"name={_alias_list(5)}"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("Error: --set name:1: the document expands to more than 10000")
+    assert len(err) < 500 and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "name: [" + ", ".join(["x"] * 9000) + "]\n",  # within the bound, 45 kB of repr
+        'name: "' + "y" * 100_000 + '\\n"\n',  # a control character
+        "name: ok\n? " + "z" * 100_000 + "\n: 1\n",  # a long unknown key
+    ],
+)
+def test_a_message_quotes_at_most_a_few_hundred_characters_of_a_value(text: str) -> None:
+    msg = errors_of(text)
+    assert "job.yaml:" in msg
+    assert all(len(line) < 500 for line in msg.splitlines()), [len(x) for x in msg.splitlines()]
+    assert "characters left out" in msg
+
+
+def test_a_document_that_is_no_mapping_is_quoted_short() -> None:
+    msg = errors_of("[" + ", ".join(["x"] * 9000) + "]\n")
+    assert "a job spec must be a mapping of keys" in msg and len(msg) < 500
