@@ -46,6 +46,9 @@ class DuplicateKeyError(SpecError):
 # of values ("billion laughs"). A job spec has dozens; this bound leaves room for any
 # real one and stops a bomb after milliseconds.
 MAX_VALUES = 10_000
+# libyaml reads 1000 levels of nesting; building them recursively here would reach
+# Python's recursion limit first. A job spec nests four levels.
+MAX_DEPTH = 100
 
 
 def load_located(text: str, source: str) -> Located:
@@ -67,6 +70,10 @@ def _build(loader: Any, node: yaml.Node, path: tuple[str, ...], doc: Located) ->
         raise SpecError(
             f"{source_line(doc, node)}: the document expands to more than {MAX_VALUES} "
             "values (nested YAML aliases?); a job spec or pool file is refused past that"
+        )
+    if len(path) > MAX_DEPTH:
+        raise SpecError(
+            f"{source_line(doc, node)}: the document nests more than {MAX_DEPTH} levels deep"
         )
     doc.origins[path] = source_line(doc, node)
     if isinstance(node, yaml.MappingNode):

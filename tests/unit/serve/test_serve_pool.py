@@ -174,3 +174,8 @@ def test_a_pool_of_nested_aliases_is_a_pool_error() -> None:
     lines += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, 9)]
     with pytest.raises(PoolError, match="expands to more than 10000 values"):
         load_pool_text("\n".join(lines) + "\nmodels: []\n", "p.yaml")
+
+
+def test_a_deeply_nested_pool_is_a_pool_error() -> None:
+    with pytest.raises(PoolError, match=r"p\.yaml:1: the document nests more than 100 levels"):
+        load_pool_text("models: " + "[" * 500 + "]" * 500 + "\n", "p.yaml")

@@ -449,3 +449,15 @@ def test_a_message_quotes_at_most_a_few_hundred_characters_of_a_value(text: str)
 def test_a_document_that_is_no_mapping_is_quoted_short() -> None:
     msg = errors_of("[" + ", ".join(["x"] * 9000) + "]\n")
     assert "a job spec must be a mapping of keys" in msg and len(msg) < 500
+
+
+@pytest.mark.parametrize("depth", [101, 500, 999])
+def test_deep_nesting_is_refused_not_a_recursion_error(depth: int) -> None:
+    # libyaml reads up to 1000 levels; building them here once hit Python's recursion limit.
+    msg = errors_of("name: " + "[" * depth + "]" * depth + "\n")
+    assert msg.startswith("job.yaml:1: the document nests more than 100 levels deep")
+
+
+def test_a_hundred_levels_are_read() -> None:
+    msg = errors_of("name: " + "[" * 99 + "]" * 99 + "\ncommand: [x]\n")
+    assert "name: must be a string" in msg
