@@ -71,16 +71,30 @@ class Settings:
     node_acbslurm: str = ""
 
 
+def _shown(value: Any) -> str:
+    """A short repr for a message: a settings file may be any file (ACBSLURM_CONFIG), and
+    a value of YAML aliases would print billions of items. reprlib stops early."""
+    import reprlib
+
+    short = reprlib.Repr()
+    short.maxstring = short.maxother = 80
+    short.maxlevel, short.maxlist, short.maxdict = 2, 4, 4
+    return short.repr(value)
+
+
 def _coerce(name: str, raw: Any, default: Any, source: str) -> Any:
     if isinstance(default, float):
         try:
-            return finite_float(raw)
+            # only text and numbers reach finite_float, whose message quotes the value whole
+            if isinstance(raw, str | int | float):
+                return finite_float(raw)
         except ValueError:
-            raise ConfigError(f"{source}: {name} must be a finite number, got {raw!r}") from None
+            pass
+        raise ConfigError(f"{source}: {name} must be a finite number, got {_shown(raw)}")
     if raw is None:
         return ""
     if not isinstance(raw, str | int | float):
-        raise ConfigError(f"{source}: {name} must be a string, got {raw!r}")
+        raise ConfigError(f"{source}: {name} must be a string, got {_shown(raw)}")
     return str(raw)
 
 
@@ -94,12 +108,16 @@ def _parse(p: str) -> Any:
             return json.loads(text)
         except json.JSONDecodeError as exc:
             raise ConfigError(f"{p}: not valid JSON: {exc}") from None
+        except RecursionError:
+            raise ConfigError(f"{p}: not valid JSON: nested too deep") from None
     import yaml
 
     try:
         return yaml.safe_load(text) or {}
     except yaml.YAMLError as exc:
         raise ConfigError(f"{p}: not valid YAML: {exc}") from None
+    except RecursionError:
+        raise ConfigError(f"{p}: not valid YAML: nested too deep") from None
 
 
 def _file_values(p: str, settings: Settings) -> dict[str, Any]:
@@ -111,7 +129,7 @@ def _file_values(p: str, settings: Settings) -> dict[str, Any]:
     values: dict[str, Any] = {}
     for key, raw in data.items():
         if key not in known:
-            raise ConfigError(f"{p}: unknown setting {key!r}")
+            raise ConfigError(f"{p}: unknown setting {_shown(key)}")
         values[key] = _coerce(key, raw, getattr(settings, key), p)
     return values
 

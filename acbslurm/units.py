@@ -184,6 +184,24 @@ INSTANT_MAX = 253402300799
 INSTANT_HELP = "YYYY-MM-DD, YYYY-MM-DDTHH:MM[:SS], @UNIXSECONDS, now or now-N[s|m|h|d|w]"
 
 
+# More digits than this (leading zeros aside) is past INSTANT_MAX seconds whatever the
+# unit; int() of such text is never called (past 4300 digits it raises its own message).
+_INSTANT_DIGITS = 15
+
+
+def _count(digits: str) -> int:
+    """The number ``digits`` writes, or INSTANT_MAX + 1 when it has too many digits."""
+    significant = digits.lstrip("0")
+    if len(significant) > _INSTANT_DIGITS:
+        return INSTANT_MAX + 1
+    return int(significant or "0")
+
+
+def _quoted(text: str) -> str:
+    """``repr(text)``, shortened: a message quotes a value, not 5000 digits of it."""
+    return repr(text) if len(text) <= 60 else f"{text[:40]!r}...({len(text)} characters)"
+
+
 def parse_instant(text: str, now: float | None = None) -> int:
     """Unix seconds for ``text`` in local time; ValueError says what is accepted."""
     now_i = int(time.time() if now is None else now)
@@ -191,9 +209,10 @@ def parse_instant(text: str, now: float | None = None) -> int:
     value: int | None = None
     m = _REL.match(raw.lower())
     if m:
-        value = now_i - (int(m.group(1)) * _REL_UNIT[m.group(2)] if m.group(1) else 0)
+        ago = _count(m.group(1)) * _REL_UNIT[m.group(2)] if m.group(1) else 0
+        value = now_i - ago
     elif raw.startswith("@") and is_ascii_int(raw[1:]):
-        value = int(raw[1:])
+        value = _count(raw[1:])
     elif raw.isascii():
         from datetime import datetime
 
@@ -204,10 +223,10 @@ def parse_instant(text: str, now: float | None = None) -> int:
             except (ValueError, OverflowError, OSError):
                 continue
     if value is None:
-        raise ValueError(f"cannot read time {text!r}: use {INSTANT_HELP}")
+        raise ValueError(f"cannot read time {_quoted(text)}: use {INSTANT_HELP}")
     if not INSTANT_MIN <= value <= INSTANT_MAX:
         raise ValueError(
-            f"time {text!r} is outside what slurmdbd records (1970-01-01 to 9999-12-31)"
+            f"time {_quoted(text)} is outside what slurmdbd records (1970-01-01 to 9999-12-31)"
         )
     return value
 

@@ -154,6 +154,7 @@ def report(opts: ReportOptions, out: TextIO) -> None:
     credentials (or names a database), else through the report service."""
     from acbslurm.accounting.remote import report_via_service
 
+    resolve(opts, int(time.time()))  # a bad option is refused here, before any connection
     settings = load_settings()
     if not _direct(opts, settings.db_config) and os.path.exists(settings.report_socket):
         report_via_service(settings.report_socket, opts, out)

@@ -50,7 +50,7 @@ def _read_request(conn: socket.socket) -> object:
             raise ConfigError(f"request larger than {MAX_REQUEST} bytes")
     try:
         return json.loads(data.split(b"\n", 1)[0] or b"null")
-    except ValueError:
+    except (ValueError, RecursionError):  # "[[[[..." nests past the recursion limit
         raise ConfigError("bad request: not one line of JSON") from None
 
 

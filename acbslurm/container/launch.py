@@ -66,9 +66,11 @@ def device_request(uuids: Sequence[str]) -> dict[str, Any]:
 
 def container_config(spec: LaunchSpec, with_limits: bool) -> dict[str, Any]:
     """The body of POST /containers/create."""
-    env = dict(spec.env)
-    env.setdefault("ACBSLURM_JOB_ID", spec.job_id)
-    env.setdefault("ACBSLURM_GPU_UUIDS", ",".join(spec.gpu_uuids))
+    # Ours, set last: the epilog finds the container's processes by ACBSLURM_JOB_ID
+    # (options.parse_env refuses these names already; this holds for any other caller).
+    env = {k: v for k, v in spec.env.items() if not k.upper().startswith("ACBSLURM_")}
+    env["ACBSLURM_JOB_ID"] = spec.job_id
+    env["ACBSLURM_GPU_UUIDS"] = ",".join(spec.gpu_uuids)
     host: dict[str, Any] = {
         "Init": True,  # docker-init as PID 1 forwards signals to the command
         "Binds": [m.bind() for m in spec.mounts],

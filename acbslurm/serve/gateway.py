@@ -158,6 +158,9 @@ class Gateway:
                 )
         try:
             return json.loads(data)
+        except RecursionError:  # "[[[[...": nested past Python's recursion limit
+            msg = "the body is not valid JSON: nested too deep"
+            raise ApiError(400, msg, code="invalid_json") from None
         except (ValueError, UnicodeDecodeError) as exc:
             raise ApiError(400, f"the body is not valid JSON: {exc}", code="invalid_json") from None
 

@@ -35,8 +35,9 @@ from typing import Any
 
 import yaml
 
+from acbslurm.errors import SpecError
 from acbslurm.serve.errors import ListenError, PoolError
-from acbslurm.spec.yamlpos import DuplicateKeyError, Errors, Located, load_located
+from acbslurm.spec.yamlpos import Errors, Located, load_located
 from acbslurm.units import size_bytes
 
 POOL_KEYS = (
@@ -356,7 +357,7 @@ def load_pool_text(
 ) -> PoolSpec:
     try:
         doc = load_located(text, source)
-    except DuplicateKeyError as exc:
+    except SpecError as exc:  # a key twice, a list as key, a bomb of aliases
         raise PoolError(str(exc)) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)

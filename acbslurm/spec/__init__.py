@@ -12,7 +12,7 @@ from typing import Any
 from acbslurm.errors import SpecError
 from acbslurm.mountrules import Mount
 from acbslurm.spec.model import CONTAINER_KEYS, JOB_KEYS, ContainerSpec, JobSpec, ServeJob, validate
-from acbslurm.spec.yamlpos import Located, load_located
+from acbslurm.spec.yamlpos import DuplicateKeyError, Located, load_located, short_repr
 
 __all__ = [
     "CONTAINER_KEYS",
@@ -56,13 +56,16 @@ def load_spec(path: str | Path, overrides: Sequence[str] = ()) -> JobSpec:
     return parse_spec(text, str(p), overrides)
 
 
-def _override_value(raw: str) -> Any:
-    """A ``--set`` value: YAML scalars and flow lists (``2``, ``[a, b]``); else the text."""
+def _override_value(raw: str, key: str) -> Any:
+    """A ``--set`` value: YAML scalars and flow lists (``2``, ``[a, b]``); else the text.
+
+    Read by the file's loader, so its bound on aliases (and on keys) holds here too.
+    """
     import yaml
 
     try:
-        value = yaml.safe_load(raw)
-    except yaml.YAMLError:
+        value = load_located(raw, f"--set {key}").value
+    except (yaml.YAMLError, DuplicateKeyError):
         return raw
     # "a: b" would become a mapping; a value given on the command line is text then.
     if isinstance(value, dict) or (value is None and raw.strip() not in ("", "null", "~")):
@@ -78,10 +81,12 @@ def apply_overrides(doc: Located, overrides: Sequence[str]) -> None:
         key, sep, raw = item.partition("=")
         key = key.strip()
         if not sep or not key:
-            raise SpecError(f"--set {item!r}: expected KEY=VALUE (e.g. --set mem=4G)")
+            raise SpecError(f"--set {short_repr(item)}: expected KEY=VALUE (e.g. --set mem=4G)")
         parts = tuple(key.split("."))
         if any(not p for p in parts):
-            raise SpecError(f"--set {item!r}: {key!r} is not a key (use dots between names)")
+            raise SpecError(
+                f"--set {short_repr(item)}: {short_repr(key)} is not a key (use dots between names)"
+            )
         node: dict[Any, Any] = doc.value
         for i, part in enumerate(parts[:-1]):
             child = node.get(part)
@@ -89,9 +94,9 @@ def apply_overrides(doc: Located, overrides: Sequence[str]) -> None:
                 child = node[part] = {}
             if not isinstance(child, dict):
                 where = ".".join(parts[: i + 1])
-                raise SpecError(f"--set {item!r}: {where!r} is not a mapping")
+                raise SpecError(f"--set {short_repr(item)}: {short_repr(where)} is not a mapping")
             node = child
-        node[parts[-1]] = _override_value(raw)
+        node[parts[-1]] = _override_value(raw, key)
         # the value (and anything below it) now comes from the command line
         for p in [p for p in doc.origins if p[: len(parts)] == parts]:
             del doc.origins[p]

@@ -15,7 +15,7 @@ from acbslurm import units
 from acbslurm.envrules import env_problem
 from acbslurm.errors import SpecError
 from acbslurm.mountrules import Mount, lexical, path_problem
-from acbslurm.spec.yamlpos import Errors, Located
+from acbslurm.spec.yamlpos import Errors, Located, short_repr
 
 JOB_KEYS = (
     "name",
@@ -244,7 +244,9 @@ def _unit(value: Any, parse: Any, path: tuple[str, ...], e: Errors) -> str | Non
         return None
 
 
-def _env(value: Any, path: tuple[str, ...], e: Errors) -> tuple[tuple[str, str], ...]:
+def _env(
+    value: Any, path: tuple[str, ...], e: Errors, *, container: bool = True
+) -> tuple[tuple[str, str], ...]:
     if value is None:
         return ()
     if not isinstance(value, dict):
@@ -256,7 +258,7 @@ def _env(value: Any, path: tuple[str, ...], e: Errors) -> tuple[tuple[str, str],
         if not isinstance(key, str) or not _ENV_KEY.match(key):
             e.add(kpath, "is not a valid variable name (letters, digits, _; not first a digit)")
             continue
-        if problem := env_problem(key):
+        if problem := env_problem(key, container=container):
             e.add(kpath, problem)
             continue
         if isinstance(raw, bool):
@@ -528,7 +530,8 @@ def validate(doc: Located) -> JobSpec:
     e = Errors(doc)
     raw = doc.value
     if not isinstance(raw, dict):
-        raise SpecError(f"{doc.where(())}: a job spec must be a mapping of keys, got {raw!r}")
+        got = short_repr(raw)
+        raise SpecError(f"{doc.where(())}: a job spec must be a mapping of keys, got {got}")
     e.check_keys(raw, JOB_KEYS, ())
     get = raw.get
     spec = JobSpec(
@@ -551,7 +554,7 @@ def validate(doc: Located) -> JobSpec:
             get("dependency"), _DEPENDENCY, ("dependency",), e, "a dependency such as afterok:123"
         ),
         **_sbatch_options(get, e),
-        env=_env(get("env"), ("env",), e),
+        env=_env(get("env"), ("env",), e, container=False),
         workdir=_path(get("workdir"), ("workdir",), e),
         command=_command(get("command"), ("command",), e),
         container=_container(get("container"), ("container",), e),

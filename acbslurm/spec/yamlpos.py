@@ -46,6 +46,9 @@ class DuplicateKeyError(SpecError):
 # of values ("billion laughs"). A job spec has dozens; this bound leaves room for any
 # real one and stops a bomb after milliseconds.
 MAX_VALUES = 10_000
+# libyaml reads 1000 levels of nesting; building them recursively here would reach
+# Python's recursion limit first. A job spec nests four levels.
+MAX_DEPTH = 100
 
 
 def load_located(text: str, source: str) -> Located:
@@ -66,22 +69,40 @@ def _build(loader: Any, node: yaml.Node, path: tuple[str, ...], doc: Located) ->
     if doc.values_built > MAX_VALUES:
         raise SpecError(
             f"{source_line(doc, node)}: the document expands to more than {MAX_VALUES} "
-            "values (nested YAML aliases?); a job spec is refused past that"
+            "values (nested YAML aliases?); a job spec or pool file is refused past that"
+        )
+    if len(path) > MAX_DEPTH:
+        raise SpecError(
+            f"{source_line(doc, node)}: the document nests more than {MAX_DEPTH} levels deep"
         )
     doc.origins[path] = source_line(doc, node)
     if isinstance(node, yaml.MappingNode):
         out: dict[Any, Any] = {}
         for key_node, value_node in node.value:
-            key = loader.construct_object(key_node, deep=True)
+            key = _key(loader, key_node, doc)
             skey = str(key)
             if key in out:
-                raise DuplicateKeyError(f"{source_line(doc, key_node)}: key {skey!r} appears twice")
+                where = source_line(doc, key_node)
+                raise DuplicateKeyError(f"{where}: key {short_repr(skey)} appears twice")
             out[key] = _build(loader, value_node, (*path, skey), doc)
             # the key's own line is the most useful place to point at
             doc.origins[(*path, skey)] = source_line(doc, key_node)
         return out
     if isinstance(node, yaml.SequenceNode):
         return [_build(loader, n, (*path, str(i)), doc) for i, n in enumerate(node.value)]
+    return loader.construct_object(node, deep=True)
+
+
+def _key(loader: Any, node: yaml.Node, doc: Located) -> Any:
+    """A mapping key: only a scalar. A list or mapping as key (``? [a]``) is no name a
+    spec or pool file has, and building it would bypass MAX_VALUES (aliases in a key
+    expand to billions of values before anything could count them)."""
+    if not isinstance(node, yaml.ScalarNode):
+        kind = "a list" if isinstance(node, yaml.SequenceNode) else "a mapping"
+        raise SpecError(
+            f"{source_line(doc, node)}: a key must be a plain value (a name or a number), "
+            f"not {kind}"
+        )
     return loader.construct_object(node, deep=True)
 
 
@@ -99,7 +120,7 @@ class Errors:
 
     def add(self, path: tuple[str, ...], message: str) -> None:
         key = f"{'.'.join(path)}: " if path else ""
-        self.items.append(f"{self.doc.where(path)}: {key}{message}")
+        self.items.append(clip(f"{self.doc.where(path)}: {key}{message}"))
 
     def check_keys(self, raw: dict[Any, Any], valid: tuple[str, ...], at: tuple[str, ...]) -> None:
         """An error per unknown key, with the closest valid one (or the list)."""
@@ -107,6 +128,24 @@ class Errors:
             if str(key) not in valid:
                 hint = suggest(str(key), valid) or f"; valid keys: {', '.join(valid)}"
                 self.add((*at, str(key)), f"unknown key{hint}")
+
+
+# A message quotes what the user wrote; a value of 10,000 items or a 1 MB line would make
+# it unreadable (and slow to print), so a line keeps its start and its end.
+MESSAGE_LIMIT = 300
+
+
+def clip(text: str, limit: int = MESSAGE_LIMIT) -> str:
+    """``text``, or its start and end around a note of how much was left out."""
+    if len(text) <= limit:
+        return text
+    head, tail = limit * 2 // 3, limit // 4
+    return f"{text[:head]}...<{len(text) - head - tail} characters left out>...{text[-tail:]}"
+
+
+def short_repr(value: Any, limit: int = 120) -> str:
+    """``repr(value)``, clipped: for a value quoted in a message."""
+    return clip(repr(value), limit)
 
 
 def suggest(key: str, valid: tuple[str, ...]) -> str:

@@ -63,6 +63,34 @@ def test_bad_settings_file_is_named(tmp_path: Path, text: str, message: str) -> 
     assert str(f) in str(exc.value)
 
 
+def _alias_bomb(levels: int = 9) -> str:
+    refs = ["&a0 [" + ", ".join(["x"] * 9) + "]"]
+    refs += [f"&a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, levels)]
+    return "[" + ", ".join(refs) + "]"
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "message"),
+    [
+        # a settings file may be any file (ACBSLURM_CONFIG): a 441-byte alias bomb as a
+        # value once hung in its message's repr, deep nesting was a RecursionError
+        ("bomb.yaml", f"record_dir: {_alias_bomb()}\n", "record_dir must be a string, got"),
+        ("floatbomb.yaml", f"stop_grace: {_alias_bomb()}\n", "stop_grace must be a finite"),
+        ("deep.yaml", "a: " + "[" * 5000 + "\n", "nested too deep"),
+        ("deep.json", '{"a": ' + "[" * 100_000 + "\n", "nested too deep"),
+        ("long.yaml", "? " + "z" * 100_000 + "\n: 1\n", "unknown setting"),
+    ],
+)
+def test_hostile_settings_files_are_config_errors_with_short_messages(
+    tmp_path: Path, name: str, text: str, message: str
+) -> None:
+    f = tmp_path / name
+    f.write_text(text)
+    with pytest.raises(ConfigError, match=message) as exc:
+        load_settings(str(f))
+    assert str(exc.value).startswith(f"{f}: ") and len(str(exc.value)) < 400
+
+
 def test_inventory_round_trip_and_errors(tmp_path: Path) -> None:
     f = tmp_path / "gpus.json"
     gpus = [GpuInfo(0, 3, "GPU-x", "H200", 10, "/dev/nvidia3")]

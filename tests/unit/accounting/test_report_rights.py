@@ -61,3 +61,20 @@ def test_a_coordinator_sees_the_accounts_below_theirs() -> None:
     assert descendants({"lab"}, tree) == {"lab", "lab-a", "lab-a1"}
     assert descendants({"other"}, tree) == {"other"}
     assert descendants({"lab-a1"}, tree) == {"lab-a1"}
+
+
+def test_the_service_reads_a_deeply_nested_request_as_a_bad_request() -> None:
+    # Any user may write to the report service: "[" * 50000 (under its size limit) made
+    # json.loads raise RecursionError, reported as an internal error with a traceback.
+    import socket
+
+    import pytest
+
+    from acbslurm.accounting.service import _read_request
+    from acbslurm.errors import ConfigError
+
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        theirs.sendall(b"[" * 50_000 + b"\n")
+        with pytest.raises(ConfigError, match="bad request: not one line of JSON"):
+            _read_request(ours)

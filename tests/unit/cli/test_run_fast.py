@@ -164,3 +164,21 @@ def test_a_bad_value_is_reported_by_the_click_command(job_env: dict[str, str]) -
     assert "Usage: acbslurm run" in r.stderr
     assert "Invalid value for '--workdir': must be an absolute path, got 'rel'" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("how", ["entry", "click"])
+def test_both_front_ends_refuse_acbslurm_variables_in_env(
+    job_env: dict[str, str], how: str
+) -> None:
+    # The console entry's fast parser and the click command must refuse the same line.
+    main = "acbslurm.cli.entry" if how == "entry" else "acbslurm.cli.main"
+    r = run_entry(
+        f"""
+        from {main} import main
+        main(["run", "--gpus", "none", "--env", "ACBSLURM_JOB_ID=1", "img", "true"])
+        """,
+        job_env,
+    )
+    assert r.returncode == 2, r.stderr
+    assert "Invalid value for '--env': ACBSLURM_JOB_ID is refused" in r.stderr
+    assert "Traceback" not in r.stderr

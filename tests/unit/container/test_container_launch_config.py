@@ -69,3 +69,14 @@ def test_attach_stream_splits_stdout_and_stderr_frames() -> None:
 
 def test_quote() -> None:
     assert _quote('{"label": ["a=b"]}') == "%7B%22label%22%3A%20%5B%22a%3Db%22%5D%7D"
+
+
+def test_the_launcher_sets_its_own_variables_whatever_env_says() -> None:
+    # env comes from the user; a container that claimed another job id would be invisible
+    # to its job's epilog (hooks/orphans.py), so the launcher's values always win.
+    c = container_config(
+        spec(env={"X": "1", "ACBSLURM_JOB_ID": "99", "ACBSLURM_GPU_UUIDS": "GPU-z"}),
+        with_limits=True,
+    )
+    acb = sorted(v for v in c["Env"] if v.startswith("ACBSLURM_"))
+    assert acb == ["ACBSLURM_GPU_UUIDS=GPU-a,GPU-b", "ACBSLURM_JOB_ID=12"]

@@ -300,3 +300,21 @@ def test_cli_refuses_nvidia_visible_devices_with_exit_2(in_job: Path) -> None:
     res = CliRunner().invoke(run, ["--env", "NVIDIA_VISIBLE_DEVICES=all", "img", "true"])
     assert res.exit_code == 2
     assert "NVIDIA_VISIBLE_DEVICES is refused" in res.output
+
+
+@pytest.mark.parametrize(
+    "name", ["ACBSLURM_JOB_ID", "ACBSLURM_GPU_UUIDS", "ACBSLURM_CONFIG", "acbslurm_job_id"]
+)
+def test_env_that_names_acbslurm_is_refused(name: str) -> None:
+    # The epilog finds a job's processes by ACBSLURM_JOB_ID in their environment: a user
+    # who set it could hide a container from the cleanup or point another job's at it.
+    with pytest.raises(OptionError, match=f"{name} is refused: ACBSLURM_") as info:
+        parse_env(f"{name}=1")
+    assert info.value.option == "--env"
+
+
+def test_cli_refuses_acbslurm_job_id_with_exit_2(in_job: Path) -> None:
+    res = CliRunner().invoke(run, ["--env", "ACBSLURM_JOB_ID=1", "img", "true"])
+    assert res.exit_code == 2, res.output
+    assert "Invalid value for '--env': ACBSLURM_JOB_ID is refused" in res.output
+    assert "Traceback" not in res.output

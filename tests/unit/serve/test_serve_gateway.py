@@ -311,3 +311,10 @@ def test_worker_killed_mid_batch_gets_503_and_restarts(
     assert sorted(snap["clients"].values()) == sorted(
         f"serve:{m}" for m in MODELS
     )  # no leaked session
+
+
+def test_deeply_nested_json_is_a_400_not_a_500(server: PoolServer) -> None:
+    # 100 kB of "[" is under the body limit; json.loads raises RecursionError, no ValueError
+    url = f"http://127.0.0.1:{server.port}/v1/chat/completions"
+    r = httpx.post(url, content=b"[" * 100_000)
+    assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_json"

@@ -153,3 +153,29 @@ def test_demo_pool_is_seed_shaped_and_forces_evictions(tmp_path: Path) -> None:
     before = (tmp_path / "model-a" / "config.json").stat().st_mtime
     demo_pool_yaml(root=tmp_path)
     assert (tmp_path / "model-a" / "config.json").stat().st_mtime == before
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "? [a]\n: 1\nmodels: []\n",
+        "? [&a [x, x, x], &b [*a, *a, *a], &c [*b, *b, *b]]\n: 1\nmodels: []\n",
+        "models: [{name: a, ? {k: v} : 1}]\n",
+    ],
+)
+def test_a_pool_key_must_be_a_plain_value(text: str) -> None:
+    # The pool file goes through the job spec's loader: the same refusal, as a PoolError.
+    with pytest.raises(PoolError, match=r"^p.yaml:1: a key must be a plain value"):
+        load_pool_text(text, "p.yaml")
+
+
+def test_a_pool_of_nested_aliases_is_a_pool_error() -> None:
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, 9)]
+    with pytest.raises(PoolError, match="expands to more than 10000 values"):
+        load_pool_text("\n".join(lines) + "\nmodels: []\n", "p.yaml")
+
+
+def test_a_deeply_nested_pool_is_a_pool_error() -> None:
+    with pytest.raises(PoolError, match=r"p\.yaml:1: the document nests more than 100 levels"):
+        load_pool_text("models: " + "[" * 500 + "]" * 500 + "\n", "p.yaml")

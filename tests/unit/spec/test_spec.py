@@ -338,3 +338,137 @@ def test_container_pull_policy_defaults_to_missing_and_is_checked() -> None:
     assert spec.container.pull == "missing"
     msg = errors_of(MINIMAL + "  pull: sometimes\n")
     assert "job.yaml:4: container.pull: must be missing, always or never" in msg
+
+
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        ("env:\n  ACBSLURM_JOB_ID: '7'\n", "job.yaml:2: env.ACBSLURM_JOB_ID"),
+        (
+            "container:\n  image: busybox\n  env:\n    ACBSLURM_GPU_UUIDS: GPU-x\n",
+            "job.yaml:4: container.env.ACBSLURM_GPU_UUIDS",
+        ),
+    ],
+)
+def test_spec_env_may_not_set_acbslurm_variables(text: str, where: str) -> None:
+    assert f"{where}: " in errors_of(text)
+    assert "is refused: ACBSLURM_" in errors_of(text)
+
+
+def test_a_jobs_own_env_may_carry_acbslurm_settings_but_a_container_may_not() -> None:
+    """The job's environment is the user's (docs/serve.md's rendezvous host), a
+    container's ACBSLURM_* is what its cleanup finds it by."""
+    job_level = MINIMAL + "env:\n  ACBSLURM_SERVE_RENDEZVOUS_HOST: 10.0.0.1\n"
+    assert dict(parse_spec(job_level, "job.yaml").env) == {
+        "ACBSLURM_SERVE_RENDEZVOUS_HOST": "10.0.0.1"
+    }
+    msg = errors_of(MINIMAL + "  env:\n    ACBSLURM_SERVE_RENDEZVOUS_HOST: 10.0.0.1\n")
+    assert "job.yaml:5: container.env.ACBSLURM_SERVE_RENDEZVOUS_HOST: " in msg
+
+
+def test_set_env_may_not_set_acbslurm_variables() -> None:
+    msg = errors_of(MINIMAL, ("container.env.ACBSLURM_JOB_ID=7",))
+    assert "--set container.env.ACBSLURM_JOB_ID" in msg and "is refused: ACBSLURM_" in msg
+
+
+def _alias_levels(levels: int) -> list[str]:
+    """``&a0 [x]*9, &a1 [*a0]*9, ...``: 9**levels values once expanded."""
+    out = ["&a0 [" + ", ".join(["x"] * 9) + "]"]
+    out += [f"&a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, levels)]
+    return out
+
+
+# A key that is a list or mapping was built in full (deep=True) outside the bound on
+# values: a few hundred bytes of aliases there took a minute and gigabytes, then failed
+# with a TypeError (a list is no dict key).
+NON_SCALAR_KEYS = [
+    ("? [a]\n: 1\ncommand: [x]\n", 1),
+    ("? {k: v}\n: 1\ncommand: [x]\n", 1),
+    ("command: [x]\n? [" + ", ".join(_alias_levels(5)) + "]\n: 1\n", 2),
+    ("a: " + _alias_levels(1)[0] + "\n? *a0\n: 1\ncommand: [x]\n", 1),
+]
+
+
+@pytest.mark.parametrize(("text", "line"), NON_SCALAR_KEYS)
+def test_a_key_must_be_a_plain_value(text: str, line: int) -> None:
+    with pytest.raises(SpecError, match=rf"^job.yaml:{line}: a key must be a plain value"):
+        parse_spec(text, "job.yaml")
+
+
+def test_a_list_key_is_a_user_error_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from acbslurm.cli.main import main
+
+    spec = tmp_path / "key.yaml"
+    spec.write_text("? [" + ", ".join(_alias_levels(4)) + "]\n: 1\ncommand: [x]\n")
+    with pytest.raises(SystemExit) as info:
+        main(["render", str(spec)])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"Error: {spec}:1: a key must be a plain value")
+    assert "Traceback" not in err
+
+
+def _alias_list(levels: int) -> str:
+    return "[" + ", ".join(_alias_levels(levels)) + "]"
+
+
+@pytest.mark.parametrize("key", ["name", "container.command", "env.A"])
+def test_set_values_have_the_files_bound_on_aliases(key: str) -> None:
+    # 288 bytes of aliases in a --set value once ran for minutes (the value was built,
+    # then its repr of 9**9 items went into the message).
+    msg = errors_of(MINIMAL, (f"{key}={_alias_list(9)}",))
+    assert msg.startswith(f"--set {key}:1: the document expands to more than 10000 values")
+    assert len(msg) < 500
+
+
+def test_a_list_key_in_a_set_value_is_refused() -> None:
+    assert "a key must be a plain value" in errors_of(MINIMAL, ("name={[a]: 1}",))
+
+
+def test_set_cli_refuses_an_alias_bomb_with_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from acbslurm.cli.main import main
+
+    spec = tmp_path / "ok.yaml"
+    spec.write_text("command: [x]\n")
+    with pytest.raises(SystemExit) as info:
+        main(["render", str(spec), "--set", f"name={_alias_list(5)}"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("Error: --set name:1: the document expands to more than 10000")
+    assert len(err) < 500 and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "name: [" + ", ".join(["x"] * 9000) + "]\n",  # within the bound, 45 kB of repr
+        'name: "' + "y" * 100_000 + '\\n"\n',  # a control character
+        "name: ok\n? " + "z" * 100_000 + "\n: 1\n",  # a long unknown key
+    ],
+)
+def test_a_message_quotes_at_most_a_few_hundred_characters_of_a_value(text: str) -> None:
+    msg = errors_of(text)
+    assert "job.yaml:" in msg
+    assert all(len(line) < 500 for line in msg.splitlines()), [len(x) for x in msg.splitlines()]
+    assert "characters left out" in msg
+
+
+def test_a_document_that_is_no_mapping_is_quoted_short() -> None:
+    msg = errors_of("[" + ", ".join(["x"] * 9000) + "]\n")
+    assert "a job spec must be a mapping of keys" in msg and len(msg) < 500
+
+
+@pytest.mark.parametrize("depth", [101, 500, 999])
+def test_deep_nesting_is_refused_not_a_recursion_error(depth: int) -> None:
+    # libyaml reads up to 1000 levels; building them here once hit Python's recursion limit.
+    msg = errors_of("name: " + "[" * depth + "]" * depth + "\n")
+    assert msg.startswith("job.yaml:1: the document nests more than 100 levels deep")
+
+
+def test_a_hundred_levels_are_read() -> None:
+    msg = errors_of("name: " + "[" * 99 + "]" * 99 + "\ncommand: [x]\n")
+    assert "name: must be a string" in msg
