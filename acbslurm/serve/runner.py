@@ -60,14 +60,14 @@ def choose_broker(pool: PoolSpec, env: dict[str, str] | None = None) -> BrokerCh
     if pool.devices == "auto" and env.get("SLURM_JOB_ID") and job_nodes_count(env) > 1:
         # A job of several nodes: the pool's broker lends every node's GPUs (a gang of
         # several processes spans nodes); no CPU fallback, a missing GPU is an error.
-        found = all_nodes_devices(env, settings.gpu_inventory, settings.slurm_bin_dir)
+        found = all_nodes_devices(env, settings)
         devices = found.devices
         return BrokerChoice(
             "", devices, device_kind(devices), None, found.source, _job_address(env)
         )
     try:
         # The site's inventory gives the job's GPUs their names and sizes (fit check).
-        found = resolve_devices(pool.devices, env, settings.gpu_inventory)
+        found = resolve_devices(pool.devices, env, settings)
         devices, source = found.devices, found.source
     except AcbslurmError as exc:
         if pool.devices != "auto":
