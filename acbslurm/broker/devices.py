@@ -21,7 +21,7 @@ from acbslurm.gpu.inventory import GpuInfo, load_static
 from acbslurm.gpu.mapping import comma_tokens
 from acbslurm.gpu.node import job_gpus
 from acbslurm.gpu.nvml import nvml_inventory
-from acbslurm.units import ascii_int, size_bytes
+from acbslurm.units import cpu_device_spec
 
 
 @dataclass(frozen=True)
@@ -36,21 +36,10 @@ def from_gpu_info(gpus: list[GpuInfo]) -> list[Device]:
 
 def cpu_devices(spec: str) -> list[Device]:
     """``cpu:N[:SIZE]``: N stand-in devices backed by host memory (tests, CPU-only nodes)."""
-    parts = spec.split(":")
-    if parts[0] != "cpu" or len(parts) not in (2, 3):
-        raise ConfigError(f"device spec {spec!r}: expected cpu:N or cpu:N:SIZE")
     try:
-        count = ascii_int(parts[1])
-    except ValueError:
-        raise ConfigError(f"device spec {spec!r}: {parts[1]!r} is not a number") from None
-    if count < 1:
-        raise ConfigError(f"device spec {spec!r}: need at least one device")
-    memory = 0
-    if len(parts) == 3:
-        try:
-            memory = size_bytes(parts[2])
-        except ValueError as exc:
-            raise ConfigError(f"device spec {spec!r}: {exc}") from None
+        count, memory = cpu_device_spec(spec)
+    except ValueError as exc:
+        raise ConfigError(f"device spec {spec!r}: {exc}") from None
     return [Device(f"cpu{i}", "CPU stand-in", memory, -1, i) for i in range(count)]
 
 

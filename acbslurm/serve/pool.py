@@ -37,7 +37,7 @@ import yaml
 
 from acbslurm.serve.errors import PoolError
 from acbslurm.spec.yamlpos import DuplicateKeyError, Errors, Located, load_located
-from acbslurm.units import size_bytes
+from acbslurm.units import cpu_device_spec, size_bytes
 
 POOL_KEYS = (
     "listen",
@@ -199,12 +199,13 @@ def _listen(value: Any, at: tuple[str, ...], e: Errors) -> str | None:
 
 def _devices(value: Any, at: tuple[str, ...], e: Errors) -> str | None:
     dev = _str(value, at, e)
-    if (
-        dev is not None
-        and dev != "auto"
-        and not re.match(r"^cpu:[0-9]+(:[0-9.]+[KMGTP]?(i?B)?)?$", dev, re.I)
-    ):
-        e.add(at, f"must be auto or cpu:N[:SIZE], got {dev!r}")
+    if dev is None or dev == "auto":
+        return dev
+    try:
+        cpu_device_spec(dev)
+    except ValueError as exc:
+        e.add(at, f"must be auto or cpu:N[:SIZE], got {dev!r} ({exc})")
+        return None
     return dev
 
 

@@ -60,6 +60,30 @@ models:
     assert "pool.yaml:10: models.1.path: /does/not/exist: no config.json" in msg
 
 
+@pytest.mark.parametrize(
+    ("devices", "why"),
+    [
+        ("cpu:0", "need at least one device"),
+        ("CPU:2", "expected cpu:N or cpu:N:SIZE"),
+        ("cpu:2:1.2.3", "'1.2.3' is not a size"),
+        ("gpu:2", "expected cpu:N or cpu:N:SIZE"),
+    ],
+)
+def test_pool_devices_are_what_the_broker_takes(
+    tiny_models: dict[str, Path], devices: str, why: str
+) -> None:
+    """The pool file's ``devices:`` is read by the broker's parser: what it refuses is
+    refused at load, with the file's line, not when the pool's broker starts."""
+    text = f"devices: {devices}\nmodels:\n  - name: a\n    path: {tiny_models['model-a']}\n"
+    with pytest.raises(PoolError) as info:
+        load_pool_text(text, "pool.yaml")
+    assert f"pool.yaml:1: devices: must be auto or cpu:N[:SIZE], got {devices!r} ({why}" in str(
+        info.value
+    )
+    with pytest.raises(AcbslurmError, match=f"device spec {devices!r}"):
+        cpu_devices(devices)
+
+
 def test_procs_must_split_the_gang_evenly(tiny_models: dict[str, Path]) -> None:
     p = tiny_models["model-c"]
     text = f"""\
