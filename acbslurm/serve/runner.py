@@ -24,7 +24,7 @@ from acbslurm.broker.core import Device
 from acbslurm.serve.address import bind, describe, remove, write_private
 from acbslurm.serve.brokerhost import BrokerThread, summary
 from acbslurm.serve.errors import ServeError
-from acbslurm.serve.gang import node_plan, placeable
+from acbslurm.serve.gang import large_enough, node_plan, placeable
 from acbslurm.serve.gateway import Gateway
 from acbslurm.serve.placement import from_env as placement_from_env
 from acbslurm.serve.pool import PoolSpec, check_listen, per_device_need, weights_bytes
@@ -145,7 +145,7 @@ def check_fits(
     nodes = [d.node for d in devices]
     for m in pool.models:
         need = per_device_need(m)
-        fitting = [d for d in devices if d.memory_total == 0 or d.memory_total >= need]
+        fitting = large_enough(devices, need)
         per_node, ranks = node_plan(m.devices, m.procs, nodes, placement_nodes)
         if not placeable(m.devices, per_node, ranks, devices, need):
             where = f", {per_node} of them on each of its node(s)" if per_node else ""

@@ -28,7 +28,7 @@ import time
 from collections import deque
 from typing import Any
 
-from acbslurm.serve.gang import Gang
+from acbslurm.serve.gang import Gang, large_enough
 from acbslurm.serve.modelproc import load_causal_lm, prepare_model_process
 from acbslurm.serve.protocol import MAX_LINE, decode, encode
 
@@ -165,7 +165,7 @@ class Worker:
         need = self.gang.share + self.spec["headroom"]
         devs = self.client.devices
         self.gang.plan([d.node for d in devs], from_env().nodes)
-        fitting = [d for d in devs if d.memory_total == 0 or d.memory_total >= need]
+        fitting = large_enough(devs, need)
         if not self.gang.placeable(devs, need):
             where = ""
             if self.gang.per_node:
