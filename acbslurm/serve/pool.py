@@ -36,7 +36,13 @@ from typing import Any
 import yaml
 
 from acbslurm.serve.errors import PoolError
-from acbslurm.spec.yamlpos import DuplicateKeyError, Errors, Located, load_located
+from acbslurm.spec.yamlpos import (
+    DuplicateKeyError,
+    Errors,
+    Located,
+    load_located,
+    nearest_origin,
+)
 from acbslurm.units import cpu_device_spec, size_bytes
 
 POOL_KEYS = (
@@ -122,12 +128,7 @@ class PoolSpec:
         return next((m for m in self.models if m.name == name), None)
 
     def where(self, *path: str) -> str:
-        p = tuple(path)
-        while p:
-            if p in self.origins:
-                return self.origins[p]
-            p = p[:-1]
-        return self.source
+        return nearest_origin(self.origins, path) or self.source
 
 
 def _int(value: Any, at: tuple[str, ...], e: Errors, low: int = 1) -> int | None:

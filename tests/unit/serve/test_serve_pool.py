@@ -177,3 +177,16 @@ def test_demo_pool_is_seed_shaped_and_forces_evictions(tmp_path: Path) -> None:
     before = (tmp_path / "model-a" / "config.json").stat().st_mtime
     demo_pool_yaml(root=tmp_path)
     assert (tmp_path / "model-a" / "config.json").stat().st_mtime == before
+
+
+def test_pool_and_its_document_name_the_same_line(tiny_models: dict[str, Path]) -> None:
+    """PoolSpec.where and the YAML document's (spec.yamlpos) walk up the same way: a key
+    set inline in a model's flow mapping is placed at that mapping's line."""
+    from acbslurm.spec.yamlpos import load_located
+
+    text = f"policy: fifo\nmodels:\n  - {{name: a, path: {tiny_models['model-a']}}}\n"
+    pool, doc = load_pool_text(text, "p.yaml"), load_located(text, "p.yaml")
+    for path in [("policy",), ("models", "0", "name"), ("models", "0", "dtype"), ("models",)]:
+        assert pool.where(*path) == doc.where(path)
+    assert pool.where("models", "0", "dtype") == "p.yaml:3"
+    assert (pool.where("quantum"), doc.where(("quantum",))) == ("p.yaml", "p.yaml:1")
