@@ -9,7 +9,9 @@ removes the directory with everything in it.
 
 Clients check a unix socket before they connect (``check_socket``): the socket and its
 directory must belong to them or to root, and the directory must not let others swap
-the socket (writable by others only with the sticky bit, as /tmp).
+the socket (writable by others only with the sticky bit, as /tmp). Servers (the broker,
+the report service) take their socket's path with ``free_socket_path``: refused while a
+server listens there, a dead one's socket file removed.
 """
 
 from __future__ import annotations
