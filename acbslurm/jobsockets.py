@@ -9,7 +9,9 @@ removes the directory with everything in it.
 
 Clients check a unix socket before they connect (``check_socket``): the socket and its
 directory must belong to them or to root, and the directory must not let others swap
-the socket (writable by others only with the sticky bit, as /tmp).
+the socket (writable by others only with the sticky bit, as /tmp). Servers (the broker,
+the report service) take their socket's path with ``free_socket_path``: refused while a
+server listens there, a dead one's socket file removed.
 """
 
 from __future__ import annotations
@@ -68,6 +70,35 @@ def remove_job_dir(base: str, job_id: str) -> bool:
 
         shutil.rmtree(path)
     else:
+        os.unlink(path)
+    return True
+
+
+def socket_listening(path: str, timeout: float = 0.5) -> bool:
+    """Whether a server listens on the unix socket ``path``: it accepts a connection
+    within ``timeout`` seconds, or its backlog is full (EAGAIN: busy, but there). A
+    refused connection (a dead server's socket file), none or no socket: False."""
+    import socket  # not at import: the hooks import this module
+
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.settimeout(timeout)
+        s.connect(path)
+        return True
+    except (BlockingIOError, TimeoutError):
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
+
+
+def free_socket_path(path: str) -> bool:
+    """Make ``path`` free for a new server's socket: False when a server listens there
+    (the caller refuses to start a second one), else True, a dead server's socket removed."""
+    if os.path.exists(path):
+        if socket_listening(path):
+            return False
         os.unlink(path)
     return True
 

@@ -99,6 +99,22 @@ def mem_megabytes(value: str) -> float:
     return size_bytes(value, default_unit="M") / 1024**2
 
 
+def cpu_device_spec(text: str) -> tuple[int, int]:
+    """``cpu:N[:SIZE]``, N CPU stand-in devices of SIZE bytes each (0: no size given), as
+    ``(N, bytes)``; ValueError saying what is wrong. The broker's ``--devices`` and the
+    pool file's ``devices:`` read it here, so a pool file passes only what the broker takes."""
+    parts = text.split(":")
+    if parts[0] != "cpu" or len(parts) not in (2, 3):
+        raise ValueError("expected cpu:N or cpu:N:SIZE")
+    try:
+        count = ascii_int(parts[1])
+    except ValueError:
+        raise ValueError(f"{parts[1]!r} is not a number") from None
+    if count < 1:
+        raise ValueError("need at least one device")
+    return count, size_bytes(parts[2]) if len(parts) == 3 else 0
+
+
 # -- ranges --------------------------------------------------------------------------
 
 

@@ -24,6 +24,7 @@ from acbslurm.accounting.rights import private_jobs
 from acbslurm.accounting.run import Viewer, run_report
 from acbslurm.accounting.wire import MAX_REQUEST, FrameWriter, options_from
 from acbslurm.errors import AcbslurmError, ConfigError, SetupError
+from acbslurm.jobsockets import free_socket_path
 from acbslurm.slurm.dbdconfig import private_data_of_slurmdbd
 
 log = logging.getLogger(__name__)
@@ -65,15 +66,8 @@ class ReportService:
     def bind(self) -> None:
         directory = os.path.dirname(self.path) or "."
         os.makedirs(directory, mode=0o755, exist_ok=True)
-        if os.path.exists(self.path):
-            probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            try:
-                probe.connect(self.path)
-                raise SetupError(f"a report service already listens on {self.path}")
-            except OSError:
-                os.unlink(self.path)  # a dead service's socket
-            finally:
-                probe.close()
+        if not free_socket_path(self.path):  # else a dead service's is gone
+            raise SetupError(f"a report service already listens on {self.path}")
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         old = os.umask(0o111)  # rw for everyone: who may see what is decided per caller
         try:

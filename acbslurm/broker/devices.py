@@ -3,7 +3,8 @@
 Inside a Slurm job (``SLURM_JOB_ID`` set) the broker manages exactly the GPUs Slurm
 gave the job, so one allocation can be shared by many programs and never grows:
 ``ACBSLURM_GPU_UUIDS`` (exported by acbslurm's task prolog) first, else
-``SLURM_JOB_GPUS`` / ``CUDA_VISIBLE_DEVICES`` mapped through the GPU inventory.
+``SLURM_JOB_GPUS`` / ``CUDA_VISIBLE_DEVICES`` mapped by gpu/ as the prolog maps them
+(GRES indices through gres.conf's device files to minor numbers to UUIDs).
 """
 
 from __future__ import annotations
@@ -14,9 +15,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from acbslurm.broker.core import Device
+from acbslurm.config import Settings
 from acbslurm.errors import ConfigError, GpuMappingError, SetupError
 from acbslurm.gpu.inventory import GpuInfo, load_static
-from acbslurm.units import ascii_int, size_bytes
+from acbslurm.gpu.mapping import comma_tokens
+from acbslurm.gpu.node import job_gpus
+from acbslurm.gpu.nvml import nvml_inventory
+from acbslurm.units import cpu_device_spec
 
 
 @dataclass(frozen=True)
@@ -31,104 +36,38 @@ def from_gpu_info(gpus: list[GpuInfo]) -> list[Device]:
 
 def cpu_devices(spec: str) -> list[Device]:
     """``cpu:N[:SIZE]``: N stand-in devices backed by host memory (tests, CPU-only nodes)."""
-    parts = spec.split(":")
-    if parts[0] != "cpu" or len(parts) not in (2, 3):
-        raise ConfigError(f"device spec {spec!r}: expected cpu:N or cpu:N:SIZE")
     try:
-        count = ascii_int(parts[1])
-    except ValueError:
-        raise ConfigError(f"device spec {spec!r}: {parts[1]!r} is not a number") from None
-    if count < 1:
-        raise ConfigError(f"device spec {spec!r}: need at least one device")
-    memory = 0
-    if len(parts) == 3:
-        try:
-            memory = size_bytes(parts[2])
-        except ValueError as exc:
-            raise ConfigError(f"device spec {spec!r}: {exc}") from None
+        count, memory = cpu_device_spec(spec)
+    except ValueError as exc:
+        raise ConfigError(f"device spec {spec!r}: {exc}") from None
     return [Device(f"cpu{i}", "CPU stand-in", memory, -1, i) for i in range(count)]
 
 
-def nvml_gpus() -> list[GpuInfo]:
-    """The node's GPUs from NVML (pynvml is imported only here)."""
-    try:
-        import pynvml
-    except ImportError:
-        raise SetupError("NVML is not available: pip install nvidia-ml-py") from None
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError as exc:
-        raise SetupError(f"NVML cannot start ({exc}); is the NVIDIA driver loaded?") from None
-    try:
-        out = []
-        for i in range(pynvml.nvmlDeviceGetCount()):
-            h = pynvml.nvmlDeviceGetHandleByIndex(i)
-            uuid = pynvml.nvmlDeviceGetUUID(h)
-            name = pynvml.nvmlDeviceGetName(h)
-            minor = pynvml.nvmlDeviceGetMinorNumber(h)
-            mem = pynvml.nvmlDeviceGetMemoryInfo(h).total
-            out.append(
-                GpuInfo(
-                    index=i,
-                    minor=int(minor),
-                    uuid=uuid if isinstance(uuid, str) else uuid.decode(),
-                    name=name if isinstance(name, str) else name.decode(),
-                    memory_total=int(mem),
-                    device=f"/dev/nvidia{minor}",
-                )
-            )
-        return out
-    finally:
-        pynvml.nvmlShutdown()
-
-
-def _split(value: str) -> list[str]:
-    return [v.strip() for v in value.split(",") if v.strip()]
-
-
-def slurm_job_gpus(env: Mapping[str, str], inventory: list[GpuInfo] | None) -> list[GpuInfo]:
-    """The GPUs of the Slurm job described by ``env``, in Slurm's order."""
-    job = env.get("SLURM_JOB_ID", "?")
-    by_uuid = {g.uuid: g for g in inventory or []}
-    uuids = _split(env.get("ACBSLURM_GPU_UUIDS", ""))
+def slurm_job_gpus(env: Mapping[str, str], settings: Settings) -> list[GpuInfo]:
+    """The GPUs of the Slurm job described by ``env``, in Slurm's order: the ones
+    acbslurm's task prolog exported, else mapped as its prolog maps them (gpu/node.py),
+    so a broker in a job lends exactly the GPUs the hooks recorded for it."""
+    uuids = comma_tokens(env.get("ACBSLURM_GPU_UUIDS", ""))
     if uuids:
-        # The task prolog already mapped them; the inventory only adds names and sizes.
+        # The task prolog already mapped them; a static inventory adds names and sizes.
+        known = load_static(settings.gpu_inventory) if settings.gpu_inventory else []
+        by_uuid = {g.uuid: g for g in known}
         return [by_uuid.get(u) or GpuInfo(index=-1, minor=-1, uuid=u) for u in uuids]
-    for var, key in (("SLURM_JOB_GPUS", "minor"), ("CUDA_VISIBLE_DEVICES", "index")):
-        values = _split(env.get(var, ""))
-        if not values:
-            continue
-        if all(v.startswith(("GPU-", "MIG-")) for v in values):
-            return [by_uuid.get(v) or GpuInfo(index=-1, minor=-1, uuid=v) for v in values]
-        if inventory is None:
-            raise GpuMappingError(
-                f"job {job}: {var}={env[var]} needs a GPU inventory to map to UUIDs "
-                "(set gpu_inventory, or run the acbslurm task prolog)"
-            )
-        out = []
-        for v in values:
-            match = [g for g in inventory if str(getattr(g, key)) == v]
-            if len(match) != 1:
-                raise GpuMappingError(f"job {job}: {var} entry {v!r} is not a GPU {key} here")
-            out.append(match[0])
-        return out
-    raise GpuMappingError(
-        f"job {job} has no GPUs (no ACBSLURM_GPU_UUIDS, SLURM_JOB_GPUS or "
-        "CUDA_VISIBLE_DEVICES); request GPUs with --gres=gpu:N or use --devices"
-    )
+    gpus = job_gpus(env, settings).gpus
+    if not gpus:
+        raise GpuMappingError(
+            f"job {env.get('SLURM_JOB_ID', '?')} has no GPUs (no ACBSLURM_GPU_UUIDS, "
+            "SLURM_JOB_GPUS or CUDA_VISIBLE_DEVICES); request GPUs with --gres=gpu:N "
+            "or use --devices"
+        )
+    return gpus
 
 
-def _slurm_job_devices(env: Mapping[str, str], gpu_inventory: str) -> DeviceSet:
+def _slurm_job_devices(env: Mapping[str, str], settings: Settings) -> DeviceSet:
     """The GPUs of the Slurm job this broker runs in (``--devices slurm``)."""
     if not env.get("SLURM_JOB_ID"):
         raise ConfigError("--devices slurm: not inside a Slurm job (SLURM_JOB_ID unset)")
-    inv: list[GpuInfo] | None = None
-    if gpu_inventory or not env.get("ACBSLURM_GPU_UUIDS"):
-        try:
-            inv = load_static(gpu_inventory) if gpu_inventory else nvml_gpus()
-        except SetupError:
-            inv = None
-    gpus = slurm_job_gpus(env, inv)
+    gpus = slurm_job_gpus(env, settings)
     return DeviceSet(from_gpu_info(gpus), f"Slurm job {env['SLURM_JOB_ID']}")
 
 
@@ -138,9 +77,7 @@ def job_nodes_count(env: Mapping[str, str]) -> int:
     return int(raw) if raw.isascii() and raw.isdigit() and int(raw) > 0 else 1
 
 
-def all_nodes_devices(
-    env: Mapping[str, str], gpu_inventory: str = "", bin_dir: str = ""
-) -> DeviceSet:
+def all_nodes_devices(env: Mapping[str, str], settings: Settings) -> DeviceSet:
     """Every GPU of the multi-node Slurm job this program runs in, in the job's node
     order, each with its node (for a broker that lends them all: the pool's).
 
@@ -153,10 +90,10 @@ def all_nodes_devices(
     from acbslurm.config import this_node
     from acbslurm.slurm.jobgpus import job_gpus_by_node
 
-    mine = _slurm_job_devices(env, gpu_inventory).devices
+    mine = _slurm_job_devices(env, settings).devices
     here = this_node(env)
     job = env["SLURM_JOB_ID"]
-    gpus = job_gpus_by_node(job, bin_dir=bin_dir)
+    gpus = job_gpus_by_node(job, bin_dir=settings.slurm_bin_dir)
     by_uuid = {d.id: d for d in mine}
     name = mine[0].name if mine else ""
     size = min((d.memory_total for d in mine), default=0)
@@ -177,7 +114,7 @@ def all_nodes_devices(
 
 
 def resolve_devices(
-    spec: str, env: Mapping[str, str] | None = None, gpu_inventory: str = ""
+    spec: str, env: Mapping[str, str] | None = None, settings: Settings | None = None
 ) -> DeviceSet:
     """Devices for ``broker serve --devices SPEC``.
 
@@ -186,6 +123,7 @@ def resolve_devices(
     ``cpu:N[:SIZE]`` makes CPU stand-ins.
     """
     env = os.environ if env is None else env
+    settings = Settings() if settings is None else settings
     if spec.startswith("cpu"):
         return DeviceSet(cpu_devices(spec), f"{spec} (CPU stand-ins)")
     if spec not in ("auto", "inventory", "nvml", "slurm"):
@@ -194,12 +132,13 @@ def resolve_devices(
         )
 
     if spec == "slurm" or (spec == "auto" and env.get("SLURM_JOB_ID")):
-        return _slurm_job_devices(env, gpu_inventory)
-    if spec == "inventory" or (spec == "auto" and gpu_inventory):
-        if not gpu_inventory:
+        return _slurm_job_devices(env, settings)
+    inventory = settings.gpu_inventory
+    if spec == "inventory" or (spec == "auto" and inventory):
+        if not inventory:
             raise ConfigError("--devices inventory: no gpu_inventory configured")
-        return DeviceSet(from_gpu_info(load_static(gpu_inventory)), f"inventory {gpu_inventory}")
-    gpus = nvml_gpus()
+        return DeviceSet(from_gpu_info(load_static(inventory)), f"inventory {inventory}")
+    gpus = nvml_inventory(include_mig=False)
     if not gpus:
         raise SetupError("NVML reports no GPUs on this node; use --devices cpu:N to test")
     return DeviceSet(from_gpu_info(gpus), "NVML")

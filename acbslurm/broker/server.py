@@ -41,7 +41,7 @@ from acbslurm.broker.address import parse_address, socket_path
 from acbslurm.broker.lane_server import LaneServer, token_matches
 from acbslurm.broker.proto import pb, pb_grpc
 from acbslurm.errors import BrokerError
-from acbslurm.jobsockets import check_socket, lane_path
+from acbslurm.jobsockets import check_socket, free_socket_path, lane_path
 
 log = logging.getLogger(__name__)
 
@@ -453,24 +453,8 @@ def _clear_stale_socket(path: str, address: str) -> None:
             "the acbslurm prolog makes the job's runtime directory; or pass --listen)"
         ) from None
     check_socket(path)  # a directory others may write, or someone else's socket there
-    if Path(path).exists():
-        if _socket_alive(path):
-            raise BrokerError(f"a broker already listens on {address}")
-        Path(path).unlink()  # stale socket of a broker that died
-
-
-def _socket_alive(path: str) -> bool:
-    import socket
-
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        s.settimeout(0.5)
-        s.connect(path)
-        return True
-    except OSError:
-        return False
-    finally:
-        s.close()
+    if not free_socket_path(path):  # else a stale socket of a broker that died is gone
+        raise BrokerError(f"a broker already listens on {address}")
 
 
 async def _serve(

@@ -101,7 +101,7 @@ def serve(
     if not 0 <= mode <= 0o777:
         raise click.BadParameter(f"{socket_mode!r} is out of range", param_hint="'--socket-mode'")
     try:
-        found = resolve_devices(device_spec, gpu_inventory=load_settings().gpu_inventory)
+        found = resolve_devices(device_spec, settings=load_settings())
     except AcbslurmError as exc:
         if device_spec.startswith("cpu") or "device spec" in str(exc):
             raise click.BadParameter(str(exc), param_hint="'--devices'") from None

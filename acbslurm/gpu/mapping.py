@@ -52,7 +52,8 @@ def is_uuid(token: str) -> bool:
     return bool(_UUID.match(token))
 
 
-def _tokens(value: str) -> list[str]:
+def comma_tokens(value: str) -> list[str]:
+    """The non-empty entries of a comma list such as ``SLURM_JOB_GPUS`` (spaces trimmed)."""
     return [t.strip() for t in value.split(",") if t.strip()]
 
 
@@ -63,8 +64,8 @@ def map_job_gpus(
     minor_of: Callable[[str], int] = device_minor,
 ) -> JobGpus:
     """Map the job's allocation found in ``env`` (Slurm's prolog/job environment)."""
-    job_gpus = _tokens(env.get("SLURM_JOB_GPUS", ""))
-    cvd = _tokens(env.get("CUDA_VISIBLE_DEVICES", ""))
+    job_gpus = comma_tokens(env.get("SLURM_JOB_GPUS", ""))
+    cvd = comma_tokens(env.get("CUDA_VISIBLE_DEVICES", ""))
     cvd_uuids = cvd if cvd and all(is_uuid(t) for t in cvd) else []
 
     if job_gpus and all(is_uuid(t) for t in job_gpus):

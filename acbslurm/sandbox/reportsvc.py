@@ -3,9 +3,9 @@ node: root reads the database option file, every user asks through the socket.""
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 
+from acbslurm.jobsockets import socket_listening
 from acbslurm.sandbox.layout import Layout, Params
 from acbslurm.sandbox.procs import Proc, spawn, wait_for
 from acbslurm.sandbox.slurm import slurm_env
@@ -16,15 +16,7 @@ def socket_path(layout: Layout) -> Path:
 
 
 def ready(layout: Layout) -> bool:
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.settimeout(2)
-    try:
-        s.connect(str(socket_path(layout)))
-        return True
-    except OSError:
-        return False
-    finally:
-        s.close()
+    return socket_listening(str(socket_path(layout)), timeout=2)
 
 
 def start(layout: Layout, params: Params, marker: str) -> Proc:

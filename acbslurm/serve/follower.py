@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import sys
-import warnings
 from typing import Any
 
+from acbslurm.serve.modelproc import load_causal_lm, prepare_model_process
 from acbslurm.units import ascii_int
 
 EXIT_REFUSED = 3  # this stage cannot run (the leader tells the gateway why)
@@ -25,17 +24,10 @@ EXIT_GROUP = 5  # the leader went away or failed
 def load_stage(spec: dict[str, Any], rank: int, device: str) -> tuple[Any, Any]:
     """(stage, residency) of ``rank``: the model cut to its stage, weights off
     the device (host memory) until the leader's first RESTORE."""
-    import os
-
-    import torch
-    from transformers import AutoModelForCausalLM
-
     from acbslurm.serve.residency import Residency
     from acbslurm.serve.stages import make_stage
 
-    torch.set_num_threads(int(os.environ.get("ACBSLURM_SERVE_THREADS", "1")))
-    dtype = getattr(torch, spec["dtype"])
-    model = AutoModelForCausalLM.from_pretrained(spec["path"], dtype=dtype).eval()
+    model, _dtype = load_causal_lm(spec)
     stage = make_stage(model, rank, int(spec["procs"]))
     return stage, Residency(stage.model, device)
 
@@ -67,16 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rendezvous", required=True, help="HOST:PORT of the leader's store")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     args = p.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
-    import os
-
-    # torch's C++ warnings (a stack trace each) when the leader goes away: the one
-    # line printed below says it.
-    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never download anything
-    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    warnings.filterwarnings("ignore", category=FutureWarning)
+    prepare_model_process()
     try:
         return run(json.loads(args.spec), args.rank, args.rendezvous, args.device)
     except RuntimeError as exc:  # gloo: the leader closed its connections

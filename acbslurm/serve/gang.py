@@ -42,12 +42,18 @@ def node_plan(
     return count // procs, ranks
 
 
+def large_enough(devices: list[Any], need: int) -> list[Any]:
+    """The ``devices`` that can hold ``need`` bytes; a ``memory_total`` of 0 is a size
+    the broker does not know (a job's GPUs without an inventory): taken to fit."""
+    return [d for d in devices if d.memory_total == 0 or d.memory_total >= need]
+
+
 def placeable(
     count: int, per_node: int, rank_nodes: tuple[str, ...], devices: list[Any], need: int
 ) -> bool:
     """Whether ``devices`` (with ``memory_total`` and ``node``) can ever hold the gang
     with ``need`` bytes on each device."""
-    fitting = [d for d in devices if d.memory_total == 0 or d.memory_total >= need]
+    fitting = large_enough(devices, need)
     if not per_node:
         return len(fitting) >= count
     per: dict[str, int] = {}

@@ -37,8 +37,8 @@ import yaml
 
 from acbslurm.errors import SpecError
 from acbslurm.serve.errors import ListenError, PoolError
-from acbslurm.spec.yamlpos import Errors, Located, load_located
-from acbslurm.units import size_bytes
+from acbslurm.spec.yamlpos import Errors, Located, load_located, nearest_origin
+from acbslurm.units import cpu_device_spec, size_bytes
 
 POOL_KEYS = (
     "listen",
@@ -123,12 +123,7 @@ class PoolSpec:
         return next((m for m in self.models if m.name == name), None)
 
     def where(self, *path: str) -> str:
-        p = tuple(path)
-        while p:
-            if p in self.origins:
-                return self.origins[p]
-            p = p[:-1]
-        return self.source
+        return nearest_origin(self.origins, path) or self.source
 
 
 def _int(value: Any, at: tuple[str, ...], e: Errors, low: int = 1) -> int | None:
@@ -201,12 +196,13 @@ def _listen(value: Any, at: tuple[str, ...], e: Errors) -> str | None:
 
 def _devices(value: Any, at: tuple[str, ...], e: Errors) -> str | None:
     dev = _str(value, at, e)
-    if (
-        dev is not None
-        and dev != "auto"
-        and not re.match(r"^cpu:[0-9]+(:[0-9.]+[KMGTP]?(i?B)?)?$", dev, re.I | re.ASCII)
-    ):
-        e.add(at, f"must be auto or cpu:N[:SIZE], got {dev!r}")
+    if dev is None or dev == "auto":
+        return dev
+    try:
+        cpu_device_spec(dev)
+    except ValueError as exc:
+        e.add(at, f"must be auto or cpu:N[:SIZE], got {dev!r} ({exc})")
+        return None
     return dev
 
 

@@ -24,7 +24,7 @@ from acbslurm.broker.core import Device
 from acbslurm.serve.address import bind, describe, remove, write_private
 from acbslurm.serve.brokerhost import BrokerThread, summary
 from acbslurm.serve.errors import ServeError
-from acbslurm.serve.gang import node_plan, placeable
+from acbslurm.serve.gang import large_enough, node_plan, placeable
 from acbslurm.serve.gateway import Gateway
 from acbslurm.serve.placement import from_env as placement_from_env
 from acbslurm.serve.pool import PoolSpec, check_listen, per_device_need, weights_bytes
@@ -60,14 +60,14 @@ def choose_broker(pool: PoolSpec, env: dict[str, str] | None = None) -> BrokerCh
     if pool.devices == "auto" and env.get("SLURM_JOB_ID") and job_nodes_count(env) > 1:
         # A job of several nodes: the pool's broker lends every node's GPUs (a gang of
         # several processes spans nodes); no CPU fallback, a missing GPU is an error.
-        found = all_nodes_devices(env, settings.gpu_inventory, settings.slurm_bin_dir)
+        found = all_nodes_devices(env, settings)
         devices = found.devices
         return BrokerChoice(
             "", devices, device_kind(devices), None, found.source, _job_address(env)
         )
     try:
         # The site's inventory gives the job's GPUs their names and sizes (fit check).
-        found = resolve_devices(pool.devices, env, settings.gpu_inventory)
+        found = resolve_devices(pool.devices, env, settings)
         devices, source = found.devices, found.source
     except AcbslurmError as exc:
         if pool.devices != "auto":
@@ -145,7 +145,7 @@ def check_fits(
     nodes = [d.node for d in devices]
     for m in pool.models:
         need = per_device_need(m)
-        fitting = [d for d in devices if d.memory_total == 0 or d.memory_total >= need]
+        fitting = large_enough(devices, need)
         per_node, ranks = node_plan(m.devices, m.procs, nodes, placement_nodes)
         if not placeable(m.devices, per_node, ranks, devices, need):
             where = f", {per_node} of them on each of its node(s)" if per_node else ""

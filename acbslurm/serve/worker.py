@@ -25,12 +25,12 @@ import socket
 import sys
 import threading
 import time
-import warnings
 from collections import deque
 from typing import Any
 
 from acbslurm.config import env_float
-from acbslurm.serve.gang import Gang
+from acbslurm.serve.gang import Gang, large_enough
+from acbslurm.serve.modelproc import load_causal_lm, prepare_model_process
 from acbslurm.serve.protocol import MAX_LINE, decode, encode
 
 log = logging.getLogger("acbslurm.serve.worker")
@@ -85,17 +85,13 @@ class Worker:
     # -- start --------------------------------------------------------------------------
 
     def load(self) -> None:
-        import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoTokenizer
 
         from acbslurm.serve.generate import local_forward
         from acbslurm.serve.residency import Residency
 
-        torch.set_num_threads(int(os.environ.get("ACBSLURM_SERVE_THREADS", "1")))
-        dtype = getattr(torch, self.spec["dtype"])
         self.tokenizer = AutoTokenizer.from_pretrained(self.spec["path"])
-        self.dtype = dtype
-        model = AutoModelForCausalLM.from_pretrained(self.spec["path"], dtype=dtype).eval()
+        model, self.dtype = load_causal_lm(self.spec)
         cfg = model.config
         own = getattr(cfg, "max_position_embeddings", 0) or getattr(cfg, "n_positions", 0) or 2048
         self.max_context = min(self.spec["max_context"] or own, own)
@@ -170,7 +166,7 @@ class Worker:
         need = self.gang.share + self.spec["headroom"]
         devs = self.client.devices
         self.gang.plan([d.node for d in devs], from_env().nodes)
-        fitting = [d for d in devs if d.memory_total == 0 or d.memory_total >= need]
+        fitting = large_enough(devs, need)
         if not self.gang.placeable(devs, need):
             where = ""
             if self.gang.per_node:
@@ -486,13 +482,7 @@ def main(argv: list[str] | None = None) -> int:
         help="with procs > 1: the address the followers reach this process at",
     )
     args = p.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
-    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")  # a group's peer gone: said once
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never download anything
-    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    # transformers 5 renames past_key_values; the old name works for every architecture.
-    warnings.filterwarnings("ignore", category=FutureWarning)
+    prepare_model_process()
     spec = json.loads(args.spec)
     srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     srv.bind(args.socket)

@@ -268,12 +268,7 @@ class WorkerHandle:
                     proc.terminate()
                     proc.send_signal(signal.SIGCONT)  # a stopped one gets SIGTERM only so
         for proc in followers:
-            try:
-                await asyncio.wait_for(proc.wait(), 5)
-            except TimeoutError:
-                with contextlib.suppress(ProcessLookupError):
-                    proc.kill()
-                await proc.wait()
+            await _wait_or_kill(proc, 5)
 
     def _retire_stats(self) -> None:
         for k in STATS_COUNTERS:
@@ -301,12 +296,7 @@ class WorkerHandle:
         if proc is not None and proc.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 proc.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.wait_for(proc.wait(), 5)
-            except TimeoutError:
-                with contextlib.suppress(ProcessLookupError):
-                    proc.kill()
-                await proc.wait()
+            await _wait_or_kill(proc, 5)
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -343,3 +333,13 @@ class WorkerHandle:
         if self.pending.pop(rid, None) is not None and cancel and self.writer is not None:
             with contextlib.suppress(Exception):
                 self.writer.write(encode({"type": "cancel", "id": rid}))
+
+
+async def _wait_or_kill(proc: asyncio.subprocess.Process, seconds: float) -> None:
+    """Wait for ``proc`` (already asked to stop) to exit; SIGKILL it after ``seconds``."""
+    try:
+        await asyncio.wait_for(proc.wait(), seconds)
+    except TimeoutError:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        await proc.wait()

@@ -30,12 +30,17 @@ class Located:
 
     def where(self, path: tuple[str, ...]) -> str:
         """Where ``path`` was set (``file:line``, ``--set key``), else its closest parent."""
-        p = path
-        while p:
-            if p in self.origins:
-                return self.origins[p]
-            p = p[:-1]
-        return self.origins.get((), self.source)
+        return nearest_origin(self.origins, path) or self.origins.get((), self.source)
+
+
+def nearest_origin(origins: dict[tuple[str, ...], str], path: tuple[str, ...]) -> str | None:
+    """``origins`` of ``path``, else of its closest parent below the root; None if none."""
+    p = path
+    while p:
+        if p in origins:
+            return origins[p]
+        p = p[:-1]
+    return None
 
 
 class DuplicateKeyError(SpecError):

@@ -9,7 +9,14 @@ from pathlib import Path
 import pytest
 
 from acbslurm.errors import BrokerError
-from acbslurm.jobsockets import check_socket, create_job_dir, job_socket_path, remove_job_dir
+from acbslurm.jobsockets import (
+    check_socket,
+    create_job_dir,
+    free_socket_path,
+    job_socket_path,
+    remove_job_dir,
+    socket_listening,
+)
 
 
 def _bound(path: Path) -> Path:
@@ -63,3 +70,20 @@ def test_job_dir_needs_a_root_owned_parent(tmp_path: Path) -> None:
     base.chmod(0o777)
     with pytest.raises(OSError, match="root-owned and writable by root alone"):
         create_job_dir(str(base), "12", 4242, 4242)
+
+
+def test_a_live_servers_socket_is_kept_a_dead_ones_removed(tmp_path: Path) -> None:
+    """What the broker and the report service do before they bind their socket."""
+    path = tmp_path / "s.sock"
+    assert free_socket_path(str(path)) and not path.exists()  # nothing there
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(path))
+    server.listen(1)  # and never accepts: a busy server
+    try:
+        for _ in range(4):  # past the backlog: connect answers EAGAIN, the server is there
+            assert socket_listening(str(path))
+            assert not free_socket_path(str(path)) and path.exists()
+    finally:
+        server.close()  # the socket file stays, as after a server killed hard
+    assert path.exists() and not socket_listening(str(path))
+    assert free_socket_path(str(path)) and not path.exists()

@@ -1,11 +1,16 @@
 """Device sources: CPU stand-ins, Slurm job GPUs, sizes and addresses."""
 
+from pathlib import Path
+
 import pytest
 
 from acbslurm.broker.address import default_address, parse_address
 from acbslurm.broker.devices import cpu_devices, resolve_devices, slurm_job_gpus
+from acbslurm.config import Settings
 from acbslurm.errors import ConfigError, GpuMappingError
 from acbslurm.gpu.inventory import GpuInfo, write_static
+from acbslurm.gpu.mapping import device_minor
+from acbslurm.gpu.node import job_gpus
 from acbslurm.units import size_bytes
 
 INV = [
@@ -33,30 +38,58 @@ def test_cpu_devices() -> None:
         cpu_devices("cpu:0")
 
 
-def test_slurm_job_prefers_the_task_prolog_uuids() -> None:
+def _site(tmp_path: Path, gpus: list[GpuInfo], gres: str = "AutoDetect=off\n") -> Settings:
+    write_static(tmp_path / "gpus.json", gpus)
+    (tmp_path / "gres.conf").write_text(gres)
+    return Settings(
+        gpu_inventory=str(tmp_path / "gpus.json"), gres_conf=str(tmp_path / "gres.conf")
+    )
+
+
+def test_slurm_job_prefers_the_task_prolog_uuids(tmp_path: Path) -> None:
     env = {"SLURM_JOB_ID": "5", "ACBSLURM_GPU_UUIDS": "GPU-2,GPU-0", "SLURM_JOB_GPUS": "0"}
-    assert [g.uuid for g in slurm_job_gpus(env, INV)] == ["GPU-2", "GPU-0"]
+    gpus = slurm_job_gpus(env, _site(tmp_path, INV))
+    assert [(g.uuid, g.name) for g in gpus] == [("GPU-2", "H200"), ("GPU-0", "H200")]
+    # Without a static inventory the prolog's UUIDs are taken as they are.
+    assert [g.uuid for g in slurm_job_gpus(env, Settings())] == ["GPU-2", "GPU-0"]
 
 
-def test_slurm_job_gpus_map_minor_numbers_through_the_inventory() -> None:
-    env = {"SLURM_JOB_ID": "5", "SLURM_JOB_GPUS": "0,2"}
-    assert [g.uuid for g in slurm_job_gpus(env, INV)] == ["GPU-3", "GPU-1"]
+def test_slurm_job_gpus_are_gres_indices_mapped_through_gres_conf(tmp_path: Path) -> None:
+    """SLURM_JOB_GPUS holds positions in gres.conf's device list, not minor numbers: with
+    gres.conf's order unlike the minors' the broker must lend the GPUs the prolog maps."""
+    # Real character devices stand in for /dev/nvidiaN: only their minor numbers count.
+    files = ["/dev/full", "/dev/zero", "/dev/null", "/dev/urandom"]
+    minors = [device_minor(f) for f in files]
+    gpus = [
+        GpuInfo(index=i, minor=m, uuid=f"GPU-{m}", name="H200")
+        for i, m in enumerate(sorted(minors))
+    ]
+    settings = _site(tmp_path, gpus, f"Name=gpu File={','.join(files)}\n")
+    env = {"SLURM_JOB_ID": "5", "SLURM_JOB_GPUS": "3,0", "SLURMD_NODENAME": "n1"}
+    want = [f"GPU-{device_minor('/dev/urandom')}", f"GPU-{device_minor('/dev/full')}"]
+    assert [g.uuid for g in slurm_job_gpus(env, settings)] == want
+    found = resolve_devices("slurm", env, settings)
+    assert [d.id for d in found.devices] == want
+    assert job_gpus(env, settings).uuids == want  # what the prolog records
 
 
-def test_slurm_job_gpus_errors() -> None:
+def test_slurm_job_gpus_errors(tmp_path: Path) -> None:
+    settings = _site(tmp_path, INV, "Name=gpu File=/dev/null\n")
     with pytest.raises(GpuMappingError, match="no GPUs"):
-        slurm_job_gpus({"SLURM_JOB_ID": "5"}, INV)
-    with pytest.raises(GpuMappingError, match="'9'"):
-        slurm_job_gpus({"SLURM_JOB_ID": "5", "SLURM_JOB_GPUS": "9"}, INV)
+        slurm_job_gpus({"SLURM_JOB_ID": "5"}, settings)
+    with pytest.raises(GpuMappingError, match=r"index 9 but gres\.conf lists only 1"):
+        slurm_job_gpus({"SLURM_JOB_ID": "5", "SLURM_JOB_GPUS": "9"}, settings)
+    # Plain numbers in CUDA_VISIBLE_DEVICES are the step's own: refused, as by the prolog.
+    with pytest.raises(GpuMappingError, match="holds indices but SLURM_JOB_GPUS is not set"):
+        slurm_job_gpus({"SLURM_JOB_ID": "5", "CUDA_VISIBLE_DEVICES": "1"}, settings)
 
 
-def test_inside_a_job_auto_manages_exactly_the_jobs_gpus(tmp_path) -> None:
-    inv = tmp_path / "gpus.json"
-    write_static(inv, INV)
-    env = {"SLURM_JOB_ID": "42", "CUDA_VISIBLE_DEVICES": "1"}
-    found = resolve_devices("auto", env, str(inv))
+def test_inside_a_job_auto_manages_exactly_the_jobs_gpus(tmp_path: Path) -> None:
+    settings = _site(tmp_path, INV)
+    env = {"SLURM_JOB_ID": "42", "CUDA_VISIBLE_DEVICES": "GPU-1"}
+    found = resolve_devices("auto", env, settings)
     assert [d.id for d in found.devices] == ["GPU-1"] and "42" in found.source
-    outside = resolve_devices("auto", {}, str(inv))
+    outside = resolve_devices("auto", {}, settings)
     assert [d.id for d in outside.devices] == ["GPU-0", "GPU-1", "GPU-2", "GPU-3"]
 
 

@@ -11,7 +11,7 @@ from fake_slurm import FakeSlurm
 
 from acbslurm.broker.core import Device
 from acbslurm.serve.errors import ServeError
-from acbslurm.serve.gang import node_plan, placeable
+from acbslurm.serve.gang import large_enough, node_plan, placeable
 from acbslurm.serve.pool import load_pool_text
 from acbslurm.serve.runner import check_fits, choose_broker
 
@@ -45,6 +45,14 @@ def test_node_plan() -> None:
     assert placeable(4, 2, order, two_nodes(), 1)
     assert not placeable(3, 3, (), two_nodes(), 1)  # 3 on one node: never
     assert not placeable(2, 2, (), two_nodes(mem=10), 11)
+
+
+def test_devices_of_unknown_size_are_taken_to_fit() -> None:
+    """One rule for the pool's fit check, the worker's and placeable: a size of 0 is one
+    the broker does not know (a job's GPUs without an inventory)."""
+    devices = [Device("small", "gpu", 10), Device("big", "gpu", 20), Device("unknown", "gpu", 0)]
+    assert [d.id for d in large_enough(devices, 15)] == ["big", "unknown"]
+    assert not placeable(3, 0, (), devices, 15) and placeable(2, 0, (), devices, 15)
 
 
 def test_the_pools_broker_lends_every_nodes_gpus_in_node_order(

@@ -60,6 +60,30 @@ models:
     assert "pool.yaml:10: models.1.path: /does/not/exist: no config.json" in msg
 
 
+@pytest.mark.parametrize(
+    ("devices", "why"),
+    [
+        ("cpu:0", "need at least one device"),
+        ("CPU:2", "expected cpu:N or cpu:N:SIZE"),
+        ("cpu:2:1.2.3", "'1.2.3' is not a size"),
+        ("gpu:2", "expected cpu:N or cpu:N:SIZE"),
+    ],
+)
+def test_pool_devices_are_what_the_broker_takes(
+    tiny_models: dict[str, Path], devices: str, why: str
+) -> None:
+    """The pool file's ``devices:`` is read by the broker's parser: what it refuses is
+    refused at load, with the file's line, not when the pool's broker starts."""
+    text = f"devices: {devices}\nmodels:\n  - name: a\n    path: {tiny_models['model-a']}\n"
+    with pytest.raises(PoolError) as info:
+        load_pool_text(text, "pool.yaml")
+    assert f"pool.yaml:1: devices: must be auto or cpu:N[:SIZE], got {devices!r} ({why}" in str(
+        info.value
+    )
+    with pytest.raises(AcbslurmError, match=f"device spec {devices!r}"):
+        cpu_devices(devices)
+
+
 def test_procs_must_split_the_gang_evenly(tiny_models: dict[str, Path]) -> None:
     p = tiny_models["model-c"]
     text = f"""\
@@ -179,3 +203,16 @@ def test_a_pool_of_nested_aliases_is_a_pool_error() -> None:
 def test_a_deeply_nested_pool_is_a_pool_error() -> None:
     with pytest.raises(PoolError, match=r"p\.yaml:1: the document nests more than 100 levels"):
         load_pool_text("models: " + "[" * 500 + "]" * 500 + "\n", "p.yaml")
+
+
+def test_pool_and_its_document_name_the_same_line(tiny_models: dict[str, Path]) -> None:
+    """PoolSpec.where and the YAML document's (spec.yamlpos) walk up the same way: a key
+    set inline in a model's flow mapping is placed at that mapping's line."""
+    from acbslurm.spec.yamlpos import load_located
+
+    text = f"policy: fifo\nmodels:\n  - {{name: a, path: {tiny_models['model-a']}}}\n"
+    pool, doc = load_pool_text(text, "p.yaml"), load_located(text, "p.yaml")
+    for path in [("policy",), ("models", "0", "name"), ("models", "0", "dtype"), ("models",)]:
+        assert pool.where(*path) == doc.where(path)
+    assert pool.where("models", "0", "dtype") == "p.yaml:3"
+    assert (pool.where("quantum"), doc.where(("quantum",))) == ("p.yaml", "p.yaml:1")
