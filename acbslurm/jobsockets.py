@@ -65,12 +65,36 @@ def remove_job_dir(base: str, job_id: str) -> bool:
         st = os.lstat(path)
     except FileNotFoundError:
         return False
-    if stat.S_ISDIR(st.st_mode):
-        import shutil
+    if not stat.S_ISDIR(st.st_mode):
+        os.unlink(path)
+    elif not _remove_flat_dir(path):
+        import shutil  # ~10 ms to import (zlib, bz2, lzma): only for a nested directory
 
         shutil.rmtree(path)
-    else:
-        os.unlink(path)
+    return True
+
+
+def _remove_flat_dir(path: str) -> bool:
+    """Remove ``path`` when it holds no directory (the broker's socket, lane and state
+    files): entries unlinked through the directory's descriptor, opened without
+    following a link, so a link planted in its place is never followed. False, with
+    the rest left to ``shutil.rmtree``, when it holds a directory."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        with os.scandir(fd) as entries:
+            names = []
+            for entry in entries:
+                if entry.is_dir(follow_symlinks=False):
+                    return False
+                names.append(entry.name)
+        for name in names:
+            os.unlink(name, dir_fd=fd)
+    finally:
+        os.close(fd)
+    try:
+        os.rmdir(path)
+    except OSError:  # something new in it meanwhile (a process of the user still ran)
+        return False
     return True
 
 

@@ -53,7 +53,10 @@ def finite_float(text: str | float) -> float:
 
 # re.ASCII: without it IGNORECASE folds the Kelvin sign (U+212A) into k, and \s is
 # any Unicode space.
-_SIZE = re.compile(r"^([0-9]+(?:\.[0-9]+)?)\s*([KMGTP]?)(?:I?B)?$", re.IGNORECASE | re.ASCII)
+# Patterns as text, compiled at first use (re caches them): the hooks import this module
+# for is_ascii_int, and compiling every pattern at import cost them ~6 ms (hooks_bench).
+_SIZE = r"^([0-9]+(?:\.[0-9]+)?)\s*([KMGTP]?)(?:I?B)?$"
+_SIZE_FLAGS = re.IGNORECASE | re.ASCII
 _POWER = {"": 0, "K": 1, "M": 2, "G": 3, "T": 4, "P": 5}
 SIZE_HELP = "a size such as 512M, 2G, 2GB, 1.5GiB or a number"
 
@@ -67,7 +70,7 @@ def size_bytes(text: str | int, *, default_unit: str = "", whole: bool = False) 
         if text < 0:
             raise ValueError(f"a size must not be negative, got {text}")
         return int(text * 1024 ** _POWER[default_unit.upper()])
-    m = _SIZE.match(text.strip())
+    m = re.match(_SIZE, text.strip(), _SIZE_FLAGS)
     if not m or (whole and "." in m.group(1)):
         raise ValueError(f"{text!r} is not {SIZE_HELP}")
     unit = m.group(2).upper() if m.group(2) else default_unit.upper()
@@ -85,7 +88,7 @@ def slurm_mem(value: object) -> str:
     if isinstance(value, bool) or value is None or not isinstance(value, str | int):
         raise ValueError(f"{value!r} is not {MEM_HELP}")
     text = str(value).strip()
-    m = _SIZE.match(text)
+    m = re.match(_SIZE, text, _SIZE_FLAGS)
     if not m or "." in m.group(1) or m.group(2).upper() == "P":
         raise ValueError(f"{text!r} is not {MEM_HELP}")
     number, unit = int(m.group(1)), m.group(2).upper()
@@ -138,21 +141,21 @@ def expand_ranges(text: str) -> list[int]:
 # -- time limits (durations, Slurm's --time) -----------------------------------------
 
 _D = r"[0-9]+"
-_TIME_RES = [
-    re.compile(rf"^(?P<m>{_D})$"),
-    re.compile(rf"^(?P<m>{_D}):(?P<s>{_D})$"),
-    re.compile(rf"^(?P<h>{_D}):(?P<m>{_D}):(?P<s>{_D})$"),
-    re.compile(rf"^(?P<d>{_D})-(?P<h>{_D})$"),
-    re.compile(rf"^(?P<d>{_D})-(?P<h>{_D}):(?P<m>{_D})$"),
-    re.compile(rf"^(?P<d>{_D})-(?P<h>{_D}):(?P<m>{_D}):(?P<s>{_D})$"),
-]
+_TIME_RES = (
+    rf"^(?P<m>{_D})$",
+    rf"^(?P<m>{_D}):(?P<s>{_D})$",
+    rf"^(?P<h>{_D}):(?P<m>{_D}):(?P<s>{_D})$",
+    rf"^(?P<d>{_D})-(?P<h>{_D})$",
+    rf"^(?P<d>{_D})-(?P<h>{_D}):(?P<m>{_D})$",
+    rf"^(?P<d>{_D})-(?P<h>{_D}):(?P<m>{_D}):(?P<s>{_D})$",
+)
 UNLIMITED = ("UNLIMITED", "INFINITE")
 TIME_HELP = "a time limit such as 30, 2:00:00, 1-00:00:00 or UNLIMITED"
 
 
 def _time_parts(text: str) -> dict[str, int] | None:
     for rx in _TIME_RES:
-        m = rx.match(text)
+        m = re.match(rx, text)
         if m:
             return {k: int(v) for k, v in m.groupdict().items() if v is not None}
     return None
@@ -191,7 +194,7 @@ def time_limit_seconds(text: str) -> int:
 
 # -- instants (points in time, report windows) ----------------------------------------
 
-_REL = re.compile(r"^now(?:-([0-9]+)(s|m|h|d|w))?$")
+_REL = r"^now(?:-([0-9]+)(s|m|h|d|w))?$"
 _REL_UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _FORMATS = ("%Y-%m-%d", "%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M:%S")
 # slurmdbd keeps times as unsigned unix seconds; 9999-12-31 is as far as dates print.
@@ -223,7 +226,7 @@ def parse_instant(text: str, now: float | None = None) -> int:
     now_i = int(time.time() if now is None else now)
     raw = text.strip()
     value: int | None = None
-    m = _REL.match(raw.lower())
+    m = re.match(_REL, raw.lower())
     if m:
         ago = _count(m.group(1)) * _REL_UNIT[m.group(2)] if m.group(1) else 0
         value = now_i - ago

@@ -64,6 +64,25 @@ def test_job_dir_is_private_and_removed_whole(tmp_path: Path) -> None:
     assert not remove_job_dir(base, "12")
 
 
+def test_job_dir_removal_follows_no_link_and_takes_nested_dirs(tmp_path: Path) -> None:
+    """What the user planted: a link to a file and one to a directory outside (both stay
+    whole), and a nested directory (removed too, by shutil's fd-based rmtree)."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep").write_text("x")
+    base = str(tmp_path / "job")
+    for job, nested in (("13", False), ("14", True)):
+        path = Path(create_job_dir(base, job, os.getuid(), os.getgid()))
+        (path / "file-link").symlink_to(outside / "keep")
+        (path / "dir-link").symlink_to(outside)
+        (path / "plain").write_text("y")
+        if nested:
+            (path / "sub" / "deeper").mkdir(parents=True)
+            (path / "sub" / "deeper" / "link").symlink_to(outside)
+        assert remove_job_dir(base, job) and not path.exists()
+    assert (outside / "keep").read_text() == "x"
+
+
 def test_job_dir_needs_a_root_owned_parent(tmp_path: Path) -> None:
     base = tmp_path / "job"
     base.mkdir(mode=0o777)

@@ -18,7 +18,9 @@ from pathlib import Path
 from acbslurm.gpu.inventory import GpuInfo, write_static
 
 ROOT = Path(__file__).resolve().parents[3]
-SLOW = ("click", "typing", "pathlib", "logging", "yaml", "docker", "jinja2", "MySQLdb", "grpc")
+SLOW = (
+    "click", "typing", "pathlib", "logging", "shutil", "yaml", "docker", "jinja2", "MySQLdb", "grpc"
+)  # fmt: skip
 
 
 def test_the_hooks_import_nothing_slow(tmp_path: Path) -> None:
