@@ -69,6 +69,14 @@ def test_wheel_ships_templates(wheel: Path) -> None:
     assert on_disk <= templates
 
 
+def test_wheel_is_typed(wheel: Path) -> None:
+    """BrokerClient and the spec/render functions are a public API: type checkers of
+    the programs that import them read acbslurm's annotations only with py.typed."""
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "acbslurm/py.typed" in names
+    assert "acbslurm/broker/_generated/broker_pb2.pyi" in names
+
+
 def test_installed_copy_finds_its_own_templates(wheel: Path, tmp_path: Path) -> None:
     target = tmp_path / "site"
     subprocess.run(
