@@ -1,8 +1,9 @@
 """Reading /proc the way the hooks and `acbslurm run` need it: a process may end at any
 moment between listing and reading, so every read answers "nothing" rather than raise.
 
-Shared by ``hooks/orphans.py`` (the epilog's sweep of a job's leftover processes) and
-``container/job_membership.py`` (is this process really in job N?).
+Shared by ``hooks/orphans.py`` (the epilog's sweep of a job's leftover processes),
+``container/job_membership.py`` (is this process really in job N?), ``container/launch.py``
+(is the Docker daemon still stopping?) and the sandbox's process table.
 """
 
 from __future__ import annotations
@@ -32,3 +33,9 @@ def parent_pid(stat: bytes) -> int:
     """
     fields = stat.rpartition(b")")[2].split()
     return int(fields[1]) if len(fields) > 1 else 0
+
+
+def running(pid: int) -> bool:
+    """Alive and not a zombie (an orphan nobody reaps stays listed in /proc)."""
+    fields = read_bytes(f"/proc/{pid}/stat").rpartition(b")")[2].split()
+    return bool(fields) and fields[0] not in (b"Z", b"X")

@@ -12,6 +12,7 @@ import contextlib
 import signal
 import sys
 import threading
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from types import FrameType
@@ -31,6 +32,7 @@ from acbslurm.dockerapi.engine import (
 from acbslurm.errors import DockerError, SetupError
 from acbslurm.jobrecord import JOB_LABEL, USER_LABEL
 from acbslurm.mountrules import Mount
+from acbslurm.procfs import running
 
 
 @dataclass(frozen=True)
@@ -177,14 +179,17 @@ LIMITS_WARNING = (
 
 
 class _InfoProbe:
-    """The daemon's /info, fetched while the container is created (off the start path)."""
+    """The daemon's /info and pid, fetched while the container is created (off the
+    start path)."""
 
     def __init__(self, api: EngineApi) -> None:
         self.info: dict[str, Any] = {}
+        self.daemon_pid: int | None = None
         self.thread = threading.Thread(target=self._get, args=(api,), daemon=True)
         self.thread.start()
 
     def _get(self, api: EngineApi) -> None:
+        self.daemon_pid = api.daemon_pid()
         with contextlib.suppress(DockerError):
             self.info = api.info()
 
@@ -233,7 +238,7 @@ def run_container(api: EngineApi, spec: LaunchSpec) -> int:
         if has_limits and not (with_limits and probe.limits_enforced()):
             sys.stderr.write(LIMITS_WARNING)
             sys.stderr.flush()
-        code = _wait(api, cid, old_mask)
+        code = _wait(api, cid, old_mask, probe)
         pump.join(timeout=2.0)
         if code >= 128 and stopper.first is None and not api.answers():
             raise DaemonGone(daemon_stopped(api.host, code))
@@ -247,7 +252,7 @@ def run_container(api: EngineApi, spec: LaunchSpec) -> int:
                 api.remove_container(cid)
 
 
-def daemon_stopped(host: str, code: int) -> str:
+def daemon_stopped(host: str, code: int | None) -> str:
     """Why a container died of a signal while its daemon no longer answers.
 
     No wait is needed to tell: a dockerd stopped gracefully (SIGTERM, `systemctl stop`)
@@ -258,13 +263,32 @@ def daemon_stopped(host: str, code: int) -> str:
     serving: the signal was the program's own (a crash, an OOM kill, `docker kill`),
     and its code is returned at once; one that does not answer has stopped.
     """
+    said = "" if code is None else f" (exit code {code})"
     return (
         f"the Docker daemon stopped while the container ran ({host}); it stopped the "
-        f"container (exit code {code})"
+        f"container{said}"
     )
 
 
-def _wait(api: EngineApi, cid: str, old_mask: Iterable[int]) -> int:
+def _stopping(api: EngineApi, pid: int | None, within: float = 30.0) -> bool:
+    """After the daemon cut the container's /wait: whether it is stopping gracefully.
+
+    A graceful stop may also close that connection before the container's code is
+    sent. Its API is closed at once, and the process lives on while it stops its
+    containers, then exits; a killed daemon is gone at once and leaves its
+    containers running (the epilog's to stop). So: the daemon's process still alive
+    and no longer answering, then gone within ``within`` seconds, is a stop."""
+    if pid is None or not running(pid) or api.answers():
+        return False
+    deadline = time.monotonic() + within
+    while running(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
+def _wait(api: EngineApi, cid: str, old_mask: Iterable[int], probe: _InfoProbe) -> int:
     """The container's exit code; the signals are unblocked while it runs."""
     result: dict[str, Any] = {}
     done = threading.Event()
@@ -283,6 +307,9 @@ def _wait(api: EngineApi, cid: str, old_mask: Iterable[int]) -> int:
         pass
     error = result.get("error")
     if isinstance(error, DaemonGone):
+        probe.thread.join(timeout=10)
+        if _stopping(api, probe.daemon_pid):
+            raise DaemonGone(daemon_stopped(api.host, None)) from None
         raise error  # its own exit code
     if isinstance(error, DockerError):
         raise DockerError(f"waiting for the container failed: {error}") from None

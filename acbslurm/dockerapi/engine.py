@@ -366,6 +366,22 @@ class EngineApi:
             raise DaemonGone(f"{gone} (its answer to /wait had no exit code: {answer!r})")
         return code
 
+    def daemon_pid(self) -> int | None:
+        """The pid of the process serving the unix socket (SO_PEERCRED); None when it
+        cannot be told (no daemon, a TCP host, a pid in another pid namespace)."""
+        try:
+            sock = self._connect(self.timeout)
+        except DockerError:
+            return None
+        try:
+            creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+            pid = int(struct.unpack("3i", creds)[0])
+        except OSError:
+            return None
+        finally:
+            sock.close()
+        return pid or None
+
     def answers(self) -> bool:
         """Whether the daemon answers at all now (``GET /version``)."""
         try:

@@ -15,8 +15,9 @@ from pathlib import Path
 
 from acbslurm import proc
 from acbslurm.errors import SetupError
+from acbslurm.procfs import running
 from acbslurm.sandbox.layout import IMAGE, Layout
-from acbslurm.sandbox.procs import Proc, running, spawn, wait_for
+from acbslurm.sandbox.procs import Proc, spawn, wait_for
 from acbslurm.units import is_ascii_int
 
 ROOTLESS_SCRIPT = "/usr/share/docker.io/contrib/dockerd-rootless.sh"

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from acbslurm.errors import SetupError
+from acbslurm.procfs import running
 from acbslurm.units import is_ascii_int
 
 MARKER = "ACBSLURM_SANDBOX"
@@ -42,15 +43,6 @@ class Proc:
 
     def alive(self) -> bool:
         return _start_time(self.pid) == self.start_time and running(self.pid)
-
-
-def running(pid: int) -> bool:
-    """Alive and not a zombie (an orphan nobody reaps stays listed in /proc)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state != "Z"
 
 
 def pidfile(run_dir: Path, name: str) -> Path:

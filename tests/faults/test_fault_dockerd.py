@@ -30,7 +30,7 @@ from sandboxtest import (
 
 from acbslurm.config import load_settings
 from acbslurm.hooks.orphans import job_processes, unswept
-from acbslurm.sandbox.procs import running
+from acbslurm.procfs import running
 
 pytestmark = pytest.mark.integration
 

@@ -35,8 +35,8 @@ from sandboxtest import (
 )
 from sandboxtest import wait_until as wait
 
+from acbslurm.procfs import running
 from acbslurm.sandbox import Sandbox
-from acbslurm.sandbox.procs import running
 
 pytestmark = pytest.mark.integration
 

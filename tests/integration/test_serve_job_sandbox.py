@@ -16,7 +16,7 @@ import pytest
 from sandboxtest import ACBSLURM, REPO, docker_api, job_containers, no_jobs
 from sandboxtest import acbslurm_as as as_user
 
-from acbslurm.sandbox.procs import running
+from acbslurm.procfs import running
 from acbslurm.serve.modelmaker import TinyShape, make_model
 
 

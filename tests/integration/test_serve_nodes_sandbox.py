@@ -30,8 +30,8 @@ from sandboxtest import (
 )
 from sandboxtest import wait_until as wait
 
+from acbslurm.procfs import running
 from acbslurm.sandbox import Sandbox
-from acbslurm.sandbox.procs import running
 from acbslurm.serve.modelmaker import TinyShape, make_model
 
 pytestmark = pytest.mark.integration

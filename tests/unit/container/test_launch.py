@@ -3,6 +3,7 @@
 import contextlib
 import os
 import signal
+import subprocess
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -122,13 +123,28 @@ def test_no_daemon_says_how_to_start_one(tmp_path: Path) -> None:
         run_container(EngineApi(f"unix://{tmp_path}/none.sock", timeout=5), spec())
 
 
+@pytest.fixture
+def daemon_process(monkeypatch: pytest.MonkeyPatch) -> Iterator[subprocess.Popen[bytes]]:
+    """The fake daemon runs in this process: a process of its own stands for dockerd's
+    (what SO_PEERCRED names), so that a test can kill it or let it exit."""
+    proc = subprocess.Popen(["sleep", "60"])
+    monkeypatch.setattr(EngineApi, "daemon_pid", lambda _self: proc.pid)
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
 def test_a_daemon_dying_while_the_container_runs_ends_the_run_with_a_clear_error(
-    fake_docker: FakeDocker,
+    fake_docker: FakeDocker, daemon_process: subprocess.Popen[bytes]
 ) -> None:
     fake_docker.program = Program([(1, b"working\n")], exit_code=None)
 
     def die_soon(_req: Request) -> None:
-        threading.Timer(0.3, fake_docker.die).start()
+        def die() -> None:  # SIGKILL: the process is gone as its connections close
+            daemon_process.kill()
+            fake_docker.die()
+
+        threading.Timer(0.3, die).start()
 
     fake_docker.on("POST", "/containers/*/start", die_soon)
     with deadline(15), pytest.raises(DockerError) as exc:
@@ -159,6 +175,32 @@ def test_a_daemon_stopped_gracefully_says_so(fake_docker: FakeDocker) -> None:
     assert str(exc.value) == (
         f"the Docker daemon stopped while the container ran ({fake_docker.host}); "
         "it stopped the container (exit code 143)"
+    )
+    assert exc.value.exit_code == 125
+
+
+def test_a_daemon_stopped_gracefully_that_cuts_the_wait_says_it_stopped(
+    fake_docker: FakeDocker, daemon_process: subprocess.Popen[bytes]
+) -> None:
+    # Seen on the sandbox's 20.10 now and then: the stopping daemon ends the open /wait
+    # before the container's code is in it. Its process outlives its API while it stops
+    # the containers, then exits: a stop, not a crash.
+    fake_docker.program = Program([(1, b"working\n")], exit_code=None)
+
+    def stop_gracefully(_req: Request) -> None:
+        def later() -> None:
+            fake_docker.stop_listening()  # as dockerd: its API first
+            fake_docker.die()  # then every connection closed, the wait's too, no code
+            threading.Timer(0.5, daemon_process.terminate).start()
+
+        threading.Timer(0.3, later).start()
+
+    fake_docker.on("POST", "/containers/*/start", stop_gracefully)
+    with deadline(15), pytest.raises(DaemonGone) as exc:
+        run_container(EngineApi(fake_docker.host, timeout=5), spec())
+    assert str(exc.value) == (
+        f"the Docker daemon stopped while the container ran ({fake_docker.host}); "
+        "it stopped the container"
     )
     assert exc.value.exit_code == 125
 
