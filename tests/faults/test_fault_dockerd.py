@@ -10,6 +10,7 @@ the container itself (exit 143): the job's output must say why, not just end wit
 from __future__ import annotations
 
 import os
+import re
 import signal
 from pathlib import Path
 from typing import Any
@@ -131,7 +132,9 @@ def test_a_dockerd_stopped_gracefully_says_so_in_the_job(idle: Any, scripts: Pat
         f = wait_job(sb, job, ("FAILED", "COMPLETED", "CANCELLED"), 60)
         text = text_of(scripts / f"out-{job}.txt")
         assert "Error: the Docker daemon stopped while the container ran" in text, text
-        assert "it stopped the container (exit code 143)" in text, text
+        # With the container's code when the open /wait got it (most runs), without
+        # when the stopping daemon ended that connection first (seen in CI).
+        assert re.search(r"it stopped the container( \(exit code 143\))?\n", text), text
         assert "Traceback" not in text
         # 125, Docker's own trouble, not the program's 143: the job failed with it.
         assert (f["JobState"], f["ExitCode"]) == ("FAILED", "125:0"), f
