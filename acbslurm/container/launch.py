@@ -270,26 +270,34 @@ def daemon_stopped(host: str, code: int | None) -> str:
     )
 
 
-def _stopping(api: EngineApi, pid: int | None, within: float = 30.0) -> bool:
-    """After the daemon cut the container's /wait: whether it is stopping gracefully.
+def _stopping(
+    api: EngineApi, daemon: int | None, container: int | None, within: float = 30.0
+) -> bool:
+    """After the daemon cut the container's /wait: whether it stopped gracefully.
 
-    A graceful stop may also close that connection before the container's code is
-    sent. Its API is closed at once, and the process lives on while it stops its
-    containers, then exits; a killed daemon is gone at once and leaves its
-    containers running (the epilog's to stop). So: the daemon's process still alive
-    and no longer answering, then gone within ``within`` seconds, is a stop."""
-    if pid is None or not running(pid) or api.answers():
-        return False
+    A stopping dockerd closes its API at once, stops its containers, then exits; it may
+    end the open /wait before the container's code is in it, or only as it exits. A
+    killed one is gone at once and its containers run on under their shims (the
+    epilog's to stop). So: wait while the daemon's process (its socket's peer) lives on
+    with its API closed, at most ``within`` seconds; then the container's first
+    process gone means the daemon stopped it. Without the container's pid, a daemon
+    seen alive and then gone is taken for a stop."""
+    if api.answers():
+        return False  # serving: not a stop
     deadline = time.monotonic() + within
-    while running(pid):
+    seen_alive = daemon is not None and running(daemon)
+    while daemon is not None and running(daemon):
         if time.monotonic() > deadline:
             return False
         time.sleep(0.1)
-    return True
+    if container is not None:
+        return not running(container)
+    return seen_alive
 
 
 def _wait(api: EngineApi, cid: str, old_mask: Iterable[int], probe: _InfoProbe) -> int:
     """The container's exit code; the signals are unblocked while it runs."""
+    container_pid = api.container_pid(cid)  # started: what tells a stop from a crash
     result: dict[str, Any] = {}
     done = threading.Event()
 
@@ -308,7 +316,7 @@ def _wait(api: EngineApi, cid: str, old_mask: Iterable[int], probe: _InfoProbe) 
     error = result.get("error")
     if isinstance(error, DaemonGone):
         probe.thread.join(timeout=10)
-        if _stopping(api, probe.daemon_pid):
+        if _stopping(api, probe.daemon_pid, container_pid):
             raise DaemonGone(daemon_stopped(api.host, None)) from None
         raise error  # its own exit code
     if isinstance(error, DockerError):

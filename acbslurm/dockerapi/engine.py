@@ -366,6 +366,16 @@ class EngineApi:
             raise DaemonGone(f"{gone} (its answer to /wait had no exit code: {answer!r})")
         return code
 
+    def container_pid(self, cid: str) -> int | None:
+        """The host pid of the container's first process; None when it cannot be told."""
+        try:
+            answer = self.call("GET", f"/containers/{_quote(cid)}/json")
+        except DockerError:
+            return None
+        state = answer.get("State") if isinstance(answer, dict) else None
+        pid = state.get("Pid") if isinstance(state, dict) else None
+        return pid if isinstance(pid, int) and pid > 0 else None
+
     def daemon_pid(self) -> int | None:
         """The pid of the process serving the unix socket (SO_PEERCRED); None when it
         cannot be told (no daemon, a TCP host, a pid in another pid namespace)."""

@@ -205,6 +205,38 @@ def test_a_daemon_stopped_gracefully_that_cuts_the_wait_says_it_stopped(
     assert exc.value.exit_code == 125
 
 
+@pytest.mark.parametrize("container_survives", [True, False])
+def test_a_daemon_gone_at_once_is_told_apart_by_its_container(
+    fake_docker: FakeDocker, daemon_process: subprocess.Popen[bytes], container_survives: bool
+) -> None:
+    """The daemon's process is already gone when the /wait ends (killed, or a stop that
+    ended the wait only as it exited): the container's own process says which. Still
+    running under its shim: the daemon died. Gone: the daemon stopped it first."""
+    container = subprocess.Popen(["sleep", "60"])
+    fake_docker.on("GET", "/containers/*/json", Answer(200, {"State": {"Pid": container.pid}}))
+    fake_docker.program = Program([(1, b"working\n")], exit_code=None)
+
+    def go(_req: Request) -> None:
+        def later() -> None:
+            if not container_survives:
+                container.kill()
+            daemon_process.kill()
+            fake_docker.stop_listening()
+            fake_docker.die()
+
+        threading.Timer(0.3, later).start()
+
+    fake_docker.on("POST", "/containers/*/start", go)
+    try:
+        with deadline(15), pytest.raises(DaemonGone) as exc:
+            run_container(EngineApi(fake_docker.host, timeout=5), spec())
+    finally:
+        container.kill()
+        container.wait()
+    said = "went away" if container_survives else "stopped while the container ran"
+    assert f"the Docker daemon {said}" in str(exc.value)
+
+
 def test_a_container_killed_by_a_signal_with_the_daemon_up_keeps_its_code(
     fake_docker: FakeDocker,
 ) -> None:
