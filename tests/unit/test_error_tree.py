@@ -6,24 +6,10 @@ a library call with a bad value raises an ``AcbslurmError`` the CLI turns into o
 
 from __future__ import annotations
 
-import contextlib
-import io
-
 import pytest
+from cli_run import acbslurm
 
-from acbslurm.cli.main import main
 from acbslurm.errors import AcbslurmError, BrokerError, ConfigError
-
-
-def acbslurm(*argv: str) -> tuple[int, str]:
-    err = io.StringIO()
-    code = 0
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
-        try:
-            main(list(argv))
-        except SystemExit as exc:
-            code = int(exc.code or 0)
-    return code, err.getvalue()
 
 
 @pytest.mark.parametrize(
@@ -36,7 +22,8 @@ def acbslurm(*argv: str) -> tuple[int, str]:
     ],
 )
 def test_a_bad_value_is_a_usage_error(argv: list[str], option: str, value: str) -> None:
-    code, err = acbslurm(*argv)
+    ran = acbslurm(*argv)
+    code, err = ran.exit_code, ran.stderr
     assert code == 2, err
     assert f"Invalid value for '{option}'" in err
     assert repr(value) in err

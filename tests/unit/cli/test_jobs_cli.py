@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from cli_run import Ran, acbslurm
 from click.testing import CliRunner
 from fake_slurm import FakeSlurm
 
@@ -32,30 +33,6 @@ def spec(cwd: Path, extra: str = "") -> str:
         "command: ['true']\n" + extra
     )
     return str(path)
-
-
-class Ran:
-    """What `acbslurm ARGS` did, run through the console entry as a user runs it."""
-
-    def __init__(self, exit_code: int, stdout: str, stderr: str) -> None:
-        self.exit_code, self.stdout, self.stderr = exit_code, stdout, stderr
-        self.output = stdout + stderr
-
-
-def acbslurm(*argv: str) -> Ran:
-    import contextlib
-    import io
-
-    from acbslurm.cli.main import main
-
-    out, err = io.StringIO(), io.StringIO()
-    code = 0
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            main(list(argv))
-        except SystemExit as exc:
-            code = int(exc.code or 0)
-    return Ran(code, out.getvalue(), err.getvalue())
 
 
 def submit(*args: str) -> Ran:

@@ -7,33 +7,20 @@ value is a usage error: exit 2, the option named, the value quoted, no traceback
 
 from __future__ import annotations
 
-import contextlib
-import io
 import re
 from pathlib import Path
 
 import click
 import pytest
+from cli_run import acbslurm
 from click.testing import CliRunner
 
 from acbslurm.broker.agarun import cli as agarun_cli
-from acbslurm.cli.main import main
 from acbslurm.clitypes import AsciiInt, FiniteFloat
 
 PACKAGE = Path(__file__).resolve().parents[3] / "acbslurm"
 ARABIC_2 = "\u0662"  # Arabic-Indic 2, which int() reads as 2
 ARABIC_6 = "\u0666"  # Arabic-Indic 6: int(ARABIC_6 * 3, 8) is 0o666
-
-
-def acbslurm(*argv: str) -> tuple[int, str]:
-    err = io.StringIO()
-    code = 0
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
-        try:
-            main(list(argv))
-        except SystemExit as exc:
-            code = int(exc.code or 0)
-    return code, err.getvalue()
 
 
 CASES = [
@@ -60,7 +47,8 @@ CASES = [
 
 @pytest.mark.parametrize(("argv", "option", "value"), CASES)
 def test_a_bad_number_is_a_usage_error(argv: list[str], option: str, value: str) -> None:
-    code, err = acbslurm(*argv)
+    ran = acbslurm(*argv)
+    code, err = ran.exit_code, ran.stderr
     assert code == 2, err
     assert f"Invalid value for '{option}'" in err or f"Invalid value for '{option}'/" in err
     assert repr(value) in err
