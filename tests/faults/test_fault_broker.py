@@ -30,6 +30,7 @@ from sandboxtest import (
     wait_job,
     wait_until,
 )
+from unit.broker.brokertest_util import spans  # busy_app.py's log
 
 from acbslurm.config import load_settings
 
@@ -46,17 +47,6 @@ def job_dir(scripts: Path, name: str) -> Path:
     d.mkdir()
     os.chmod(d, 0o777)  # user1's job writes its logs here
     return d
-
-
-def spans(log: Path) -> list[tuple[float, float]]:
-    if not log.exists():
-        return []
-    out = []
-    for line in log.read_text().splitlines():
-        a, _, b = line.partition(" ")
-        if b:
-            out.append((float(a), float(b)))
-    return out
 
 
 def broker_script(d: Path, programs: str) -> str:

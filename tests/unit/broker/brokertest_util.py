@@ -13,6 +13,19 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[3]
 
 
+def spans(log: Path) -> list[tuple[float, float]]:
+    """The device calls busy_app.py logged (``start end`` per line, monotonic seconds);
+    none yet when it has not written its log."""
+    if not log.exists():
+        return []
+    out = []
+    for line in log.read_text().splitlines():
+        a, _, b = line.partition(" ")
+        if b:
+            out.append((float(a), float(b)))
+    return out
+
+
 def child_env() -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)

@@ -14,7 +14,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from brokertest_util import ROOT, child_env
+from brokertest_util import ROOT, child_env, spans
 from test_broker_agarun import agarun_argv
 
 from acbslurm.cli.broker import fetch_status
@@ -22,17 +22,6 @@ from acbslurm.cli.broker import fetch_status
 APP = str(Path(__file__).with_name("busy_app.py"))
 BROKER = ("--devices", "cpu:1:64M", "--policy", "quantum", "--quantum", "0.2")
 GRACE = "30"
-
-
-def spans(log: Path) -> list[tuple[float, float]]:
-    if not log.exists():
-        return []
-    out = []
-    for line in log.read_text().splitlines():
-        a, _, b = line.partition(" ")
-        if b:
-            out.append((float(a), float(b)))
-    return out
 
 
 def start(address: str, name: str, tmp: Path) -> subprocess.Popen[str]:
