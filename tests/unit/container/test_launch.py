@@ -5,7 +5,7 @@ import os
 import signal
 import subprocess
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
 
@@ -134,49 +134,45 @@ def daemon_process(monkeypatch: pytest.MonkeyPatch) -> Iterator[subprocess.Popen
     proc.wait()
 
 
+def daemon_fault_after_start(fake_docker: FakeDocker, fault: Callable[[], None]) -> DaemonGone:
+    """Run a container that works on until ``fault`` strikes its daemon, 0.3 s after
+    the start; the DaemonGone that ends the run."""
+    fake_docker.program = Program([(1, b"working\n")], exit_code=None)
+    fake_docker.on("POST", "/containers/*/start", lambda _req: threading.Timer(0.3, fault).start())
+    with deadline(15), pytest.raises(DaemonGone) as exc:
+        run_container(EngineApi(fake_docker.host, timeout=5), spec())
+    return exc.value
+
+
 def test_a_daemon_dying_while_the_container_runs_ends_the_run_with_a_clear_error(
     fake_docker: FakeDocker, daemon_process: subprocess.Popen[bytes]
 ) -> None:
-    fake_docker.program = Program([(1, b"working\n")], exit_code=None)
+    def die() -> None:  # SIGKILL: the process is gone as its connections close
+        daemon_process.kill()
+        fake_docker.die()
 
-    def die_soon(_req: Request) -> None:
-        def die() -> None:  # SIGKILL: the process is gone as its connections close
-            daemon_process.kill()
-            fake_docker.die()
-
-        threading.Timer(0.3, die).start()
-
-    fake_docker.on("POST", "/containers/*/start", die_soon)
-    with deadline(15), pytest.raises(DockerError) as exc:
-        run_container(EngineApi(fake_docker.host, timeout=5), spec())
-    assert "the Docker daemon went away while the container ran" in str(exc.value)
+    gone = daemon_fault_after_start(fake_docker, die)
+    assert "the Docker daemon went away while the container ran" in str(gone)
     # A code of its own, as `docker run` has 125 for "the error is with Docker itself".
-    assert isinstance(exc.value, DaemonGone) and exc.value.exit_code == 125
+    assert gone.exit_code == 125
 
 
 def test_a_daemon_stopped_gracefully_says_so(fake_docker: FakeDocker) -> None:
     # `systemctl stop docker`: dockerd closes its API first, then stops the containers
     # (exit 143 on the wait still open), then exits. The job must say why, not just 143.
-    fake_docker.program = Program([(1, b"working\n")], exit_code=None)
+    def stop_gracefully() -> None:
+        fake_docker.stop_listening()
+        with fake_docker.cond:
+            for c in fake_docker.containers.values():
+                fake_docker._exit(c, 143)
+            fake_docker.cond.notify_all()
 
-    def stop_gracefully(_req: Request) -> None:
-        def later() -> None:
-            fake_docker.stop_listening()
-            with fake_docker.cond:
-                for c in fake_docker.containers.values():
-                    fake_docker._exit(c, 143)
-                fake_docker.cond.notify_all()
-
-        threading.Timer(0.3, later).start()
-
-    fake_docker.on("POST", "/containers/*/start", stop_gracefully)
-    with deadline(15), pytest.raises(DaemonGone) as exc:
-        run_container(EngineApi(fake_docker.host, timeout=5), spec())
-    assert str(exc.value) == (
+    gone = daemon_fault_after_start(fake_docker, stop_gracefully)
+    assert str(gone) == (
         f"the Docker daemon stopped while the container ran ({fake_docker.host}); "
         "it stopped the container (exit code 143)"
     )
-    assert exc.value.exit_code == 125
+    assert gone.exit_code == 125
 
 
 def test_a_daemon_stopped_gracefully_that_cuts_the_wait_says_it_stopped(
@@ -185,24 +181,17 @@ def test_a_daemon_stopped_gracefully_that_cuts_the_wait_says_it_stopped(
     # Seen on the sandbox's 20.10 now and then: the stopping daemon ends the open /wait
     # before the container's code is in it. Its process outlives its API while it stops
     # the containers, then exits: a stop, not a crash.
-    fake_docker.program = Program([(1, b"working\n")], exit_code=None)
+    def stop_gracefully() -> None:
+        fake_docker.stop_listening()  # as dockerd: its API first
+        fake_docker.die()  # then every connection closed, the wait's too, no code
+        threading.Timer(0.5, daemon_process.terminate).start()
 
-    def stop_gracefully(_req: Request) -> None:
-        def later() -> None:
-            fake_docker.stop_listening()  # as dockerd: its API first
-            fake_docker.die()  # then every connection closed, the wait's too, no code
-            threading.Timer(0.5, daemon_process.terminate).start()
-
-        threading.Timer(0.3, later).start()
-
-    fake_docker.on("POST", "/containers/*/start", stop_gracefully)
-    with deadline(15), pytest.raises(DaemonGone) as exc:
-        run_container(EngineApi(fake_docker.host, timeout=5), spec())
-    assert str(exc.value) == (
+    gone = daemon_fault_after_start(fake_docker, stop_gracefully)
+    assert str(gone) == (
         f"the Docker daemon stopped while the container ran ({fake_docker.host}); "
         "it stopped the container"
     )
-    assert exc.value.exit_code == 125
+    assert gone.exit_code == 125
 
 
 @pytest.mark.parametrize("container_survives", [True, False])
@@ -214,27 +203,21 @@ def test_a_daemon_gone_at_once_is_told_apart_by_its_container(
     running under its shim: the daemon died. Gone: the daemon stopped it first."""
     container = subprocess.Popen(["sleep", "60"])
     fake_docker.on("GET", "/containers/*/json", Answer(200, {"State": {"Pid": container.pid}}))
-    fake_docker.program = Program([(1, b"working\n")], exit_code=None)
 
-    def go(_req: Request) -> None:
-        def later() -> None:
-            if not container_survives:
-                container.kill()
-            daemon_process.kill()
-            fake_docker.stop_listening()
-            fake_docker.die()
+    def gone_at_once() -> None:
+        if not container_survives:
+            container.kill()
+        daemon_process.kill()
+        fake_docker.stop_listening()
+        fake_docker.die()
 
-        threading.Timer(0.3, later).start()
-
-    fake_docker.on("POST", "/containers/*/start", go)
     try:
-        with deadline(15), pytest.raises(DaemonGone) as exc:
-            run_container(EngineApi(fake_docker.host, timeout=5), spec())
+        gone = daemon_fault_after_start(fake_docker, gone_at_once)
     finally:
         container.kill()
         container.wait()
     said = "went away" if container_survives else "stopped while the container ran"
-    assert f"the Docker daemon {said}" in str(exc.value)
+    assert f"the Docker daemon {said}" in str(gone)
 
 
 def test_a_container_killed_by_a_signal_with_the_daemon_up_keeps_its_code(
