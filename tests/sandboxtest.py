@@ -95,6 +95,14 @@ def wait_container(api: Any, job_id: str, timeout: float = 30) -> dict[str, Any]
     raise AssertionError(f"no running container for job {job_id}")
 
 
+def container_job(sb: Any, api: Any, scripts: Path, body: str) -> tuple[str, dict[str, Any]]:
+    """A one-GPU job running ``body`` (an `acbslurm run` in it): its id and its container,
+    once the job is RUNNING and the container runs."""
+    job = submit(sb, scripts, body, "--gres=gpu:1")
+    wait_job(sb, job, ("RUNNING",), 60)
+    return job, wait_container(api, job)
+
+
 def hook_devices(sb: Any) -> dict[str, list[str]]:
     """container id -> the GPU UUIDs Docker handed to the NVIDIA hook."""
     return {r["container"]: [d for d in r["devices"].split(",") if d] for r in sb.hook_records()}

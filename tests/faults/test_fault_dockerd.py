@@ -19,12 +19,12 @@ import pytest
 from sandboxtest import (
     IMAGE,
     acbslurm_run,
+    container_job,
     docker_api,
     dockerd_pid,
     hook_devices,
     job_containers,
     submit,
-    wait_container,
     wait_job,
     wait_until,
 )
@@ -64,9 +64,8 @@ def test_a_killed_dockerd_leaks_no_container_and_no_gpu(idle: Any, scripts: Path
     # After `acbslurm run` ends, the job goes on (as a job script may): the container its
     # dead daemon leaves is an orphan only the epilog can end.
     body = f"{acbslurm_run(IMAGE, 'sleep', '600')}\necho run exit $?\nsleep 300"
-    job = submit(sb, scripts, body, "--gres=gpu:1")
-    wait_job(sb, job, ("RUNNING",), 60)
-    cid = wait_container(api, job)["Id"]
+    job, container = container_job(sb, api, scripts, body)
+    cid = container["Id"]
     old_gpus = set(hook_devices(sb)[cid])
     assert len(old_gpus) == 1, old_gpus
     pid = int(api.inspect_container(cid)["State"]["Pid"])
@@ -123,9 +122,7 @@ def test_a_killed_dockerd_leaks_no_container_and_no_gpu(idle: Any, scripts: Path
 def test_a_dockerd_stopped_gracefully_says_so_in_the_job(idle: Any, scripts: Path) -> None:
     sb = idle
     api = docker_api(sb)
-    job = submit(sb, scripts, "exec " + acbslurm_run(IMAGE, "sleep", "600"), "--gres=gpu:1")
-    wait_job(sb, job, ("RUNNING",), 60)
-    wait_container(api, job)
+    job, _ = container_job(sb, api, scripts, "exec " + acbslurm_run(IMAGE, "sleep", "600"))
     try:
         # SIGTERM to dockerd alone (systemd's KillMode=mixed): it closes its API, stops
         # the container (143), then exits. Not the sandbox's stop_component: that signals

@@ -18,11 +18,11 @@ from sandboxtest import (
     IMAGE,
     REPO,
     acbslurm_run,
+    container_job,
     docker_api,
     dockerd_pid,
     job_containers,
     submit,
-    wait_container,
     wait_job,
 )
 
@@ -81,9 +81,7 @@ def test_slurmdbd_down_status_still_shows_what_slurmctld_knows(idle: Any, script
 def test_slurmctld_down_commands_say_so_and_jobs_go_on(idle: Any, scripts: Path) -> None:
     sb = idle
     api = docker_api(sb)
-    job = submit(sb, scripts, "exec " + acbslurm_run(IMAGE, "sleep", "8"), "--gres=gpu:1")
-    wait_job(sb, job, ("RUNNING",), 60)
-    wait_container(api, job)
+    job, _ = container_job(sb, api, scripts, "exec " + acbslurm_run(IMAGE, "sleep", "8"))
     sb.stop_component("slurmctld")
     try:
         r = acbslurm(sb, "status", job)
@@ -106,9 +104,8 @@ def test_slurmctld_down_commands_say_so_and_jobs_go_on(idle: Any, scripts: Path)
 def test_a_frozen_dockerd_drains_the_node_naming_the_job(idle: Any, scripts: Path) -> None:
     sb = idle
     api = docker_api(sb)
-    job = submit(sb, scripts, "exec " + acbslurm_run(IMAGE, "sleep", "600"), "--gres=gpu:1")
-    wait_job(sb, job, ("RUNNING",), 60)
-    cid = wait_container(api, job)["Id"]
+    job, container = container_job(sb, api, scripts, "exec " + acbslurm_run(IMAGE, "sleep", "600"))
+    cid = container["Id"]
     dockerd = dockerd_pid(sb)
     os.kill(dockerd, signal.SIGSTOP)
     try:
