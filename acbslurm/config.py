@@ -18,7 +18,7 @@ import json
 import os
 from dataclasses import dataclass, fields, replace
 
-from acbslurm.errors import ConfigError
+from acbslurm.errors import ConfigError, short_repr
 from acbslurm.units import finite_float, is_ascii_int
 
 # On the hook path: no typing at run time (tests/unit/hooks/test_hooks_imports.py).
@@ -71,17 +71,6 @@ class Settings:
     node_acbslurm: str = ""
 
 
-def _shown(value: Any) -> str:
-    """A short repr for a message: a settings file may be any file (ACBSLURM_CONFIG), and
-    a value of YAML aliases would print billions of items. reprlib stops early."""
-    import reprlib
-
-    short = reprlib.Repr()
-    short.maxstring = short.maxother = 80
-    short.maxlevel, short.maxlist, short.maxdict = 2, 4, 4
-    return short.repr(value)
-
-
 def _coerce(name: str, raw: Any, default: Any, source: str) -> Any:
     if isinstance(default, float):
         try:
@@ -90,11 +79,11 @@ def _coerce(name: str, raw: Any, default: Any, source: str) -> Any:
                 return finite_float(raw)
         except ValueError:
             pass
-        raise ConfigError(f"{source}: {name} must be a finite number, got {_shown(raw)}")
+        raise ConfigError(f"{source}: {name} must be a finite number, got {short_repr(raw, 80)}")
     if raw is None:
         return ""
     if not isinstance(raw, str | int | float):
-        raise ConfigError(f"{source}: {name} must be a string, got {_shown(raw)}")
+        raise ConfigError(f"{source}: {name} must be a string, got {short_repr(raw, 80)}")
     return str(raw)
 
 
@@ -129,7 +118,7 @@ def _file_values(p: str, settings: Settings) -> dict[str, Any]:
     values: dict[str, Any] = {}
     for key, raw in data.items():
         if key not in known:
-            raise ConfigError(f"{p}: unknown setting {_shown(key)}")
+            raise ConfigError(f"{p}: unknown setting {short_repr(key, 80)}")
         values[key] = _coerce(key, raw, getattr(settings, key), p)
     return values
 

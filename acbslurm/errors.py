@@ -8,6 +8,37 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+# On the hook path: no typing at run time (tests/unit/hooks/test_hooks_imports.py).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+# A message quotes what the user wrote; a value of 10,000 items or a 1 MB line would make
+# it unreadable (and slow to print), so a line keeps its start and its end.
+MESSAGE_LIMIT = 300
+
+
+def clip(text: str, limit: int = MESSAGE_LIMIT) -> str:
+    """``text``, or its start and end around a note of how much was left out."""
+    if len(text) <= limit:
+        return text
+    head, tail = limit * 2 // 3, limit // 4
+    return f"{text[:head]}...<{len(text) - head - tail} characters left out>...{text[-tail:]}"
+
+
+def short_repr(value: Any, limit: int = 120) -> str:
+    """``repr(value)`` for a message, clipped to about ``limit`` characters. A list or
+    mapping is cut by reprlib before it is ever written out whole: a value of YAML
+    aliases (a settings file may be any file) would be billions of items."""
+    if isinstance(value, str | int | float) or value is None:
+        return clip(repr(value), limit)
+    import reprlib
+
+    short = reprlib.Repr()
+    short.maxstring = short.maxother = limit
+    short.maxlevel, short.maxlist, short.maxdict = 2, 4, 4
+    return clip(short.repr(value), limit)
+
 
 class AcbslurmError(Exception):
     """Base of every error acbslurm reports to a user."""

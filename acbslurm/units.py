@@ -18,6 +18,8 @@ import math
 import re
 import time
 
+from acbslurm.errors import short_repr
+
 # -- integers and numbers ------------------------------------------------------------
 
 
@@ -216,11 +218,6 @@ def _count(digits: str) -> int:
     return int(significant or "0")
 
 
-def _quoted(text: str) -> str:
-    """``repr(text)``, shortened: a message quotes a value, not 5000 digits of it."""
-    return repr(text) if len(text) <= 60 else f"{text[:40]!r}...({len(text)} characters)"
-
-
 def parse_instant(text: str, now: float | None = None) -> int:
     """Unix seconds for ``text`` in local time; ValueError says what is accepted."""
     now_i = int(time.time() if now is None else now)
@@ -242,10 +239,11 @@ def parse_instant(text: str, now: float | None = None) -> int:
             except (ValueError, OverflowError, OSError):
                 continue
     if value is None:
-        raise ValueError(f"cannot read time {_quoted(text)}: use {INSTANT_HELP}")
+        raise ValueError(f"cannot read time {short_repr(text, 60)}: use {INSTANT_HELP}")
     if not INSTANT_MIN <= value <= INSTANT_MAX:
         raise ValueError(
-            f"time {_quoted(text)} is outside what slurmdbd records (1970-01-01 to 9999-12-31)"
+            f"time {short_repr(text, 60)} is outside what slurmdbd records "
+            "(1970-01-01 to 9999-12-31)"
         )
     return value
 

@@ -9,10 +9,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from acbslurm.errors import SpecError
+from acbslurm.errors import SpecError, short_repr
 from acbslurm.mountrules import Mount
 from acbslurm.spec.model import CONTAINER_KEYS, JOB_KEYS, ContainerSpec, JobSpec, ServeJob, validate
-from acbslurm.spec.yamlpos import DuplicateKeyError, Located, load_located, short_repr
+from acbslurm.spec.yamlpos import DuplicateKeyError, Located, load_located
 
 __all__ = [
     "CONTAINER_KEYS",

@@ -13,9 +13,9 @@ from typing import Any
 
 from acbslurm import units
 from acbslurm.envrules import env_problem
-from acbslurm.errors import SpecError
+from acbslurm.errors import SpecError, short_repr
 from acbslurm.mountrules import Mount, lexical, path_problem
-from acbslurm.spec.yamlpos import Errors, Located, short_repr
+from acbslurm.spec.yamlpos import Errors, Located
 
 JOB_KEYS = (
     "name",

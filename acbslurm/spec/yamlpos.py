@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from acbslurm.errors import SpecError
+from acbslurm.errors import SpecError, clip, short_repr
 
 try:  # the C parser is several times faster; fall back to pure Python
     from yaml import CSafeLoader as _Loader
@@ -133,24 +133,6 @@ class Errors:
             if str(key) not in valid:
                 hint = suggest(str(key), valid) or f"; valid keys: {', '.join(valid)}"
                 self.add((*at, str(key)), f"unknown key{hint}")
-
-
-# A message quotes what the user wrote; a value of 10,000 items or a 1 MB line would make
-# it unreadable (and slow to print), so a line keeps its start and its end.
-MESSAGE_LIMIT = 300
-
-
-def clip(text: str, limit: int = MESSAGE_LIMIT) -> str:
-    """``text``, or its start and end around a note of how much was left out."""
-    if len(text) <= limit:
-        return text
-    head, tail = limit * 2 // 3, limit // 4
-    return f"{text[:head]}...<{len(text) - head - tail} characters left out>...{text[-tail:]}"
-
-
-def short_repr(value: Any, limit: int = 120) -> str:
-    """``repr(value)``, clipped: for a value quoted in a message."""
-    return clip(repr(value), limit)
 
 
 def suggest(key: str, valid: tuple[str, ...]) -> str:
