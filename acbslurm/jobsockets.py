@@ -21,6 +21,11 @@ import stat
 
 from acbslurm.errors import BrokerError
 
+# On the hook path: no socket or typing at import (tests/unit/hooks/test_hooks_imports.py).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import socket
+
 BROKER_SOCKET = "broker.sock"
 
 
@@ -96,6 +101,18 @@ def _remove_flat_dir(path: str) -> bool:
     except OSError:  # something new in it meanwhile (a process of the user still ran)
         return False
     return True
+
+
+def peer_credentials(conn: socket.socket) -> tuple[int, int, int]:
+    """``(pid, uid, gid)`` of the process at the other end of a connected unix socket, as
+    the kernel gives them (SO_PEERCRED): nothing the peer sends can change them. The pid
+    is 0 when that process is in a pid namespace this one cannot see."""
+    import socket
+    import struct
+
+    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    pid, uid, gid = struct.unpack("3i", creds)
+    return int(pid), int(uid), int(gid)
 
 
 def socket_listening(path: str, timeout: float = 0.5) -> bool:

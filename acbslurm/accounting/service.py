@@ -15,7 +15,6 @@ import logging
 import os
 import signal
 import socket
-import struct
 import threading
 from collections.abc import Callable
 from typing import TextIO, cast
@@ -24,19 +23,13 @@ from acbslurm.accounting.rights import private_jobs
 from acbslurm.accounting.run import Viewer, run_report
 from acbslurm.accounting.wire import MAX_REQUEST, FrameWriter, options_from
 from acbslurm.errors import AcbslurmError, ConfigError, SetupError
-from acbslurm.jobsockets import free_socket_path
+from acbslurm.jobsockets import free_socket_path, peer_credentials
 from acbslurm.slurm.dbdconfig import private_data_of_slurmdbd
 
 log = logging.getLogger(__name__)
 
 MAX_CLIENTS = 32  # reports at once; more callers are told to retry
 REQUEST_TIMEOUT = 5.0  # seconds a caller has to send its request
-
-
-def peer_uid(conn: socket.socket) -> int:
-    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    _pid, uid, _gid = struct.unpack("3i", creds)
-    return int(uid)
 
 
 def _read_request(conn: socket.socket) -> object:
@@ -98,7 +91,7 @@ class ReportService:
     def _serve_one(self, conn: socket.socket) -> None:
         out = FrameWriter(conn)
         try:
-            uid = peer_uid(conn)
+            uid = peer_credentials(conn)[1]
             opts = options_from(_read_request(conn))
             conn.settimeout(None)
             # FrameWriter has the two methods the writers use: write and flush.

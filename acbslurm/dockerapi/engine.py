@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterator
 
 from acbslurm.errors import DockerError
+from acbslurm.jobsockets import peer_credentials
 
 # typing costs a hook ~4 ms to import; annotations are strings (PEP 563).
 TYPE_CHECKING = False
@@ -384,8 +385,7 @@ class EngineApi:
         except DockerError:
             return None
         try:
-            creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-            pid = int(struct.unpack("3i", creds)[0])
+            pid = peer_credentials(sock)[0]
         except OSError:
             return None
         finally:
