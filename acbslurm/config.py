@@ -20,6 +20,7 @@ from dataclasses import dataclass, fields, replace
 
 from acbslurm.errors import ConfigError, short_repr
 from acbslurm.units import finite_float, is_ascii_int
+from acbslurm.userfiles import SETTINGS_LIMIT, read_user_text
 
 # On the hook path: no typing at run time (tests/unit/hooks/test_hooks_imports.py).
 TYPE_CHECKING = False
@@ -88,8 +89,7 @@ def _coerce(name: str, raw: Any, default: Any, source: str) -> Any:
 
 
 def _parse(p: str) -> Any:
-    with open(p) as f:
-        text = f.read()
+    text = read_user_text(p, "settings file", limit=SETTINGS_LIMIT)
     if text.lstrip().startswith("{"):
         # JSON is YAML too; read without PyYAML, whose import would cost every Slurm
         # hook and every `acbslurm run` about 12 ms.
@@ -147,10 +147,14 @@ def load_settings(path: str | None = None, **overrides: Any) -> Settings:
     file_path = path or os.environ.get("ACBSLURM_CONFIG") or DEFAULT_CONFIG_FILE
     explicit = bool(path or os.environ.get("ACBSLURM_CONFIG"))
     values: dict[str, Any] = {}
-    if os.path.isfile(file_path):
-        values.update(_file_values(file_path, settings))
-    elif explicit:
-        raise ConfigError(f"config file {file_path!r} does not exist")
+    # An explicit file is read whatever it is (a FIFO or /dev/zero is refused by name);
+    # the default one only when something is there.
+    if explicit or os.path.exists(file_path):
+        try:
+            values.update(_file_values(file_path, settings))
+        except FileNotFoundError:
+            if explicit:
+                raise ConfigError(f"config file {file_path!r} does not exist") from None
     for key in known:
         env = os.environ.get(f"ACBSLURM_{key.upper()}")
         if env is not None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -174,7 +175,12 @@ def check_submission(
 def tail(path: str, lines: int = TAIL_LINES) -> list[str] | None:
     """The last ``lines`` lines of ``path``; None when it cannot be read here."""
     try:
-        with open(path, "rb") as f:
+        # O_NONBLOCK: the job's error file may be a FIFO (`#SBATCH -e fifo`), whose
+        # open would wait for a writer; only a regular file's tail is shown.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return None
             f.seek(0, os.SEEK_END)
             size = f.tell()
             f.seek(max(0, size - _TAIL_BYTES))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from acbslurm.errors import CommandError
@@ -32,6 +32,21 @@ class Result:
     stderr: str
 
 
+@dataclass(frozen=True)
+class Watchdog:
+    """Asked once, when a command has run ``after`` seconds: a reason to stop it now
+    ("" lets it run on to its timeout). A Slurm query whose controller is down spends
+    its own retries (18 s for ``squeue --jobs=1``) before it says so; a quick
+    ``scontrol ping`` can tell sooner (slurm/commands.py)."""
+
+    after: float
+    ask: Callable[[], str]
+
+
+class Stopped(Exception):
+    """The watchdog's reason to stop a command (raised as ``error`` by ``run``)."""
+
+
 def run(
     argv: Sequence[str],
     *,
@@ -43,6 +58,7 @@ def run(
     user: str | int | None = None,
     cwd: str | None = None,
     error: type[CommandError] = CommandError,
+    watchdog: Watchdog | None = None,
 ) -> Result:
     """Run ``argv`` and capture its output as text.
 
@@ -55,17 +71,9 @@ def run(
         full_env.update(extra_env)
     _debug("run: %s", argv)
     try:
-        cp = subprocess.run(
-            argv,
-            input=input,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            env=full_env,
-            user=user,
-            cwd=cwd,
-            stdin=None if input is not None else subprocess.DEVNULL,
-        )
+        cp = _run(argv, input, timeout, full_env, user, cwd, watchdog)
+    except Stopped as exc:
+        raise error(argv, None, reason=str(exc)) from None
     except FileNotFoundError as exc:
         raise error(argv, None, reason=f"{argv[0]} not found: {exc.strerror}") from None
     except OSError as exc:  # not executable, a bad cwd...
@@ -78,3 +86,57 @@ def run(
     if check and cp.returncode != 0:
         raise error(argv, cp.returncode, cp.stdout, cp.stderr)
     return result
+
+
+def _run(
+    argv: list[str],
+    input: str | None,
+    timeout: float | None,
+    env: dict[str, str],
+    user: str | int | None,
+    cwd: str | None,
+    watchdog: Watchdog | None,
+) -> subprocess.CompletedProcess[str]:
+    stdin = None if input is not None else subprocess.DEVNULL
+    if watchdog is None:
+        return subprocess.run(
+            argv,
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=env,
+            user=user,
+            cwd=cwd,
+            stdin=stdin,
+        )
+    pipe = subprocess.PIPE
+    with subprocess.Popen(
+        argv,
+        stdin=pipe if input is not None else stdin,
+        stdout=pipe,
+        stderr=pipe,
+        text=True,
+        env=env,
+        user=user,
+        cwd=cwd,
+    ) as p:
+        first = watchdog.after if timeout is None else min(watchdog.after, timeout)
+        try:
+            out, err = p.communicate(input, timeout=first)
+        except subprocess.TimeoutExpired:
+            reason = watchdog.ask()
+            if reason:
+                # Not communicate(): a child of the command that holds its pipes would
+                # keep this waiting; the command itself is what was stopped.
+                p.kill()
+                p.wait()
+                raise Stopped(reason) from None
+            rest = None if timeout is None else max(0.0, timeout - first)
+            try:
+                out, err = p.communicate(timeout=rest)
+            except subprocess.TimeoutExpired as exc:
+                p.kill()
+                out, err = p.communicate()
+                raise subprocess.TimeoutExpired(argv, timeout or 0, out, err) from exc
+        return subprocess.CompletedProcess(argv, p.returncode, out, err)

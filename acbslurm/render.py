@@ -66,6 +66,27 @@ def _environment(search_dir: Path) -> Any:
     return env
 
 
+def _user_loader(folder: Path) -> Any:
+    """A Jinja loader of ``folder`` that reads through ``userfiles`` (regular files of
+    at most TEMPLATE_LIMIT bytes; the refusal names the file)."""
+    import os
+
+    import jinja2
+
+    from acbslurm.userfiles import TEMPLATE_LIMIT, read_user_text
+
+    class UserFolderLoader(jinja2.BaseLoader):
+        def get_source(self, environment: Any, template: str) -> tuple[str, str, Any]:  # noqa: ARG002 - jinja2's signature
+            path = os.path.join(str(folder), *jinja2.loaders.split_template_path(template))
+            try:
+                text = read_user_text(path, "sbatch template", limit=TEMPLATE_LIMIT)
+            except FileNotFoundError:
+                raise jinja2.TemplateNotFound(template) from None
+            return text, os.path.normpath(path), lambda: False
+
+    return UserFolderLoader()
+
+
 def render(
     spec: JobSpec,
     *,
@@ -86,17 +107,16 @@ def render(
         search_dir, name = templates_dir(), DEFAULT_TEMPLATE
     else:
         path = Path(template)
-        if not path.is_file():
+        if not path.exists():
             raise ConfigError(f"sbatch template {str(path)!r} does not exist")
-        # the packaged templates stay loadable so a site template can extend them
         search_dir, name = path.parent, path.name
     env = _environment(search_dir)
     if template is not None:
+        # The site's folder is the user's: what is read from it is bounded (a FIFO or
+        # /dev/zero named as the template is refused). The packaged templates stay
+        # loadable so a site template can extend them.
         env.loader = jinja2.ChoiceLoader(
-            [
-                jinja2.FileSystemLoader([str(search_dir)]),
-                jinja2.FileSystemLoader([str(templates_dir())]),
-            ]
+            [_user_loader(search_dir), jinja2.FileSystemLoader([str(templates_dir())])]
         )
     words = [acbslurm] if isinstance(acbslurm, str) else list(acbslurm)
     try:

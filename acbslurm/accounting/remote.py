@@ -4,6 +4,7 @@ service's exit code."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 from typing import TextIO
@@ -37,7 +38,11 @@ def report_via_service(path: str, opts: ReportOptions, out: TextIO) -> None:
                 f"service answers at {path} ({exc.strerror}); ask the admin to run "
                 "`acbslurm report serve` (conf/systemd/acbslurm-report.service)"
             ) from None
-        sock.sendall(json.dumps({"options": request_options(opts)}).encode() + b"\n")
+        # A busy service answers and closes before it reads the request (a broken pipe
+        # here): its one frame ("busy") is still there to read, so the caller is told
+        # why. Only a connection with nothing to read is "closed early" below.
+        with contextlib.suppress(OSError):
+            sock.sendall(json.dumps({"options": request_options(opts)}).encode() + b"\n")
         sock.settimeout(FRAME_TIMEOUT)
         _copy_frames(sock.makefile("rb"), out, path)
     finally:
@@ -48,7 +53,10 @@ def _copy_frames(stream: object, out: TextIO, path: str) -> None:
     read = stream.read  # type: ignore[attr-defined]
     readline = stream.readline  # type: ignore[attr-defined]
     while True:
-        head = readline(64).split()
+        try:
+            head = readline(64).split()
+        except ConnectionResetError:  # the service closed with our request unread
+            head = []
         if not head:
             raise AccountingError(f"the report service at {path} closed the connection early")
         if head[0] == b"D" and len(head) == 2:

@@ -31,7 +31,7 @@ from acbslurm.accounting.queries import (
 from acbslurm.accounting.schema import Schema
 from acbslurm.accounting.tres import tres_value
 from acbslurm.accounting.usage import JobRow, JobUsage, compute, newest_rows
-from acbslurm.errors import AccountingError
+from acbslurm.errors import AccountingError, short_repr
 from acbslurm.units import is_ascii_int
 
 FETCH = 2000
@@ -66,9 +66,16 @@ class UserNames:
         return got
 
 
+UID_MAX = 2**32 - 2
+
+
 def resolve_user(text: str) -> int:
-    """A --user value (name or uid) as a uid; ValueError when unknown."""
+    """A --user value (name or uid) as a uid; ValueError when unknown or out of range."""
     if is_ascii_int(text):
+        # uid_t is 32 bits and (uid_t)-1 means "no uid": a larger number names nobody,
+        # and would silently match no row. Its length is checked before int() reads it.
+        if len(text.lstrip("0")) > len(str(UID_MAX)) or int(text) > UID_MAX:
+            raise ValueError(f"uid {short_repr(text, 40)} is out of range (0 to {UID_MAX})")
         return int(text)
     try:
         return pwd.getpwnam(text).pw_uid

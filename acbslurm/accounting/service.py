@@ -16,6 +16,7 @@ import os
 import signal
 import socket
 import threading
+import time
 from collections.abc import Callable
 from typing import TextIO, cast
 
@@ -29,30 +30,98 @@ from acbslurm.slurm.dbdconfig import private_data_of_slurmdbd
 log = logging.getLogger(__name__)
 
 MAX_CLIENTS = 32  # reports at once; more callers are told to retry
-REQUEST_TIMEOUT = 5.0  # seconds a caller has to send its request
+# Reports one user may have under way at once. Without it one user's idle connections
+# took all MAX_CLIENTS slots and every other user was told "busy" for as long as they
+# stayed open; with it a user can hold at most this many, whatever they send.
+MAX_PER_USER = 4
+# Seconds a caller has to send its whole request (one line of at most MAX_REQUEST
+# bytes). A deadline for the request, not for each read: a client that sends a byte
+# every few seconds would otherwise hold its slot for days.
+REQUEST_DEADLINE = 5.0
+# Seconds the service waits for a caller to take more of its answer before it gives up
+# on that caller: a client that asks for a year and never reads must not keep its slot.
+SEND_TIMEOUT = 60.0
+BUSY = "the report service is busy; try again"
+# Exit code of "busy" (sysexits' EX_TEMPFAIL): a script may retry on it; docs/report.md.
+BUSY_EXIT = 75
 
 
 def _read_request(conn: socket.socket) -> object:
-    conn.settimeout(REQUEST_TIMEOUT)
+    deadline = REQUEST_DEADLINE
+    end = time.monotonic() + deadline
     data = b""
     while b"\n" not in data:
-        more = conn.recv(4096)
+        left = end - time.monotonic()
+        if left <= 0:
+            raise ConfigError(f"bad request: not sent within {deadline:g} s")
+        conn.settimeout(left)
+        try:
+            more = conn.recv(4096)
+        except TimeoutError:
+            raise ConfigError(f"bad request: not sent within {deadline:g} s") from None
         if not more:
             break
         data += more
         if len(data) > MAX_REQUEST:
-            raise ConfigError(f"request larger than {MAX_REQUEST} bytes")
+            raise ConfigError(f"bad request: larger than {MAX_REQUEST} bytes")
     try:
         return json.loads(data.split(b"\n", 1)[0] or b"null")
     except (ValueError, RecursionError):  # "[[[[..." nests past the recursion limit
         raise ConfigError("bad request: not one line of JSON") from None
 
 
+def _refuse(conn: socket.socket, message: str) -> None:
+    """Answer "busy" without reading the request, and close."""
+    with contextlib.suppress(OSError):
+        conn.settimeout(0)
+        FrameWriter(conn).finish(BUSY_EXIT, message)
+    _close(conn)
+
+
+def _close(conn: socket.socket) -> None:
+    """Close after the answer so that the caller reads it whole: what it sent and was not
+    read is dropped first (once: a caller that keeps sending must not hold us), since
+    closing a unix socket with unread data resets the peer, whose next read then fails
+    and can lose the answer's end."""
+    with contextlib.closing(conn), contextlib.suppress(OSError):
+        conn.shutdown(socket.SHUT_WR)
+        conn.settimeout(0)
+        conn.recv(MAX_REQUEST)
+
+
+class Slots:
+    """Reports under way, MAX_CLIENTS in all and MAX_PER_USER for each uid."""
+
+    def __init__(self, total: int = MAX_CLIENTS, per_user: int = MAX_PER_USER) -> None:
+        self.total = total
+        self.per_user = per_user
+        self.held: dict[int, int] = {}
+        self.lock = threading.Lock()
+
+    def take(self, uid: int) -> str:
+        """ "" when ``uid`` got a slot, else why not (for the caller's message)."""
+        with self.lock:
+            if self.held.get(uid, 0) >= self.per_user:
+                return f"{BUSY} (you have {self.per_user} reports under way, the most per user)"
+            if sum(self.held.values()) >= self.total:
+                return BUSY
+            self.held[uid] = self.held.get(uid, 0) + 1
+            return ""
+
+    def give_back(self, uid: int) -> None:
+        with self.lock:
+            left = self.held.get(uid, 0) - 1
+            if left > 0:
+                self.held[uid] = left
+            else:
+                self.held.pop(uid, None)
+
+
 class ReportService:
     def __init__(self, path: str, private: bool) -> None:
         self.path = path
         self.private = private
-        self.slots = threading.BoundedSemaphore(MAX_CLIENTS)
+        self.slots = Slots()
         self.listener: socket.socket | None = None
         self.stopping = False
 
@@ -82,18 +151,21 @@ class ReportService:
                 if self.stopping:
                     break
                 raise
-            if not self.slots.acquire(blocking=False):
-                with contextlib.closing(conn):
-                    FrameWriter(conn).finish(1, "the report service is busy; try again")
+            # Who calls is the kernel's word, read before a slot is taken: the cap is
+            # per uid. A refusal is one small frame (it fits the socket's buffer, so
+            # the accept loop never waits on a caller that does not read).
+            uid = peer_credentials(conn)[1]
+            refused = self.slots.take(uid)
+            if refused:
+                _refuse(conn, refused)
                 continue
-            threading.Thread(target=self._serve_one, args=(conn,), daemon=True).start()
+            threading.Thread(target=self._serve_one, args=(conn, uid), daemon=True).start()
 
-    def _serve_one(self, conn: socket.socket) -> None:
+    def _serve_one(self, conn: socket.socket, uid: int) -> None:
         out = FrameWriter(conn)
         try:
-            uid = peer_credentials(conn)[1]
             opts = options_from(_read_request(conn))
-            conn.settimeout(None)
+            conn.settimeout(SEND_TIMEOUT)
             # FrameWriter has the two methods the writers use: write and flush.
             run_report(opts, cast(TextIO, out), viewer=Viewer(uid, self.private))
             out.finish(0)
@@ -107,8 +179,8 @@ class ReportService:
             with contextlib.suppress(OSError):
                 out.finish(1, "the report service failed; see its log")
         finally:
-            conn.close()
-            self.slots.release()
+            _close(conn)
+            self.slots.give_back(uid)
 
     def stop(self) -> None:
         self.stopping = True

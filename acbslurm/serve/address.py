@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import socket
+import stat
 from typing import Any
 
 from acbslurm.serve.errors import ServeError
@@ -88,17 +89,24 @@ def write_private(path: str, data: dict[str, Any]) -> None:
         raise ServeError(f"cannot write the address file {path}: {exc.strerror}") from None
 
 
+_MAX_ADDRESS_FILE = 64 * 1024  # a few hundred bytes of JSON in fact
+
+
 def read(path: str) -> dict[str, Any] | None:
     """The address file's content, or None when it is not there (yet), not readable,
     or not trustworthy: it must be the caller's own and writable by nobody else (in a
     folder others may write, someone could have put an address of theirs there)."""
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        # O_NONBLOCK: a FIFO put there must not hang `acbslurm status`; only a small
+        # regular file is an address file.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
     except OSError:
         return None
     try:
         st = os.fstat(fd)
         if st.st_uid != os.getuid() or st.st_mode & 0o022:
+            return None
+        if not stat.S_ISREG(st.st_mode) or st.st_size > _MAX_ADDRESS_FILE:
             return None
         with os.fdopen(fd, encoding="utf-8") as fh:
             fd = -1

@@ -35,10 +35,11 @@ from typing import Any
 
 import yaml
 
-from acbslurm.errors import SpecError
+from acbslurm.errors import ConfigError, SpecError
 from acbslurm.serve.errors import ListenError, PoolError
 from acbslurm.spec.yamlpos import Errors, Located, load_located, nearest_origin
 from acbslurm.units import cpu_device_spec, size_bytes
+from acbslurm.userfiles import MODEL_CONFIG_LIMIT, POOL_LIMIT, read_user_file, read_user_text
 
 POOL_KEYS = (
     "listen",
@@ -65,6 +66,8 @@ MODEL_KEYS = (
     "headroom",
 )
 DTYPES = {"float32": 4, "float16": 2, "bfloat16": 2}
+# safetensors' own limit on a file's JSON header (its reader refuses larger ones).
+SAFETENSORS_HEADER_LIMIT = 100 * 1024 * 1024
 SAFETENSORS_SIZES = {
     "F64": 8,
     "F32": 4,
@@ -285,8 +288,11 @@ def _check_procs(kw: dict[str, Any], at: tuple[str, ...], e: Errors, check_paths
 def model_blocks(model_dir: str) -> int:
     """The model's number of blocks (layers) from its config.json; 0 if unknown."""
     try:
-        cfg = json.loads((Path(model_dir) / "config.json").read_text())
-    except (OSError, ValueError):
+        raw = read_user_file(
+            Path(model_dir) / "config.json", "model config", limit=MODEL_CONFIG_LIMIT
+        )
+        cfg = json.loads(raw)
+    except (OSError, ValueError, ConfigError):
         return 0
     n = cfg.get("num_hidden_layers") or cfg.get("n_layer") if isinstance(cfg, dict) else 0
     return n if isinstance(n, int) else 0
@@ -366,9 +372,9 @@ def load_pool_text(
 def load_pool(path: str | os.PathLike[str], check_paths: bool = True) -> PoolSpec:
     p = Path(path)
     try:
-        text = p.read_text()
-    except OSError as exc:
-        raise PoolError(f"cannot read pool file {p}: {exc.strerror or exc}") from None
+        text = read_user_text(p, "pool file", limit=POOL_LIMIT, error=PoolError)
+    except FileNotFoundError:
+        raise PoolError(f"pool file {str(p)!r} does not exist") from None
     return load_pool_text(text, str(p), p.resolve().parent, check_paths)
 
 
@@ -379,6 +385,8 @@ def weights_bytes(model_dir: str, dtype: str) -> int:
     for f in sorted(Path(model_dir).glob("*.safetensors")):
         with open(f, "rb") as fh:
             (n,) = struct.unpack("<Q", fh.read(8))
+            if n > SAFETENSORS_HEADER_LIMIT:  # the format's own bound; a bad file's 2**63
+                raise PoolError(f"{f}: not a safetensors file (a header of {n} bytes)")
             header = json.loads(fh.read(n))
         for key, info in header.items():
             if key == "__metadata__":

@@ -11,11 +11,23 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 
-from acbslurm.errors import SlurmError
-from acbslurm.proc import Result, run
+from acbslurm.errors import CommandError, SlurmError
+from acbslurm.proc import Result, Watchdog, run
 from acbslurm.slurm.binaries import BIN_DIR_ENV, client
 
 SLURM_TIMEOUT = 60.0
+# A query of the controller (squeue, scontrol show) that has not answered after this
+# long is checked with `scontrol ping`, which answers at once. A controller that is
+# down then ends the query: squeue --jobs=N spends 18 s in its own retries before it
+# says so (two rounds of the controller's connect timeout), plain squeue 9 s.
+CONTROLLER_PATIENCE = 1.0
+
+
+class ControllerDown(SlurmError):
+    """slurmctld does not answer: one line, what ``scontrol ping`` said."""
+
+    def _message(self) -> str:
+        return self.reason
 
 
 def slurm(
@@ -29,24 +41,57 @@ def slurm(
     check: bool = True,
     timeout: float = SLURM_TIMEOUT,
     bin_dir: str | None = None,
+    controller: bool = False,
 ) -> Result:
     """Run a Slurm command (``sbatch``, ``squeue``...) as ``user`` (root only) or as us.
 
     ``env`` replaces this process's environment (a job inherits it); ``extra_env`` adds to it.
+    ``controller``: the command only asks slurmctld (squeue, scontrol show); if it has
+    not answered within CONTROLLER_PATIENCE and ``scontrol ping`` says the controller is
+    down, it is stopped with ``ControllerDown``.
     """
     if bin_dir is None:
         bin_dir = (extra_env or {}).get(BIN_DIR_ENV) or (os.environ if env is None else env).get(
             BIN_DIR_ENV, ""
         )
     argv = [client(str(argv[0]), bin_dir), *argv[1:]] if argv else argv
-    return run(
-        argv,
-        input=input,
-        user=user,
-        env=env,
-        extra_env=extra_env,
-        cwd=cwd,
-        check=check,
-        timeout=timeout,
-        error=SlurmError,
-    )
+    watchdog = None
+    if controller:
+        ping_env = dict(os.environ if env is None else env, **(extra_env or {}))
+        watchdog = Watchdog(CONTROLLER_PATIENCE, lambda: controller_down(bin_dir, ping_env))
+    try:
+        return run(
+            argv,
+            input=input,
+            user=user,
+            env=env,
+            extra_env=extra_env,
+            cwd=cwd,
+            check=check,
+            timeout=timeout,
+            error=SlurmError,
+            watchdog=watchdog,
+        )
+    except SlurmError as exc:
+        if watchdog is not None and exc.returncode is None and exc.reason.startswith(_DOWN):
+            raise ControllerDown(exc.argv, None, reason=exc.reason) from None
+        raise
+
+
+_DOWN = "Unable to contact slurm controller"
+
+
+def controller_down(bin_dir: str, env: Mapping[str, str]) -> str:
+    """Why slurmctld does not answer (what ``scontrol ping`` says), or "" when it does.
+
+    Only a clear DOWN counts: a ping that fails otherwise (no scontrol, a timeout) lets
+    the query run on and speak for itself.
+    """
+    try:
+        r = run([client("scontrol", bin_dir), "ping"], env=env, check=False, timeout=10)
+    except CommandError:  # no scontrol, a ping that hangs: the query speaks for itself
+        return ""
+    down = [line.strip() for line in r.stdout.splitlines() if line.rstrip().endswith("DOWN")]
+    if r.returncode == 0 or not down:
+        return ""
+    return f"{_DOWN}: scontrol ping says {'; '.join(down)}"

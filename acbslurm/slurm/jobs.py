@@ -327,7 +327,7 @@ def work_dirs(
         return pyslurm_backend.work_dirs(job_ids)
     argv = ["squeue", "-h", "-t", "running", "-o", "%i|%Z", "--jobs=" + ",".join(job_ids)]
     try:
-        out = slurm(argv, env=env).stdout
+        out = slurm(argv, env=env, controller=True).stdout
     except SlurmError as exc:
         if _INVALID_JOB_ID in exc.stderr.lower():
             return {}
@@ -359,7 +359,7 @@ def _squeue(wanted: list[str], user: str | None, env: Mapping[str, str] | None) 
     if user:
         argv += ["-u", user]
     try:
-        return parse_squeue(slurm(argv, env=env).stdout)
+        return parse_squeue(slurm(argv, env=env, controller=True).stdout)
     except SlurmError as exc:
         # With one id squeue asks the controller for that job alone, and one it forgot
         # fails ("slurm_load_jobs error: Invalid job id specified", exit 1); with several
@@ -400,7 +400,7 @@ def _ask_gpus(jobs: list[JobInfo], env: Mapping[str, str] | None, *, scoped: boo
     """
     targets = list(dict.fromkeys(j.array_job_id or j.job_id for j in jobs))
     if not scoped:  # every job was listed anyway: one listing beats one call per job
-        texts = [slurm(["scontrol", "-d", "-o", "show", "job"], env=env).stdout]
+        texts = [slurm(["scontrol", "-d", "-o", "show", "job"], env=env, controller=True).stdout]
     elif len(targets) == 1:
         texts = [_show_job(targets[0], env)]
     else:
@@ -421,7 +421,9 @@ def _ask_gpus(jobs: list[JobInfo], env: Mapping[str, str] | None, *, scoped: boo
 
 def _show_job(job_id: str, env: Mapping[str, str] | None) -> str:
     """``scontrol -d -o show job ID``; empty when the controller no longer has it."""
-    res = slurm(["scontrol", "-d", "-o", "show", "job", job_id], env=env, check=False)
+    res = slurm(
+        ["scontrol", "-d", "-o", "show", "job", job_id], env=env, check=False, controller=True
+    )
     if res.returncode != 0:
         log.debug("scontrol show job %s: %s", job_id, res.stderr.strip())
         return ""

@@ -13,6 +13,7 @@ from acbslurm.errors import SpecError, short_repr
 from acbslurm.mountrules import Mount
 from acbslurm.spec.model import CONTAINER_KEYS, JOB_KEYS, ContainerSpec, JobSpec, ServeJob, validate
 from acbslurm.spec.yamlpos import DuplicateKeyError, Located, load_located
+from acbslurm.userfiles import SPEC_LIMIT, read_user_text
 
 __all__ = [
     "CONTAINER_KEYS",
@@ -48,11 +49,9 @@ def load_spec(path: str | Path, overrides: Sequence[str] = ()) -> JobSpec:
     """Read and validate the spec file at ``path``."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        text = read_user_text(p, "job spec", limit=SPEC_LIMIT, error=SpecError)
     except FileNotFoundError:
         raise SpecError(f"job spec {str(p)!r} does not exist") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError(f"job spec {str(p)!r} cannot be read: {exc}") from None
     return parse_spec(text, str(p), overrides)
 
 

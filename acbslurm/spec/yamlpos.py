@@ -27,6 +27,9 @@ class Located:
     source: str
     origins: dict[tuple[str, ...], str] = field(default_factory=dict)
     values_built: int = field(default=0, compare=False, repr=False)
+    # ids of the nodes built: one built twice came through an alias (*name)
+    nodes_seen: set[int] = field(default_factory=set, compare=False, repr=False)
+    aliased: bool = field(default=False, compare=False, repr=False)
 
     def where(self, path: tuple[str, ...]) -> str:
         """Where ``path`` was set (``file:line``, ``--set key``), else its closest parent."""
@@ -71,11 +74,11 @@ def load_located(text: str, source: str) -> Located:
 
 def _build(loader: Any, node: yaml.Node, path: tuple[str, ...], doc: Located) -> Any:
     doc.values_built += 1
+    if id(node) in doc.nodes_seen:
+        doc.aliased = True
+    doc.nodes_seen.add(id(node))
     if doc.values_built > MAX_VALUES:
-        raise SpecError(
-            f"{source_line(doc, node)}: the document expands to more than {MAX_VALUES} "
-            "values (nested YAML aliases?); a job spec or pool file is refused past that"
-        )
+        raise SpecError(f"{source_line(doc, node)}: {_too_many(doc)}")
     if len(path) > MAX_DEPTH:
         raise SpecError(
             f"{source_line(doc, node)}: the document nests more than {MAX_DEPTH} levels deep"
@@ -96,6 +99,20 @@ def _build(loader: Any, node: yaml.Node, path: tuple[str, ...], doc: Located) ->
     if isinstance(node, yaml.SequenceNode):
         return [_build(loader, n, (*path, str(i)), doc) for i, n in enumerate(node.value)]
     return loader.construct_object(node, deep=True)
+
+
+def _too_many(doc: Located) -> str:
+    """Which limit a document broke: its own size, or aliases that multiply it."""
+    if doc.aliased:
+        return (
+            f"the document expands to more than {MAX_VALUES} values through YAML aliases "
+            "(*name); a job spec or pool file is refused past that"
+        )
+    return (
+        f"the document has more than {MAX_VALUES} values (each list item and mapping "
+        "value counts, env: entries included); a job spec or pool file may have at most "
+        "that many"
+    )
 
 
 def _key(loader: Any, node: yaml.Node, doc: Located) -> Any:
