@@ -126,7 +126,7 @@ def test_duplicate_names_and_bad_yaml(tiny_models: dict[str, Path]) -> None:
         load_pool_text("models:\n  - [\n", "p.yaml")
     with pytest.raises(PoolError, match="models: required"):
         load_pool_text("listen: 127.0.0.1:1\n", "p.yaml")
-    with pytest.raises(PoolError, match="pool file .* does not exist"):
+    with pytest.raises(PoolError, match=r"pool file .* does not exist"):
         load_pool("/nonexistent/pool.yaml")
 
 

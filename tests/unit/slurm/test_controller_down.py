@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from acbslurm.proc import Watchdog, run
 from acbslurm.errors import CommandError
+from acbslurm.proc import Watchdog, run
 from acbslurm.slurm.commands import CONTROLLER_PATIENCE, ControllerDown
 from acbslurm.slurm.jobs import query_jobs
 
