@@ -24,12 +24,21 @@ if TYPE_CHECKING:
     from typing import Any
 
 
-# Every URL names this Engine API version, so the answers keep the shape this client
-# was written against whatever version the daemon speaks natively (an unversioned URL
-# gets the daemon's newest). 1.41 is the newest that Debian 12's docker.io (20.10)
-# speaks and has all the calls used here (DeviceRequests came in 1.40); Docker 23-28
-# accept it too. Docker >= 29 refuses versions below 1.44 by default ("client version
-# 1.41 is too old"), so a client that hears that moves up once to the daemon's oldest.
+# Every URL names an Engine API version, so the answers keep a shape this client knows
+# whatever the daemon speaks natively (an unversioned URL gets the daemon's newest).
+# The version is negotiated as the docker CLI and the SDK's version="auto" do: the
+# highest both speak, MAX_API_VERSION at most. It costs no round trip of its own:
+# - the first call names API_VERSION, which Docker 20.10 (Debian 12's, whose newest it
+#   is) up to 28 accept; every answer carries the daemon's newest (`Api-Version`), and
+#   the calls after it name min(that, MAX_API_VERSION);
+# - Docker >= 29 refuses versions below 1.44 ("client version 1.41 is too old.
+#   Minimum supported API version is 1.44, ..."), with its newest in that answer's
+#   headers too: the call is made once more at the negotiated version (one round trip
+#   more, once per process, on those daemons only);
+# - a daemon older than MIN_API_VERSION ("... is too new. Maximum supported API version
+#   is 1.39") gets an error naming both.
+MIN_API_VERSION = "1.40"  # DeviceRequests (the job's GPUs) came in 1.40: Docker 19.03
+MAX_API_VERSION = "1.51"  # the newest this client was tested against: Docker 28.5
 API_VERSION = "1.41"
 
 
@@ -48,10 +57,14 @@ class DaemonGone(DockerError):
 
 
 class EngineError(DockerError):
-    """The daemon answered with an HTTP error; the subclasses name the common ones."""
+    """The daemon answered with an HTTP error; the subclasses name the common ones.
 
-    def __init__(self, status: int, message: str) -> None:
+    ``api_version``: the daemon's newest Engine API version, from the answer's headers
+    ("" when it sent none)."""
+
+    def __init__(self, status: int, message: str, api_version: str = "") -> None:
         self.status = status
+        self.api_version = api_version
         super().__init__(message)
 
 
@@ -68,13 +81,75 @@ _BY_STATUS: dict[int, type[EngineError]] = {404: NotFound, 409: Conflict}
 _REMOVING = "is already in progress"
 
 
-def http_error(status: int, message: str) -> EngineError:
+def http_error(status: int, message: str, api_version: str = "") -> EngineError:
     """The EngineError subclass for ``status``."""
-    return _BY_STATUS.get(status, EngineError)(status, message)
+    return _BY_STATUS.get(status, EngineError)(status, message, api_version)
 
 
 def _version_key(version: str) -> tuple[int, ...]:
     return tuple(int(part) for part in version.split("."))
+
+
+def _is_version(text: str) -> bool:
+    parts = text.split(".")
+    return len(parts) == 2 and all(p.isascii() and p.isdigit() and len(p) < 5 for p in parts)
+
+
+def negotiate(daemon_newest: str, daemon_oldest: str = "") -> str:
+    """The Engine API version to speak with a daemon whose range is given: the highest
+    both speak. DockerError naming both ranges when they do not meet."""
+    ours = f"{MIN_API_VERSION} to {MAX_API_VERSION}"
+    if _version_key(daemon_newest) < _version_key(MIN_API_VERSION):
+        raise DockerError(
+            f"the Docker daemon speaks Engine API {daemon_newest} at most, older than "
+            f"acbslurm needs ({ours}: Docker 19.03 or newer); upgrade Docker"
+        )
+    chosen = min(daemon_newest, MAX_API_VERSION, key=_version_key)
+    if daemon_oldest and _version_key(chosen) < _version_key(daemon_oldest):
+        raise DockerError(
+            f"the Docker daemon speaks Engine API {daemon_oldest} to {daemon_newest}, "
+            f"acbslurm {ours}: they do not meet; use an acbslurm that speaks "
+            f"{daemon_oldest} or newer"
+        )
+    return chosen
+
+
+def _header(head: bytes, name: bytes) -> str:
+    for line in head.split(b"\r\n")[1:]:
+        key, _, value = line.partition(b":")
+        if key.strip().lower() == name:
+            return value.strip().decode("ascii", "replace")
+    return ""
+
+
+def _api_version_of(head: bytes) -> str:
+    """The daemon's newest Engine API version (``Api-Version``), "" when not sent."""
+    found = _header(head, b"api-version")
+    return found if _is_version(found) else ""
+
+
+def _after(text: str, marker: str) -> str:
+    """The version right after ``marker`` in ``text`` ("" when none)."""
+    if marker not in text:
+        return ""
+    words = text.split(marker, 1)[1].split()
+    found = words[0].rstrip(".,") if words else ""
+    return found if _is_version(found) else ""
+
+
+def refused_range(exc: EngineError) -> tuple[str, str] | None:
+    """(the daemon's newest, its oldest or "") when ``exc`` refuses our version (dockerd's
+    "client version X is too old/new" 400); None for any other error."""
+    text = str(exc)
+    if exc.status != 400:
+        return None
+    oldest = _after(text, "Minimum supported API version is ")
+    newest = _after(text, "Maximum supported API version is ") or exc.api_version
+    if " is too old" in text and oldest:
+        return newest or oldest, oldest
+    if " is too new" in text and newest:
+        return newest, ""
+    return None
 
 
 def _quote(text: str, keep: str = "") -> str:
@@ -155,6 +230,7 @@ class EngineApi:
         self.path = socket_path(docker_host)
         self.timeout = timeout
         self.version = API_VERSION
+        self.negotiated = False  # True once an answer told the daemon's range
 
     def _connect(self, timeout: float | None) -> socket.socket:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -188,40 +264,27 @@ class EngineApi:
     def _stepping_up(
         self, method: str, url: str, body: Any, idle: float | None, total: float | None
     ) -> tuple[bytes, bytes, str]:
-        """``_exchange``, once more at the daemon's oldest version if 1.41 is too old."""
+        """``_exchange``; once more at the negotiated version if the daemon refused ours
+        (Docker >= 29 refuses 1.41), which its refusal's headers and text tell."""
         try:
             return self._exchange(method, url, body, idle, total)
         except EngineError as exc:
-            if not self._step_up(exc):
+            seen = refused_range(exc)
+            if seen is None or self.negotiated:
                 raise
+            self._learn(*seen)
         return self._exchange(method, url, body, idle, total)
 
-    def _step_up(self, exc: EngineError) -> bool:
-        """After "client version 1.41 is too old", use the daemon's oldest version."""
-        if exc.status != 400 or " is too old" not in str(exc):
-            return False
+    def _learn(self, newest: str, oldest: str = "") -> None:
+        """The version to speak from now on, once the daemon's range is known."""
         try:
-            answer = self._json(
-                *self._exchange(
-                    "GET", "/version", None, self.timeout, self.timeout, versioned=False
-                )
-            )
-            oldest = str(answer["MinAPIVersion"])
-            newer = _version_key(oldest) > _version_key(self.version)
-        except (DockerError, KeyError, TypeError, ValueError):
-            return False
-        if newer:
-            self.version = oldest
-        return newer
+            self.version = negotiate(newest, oldest)
+        except DockerError as exc:
+            raise DockerError(f"Docker at {self.host}: {exc}") from None
+        self.negotiated = True
 
     def _exchange(
-        self,
-        method: str,
-        url: str,
-        body: Any,
-        idle: float | None,
-        total: float | None,
-        versioned: bool = True,
+        self, method: str, url: str, body: Any, idle: float | None, total: float | None
     ) -> tuple[bytes, bytes, str]:
         """(head, body, what) of one 2xx answer; ``idle`` bounds each read, ``total`` all.
 
@@ -229,8 +292,7 @@ class EngineApi:
         what = f"Docker at {self.host}: {method} {url.split('?')[0]}"
         sock = self._connect(idle)
         try:
-            path = f"/v{self.version}{url}" if versioned else url
-            sock.sendall(self._request(method, path, body))
+            sock.sendall(self._request(method, f"/v{self.version}{url}", body))
             chunks = []
             deadline = None if total is None else time.monotonic() + total
             while True:
@@ -245,12 +307,17 @@ class EngineApi:
         finally:
             sock.close()
         status, head, rest = _status_and_rest(b"".join(chunks), what)
+        newest = _api_version_of(head)
         if status >= 400:
             try:
                 message = str(json.loads(rest)["message"])
             except (ValueError, KeyError, TypeError):
                 message = rest[:300].decode(errors="replace")
-            raise http_error(status, f"{what}: {message}")
+            raise http_error(status, f"{what}: {message}", newest)
+        if newest and not self.negotiated:
+            # Free: the answer says the daemon's newest; the next calls speak the
+            # highest version both know (a daemon that accepted ours speaks ours).
+            self._learn(newest)
         return head, rest, what
 
     @staticmethod

@@ -176,6 +176,9 @@ class FakeDocker:
         self.info: dict[str, Any] = {"CgroupDriver": "systemd", "ServerVersion": "fake"}
         self.images: set[str] | None = None  # None: every image is there
         self.min_api_version: str | None = None  # as Docker >= 29: refuse older clients
+        # The newest version it speaks, sent as dockerd does in every answer's headers
+        # (None: no such header, as behind a proxy that drops it); newer is refused.
+        self.api_version: str | None = "1.47"
         self.dead = False
         self.cond = threading.Condition()  # guards everything above; notified on changes
         self._scripts: list[_Scripted] = []
@@ -265,14 +268,14 @@ class FakeDocker:
                 return s.reply
         return None
 
-    @staticmethod
-    def _answer_bytes(a: Answer) -> bytes:
+    def _answer_bytes(self, a: Answer) -> bytes:
         body = a.body if isinstance(a.body, bytes) else b""
         if a.body is not None and not isinstance(a.body, bytes):
             body = json.dumps(a.body).encode()
+        version = f"Api-Version: {self.api_version}\r\n" if self.api_version else ""
         head = (
             f"HTTP/1.1 {a.status} {REASONS.get(a.status, 'Status')}\r\n"
-            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+            f"{version}Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
             "Connection: close\r\n\r\n"
         )
         return head.encode() + body
@@ -293,8 +296,8 @@ class FakeDocker:
             return too_old
         route, method = req.route, req.method
         if (method, route) == ("GET", "/version"):
-            oldest = self.min_api_version or "1.24"
-            return Answer(200, {"ApiVersion": "1.47", "MinAPIVersion": oldest, "Version": "fake"})
+            oldest, newest = self.min_api_version or "1.24", self.api_version or "1.47"
+            return Answer(200, {"ApiVersion": newest, "MinAPIVersion": oldest, "Version": "fake"})
         if (method, route) == ("GET", "/info"):
             return Answer(200, self.info)
         if (method, route) == ("GET", "/containers/json"):
@@ -319,8 +322,17 @@ class FakeDocker:
         return reply
 
     def _too_old(self, req: Request) -> Reply | None:
-        """Docker >= 29's answer to a client below its minimum API version."""
-        low = self.min_api_version
+        """Docker >= 29's answer to a client below its minimum API version (and every
+        dockerd's to one above its newest), word for word."""
+        low, high = self.min_api_version, self.api_version
+        if high and req.version and _version_tuple(req.version) > _version_tuple(high):
+            return Answer(
+                400,
+                {
+                    "message": f"client version {req.version} is too new. Maximum "
+                    f"supported API version is {high}"
+                },
+            )
         if not (low and req.version and _version_tuple(req.version) < _version_tuple(low)):
             return None
         return Answer(

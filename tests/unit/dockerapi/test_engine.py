@@ -9,11 +9,14 @@ from fake_docker import Answer, FakeDocker, Hang, Raw
 
 from acbslurm.dockerapi.engine import (
     API_VERSION,
+    MAX_API_VERSION,
+    MIN_API_VERSION,
     Conflict,
     DaemonUnreachable,
     EngineApi,
     EngineError,
     NotFound,
+    negotiate,
 )
 from acbslurm.errors import DockerError
 
@@ -58,8 +61,10 @@ def test_the_model_answers_with_the_typed_errors(fake_docker: FakeDocker) -> Non
     d.remove_container("c1")  # already gone: fine
 
 
-def test_every_url_names_the_pinned_api_version(fake_docker: FakeDocker) -> None:
-    d = api(fake_docker)
+def test_every_url_names_a_version_the_negotiated_one_after_the_first(
+    fake_docker: FakeDocker,
+) -> None:
+    d = api(fake_docker)  # the fake speaks up to 1.47
     d.info()
     cid = d.create("c1", {"Image": "img"})
     d.attach(cid).sock.close()
@@ -68,9 +73,9 @@ def test_every_url_names_the_pinned_api_version(fake_docker: FakeDocker) -> None
     d.containers_with_label("acbslurm.job_id=1")
     d.remove_container(cid)
     paths = [r.path for r in fake_docker.requests]
-    assert len(paths) == 7
-    assert all(p.startswith(f"/v{API_VERSION}/") for p in paths), paths
-    assert API_VERSION == "1.41"
+    assert len(paths) == 7  # no call of the negotiation's own
+    assert paths[0] == f"/v{API_VERSION}/info" and API_VERSION == "1.41"
+    assert all(p.startswith("/v1.47/") for p in paths[1:]), paths
 
 
 def test_no_daemon_is_daemon_unreachable(tmp_path: Path) -> None:
@@ -85,21 +90,78 @@ def test_no_daemon_is_daemon_unreachable(tmp_path: Path) -> None:
         refusing.close()
 
 
-def test_a_daemon_that_refuses_the_pinned_version_gets_its_oldest(
+def test_docker_29_refusing_the_first_guess_is_asked_once_more_at_the_negotiated_version(
     fake_docker: FakeDocker,
 ) -> None:
-    fake_docker.min_api_version = "1.44"  # Docker >= 29's default
+    # Docker 29's defaults: 1.44 to 1.52, and its answer to 1.41 word for word
+    fake_docker.min_api_version, fake_docker.api_version = "1.44", "1.52"
     d = api(fake_docker)
     assert d.info()["ServerVersion"] == "fake"
     cid = d.create("c1", {"Image": "img"})
     d.attach(cid).sock.close()
+    # one round trip more, once: no /version, the refusal's headers told the range
     assert [r.path for r in fake_docker.requests] == [
         f"/v{API_VERSION}/info",
-        "/version",
-        "/v1.44/info",
-        "/v1.44/containers/create?name=c1",
-        f"/v1.44/containers/{cid}/attach?stream=1&stdout=1&stderr=1&logs=1",
+        f"/v{MAX_API_VERSION}/info",
+        f"/v{MAX_API_VERSION}/containers/create?name=c1",
+        f"/v{MAX_API_VERSION}/containers/{cid}/attach?stream=1&stdout=1&stderr=1&logs=1",
     ]
+
+
+def test_the_exact_docker_29_refusal_is_read(fake_docker: FakeDocker) -> None:
+    body = {
+        "message": "client version 1.41 is too old. Minimum supported API version is 1.44, "
+        "please upgrade your client to a newer version"
+    }
+    fake_docker.on("GET", "/info", Answer(400, body), times=1)
+    fake_docker.api_version = None  # even without the header: up to its oldest
+    d = api(fake_docker)
+    d.info()
+    assert [r.version for r in fake_docker.requests] == [API_VERSION, "1.44"]
+
+
+@pytest.mark.parametrize(
+    ("newest", "then"),
+    [("1.41", "1.41"), ("1.45", "1.45"), ("1.51", "1.51"), ("1.60", MAX_API_VERSION)],
+)
+def test_a_daemon_that_takes_the_first_guess_costs_no_round_trip(
+    fake_docker: FakeDocker, newest: str, then: str
+) -> None:
+    # 20.10 speaks 1.41 at most, 26.1 1.45, 28.5 1.51; a future one more than we know
+    fake_docker.api_version = newest
+    d = api(fake_docker)
+    d.info()
+    d.containers_with_label("a=b")
+    assert [r.version for r in fake_docker.requests] == [API_VERSION, then]
+
+
+def test_a_daemon_too_old_for_acbslurm_names_both_versions(fake_docker: FakeDocker) -> None:
+    fake_docker.api_version = "1.39"  # Docker 18.09: no DeviceRequests
+    with pytest.raises(DockerError) as err:
+        api(fake_docker).info()
+    assert not isinstance(err.value, EngineError)
+    assert f"Docker at {fake_docker.host}: the Docker daemon speaks Engine API 1.39 at most" in (
+        str(err.value)
+    )
+    assert f"acbslurm needs ({MIN_API_VERSION} to {MAX_API_VERSION}" in str(err.value)
+    assert len(fake_docker.requests) == 1
+
+
+def test_a_daemon_newer_than_acbslurm_can_follow_names_both_ranges(
+    fake_docker: FakeDocker,
+) -> None:
+    fake_docker.min_api_version, fake_docker.api_version = "1.60", "1.62"
+    with pytest.raises(DockerError, match=r"speaks Engine API 1.60 to 1.62, acbslurm 1.40 to"):
+        api(fake_docker).info()
+    assert len(fake_docker.requests) == 1
+
+
+def test_negotiate_picks_the_highest_both_speak() -> None:
+    assert negotiate("1.41") == "1.41"
+    assert negotiate("1.52", "1.44") == MAX_API_VERSION
+    assert negotiate("1.9999") == MAX_API_VERSION  # compared as numbers, not text
+    with pytest.raises(DockerError):
+        negotiate("1.39")
 
 
 def test_other_bad_requests_are_not_retried(fake_docker: FakeDocker) -> None:
