@@ -113,24 +113,36 @@ def run_prolog(env: Mapping[str, str]) -> int:
         _say("error", f"job {job_id or '?'}: {exc}")
         return 1
     _say("info", f"job {job_id}: GPUs {','.join(rec.gpu_uuids) or '-'} recorded in {path}")
-    _keep_gpu_history(rec, shown, bin_dir)
+    _keep_gpu_history(rec, slurm_job_ref(env, job_id, shown), shown, bin_dir)
     _sweep_earlier_if_any(uid, user, settings)
     return 0
 
 
-def _keep_gpu_history(rec: JobRecord, shown: str | None, bin_dir: str) -> None:
-    """The job's GPUs into its AdminComment, for the report after the job is gone.
+def slurm_job_ref(env: Mapping[str, str], job_id: str, shown: str | None) -> str:
+    """How ``scontrol update`` must name this job: ``ARRAYJOB_TASK`` for an array task
+    (``gpu_history.scontrol_name``), from SLURM_ARRAY_* where Slurm sets them in the
+    prolog, else from the job's ``scontrol show job`` line (22.05 sets none)."""
+    from acbslurm.slurm.gpu_history import scontrol_name
+
+    array_job = env.get("SLURM_ARRAY_JOB_ID", "").strip()
+    task = env.get("SLURM_ARRAY_TASK_ID", "").strip()
+    if is_ascii_int(array_job) and is_ascii_int(task):
+        return f"{int(array_job)}_{int(task)}"
+    return scontrol_name(shown, job_id)
+
+
+def _keep_gpu_history(rec: JobRecord, ref: str, shown: str | None, bin_dir: str) -> None:
+    """The job's GPUs into its AdminComment (``ref``: scontrol's name for the job), for
+    the report after the job is gone.
 
     History, not safety: a failure is said (slurmd's log, syslog) but fails no job.
     """
     from acbslurm.slurm.gpu_history import record_job_gpus
 
     try:
-        record_job_gpus(
-            rec.job_id, rec.node, rec.gpu_indices, rec.gpu_uuids, shown=shown, bin_dir=bin_dir
-        )
+        record_job_gpus(ref, rec.node, rec.gpu_indices, rec.gpu_uuids, shown=shown, bin_dir=bin_dir)
     except AcbslurmError as exc:
-        _say("warning", f"job {rec.job_id}: GPUs not kept in its AdminComment: {exc}")
+        _say("warning", f"job {ref}: GPUs not kept in its AdminComment: {exc}")
 
 
 def _allocation(job_id: str, node: str, bin_dir: str) -> tuple[Allocation, str, str | None]:

@@ -54,6 +54,21 @@ def parse_scontrol_job(text: str, node: str) -> Allocation:
     return Allocation(cpus, mem)
 
 
+def own_line(text: str, job_id: str) -> str:
+    """The line of job ``job_id`` in ``scontrol show job -o`` output.
+
+    The last task of an array to start keeps the array's id, and ``scontrol show job
+    <that id>`` lists every task of the array: the first line may be another task's
+    (its CPUs, its AdminComment). A task's own line has ``JobId=<its id>``.
+    """
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    mine = f"JobId={job_id}"
+    for ln in lines:
+        if mine in ln.split():
+            return ln
+    return lines[0] if lines else ""
+
+
 def job_allocation(job_id: str, node: str, bin_dir: str = "", timeout: float = 5.0) -> Allocation:
     """``allocation_and_text``, the allocation alone."""
     return allocation_and_text(job_id, node, bin_dir, timeout)[0]
@@ -87,8 +102,9 @@ def allocation_and_text(
             exc.stderr,
             reason=f"{scontrol} (from {where}) failed: {why}",
         ) from None
+    line = own_line(res.stdout, job_id)
     try:
-        alloc = parse_scontrol_job(res.stdout, node)
+        alloc = parse_scontrol_job(line, node)
     except ValueError as exc:
         raise SlurmError(
             argv, 0, res.stdout, "", reason=f"cannot parse {scontrol}'s answer: {exc}"
@@ -98,4 +114,4 @@ def allocation_and_text(
         raise SlurmError(
             argv, 0, res.stdout, "", reason=f"{scontrol} names no CPUs of job {job_id} on {node}"
         )
-    return alloc, res.stdout  # the whole line: the prolog also reads its AdminComment
+    return alloc, line  # the whole line: the prolog also reads its AdminComment

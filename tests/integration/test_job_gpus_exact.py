@@ -10,8 +10,11 @@ stand-in hook records.
 from __future__ import annotations
 
 import json
+import os
 import shlex
+import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +27,7 @@ from sandboxtest import (
     hook_devices,
     submit,
     wait_job,
+    wait_until,
 )
 
 pytestmark = pytest.mark.integration
@@ -179,3 +183,49 @@ def test_gpus_from_env_under_a_bare_srun(idle: Any) -> None:
     index = first.split("=", 1)[1]
     got = json.loads(rest)["gpus"]
     assert [(str(g["index"]), g["uuid"]) for g in got] == [(index, index_uuids(idle)[index])]
+
+
+def report_json(sb: Any, *args: str) -> dict[str, Any]:
+    env = {**os.environ, **sb.env(), "PYTHONPATH": str(REPO)}
+    res = subprocess.run(
+        [sys.executable, "-m", "acbslurm", "report", "--format", "json", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    doc: dict[str, Any] = json.loads(res.stdout)
+    return doc
+
+
+def test_array_tasks_are_reported_on_the_gpus_their_containers_got(
+    idle: Any, scripts: Path
+) -> None:
+    """The array's last task keeps the array's id; its prolog must still write its own
+    task's AdminComment (123_5), not every task's: each task's report devices are what
+    its container printed, and the report flags no overlap."""
+    t0 = int(time.time()) - 1
+    tasks = 6
+    body = acbslurm_run(IMAGE, "sh", "-c", 'echo "ctr uuids=$ACBSLURM_GPU_UUIDS"')
+    job = submit(
+        idle, scripts, body, "--gres=gpu:1", f"--array=0-{tasks - 1}", "-o",
+        f"{scripts}/arr-%A_%a.txt",
+    )  # fmt: skip
+    printed = {}
+    for t in range(tasks):
+        f = wait_job(idle, f"{job}_{t}", ENDED, 120)
+        out = (scripts / f"arr-{job}_{t}.txt").read_text()
+        assert f["JobState"] == "COMPLETED", out
+        printed[f"{job}_{t}"] = out.split("ctr uuids=", 1)[1].split()[0].split(",")
+
+    def reported() -> dict[str, list[str]] | None:
+        doc = report_json(idle, "--start", f"@{t0}")
+        got = {j["job_id"]: [d["uuid"] for d in j["gpu_devices"]] for j in doc["jobs"]}
+        mine = {k: v for k, v in got.items() if k in printed}
+        return mine if len(mine) == tasks and all(mine.values()) else None
+
+    got = wait_until("the array's devices in slurmdbd", reported, 90)
+    assert got == printed
+    assert report_json(idle, "--start", f"@{t0}")["data_errors"]["gpu_overlaps"] == 0
