@@ -89,11 +89,11 @@ def run_prolog(env: Mapping[str, str]) -> int:
     try:
         job_id = check_job_id(env.get("SLURM_JOB_ID", ""))
         settings = load_settings()
-        gpus = job_gpus(env, settings)
         uid, user = _user_of(env)
         node = node_name(env)
         bin_dir = _bin_dir(settings, env)
         alloc, alloc_error, shown = _allocation(job_id, node, bin_dir)
+        gpus = job_gpus(_with_all_gpu_types(env, alloc, job_id), settings)
         rec = JobRecord(
             job_id=job_id,
             user=user,
@@ -129,6 +129,25 @@ def slurm_job_ref(env: Mapping[str, str], job_id: str, shown: str | None) -> str
     if is_ascii_int(array_job) and is_ascii_int(task):
         return f"{int(array_job)}_{int(task)}"
     return scontrol_name(shown, job_id)
+
+
+def _with_all_gpu_types(
+    env: Mapping[str, str], alloc: Allocation, job_id: str
+) -> Mapping[str, str]:
+    """``env`` with slurmctld's GPU indices for the node when they differ from the
+    prolog's SLURM_JOB_GPUS: Slurm 22.05 lists one GRES type's there (a job of
+    ``gpu:h200:1,gpu:a100:1`` would get its a100 alone): only ever more of the GPUs
+    slurmctld gave the job, never other ones. UUIDs there are kept."""
+    given = env.get("SLURM_JOB_GPUS", "")
+    tokens = [t.strip() for t in given.split(",") if t.strip()]
+    if alloc.gpu_indices is None or not tokens or not all(is_ascii_int(t) for t in tokens):
+        return env  # no GPUs in the prolog's view (count-only GRES...), or UUIDs
+    indices = ",".join(str(i) for i in alloc.gpu_indices)
+    had = {int(t) for t in tokens}
+    if not had < set(alloc.gpu_indices):
+        return env  # the same GPUs, or a disagreement the mapping reports as before
+    _say("info", f"job {job_id}: GPUs {indices} from scontrol, SLURM_JOB_GPUS={given}")
+    return {**env, "SLURM_JOB_GPUS": indices}
 
 
 def _keep_gpu_history(rec: JobRecord, ref: str, shown: str | None, bin_dir: str) -> None:

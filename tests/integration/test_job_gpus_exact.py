@@ -15,6 +15,7 @@ import shlex
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,10 +26,16 @@ from sandboxtest import (
     acbslurm_as,
     acbslurm_run,
     hook_devices,
+    no_jobs,
+    requested_install,
     submit,
     wait_job,
     wait_until,
 )
+
+from acbslurm.errors import AcbslurmError
+from acbslurm.sandbox import Sandbox
+from acbslurm.sandbox.layout import default_port_base
 
 pytestmark = pytest.mark.integration
 
@@ -229,3 +236,78 @@ def test_array_tasks_are_reported_on_the_gpus_their_containers_got(
     got = wait_until("the array's devices in slurmdbd", reported, 90)
     assert got == printed
     assert report_json(idle, "--start", f"@{t0}")["data_errors"]["gpu_overlaps"] == 0
+
+
+# The typed sandbox: its type-name order (a100 < h200) differs from its device-file order,
+# which is the one Slurm indexes by.
+TYPES = "h200:1,a100:1"
+
+
+@pytest.fixture(scope="module")
+def typed() -> Iterator[Sandbox]:
+    """A sandbox of typed GPUs beside the session's: its directory + ``-typed``, its ports
+    + 5100; brought up for this module, stopped at its end."""
+    session = Sandbox(os.environ.get("ACBSLURM_SANDBOX_DIR") or None)
+    sb = Sandbox(f"{session.layout.root}-typed")
+    log = lambda m: print("sandbox -typed:", m)  # noqa: E731
+    try:
+        port = default_port_base() + 5100
+        print(sb.up(None, port, log, requested_install(log), 1, gpu_types=TYPES))
+    except AcbslurmError as exc:
+        pytest.fail(f"the typed sandbox could not start:\n{exc}", pytrace=False)
+    no_jobs(sb)
+    yield sb
+    sb.down()
+
+
+def type_uuids(sb: Sandbox) -> dict[str, str]:
+    """GRES type -> UUID, read from the sandbox's gres.conf and inventory (not through
+    acbslurm's mapping, which is what is tested)."""
+    by_device = {g.device: g.uuid for g in sb.gpus}
+    out = {}
+    for line in sb.layout.gres_conf.read_text().splitlines():
+        f = dict(t.partition("=")[::2] for t in line.split() if "=" in t)
+        if "Type" in f:
+            out[f["Type"]] = by_device[f["File"]]
+    assert sorted(out) == ["a100", "h200"]
+    return out
+
+
+def test_typed_gpus_from_a_spec_and_mixed_in_one_job(typed: Sandbox, scripts: Path) -> None:
+    """`gpus: h200:1` in a spec, `--gres=gpu:a100:1`, and both types in one job with a
+    step of each type: every container gets the GPU of the type asked for."""
+    uuids = type_uuids(typed)
+    spec = scripts / "typed.yaml"
+    spec.write_text(
+        "name: typed\ngpus: h200:1\n"
+        f"output: {scripts}/out-%j.txt\n"
+        "container:\n  image: acbslurm/busybox:latest\n"
+        "  command: [sh, -c, 'echo \"ctr uuids=$ACBSLURM_GPU_UUIDS\"']\n"
+    )
+    spec.chmod(0o644)
+    res = acbslurm_as(typed, typed.user, "submit", "--wait", str(spec), cwd=scripts)
+    assert res.returncode == 0, res.stdout + res.stderr
+    job = res.stdout.split()[0]
+    assert f"ctr uuids={uuids['h200']}\n" in (scripts / f"out-{job}.txt").read_text()
+
+    ctr = acbslurm_run(
+        "--env", "T=TYPE", IMAGE, "sh", "-c", 'echo "ctr $T uuids=$ACBSLURM_GPU_UUIDS"'
+    )
+    ctr = ctr.replace("T=TYPE", 'T="$t"')
+    body = f"for t in a100 h200; do\n  srun -n1 --exact --gres=gpu:$t:1 {ctr} &\ndone\nwait"
+    out, hooked = run_job(typed, scripts, body, "-n2", "--gres=gpu:h200:1,gpu:a100:1")
+    for t in ("a100", "h200"):
+        assert f"ctr {t} uuids={uuids[t]}\n" in out, out
+    assert sorted(hooked) == sorted([[uuids["a100"]], [uuids["h200"]]])
+    gres = job_gres_after(typed, scripts)
+    assert gres == {"gpu:a100:1(IDX:1)", "gpu:h200:1(IDX:0)"}, gres
+
+
+def job_gres_after(sb: Sandbox, scripts: Path) -> set[str]:
+    """The typed GRES= of a running job's ``scontrol show job -d``: what the prolog and
+    `status` read (``gpu:h200:1(IDX:0),gpu:a100:1(IDX:1)``)."""
+    body = "scontrol show job -d -o $SLURM_JOB_ID | tr ' ' '\\n' | grep '^GRES='"
+    job = submit(sb, scripts, body, "--gres=gpu:h200:1,gpu:a100:1")
+    wait_job(sb, job, ("COMPLETED",), 60)
+    line = (scripts / f"out-{job}.txt").read_text().strip()
+    return set(line.removeprefix("GRES=").split(","))

@@ -322,3 +322,17 @@ def test_an_array_task_keeps_its_gpus_in_its_own_admin_comment(
     env.update(SLURM_ARRAY_JOB_ID="40", SLURM_ARRAY_TASK_ID="2")
     assert run_prolog(env) == 0
     assert fake_slurm.jobs["40_2"]["admin_comment"] == "acbslurm:gpus=n1:2=GPU-0000"
+
+
+def test_prolog_records_every_type_of_a_mixed_typed_job(node: Path, fake_slurm: FakeSlurm) -> None:
+    """`--gres=gpu:h200:1,gpu:a100:1` on 22.05: the prolog's SLURM_JOB_GPUS holds the
+    last type's index only; scontrol's GRES= detail has both, and only ever adds GPUs
+    slurmctld gave the job."""
+    fake_slurm.update("77", gpus=[0, 2])
+    assert run_prolog(job_env(SLURM_JOB_GPUS="2")) == 0
+    rec = json.loads((node / "jobs" / "77.json").read_text())
+    assert rec["gpu_indices"] == [0, 2]
+    # A SLURM_JOB_GPUS index slurmctld does not list is not replaced: mapped (or
+    # refused) as before.
+    assert run_prolog(job_env(SLURM_JOB_GPUS="1")) == 0
+    assert json.loads((node / "jobs" / "77.json").read_text())["gpu_indices"] == [1]
