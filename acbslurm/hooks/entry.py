@@ -392,8 +392,21 @@ def run_task_prolog(env: Mapping[str, str]) -> int:
         print(f"print acbslurm: {msg}")
         _to_syslog("warning", msg)
         return 0
-    print(f"export ACBSLURM_GPU_UUIDS={','.join(rec.gpu_uuids)}")
+    print(f"export ACBSLURM_GPU_UUIDS={','.join(_task_uuids(rec, env))}")
     return 0
+
+
+def _task_uuids(rec: JobRecord, env: Mapping[str, str]) -> list[str]:
+    """The GPUs of this task (its step's SLURM_STEP_GPUS, gpu/steps.py), as `acbslurm
+    run` gives its container; the job's in the batch script."""
+    from acbslurm.gpu.steps import NotTheJobsGpu, step_record
+
+    try:
+        narrowed = step_record(rec, env)
+    except NotTheJobsGpu as exc:  # said; `acbslurm run` refuses it the same way
+        print(f"print acbslurm: {exc}")
+        return []
+    return narrowed.gpu_uuids if narrowed else []
 
 
 # A hook never hangs: past this many seconds it gives up with a message (before Slurm's

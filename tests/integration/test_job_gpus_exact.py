@@ -60,7 +60,7 @@ def task_script(scripts: Path, want: int) -> Path:
     path.write_text(
         "#!/bin/bash\n"
         'echo "host step=$SLURM_STEP_ID rank=$SLURM_PROCID local=$SLURM_LOCALID'
-        ' step_gpus=$SLURM_STEP_GPUS cvd=$CUDA_VISIBLE_DEVICES"\n'
+        ' step_gpus=$SLURM_STEP_GPUS cvd=$CUDA_VISIBLE_DEVICES acb=$ACBSLURM_GPU_UUIDS"\n'
         f"exec {run}\n"
     )
     path.chmod(0o755)
@@ -96,6 +96,7 @@ def check_binding(sb: Any, out: str, tasks: int) -> list[list[str]]:
         got = ctr[key]["uuids"].split(",")
         assert got == want, f"task {key}: Slurm bound {h['step_gpus']}, container got {got}"
         assert ctr[key]["local"] == h["local"]
+        assert h["acb"].split(",") == want, f"task {key}: the task prolog exported {h['acb']}"
         seen += got
     assert len(seen) == len(set(seen)), f"a GPU went to two tasks: {out}"
     return [c["uuids"].split(",") for c in ctr.values()]

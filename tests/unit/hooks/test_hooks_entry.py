@@ -336,3 +336,18 @@ def test_prolog_records_every_type_of_a_mixed_typed_job(node: Path, fake_slurm: 
     # refused) as before.
     assert run_prolog(job_env(SLURM_JOB_GPUS="1")) == 0
     assert json.loads((node / "jobs" / "77.json").read_text())["gpu_indices"] == [1]
+
+
+def test_task_prolog_exports_the_tasks_gpus_only(
+    node: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run_prolog(job_env(SLURM_JOB_GPUS="0,2")) == 0
+    capsys.readouterr()
+    assert run_task_prolog(job_env(SLURM_STEP_ID="1", SLURM_STEP_GPUS="2")) == 0
+    assert capsys.readouterr().out == "export ACBSLURM_GPU_UUIDS=GPU-0000\n"
+    assert run_task_prolog(job_env(SLURM_STEP_ID="1")) == 0  # srun --gres=none
+    assert capsys.readouterr().out == "export ACBSLURM_GPU_UUIDS=\n"
+    assert run_task_prolog(job_env(SLURM_STEP_ID="1", SLURM_STEP_GPUS="1")) == 0
+    out = capsys.readouterr().out
+    assert "print acbslurm: SLURM_STEP_GPUS=1 names GPU 1" in out
+    assert out.endswith("export ACBSLURM_GPU_UUIDS=\n")
