@@ -5,8 +5,10 @@ The timeline has one lane per GPU (node and Slurm index, the UUID on hover), bui
 from the devices the prolog kept in each job's AdminComment; a job is drawn in the
 lane of every GPU it held, coloured by user. Jobs without such a record (before the
 hooks were installed, or another cluster) are packed into "unrecorded" lanes so that
-none overlaps another. 10,000 jobs draw as 10,000 rectangles of at least one pixel:
-a browser shows that at once, and <title> tooltips name each job.
+none overlaps another. Recorded jobs that overlap on one GPU (a data error, see
+``overlaps.py``) are outlined in red under a banner that counts them. 10,000 jobs draw
+as 10,000 rectangles of at least one pixel: a browser shows that at once, and <title>
+tooltips name each job.
 """
 
 from __future__ import annotations
