@@ -5,8 +5,10 @@ The timeline has one lane per GPU (node and Slurm index, the UUID on hover), bui
 from the devices the prolog kept in each job's AdminComment; a job is drawn in the
 lane of every GPU it held, coloured by user. Jobs without such a record (before the
 hooks were installed, or another cluster) are packed into "unrecorded" lanes so that
-none overlaps another. 10,000 jobs draw as 10,000 rectangles of at least one pixel:
-a browser shows that at once, and <title> tooltips name each job.
+none overlaps another. Recorded jobs that overlap on one GPU (a data error, see
+``overlaps.py``) are outlined in red under a banner that counts them. 10,000 jobs draw
+as 10,000 rectangles of at least one pixel: a browser shows that at once, and <title>
+tooltips name each job.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from acbslurm.accounting.grouping import Aggregator
+from acbslurm.accounting.output import MAX_OVERLAPS_SHOWN
+from acbslurm.accounting.overlaps import Overlap, OverlapCheck
 from acbslurm.accounting.usage import JobUsage
 from acbslurm.units import iso
 
@@ -90,10 +94,28 @@ def _ticks(t0: int, t1: int) -> list[int]:
     return list(range(first, t1, step))
 
 
+def _overlap_note(found: list[Overlap]) -> str:
+    """The banner over a timeline that would draw two jobs on one GPU at once."""
+    if not found:
+        return ""
+    items = "".join(f"<li>{html.escape(o.text())}</li>" for o in found[:MAX_OVERLAPS_SHOWN])
+    more = len(found) - MAX_OVERLAPS_SHOWN
+    rest = f"<li>... and {more} more (--format json lists all)</li>" if more > 0 else ""
+    return (
+        f'<div class="dataerror"><p><b>Data error: {len(found)} GPU overlap(s)</b>: two '
+        "jobs on one GPU at once, which Slurm never does, so their recorded devices are "
+        f"wrong. Their bars are outlined in red.</p><ul>{items}{rest}</ul></div>"
+    )
+
+
 def _timeline(jobs: list[JobUsage], t0: int, t1: int, now: int) -> str:
     lanes, bars, uuids = _lanes(jobs, now)
     if not bars:
         return "<p>No job with GPUs started in this window.</p>"
+    check = OverlapCheck(now)
+    for j in jobs:
+        check.add(j)
+    flagged = check.jobs()
     scale = WIDTH / max(1, t1 - t0)
     row = {lane: i for i, lane in enumerate(lanes)}
     height = 30 + LANE * len(lanes)
@@ -124,12 +146,16 @@ def _timeline(jobs: list[JobUsage], t0: int, t1: int, now: int) -> str:
             f"job {j.job_id} ({j.user}, {j.state}) {iso(j.start)} .. "
             f"{iso(j.end) if j.end else 'running'}, {j.gpus} GPU(s) {j.gpu_devices}"
         )
+        mark = ' class="overlap"' if j.job_id in flagged else ""
+        if mark:
+            tip += " - DATA ERROR: overlaps another job on this GPU"
         out.append(
             f'<rect x="{x0:.1f}" y="{20 + row[b.lane] * LANE}" width="{w:.1f}" '
-            f'height="{LANE - 2}" fill="{colour(j.user)}"><title>{html.escape(tip)}</title></rect>'
+            f'height="{LANE - 2}" fill="{colour(j.user)}"{mark}>'
+            f"<title>{html.escape(tip)}</title></rect>"
         )
     out.append("</svg>")
-    return "".join(out)
+    return _overlap_note(check.found) + "".join(out)
 
 
 def _when(t: int, span: int) -> str:
@@ -162,6 +188,8 @@ h1{font-size:20px}h2{font-size:16px;margin-top:28px}
 .meta{color:#555}.lane{font:11px monospace}.bg{fill:#f2f2f2}
 .tick{stroke:#ccc;stroke-width:1}.ticklabel{font:10px sans-serif;fill:#666}
 .legend span{display:inline-block;margin-right:14px}
+.overlap{stroke:#d00;stroke-width:2}
+.dataerror{border:2px solid #d00;padding:0 8px;margin:8px 0;color:#900}
 .legend i{display:inline-block;width:12px;height:12px;margin-right:4px;vertical-align:-1px}
 """
 

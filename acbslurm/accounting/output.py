@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import csv
 import json
+import time
 from collections.abc import Iterable
 from typing import Any, TextIO
 
 from acbslurm.accounting.grouping import Aggregator, Group
+from acbslurm.accounting.overlaps import Overlap, OverlapCheck
 from acbslurm.accounting.usage import JobUsage
 from acbslurm.units import iso
 
@@ -142,6 +144,7 @@ def write_json(
     out: TextIO, meta: dict[str, Any], jobs: Iterable[JobUsage], agg: Aggregator
 ) -> None:
     out.write('{"report": ' + json.dumps(meta, sort_keys=True))
+    check = OverlapCheck(_now(meta))
     if agg.by == "job":
         out.write(',\n"jobs": [')
         # Written in chunks: one write per job is the slowest part of a big report.
@@ -149,6 +152,7 @@ def write_json(
         first = True
         for job in jobs:
             agg.add(job)
+            check.add(job)
             chunk.append(job_json(job))
             if len(chunk) >= 2000:
                 out.write(("\n" if first else ",\n") + ",\n".join(chunk))
@@ -160,8 +164,11 @@ def write_json(
     else:
         for job in jobs:
             agg.add(job)
+            check.add(job)
         groups = [group_record(g, agg) for g in agg.sorted_groups()]
         out.write(',\n"jobs": null,\n"groups": ' + json.dumps(groups, sort_keys=True))
+    errors = {"gpu_overlaps": len(check.found), "overlaps": [o.record() for o in check.found]}
+    out.write(',\n"data_errors": ' + json.dumps(errors, sort_keys=True))
     out.write(',\n"totals": ' + json.dumps(totals_record(agg), sort_keys=True) + "}\n")
 
 
@@ -246,6 +253,7 @@ def write_table(
     )
     if "visible" in meta:  # through the report service: what this user may see
         out.write(f"# shown: {meta['visible']}\n")
+    check = OverlapCheck(_now(meta))
     if agg.by == "job":
         out.write(
             _JOB_ROW.format(
@@ -267,6 +275,7 @@ def write_table(
         )
         for job in jobs:
             agg.add(job)
+            found = check.add(job)
             state = job.state + ("*" if job.running else "")
             out.write(
                 _JOB_ROW.format(
@@ -282,13 +291,14 @@ def write_table(
                     _dur(job.wait),
                     _dur(job.elapsed),
                     f"{hours(job.gpu_seconds):.2f}",
-                    _where(job.gpu_devices),
+                    _where(job.gpu_devices) + _overlap_mark(found),
                 )
                 + "\n"
             )
     else:
         for job in jobs:
             agg.add(job)
+            check.add(job)
         out.write(
             _GROUP_ROW.format(
                 agg.by.upper(), "JOBS", "RUNNING", "GPU-HOURS", "MEAN-WAIT", "SHARE", "GPU-HOURS"
@@ -315,3 +325,30 @@ def write_table(
         f"# total: {t.jobs} jobs ({t.running} running, marked *), "
         f"{hours(t.gpu_seconds):.2f} GPU-hours, mean wait {_dur(t.mean_wait)}\n"
     )
+    _write_overlaps(out, check.found)
+
+
+# A report names this many overlaps at most (the count is always whole).
+MAX_OVERLAPS_SHOWN = 20
+
+
+def _now(meta: dict[str, Any]) -> int:
+    return int(meta.get("now_unix") or time.time())
+
+
+def _overlap_mark(found: list[Overlap]) -> str:
+    """``!overlaps 12,13`` after a job's devices: it shares a GPU with those jobs."""
+    return f" !overlaps {','.join(o.first for o in found)}" if found else ""
+
+
+def _write_overlaps(out: TextIO, found: list[Overlap]) -> None:
+    if not found:
+        return
+    out.write(
+        f"# DATA ERROR: {len(found)} GPU overlap(s): two jobs on one GPU at once, which "
+        "Slurm never does, so their recorded devices are wrong (marked !overlaps)\n"
+    )
+    for o in found[:MAX_OVERLAPS_SHOWN]:
+        out.write(f"#   {o.text()}\n")
+    if len(found) > MAX_OVERLAPS_SHOWN:
+        out.write(f"#   ... and {len(found) - MAX_OVERLAPS_SHOWN} more (--format json lists all)\n")

@@ -36,6 +36,19 @@ def _slurm_release(ctx: click.Context, param: click.Parameter, value: str | None
     return value
 
 
+def _gpu_types(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """``TYPE:N,...``, checked before the sandbox starts."""
+    if not value:
+        return value
+    from acbslurm.sandbox.layout import parse_gpu_types
+
+    try:
+        parse_gpu_types(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), ctx, param) from None
+    return value
+
+
 def _progress(msg: str) -> None:
     click.echo(f"  {msg}", err=True)
 
@@ -53,6 +66,15 @@ def sandbox() -> None:
     type=AsciiInt(1, 64),
     default=None,
     help="Number of emulated GPUs per node  [default: 2, or what the sandbox had].",
+)
+@click.option(
+    "--gpu-types",
+    metavar="TYPE:N,...",
+    default=None,
+    callback=_gpu_types,
+    help="Typed emulated GPUs per node, in device-file order, e.g. h200:1,a100:1 "
+    "(gres.conf Type=; jobs ask for --gres=gpu:h200:1); sets the GPU count  "
+    "[default: untyped, or what the sandbox had].",
 )
 @click.option(
     "--nodes",
@@ -98,6 +120,7 @@ def sandbox() -> None:
 def up(
     root: str,
     gpus: int | None,
+    gpu_types: str | None,
     nodes: int | None,
     port_base: int | None,
     slurm_release: str | None,
@@ -111,7 +134,7 @@ def up(
     sb = Sandbox(root)
     click.echo(f"acbslurm sandbox: starting at {sb.layout.root}", err=True)
     install = choose_install(slurm_release, slurm_prefix, slurm_source, _progress)
-    click.echo(sb.up(gpus, port_base, progress=_progress, install=install, nodes=nodes))
+    click.echo(sb.up(gpus, port_base, _progress, install, nodes=nodes, gpu_types=gpu_types))
 
 
 @sandbox.command()

@@ -23,6 +23,7 @@ from acbslurm.container.options import (
     resolve_grace,
     resolve_limits,
 )
+from acbslurm.container.step_gpus import rank_env, step_record
 from acbslurm.errors import SetupError
 from acbslurm.jobrecord import JobRecord, check_job_id, read_trusted_record
 
@@ -94,8 +95,10 @@ def execute(args: RunArgs) -> int:
     grace = resolve_grace(args.grace, settings.stop_grace)
     job_id = os.environ.get("SLURM_JOB_ID")
     record = _job_record(settings.record_dir, job_id, gpus_spec)
+    # Resources stay the job's; GPUs are this step's and task's only (step_gpus.py).
+    gpu_record = step_record(record, os.environ)
     try:
-        uuids = resolve_gpus(gpus_spec, record)
+        uuids = resolve_gpus(gpus_spec, gpu_record)
     except GpuNotAllocated as exc:
         raise OptionError("--gpus", str(exc)) from None
     limits = resolve_limits(args.cpus, args.memory, record)
@@ -118,7 +121,7 @@ def execute(args: RunArgs) -> int:
         name=args.name or f"acbslurm-{job_id or 'local'}-{os.urandom(3).hex()}",
         grace=grace,
         mounts=mount_list,
-        env=env,
+        env=rank_env(os.environ, env),
         workdir=args.workdir,
     )
     sys.stdout.flush()

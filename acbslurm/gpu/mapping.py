@@ -57,32 +57,44 @@ def comma_tokens(value: str) -> list[str]:
     return [t.strip() for t in value.split(",") if t.strip()]
 
 
+def index_variable(env: Mapping[str, str]) -> str:
+    """The variable with this process's GPU indices: the step's inside a step."""
+    return "SLURM_STEP_GPUS" if "SLURM_STEP_GPUS" in env else "SLURM_JOB_GPUS"
+
+
 def map_job_gpus(
     env: Mapping[str, str],
     devices: Sequence[str],
     inventory: Sequence[GpuInfo],
     minor_of: Callable[[str], int] = device_minor,
 ) -> JobGpus:
-    """Map the job's allocation found in ``env`` (Slurm's prolog/job environment)."""
-    job_gpus = comma_tokens(env.get("SLURM_JOB_GPUS", ""))
+    """Map the job's allocation found in ``env`` (Slurm's prolog/job environment).
+
+    In a step's task (``srun``, ``acbslurm gpus --from-env``) ``SLURM_STEP_GPUS``, the
+    absolute indices of the task's GPUs, stands for ``SLURM_JOB_GPUS``: a bare ``srun``
+    outside a batch job sets no ``SLURM_JOB_GPUS`` at all. The prolog has neither of
+    the step's variables."""
+    source = index_variable(env)
+    job_gpus = comma_tokens(env.get(source, ""))
     cvd = comma_tokens(env.get("CUDA_VISIBLE_DEVICES", ""))
     cvd_uuids = cvd if cvd and all(is_uuid(t) for t in cvd) else []
 
     if job_gpus and all(is_uuid(t) for t in job_gpus):
-        result = JobGpus([], _by_uuid(job_gpus, inventory, "SLURM_JOB_GPUS"))
+        result = JobGpus([], _by_uuid(job_gpus, inventory, source))
     elif job_gpus:
         indices = []
         for t in job_gpus:
             if not is_ascii_int(t):
-                raise GpuMappingError(f"SLURM_JOB_GPUS: {t!r} is neither a GPU index nor a UUID")
+                raise GpuMappingError(f"{source}: {t!r} is neither a GPU index nor a UUID")
             indices.append(int(t))
-        result = JobGpus(indices, _by_index(indices, devices, inventory, minor_of))
+        result = JobGpus(indices, _by_index(indices, devices, inventory, minor_of, source))
     elif cvd_uuids:
         result = JobGpus([], _by_uuid(cvd_uuids, inventory, "CUDA_VISIBLE_DEVICES"))
     elif cvd:
         # Plain numbers in CUDA_VISIBLE_DEVICES are relative to the step: unusable alone.
         raise GpuMappingError(
-            f"CUDA_VISIBLE_DEVICES={','.join(cvd)} holds indices but SLURM_JOB_GPUS is not set"
+            f"CUDA_VISIBLE_DEVICES={','.join(cvd)} holds indices but neither SLURM_JOB_GPUS "
+            "nor SLURM_STEP_GPUS is set"
         )
     else:
         return JobGpus([], [])
@@ -112,6 +124,7 @@ def _by_index(
     devices: Sequence[str],
     inventory: Sequence[GpuInfo],
     minor_of: Callable[[str], int],
+    source: str = "SLURM_JOB_GPUS",
 ) -> list[GpuInfo]:
     # MIG devices share their parent's minor; only whole GPUs are mapped by minor.
     by_minor: dict[int, list[GpuInfo]] = {}
@@ -122,7 +135,7 @@ def _by_index(
     for i in indices:
         if i >= len(devices):
             raise GpuMappingError(
-                f"SLURM_JOB_GPUS names GPU index {i} but gres.conf lists only "
+                f"{source} names GPU index {i} but gres.conf lists only "
                 f"{len(devices)} GPU device file(s) for this node"
             )
         path = devices[i]

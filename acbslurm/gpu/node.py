@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from acbslurm.config import Settings, this_node
 from acbslurm.gpu.gres_conf import node_gpu_devices
 from acbslurm.gpu.inventory import GpuInfo, load_static
-from acbslurm.gpu.mapping import JobGpus, comma_tokens, map_job_gpus
+from acbslurm.gpu.mapping import JobGpus, comma_tokens, index_variable, map_job_gpus
 from acbslurm.units import is_ascii_int
 
 
@@ -27,10 +27,11 @@ def node_inventory(settings: Settings) -> list[GpuInfo]:
 
 def job_gpus(env: Mapping[str, str], settings: Settings) -> JobGpus:
     """Map the allocation in ``env`` to GPUs; reads gres.conf and the inventory only if needed."""
-    if not (env.get("SLURM_JOB_GPUS") or env.get("CUDA_VISIBLE_DEVICES")):
+    source = index_variable(env)
+    if not (env.get(source) or env.get("CUDA_VISIBLE_DEVICES")):
         return JobGpus([], [])
     inventory = node_inventory(settings)
-    uses_indices = any(is_ascii_int(t) for t in comma_tokens(env.get("SLURM_JOB_GPUS", "")))
+    uses_indices = any(is_ascii_int(t) for t in comma_tokens(env.get(source, "")))
     devices = []
     if uses_indices:
         devices = node_gpu_devices(settings.gres_conf, node_name(env), inventory)

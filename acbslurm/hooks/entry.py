@@ -89,11 +89,11 @@ def run_prolog(env: Mapping[str, str]) -> int:
     try:
         job_id = check_job_id(env.get("SLURM_JOB_ID", ""))
         settings = load_settings()
-        gpus = job_gpus(env, settings)
         uid, user = _user_of(env)
         node = node_name(env)
         bin_dir = _bin_dir(settings, env)
         alloc, alloc_error, shown = _allocation(job_id, node, bin_dir)
+        gpus = job_gpus(_with_all_gpu_types(env, alloc, job_id), settings)
         rec = JobRecord(
             job_id=job_id,
             user=user,
@@ -113,24 +113,55 @@ def run_prolog(env: Mapping[str, str]) -> int:
         _say("error", f"job {job_id or '?'}: {exc}")
         return 1
     _say("info", f"job {job_id}: GPUs {','.join(rec.gpu_uuids) or '-'} recorded in {path}")
-    _keep_gpu_history(rec, shown, bin_dir)
+    _keep_gpu_history(rec, slurm_job_ref(env, job_id, shown), shown, bin_dir)
     _sweep_earlier_if_any(uid, user, settings)
     return 0
 
 
-def _keep_gpu_history(rec: JobRecord, shown: str | None, bin_dir: str) -> None:
-    """The job's GPUs into its AdminComment, for the report after the job is gone.
+def slurm_job_ref(env: Mapping[str, str], job_id: str, shown: str | None) -> str:
+    """How ``scontrol update`` must name this job: ``ARRAYJOB_TASK`` for an array task
+    (``gpu_history.scontrol_name``), from SLURM_ARRAY_* where Slurm sets them in the
+    prolog, else from the job's ``scontrol show job`` line (22.05 sets none)."""
+    from acbslurm.slurm.gpu_history import scontrol_name
+
+    array_job = env.get("SLURM_ARRAY_JOB_ID", "").strip()
+    task = env.get("SLURM_ARRAY_TASK_ID", "").strip()
+    if is_ascii_int(array_job) and is_ascii_int(task):
+        return f"{int(array_job)}_{int(task)}"
+    return scontrol_name(shown, job_id)
+
+
+def _with_all_gpu_types(
+    env: Mapping[str, str], alloc: Allocation, job_id: str
+) -> Mapping[str, str]:
+    """``env`` with slurmctld's GPU indices for the node when they differ from the
+    prolog's SLURM_JOB_GPUS: Slurm 22.05 lists one GRES type's there (a job of
+    ``gpu:h200:1,gpu:a100:1`` would get its a100 alone): only ever more of the GPUs
+    slurmctld gave the job, never other ones. UUIDs there are kept."""
+    given = env.get("SLURM_JOB_GPUS", "")
+    tokens = [t.strip() for t in given.split(",") if t.strip()]
+    if alloc.gpu_indices is None or not tokens or not all(is_ascii_int(t) for t in tokens):
+        return env  # no GPUs in the prolog's view (count-only GRES...), or UUIDs
+    indices = ",".join(str(i) for i in alloc.gpu_indices)
+    had = {int(t) for t in tokens}
+    if not had < set(alloc.gpu_indices):
+        return env  # the same GPUs, or a disagreement the mapping reports as before
+    _say("info", f"job {job_id}: GPUs {indices} from scontrol, SLURM_JOB_GPUS={given}")
+    return {**env, "SLURM_JOB_GPUS": indices}
+
+
+def _keep_gpu_history(rec: JobRecord, ref: str, shown: str | None, bin_dir: str) -> None:
+    """The job's GPUs into its AdminComment (``ref``: scontrol's name for the job), for
+    the report after the job is gone.
 
     History, not safety: a failure is said (slurmd's log, syslog) but fails no job.
     """
     from acbslurm.slurm.gpu_history import record_job_gpus
 
     try:
-        record_job_gpus(
-            rec.job_id, rec.node, rec.gpu_indices, rec.gpu_uuids, shown=shown, bin_dir=bin_dir
-        )
+        record_job_gpus(ref, rec.node, rec.gpu_indices, rec.gpu_uuids, shown=shown, bin_dir=bin_dir)
     except AcbslurmError as exc:
-        _say("warning", f"job {rec.job_id}: GPUs not kept in its AdminComment: {exc}")
+        _say("warning", f"job {ref}: GPUs not kept in its AdminComment: {exc}")
 
 
 def _allocation(job_id: str, node: str, bin_dir: str) -> tuple[Allocation, str, str | None]:
@@ -361,8 +392,21 @@ def run_task_prolog(env: Mapping[str, str]) -> int:
         print(f"print acbslurm: {msg}")
         _to_syslog("warning", msg)
         return 0
-    print(f"export ACBSLURM_GPU_UUIDS={','.join(rec.gpu_uuids)}")
+    print(f"export ACBSLURM_GPU_UUIDS={','.join(_task_uuids(rec, env))}")
     return 0
+
+
+def _task_uuids(rec: JobRecord, env: Mapping[str, str]) -> list[str]:
+    """The GPUs of this task (its step's SLURM_STEP_GPUS, gpu/steps.py), as `acbslurm
+    run` gives its container; the job's in the batch script."""
+    from acbslurm.gpu.steps import NotTheJobsGpu, step_record
+
+    try:
+        narrowed = step_record(rec, env)
+    except NotTheJobsGpu as exc:  # said; `acbslurm run` refuses it the same way
+        print(f"print acbslurm: {exc}")
+        return []
+    return narrowed.gpu_uuids if narrowed else []
 
 
 # A hook never hangs: past this many seconds it gives up with a message (before Slurm's

@@ -28,6 +28,7 @@ from acbslurm.sandbox.layout import (
     default_dir,
     default_port_base,
     node_name,
+    parse_gpu_types,
 )
 from acbslurm.sandbox.procs import kill_marked, log_tail, read_proc, stop
 from acbslurm.slurm.versions import SlurmInstall
@@ -59,7 +60,42 @@ class ComponentStatus:
 
 def _shape(p: Params) -> str:
     """``2 GPUs``, or ``2 nodes x 2 GPUs``."""
-    return f"{p.gpus} GPUs" if p.nodes == 1 else f"{p.nodes} nodes x {p.gpus} GPUs"
+    gpus = f"{p.gpus} GPUs" + (f" {p.gpu_types}" if p.gpu_types else "")
+    return gpus if p.nodes == 1 else f"{p.nodes} nodes x {gpus}"
+
+
+def _gpu_shape(base: Params, gpu_count: int | None, gpu_types: str | None) -> dict[str, Any]:
+    """``gpus`` and ``gpu_types`` for ``up``: the types' total is the count; a new count
+    without types makes untyped GPUs; neither keeps what the sandbox had."""
+    if gpu_types is None:
+        return {"gpu_types": base.gpu_types if gpu_count is None else ""}
+    if not gpu_types:
+        return {"gpu_types": ""}
+    try:
+        types = parse_gpu_types(gpu_types)
+    except ValueError as exc:
+        raise ConfigError(f"--gpu-types: {exc}") from None
+    total = sum(c for _, c in types)
+    if gpu_count is not None and gpu_count != total:
+        raise ConfigError(f"--gpus {gpu_count} and --gpu-types {gpu_types} ({total}) disagree")
+    return {
+        "gpus": total,
+        "gpu_types": ",".join(f"{n}:{c}" for n, c in types),
+        "cpus": max(8, 4 * total),
+        "memory_mb": max(16000, 8000 * total),
+    }
+
+
+def _same_gpu_types(root: Path, old: Params, gpu_types: str | None) -> None:
+    """A running sandbox keeps its GPU types: another set needs `down` first."""
+    if gpu_types is None:
+        return
+    wanted = ",".join(f"{n}:{c}" for n, c in parse_gpu_types(gpu_types)) if gpu_types else ""
+    if wanted != old.gpu_types:
+        raise SetupError(
+            f"the sandbox at {root} is up with GPU types {old.gpu_types or '(untyped)'}; "
+            f"run `acbslurm sandbox down` before `up --gpu-types {gpu_types}`"
+        )
 
 
 class Sandbox:
@@ -218,7 +254,7 @@ class Sandbox:
             if node is not None:
                 state = slurm.node_state(lay, node)
                 ok = slurm.slurmd_answers(state)
-                return ok, f"node {node} {state}, gpu:{p.gpus}"
+                return ok, f"node {node} {state}, {p.gres}"
             if name.startswith("dockerd-"):
                 ok = docker.ready(lay, p.user) and docker.has_image(lay, p.user)
                 return ok, docker.docker_host(lay, p.user)
@@ -250,11 +286,14 @@ class Sandbox:
         progress: Progress = _quiet,
         install: SlurmInstall | None = None,
         nodes: int | None = None,
+        gpu_types: str | None = None,
     ) -> str:
         """Start every component; a second call only checks. Returns a summary line.
 
         ``install``: the Slurm to run (None: what the sandbox ran before, else Debian's).
         ``gpu_count``: GPUs per node; ``nodes``: slurmd daemons (None: as before, else 1).
+        ``gpu_types``: typed GPUs per node (``h200:1,a100:1``; None: as before, else
+        untyped; "" untyped).
         """
         t0 = time.monotonic()
         old = self.layout.load_params()
@@ -262,6 +301,7 @@ class Sandbox:
         procs = {n: read_proc(self.layout.run, n) for n in self.components()}
         alive = [n for n, pr in procs.items() if pr and pr.alive()]
         if old and alive:
+            _same_gpu_types(self.layout.root, old, gpu_types)
             if gpu_count is not None and gpu_count != old.gpus:
                 raise SetupError(
                     f"the sandbox at {self.layout.root} is up with {old.gpus} GPUs; "
@@ -300,6 +340,7 @@ class Sandbox:
                 progress(f"partly up ({', '.join(alive)}); restarting")
             self.down(progress)
         params = self._new_params(old, gpu_count, port_base, install, nodes)
+        params = replace(params, **_gpu_shape(params, gpu_count, gpu_types))
         self._check_socket_paths(params)
         try:
             self._cold_up(params, progress)

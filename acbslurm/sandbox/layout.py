@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -22,6 +23,25 @@ USER2 = "user2"
 IMAGE = "acbslurm/busybox:latest"
 # `up --nodes`: each node one slurmd and one port (see Params.node_port).
 MAX_NODES = 16
+MAX_GPUS = 64  # per node
+_GPU_TYPE = re.compile(r"^[A-Za-z0-9_.\-]+$")
+
+
+def parse_gpu_types(text: str) -> list[tuple[str, int]]:
+    """``h200:1,a100:2`` -> [("h200", 1), ("a100", 2)]: each node's GPUs by type, in
+    device-file order; ValueError naming the bad item."""
+    out: list[tuple[str, int]] = []
+    for item in text.split(","):
+        name, _, count = item.strip().rpartition(":")
+        if not (_GPU_TYPE.match(name) and count.isascii() and count.isdigit() and int(count)):
+            raise ValueError(f"{item.strip()!r} is not TYPE:COUNT (e.g. h200:1,a100:1)")
+        if any(name == n for n, _ in out):
+            raise ValueError(f"type {name!r} is named twice")
+        out.append((name, int(count)))
+    total = sum(c for _, c in out)
+    if total > MAX_GPUS:
+        raise ValueError(f"{total} GPUs per node; at most {MAX_GPUS}")
+    return out
 
 
 def default_dir() -> Path:
@@ -39,6 +59,9 @@ class Params:
     """What ``up`` was asked for; saved so that later commands and a second ``up`` agree."""
 
     gpus: int = 2  # per node
+    # Slurm GRES types of each node's GPUs (``h200:1,a100:1``, in device-file order);
+    # "" for untyped GPUs.
+    gpu_types: str = ""
     # slurmd daemons on this machine, each a node with its own GPUs (``slurmd -N``).
     nodes: int = 1
     port_base: int = DEFAULT_PORT_BASE
@@ -54,6 +77,18 @@ class Params:
     # The Slurm installation the daemons and clients come from (Debian's by default).
     slurm_prefix: str = DEBIAN_PREFIX
     slurm_release: str = DEBIAN_RELEASE
+
+    def gpu_type(self, index: int) -> str:
+        """The GRES type of each node's GPU ``index`` ("" when untyped)."""
+        types = [n for n, c in parse_gpu_types(self.gpu_types) for _ in range(c)]
+        return types[index] if self.gpu_types else ""
+
+    @property
+    def gres(self) -> str:
+        """slurm.conf's ``Gres=`` of each node: ``gpu:2`` or ``gpu:h200:1,gpu:a100:1``."""
+        if not self.gpu_types:
+            return f"gpu:{self.gpus}"
+        return ",".join(f"gpu:{n}:{c}" for n, c in parse_gpu_types(self.gpu_types))
 
     @property
     def slurm(self) -> SlurmInstall:

@@ -6,16 +6,50 @@ Mem=2048``) and, for a one-node job without detail, ``NumCPUs`` and ``TRES mem=`
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from acbslurm.slurm.hostlist import expand_hostlist
 from acbslurm.units import expand_ranges, is_ascii_int, size_bytes
+
+# GRES items are split at a comma before a name (IDX lists hold commas too).
+_GRES_CHUNK = re.compile(r",(?=[A-Za-z])")
+_IDX = re.compile(r"\(IDX:([0-9,\-]+)\)")
 
 
 @dataclass(frozen=True)
 class Allocation:
     cpus: int = 0  # 0: unknown
     mem_mb: int = 0  # 0: unknown, or a site that does not schedule memory
+    # The job's GPU indices on the node from scontrol's ``GRES=`` detail (None: no
+    # detail). Slurm 22.05 gives the prolog a SLURM_JOB_GPUS of one GRES type only
+    # (``--gres=gpu:h200:1,gpu:a100:1``: the a100's index alone); this has all.
+    gpu_indices: tuple[int, ...] | None = None
+
+
+def gres_gpu_indices(gres: str) -> tuple[int, ...]:
+    """``gpu:h200:1(IDX:0),gpu:a100:2(IDX:1,3)`` (typed or not) -> (0, 1, 3)."""
+    out: set[int] = set()
+    for chunk in _GRES_CHUNK.split(gres):
+        if chunk == "gpu" or chunk.startswith(("gpu:", "gpu(")):
+            for idx in _IDX.findall(chunk):
+                out.update(expand_ranges(idx))
+    return tuple(sorted(out))
+
+
+def _node_group(tokens: list[str]) -> Allocation:
+    """``CPU_IDs=0-1 Mem=2048 GRES=gpu:1(IDX:0)``: one node group's allocation."""
+    cpus = count_cpu_ids(tokens[0].partition("=")[2])
+    mem = 0
+    if len(tokens) > 1 and tokens[1].startswith("Mem="):
+        mem = mem_to_mb(tokens[1].partition("=")[2])
+    gres: tuple[int, ...] | None = None
+    for tok in tokens[1:4]:
+        if tok.startswith("Nodes="):
+            break
+        if tok.startswith("GRES="):
+            gres = gres_gpu_indices(tok.partition("=")[2])
+    return Allocation(cpus, mem, gres)
 
 
 def count_cpu_ids(spec: str) -> int:
@@ -36,11 +70,7 @@ def parse_scontrol_job(text: str, node: str) -> Allocation:
         key, _, value = tok.partition("=")
         if key == "Nodes" and i + 1 < len(tokens) and tokens[i + 1].startswith("CPU_IDs="):
             if node in expand_hostlist(value):
-                cpus = count_cpu_ids(tokens[i + 1].partition("=")[2])
-                mem = 0
-                if i + 2 < len(tokens) and tokens[i + 2].startswith("Mem="):
-                    mem = mem_to_mb(tokens[i + 2].partition("=")[2])
-                return Allocation(cpus, mem)
+                return _node_group(tokens[i + 1 :])
             continue
         fields.setdefault(key, value)
     if fields.get("NumNodes", "").split("-")[0] != "1":
@@ -52,6 +82,21 @@ def parse_scontrol_job(text: str, node: str) -> Allocation:
         if k == "mem" and v:
             mem = mem_to_mb(v)
     return Allocation(cpus, mem)
+
+
+def own_line(text: str, job_id: str) -> str:
+    """The line of job ``job_id`` in ``scontrol show job -o`` output.
+
+    The last task of an array to start keeps the array's id, and ``scontrol show job
+    <that id>`` lists every task of the array: the first line may be another task's
+    (its CPUs, its AdminComment). A task's own line has ``JobId=<its id>``.
+    """
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    mine = f"JobId={job_id}"
+    for ln in lines:
+        if mine in ln.split():
+            return ln
+    return lines[0] if lines else ""
 
 
 def job_allocation(job_id: str, node: str, bin_dir: str = "", timeout: float = 5.0) -> Allocation:
@@ -87,8 +132,9 @@ def allocation_and_text(
             exc.stderr,
             reason=f"{scontrol} (from {where}) failed: {why}",
         ) from None
+    line = own_line(res.stdout, job_id)
     try:
-        alloc = parse_scontrol_job(res.stdout, node)
+        alloc = parse_scontrol_job(line, node)
     except ValueError as exc:
         raise SlurmError(
             argv, 0, res.stdout, "", reason=f"cannot parse {scontrol}'s answer: {exc}"
@@ -98,4 +144,4 @@ def allocation_and_text(
         raise SlurmError(
             argv, 0, res.stdout, "", reason=f"{scontrol} names no CPUs of job {job_id} on {node}"
         )
-    return alloc, res.stdout  # the whole line: the prolog also reads its AdminComment
+    return alloc, line  # the whole line: the prolog also reads its AdminComment

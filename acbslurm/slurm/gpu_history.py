@@ -33,12 +33,30 @@ PREFIX = "acbslurm:gpus="
 _TOKEN = re.compile(r"acbslurm:gpus=(\S+)")
 _ADMIN = re.compile(r"\bAdminComment=(.*?)(?=\s[A-Z][A-Za-z]*=|$)")
 _NUM_NODES = re.compile(r"\bNumNodes=([0-9]+)")
+_ARRAY_JOB = re.compile(r"(?:^|\s)ArrayJobId=([0-9]+)(?=\s|$)")
+_ARRAY_TASK = re.compile(r"(?:^|\s)ArrayTaskId=([0-9]+)(?=\s|$)")
 # A job on several nodes: how often a prolog writes its token at most, how many reads in
 # a row must show it, and the pause before each read (seconds, random: two nodes'
 # prologs fall out of step).
 _ATTEMPTS = 4
 _SETTLE_READS = 2
 _PAUSE = (0.15, 0.5)
+
+
+def scontrol_name(show_job: str | None, job_id: str) -> str:
+    """How ``scontrol update`` must name the job of this ``scontrol show job -o`` line:
+    ``ARRAYJOB_TASK`` for an array task, else ``job_id``.
+
+    An array's last task to start keeps the array's own id, and ``scontrol update
+    job=<that id>`` applies to every task of the array (each gets this task's GPUs, or
+    the update fails with "Job has already finished" once one of them ended). Slurm
+    22.05 gives the prolog no SLURM_ARRAY_* variables; the line has both ids.
+    """
+    array_job = _ARRAY_JOB.search(show_job or "")
+    task = _ARRAY_TASK.search(show_job or "")
+    if array_job and task:
+        return f"{array_job.group(1)}_{task.group(1)}"
+    return job_id
 
 
 def gpu_token(node: str, indices: list[int], uuids: list[str]) -> str:

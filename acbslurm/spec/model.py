@@ -27,6 +27,8 @@ JOB_KEYS = (
     "cpus_per_task",
     "mem",
     "gpus",
+    "gpus_per_task",
+    "gpus_total",
     "time",
     "output",
     "error",
@@ -76,7 +78,9 @@ OPTION_KEYS = {
     "--cpus-per-task": "cpus_per_task",
     "--mem": "mem",
     "--gres": "gpus",
-    "--gpus": "gpus",
+    "--gpus-per-node": "gpus",
+    "--gpus": "gpus_total",
+    "--gpus-per-task": "gpus_per_task",
     "--time": "time",
     "--output": "output",
     "--error": "error",
@@ -141,7 +145,9 @@ class JobSpec:
     ntasks_per_node: int | None = None
     cpus_per_task: int | None = None
     mem: str | None = None
-    gpus: str | None = None  # "N" or "type:N", as in --gres=gpu:...
+    gpus: str | None = None  # per node, "N" or "type:N", as in --gres=gpu:...
+    gpus_per_task: str | None = None  # --gpus-per-task=[type:]N
+    gpus_total: str | None = None  # --gpus=[type:]N, the whole job's
     time: str | None = None
     output: str | None = None
     error: str | None = None
@@ -232,6 +238,29 @@ def _gpus(value: Any, path: tuple[str, ...], e: Errors) -> str | None:
         e.add(path, f"{value!r} is not {hint}")
         return None
     return f"{gpu_type}:{int(count)}" if gpu_type else str(int(count))
+
+
+# The three shapes of a GPU request Slurm has; a job asks in one of them (two at once
+# leave Slurm to reconcile counts per node, per task and in total, which it does not
+# always do the way the spec reads).
+GPU_KEYS = ("gpus", "gpus_per_task", "gpus_total")
+
+
+def _gpu_request(get: Any, e: Errors) -> dict[str, Any]:
+    """``gpus``, ``gpus_per_task`` and ``gpus_total``, at most one; per task needs tasks."""
+    out = {k: _gpus(get(k), (k,), e) for k in GPU_KEYS}
+    given = [k for k in GPU_KEYS if get(k) is not None]
+    for other in given[1:]:
+        e.add(
+            (other,),
+            f"a job asks for GPUs one way: {given[0]!r} or {other!r}, not both "
+            "(gpus: per node, gpus_per_task: per task, gpus_total: for the whole job)",
+        )
+    if "gpus_per_task" in given and get("ntasks") is None and get("ntasks_per_node") is None:
+        e.add(("gpus_per_task",), "needs a task count: give 'ntasks' or 'ntasks_per_node'")
+    if get("serve") is not None and given and given[0] != "gpus":
+        e.add((given[0],), "a pool job asks for GPUs per node: use 'gpus'")
+    return out
 
 
 def _unit(value: Any, parse: Any, path: tuple[str, ...], e: Errors) -> str | None:
@@ -543,7 +572,7 @@ def validate(doc: Located) -> JobSpec:
         ntasks_per_node=_positive_int(get("ntasks_per_node"), ("ntasks_per_node",), e),
         cpus_per_task=_positive_int(get("cpus_per_task"), ("cpus_per_task",), e),
         mem=_unit(get("mem"), units.slurm_mem, ("mem",), e),
-        gpus=_gpus(get("gpus"), ("gpus",), e),
+        **_gpu_request(get, e),
         time=_unit(get("time"), units.parse_time_limit, ("time",), e),
         output=_path(get("output"), ("output",), e),
         error=_path(get("error"), ("error",), e),

@@ -230,6 +230,14 @@ def scontrol_update(words, state):
             raise Usage(f"update: {{word!r}} is not KEY=VALUE")
         fields[name.lower()] = value
     if "job" in fields and set(fields) == {{"job", "admincomment"}}:
+        tasks = [j for k, j in state["jobs"].items() if split_key(k)[0] == fields["job"]]
+        if tasks:
+            # As Slurm: an array's own id is every task of it; one that ended fails it.
+            if any(j["state"] not in LIVE for j in tasks):
+                return "", "slurm_update error: Job has already finished\n", 1
+            for j in tasks:
+                j["admin_comment"] = fields["admincomment"]
+            return "", "", 0
         job = state["jobs"].get(fields["job"])
         if job is None or not job["controller"]:
             return "", INVALID, 1

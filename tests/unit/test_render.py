@@ -24,6 +24,8 @@ CASES = {
     "full": GOLDEN / "full.yaml",
     "direct": GOLDEN / "direct.yaml",
     "options": GOLDEN / "options.yaml",
+    "per-task": GOLDEN / "per-task.yaml",
+    "total": GOLDEN / "total.yaml",
 }
 
 

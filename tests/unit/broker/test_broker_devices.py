@@ -80,7 +80,7 @@ def test_slurm_job_gpus_errors(tmp_path: Path) -> None:
     with pytest.raises(GpuMappingError, match=r"index 9 but gres\.conf lists only 1"):
         slurm_job_gpus({"SLURM_JOB_ID": "5", "SLURM_JOB_GPUS": "9"}, settings)
     # Plain numbers in CUDA_VISIBLE_DEVICES are the step's own: refused, as by the prolog.
-    with pytest.raises(GpuMappingError, match="holds indices but SLURM_JOB_GPUS is not set"):
+    with pytest.raises(GpuMappingError, match="holds indices but neither SLURM_JOB_GPUS"):
         slurm_job_gpus({"SLURM_JOB_ID": "5", "CUDA_VISIBLE_DEVICES": "1"}, settings)
 
 

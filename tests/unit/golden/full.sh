@@ -19,7 +19,7 @@
 export OMP_NUM_THREADS=4
 export GREETING='hello world'
 
-# The container gets exactly the GPUs Slurm allocated to this job (--gpus auto).
+# Each task's container gets exactly the GPUs Slurm gave its task (--gpus auto).
 exec srun /usr/local/bin/acbslurm run --gpus auto \
   --mount /data:/data:ro \
   --mount /scratch/user1:/work \

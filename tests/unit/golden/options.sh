@@ -14,7 +14,7 @@
 #SBATCH --comment="it's \"mine\""
 #SBATCH --hold
 
-# The container gets exactly the GPUs Slurm allocated to this job (--gpus auto).
+# Each task's container gets exactly the GPUs Slurm gave its task (--gpus auto).
 exec srun /usr/local/bin/acbslurm run --gpus auto \
   --pull always \
   busybox:latest -- sh -c 'echo hi'

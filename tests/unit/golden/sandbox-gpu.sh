@@ -11,7 +11,7 @@
 #SBATCH --time=10:00
 #SBATCH --output=sandbox-gpu-%j.out
 
-# The container gets exactly the GPUs Slurm allocated to this job (--gpus auto).
+# Each task's container gets exactly the GPUs Slurm gave its task (--gpus auto).
 exec srun /usr/local/bin/acbslurm run --gpus auto \
   --env HOLD_SECONDS=15 \
   acbslurm/busybox:latest -- sh -c 'echo "GPU ${NVIDIA_VISIBLE_DEVICES:-none}"; sleep "$HOLD_SECONDS"'

@@ -12,7 +12,7 @@
 #SBATCH --output=openai-whisper.out
 #SBATCH --error=openai-whisper.err
 
-# The container gets exactly the GPUs Slurm allocated to this job (--gpus auto).
+# Each task's container gets exactly the GPUs Slurm gave its task (--gpus auto).
 exec srun /usr/local/bin/acbslurm run --gpus auto \
   --mount /home/user1:/home/user1 \
   --workdir /home/user1 \

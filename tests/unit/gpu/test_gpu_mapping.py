@@ -59,7 +59,7 @@ def test_no_gpus() -> None:
         ({"SLURM_JOB_GPUS": "4"}, "index 4 but gres.conf lists only 4"),
         ({"SLURM_JOB_GPUS": "x"}, "'x' is neither"),
         ({"SLURM_JOB_GPUS": "GPU-zzzz"}, "GPU-zzzz is not on this node"),
-        ({"CUDA_VISIBLE_DEVICES": "0"}, "SLURM_JOB_GPUS is not set"),
+        ({"CUDA_VISIBLE_DEVICES": "0"}, "nor SLURM_STEP_GPUS is set"),
         ({"SLURM_JOB_GPUS": "1,1"}, "names a GPU twice"),
     ],
 )
@@ -86,3 +86,15 @@ def test_device_minor_reads_the_device_node(tmp_path: Path) -> None:
         device_minor(str(tmp_path / "plain"))
     with pytest.raises(GpuMappingError, match="No such file"):
         device_minor(str(tmp_path / "none"))
+
+
+def test_a_step_maps_its_own_gpus_even_without_slurm_job_gpus() -> None:
+    # A bare `srun --gres=gpu:1` outside sbatch sets SLURM_STEP_GPUS and
+    # CUDA_VISIBLE_DEVICES, no SLURM_JOB_GPUS (`acbslurm gpus --from-env` failed there).
+    env = {"SLURM_STEP_GPUS": "2", "CUDA_VISIBLE_DEVICES": "0"}
+    assert map_job_gpus(env, DEVICES, INVENTORY, suffix_minor).uuids == ["GPU-aaaa"]
+    # In a step of a batch job the step's GPUs win over the job's.
+    env = {"SLURM_JOB_GPUS": "0,2", "SLURM_STEP_GPUS": "0"}
+    assert map_job_gpus(env, DEVICES, INVENTORY, suffix_minor).indices == [0]
+    with pytest.raises(GpuMappingError, match="SLURM_STEP_GPUS names GPU index 7"):
+        map_job_gpus({"SLURM_STEP_GPUS": "7"}, DEVICES, INVENTORY, suffix_minor)

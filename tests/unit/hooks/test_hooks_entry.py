@@ -298,3 +298,56 @@ def test_hook_messages_go_to_syslog_too(
     assert run_task_prolog(job_env(SLURM_JOB_ID="78")) == 0
     assert logged[-1] == (syslog.LOG_WARNING, "warning: no job record for job 78: is the "
                           "acbslurm prolog set up?")  # fmt: skip
+
+
+def test_an_array_task_keeps_its_gpus_in_its_own_admin_comment(
+    node: Path, fake_slurm: FakeSlurm
+) -> None:
+    """The array's last task keeps the array's id as its SLURM_JOB_ID: the prolog names
+    it 40_2, since `scontrol update job=40` would write every task's AdminComment (and
+    fail once one of them ended)."""
+    fake_slurm.add_job("40_0", "COMPLETED", job_id="41", node="n1", cpu_ids="0-3", gpus=[1])
+    fake_slurm.add_job("40_1", "RUNNING", job_id="42", node="n1", cpu_ids="1", gpus=[0])
+    fake_slurm.add_job("40_2", "RUNNING", job_id="40", node="n1", cpu_ids="2", gpus=[2])
+    # Slurm 22.05 gives the prolog no SLURM_ARRAY_*: the ids come from scontrol's line.
+    assert run_prolog(job_env(SLURM_JOB_ID="40", SLURM_JOB_GPUS="2")) == 0
+    jobs = fake_slurm.jobs
+    assert jobs["40_2"]["admin_comment"] == "acbslurm:gpus=n1:2=GPU-0000"
+    assert jobs["40_1"]["admin_comment"] == jobs["40_0"]["admin_comment"] == ""
+    rec = json.loads((node / "jobs" / "40.json").read_text())  # `acbslurm run`'s id
+    assert (rec["job_id"], rec["cpus"]) == ("40", 1)
+    # Where Slurm sets them, the prolog's SLURM_ARRAY_* name the task.
+    fake_slurm.update("40_2", admin_comment="")
+    env = job_env(SLURM_JOB_ID="40", SLURM_JOB_GPUS="2")
+    env.update(SLURM_ARRAY_JOB_ID="40", SLURM_ARRAY_TASK_ID="2")
+    assert run_prolog(env) == 0
+    assert fake_slurm.jobs["40_2"]["admin_comment"] == "acbslurm:gpus=n1:2=GPU-0000"
+
+
+def test_prolog_records_every_type_of_a_mixed_typed_job(node: Path, fake_slurm: FakeSlurm) -> None:
+    """`--gres=gpu:h200:1,gpu:a100:1` on 22.05: the prolog's SLURM_JOB_GPUS holds the
+    last type's index only; scontrol's GRES= detail has both, and only ever adds GPUs
+    slurmctld gave the job."""
+    fake_slurm.update("77", gpus=[0, 2])
+    assert run_prolog(job_env(SLURM_JOB_GPUS="2")) == 0
+    rec = json.loads((node / "jobs" / "77.json").read_text())
+    assert rec["gpu_indices"] == [0, 2]
+    # A SLURM_JOB_GPUS index slurmctld does not list is not replaced: mapped (or
+    # refused) as before.
+    assert run_prolog(job_env(SLURM_JOB_GPUS="1")) == 0
+    assert json.loads((node / "jobs" / "77.json").read_text())["gpu_indices"] == [1]
+
+
+def test_task_prolog_exports_the_tasks_gpus_only(
+    node: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run_prolog(job_env(SLURM_JOB_GPUS="0,2")) == 0
+    capsys.readouterr()
+    assert run_task_prolog(job_env(SLURM_STEP_ID="1", SLURM_STEP_GPUS="2")) == 0
+    assert capsys.readouterr().out == "export ACBSLURM_GPU_UUIDS=GPU-0000\n"
+    assert run_task_prolog(job_env(SLURM_STEP_ID="1")) == 0  # srun --gres=none
+    assert capsys.readouterr().out == "export ACBSLURM_GPU_UUIDS=\n"
+    assert run_task_prolog(job_env(SLURM_STEP_ID="1", SLURM_STEP_GPUS="1")) == 0
+    out = capsys.readouterr().out
+    assert "print acbslurm: SLURM_STEP_GPUS=1 names GPU 1" in out
+    assert out.endswith("export ACBSLURM_GPU_UUIDS=\n")

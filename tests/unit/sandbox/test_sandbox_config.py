@@ -282,3 +282,44 @@ def test_node_settings_name_the_node_each_hook_runs_on(
     # One node: the paths of a single-node sandbox, whatever SLURMD_NODENAME says.
     render.write_acbslurm_settings(layout, Params(node="vm"))
     assert load_settings().record_dir == str(layout.records)
+
+
+def test_typed_gpus_get_gres_types_in_both_files(layout: Layout) -> None:
+    p = Params(gpus=3, gpu_types="h200:1,a100:2", node="gpuserver", port_base=20000)
+    render.write_slurm_configs(layout, p, _gpus(layout, p), "pw")
+    assert "Gres=gpu:h200:1,gpu:a100:2 " in layout.slurm_conf.read_text()
+    gres = [ln for ln in layout.gres_conf.read_text().splitlines() if ln.startswith("NodeName")]
+    assert gres == [
+        f"NodeName=gpuserver Name=gpu Type={t} File={layout.dev}/nvidia{i}"
+        for i, t in enumerate(["h200", "a100", "a100"])
+    ]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("h200", "'h200' is not TYPE:COUNT"),
+        ("h200:0", "'h200:0' is not TYPE:COUNT"),
+        ("h 200:1", "'h 200:1' is not TYPE:COUNT"),
+        ("h200:1,h200:1", "type 'h200' is named twice"),
+        ("a:40,b:40", "80 GPUs per node; at most 64"),
+    ],
+)
+def test_bad_gpu_types_are_named(text: str, message: str) -> None:
+    from acbslurm.sandbox.layout import parse_gpu_types
+
+    with pytest.raises(ValueError, match=message):
+        parse_gpu_types(text)
+
+
+def test_gpu_types_set_the_count_and_must_agree_with_gpus() -> None:
+    from acbslurm.errors import ConfigError
+    from acbslurm.sandbox.cluster import _gpu_shape
+
+    base = Params(gpus=2, gpu_types="")
+    assert _gpu_shape(base, None, "h200:1, a100:1")["gpu_types"] == "h200:1,a100:1"
+    assert _gpu_shape(base, None, "h200:3")["gpus"] == 3
+    assert _gpu_shape(Params(gpu_types="h200:2"), None, None) == {"gpu_types": "h200:2"}
+    assert _gpu_shape(Params(gpu_types="h200:2"), 2, None) == {"gpu_types": ""}
+    with pytest.raises(ConfigError, match=r"--gpus 2 and --gpu-types h200:1 \(1\) disagree"):
+        _gpu_shape(base, 2, "h200:1")

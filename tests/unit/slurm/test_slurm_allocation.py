@@ -5,6 +5,7 @@ from acbslurm.errors import SlurmError
 from acbslurm.slurm.allocation import (
     Allocation,
     count_cpu_ids,
+    gres_gpu_indices,
     job_allocation,
     mem_to_mb,
     parse_scontrol_job,
@@ -19,8 +20,8 @@ DETAIL = (
 
 
 def test_per_node_detail() -> None:
-    assert parse_scontrol_job(DETAIL, "n1") == Allocation(3, 2048)
-    assert parse_scontrol_job(DETAIL, "n2") == Allocation(3, 4096)
+    assert parse_scontrol_job(DETAIL, "n1") == Allocation(3, 2048, (0,))
+    assert parse_scontrol_job(DETAIL, "n2") == Allocation(3, 4096, (1,))
     # Multi-node job, node not in the detail: unknown rather than a guess.
     assert parse_scontrol_job(DETAIL, "n3") == Allocation()
 
@@ -28,6 +29,18 @@ def test_per_node_detail() -> None:
 def test_single_node_without_detail_uses_totals() -> None:
     line = "JobId=3 NumNodes=1 NumCPUs=2 TRES=cpu=2,mem=1.5G,node=1"
     assert parse_scontrol_job(line, "n1") == Allocation(2, 1536)
+
+
+def test_typed_gres_of_every_type() -> None:
+    """Slurm 22.05's prolog gets one type's GPUs in SLURM_JOB_GPUS; scontrol has all."""
+    line = (
+        "JobId=5 NumNodes=1 Nodes=vm CPU_IDs=0-1 Mem=1000 "
+        "GRES=gpu:h200:1(IDX:0),gpu:a100:2(IDX:1,3),nic:1(IDX:0) MinCPUsNode=1"
+    )
+    assert parse_scontrol_job(line, "vm") == Allocation(2, 1000, (0, 1, 3))
+    assert gres_gpu_indices("gpu:4(IDX:0-1,3)") == (0, 1, 3)
+    assert gres_gpu_indices("gpu:a100:1(IDX:2),gpugpu:1(IDX:0)") == (2,)
+    assert parse_scontrol_job("JobId=5 Nodes=vm CPU_IDs=0 Mem=1", "vm").gpu_indices is None
 
 
 def test_units() -> None:

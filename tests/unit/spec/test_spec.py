@@ -472,3 +472,41 @@ def test_deep_nesting_is_refused_not_a_recursion_error(depth: int) -> None:
 def test_a_hundred_levels_are_read() -> None:
     msg = errors_of("name: " + "[" * 99 + "]" * 99 + "\ncommand: [x]\n")
     assert "name: must be a string" in msg
+
+
+@pytest.mark.parametrize(
+    ("lines", "attr", "value"),
+    [
+        ("ntasks: 2\ngpus_per_task: 1\n", "gpus_per_task", "1"),
+        ("ntasks_per_node: 2\ngpus_per_task: a100:1\n", "gpus_per_task", "a100:1"),
+        ("gpus_total: 3\n", "gpus_total", "3"),
+        ("gpus_total: h200:02\n", "gpus_total", "h200:2"),
+    ],
+)
+def test_gpus_per_task_and_in_total(lines: str, attr: str, value: str) -> None:
+    spec = parse_spec(MINIMAL + lines, "job.yaml")
+    assert getattr(spec, attr) == value
+    assert spec.gres is None
+
+
+@pytest.mark.parametrize(
+    ("lines", "message"),
+    [
+        (
+            "gpus: 1\ngpus_total: 2\n",
+            "job.yaml:5: gpus_total: a job asks for GPUs one way: 'gpus' or 'gpus_total'",
+        ),
+        (
+            "ntasks: 2\ngpus_per_task: 1\ngpus_total: 2\n",
+            "job.yaml:6: gpus_total: a job asks for GPUs one way: 'gpus_per_task' or",
+        ),
+        ("gpus_per_task: 1\n", "job.yaml:4: gpus_per_task: needs a task count"),
+        ("ntasks: 2\ngpus_per_task: 0\n", "job.yaml:5: gpus_per_task: 0 is not a positive"),
+        ("gpus_total: a:b\n", "job.yaml:4: gpus_total: 'a:b' is not"),
+        ("sbatch_args: ['--gpus=1']", "--gpus: use the spec key 'gpus_total' instead"),
+        ("sbatch_args: ['--gpus-per-task=1']", "use the spec key 'gpus_per_task'"),
+        ("sbatch_args: ['--gpus-per-node=1']", "--gpus-per-node: use the spec key 'gpus'"),
+    ],
+)
+def test_gpu_request_shapes_are_checked(lines: str, message: str) -> None:
+    assert message in errors_of(MINIMAL + lines + "\n")

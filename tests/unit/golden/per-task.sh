@@ -1,0 +1,9 @@
+#!/bin/bash
+# Rendered by acbslurm from a job spec: edit the spec, not this script.
+#SBATCH --job-name=per-task
+#SBATCH --ntasks=2
+#SBATCH --gpus-per-task=1
+
+# Each task's container gets exactly the GPUs Slurm gave its task (--gpus auto).
+exec srun /usr/local/bin/acbslurm run --gpus auto \
+  acbslurm/busybox:latest -- sh -c 'echo "rank $SLURM_PROCID: $ACBSLURM_GPU_UUIDS"'
