@@ -166,4 +166,28 @@ def test_without_a_daemon_the_standard_path_is_searched(
     hook_script(b / nvidia.HOOK, STANDIN)
     (tmp_path / "proc").mkdir()
     c = nvidia.check_nvidia_hook(make_ctx(env={"PATH": str(b)}), str(tmp_path / "proc"))
-    assert c.status == "ok" and "no running dockerd of user1 found" in c.summary
+    assert c.status == "ok" and "no running dockerd of user1 at " in c.summary
+
+
+def test_another_daemon_of_the_user_is_not_this_nodes(
+    tmp_path: Path, node: Path, make_ctx: Callable[..., Context]
+) -> None:
+    # A second sandbox's user1 daemon (another socket) has the hook on its PATH, while
+    # the daemon this node's docker_host names is down: not an ok about the wrong one.
+    b = tmp_path / "other-bin"
+    b.mkdir()
+    hook_script(b / nvidia.HOOK, STANDIN)
+    other = ("-H", f"unix://{tmp_path}/other.sock")
+    _fake_dockerd(tmp_path / "proc", 1001, {"PATH": str(b)}, pid=4242, argv=other)
+    c = nvidia.check_nvidia_hook(make_ctx(), str(tmp_path / "proc"))
+    assert c.status == "fail", c
+    assert f"no running dockerd of user1 at {node}/run/user1/docker.sock" in c.summary
+
+
+def test_root_without_user_is_skipped_as_dockerd_is(
+    tmp_path: Path, daemon_bin: Path, make_ctx: Callable[..., Context]
+) -> None:
+    hook_script(daemon_bin / nvidia.HOOK, STANDIN)
+    ctx = make_ctx(uid=0, user="root", caller_uid=0)
+    c = nvidia.check_nvidia_hook(ctx, str(tmp_path / "proc"))
+    assert c.status == "skip" and "root has no rootless daemon" in c.summary

@@ -69,6 +69,13 @@ def test_no_dockerd(make_ctx: Callable[..., Context]) -> None:
     assert docker.check_dockerd(make_ctx(uid=0, user="root")).status == "skip"
 
 
+def test_root_for_user1_names_user1s_uid(make_ctx: Callable[..., Context]) -> None:
+    # `sudo acbslurm doctor --user user1`: the fix is about user1's daemon, not root's.
+    c = docker.check_dockerd(make_ctx(caller_uid=0))
+    assert "for user1 (uid 1001)" in c.fix and "uid 0" not in c.fix, c.fix
+    assert "as user1, start the rootless daemon" in c.fix
+
+
 def test_the_callers_docker_host_wins(node: Path, make_ctx: Callable[..., Context]) -> None:
     gen = _serve_info(node / "elsewhere.sock", ROOTLESS)
     next(gen)

@@ -282,3 +282,21 @@ def test_node_settings_name_the_node_each_hook_runs_on(
     # One node: the paths of a single-node sandbox, whatever SLURMD_NODENAME says.
     render.write_acbslurm_settings(layout, Params(node="vm"))
     assert load_settings().record_dir == str(layout.records)
+
+
+def test_the_sandbox_passes_the_doctors_kill_wait(layout: Layout) -> None:
+    # The container's grace (stop_grace, docker stop) must end within KillWait, or a
+    # cancelled job's container is SIGKILLed first: the sandbox's own doctor says ok.
+    from acbslurm.config import Settings
+    from acbslurm.doctor.context import Context
+    from acbslurm.doctor.slurmconf import SlurmConf, _read_file, check_kill_wait
+
+    p = Params(gpus=2, node="vm", port_base=20000)
+    render.write_slurm_configs(layout, p, _gpus(layout, p), "pw")
+    render.write_acbslurm_settings(layout, p)
+    settings = json.loads(layout.acbslurm_conf.read_text())
+    conf = SlurmConf(str(layout.slurm_conf))
+    _read_file(conf, str(layout.slurm_conf))
+    ctx = Context(Settings(**settings), {}, 1001, "user1", "vm")
+    check = check_kill_wait(ctx, conf)
+    assert check.status == "ok", check
