@@ -6,7 +6,17 @@ import os
 from collections.abc import Callable, Mapping
 
 from acbslurm.config import DEFAULT_CONFIG_FILE, load_settings
-from acbslurm.doctor import docker, gres, logs, nvidia, records, report, slurmconf, version
+from acbslurm.doctor import (
+    docker,
+    gres,
+    logs,
+    nodes,
+    nvidia,
+    records,
+    report,
+    slurmconf,
+    version,
+)
 from acbslurm.doctor.context import Context, make_context
 from acbslurm.doctor.result import FAIL, SKIP, WARN, Check, fail, ok, skip, warn
 from acbslurm.errors import AcbslurmError
@@ -65,6 +75,7 @@ def run_doctor(
     slurm, conf = _slurm_checks(ctx)
     checks += slurm
     checks += [
+        _guarded("node-state", lambda: nodes.check_node_state(ctx)),
         _guarded("gres", lambda: gres.check_gres(ctx, conf)),
         _guarded("nvidia-hook", lambda: nvidia.check_nvidia_hook(ctx)),
         _guarded("dockerd", lambda: docker.check_dockerd(ctx)),

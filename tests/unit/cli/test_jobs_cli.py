@@ -281,9 +281,32 @@ def test_status_gpus_shows_each_gpu_with_its_job_or_free(cwd: Path, fake_slurm: 
         "user": "user1",
         "elapsed_s": 65,
         "name": "job",
+        "unavailable": None,
+        "node_reason": None,
     }
     assert data["gpus"][0]["job_id"] is None
     assert status("--gpus", "7").exit_code == 2
+
+
+def test_status_gpus_shows_a_drained_nodes_gpus_as_unavailable(
+    cwd: Path, fake_slurm: FakeSlurm
+) -> None:
+    # A node drained by a failed prolog starts no job: its idle GPUs are not free.
+    fake_slurm.set_cluster(nodes={"node1": "gpu:2", "node2": "gpu:1"})
+    fake_slurm.add_job("7", "RUNNING", node="node1", start=T0, gpus=[1], elapsed="1:05")
+    fake_slurm.drain("node1", "Prolog error")
+    res = status("--gpus")
+    assert res.exit_code == 0, res.output
+    rows = [line.split(None, 5) for line in res.stdout.splitlines()]
+    assert rows[1:] == [
+        ["node1", "0", "drained", "-", "-", "Prolog error [root@2026-11-30T01:00:00]"],
+        ["node1", "1", "7", "user1", "1:05", "job"],  # a job on a draining node still runs
+        ["node2", "0", "free", "-", "-"],
+    ]
+    gpus = json.loads(status("--gpus", "--json").stdout)["gpus"]
+    assert gpus[0]["unavailable"] == "drained" and gpus[0]["job_id"] is None
+    assert gpus[0]["node_reason"].startswith("Prolog error")
+    assert gpus[2]["unavailable"] is None and gpus[2]["node_reason"] is None
 
 
 def test_status_shows_the_address_of_my_running_pool_job(cwd: Path, fake_slurm: FakeSlurm) -> None:
