@@ -112,7 +112,9 @@ def failing_job(fake_slurm: FakeSlurm, cwd: Path) -> None:
     err.write_text("".join(f"line {i}\n" for i in range(30)) + "Error: image not found\n")
     run = {"state": "RUNNING", "node": "vm", "start": T0, "reason": "", "gpus": [0]}
     end = {"state": "FAILED", "end": T0, "exit_code": "3:0", "reason": "NonZeroExitCode"}
-    fake_slurm.set_defaults(reason="Priority", std_err=str(err), next=[run, end])
+    # RUNNING twice: the fake's clock ticks after each squeue call, so scontrol, asked
+    # next, sees the job still running (its GPUs) rather than already ended.
+    fake_slurm.set_defaults(reason="Priority", std_err=str(err), next=[run, run, end])
 
 
 def test_wait_explains_a_failure_with_reason_exit_code_and_error_tail(
@@ -152,10 +154,10 @@ def test_wait_on_a_terminal_rewrites_one_summary_line(
     monkeypatch.setattr(waiting, "is_terminal", lambda: True)
     res = submit(spec(cwd), "-n", "2", "--wait", "--interval", "0.1")
     err = res.stderr
-    assert "\r2 jobs: 2 PENDING  (0:00)" in err
+    assert "\r2 jobs: 2 PENDING (Priority)  (0:00)" in err  # why they wait, too
     assert "\r2 jobs: 2 RUNNING" in err
     assert "\r2 jobs: 2 FAILED  (" in err.split("\n")[0]  # one line, rewritten
-    assert "PENDING (Priority)" not in err  # no per-job lines
+    assert "100 PENDING (Priority)" not in err  # no per-job lines
 
 
 def test_summary_counts_states_in_order() -> None:
@@ -164,6 +166,37 @@ def test_summary_counts_states_in_order() -> None:
     jobs = [JobInfo("1", "RUNNING"), JobInfo("2", "PENDING"), JobInfo("3", "RUNNING")]
     assert waiting.summary(jobs, 75) == "3 jobs: 1 PENDING, 2 RUNNING  (1:15)"
     assert waiting.clock(3725) == "1:02:05"
+
+
+def test_summary_says_why_jobs_wait() -> None:
+    from acbslurm.slurm.jobtypes import JobInfo
+
+    held = [JobInfo("1", "PENDING", reason="JobHeldUser"), JobInfo("2", "RUNNING")]
+    assert waiting.summary(held, 3) == "2 jobs: 1 PENDING (JobHeldUser), 1 RUNNING  (0:03)"
+    mixed = [JobInfo(str(i), "PENDING", reason="Priority") for i in range(2)]
+    mixed += [JobInfo("3", "PENDING", reason="JobHeldUser")]
+    mixed += [JobInfo("4", "FAILED", reason="NonZeroExitCode")]  # an end, not a wait
+    assert waiting.summary(mixed, 0) == (
+        "4 jobs: 3 PENDING (2 Priority, 1 JobHeldUser), 1 FAILED  (0:00)"
+    )
+
+
+def test_wait_off_a_terminal_prints_a_line_when_the_reason_changes(
+    cwd: Path, fake_slurm: FakeSlurm
+) -> None:
+    failing_job(fake_slurm, cwd)
+    held = {"reason": "JobHeldUser"}
+    run = {"state": "RUNNING", "node": "vm", "start": T0, "reason": "", "gpus": [0]}
+    end = {"state": "COMPLETED", "end": T0, "exit_code": "0:0", "reason": ""}
+    fake_slurm.set_defaults(reason="Priority", next=[held, held, run, run, end])
+    res = submit(spec(cwd), "--wait", "--interval", "0.1")
+    assert res.exit_code == 0, res.output
+    lines = res.stderr.splitlines()
+    assert lines[:3] == [
+        "100 PENDING (Priority)",
+        "100 PENDING (JobHeldUser)",
+        "100 RUNNING on vm GPU 0",
+    ]
 
 
 def test_ctrl_c_says_the_jobs_keep_running_and_how_to_cancel(
