@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 
-from acbslurm.config import DEFAULT_CONFIG_FILE, load_settings
+from acbslurm.config import DEFAULT_CONFIG_FILE, Settings, load_settings
 from acbslurm.doctor import (
     docker,
     gres,
@@ -59,6 +59,24 @@ def _settings_check(ctx: Context, where: str) -> Check:
     )
 
 
+def _load_settings_for(node: str | None) -> Settings:
+    """The settings as the hooks of ``node`` read them: ``{node}`` in a value is the
+    node (config.py fills it from SLURMD_NODENAME). With several nodes on one host (the
+    sandbox's ``--nodes``) `--node vm-2` must check vm-2's inventory and records, not
+    the host name's, which exist for no node."""
+    if not node:
+        return load_settings()
+    before = os.environ.get("SLURMD_NODENAME")
+    os.environ["SLURMD_NODENAME"] = node
+    try:
+        return load_settings()
+    finally:
+        if before is None:
+            del os.environ["SLURMD_NODENAME"]
+        else:
+            os.environ["SLURMD_NODENAME"] = before
+
+
 def run_doctor(
     env: Mapping[str, str] | None = None, user: str | None = None, node: str | None = None
 ) -> list[Check]:
@@ -66,7 +84,7 @@ def run_doctor(
     env = dict(os.environ if env is None else env)
     where = env.get("ACBSLURM_CONFIG") or DEFAULT_CONFIG_FILE
     try:
-        settings = load_settings()
+        settings = _load_settings_for(node)
     except AcbslurmError as exc:
         return [fail("settings", str(exc), f"fix the settings file {where}")]
     ctx = make_context(settings, env, user, node)

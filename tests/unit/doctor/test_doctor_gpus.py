@@ -191,3 +191,19 @@ def test_root_without_user_is_skipped_as_dockerd_is(
     ctx = make_ctx(uid=0, user="root", caller_uid=0)
     c = nvidia.check_nvidia_hook(ctx, str(tmp_path / "proc"))
     assert c.status == "skip" and "root has no rootless daemon" in c.summary
+
+
+def test_several_nodes_on_this_host_ask_for_the_node_option(
+    node: Path, make_ctx: Callable[..., Context]
+) -> None:
+    # The sandbox's --nodes 2: two slurmd on 127.0.0.1, neither named after the host.
+    (node / "slurm.conf").write_text(
+        "PrologFlags=Alloc\nNodeName=vm-[1-2] NodeAddr=127.0.0.1 Gres=gpu:2\n"
+    )
+    status, summary = _gres(make_ctx())
+    assert status == "fail" and "several nodes share this host (vm-1, vm-2)" in summary
+    c = gres.check_gres(make_ctx(), slurmconf.load(make_ctx()))
+    assert "--node NAME" in c.fix and "gres.conf" not in c.fix
+    (node / "slurm.conf").write_text("NodeName=far Gres=gpu:2\n")
+    status, summary = _gres(make_ctx())
+    assert status == "fail" and "slurm.conf has no node n1 (it has far)" in summary

@@ -197,6 +197,31 @@ def test_the_command(node: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert r.exit_code == 1 and "unknown setting 'no_such_setting'" in r.output
 
 
+def test_node_option_fills_node_in_the_settings(
+    node: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Several slurmd on one host keep per-node inventories (`gpus-{node}.json`): `--node
+    # n1` checks n1's, not one named after the host, which no node has.
+    from acbslurm.doctor import run_doctor
+
+    (node / "gpus.json").rename(node / "gpus-n1.json")
+    conf = node / "acbslurm.yaml"
+    conf.write_text(
+        json.dumps(
+            {
+                "gpu_inventory": str(node / "gpus-{node}.json"),
+                "gres_conf": str(node / "gres.conf"),
+                "slurm_conf": str(node / "slurm.conf"),
+            }
+        )
+    )
+    monkeypatch.setenv("ACBSLURM_CONFIG", str(conf))
+    monkeypatch.delenv("SLURMD_NODENAME", raising=False)
+    checks = {c.name: c for c in run_doctor(user="root", node="n1")}
+    assert checks["gres"].status == "ok", checks["gres"]
+    assert "SLURMD_NODENAME" not in os.environ  # put back as it was
+
+
 def test_no_settings_file_is_a_warning(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, make_ctx: Callable[..., Context]
 ) -> None:
