@@ -252,17 +252,20 @@ _WAITING_REASONS = (
     "Max",
     "launch_failed_requeued_held",
     "Nodes_required",
+    "Prolog",  # waiting for its prolog (PrologFlags=Alloc): the sandbox showed it kept
     "None",
 )
 
 
 def drop_stale_reason(job: JobInfo) -> None:
-    """A finished job keeps only a reason about its end: a waiting reason is stale once
-    the job started (a COMPLETED job's always is). A job cancelled while it waited keeps
-    its (the reason it never ran)."""
-    if not job.finished or not job.reason.startswith(_WAITING_REASONS):
+    """A finished job keeps only a reason about its end. A COMPLETED job has none (on
+    the sandbox a requeued one kept ``BeginTime``, or the ``Prolog`` of its second
+    start); another ended one loses a waiting reason once it started; a job cancelled
+    while it waited keeps its (why it never ran)."""
+    if not job.finished or not job.reason:
         return
-    if job.state == "COMPLETED" or job.start_time:
+    waited = job.reason.startswith(_WAITING_REASONS)
+    if job.state == "COMPLETED" or (job.start_time and waited):
         job.reason = ""
 
 

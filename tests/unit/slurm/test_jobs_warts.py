@@ -18,7 +18,9 @@ def test_a_requeued_job_that_completed_shows_no_stale_pending_reason(
     fake_slurm.add_job("10", "FAILED", reason="NonZeroExitCode", node="vm", start=T0)
     fake_slurm.add_job("11", "CANCELLED", reason="Dependency")  # never started
     fake_slurm.add_job("12", "TIMEOUT", reason="JobHeldUser", node="vm", start=T0)
-    jobs = {j.job_id: j for j in query_jobs(["9", "10", "11", "12"])}
+    fake_slurm.add_job("13", "COMPLETED", reason="Prolog", node="vm", start=T0)  # seen too
+    jobs = {j.job_id: j for j in query_jobs(["9", "10", "11", "12", "13"])}
+    assert jobs["13"].reason == ""
     assert jobs["9"].reason == "" and jobs["9"].as_json()["reason"] is None
     assert jobs["10"].reason == "NonZeroExitCode"  # about its end: kept
     assert jobs["11"].reason == "Dependency"  # why it never ran: kept
