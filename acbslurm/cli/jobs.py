@@ -14,6 +14,7 @@ import click
 from acbslurm.clitypes import AsciiInt, FiniteFloat
 
 if TYPE_CHECKING:
+    from acbslurm.slurm.cluster import GpuSlot
     from acbslurm.slurm.jobtypes import JobInfo, SubmitResult
     from acbslurm.spec import JobSpec
 
@@ -399,40 +400,54 @@ def _print_status(jobs: list[JobInfo], long: bool) -> None:
     _table(rows)
 
 
+def _slot_uuid(slot: GpuSlot) -> str | None:
+    job, node, idx = slot.job, slot.node, slot.index
+    if job is not None and job.gpu_devices:
+        mine = [d for d in job.gpu_devices if (d["node"], d["index"]) == (node, idx)]
+        return mine[0]["uuid"] if mine else None
+    if job is not None and idx in job.gpu_indices:
+        pos = job.gpu_indices.index(idx)
+        return job.gpu_uuids[pos] if pos < len(job.gpu_uuids) else None
+    return None
+
+
+def _slot_json(slot: GpuSlot) -> dict[str, Any]:
+    from acbslurm.slurm.jobtypes import elapsed_seconds
+
+    job = slot.job
+    return {
+        "node": slot.node,
+        "index": slot.index,
+        "uuid": _slot_uuid(slot),
+        "job_id": job.job_id if job else None,
+        "user": (job.user or None) if job else None,
+        "elapsed_s": elapsed_seconds(job.elapsed) if job else None,
+        "name": (job.name or None) if job else None,
+        "unavailable": slot.unavailable or None,
+        "node_reason": slot.reason or None,
+    }
+
+
+def _slot_row(slot: GpuSlot) -> tuple[Any, ...]:
+    """A job's GPU shows the job (also on a draining node); an idle one is ``free``
+    only where Slurm can start a job: a drained or down node's say so, with the reason."""
+    job = slot.job
+    if job is not None:
+        return (slot.node, slot.index, job.job_id, job.user, job.elapsed or "-", job.name)
+    if slot.unavailable:
+        return (slot.node, slot.index, slot.unavailable, "-", "-", slot.reason)
+    return (slot.node, slot.index, "free", "-", "-", "")
+
+
 def _gpu_status(as_json: bool) -> None:
     from acbslurm.slurm.cluster import gpu_slots
-    from acbslurm.slurm.jobtypes import elapsed_seconds
 
     slots = gpu_slots(record_dir=_record_dir())
     if as_json:
-        out = []
-        for node, idx, job in slots:
-            uuid = None
-            if job is not None and job.gpu_devices:
-                mine = [d for d in job.gpu_devices if (d["node"], d["index"]) == (node, idx)]
-                uuid = mine[0]["uuid"] if mine else None
-            elif job is not None and idx in job.gpu_indices:
-                pos = job.gpu_indices.index(idx)
-                uuid = job.gpu_uuids[pos] if pos < len(job.gpu_uuids) else None
-            out.append(
-                {
-                    "node": node,
-                    "index": idx,
-                    "uuid": uuid,
-                    "job_id": job.job_id if job else None,
-                    "user": (job.user or None) if job else None,
-                    "elapsed_s": elapsed_seconds(job.elapsed) if job else None,
-                    "name": (job.name or None) if job else None,
-                }
-            )
-        click.echo(json.dumps({"gpus": out}, indent=2))
+        click.echo(json.dumps({"gpus": [_slot_json(s) for s in slots]}, indent=2))
         return
     rows: list[tuple[Any, ...]] = [("NODE", "GPU", "JOBID", "USER", "ELAPSED", "NAME")]
-    for node, idx, job in slots:
-        if job is None:
-            rows.append((node, idx, "free", "-", "-", ""))
-        else:
-            rows.append((node, idx, job.job_id, job.user, job.elapsed or "-", job.name))
+    rows += [_slot_row(s) for s in slots]
     _table(rows)
 
 

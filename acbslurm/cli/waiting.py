@@ -1,7 +1,8 @@
 """``submit --wait``: follow jobs, show progress, explain failures, survive Ctrl-C.
 
-On a terminal the progress is one line rewritten in place (counts per state and the
-time waited); piped, it is one plain line per change of a job, for logs and scripts.
+On a terminal the progress is one line rewritten in place (counts per state, the
+reasons the waiting ones wait, and the time waited); piped, it is one plain line per
+change of a job (its state or its reason), for logs and scripts.
 """
 
 from __future__ import annotations
@@ -30,12 +31,27 @@ def clock(seconds: float) -> str:
     )
 
 
+def _reasons(jobs: list[JobInfo]) -> str:
+    """`` (JobHeldUser)``, or `` (2 Priority, 1 JobHeldUser)``: why the unfinished jobs
+    of one state wait; empty when none says. A job held (JobHeldUser) waits for ever,
+    and a summary of counts alone never said so."""
+    counts = Counter(j.reason for j in jobs if j.reason and not j.finished)
+    if not counts:
+        return ""
+    if len(counts) == 1:
+        return f" ({next(iter(counts))})"
+    return " (" + ", ".join(f"{n} {r}" for r, n in counts.most_common()) + ")"
+
+
 def summary(jobs: list[JobInfo], elapsed: float) -> str:
-    """``3 jobs: 1 PENDING, 2 RUNNING  (0:42)``, states in a fixed order."""
+    """``3 jobs: 1 PENDING (Resources), 2 RUNNING  (0:42)``, states in a fixed order,
+    each with the reasons of its jobs still waiting."""
     order = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "COMPLETED")
     counts = Counter(j.state for j in jobs)
     states = sorted(counts, key=lambda s: (order.index(s) if s in order else len(order), s))
-    parts = ", ".join(f"{counts[s]} {s}" for s in states)
+    parts = ", ".join(
+        f"{counts[s]} {s}{_reasons([j for j in jobs if j.state == s])}" for s in states
+    )
     noun = "job" if len(jobs) == 1 else "jobs"
     return f"{len(jobs)} {noun}: {parts}  ({clock(elapsed)})"
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 
-from acbslurm.dockerapi.daemon import start_hint
 from acbslurm.dockerapi.engine import EngineApi
 from acbslurm.dockerapi.hosts import find_docker_host, user_docker_host
 from acbslurm.doctor.context import Context
@@ -31,10 +30,9 @@ def _rootless(info: dict[str, object]) -> bool:
 
 
 def check_dockerd(ctx: Context) -> Check:
-    if ctx.uid == 0:
-        return skip(
-            "dockerd", "root has no rootless daemon: run as a job user, or `--user NAME` as root"
-        )
+    skipped = root_skip(ctx, "dockerd")
+    if skipped is not None:
+        return skipped
     try:
         host = docker_host(ctx)
         info = EngineApi(host, timeout=min(ctx.settings.hook_docker_timeout, 5.0)).info()
@@ -55,10 +53,26 @@ def check_dockerd(ctx: Context) -> Check:
 
 
 def start_hint_for(ctx: Context) -> str:
+    """How to start the checked user's daemon, naming that user and uid: root checking
+    ``--user user1`` must read user1's uid, not its own (dockerapi's hint is the caller's)."""
     try:
-        return start_hint(docker_host(ctx))
+        host = docker_host(ctx)
     except (KeyError, IndexError, ValueError):
         return f"fix the docker_host setting {ctx.settings.docker_host!r}"
+    return (
+        f"no Docker daemon is running at {host} for {ctx.user} (uid {ctx.uid}); as "
+        f"{ctx.user}, start the rootless daemon with `dockerd-rootless.sh` (or `systemctl "
+        "--user start docker`), or point DOCKER_HOST at it"
+    )
+
+
+ROOT_HAS_NO_DAEMON = "root has no rootless daemon: run as a job user, or `--user NAME` as root"
+
+
+def root_skip(ctx: Context, name: str) -> Check | None:
+    """A skip when the checked user is root: acbslurm runs containers in the job user's
+    rootless daemon only, so root's daemon (or none) says nothing about a job."""
+    return skip(name, ROOT_HAS_NO_DAEMON) if ctx.uid == 0 else None
 
 
 def check_linger(

@@ -78,7 +78,33 @@ def _count_problems(
     return problems
 
 
+def _this_host() -> set[str]:
+    import socket
+
+    name = socket.gethostname()
+    return {name, name.split(".")[0], socket.getfqdn()}
+
+
+def _unknown_node(ctx: Context, conf: SlurmConf | None) -> str:
+    """Why ``ctx.node`` is not a node of slurm.conf, or ``""``. Checked first: with
+    several slurmd on this host (the sandbox's ``--nodes``), the host name is none of
+    them and gres.conf has no line for it, which said "fix gres.conf" wrongly."""
+    names = conf.node_names() if conf else []
+    if not names or ctx.node in names:
+        return ""  # configless (no NodeName lines here), or a node Slurm has
+    local = conf.local_nodes(_this_host()) if conf else []
+    if len(local) > 1:
+        return (
+            f"several nodes share this host ({', '.join(local)}) and slurm.conf has no node "
+            f"{ctx.node}: the doctor checks one node at a time"
+        )
+    return f"slurm.conf has no node {ctx.node} (it has {', '.join(names)})"
+
+
 def check_gres(ctx: Context, conf: SlurmConf | None) -> Check:
+    unknown = _unknown_node(ctx, conf)
+    if unknown:
+        return fail("gres", unknown, "pass Slurm's name for this node: `--node NAME`")
     s = ctx.settings
     source = f"the static inventory {s.gpu_inventory}" if s.gpu_inventory else "NVML"
     try:

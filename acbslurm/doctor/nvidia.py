@@ -14,7 +14,7 @@ import tomllib
 
 from acbslurm.dockerapi.engine import socket_path
 from acbslurm.doctor.context import Context
-from acbslurm.doctor.docker import docker_host
+from acbslurm.doctor.docker import docker_host, root_skip
 from acbslurm.doctor.result import Check, fail, ok
 from acbslurm.errors import AcbslurmError
 from acbslurm.units import is_ascii_int
@@ -69,17 +69,24 @@ def daemon_envs(uid: int, proc: str = "/proc") -> list[tuple[str, dict[str, str]
     return out
 
 
-def _the_daemon(ctx: Context, proc: str) -> dict[str, str] | None:
-    """The environment of the daemon `acbslurm run` would use (by its socket), if it runs."""
-    daemons = daemon_envs(ctx.uid, proc)
+def _wanted_socket(ctx: Context) -> str:
     try:
-        want = socket_path(docker_host(ctx))
+        return socket_path(docker_host(ctx))
     except (AcbslurmError, KeyError, IndexError, ValueError):
-        want = ""
-    for sock, env in daemons:
+        return ""
+
+
+def _the_daemon(ctx: Context, proc: str, want: str) -> dict[str, str] | None:
+    """The environment of the daemon `acbslurm run` would use, found by its socket
+    ``want`` (this node's docker_host for the user), if it runs. Only that one: another
+    daemon of the same user (a second sandbox's) may have another PATH, and saying ok
+    about it while this node's daemon is down was wrong."""
+    if not want:
+        return None
+    for sock, env in daemon_envs(ctx.uid, proc):
         if os.path.realpath(sock) == os.path.realpath(want):
             return env
-    return daemons[0][1] if daemons else None
+    return None
 
 
 def find_hook(path: str) -> str:
@@ -113,7 +120,11 @@ def _config_problem(config: str) -> str:
 
 
 def check_nvidia_hook(ctx: Context, proc: str = "/proc", config: str = TOOLKIT_CONFIG) -> Check:
-    env = _the_daemon(ctx, proc)
+    skipped = root_skip(ctx, "nvidia-hook")  # as `dockerd`: no daemon of root's to look at
+    if skipped is not None:
+        return skipped
+    want = _wanted_socket(ctx)
+    env = _the_daemon(ctx, proc, want)
     if env is not None:
         where = f"the PATH of {ctx.user}'s running dockerd"
         path = env.get("PATH", "")
@@ -121,7 +132,8 @@ def check_nvidia_hook(ctx: Context, proc: str = "/proc", config: str = TOOLKIT_C
         user_config = os.path.join(xdg, "nvidia-container-runtime", "config.toml") if xdg else ""
         config = user_config if user_config and os.path.exists(user_config) else config
     else:
-        where = "the standard PATH (no running dockerd of " + ctx.user + " found)"
+        at = f" at {want}" if want else ""
+        where = f"the standard PATH (no running dockerd of {ctx.user}{at} found)"
         path = ":".join(filter(None, [ctx.env.get("PATH", ""), DEFAULT_PATH]))
     hook = find_hook(path)
     if not hook:

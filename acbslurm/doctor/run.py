@@ -5,8 +5,18 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 
-from acbslurm.config import DEFAULT_CONFIG_FILE, load_settings
-from acbslurm.doctor import docker, gres, logs, nvidia, records, report, slurmconf, version
+from acbslurm.config import DEFAULT_CONFIG_FILE, Settings, load_settings
+from acbslurm.doctor import (
+    docker,
+    gres,
+    logs,
+    nodes,
+    nvidia,
+    records,
+    report,
+    slurmconf,
+    version,
+)
 from acbslurm.doctor.context import Context, make_context
 from acbslurm.doctor.result import FAIL, SKIP, WARN, Check, fail, ok, skip, warn
 from acbslurm.errors import AcbslurmError
@@ -49,6 +59,24 @@ def _settings_check(ctx: Context, where: str) -> Check:
     )
 
 
+def _load_settings_for(node: str | None) -> Settings:
+    """The settings as the hooks of ``node`` read them: ``{node}`` in a value is the
+    node (config.py fills it from SLURMD_NODENAME). With several nodes on one host (the
+    sandbox's ``--nodes``) `--node vm-2` must check vm-2's inventory and records, not
+    the host name's, which exist for no node."""
+    if not node:
+        return load_settings()
+    before = os.environ.get("SLURMD_NODENAME")
+    os.environ["SLURMD_NODENAME"] = node
+    try:
+        return load_settings()
+    finally:
+        if before is None:
+            del os.environ["SLURMD_NODENAME"]
+        else:
+            os.environ["SLURMD_NODENAME"] = before
+
+
 def run_doctor(
     env: Mapping[str, str] | None = None, user: str | None = None, node: str | None = None
 ) -> list[Check]:
@@ -56,7 +84,7 @@ def run_doctor(
     env = dict(os.environ if env is None else env)
     where = env.get("ACBSLURM_CONFIG") or DEFAULT_CONFIG_FILE
     try:
-        settings = load_settings()
+        settings = _load_settings_for(node)
     except AcbslurmError as exc:
         return [fail("settings", str(exc), f"fix the settings file {where}")]
     ctx = make_context(settings, env, user, node)
@@ -65,6 +93,7 @@ def run_doctor(
     slurm, conf = _slurm_checks(ctx)
     checks += slurm
     checks += [
+        _guarded("node-state", lambda: nodes.check_node_state(ctx)),
         _guarded("gres", lambda: gres.check_gres(ctx, conf)),
         _guarded("nvidia-hook", lambda: nvidia.check_nvidia_hook(ctx)),
         _guarded("dockerd", lambda: docker.check_dockerd(ctx)),

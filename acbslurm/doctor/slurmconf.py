@@ -51,6 +51,23 @@ class SlurmConf:
         elif first not in self.values:
             self.values[first] = pairs.get(first, "")
 
+    def node_names(self) -> list[str]:
+        """Every node of the NodeName lines (hostlists expanded), DEFAULT left out."""
+        return [n for pairs in self.node_lines for n in _names(pairs)]
+
+    def local_nodes(self, here: set[str]) -> list[str]:
+        """The nodes whose address (NodeAddr, else NodeHostname, else the name) is this
+        host: ``here`` (its names) or a loopback address. Several mean several slurmd on
+        one machine (the sandbox's ``--nodes``), where the host name names none."""
+        out = []
+        for pairs in self.node_lines:
+            addr = pairs.get("nodeaddr") or pairs.get("nodehostname") or ""
+            for name in _names(pairs):
+                where = addr or name
+                if where in here or where.startswith("127.") or where in ("::1", "localhost"):
+                    out.append(name)
+        return out
+
     def node_gpu_count(self, node: str) -> int | None:
         """The GPU count of ``Gres=`` on ``node``'s NodeName line (None: not declared)."""
         for pairs in self.node_lines:
@@ -62,6 +79,11 @@ class SlurmConf:
                 if parts[0] == "gpu":
                     return int(parts[-1]) if len(parts) > 1 and is_ascii_int(parts[-1]) else 1
         return None
+
+
+def _names(pairs: dict[str, str]) -> list[str]:
+    names = pairs.get("nodename", "")
+    return [] if names.lower() == "default" else expand_hostlist(names)
 
 
 def _read_file(conf: SlurmConf, path: str, depth: int = 0) -> None:

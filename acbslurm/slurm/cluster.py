@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from acbslurm.errors import AcbslurmError
@@ -58,18 +59,52 @@ def account_has_user(
     return any(line.strip() for line in res.stdout.splitlines())
 
 
-def node_gpus(*, env: Mapping[str, str] | None = None) -> dict[str, int]:
-    """GPUs per node, from the ``Gres=`` of ``scontrol -o show node`` (``gpu:2``,
-    ``gpu:a100:2(S:0-1)``, several types added up)."""
-    out: dict[str, int] = {}
+@dataclass(frozen=True)
+class NodeInfo:
+    """One node of ``scontrol -o show node``: its GPUs, state and the admin's reason."""
+
+    name: str
+    gpus: int
+    state: str = ""  # as scontrol prints it: IDLE, MIXED+DRAIN, DOWN+NOT_RESPONDING...
+    reason: str = ""  # Reason=, e.g. "Prolog error [root@2026-12-01T23:00:00]"
+
+    @property
+    def unavailable(self) -> str:
+        """``drained`` or ``down`` when Slurm gives the node no new job, else ``""``.
+
+        A draining node (MIXED+DRAIN) still runs its jobs but starts none: its idle
+        GPUs are as unavailable as a drained node's."""
+        flags = set(self.state.upper().split("+"))
+        if flags & {"DOWN", "FAIL", "FUTURE"}:
+            return "down"
+        if flags & {"DRAIN", "DRAINED", "DRAINING", "MAINT", "REBOOT_REQUESTED"}:
+            return "drained"
+        return ""
+
+
+def nodes(*, env: Mapping[str, str] | None = None) -> list[NodeInfo]:
+    """Every node Slurm has (one ``scontrol -o show node``): GPUs from ``Gres=``
+    (``gpu:2``, ``gpu:a100:2(S:0-1)``, several types added up), state and reason."""
+    out: list[NodeInfo] = []
     for line in slurm(["scontrol", "-o", "show", "node"], env=env).stdout.splitlines():
         name = re.search(r"\bNodeName=(\S+)", line)
-        gres = re.search(r"\bGres=(\S*)", line)
         if not name:
             continue
+        gres = re.search(r"\bGres=(\S*)", line)
         text = re.sub(r"\([^)]*\)", "", gres.group(1)) if gres else ""
-        out[name.group(1)] = sum(int(n) for n in _GPU_GRES.findall(text))
+        count = sum(int(n) for n in _GPU_GRES.findall(text))
+        reason = _field(line, "Reason")
+        out.append(NodeInfo(name.group(1), count, _field(line, "State"), _no_null(reason)))
     return out
+
+
+def _no_null(value: str) -> str:
+    return "" if value in ("(null)", "None") else value
+
+
+def node_gpus(*, env: Mapping[str, str] | None = None) -> dict[str, int]:
+    """GPUs per node (``nodes``)."""
+    return {n.name: n.gpus for n in nodes(env=env)}
 
 
 def _field(line: str, key: str) -> str:
@@ -92,13 +127,24 @@ def job_details(job_id: str, *, env: Mapping[str, str] | None = None) -> dict[st
     return {k: v for k in keys if (v := _field(line, k)) and v not in ("None", "(null)")}
 
 
-def gpu_slots(
-    *, record_dir: str = "", env: Mapping[str, str] | None = None
-) -> list[tuple[str, int, JobInfo | None]]:
-    """(node, GPU index, the running job holding it or None) for every GPU Slurm manages.
+@dataclass(frozen=True)
+class GpuSlot:
+    """One GPU Slurm manages: the running job holding it, or why no job can get it."""
 
-    Two listings: the nodes' ``Gres=`` and the running jobs with their GPU indices (one
-    ``scontrol`` for all). A job on several nodes is shown on each with its indices.
+    node: str
+    index: int
+    job: JobInfo | None
+    unavailable: str = ""  # the node's: "drained", "down" (NodeInfo.unavailable)
+    reason: str = ""  # the node's Reason=, when unavailable
+
+
+def gpu_slots(*, record_dir: str = "", env: Mapping[str, str] | None = None) -> list[GpuSlot]:
+    """Every GPU Slurm manages, with the running job holding it (or None) and, for a
+    drained or down node, that state and the reason: its idle GPUs are not free.
+
+    Two listings: the nodes (``Gres=``, ``State=``, ``Reason=``) and the running jobs
+    with their GPU indices (one ``scontrol`` for all). A job on several nodes is shown
+    on each with its indices.
     """
     from acbslurm.slurm.hostlist import expand_hostlist
     from acbslurm.slurm.jobs import query_jobs
@@ -113,9 +159,11 @@ def gpu_slots(
             for idx in job.gpu_indices:
                 held[(node, idx)] = job
     return [
-        (node, idx, held.get((node, idx)))
-        for node, count in sorted(node_gpus(env=env).items())
-        for idx in range(count)
+        GpuSlot(
+            n.name, idx, held.get((n.name, idx)), n.unavailable, n.reason if n.unavailable else ""
+        )
+        for n in sorted(nodes(env=env), key=lambda n: n.name)
+        for idx in range(n.gpus)
     ]
 
 

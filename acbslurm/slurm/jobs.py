@@ -35,6 +35,7 @@ _SACCT_FIELDS = (
 _IDX = re.compile(r"IDX:([0-9,\-]+)")
 _ARRAY_JOB = re.compile(r"\bArrayJobId=([0-9]+)")
 _ARRAY_TASK = re.compile(r"\bArrayTaskId=([0-9]+)(?=\s|$)")  # one task, not 2-3 or 2,5
+_JOB_STATE = re.compile(r"\bJobState=([A-Z_]+)")
 # What squeue and scontrol print for an id the controller does not know (any more).
 _INVALID_JOB_ID = "invalid job id specified"
 # scontrol takes one job id a call: this many calls at once, quick for a watcher and
@@ -167,7 +168,13 @@ def parse_job_gpus(text: str) -> dict[str, JobGres]:
         indices: list[int] = []
         for gres in re.findall(r"\bGRES=(\S+)", line):
             indices.extend(_gpu_indices(gres))
-        job = JobGres(m.group(1), sorted(set(indices)), _devices_by_node(line))
+        state = _JOB_STATE.search(line)
+        job = JobGres(
+            m.group(1),
+            sorted(set(indices)),
+            _devices_by_node(line),
+            state.group(1) if state else "",
+        )
         out[job.job_id] = job
         array, task = _ARRAY_JOB.search(line), _ARRAY_TASK.search(line)
         if array and task:
@@ -213,6 +220,55 @@ def _task_order(job_id: str) -> tuple[int, str]:
     return (int(digits.group(1)) if digits else 0, task)
 
 
+def job_order(job_id: str) -> tuple[int, int, int, str]:
+    """One order for every listing: by job (an array's id), then task numerically, the
+    array's own row first and its pending rest (``12_[4-9]``) by its first task.
+
+    ``status`` printed squeue's own order (partition, state, priority) and ``status
+    12`` the tasks by number, so the same tasks came in two orders.
+    """
+    base, _, task = job_id.partition("_")
+    number = int(base) if base.isascii() and base.isdigit() else 2**63
+    if not task:
+        return (number, 0, -1, "")
+    return (number, 1, *_task_order(job_id))
+
+
+# Reasons a job has only while it waits. squeue (and sacct) keep a job's last reason
+# after it ended: a requeued job that then COMPLETED still says BeginTime, which tells
+# nothing about how it ended. Prefixes, as Slurm's names come in families.
+_WAITING_REASONS = (
+    "BeginTime",
+    "Priority",
+    "Resources",
+    "Dependency",
+    "JobHeld",
+    "ReqNode",
+    "Reservation",
+    "Licenses",
+    "Partition",
+    "Assoc",
+    "QOS",
+    "Max",
+    "launch_failed_requeued_held",
+    "Nodes_required",
+    "Prolog",  # waiting for its prolog (PrologFlags=Alloc): the sandbox showed it kept
+    "None",
+)
+
+
+def drop_stale_reason(job: JobInfo) -> None:
+    """A finished job keeps only a reason about its end. A COMPLETED job has none (on
+    the sandbox a requeued one kept ``BeginTime``, or the ``Prolog`` of its second
+    start); another ended one loses a waiting reason once it started; a job cancelled
+    while it waited keeps its (why it never ran)."""
+    if not job.finished or not job.reason:
+        return
+    waited = job.reason.startswith(_WAITING_REASONS)
+    if job.state == "COMPLETED" or (job.start_time and waited):
+        job.reason = ""
+
+
 # GPU indices of running jobs, as scontrol named them, keyed by squeue's id and the
 # start time: an allocation never changes while a job runs, and a requeued job starts
 # again (a new start time) on whichever GPUs are free then. A caller that polls keeps
@@ -241,41 +297,53 @@ def query_jobs(
     if gpu_cache is None:
         gpu_cache = {}
     found = {j.job_id: j for j in _controller_rows(wanted, user, env, backend, gpu_cache)}
+    for job in found.values():
+        drop_stale_reason(job)
     if not wanted:
-        jobs = list(found.values())
+        jobs = sorted(found.values(), key=lambda j: job_order(j.job_id))
     else:
-        # An array the controller shows may have tasks it already forgot: ask sacct too.
-        arrays_shown = {k.split("_", 1)[0] for k in found if "_" in k}
-        # squeue has no exit code: sacct gives it for the jobs that ended.
-        ended = {w for w in wanted if w in found and found[w].finished and not found[w].exit_code}
-        ask = [w for w in wanted if w not in found or w in arrays_shown or w in ended]
-        old: dict[str, JobInfo] = {}
-        unknown_why = ""
-        if ask:
-            try:
-                old = {j.job_id: j for j in sacct_jobs(ask, env=env)}
-            except SlurmError as exc:
-                # slurmdbd down: what slurmctld knows still counts; the rest is unknown
-                # for a reason the user should see.
-                detail = (exc.stderr or exc.reason).strip().splitlines() or ["no output"]
-                unknown_why = f"slurmdbd not answering (sacct: {detail[-1][:120]})"
-        _add_exit_codes(found, old)
-        jobs = []
-        for w in wanted:
-            own = found.get(w) or old.get(w)
-            tasks = _array_tasks(w, found, old)
-            if tasks and own is not None:
-                # The array's own record shows up by its bare id only for moments (e.g.
-                # its pending rest just cancelled); the task rows say the same once
-                # settled. Kept while unfinished, so a watcher never misses live work.
-                own.array_job_id = w
-                if own.finished:
-                    own = None
-            rows = ([own] if own is not None else []) + tasks
-            jobs.extend(rows or [JobInfo(job_id=w, state="UNKNOWN", reason=unknown_why)])
+        jobs = _scoped_rows(wanted, found, env)
     running = [j for j in jobs if j.state in HOLDING_STATES]
     if running:
         _add_gpus(running, record_dir, env, scoped=bool(wanted), cache=gpu_cache)
+    return jobs
+
+
+def _scoped_rows(
+    wanted: list[str], found: dict[str, JobInfo], env: Mapping[str, str] | None
+) -> list[JobInfo]:
+    """The rows of ``wanted`` in their order: the controller's, sacct's for the rest."""
+    # An array the controller shows may have tasks it already forgot: ask sacct too.
+    arrays_shown = {k.split("_", 1)[0] for k in found if "_" in k}
+    # squeue has no exit code: sacct gives it for the jobs that ended.
+    ended = {w for w in wanted if w in found and found[w].finished and not found[w].exit_code}
+    ask = [w for w in wanted if w not in found or w in arrays_shown or w in ended]
+    old: dict[str, JobInfo] = {}
+    unknown_why = ""
+    if ask:
+        try:
+            old = {j.job_id: j for j in sacct_jobs(ask, env=env)}
+        except SlurmError as exc:
+            # slurmdbd down: what slurmctld knows still counts; the rest is unknown
+            # for a reason the user should see.
+            detail = (exc.stderr or exc.reason).strip().splitlines() or ["no output"]
+            unknown_why = f"slurmdbd not answering (sacct: {detail[-1][:120]})"
+    for job in old.values():
+        drop_stale_reason(job)
+    _add_exit_codes(found, old)
+    jobs = []
+    for w in wanted:
+        own = found.get(w) or old.get(w)
+        tasks = _array_tasks(w, found, old)
+        if tasks and own is not None:
+            # The array's own record shows up by its bare id only for moments (e.g.
+            # its pending rest just cancelled); the task rows say the same once
+            # settled. Kept while unfinished, so a watcher never misses live work.
+            own.array_job_id = w
+            if own.finished:
+                own = None
+        rows = ([own] if own is not None else []) + tasks
+        jobs.extend(rows or [JobInfo(job_id=w, state="UNKNOWN", reason=unknown_why)])
     return jobs
 
 
@@ -378,10 +446,17 @@ def _add_gpus(
     cache: GpuCache,
 ) -> None:
     unknown = [j for j in jobs if (j.job_id, j.start_time) not in cache]
-    if unknown:
-        cache.update(_ask_gpus(unknown, env, scoped=scoped))
+    shown = _ask_gpus(unknown, env, scoped=scoped) if unknown else {}
+    # Only what names GPUs is kept: a job that ended between squeue and scontrol shows
+    # none (GRES=), which must not stick. A job without GPUs is asked again each time
+    # (acbslurm's own jobs all have one).
+    cache.update(
+        {(j.job_id, j.start_time): shown[j.job_id] for j in unknown if _has_gpus(shown, j)}
+    )
     for job in jobs:
         found = cache.get((job.job_id, job.start_time))
+        if found is None and job.job_id in shown:
+            _moved_on(job, shown[job.job_id])
         job.gpu_indices = list(found.indices) if found else []
         job.gpu_devices = [dict(d) for d in found.devices] if found else []
         # The prolog names the record after the JobId (SLURM_JOB_ID), 14 for task 12_1.
@@ -392,8 +467,26 @@ def _add_gpus(
                 job.gpu_indices = list(record.gpu_indices)
 
 
-def _ask_gpus(jobs: list[JobInfo], env: Mapping[str, str] | None, *, scoped: bool) -> GpuCache:
-    """scontrol's GPU indices for running ``jobs``: per job when scoped, else all at once.
+def _has_gpus(shown: Mapping[str, JobGres], job: JobInfo) -> bool:
+    return job.job_id in shown and bool(shown[job.job_id].indices)
+
+
+def _moved_on(job: JobInfo, later: JobGres) -> None:
+    """squeue's RUNNING row of a job that scontrol, asked just after, shows ending
+    (COMPLETING, or ended) with its GPUs already released (``GRES=``): the row says
+    COMPLETING, so that no RUNNING job is shown holding no GPU. Short array tasks did
+    that (``12_1 RUNNING``, ``gpu_indices: []``): one ended between the two calls. Not
+    scontrol's final state: that comes, with sacct's exit code and reason, next time
+    (a watcher would otherwise close the job on half a record)."""
+    if job.state == "RUNNING" and later.state not in ("", "RUNNING", "SUSPENDED"):
+        job.state = "COMPLETING"
+
+
+def _ask_gpus(
+    jobs: list[JobInfo], env: Mapping[str, str] | None, *, scoped: bool
+) -> dict[str, JobGres]:
+    """scontrol's records of running ``jobs`` by squeue's id: per job when scoped, else
+    all at once.
 
     ``scontrol show job`` takes one id; an array's own id shows all its records, so
     the tasks a caller asked for by the array's id cost one call together.
@@ -409,14 +502,7 @@ def _ask_gpus(jobs: list[JobInfo], env: Mapping[str, str] | None, *, scoped: boo
     shown: dict[str, JobGres] = {}
     for text in texts:
         shown.update(parse_job_gpus(text))
-    # Only what names GPUs is kept: a job that ended between squeue and scontrol shows
-    # none (GRES=), which must not stick. A job without GPUs is asked again each time
-    # (acbslurm's own jobs all have one).
-    return {
-        (j.job_id, j.start_time): shown[j.job_id]
-        for j in jobs
-        if j.job_id in shown and shown[j.job_id].indices
-    }
+    return shown
 
 
 def _show_job(job_id: str, env: Mapping[str, str] | None) -> str:

@@ -111,6 +111,9 @@ class JobGres:
     indices: list[int]  # of all its nodes together
     # A job on several nodes: each GPU as {"node", "index", "uuid"} (empty for one node).
     devices: list[dict[str, Any]] = field(default_factory=list)
+    # scontrol's JobState when asked (later than squeue's row); empty when not known
+    # (pyslurm's rows come with their own state).
+    state: str = ""
 
 
 @dataclass

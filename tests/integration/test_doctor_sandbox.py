@@ -172,7 +172,10 @@ def _break(copy: Copy, how: str, tmp: Path) -> None:
         ("inventory-duplicate-uuid", {"gres"}, "UUIDs listed twice"),
         # No NVML on this machine: the GPU check fails along with the hook's.
         ("standin-on-nvml-node", {"gres", "nvidia-hook"}, "the sandbox's stand-in"),
-        ("no-dockerd", {"dockerd"}, "no Docker daemon"),
+        # No daemon where this node's settings point: the hook is looked for on the
+        # standard PATH, which lacks the sandbox's stand-in (user1's real daemon, at the
+        # sandbox's own socket, is not the one these settings name).
+        ("no-dockerd", {"dockerd", "nvidia-hook"}, "no running dockerd of user1 at"),
         ("record-dir-users", {"record-dir"}, "root-owned and writable by root alone"),
         ("no-report-access", {"report"}, "no report service answers"),
     ],

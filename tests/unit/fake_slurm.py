@@ -180,7 +180,9 @@ def scontrol(args, stdin, state):
         return f"PartitionName={{words[2]}} State=UP\n", "", 0
     if words == ["show", "node"]:
         lines = [
-            f"NodeName={{n}} State=IDLE{{'+DRAIN' if n in state['drained'] else ''}} Gres={{g}}"
+            f"NodeName={{n}} Gres={{g}} State=IDLE{{'+DRAIN' if n in state['drained'] else ''}}"
+            + (f" Reason={{state['drained'][n]}} [root@2026-11-30T01:00:00]"
+               if n in state["drained"] else "")
             for n, g in state["nodes"].items()
         ]
         return "".join(line + "\n" for line in lines), "", 0
@@ -466,6 +468,12 @@ class FakeSlurm:
         for key, value in (("partitions", partitions), ("accounts", accounts), ("nodes", nodes)):
             if value is not None:
                 data[key] = value
+        self._save(data)
+
+    def drain(self, node: str, reason: str) -> None:
+        """Drain ``node`` as slurmd does after a failed prolog (``Prolog error``)."""
+        data = self._load()
+        data["drained"][node] = reason
         self._save(data)
 
     @property

@@ -112,7 +112,9 @@ def failing_job(fake_slurm: FakeSlurm, cwd: Path) -> None:
     err.write_text("".join(f"line {i}\n" for i in range(30)) + "Error: image not found\n")
     run = {"state": "RUNNING", "node": "vm", "start": T0, "reason": "", "gpus": [0]}
     end = {"state": "FAILED", "end": T0, "exit_code": "3:0", "reason": "NonZeroExitCode"}
-    fake_slurm.set_defaults(reason="Priority", std_err=str(err), next=[run, end])
+    # RUNNING twice: the fake's clock ticks after each squeue call, so scontrol, asked
+    # next, sees the job still running (its GPUs) rather than already ended.
+    fake_slurm.set_defaults(reason="Priority", std_err=str(err), next=[run, run, end])
 
 
 def test_wait_explains_a_failure_with_reason_exit_code_and_error_tail(
@@ -152,10 +154,10 @@ def test_wait_on_a_terminal_rewrites_one_summary_line(
     monkeypatch.setattr(waiting, "is_terminal", lambda: True)
     res = submit(spec(cwd), "-n", "2", "--wait", "--interval", "0.1")
     err = res.stderr
-    assert "\r2 jobs: 2 PENDING  (0:00)" in err
+    assert "\r2 jobs: 2 PENDING (Priority)  (0:00)" in err  # why they wait, too
     assert "\r2 jobs: 2 RUNNING" in err
     assert "\r2 jobs: 2 FAILED  (" in err.split("\n")[0]  # one line, rewritten
-    assert "PENDING (Priority)" not in err  # no per-job lines
+    assert "100 PENDING (Priority)" not in err  # no per-job lines
 
 
 def test_summary_counts_states_in_order() -> None:
@@ -164,6 +166,37 @@ def test_summary_counts_states_in_order() -> None:
     jobs = [JobInfo("1", "RUNNING"), JobInfo("2", "PENDING"), JobInfo("3", "RUNNING")]
     assert waiting.summary(jobs, 75) == "3 jobs: 1 PENDING, 2 RUNNING  (1:15)"
     assert waiting.clock(3725) == "1:02:05"
+
+
+def test_summary_says_why_jobs_wait() -> None:
+    from acbslurm.slurm.jobtypes import JobInfo
+
+    held = [JobInfo("1", "PENDING", reason="JobHeldUser"), JobInfo("2", "RUNNING")]
+    assert waiting.summary(held, 3) == "2 jobs: 1 PENDING (JobHeldUser), 1 RUNNING  (0:03)"
+    mixed = [JobInfo(str(i), "PENDING", reason="Priority") for i in range(2)]
+    mixed += [JobInfo("3", "PENDING", reason="JobHeldUser")]
+    mixed += [JobInfo("4", "FAILED", reason="NonZeroExitCode")]  # an end, not a wait
+    assert waiting.summary(mixed, 0) == (
+        "4 jobs: 3 PENDING (2 Priority, 1 JobHeldUser), 1 FAILED  (0:00)"
+    )
+
+
+def test_wait_off_a_terminal_prints_a_line_when_the_reason_changes(
+    cwd: Path, fake_slurm: FakeSlurm
+) -> None:
+    failing_job(fake_slurm, cwd)
+    held = {"reason": "JobHeldUser"}
+    run = {"state": "RUNNING", "node": "vm", "start": T0, "reason": "", "gpus": [0]}
+    end = {"state": "COMPLETED", "end": T0, "exit_code": "0:0", "reason": ""}
+    fake_slurm.set_defaults(reason="Priority", next=[held, held, run, run, end])
+    res = submit(spec(cwd), "--wait", "--interval", "0.1")
+    assert res.exit_code == 0, res.output
+    lines = res.stderr.splitlines()
+    assert lines[:3] == [
+        "100 PENDING (Priority)",
+        "100 PENDING (JobHeldUser)",
+        "100 RUNNING on vm GPU 0",
+    ]
 
 
 def test_ctrl_c_says_the_jobs_keep_running_and_how_to_cancel(
@@ -281,9 +314,32 @@ def test_status_gpus_shows_each_gpu_with_its_job_or_free(cwd: Path, fake_slurm: 
         "user": "user1",
         "elapsed_s": 65,
         "name": "job",
+        "unavailable": None,
+        "node_reason": None,
     }
     assert data["gpus"][0]["job_id"] is None
     assert status("--gpus", "7").exit_code == 2
+
+
+def test_status_gpus_shows_a_drained_nodes_gpus_as_unavailable(
+    cwd: Path, fake_slurm: FakeSlurm
+) -> None:
+    # A node drained by a failed prolog starts no job: its idle GPUs are not free.
+    fake_slurm.set_cluster(nodes={"node1": "gpu:2", "node2": "gpu:1"})
+    fake_slurm.add_job("7", "RUNNING", node="node1", start=T0, gpus=[1], elapsed="1:05")
+    fake_slurm.drain("node1", "Prolog error")
+    res = status("--gpus")
+    assert res.exit_code == 0, res.output
+    rows = [line.split(None, 5) for line in res.stdout.splitlines()]
+    assert rows[1:] == [
+        ["node1", "0", "drained", "-", "-", "Prolog error [root@2026-11-30T01:00:00]"],
+        ["node1", "1", "7", "user1", "1:05", "job"],  # a job on a draining node still runs
+        ["node2", "0", "free", "-", "-"],
+    ]
+    gpus = json.loads(status("--gpus", "--json").stdout)["gpus"]
+    assert gpus[0]["unavailable"] == "drained" and gpus[0]["job_id"] is None
+    assert gpus[0]["node_reason"].startswith("Prolog error")
+    assert gpus[2]["unavailable"] is None and gpus[2]["node_reason"] is None
 
 
 def test_status_shows_the_address_of_my_running_pool_job(cwd: Path, fake_slurm: FakeSlurm) -> None:

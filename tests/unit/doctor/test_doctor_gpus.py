@@ -166,4 +166,44 @@ def test_without_a_daemon_the_standard_path_is_searched(
     hook_script(b / nvidia.HOOK, STANDIN)
     (tmp_path / "proc").mkdir()
     c = nvidia.check_nvidia_hook(make_ctx(env={"PATH": str(b)}), str(tmp_path / "proc"))
-    assert c.status == "ok" and "no running dockerd of user1 found" in c.summary
+    assert c.status == "ok" and "no running dockerd of user1 at " in c.summary
+
+
+def test_another_daemon_of_the_user_is_not_this_nodes(
+    tmp_path: Path, node: Path, make_ctx: Callable[..., Context]
+) -> None:
+    # A second sandbox's user1 daemon (another socket) has the hook on its PATH, while
+    # the daemon this node's docker_host names is down: not an ok about the wrong one.
+    b = tmp_path / "other-bin"
+    b.mkdir()
+    hook_script(b / nvidia.HOOK, STANDIN)
+    other = ("-H", f"unix://{tmp_path}/other.sock")
+    _fake_dockerd(tmp_path / "proc", 1001, {"PATH": str(b)}, pid=4242, argv=other)
+    c = nvidia.check_nvidia_hook(make_ctx(), str(tmp_path / "proc"))
+    assert c.status == "fail", c
+    assert f"no running dockerd of user1 at {node}/run/user1/docker.sock" in c.summary
+
+
+def test_root_without_user_is_skipped_as_dockerd_is(
+    tmp_path: Path, daemon_bin: Path, make_ctx: Callable[..., Context]
+) -> None:
+    hook_script(daemon_bin / nvidia.HOOK, STANDIN)
+    ctx = make_ctx(uid=0, user="root", caller_uid=0)
+    c = nvidia.check_nvidia_hook(ctx, str(tmp_path / "proc"))
+    assert c.status == "skip" and "root has no rootless daemon" in c.summary
+
+
+def test_several_nodes_on_this_host_ask_for_the_node_option(
+    node: Path, make_ctx: Callable[..., Context]
+) -> None:
+    # The sandbox's --nodes 2: two slurmd on 127.0.0.1, neither named after the host.
+    (node / "slurm.conf").write_text(
+        "PrologFlags=Alloc\nNodeName=vm-[1-2] NodeAddr=127.0.0.1 Gres=gpu:2\n"
+    )
+    status, summary = _gres(make_ctx())
+    assert status == "fail" and "several nodes share this host (vm-1, vm-2)" in summary
+    c = gres.check_gres(make_ctx(), slurmconf.load(make_ctx()))
+    assert "--node NAME" in c.fix and "gres.conf" not in c.fix
+    (node / "slurm.conf").write_text("NodeName=far Gres=gpu:2\n")
+    status, summary = _gres(make_ctx())
+    assert status == "fail" and "slurm.conf has no node n1 (it has far)" in summary

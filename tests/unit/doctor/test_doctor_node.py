@@ -69,6 +69,13 @@ def test_no_dockerd(make_ctx: Callable[..., Context]) -> None:
     assert docker.check_dockerd(make_ctx(uid=0, user="root")).status == "skip"
 
 
+def test_root_for_user1_names_user1s_uid(make_ctx: Callable[..., Context]) -> None:
+    # `sudo acbslurm doctor --user user1`: the fix is about user1's daemon, not root's.
+    c = docker.check_dockerd(make_ctx(caller_uid=0))
+    assert "for user1 (uid 1001)" in c.fix and "uid 0" not in c.fix, c.fix
+    assert "as user1, start the rootless daemon" in c.fix
+
+
 def test_the_callers_docker_host_wins(node: Path, make_ctx: Callable[..., Context]) -> None:
     gen = _serve_info(node / "elsewhere.sock", ROOTLESS)
     next(gen)
@@ -188,6 +195,31 @@ def test_the_command(node: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     conf.write_text('{"no_such_setting": 1}')
     r = CliRunner().invoke(doctor, [])
     assert r.exit_code == 1 and "unknown setting 'no_such_setting'" in r.output
+
+
+def test_node_option_fills_node_in_the_settings(
+    node: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Several slurmd on one host keep per-node inventories (`gpus-{node}.json`): `--node
+    # n1` checks n1's, not one named after the host, which no node has.
+    from acbslurm.doctor import run_doctor
+
+    (node / "gpus.json").rename(node / "gpus-n1.json")
+    conf = node / "acbslurm.yaml"
+    conf.write_text(
+        json.dumps(
+            {
+                "gpu_inventory": str(node / "gpus-{node}.json"),
+                "gres_conf": str(node / "gres.conf"),
+                "slurm_conf": str(node / "slurm.conf"),
+            }
+        )
+    )
+    monkeypatch.setenv("ACBSLURM_CONFIG", str(conf))
+    monkeypatch.delenv("SLURMD_NODENAME", raising=False)
+    checks = {c.name: c for c in run_doctor(user="root", node="n1")}
+    assert checks["gres"].status == "ok", checks["gres"]
+    assert "SLURMD_NODENAME" not in os.environ  # put back as it was
 
 
 def test_no_settings_file_is_a_warning(

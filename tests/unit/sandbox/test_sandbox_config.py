@@ -323,3 +323,19 @@ def test_gpu_types_set_the_count_and_must_agree_with_gpus() -> None:
     assert _gpu_shape(Params(gpu_types="h200:2"), 2, None) == {"gpu_types": ""}
     with pytest.raises(ConfigError, match=r"--gpus 2 and --gpu-types h200:1 \(1\) disagree"):
         _gpu_shape(base, 2, "h200:1")
+def test_the_sandbox_passes_the_doctors_kill_wait(layout: Layout) -> None:
+    # The container's grace (stop_grace, docker stop) must end within KillWait, or a
+    # cancelled job's container is SIGKILLed first: the sandbox's own doctor says ok.
+    from acbslurm.config import Settings
+    from acbslurm.doctor.context import Context
+    from acbslurm.doctor.slurmconf import SlurmConf, _read_file, check_kill_wait
+
+    p = Params(gpus=2, node="vm", port_base=20000)
+    render.write_slurm_configs(layout, p, _gpus(layout, p), "pw")
+    render.write_acbslurm_settings(layout, p)
+    settings = json.loads(layout.acbslurm_conf.read_text())
+    conf = SlurmConf(str(layout.slurm_conf))
+    _read_file(conf, str(layout.slurm_conf))
+    ctx = Context(Settings(**settings), {}, 1001, "user1", "vm")
+    check = check_kill_wait(ctx, conf)
+    assert check.status == "ok", check
