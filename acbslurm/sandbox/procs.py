@@ -57,6 +57,10 @@ def read_proc(run_dir: Path, name: str) -> Proc | None:
         return None
 
 
+# The daemons this process started, by pid, until _reap sees them end.
+_children: dict[int, subprocess.Popen[bytes]] = {}
+
+
 def spawn(
     name: str,
     argv: Sequence[str],
@@ -91,6 +95,9 @@ def spawn(
             )
         except FileNotFoundError:
             raise SetupError(f"{argv[0]} is not installed; run: make setup") from None
+    # Kept until reaped: a Popen dropped while its daemon runs warns (ResourceWarning,
+    # "subprocess N is still running"), and the daemon is meant to run on.
+    _children[p.pid] = p
     st = _start_time(p.pid)
     proc = Proc(name, p.pid, st if st is not None else -1)
     pidfile(run_dir, name).write_text(json.dumps({"pid": proc.pid, "start_time": proc.start_time}))
@@ -127,6 +134,11 @@ def stop(proc: Proc, timeout: float = 15.0) -> bool:
 
 def _reap(pid: int) -> None:
     # Daemons spawned by this very process would stay zombies without a wait.
+    child = _children.get(pid)
+    if child is not None:
+        if child.poll() is not None:  # reaped through its Popen, which then knows it
+            del _children[pid]
+        return
     with contextlib.suppress(ChildProcessError, OSError):
         os.waitpid(pid, os.WNOHANG)
 
