@@ -98,7 +98,7 @@ def test_a_daemon_that_refuses_the_pinned_version_gets_its_oldest(
         "/version",
         "/v1.44/info",
         "/v1.44/containers/create?name=c1",
-        f"/v1.44/containers/{cid}/attach?stream=1&stdout=1&stderr=1&logs=1",
+        f"/v1.44/containers/{cid}/attach?stream=1&stdout=1&stderr=1",
     ]
 
 
