@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import signal
-import sys
 import threading
 import time
 from collections.abc import Collection, Iterable, Sequence
@@ -21,7 +20,7 @@ from typing import Any
 
 from acbslurm.container.options import Limits
 from acbslurm.container.signals import HANDLED, STOP_SIGNALS, Relay
-from acbslurm.container.streams import Pump, copy_stdin, raw_terminal, start_thread
+from acbslurm.container.streams import Pump, copy_stdin, raw_terminal, start_thread, tell
 from acbslurm.dockerapi.daemon import start_hint
 from acbslurm.dockerapi.engine import (
     Conflict,
@@ -210,8 +209,7 @@ def run_container(api: EngineApi, spec: LaunchSpec, handled: Collection[int] = H
         pump_thread = start_thread(pump.run)
         _run_pending_handlers(sigs)  # one that came meanwhile sets relay.first
         if relay.first is not None:
-            sys.stderr.write(CANCELLED.format(signal.Signals(relay.first).name))
-            sys.stderr.flush()
+            tell(CANCELLED.format(signal.Signals(relay.first).name))
             return 128 + relay.first
         # A signal from here on stays pending until the wait below, then acts.
         _start(api, cid, relay)
@@ -219,10 +217,9 @@ def run_container(api: EngineApi, spec: LaunchSpec, handled: Collection[int] = H
             start_thread(copy_stdin, stream)
         has_limits = bool(spec.limits.nano_cpus or spec.limits.mem_bytes)
         if has_limits and not (with_limits and probe.limits_enforced()):
-            sys.stderr.write(LIMITS_WARNING)
-            sys.stderr.flush()
+            tell(LIMITS_WARNING)
         with raw_terminal(spec.tty and spec.stdin):
-            code = _wait(api, cid, old_mask, probe)
+            code = _wait(api, cid, old_mask, probe, relay.pid)
         pump_thread.join(timeout=2.0)
         pump.report()
         if code >= 128 and relay.first is None and not api.answers():
@@ -244,6 +241,9 @@ def _start(api: EngineApi, cid: str, relay: Relay) -> None:
     except EngineError as exc:
         raise DockerError(f"cannot start the container: {exc}") from None
     relay.cid = cid
+    # Known before any signal acts: what tells a daemon's stop from a crash, and whose
+    # processes a suspend stops where the daemon cannot pause.
+    relay.pid = api.container_pid(cid)
     if relay.tty:
         relay.resize()  # the tty starts at this terminal's size, not 80x24
 
@@ -291,9 +291,10 @@ def _stopping(
     return seen_alive
 
 
-def _wait(api: EngineApi, cid: str, old_mask: Iterable[int], probe: _InfoProbe) -> int:
+def _wait(
+    api: EngineApi, cid: str, old_mask: Iterable[int], probe: _InfoProbe, container_pid: int | None
+) -> int:
     """The container's exit code; the signals are unblocked while it runs."""
-    container_pid = api.container_pid(cid)  # started: what tells a stop from a crash
     result: dict[str, Any] = {}
     done = threading.Event()
 

@@ -158,8 +158,10 @@ def execute(args: RunArgs) -> int:
         entrypoint=args.entrypoint,
         read_only=args.read_only,
     )
+    from acbslurm.container.streams import tell
+
     if job_id is None:
-        sys.stderr.write(OUTSIDE_A_JOB)
+        tell(OUTSIDE_A_JOB)
     sys.stdout.flush()
     api = EngineApi(host, timeout=30.0)
     ensure_image(api, args.image, args.pull)

@@ -8,10 +8,12 @@ process only, so it passes each on.
   the first kills at once (a user insisting). Repeats within the window are the same
   request: at a time limit Slurm's slurmstepd sends the step SIGTERM twice, 9 ms
   apart (seen on Debian's 22.05), and that must not cost the container its grace.
-- SIGTSTP (``scontrol suspend``: slurmstepd sends SIGTSTP, then SIGSTOP to the step's
-  processes): the container is paused (the cgroup freezer), since no Slurm signal
-  reaches its processes. SIGCONT (``scontrol resume``, also sent before every
-  SIGTERM of a cancel or time limit): unpaused, then SIGCONT is passed on too.
+- SIGTSTP (``scontrol suspend``: slurmstepd sends SIGTSTP, then SIGSTOP about 2 s
+  later, measured on the sandbox's 22.05): the container is paused (the cgroup
+  freezer), since no Slurm signal reaches its processes; where the daemon has no
+  freezer (rootless on cgroup v1) its processes get SIGSTOP instead (``freeze.py``).
+  SIGCONT (``scontrol resume``; Slurm also sends it before the SIGTERM of a cancel
+  or a time limit): unpaused, then SIGCONT is passed on too.
 - SIGWINCH with a tty: the container's tty takes this terminal's size.
 - Every other catchable signal (USR1, USR2, HUP, QUIT, ALRM, ...,
   the real-time ones): sent to the container's first process (docker-init, which hands
@@ -32,13 +34,14 @@ import contextlib
 import os
 import queue
 import signal
-import sys
 import threading
 import time
 from collections.abc import Callable
 from types import FrameType
 
-from acbslurm.dockerapi.engine import EngineApi
+from acbslurm.container.freeze import resume, signal_tree
+from acbslurm.container.streams import tell
+from acbslurm.dockerapi.engine import EngineApi, EngineError
 from acbslurm.errors import DockerError
 
 # Slurm's repeats come milliseconds apart; a person's second Ctrl-C, seconds later.
@@ -78,9 +81,7 @@ def signal_name(signum: int) -> str:
 
 
 def _say(text: str) -> None:
-    with contextlib.suppress(OSError):  # stderr may be gone (a full disk): nothing to do
-        sys.stderr.write(f"acbslurm: {text}\n")
-        sys.stderr.flush()
+    tell(f"acbslurm: {text}")
 
 
 class Relay:
@@ -95,9 +96,11 @@ class Relay:
         self.api, self.grace, self.tty = api, grace, tty
         self.first: int | None = None  # the first stop signal, if one came
         self.cid: str | None = None  # set once the container was started
+        self.pid: int | None = None  # its first process, when the daemon told
         self.stop_at: float | None = None  # when the stop was asked for
         self.killed = False
-        self.paused = False
+        self.paused = False  # by the daemon's /pause, or by SIGSTOP to ``stopped``
+        self.stopped: list[int] = []  # the processes a suspend stopped (no freezer)
         self._work: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
         # Started while the caller blocks HANDLED: the worker never takes a signal.
         self._worker = threading.Thread(target=self._drain, daemon=True)
@@ -166,10 +169,26 @@ class Relay:
         assert self.cid is not None
         try:
             self.api.pause(self.cid)
+        except EngineError as exc:
+            self._stop_processes(exc)  # no freezer (rootless on cgroup v1)
+            return
         except DockerError as exc:
             _say(f"the job was suspended but the container could not be paused: {exc}")
             return
         self.paused = True
+
+    def _stop_processes(self, why: EngineError) -> None:
+        """SIGSTOP to the container's processes where the daemon cannot pause it."""
+        took, refused = signal_tree(self.pid, signal.SIGSTOP) if self.pid else ([], 0)
+        if not took:
+            _say(f"the job was suspended but the container could not be paused: {why}")
+            return
+        self.stopped, self.paused = took, True
+        if refused:
+            _say(
+                f"the job was suspended: {len(took)} processes of the container stopped, "
+                f"{refused} of other users in it could not be (no pause: {why})"
+            )
 
     def _resume(self) -> None:
         if self.paused:
@@ -177,6 +196,11 @@ class Relay:
         self._forward(signal.SIGCONT)
 
     def _unpause(self) -> None:
+        if self.stopped:
+            resume(self.stopped)
+            self.stopped = []
+            self.paused = False
+            return
         assert self.cid is not None
         try:
             self.api.unpause(self.cid)

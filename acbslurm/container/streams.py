@@ -96,6 +96,14 @@ def _tell_stderr(line: str) -> bool:
     return True
 
 
+def tell(text: str) -> None:
+    """A message of `acbslurm run` on stderr; in syslog when stderr cannot take it (a
+    full disk), never an exception that would end the run."""
+    line = text.rstrip("\n")
+    if not _tell_stderr(line):
+        _tell_syslog(line)
+
+
 def _tell_syslog(line: str) -> None:
     import syslog  # only on this rare path
 
