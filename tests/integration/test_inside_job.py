@@ -49,14 +49,20 @@ def text(path: Path) -> str:
     return path.read_text() if path.exists() else ""
 
 
-def test_a_time_limit_gives_the_container_its_grace(idle: Any, scripts: Path) -> None:
-    """At the limit slurmstepd sends SIGTERM twice, 9 ms apart: one stop request, so the
-    container's TERM trap runs (KillWait=5 in the sandbox: grace 3 s)."""
+@pytest.mark.parametrize("launch", ["exec srun ", "exec "])
+def test_a_time_limit_gives_the_container_its_grace(
+    idle: Any, scripts: Path, launch: str
+) -> None:
+    """At the limit the step's `acbslurm run` gets SIGTERM twice, milliseconds apart
+    (from its slurmstepd, and from srun passing on the batch step's): one stop request,
+    so the container's TERM trap runs (KillWait=5 in the sandbox: grace 3 s).
+
+    ``exec``, as the rendered script has it: a bash left waiting dies at the first
+    SIGTERM, and Slurm then kills the rest of the batch step at once."""
     name = f"timelimit-{time.monotonic_ns()}"
     trap = f'trap "echo trapped > /out/{name}; exit 0" TERM; while :; do sleep 0.2; done'
-    job = submit(
-        idle, scripts, in_container(scripts, trap, "--grace", "3"), "--gres=gpu:1", "--time=1"
-    )
+    body = launch + in_container(scripts, trap, "--grace", "3")
+    job = submit(idle, scripts, body, "--gres=gpu:1", "--time=1")
     f = wait_job(idle, job, ENDED, 150)
     assert text(marker(scripts, name)) == "trapped\n", text(scripts / f"out-{job}.txt")
     assert f["JobState"] == "TIMEOUT"
