@@ -50,9 +50,7 @@ def text(path: Path) -> str:
 
 
 @pytest.mark.parametrize("launch", ["exec srun ", "exec "])
-def test_a_time_limit_gives_the_container_its_grace(
-    idle: Any, scripts: Path, launch: str
-) -> None:
+def test_a_time_limit_gives_the_container_its_grace(idle: Any, scripts: Path, launch: str) -> None:
     """At the limit the step's `acbslurm run` gets SIGTERM twice, milliseconds apart
     (from its slurmstepd, and from srun passing on the batch step's): one stop request,
     so the container's TERM trap runs (KillWait=5 in the sandbox: grace 3 s).
