@@ -22,6 +22,7 @@ import pytest
 from sandboxtest import (
     IMAGE,
     REPO,
+    acbslurm_as,
     acbslurm_run,
     docker_api,
     job_containers,
@@ -112,6 +113,38 @@ def test_suspend_pauses_the_container_and_resume_goes_on(idle: Any, scripts: Pat
     idle.run_slurm(["scontrol", "resume", job])
     wait_job(idle, job, ("RUNNING",), 30)
     wait_until("the counter going on after resume", lambda: count() > frozen + 3)
+    idle.run_slurm(["scancel", job])
+    wait_job(idle, job, ENDED, 60)
+
+
+def test_the_specs_warning_signal_reaches_the_container_before_the_limit(
+    idle: Any, scripts: Path
+) -> None:
+    """docs/spec.md's checkpoint example, as a spec: `signal: USR1@50` with a one-minute
+    limit; the container's trap runs while the job still runs, then the limit ends it."""
+    name = f"spec-usr1-{time.monotonic_ns()}"
+    spec = scripts / f"{name}.yaml"
+    spec.write_text(
+        f"""name: {name}
+gpus: 1
+time: "1"
+signal: USR1@50
+workdir: {scripts}
+output: {scripts}/{name}-%j.out
+container:
+  image: {IMAGE}
+  mounts: ["{scripts}:/out"]
+  command: |
+    sleep 600 & pid=$!
+    trap 'echo checkpoint > /out/{name}' USR1
+    while kill -0 $pid 2>/dev/null; do wait $pid; done
+"""
+    )
+    res = acbslurm_as(idle, idle.user, "submit", str(spec), cwd=scripts)
+    assert res.returncode == 0, res.stderr
+    job = res.stdout.split()[0]
+    wait_until("the checkpoint trap", lambda: text(marker(scripts, name)) == "checkpoint\n", 90)
+    assert wait_job(idle, job, ("RUNNING",), 5)["JobState"] == "RUNNING"
     idle.run_slurm(["scancel", job])
     wait_job(idle, job, ENDED, 60)
 
@@ -220,6 +253,14 @@ def _as_user_in_pty(sb: Any, argv: list[str]) -> tuple[int, int]:
     return pid, master
 
 
+def _set_size(fd: int, rows: int, columns: int) -> None:
+    import fcntl
+    import struct
+    import termios
+
+    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
+
+
 def _read_until(master: int, wanted: bytes, timeout: float) -> bytes:
     seen = b""
     deadline = time.monotonic() + timeout
@@ -240,12 +281,21 @@ def test_an_interactive_container_on_a_real_terminal(idle: Any) -> None:
     container's sh, its answers and its tty size come back, and its exit code too."""
     run = shlex.split(acbslurm_run("-it", IMAGE, "sh"))
     pid, master = _as_user_in_pty(idle, ["salloc", "--gres=gpu:1", "srun", "--pty", *run])
+    _set_size(master, 33, 101)
     try:
-        os.write(master, b"tty; echo answer-$((6*7))\r")
-        seen = _read_until(master, b"answer-42", 120)
+        os.write(master, b"tty; echo answer-$((6*7)); echo size-$(stty size | tr ' ' x)\r")
+        seen = _read_until(master, b"size-33x101", 120)
+        assert b"answer-42" in seen
         assert b"/dev/pts/" in seen  # the container's sh has a terminal
+        # A resize: srun passes it to the step's terminal, SIGWINCH to acbslurm run,
+        # which resizes the container's.
+        _set_size(master, 40, 120)
+        os.write(
+            master,
+            b"until [ \"$(stty size)\" = '40 120' ]; do sleep 0.1; done; echo size-40x1''20\r",
+        )
+        _read_until(master, b"size-40x120", 30)
         os.write(master, b"exit 3\r")
-        _read_until(master, b"", 1)
         _, status = os.waitpid(pid, 0)
         assert os.waitstatus_to_exitcode(status) == 3
     finally:
