@@ -110,7 +110,10 @@ class Relay:
         if signum in STOP_SIGNALS:
             self._stop_signal(signum)
         elif self.cid is None:
-            _say(f"{signal_name(signum)} came before the container started: not passed on")
+            # SIGCONT comes before every cancel's SIGTERM, SIGWINCH with any resize:
+            # neither is worth a line.
+            if signum not in (signal.SIGCONT, signal.SIGWINCH):
+                _say(f"{signal_name(signum)} came before the container started: not passed on")
         elif signum == signal.SIGTSTP:
             self._work.put(self._pause)
         elif signum == signal.SIGCONT:

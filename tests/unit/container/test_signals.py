@@ -218,3 +218,23 @@ def test_a_full_disk_is_said_on_stderr_and_the_exit_code_is_the_containers(
     assert "to stderr" in err
     assert "writing the container's stdout failed after 0 bytes (No space left on device)" in err
     assert "the 150 bytes after that were discarded" in err
+
+
+def test_a_signal_before_the_start_is_not_passed_on_and_said(
+    fake_docker: FakeDocker, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """USR1 before the program could set its handler would kill it: dropped, and said;
+    SIGCONT (before every cancel's SIGTERM) is dropped silently."""
+    fake_docker.program = Program([(1, b"ran\n")], exit_code=0)
+
+    def early(_req: Request) -> None:
+        os.kill(os.getpid(), signal.SIGUSR1)
+        os.kill(os.getpid(), signal.SIGCONT)
+
+    fake_docker.on("POST", "/containers/create", early)
+    with deadline(20):
+        assert run(api(fake_docker), spec()) == 0
+    out, err = capsys.readouterr()
+    assert out == "ran\n"
+    assert err == "acbslurm: SIGUSR1 came before the container started: not passed on\n"
+    assert fake_docker.calls("POST", "/containers/*/kill") == []
