@@ -9,11 +9,54 @@ from __future__ import annotations
 import click
 
 from acbslurm.clitypes import FiniteFloat
-from acbslurm.container.options import OptionError
+from acbslurm.container.options import REFUSED, OptionError
 from acbslurm.container.run_command import RunArgs, execute
 
 
-@click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+class _RunCommand(click.Command):
+    """An unknown option before IMAGE is a usage error naming it (not an image name);
+    one of `docker run`'s that is refused also says why."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except click.NoSuchOption as exc:
+            why = REFUSED.get(exc.option_name)
+            if why is None:
+                raise
+            raise click.UsageError(f"{exc.option_name} is refused: {why}", ctx) from None
+
+
+# Options stop at IMAGE: what follows is the command's, dashes and all.
+@click.command(cls=_RunCommand, context_settings={"allow_interspersed_args": False})
+@click.option("-i", "--interactive", is_flag=True, help="Keep stdin attached to the container.")
+@click.option("-t", "--tty", is_flag=True, help="Give the container a terminal (a tty).")
+@click.option(
+    "--user",
+    default=None,
+    metavar="NAME|UID[:GID]",
+    help="User in the container (default: the image's USER).",
+)
+@click.option(
+    "--shm-size",
+    "shm_size",
+    default=None,
+    help="Size of /dev/shm (512m, 8g), at most the container's memory.",
+)
+@click.option("--entrypoint", default=None, help='Override the image\'s entrypoint ("" clears it).')
+@click.option(
+    "--env-file",
+    "env_files",
+    multiple=True,
+    metavar="PATH",
+    help="Variables from a file (Docker's syntax).",
+)
+@click.option(
+    "--read-only",
+    "read_only",
+    is_flag=True,
+    help="Mount the container's root file system read-only.",
+)
 @click.option(
     "--gpus",
     "gpus",
@@ -45,6 +88,13 @@ from acbslurm.container.run_command import RunArgs, execute
 @click.argument("image")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def run(
+    interactive: bool,
+    tty: bool,
+    user: str | None,
+    shm_size: str | None,
+    entrypoint: str | None,
+    env_files: tuple[str, ...],
+    read_only: bool,
     gpus: str,
     mounts: tuple[str, ...],
     envs: tuple[str, ...],
@@ -59,8 +109,9 @@ def run(
 ) -> None:
     """Run IMAGE [--] [COMMAND...] in your rootless Docker with exactly the job's GPUs.
 
-    Output is streamed, SIGTERM/SIGINT (scancel, time limit) stop the container after
-    a grace period, and the container's exit code becomes this command's exit code.
+    Output is streamed in order; SIGTERM/SIGINT (scancel, time limit) stop the
+    container after a grace period, suspend pauses it, every other signal is passed on
+    to it; the container's exit code becomes this command's exit code.
     """
     args = RunArgs(
         image=image,
@@ -74,6 +125,13 @@ def run(
         cpus=cpus,
         memory=memory,
         pull=pull,
+        interactive=interactive,
+        tty=tty,
+        user=user,
+        shm_size=shm_size,
+        entrypoint=entrypoint,
+        env_files=env_files,
+        read_only=read_only,
     )
     try:
         code = execute(args)

@@ -31,24 +31,70 @@ def _pull(value: str) -> str:
     return value
 
 
-# option -> (RunArgs field, converter, repeatable)
-_OPTIONS: dict[str, tuple[str, Callable[[str], Any], bool]] = {
+# option -> (RunArgs field, converter, repeatable); a converter None: a flag (no value)
+_OPTIONS: dict[str, tuple[str, Callable[[str], Any] | None, bool]] = {
     "--gpus": ("gpus", str, False),
     "--mount": ("mounts", str, True),
     "--env": ("envs", str, True),
+    "--env-file": ("env_files", str, True),
     "--workdir": ("workdir", str, False),
     "--name": ("name", str, False),
     "--grace": ("grace", lambda v: _float(v, minimum=0), False),
     "--cpus": ("cpus", _float, False),
     "--memory": ("memory", str, False),
     "--pull": ("pull", _pull, False),
+    "--user": ("user", str, False),
+    "--shm-size": ("shm_size", str, False),
+    "--entrypoint": ("entrypoint", str, False),
+    "--read-only": ("read_only", None, False),
+    "-i": ("interactive", None, False),
+    "--interactive": ("interactive", None, False),
+    "-t": ("tty", None, False),
+    "--tty": ("tty", None, False),
 }
+_SHORT_FLAGS = "it"  # may come together: -it, -ti
+
+
+def _flags(arg: str) -> list[str] | None:
+    """``-it`` -> ["-i", "-t"]; None for anything but short flags run together."""
+    body = arg[1:]
+    if arg.startswith("--") or not body or any(c not in _SHORT_FLAGS for c in body):
+        return None
+    return [f"-{c}" for c in body]
+
+
+def _option(argv: list[str], i: int) -> tuple[str, Any, int] | None:
+    """The option at ``argv[i]``: (its option name, its value, the next index); None
+    when click should handle the line."""
+    name, eq, value = argv[i].partition("=")
+    if name not in _OPTIONS:
+        return None  # --help, -h, unknown or abbreviated options
+    convert = _OPTIONS[name][1]
+    if convert is None:
+        return (name, True, i + 1) if not eq else None
+    if not eq:
+        if i + 1 >= len(argv) or argv[i + 1].startswith("-"):
+            return None
+        value = argv[i + 1]
+        i += 1
+    try:
+        return name, convert(value), i + 1
+    except ValueError:
+        return None
+
+
+def _store(name: str, value: Any, values: dict[str, Any], repeated: dict[str, list[Any]]) -> None:
+    field, _convert, many = _OPTIONS[name]
+    if many:
+        repeated.setdefault(field, []).append(value)
+    else:
+        values[field] = value
 
 
 def parse(argv: list[str]) -> RunArgs | None:
     """``argv`` after ``run``; None when click should handle it."""
     values: dict[str, Any] = {}
-    repeated: dict[str, list[str]] = {}
+    repeated: dict[str, list[Any]] = {}
     i = 0
     while i < len(argv):
         arg = argv[i]
@@ -57,24 +103,17 @@ def parse(argv: list[str]) -> RunArgs | None:
             break
         if not arg.startswith("-") or arg == "-":
             break
-        name, eq, value = arg.partition("=")
-        if name not in _OPTIONS:
-            return None  # --help, -h, unknown or abbreviated options
-        if not eq:
-            if i + 1 >= len(argv) or argv[i + 1].startswith("-"):
-                return None
-            value = argv[i + 1]
+        flags = _flags(arg)
+        if flags is not None:
+            for flag in flags:
+                _store(flag, True, values, repeated)
             i += 1
-        field, convert, many = _OPTIONS[name]
-        try:
-            converted = convert(value)
-        except ValueError:
+            continue
+        taken = _option(argv, i)
+        if taken is None:
             return None
-        if many:
-            repeated.setdefault(field, []).append(converted)
-        else:
-            values[field] = converted
-        i += 1
+        _store(taken[0], taken[1], values, repeated)
+        i = taken[2]
     if i >= len(argv):
         return None  # no IMAGE
     values.update((field, tuple(items)) for field, items in repeated.items())

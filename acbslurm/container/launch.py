@@ -1,27 +1,28 @@
 """Run one container for a job: exact GPUs, limits, labels, streamed output, signals.
 
 The container is a child of the Docker daemon, not of the job, so this process stands
-in for it: SIGTERM/SIGINT (scancel, time limit) stop the container with a grace
-period, and the container's exit code becomes this process's exit code. A SIGKILL of
-this process is covered by the epilog, which removes every container of the job.
+in for it: the step's signals are passed on (``signals.py``: a graceful stop on
+SIGTERM/SIGINT, pause on suspend, the rest forwarded), its output is copied in order
+(``streams.py``), and the container's exit code becomes this process's exit code. A
+SIGKILL of this process is covered by the epilog, which removes every container of
+the job.
 """
 
 from __future__ import annotations
 
 import contextlib
 import signal
-import sys
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
-from types import FrameType
 from typing import Any
 
 from acbslurm.container.options import Limits
+from acbslurm.container.signals import HANDLED, STOP_SIGNALS, Relay
+from acbslurm.container.streams import Pump, copy_stdin, raw_terminal, start_thread, tell
 from acbslurm.dockerapi.daemon import start_hint
 from acbslurm.dockerapi.engine import (
-    AttachStream,
     Conflict,
     DaemonGone,
     DaemonUnreachable,
@@ -48,6 +49,12 @@ class LaunchSpec:
     mounts: list[Mount] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     workdir: str | None = None
+    stdin: bool = False  # -i: this stdin to the container's
+    tty: bool = False  # -t: the container gets a tty
+    run_as: str | None = None  # --user; None: the image's USER
+    shm_bytes: int = 0  # --shm-size; 0: Docker's 64 MB
+    entrypoint: str | None = None  # --entrypoint ("" resets the image's)
+    read_only: bool = False  # --read-only root file system
 
 
 def limits_enforced(info: dict[str, Any]) -> bool:
@@ -84,62 +91,37 @@ def container_config(spec: LaunchSpec, with_limits: bool) -> dict[str, Any]:
             host["NanoCpus"] = spec.limits.nano_cpus
         if spec.limits.mem_bytes:
             host["Memory"] = spec.limits.mem_bytes
+    if spec.shm_bytes:
+        host["ShmSize"] = spec.shm_bytes
+    if spec.read_only:
+        host["ReadonlyRootfs"] = True
     config: dict[str, Any] = {
         "Image": spec.image,
         "Env": [f"{k}={v}" for k, v in env.items()],
         "Labels": {JOB_LABEL: spec.job_id, USER_LABEL: spec.user},
+        "AttachStdin": spec.stdin,
         "AttachStdout": True,
         "AttachStderr": True,
-        "Tty": False,
-        "OpenStdin": False,
+        "Tty": spec.tty,
+        "OpenStdin": spec.stdin,
+        "StdinOnce": spec.stdin,  # our EOF closes the container's stdin (`cat` ends)
         "HostConfig": host,
     }
+    _user_choices(config, spec)
+    return config
+
+
+def _user_choices(config: dict[str, Any], spec: LaunchSpec) -> None:
+    """The command, working directory, user and entrypoint, where given."""
     if spec.command:
         config["Cmd"] = list(spec.command)
     if spec.workdir:
         config["WorkingDir"] = spec.workdir
-    return config
-
-
-def _pump(stream: AttachStream) -> None:
-    out = {1: sys.stdout.buffer, 2: sys.stderr.buffer}
-    try:
-        for kind, data in stream.frames():
-            target = out.get(kind, sys.stdout.buffer)
-            target.write(data)
-            target.flush()
-    except OSError:
-        pass  # the stream ends abruptly when the container is killed
-
-
-class _Stopper:
-    """SIGTERM/SIGINT: before the container runs, only noted (run_container then does
-    not start it); once it runs, a graceful stop, and a second signal a kill."""
-
-    def __init__(self, api: EngineApi, grace: float) -> None:
-        self.api, self.grace = api, grace
-        self.first: int | None = None  # the first signal that came, if one did
-        self.cid: str | None = None  # set once the container was started
-        self.signalled = 0  # signals since then
-
-    def handle(self, signum: int, _frame: FrameType | None) -> None:
-        if self.first is None:
-            self.first = signum
-        if self.cid is None:
-            return
-        self.signalled += 1
-        target = self._stop if self.signalled == 1 else self._kill
-        threading.Thread(target=target, args=(self.cid,), daemon=True).start()
-
-    def _stop(self, cid: str) -> None:
-        try:
-            self.api.stop(cid, max(0, round(self.grace)))
-        except DockerError as exc:
-            print(f"acbslurm: stopping the container failed: {exc}", file=sys.stderr)
-
-    def _kill(self, cid: str) -> None:
-        with contextlib.suppress(DockerError):  # already gone
-            self.api.kill(cid)
+    if spec.run_as:
+        config["User"] = spec.run_as
+    if spec.entrypoint is not None:
+        # As `docker run --entrypoint ""`: an empty one clears the image's.
+        config["Entrypoint"] = [spec.entrypoint] if spec.entrypoint else [""]
 
 
 def _run_pending_handlers(sigs: Iterable[int]) -> None:
@@ -204,52 +186,66 @@ CANCELLED = (
 )
 
 
-def run_container(api: EngineApi, spec: LaunchSpec) -> int:
+def run_container(api: EngineApi, spec: LaunchSpec, handled: Collection[int] = HANDLED) -> int:
     """Create, attach, start and wait; returns the container's exit code.
 
     Says once on stderr when the job's CPU/memory limits cannot be enforced. A
     SIGTERM/SIGINT before the container starts: it is removed unstarted, 128+signal.
+    ``handled``: the signals taken over (tests leave out the SIGALRM they time by).
     """
-    sigs = {signal.SIGTERM, signal.SIGINT}
+    sigs = set(handled) | STOP_SIGNALS
     # Blocked before anything else: the threads started below inherit the mask, so a
     # signal reaches only this thread, and one that comes before the container runs
     # stays pending, neither lost nor killing this process between create and start.
     old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
-    stopper = _Stopper(api, spec.grace)
-    old_handlers = {s: signal.signal(s, stopper.handle) for s in sigs}
+    relay = Relay(api, spec.grace, tty=spec.tty)
+    old_handlers = {s: signal.signal(s, relay.handle) for s in sigs}
     cid: str | None = None
     try:
         probe = _InfoProbe(api)
         cid, with_limits = _create(api, spec)
-        pump = threading.Thread(target=_pump, args=(api.attach(cid),), daemon=True)
-        pump.start()
-        _run_pending_handlers(sigs)  # one that came meanwhile sets stopper.first
-        if stopper.first is not None:
-            sys.stderr.write(CANCELLED.format(signal.Signals(stopper.first).name))
-            sys.stderr.flush()
-            return 128 + stopper.first
-        # A signal from here on stays pending until the wait below, then stops it.
-        try:
-            api.start(cid)
-        except EngineError as exc:
-            raise DockerError(f"cannot start the container: {exc}") from None
-        stopper.cid = cid
+        stream = api.attach(cid, stdin=spec.stdin, tty=spec.tty)
+        pump = Pump(stream)
+        pump_thread = start_thread(pump.run)
+        _run_pending_handlers(sigs)  # one that came meanwhile sets relay.first
+        if relay.first is not None:
+            tell(CANCELLED.format(signal.Signals(relay.first).name))
+            return 128 + relay.first
+        # A signal from here on stays pending until the wait below, then acts.
+        _start(api, cid, relay)
+        if spec.stdin:
+            start_thread(copy_stdin, stream)
         has_limits = bool(spec.limits.nano_cpus or spec.limits.mem_bytes)
         if has_limits and not (with_limits and probe.limits_enforced()):
-            sys.stderr.write(LIMITS_WARNING)
-            sys.stderr.flush()
-        code = _wait(api, cid, old_mask, probe)
-        pump.join(timeout=2.0)
-        if code >= 128 and stopper.first is None and not api.answers():
+            tell(LIMITS_WARNING)
+        with raw_terminal(spec.tty and spec.stdin):
+            code = _wait(api, cid, old_mask, probe, relay.pid)
+        pump_thread.join(timeout=2.0)
+        pump.report()
+        if code >= 128 and relay.first is None and not api.answers():
             raise DaemonGone(daemon_stopped(api.host, code))
         return code
     finally:
+        relay.close()
         signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
         for s, h in old_handlers.items():
             signal.signal(s, h)
         if cid is not None:
             with contextlib.suppress(DockerError):  # else the epilog removes it
                 api.remove_container(cid)
+
+
+def _start(api: EngineApi, cid: str, relay: Relay) -> None:
+    try:
+        api.start(cid)
+    except EngineError as exc:
+        raise DockerError(f"cannot start the container: {exc}") from None
+    relay.cid = cid
+    # Known before any signal acts: what tells a daemon's stop from a crash, and whose
+    # processes a suspend stops where the daemon cannot pause.
+    relay.pid = api.container_pid(cid)
+    if relay.tty:
+        relay.resize()  # the tty starts at this terminal's size, not 80x24
 
 
 def daemon_stopped(host: str, code: int | None) -> str:
@@ -295,9 +291,10 @@ def _stopping(
     return seen_alive
 
 
-def _wait(api: EngineApi, cid: str, old_mask: Iterable[int], probe: _InfoProbe) -> int:
+def _wait(
+    api: EngineApi, cid: str, old_mask: Iterable[int], probe: _InfoProbe, container_pid: int | None
+) -> int:
     """The container's exit code; the signals are unblocked while it runs."""
-    container_pid = api.container_pid(cid)  # started: what tells a stop from a crash
     result: dict[str, Any] = {}
     done = threading.Event()
 

@@ -166,3 +166,71 @@ def resolve_grace(grace: float | None, default: float) -> float:
     if not math.isfinite(value) or value < 0:
         raise OptionError("--grace", f"must be a finite number of seconds >= 0, got {value!r}")
     return value
+
+
+# `docker run` options `acbslurm run` does not have, and why: each would reach past
+# the job's GPUs, its cgroup or the node's devices. Named in the usage error.
+REFUSED: dict[str, str] = {
+    "--privileged": "a privileged container sees every device of the node, every GPU",
+    "--device": "devices come only as the job's GPUs (--gpus)",
+    "--device-cgroup-rule": "devices come only as the job's GPUs (--gpus)",
+    "--cap-add": "capabilities beyond Docker's defaults reach past the container",
+    "--security-opt": "it turns off the confinement (seccomp, AppArmor) of the container",
+    "--runtime": "only the NVIDIA runtime Docker is set up with hands out the GPUs",
+    "--cgroup-parent": "the container's limits are the job's",
+    "--pid": "the host's or another container's processes are not the job's",
+    "--ipc": "the host's or another container's IPC is not the job's",
+    "--userns": "the user namespace is rootless Docker's",
+    "-v": "use --mount SRC:DST[:ro], whose sources are checked (no /dev, /proc or /)",
+    "--volume": "use --mount SRC:DST[:ro], whose sources are checked (no /dev, /proc or /)",
+    "--volumes-from": "another container's mounts are not checked",
+}
+
+_RUN_AS = re.compile(r"^[A-Za-z0-9_.][A-Za-z0-9_.-]*(:[A-Za-z0-9_.][A-Za-z0-9_.-]*)?$")
+
+
+def parse_user(spec: str) -> str:
+    """``--user NAME|UID[:GROUP|GID]``, as `docker run` takes it."""
+    if not _RUN_AS.match(spec):
+        raise OptionError("--user", f"expected NAME or UID[:GROUP or GID], got {spec!r}")
+    return spec
+
+
+def parse_shm_size(spec: str, limits: Limits) -> int:
+    """``--shm-size`` in bytes, at most the container's memory limit: /dev/shm is a tmpfs
+    whose pages count as the container's memory, so more could never be used."""
+    try:
+        value = size_bytes(spec)
+    except ValueError:
+        raise OptionError("--shm-size", f"expected a size like 512m or 8g, got {spec!r}") from None
+    if value <= 0:
+        raise OptionError("--shm-size", f"must be positive, got {spec!r}")
+    if limits.mem_bytes and value > limits.mem_bytes:
+        raise OptionError(
+            "--shm-size",
+            f"{spec!r} is more than the container's memory ({limits.mem_bytes // 1024**2} MB)",
+        )
+    return value
+
+
+def parse_env_file(text: str, path: str, environ: dict[str, str]) -> dict[str, str]:
+    """Docker's env-file syntax: ``KEY=VALUE`` lines taken as they are (no quotes, no
+    expansion), ``KEY`` alone takes this environment's value (skipped when unset),
+    blank lines and ``#`` lines are skipped; leading blanks are dropped."""
+    env: dict[str, str] = {}
+    for number, raw in enumerate(text.removeprefix("\ufeff").splitlines(), 1):
+        line = raw.lstrip()
+        if not line or line.startswith("#"):
+            continue
+        key, sep, value = line.partition("=")
+        where = f"{path} line {number}"
+        if not _ENV_KEY.match(key):
+            raise OptionError("--env-file", f"{where}: not a variable name: {key!r}")
+        problem = env_problem(key)
+        if problem:
+            raise OptionError("--env-file", f"{where}: {problem}")
+        if sep:
+            env[key] = value
+        elif key in environ:
+            env[key] = environ[key]
+    return env

@@ -17,15 +17,24 @@ from acbslurm.container.options import (
     GpuNotAllocated,
     OptionError,
     parse_env,
+    parse_env_file,
     parse_gpus,
     parse_mount,
+    parse_shm_size,
+    parse_user,
     resolve_gpus,
     resolve_grace,
     resolve_limits,
 )
 from acbslurm.container.step_gpus import rank_env, step_record
-from acbslurm.errors import SetupError
+from acbslurm.errors import ConfigError, SetupError
 from acbslurm.jobrecord import JobRecord, check_job_id, read_trusted_record
+from acbslurm.userfiles import ENV_FILE_LIMIT, read_user_text
+
+OUTSIDE_A_JOB = (
+    "acbslurm: not inside a Slurm job (no SLURM_JOB_ID): the container runs with no GPUs "
+    "and no CPU or memory limits\n"
+)
 
 
 @dataclass(frozen=True)
@@ -41,6 +50,13 @@ class RunArgs:
     cpus: float | None = None
     memory: str | None = None
     pull: str = "missing"
+    interactive: bool = False
+    tty: bool = False
+    user: str | None = None
+    shm_size: str | None = None
+    entrypoint: str | None = None
+    env_files: tuple[str, ...] = ()
+    read_only: bool = False
 
 
 def _settings_source() -> str:
@@ -75,6 +91,19 @@ def _job_record(
     return rec
 
 
+def _environment(args: RunArgs) -> dict[str, str]:
+    """The env files in order, then ``--env`` (which wins, as in `docker run`)."""
+    env: dict[str, str] = {}
+    for path in args.env_files:
+        try:
+            text = read_user_text(path, "env file", limit=ENV_FILE_LIMIT)
+        except ConfigError as exc:  # missing, not a regular file, too large, not UTF-8
+            raise OptionError("--env-file", str(exc)) from None
+        env.update(parse_env_file(text, path, dict(os.environ)))
+    env.update(parse_env(e) for e in args.envs)
+    return env
+
+
 def execute(args: RunArgs) -> int:
     """Check ``args`` against the job's record, run the container; its exit code."""
     from acbslurm.container.job_membership import in_job
@@ -87,9 +116,10 @@ def execute(args: RunArgs) -> int:
         raise OptionError("--pull", f"must be missing, always or never, got {args.pull!r}")
     gpus_spec = parse_gpus(args.gpus)
     mount_list = [parse_mount(m) for m in args.mounts]
-    env = dict(parse_env(e) for e in args.envs)
+    env = _environment(args)
     if args.workdir is not None and not args.workdir.startswith("/"):
         raise OptionError("--workdir", f"must be an absolute path, got {args.workdir!r}")
+    run_as = None if args.user is None else parse_user(args.user)
 
     settings = load_settings()
     grace = resolve_grace(args.grace, settings.stop_grace)
@@ -102,6 +132,7 @@ def execute(args: RunArgs) -> int:
     except GpuNotAllocated as exc:
         raise OptionError("--gpus", str(exc)) from None
     limits = resolve_limits(args.cpus, args.memory, record)
+    shm = 0 if args.shm_size is None else parse_shm_size(args.shm_size, limits)
     if uuids and job_id is not None and not in_job(job_id):
         raise OptionError(
             "--gpus",
@@ -123,7 +154,17 @@ def execute(args: RunArgs) -> int:
         mounts=mount_list,
         env=rank_env(os.environ, env),
         workdir=args.workdir,
+        stdin=args.interactive,
+        tty=args.tty,
+        run_as=run_as,
+        shm_bytes=shm,
+        entrypoint=args.entrypoint,
+        read_only=args.read_only,
     )
+    from acbslurm.container.streams import tell
+
+    if job_id is None:
+        tell(OUTSIDE_A_JOB)
     sys.stdout.flush()
     api = EngineApi(host, timeout=30.0)
     ensure_image(api, args.image, args.pull)

@@ -159,14 +159,13 @@ def _each_node_recorded_and_got_its_own(
     seen = hook_devices(sb)
     got = sorted(sorted(seen[c["Id"]]) for c in containers)
     assert got == sorted(sorted(u) for u in given.values())
-    # What each container printed: its node's GPUs. Distinct lines: Docker's attach with
-    # logs=1 (acbslurm run attaches before the start) sometimes replays a line it also
-    # streams, so a container's output can show twice (a separate bug, not the nodes').
+    # What each container printed: its node's GPUs, each line once (an attach with
+    # logs=1 replayed a line it also streamed: printed twice in 2 of 16 runs).
     out = workdir / f"out-{job}.txt"
 
     def printed() -> list[list[str]]:
         text = out.read_text() if out.exists() else ""
-        lines = {ln for ln in text.splitlines() if ln.startswith("GPUS ")}
+        lines = [ln for ln in text.splitlines() if ln.startswith("GPUS ")]
         return sorted(sorted(ln.split()[1].split(",")) for ln in lines)
 
     try:

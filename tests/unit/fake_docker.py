@@ -84,6 +84,13 @@ class Program:
 
     output: list[tuple[int, bytes]] = field(default_factory=list)
     exit_code: int | None = 0
+    # With ``echo_stdin`` (and a container created with OpenStdin) it is `cat`: what
+    # comes on the attach connection goes back as stdout, and it exits ``exit_code``
+    # when its stdin ends (the client's half-close).
+    echo_stdin: bool = False
+    # A signal number (as /kill?signal= names it) -> the exit code it ends with;
+    # any other signal is only recorded in ``Container.signals``.
+    exits_on: dict[int, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -92,8 +99,10 @@ class Container:
     name: str
     config: dict[str, Any]
     program: Program
-    state: str = "created"  # created, running, exited; removed ones leave the dict
+    state: str = "created"  # created, running, paused, exited; removed ones leave the dict
     exit_code: int | None = None
+    signals: list[int] = field(default_factory=list)  # /kill?signal=N received
+    resizes: list[tuple[int, int]] = field(default_factory=list)  # (rows, columns)
 
     @property
     def labels(self) -> dict[str, str]:
@@ -317,7 +326,7 @@ class FakeDocker:
             streams(c, conn)  # answers on the connection itself
             return None
         with self.cond:
-            reply = self._act(c, action, req)
+            reply = self._job_control(c, action, req) or self._act(c, action, req)
             self.cond.notify_all()
         return reply
 
@@ -349,7 +358,7 @@ class FakeDocker:
             if c.state != "created":
                 return Answer(304)
             c.state = "running"
-            if c.program.exit_code is not None:
+            if c.program.exit_code is not None and not c.program.echo_stdin:
                 self._exit(c, c.program.exit_code)
         elif action in (("POST", "/stop"), ("POST", "/kill")):
             if c.state != "running":
@@ -367,6 +376,34 @@ class FakeDocker:
             del self.containers[c.id]
         else:
             return Answer(404, {"message": "page not found"})
+        return Answer(204)
+
+    def _job_control(self, c: Container, action: tuple[str, str], req: Request) -> Reply | None:
+        """A signal, pause, unpause or resize of ``c``; None for the other actions."""
+        if action == ("POST", "/kill") and req.query.get("signal"):
+            return self._signal(c, int(req.query["signal"]))
+        if action in (("POST", "/pause"), ("POST", "/unpause")):
+            return self._pause(c, action[1] == "/pause")
+        if action == ("POST", "/resize"):
+            c.resizes.append((int(req.query["h"]), int(req.query["w"])))
+            return Answer(200)
+        return None
+
+    def _signal(self, c: Container, signum: int) -> Reply:
+        if c.state not in ("running", "paused"):
+            return Answer(409, {"message": f"Container {c.id} is not running"})
+        c.signals.append(signum)
+        if signum in c.program.exits_on:
+            self._exit(c, c.program.exits_on[signum])
+        return Answer(204)
+
+    @staticmethod
+    def _pause(c: Container, pause: bool) -> Reply:
+        if c.state != ("running" if pause else "paused"):
+            return Answer(
+                409, {"message": f"Container {c.id} is not {'running' if pause else 'paused'}"}
+            )
+        c.state = "paused" if pause else "running"
         return Answer(204)
 
     def _find(self, ident: str) -> Container | None:
@@ -419,9 +456,22 @@ class FakeDocker:
             self.cond.wait_for(lambda: c.state != "created" or self._gone(c))
             if self.dead:
                 return
-        conn.sendall(b"".join(frame(k, d) for k, d in c.program.output))
+        tty = bool(c.config.get("Tty"))
+        pack = (lambda _k, d: d) if tty else frame  # a tty: one raw stream
+        conn.sendall(b"".join(pack(k, d) for k, d in c.program.output))
+        if c.program.echo_stdin and c.config.get("OpenStdin"):
+            self._echo(c, conn, pack)
         with self.cond:
             self.cond.wait_for(lambda: c.state == "exited" or self._gone(c))
+
+    def _echo(self, c: Container, conn: socket.socket, pack: Callable[[int, bytes], bytes]) -> None:
+        """`cat`: stdin back as stdout until the client half-closes, then exit."""
+        while data := conn.recv(65536):
+            conn.sendall(pack(1, data))
+        with self.cond:
+            if c.state == "running":
+                self._exit(c, c.program.exit_code or 0)
+            self.cond.notify_all()
 
     def _wait(self, c: Container, conn: socket.socket) -> None:
         """As dockerd: the headers at once, the body when the container stops."""

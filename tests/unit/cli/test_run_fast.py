@@ -63,6 +63,17 @@ def click_parse(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> RunArgs | N
         (["--name", "a", "--name", "b", "img"], RunArgs(image="img", name="b")),
         (["--pull", "always", "img"], RunArgs(image="img", pull="always")),
         (["--pull=never", "img", "x"], RunArgs(image="img", command=("x",), pull="never")),
+        (["-it", "img", "sh"], RunArgs(image="img", command=("sh",), interactive=True, tty=True)),
+        (["-t", "-i", "img"], RunArgs(image="img", interactive=True, tty=True)),
+        (["--interactive", "img", "cat"], RunArgs(image="img", command=("cat",), interactive=True)),
+        (
+            ["--user", "1000:1000", "--shm-size=8g", "--entrypoint", "", "--read-only", "img"],
+            RunArgs(image="img", user="1000:1000", shm_size="8g", entrypoint="", read_only=True),
+        ),
+        (
+            ["--env-file", "a.env", "--env-file=b.env", "img"],
+            RunArgs(image="img", env_files=("a.env", "b.env")),
+        ),
     ],
 )
 def test_parses_well_formed_lines(
@@ -87,6 +98,11 @@ def test_parses_well_formed_lines(
         ["--unknown", "img"],
         ["--gpus", "none"],  # no IMAGE
         ["--pull", "sometimes", "img"],
+        ["-it"],  # no IMAGE
+        ["-ix", "img"],
+        ["--tty=1", "img"],
+        ["--bogus=1", "img"],
+        ["--privileged", "img"],
     ],
 )
 def test_leaves_everything_else_to_click(argv: list[str]) -> None:
@@ -98,6 +114,8 @@ TOKENS = [
     "--mount", "/a:/b", "--env", "A=1", "--workdir", "/w", "--name", "n", "--grace",
     "3", "-1", "inf", "nan", "--cpus", "0.5", "x", "--memory=1g", "--foo", "--grace=",
     "--pull", "always", "--pull=never", "maybe", "1e-12", "\u0662", "1_0",
+    "-i", "-t", "-it", "-ti", "-itx", "--tty", "--read-only", "--read-only=1", "--user",
+    "--shm-size", "--entrypoint", "--env-file", "--bogus=1", "--privileged", "-v",
 ]  # fmt: skip
 
 
@@ -182,3 +200,21 @@ def test_both_front_ends_refuse_acbslurm_variables_in_env(
     assert r.returncode == 2, r.stderr
     assert "Invalid value for '--env': ACBSLURM_JOB_ID is refused" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["-it", "--bogus=1", "img"], "No such option '--bogus'"),
+        (["--privileged", "img"], "--privileged is refused: a privileged container sees every"),
+        (["-v", "/dev:/dev", "img"], "-v is refused: use --mount SRC:DST[:ro]"),
+        (["--device", "/dev/nvidia0", "img"], "--device is refused"),
+    ],
+)
+def test_an_unknown_or_refused_option_is_a_usage_error_naming_it(
+    argv: list[str], said: str
+) -> None:
+    res = CliRunner().invoke(container_cli.run, argv)
+    assert res.exit_code == 2
+    assert said in res.output
+    assert "look up image" not in res.output  # not taken for the image's name

@@ -14,8 +14,16 @@ from fake_docker import Answer, FakeDocker, Program, Request
 
 from acbslurm.container.launch import LaunchSpec, run_container
 from acbslurm.container.options import Limits
+from acbslurm.container.signals import HANDLED
 from acbslurm.dockerapi.engine import DaemonGone, EngineApi
 from acbslurm.errors import DockerError, SetupError
+
+# The deadline below times tests by SIGALRM: run_container must not take it over.
+NO_ALRM = HANDLED - {signal.SIGALRM}
+
+
+def run(api: EngineApi, launch: LaunchSpec) -> int:
+    return run_container(api, launch, handled=NO_ALRM)
 
 
 def spec(**kw: object) -> LaunchSpec:
@@ -68,7 +76,7 @@ def test_a_run_streams_output_passes_the_exit_code_and_removes_the_container(
 ) -> None:
     fake_docker.program = Program([(1, b"out 1\n"), (2, b"err 1\n"), (1, b"out 2\n")], 3)
     with deadline(20):
-        code = run_container(EngineApi(fake_docker.host, timeout=5), spec())
+        code = run(EngineApi(fake_docker.host, timeout=5), spec())
     assert code == 3
     out, err = capsys.readouterr()
     assert out == "out 1\nout 2\n"
@@ -97,7 +105,7 @@ def test_sigterm_while_running_stops_the_container_gracefully(
 
     fake_docker.on("POST", "/containers/*/start", later)
     with deadline(20):
-        code = run_container(EngineApi(fake_docker.host, timeout=5), spec(grace=7.0))
+        code = run(EngineApi(fake_docker.host, timeout=5), spec(grace=7.0))
     assert code == 143  # the fake's container exits on the stop's SIGTERM
     (stop,) = fake_docker.calls("POST", "/containers/*/stop")
     assert stop.query["t"] == "7"
@@ -109,18 +117,18 @@ def test_create_errors_name_the_fix(fake_docker: FakeDocker) -> None:
     d = EngineApi(fake_docker.host, timeout=5)
     fake_docker.images = {"img:1"}
     with pytest.raises(DockerError, match="image 'other:2' is not in your Docker daemon"):
-        run_container(d, spec(image="other:2"))
+        run(d, spec(image="other:2"))
     d.create("acbslurm-12-x", {"Image": "img:1"})
     with pytest.raises(DockerError, match="a container named 'acbslurm-12-x' already exists"):
-        run_container(d, spec())
+        run(d, spec())
     fake_docker.on("POST", "/containers/create", Answer(500, {"message": "disk full"}))
     with pytest.raises(DockerError, match=r"cannot create the container: .*disk full"):
-        run_container(d, spec(name="another"))
+        run(d, spec(name="another"))
 
 
 def test_no_daemon_says_how_to_start_one(tmp_path: Path) -> None:
     with pytest.raises(SetupError, match=r"no Docker daemon is running at .*dockerd-rootless"):
-        run_container(EngineApi(f"unix://{tmp_path}/none.sock", timeout=5), spec())
+        run(EngineApi(f"unix://{tmp_path}/none.sock", timeout=5), spec())
 
 
 @pytest.fixture
@@ -140,7 +148,7 @@ def daemon_fault_after_start(fake_docker: FakeDocker, fault: Callable[[], None])
     fake_docker.program = Program([(1, b"working\n")], exit_code=None)
     fake_docker.on("POST", "/containers/*/start", lambda _req: threading.Timer(0.3, fault).start())
     with deadline(15), pytest.raises(DaemonGone) as exc:
-        run_container(EngineApi(fake_docker.host, timeout=5), spec())
+        run(EngineApi(fake_docker.host, timeout=5), spec())
     return exc.value
 
 
@@ -225,7 +233,7 @@ def test_a_container_killed_by_a_signal_with_the_daemon_up_keeps_its_code(
 ) -> None:
     fake_docker.program = Program([(1, b"oom\n")], exit_code=137)
     with deadline(15):
-        assert run_container(EngineApi(fake_docker.host, timeout=5), spec()) == 137
+        assert run(EngineApi(fake_docker.host, timeout=5), spec()) == 137
     # One question, answered: no waiting to see whether the daemon goes away (it would
     # have closed its API before stopping the container).
     assert len(fake_docker.calls("GET", "/version")) == 1
@@ -239,7 +247,7 @@ def test_an_unexpected_error_in_the_wait_thread_cannot_hang_the_run(
 
     monkeypatch.setattr(EngineApi, "wait", broken_wait)
     with deadline(15), pytest.raises(RuntimeError, match="a bug in wait"):
-        run_container(EngineApi(fake_docker.host, timeout=5), spec())
+        run(EngineApi(fake_docker.host, timeout=5), spec())
     assert fake_docker.containers == {}
 
 
@@ -261,7 +269,7 @@ def test_a_signal_before_the_container_starts_means_it_never_starts(
     fake_docker.on("POST", "/containers/create", cancel)
     try:
         with deadline(15):
-            rc = run_container(EngineApi(fake_docker.host, timeout=5), spec())
+            rc = run(EngineApi(fake_docker.host, timeout=5), spec())
     finally:
         signal.signal(signal.SIGINT, old_int)
     assert fake_docker.calls("POST", "/containers/*/start") == []

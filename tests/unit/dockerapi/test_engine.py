@@ -104,7 +104,7 @@ def test_docker_29_refusing_the_first_guess_is_asked_once_more_at_the_negotiated
         f"/v{API_VERSION}/info",
         f"/v{MAX_API_VERSION}/info",
         f"/v{MAX_API_VERSION}/containers/create?name=c1",
-        f"/v{MAX_API_VERSION}/containers/{cid}/attach?stream=1&stdout=1&stderr=1&logs=1",
+        f"/v{MAX_API_VERSION}/containers/{cid}/attach?stream=1&stdout=1&stderr=1",
     ]
 
 

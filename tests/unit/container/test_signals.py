@@ -1,0 +1,240 @@
+"""What `acbslurm run` does with its step's signals and terminal, against the fake daemon.
+
+A script hook on the container's /wait (the run is under way) sends this process the
+signal Slurm would; the fake daemon records what reached the container.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fake_docker import FakeDocker, Program, Request
+from test_launch import deadline, run, spec
+
+from acbslurm.container import signals
+from acbslurm.dockerapi.engine import EngineApi
+
+
+def api(fake: FakeDocker) -> EngineApi:
+    return EngineApi(fake.host, timeout=5)
+
+
+def the_container(fake: FakeDocker) -> object:
+    with fake.cond:
+        (c,) = fake.containers.values()
+    return c
+
+
+def when_running(fake: FakeDocker, *sends: tuple[float, int]) -> None:
+    """Once the run waits on its container: each (delay, signal) in turn, to this process."""
+
+    def hook(_req: Request) -> None:
+        def go() -> None:
+            for delay, signum in sends:
+                time.sleep(delay)
+                os.kill(os.getpid(), signum)
+
+        threading.Thread(target=go, daemon=True).start()
+
+    fake.on("POST", "/containers/*/wait", hook)
+
+
+@pytest.fixture
+def no_stop_signals() -> Iterator[None]:
+    """Whatever run_container leaves pending after it returns must not end pytest."""
+    old = {s: signal.signal(s, lambda *_a: None) for s in signals.STOP_SIGNALS}
+    yield
+    for s, h in old.items():
+        signal.signal(s, h)
+
+
+def test_slurms_repeated_sigterm_at_a_time_limit_keeps_the_grace(
+    fake_docker: FakeDocker, no_stop_signals: None
+) -> None:
+    """Two SIGTERMs 9 ms apart (slurmstepd at a time limit) are one stop request."""
+    fake_docker.program = Program([], exit_code=None)
+    # The program takes a while to stop (its trap), so both signals come during the run.
+    fake_docker.on("POST", "/containers/*/stop", lambda _r: time.sleep(0.3))
+    when_running(fake_docker, (0.2, signal.SIGTERM), (0.009, signal.SIGTERM))
+    with deadline(20):
+        assert run(api(fake_docker), spec(grace=9.0)) == 143
+    (stop,) = fake_docker.calls("POST", "/containers/*/stop")
+    assert stop.query["t"] == "9"
+    assert [r for r in fake_docker.calls("POST", "/containers/*/kill")] == []
+
+
+def test_a_second_stop_after_the_window_kills_at_once(
+    fake_docker: FakeDocker, no_stop_signals: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(signals, "REPEAT_WINDOW", 0.1)
+    fake_docker.program = Program([], exit_code=None)
+    stopping = threading.Event()
+    fake_docker.on("POST", "/containers/*/stop", lambda _r: stopping.wait(10) and None)
+    when_running(fake_docker, (0.2, signal.SIGINT), (0.3, signal.SIGINT))
+    with deadline(20):
+        code = run(api(fake_docker), spec(grace=30.0))
+    stopping.set()
+    assert code == 137
+    (kill,) = fake_docker.calls("POST", "/containers/*/kill")
+    assert "signal" not in kill.query  # SIGKILL
+
+
+@pytest.mark.parametrize("name", ["SIGUSR1", "SIGUSR2", "SIGHUP", "SIGQUIT", "SIGWINCH"])
+def test_other_signals_reach_the_container_and_the_run_goes_on(
+    fake_docker: FakeDocker, name: str
+) -> None:
+    signum = getattr(signal, name)
+    # The program's trap: it checkpoints, then ends with 0 on SIGUSR2 (sent after).
+    fake_docker.program = Program([], exit_code=None, exits_on={signal.SIGUSR2: 0})
+    sends = [(0.2, signum)] + ([] if signum == signal.SIGUSR2 else [(0.3, signal.SIGUSR2)])
+    when_running(fake_docker, *sends)
+    with deadline(20):
+        assert run(api(fake_docker), spec()) == 0
+    kills = fake_docker.calls("POST", "/containers/*/kill")
+    assert [int(k.query["signal"]) for k in kills] == [s for _d, s in sends]
+    assert fake_docker.calls("POST", "/containers/*/stop") == []
+
+
+def test_suspend_pauses_and_resume_unpauses_the_container(fake_docker: FakeDocker) -> None:
+    fake_docker.program = Program([], exit_code=None, exits_on={signal.SIGUSR1: 4})
+    paused = threading.Event()
+
+    def pause_seen(_r: Request) -> None:
+        threading.Timer(0.05, paused.set).start()
+
+    fake_docker.on("POST", "/containers/*/pause", pause_seen)
+
+    def hook(_req: Request) -> None:
+        def go() -> None:
+            time.sleep(0.2)
+            os.kill(os.getpid(), signal.SIGTSTP)
+            assert paused.wait(10)
+            os.kill(os.getpid(), signal.SIGCONT)
+            time.sleep(0.2)
+            os.kill(os.getpid(), signal.SIGUSR1)
+
+        threading.Thread(target=go, daemon=True).start()
+
+    fake_docker.on("POST", "/containers/*/wait", hook)
+    with deadline(20):
+        assert run(api(fake_docker), spec()) == 4
+    routes = [r.route.rsplit("/", 1)[-1] for r in fake_docker.calls("POST")]
+    assert routes[routes.index("wait") + 1 :] == ["pause", "unpause", "kill", "kill"]
+    kills = fake_docker.calls("POST", "/containers/*/kill")
+    assert [int(k.query["signal"]) for k in kills] == [signal.SIGCONT, signal.SIGUSR1]
+
+
+def test_a_pause_the_daemon_refuses_is_said_and_the_run_goes_on(
+    fake_docker: FakeDocker, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from fake_docker import Answer
+
+    fake_docker.program = Program([], exit_code=None, exits_on={signal.SIGUSR1: 0})
+    fake_docker.on("POST", "/containers/*/pause", Answer(500, {"message": "no freezer"}))
+    when_running(fake_docker, (0.2, signal.SIGTSTP), (0.2, signal.SIGCONT), (0.2, signal.SIGUSR1))
+    with deadline(20):
+        assert run(api(fake_docker), spec()) == 0
+    err = capsys.readouterr().err
+    assert "the job was suspended but the container could not be paused" in err
+    assert "no freezer" in err
+    assert fake_docker.calls("POST", "/containers/*/unpause") == []  # never paused
+
+
+def test_stdin_goes_to_the_container_and_its_eof_ends_it(
+    fake_docker: FakeDocker, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`echo x | acbslurm run -i IMAGE cat`."""
+    fake_docker.program = Program([], exit_code=3, echo_stdin=True)
+    r, w = os.pipe()
+    os.write(w, b"x\ny\n")
+    os.close(w)
+    saved = os.dup(0)
+    os.dup2(r, 0)
+    os.close(r)
+    try:
+        with deadline(20):
+            code = run(api(fake_docker), spec(stdin=True))
+    finally:
+        os.dup2(saved, 0)
+        os.close(saved)
+    assert code == 3
+    assert capfd.readouterr().out == "x\ny\n"
+    (create,) = fake_docker.calls("POST", "/containers/create")
+    assert (create.body["OpenStdin"], create.body["StdinOnce"], create.body["AttachStdin"]) == (
+        True,
+        True,
+        True,
+    )
+    (attach,) = fake_docker.calls("POST", "/containers/*/attach")
+    assert attach.query.get("stdin") == "1" and "logs" not in attach.query
+
+
+def test_a_tty_is_one_raw_stream_in_the_containers_order(
+    fake_docker: FakeDocker, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake_docker.program = Program([(1, b"out1\n"), (2, b"err1\n"), (1, b"out2\n")], 0)
+    with deadline(20):
+        assert run(api(fake_docker), spec(tty=True)) == 0
+    assert capsys.readouterr().out == "out1\nerr1\nout2\n"
+    (create,) = fake_docker.calls("POST", "/containers/create")
+    assert create.body["Tty"] is True
+
+
+PUMP = """
+import sys
+from acbslurm.container.streams import Pump
+
+class Stream:
+    def frames(self):
+        yield 1, b"a" * 100
+        yield 2, b"to stderr\\n"
+        yield 1, b"b" * 50
+
+pump = Pump(Stream())
+pump.run()
+pump.report()
+sys.stdout.write("buffered, flushed at exit")
+sys.exit(7)
+"""
+
+
+def test_a_full_disk_is_said_on_stderr_and_the_exit_code_is_the_containers(
+    tmp_path: Path,
+) -> None:
+    """/dev/full: every write fails with ENOSPC, as on a full output disk."""
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).parents[3]))
+    with open("/dev/full", "wb") as full:
+        done = subprocess.run(
+            [sys.executable, "-c", PUMP], stdout=full, stderr=subprocess.PIPE, env=env, timeout=60
+        )
+    assert done.returncode == 7  # not 120 (Python's failed flush at exit)
+    err = done.stderr.decode()
+    assert "to stderr" in err
+    assert "writing the container's stdout failed after 0 bytes (No space left on device)" in err
+    assert "the 150 bytes after that were discarded" in err
+
+
+def test_a_signal_before_the_start_is_not_passed_on_and_said(
+    fake_docker: FakeDocker, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """USR1 before the program could set its handler would kill it: dropped, and said;
+    SIGCONT (before every cancel's SIGTERM) is dropped silently."""
+    fake_docker.program = Program([(1, b"ran\n")], exit_code=0)
+
+    def early(_req: Request) -> None:
+        os.kill(os.getpid(), signal.SIGUSR1)
+        os.kill(os.getpid(), signal.SIGCONT)
+
+    fake_docker.on("POST", "/containers/create", early)
+    with deadline(20):
+        assert run(api(fake_docker), spec()) == 0
+    out, err = capsys.readouterr()
+    assert out == "ran\n"
+    assert err == "acbslurm: SIGUSR1 came before the container started: not passed on\n"
+    assert fake_docker.calls("POST", "/containers/*/kill") == []
