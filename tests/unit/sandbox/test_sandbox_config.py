@@ -323,6 +323,8 @@ def test_gpu_types_set_the_count_and_must_agree_with_gpus() -> None:
     assert _gpu_shape(Params(gpu_types="h200:2"), 2, None) == {"gpu_types": ""}
     with pytest.raises(ConfigError, match=r"--gpus 2 and --gpu-types h200:1 \(1\) disagree"):
         _gpu_shape(base, 2, "h200:1")
+
+
 def test_the_sandbox_passes_the_doctors_kill_wait(layout: Layout) -> None:
     # The container's grace (stop_grace, docker stop) must end within KillWait, or a
     # cancelled job's container is SIGKILLed first: the sandbox's own doctor says ok.
