@@ -355,7 +355,9 @@ class Worker:
             d = Decoding(rid, ids, params, self.eos_id)
         except (TypeError, ValueError, RuntimeError) as exc:
             log.info("request %s: bad sampling parameters: %s", rid, exc)
-            self.fail(rid, 400, f"bad sampling parameters: {exc}", "seed", "invalid_value")
+            # the sampler's own words go to the log; the gateway's checks name the
+            # fields, so only the seed can get here (torch's range)
+            self.fail(rid, 400, "seed: not usable by the sampler", "seed", "invalid_value")
             return None
         if self.leader is not None:
             d.on_drop = self.leader.drop  # the followers drop their KV caches too

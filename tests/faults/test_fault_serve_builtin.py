@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -23,7 +24,7 @@ from typing import Any
 import httpx
 import pytest
 
-from acbslurm.serve.modelmaker import TinyShape, make_model
+from acbslurm.serve.modelmaker import make_model
 from acbslurm.serve.pool import load_pool_text
 from acbslurm.serve.protocol import encode
 from acbslurm.serve.runner import PoolServer
@@ -32,9 +33,12 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("serve-models")
-    return {"a": make_model(root / "a", TinyShape(), seed=1), "b": make_model(root / "b", seed=2)}
+def models() -> Iterator[dict[str, Path]]:
+    # Not under pytest's basetemp: other pytest sessions of the machine's user prune
+    # it (keeping their last three), and a worker restarted here reloads its model.
+    with tempfile.TemporaryDirectory(prefix="acbslurm-fault-models-") as tmp:
+        root = Path(tmp)
+        yield {"a": make_model(root / "a", seed=1), "b": make_model(root / "b", seed=2)}
 
 
 def _pool_text(models: dict[str, Path], listen: str = "127.0.0.1:0") -> str:
@@ -106,7 +110,9 @@ def test_bad_sampling_values_are_400_and_the_model_serves_on(http: httpx.Client)
         "stop": ["x"] * 5,
     }
     for key, value in bad.items():
-        r = http.post("/v1/completions", json={"model": "a", "prompt": "hi", key: value})
+        # sampled (temperature > 0): the seed reaches torch's generator
+        body = {"model": "a", "prompt": "hi", "temperature": 0.8, key: value}
+        r = http.post("/v1/completions", json=body)
         err = _error(r)
         assert err["param"] == key and err["message"].startswith(key), err
     _answered(http, "a", seed=2**64 - 1, temperature=0.8)  # the largest seed torch takes
