@@ -11,8 +11,11 @@ are refused with a 400 rather than silently ignored.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
+
+from acbslurm.errors import short_repr
 
 
 @dataclass
@@ -44,7 +47,7 @@ def _number(body: dict[str, Any], key: str, low: float, high: float) -> float | 
     if v is None:
         return None
     if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
-        raise _bad(key, f"must be a number, got {v!r}")
+        raise _bad(key, f"must be a number, got {short_repr(v)}")
     if not low <= v <= high:
         raise _bad(key, f"must be between {low:g} and {high:g}, got {v}")
     return float(v)
@@ -55,7 +58,7 @@ def _int(body: dict[str, Any], key: str, low: int) -> int | None:
     if v is None:
         return None
     if isinstance(v, bool) or not isinstance(v, int):
-        raise _bad(key, f"must be an integer, got {v!r}")
+        raise _bad(key, f"must be an integer, got {short_repr(v)}")
     if v < low:
         raise _bad(key, f"must be at least {low}, got {v}")
     return v
@@ -78,10 +81,20 @@ def _max_tokens(body: dict[str, Any]) -> int | None:
     return mt
 
 
+# What torch.Generator.manual_seed takes (a 64-bit value, signed or not): a seed
+# outside it would raise in the worker, not here.
+SEED_MIN, SEED_MAX = -(2**63), 2**64 - 1
+MAX_STOP_CHARS = 256  # each stop string is looked for at every token: keep that cheap
+
+
 def _seed(body: dict[str, Any]) -> int | None:
     seed = body.get("seed")
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-        raise _bad("seed", f"must be an integer, got {seed!r}")
+    if seed is None:
+        return None
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise _bad("seed", f"must be an integer, got {short_repr(seed)}")
+    if not SEED_MIN <= seed <= SEED_MAX:
+        raise _bad("seed", f"must be between -2**63 and 2**64-1, got {short_repr(seed)}")
     return seed
 
 
@@ -101,6 +114,10 @@ def _stops(body: dict[str, Any]) -> list[str]:
         stops = list(stop)
     else:
         raise _bad("stop", "must be a string or a list of up to 4 strings")
+    for i, s in enumerate(stops):
+        if len(s) > MAX_STOP_CHARS:
+            at = "stop" if isinstance(stop, str) else f"stop[{i}]"
+            raise _bad(at, f"at most {MAX_STOP_CHARS} characters, got {len(s)}")
     return [s for s in stops if s]
 
 
@@ -109,7 +126,7 @@ def _stream(body: dict[str, Any]) -> bool:
     if stream is None:
         stream = False
     if not isinstance(stream, bool):
-        raise _bad("stream", f"must be true or false, got {stream!r}")
+        raise _bad("stream", f"must be true or false, got {short_repr(stream)}")
     return stream
 
 
@@ -136,10 +153,45 @@ def _refuse_unsupported(body: dict[str, Any]) -> None:
         raise ApiError(400, "echo: not supported by this server", "echo", "unsupported_value")
 
 
+# JSON may carry "\\ud800" (and json.loads lets raw surrogate bytes through too): such
+# text cannot be encoded, tokenized or even written back in an error message.
+_SURROGATE = re.compile("[\\ud800-\\udfff]")
+
+
+def _check_unicode(body: Any) -> None:
+    """A 400 naming the first field whose text (or one of whose keys) holds a lone
+    surrogate. A loop, not recursion: json.loads nests as deep as recursion allows."""
+    todo: list[tuple[str, Any]] = [("", body)]
+    while todo:
+        at, v = todo.pop()
+        if isinstance(v, str):
+            _check_text(at, v, at)
+        elif isinstance(v, dict):
+            for k, item in v.items():
+                # a bad key is named by where it is: the key itself cannot be written
+                _check_text(f"{at or 'the body'}: a key", k, at or None)
+                todo.append((f"{at}.{k}" if at else k, item))
+        elif isinstance(v, list):
+            todo.extend((f"{at}[{i}]", item) for i, item in enumerate(v))
+
+
+def _check_text(where: str, text: str, param: str | None) -> None:
+    m = _SURROGATE.search(text)
+    if m is not None:
+        raise ApiError(
+            400,
+            f"{where}: not valid Unicode: a lone surrogate (U+{ord(m.group()):04X}) at "
+            f"character {m.start()}",
+            param=param,
+            code="invalid_unicode",
+        )
+
+
 def _common(body: dict[str, Any]) -> dict[str, Any]:
     """The fields of both endpoints, checked in this order (the first error is reported)."""
     if not isinstance(body, dict):
         raise ApiError(400, "the request body must be a JSON object", code="invalid_json")
+    _check_unicode(body)
     out: dict[str, Any] = {
         "model": _model_name(body),
         "max_tokens": _max_tokens(body),
@@ -193,7 +245,7 @@ def _message(i: int, m: Any) -> dict[str, str]:
         raise _bad(at, "must be an object with role and content")
     role = m.get("role")
     if role not in ROLES:
-        raise _bad(f"{at}.role", f"must be one of {', '.join(ROLES)}, got {role!r}")
+        raise _bad(f"{at}.role", f"must be one of {', '.join(ROLES)}, got {short_repr(role)}")
     content = _content(at, m.get("content"))
     if content is None and role == "assistant":
         content = ""
@@ -211,3 +263,27 @@ def parse_chat(body: Any) -> dict[str, Any]:
         raise _bad("messages", "must be a non-empty list of {role, content} objects")
     out["messages"] = [_message(i, m) for i, m in enumerate(messages)]
     return out
+
+
+def prompt_chars(work: dict[str, Any]) -> int:
+    """Characters of a request's prompt, or of its messages' contents (``work``: what
+    the gateway sends the worker)."""
+    if "messages" not in work:
+        return len(str(work.get("prompt", "")))
+    return sum(len(str(m.get("content", ""))) for m in work["messages"])
+
+
+def check_prompt_size(work: dict[str, Any], max_chars: int, max_context: int) -> None:
+    """A 400 for a prompt too long to fit the context whatever its tokens, before it is
+    tokenized: ``max_chars`` is the context times the longest token's characters."""
+    n = prompt_chars(work)
+    if max_chars and n > max_chars:
+        field = "messages" if "messages" in work else "prompt"
+        raise ApiError(
+            400,
+            f"{field}: {n} characters is more than this model takes ({max_chars}: its "
+            f"context of {max_context} tokens, each at most {max_chars // max_context} "
+            "characters). Shorten the prompt.",
+            field,
+            "context_length_exceeded",
+        )

@@ -20,11 +20,11 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from acbslurm.serve.api import ApiError, parse_chat, parse_completion
+from acbslurm.serve.api import ApiError, check_prompt_size, parse_chat, parse_completion
 from acbslurm.serve.metrics import CONTENT_TYPE, Metrics
 from acbslurm.serve.workers import Overloaded, Pending, Unavailable, WorkerHandle
 from acbslurm.units import is_ascii_int
@@ -149,7 +149,7 @@ class Gateway:
             raise ApiError(
                 413, f"request body larger than {MAX_BODY >> 20} MiB", code="body_too_large"
             )
-        data = b""
+        data = bytearray()  # appended in place: ``bytes +=`` copies it all per chunk
         async for chunk in request.stream():
             data += chunk
             if len(data) > MAX_BODY:
@@ -165,6 +165,14 @@ class Gateway:
             raise ApiError(400, f"the body is not valid JSON: {exc}", code="invalid_json") from None
 
     async def _generate(self, request: Request, chat: bool) -> Response:
+        try:
+            return await self._answer(request, chat)
+        except ClientDisconnect:
+            # Gone before its body arrived: nobody to answer, nothing wrong here.
+            log.info("%s: the client went away before sending its body", request.url.path)
+            return Response(status_code=400)
+
+    async def _answer(self, request: Request, chat: bool) -> Response:
         model = ""
         try:
             raw = await self._read_json(request)
@@ -177,6 +185,7 @@ class Gateway:
             deadline = time.monotonic() + self.request_timeout
             work = {k: body[k] for k in ("max_tokens", "temperature", "top_p", "seed", "stop")}
             work["messages" if chat else "prompt"] = body["messages" if chat else "prompt"]
+            check_prompt_size(work, handle.max_prompt_chars, handle.max_context)
             try:
                 rid, pending = handle.submit(work)
             except Overloaded as exc:

@@ -3,7 +3,9 @@
 Counted by the gateway: requests (by HTTP status), prompt and completion tokens.
 Read from the workers' last report at scrape time (counters keep the totals of a
 restarted worker's earlier lives): queue length, seconds waiting for GPUs, swaps in
-and out and their seconds, resident and evicted bytes, worker restarts.
+and out and their seconds, resident and evicted bytes, worker restarts, and the state
+each worker is in (a model that cannot serve now reads ``worker_up 0`` and its state,
+e.g. ``restarting``).
 """
 
 from __future__ import annotations
@@ -57,8 +59,14 @@ class _Workers(Collector):
             GaugeMetricFamily, "acbslurm_serve_evicted_bytes", "Weight bytes evicted to host memory"
         )
         rst = fam(CounterMetricFamily, "acbslurm_serve_worker_restarts", "Worker restarts")
+        state = GaugeMetricFamily(
+            "acbslurm_serve_worker_state",
+            "1 for the state the model's worker is in (starting, ready, restarting, refused)",
+            labels=["model", "state"],
+        )
         for h in self.handles:
             m = [h.spec.name]
+            state.add_metric([h.spec.name, h.state], 1.0)
             queue.add_metric(m, h.queue_length)
             up.add_metric(m, 1.0 if h.state == "ready" else 0.0)
             wait.add_metric(m, h.counter("gpu_wait_seconds"))
@@ -70,7 +78,7 @@ class _Workers(Collector):
             res.add_metric(m, float(h.stats.get("resident_bytes", 0)))
             ev.add_metric(m, float(h.stats.get("evicted_bytes", 0)))
             rst.add_metric(m, h.restarts)
-        yield from (queue, up, wait, turns, sin, sout, sin_s, sout_s, res, ev, rst)
+        yield from (queue, up, wait, turns, sin, sout, sin_s, sout_s, res, ev, rst, state)
 
 
 class Metrics:

@@ -18,17 +18,20 @@ their stages; a group whose follower fails exits (EXIT_GROUP) and is restarted.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
+import queue
 import socket
 import sys
 import threading
 import time
 from collections import deque
-from typing import Any
+from typing import Any, NoReturn
 
 from acbslurm.config import env_float
+from acbslurm.serve.api import prompt_chars
 from acbslurm.serve.gang import Gang, large_enough
 from acbslurm.serve.modelproc import load_causal_lm, prepare_model_process
 from acbslurm.serve.protocol import MAX_LINE, decode, encode
@@ -38,6 +41,34 @@ log = logging.getLogger("acbslurm.serve.worker")
 EXIT_REFUSED = 3  # the model cannot run here (gang or memory cannot fit): no restart
 EXIT_BROKER = 4  # the broker went away
 EXIT_GROUP = 5  # a follower of the group died or hung: the gateway restarts the group
+EXIT_THREAD = 6  # one of the worker's threads failed: the gateway restarts the worker
+BIG_PROMPT = 1 << 20  # characters: after tokenizing more, the heap is trimmed
+
+
+def die(reason: str) -> NoReturn:
+    """End the process, the reason logged: a worker that lost a thread (the reader,
+    the tokenizer, the decoding loop) would otherwise live on and never answer, its
+    requests waiting out their timeout while /health says ok. Its exit fails them
+    with 503 at once and the gateway restarts it."""
+    log.critical("worker exits: %s", reason)
+    for h in logging.getLogger().handlers:
+        h.flush()
+    os._exit(EXIT_THREAD)
+
+
+def _thread_failed(args: threading.ExceptHookArgs) -> None:
+    name = args.thread.name if args.thread is not None else "?"
+    log.critical("thread %s failed", name, exc_info=args.exc_value)
+    die(f"thread {name} failed: {args.exc_type.__name__}: {args.exc_value}")
+
+
+def trim_heap() -> None:
+    """Give the C heap's free pages back to the system (glibc keeps them otherwise:
+    one huge prompt's tokenizing left the worker at 4x its size for good)."""
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):  # AttributeError: not glibc
+        ctypes.CDLL(None).malloc_trim(0)
 
 
 class Worker:
@@ -57,6 +88,12 @@ class Worker:
         self.pin: list[str] | None = None
         self.procs = int(spec.get("procs", 1))
         self.leader: Any = None  # pipeline.Leader of a worker group
+        # Requests are tokenized on a thread of their own (``tokenize_loop``), never on
+        # the reader (cancels and newcomers would wait behind a long prompt) nor on the
+        # decoding loop. A cancel that comes while its request is there is kept for it.
+        self.intake: queue.SimpleQueue[dict[str, Any]] = queue.SimpleQueue()
+        self.tokenizing: set[str] = set()
+        self.cancelled_early: set[str] = set()
 
     # -- I/O ----------------------------------------------------------------------------
 
@@ -91,11 +128,15 @@ class Worker:
         from acbslurm.serve.residency import Residency
 
         self.tokenizer = AutoTokenizer.from_pretrained(self.spec["path"])
+        # The tokenizing thread's own copy: a fast tokenizer is one Rust object, and
+        # the decoding loop's detokenizing must not share it with a concurrent encode.
+        self.encoder = AutoTokenizer.from_pretrained(self.spec["path"])
         model, self.dtype = load_causal_lm(self.spec)
         cfg = model.config
         own = getattr(cfg, "max_position_embeddings", 0) or getattr(cfg, "n_positions", 0) or 2048
         self.max_context = min(self.spec["max_context"] or own, own)
         self.eos_id = self.tokenizer.eos_token_id
+        self.max_prompt_chars = self.max_context * longest_token(self.tokenizer)
         self.vocab = int(model.get_output_embeddings().weight.shape[0])
         if self.procs > 1:
             from acbslurm.serve.stages import make_stage
@@ -201,41 +242,72 @@ class Worker:
             except ValueError:
                 continue
             if msg.get("type") == "generate":
-                self.accept(msg)
-            elif msg.get("type") == "cancel":
                 with self.cond:
-                    d = self.by_id.get(str(msg.get("id")))
-                    if d is not None:
-                        d.cancelled = True
-                        if d in self.queue:  # not started: no turn needed for it
-                            self.queue.remove(d)
-                            self.by_id.pop(d.rid, None)
+                    self.tokenizing.add(str(msg.get("id")))
+                self.intake.put(msg)
+            elif msg.get("type") == "cancel":
+                self.cancel(str(msg.get("id")))
+
+    def cancel(self, rid: str) -> None:
+        with self.cond:
+            if rid in self.tokenizing:
+                self.cancelled_early.add(rid)
+            d = self.by_id.get(rid)
+            if d is not None:
+                d.cancelled = True
+                if d in self.queue:  # not started: no turn needed for it
+                    self.queue.remove(d)
+                    self.by_id.pop(d.rid, None)
+
+    def tokenize_loop(self) -> None:
+        while True:
+            msg = self.intake.get()
+            rid = str(msg.get("id"))
+            big = prompt_chars(msg) > BIG_PROMPT
+            try:
+                self.accept(msg)
+            finally:
+                with self.cond:
+                    self.tokenizing.discard(rid)
+                    self.cancelled_early.discard(rid)
+            del msg  # the prompt's text, before the heap is trimmed
+            if big:
+                trim_heap()
 
     def prompt_text(self, msg: dict[str, Any]) -> str:
         if "messages" not in msg:
             return str(msg.get("prompt", ""))
         messages = msg["messages"]
-        if getattr(self.tokenizer, "chat_template", None):
-            text = self.tokenizer.apply_chat_template(
+        if getattr(self.encoder, "chat_template", None):
+            text = self.encoder.apply_chat_template(
                 messages, add_generation_prompt=True, tokenize=False
             )
             return str(text)
         parts = [f"{m['role']}: {m['content']}\n" for m in messages]
         return "".join(parts) + "assistant:"
 
-    def accept(self, msg: dict[str, Any]) -> None:
-        from acbslurm.serve.generate import Decoding, Params
-
-        rid = str(msg["id"])
-        spec = self.spec
+    def tokenize(self, rid: str, msg: dict[str, Any]) -> list[int] | None:
+        """The prompt's token ids, or None when it cannot be tokenized (the gateway told)."""
+        field = "messages" if "messages" in msg else "prompt"
         try:
-            ids = list(self.tokenizer(self.prompt_text(msg)).input_ids)
+            text = self.prompt_text(msg)
+            ids = list(self.encoder(text).input_ids)
         except Exception as exc:
-            self.fail(rid, 400, f"cannot tokenize the prompt: {exc}", "prompt")
-            return
+            # The gateway checked the text; what is left is the tokenizer's own matter,
+            # for the log, not for the client.
+            log.info("request %s: cannot tokenize the %s: %s", rid, field, exc)
+            self.fail(rid, 400, f"{field}: cannot be tokenized", field, "invalid_prompt")
+            return None
         if not ids and self.eos_id is not None:
             ids = [self.eos_id]
-        max_tokens = int(msg.get("max_tokens") or spec["max_tokens"])
+        return ids
+
+    def accept(self, msg: dict[str, Any]) -> None:
+        rid = str(msg["id"])
+        ids = self.tokenize(rid, msg)
+        if ids is None:
+            return
+        max_tokens = int(msg.get("max_tokens") or self.spec["max_tokens"])
         field = "messages" if "messages" in msg else "prompt"
         if len(ids) + max_tokens > self.max_context:
             if len(ids) < self.max_context:
@@ -250,23 +322,46 @@ class Worker:
                 "context_length_exceeded",
             )
             return
-        temp = msg.get("temperature")
-        top_p = msg.get("top_p")
-        params = Params(
-            max_tokens=max_tokens,
-            temperature=float(spec["temperature"] if temp is None else temp),
-            top_p=float(spec["top_p"] if top_p is None else top_p),
-            seed=msg.get("seed"),
-            stop=tuple(msg.get("stop") or ()),
-        )
-        d = Decoding(rid, ids, params, self.eos_id)
-        if self.leader is not None:
-            d.on_drop = self.leader.drop  # the followers drop their KV caches too
+        d = self.decoding(rid, ids, max_tokens, msg)
+        if d is None:
+            return
         self.send({"type": "accepted", "id": rid, "prompt_tokens": len(ids)})
         with self.cond:
+            if rid in self.cancelled_early:
+                return
             self.by_id[rid] = d
             self.queue.append(d)
             self.cond.notify()
+
+    def decoding(
+        self, rid: str, ids: list[int], max_tokens: int, msg: dict[str, Any]
+    ) -> Any | None:
+        """The request's ``Decoding``, or None (a 400 sent) when its parameters cannot be
+        used: the gateway checks them, and this keeps a value it let through from
+        taking the thread down."""
+        from acbslurm.serve.generate import Decoding, Params
+
+        spec = self.spec
+        temp = msg.get("temperature")
+        top_p = msg.get("top_p")
+        try:
+            params = Params(
+                max_tokens=max_tokens,
+                temperature=float(spec["temperature"] if temp is None else temp),
+                top_p=float(spec["top_p"] if top_p is None else top_p),
+                seed=msg.get("seed"),
+                stop=tuple(msg.get("stop") or ()),
+            )
+            d = Decoding(rid, ids, params, self.eos_id)
+        except (TypeError, ValueError, RuntimeError) as exc:
+            log.info("request %s: bad sampling parameters: %s", rid, exc)
+            # the sampler's own words go to the log; the gateway's checks name the
+            # fields, so only the seed can get here (torch's range)
+            self.fail(rid, 400, "seed: not usable by the sampler", "seed", "invalid_value")
+            return None
+        if self.leader is not None:
+            d.on_drop = self.leader.drop  # the followers drop their KV caches too
+        return d
 
     # -- broker -------------------------------------------------------------------------
 
@@ -446,6 +541,14 @@ class Worker:
         )
 
 
+def longest_token(tokenizer: Any) -> int:
+    """Characters of the vocabulary's longest token (as stored: byte-level tokens have
+    a character per byte, so never fewer than they decode to). A prompt of more than
+    ``max_context`` times this many characters has more than ``max_context`` tokens,
+    whatever it says: the gateway refuses it before anyone tokenizes it."""
+    return max((len(t) for t in tokenizer.get_vocab()), default=1) or 1
+
+
 def start(w: Worker, store: Any) -> int:
     """Register, load, form the group (if any), check the fit: 0, or the exit code
     (the gateway has been told why)."""
@@ -496,17 +599,34 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         srv.close()
         os.unlink(args.socket)
+        # The gateway's folder for the socket, now empty (the gateway removes it too;
+        # this covers a gateway that was killed).
+        with contextlib.suppress(OSError):
+            os.rmdir(os.path.dirname(args.socket))
     conn.settimeout(None)
     w = Worker(spec, conn, args.broker, args.device)
     store = w.open_group(args.rendezvous_host) if w.procs > 1 else None
     code = start(w, store)
     if code:
         return code
-    w.send({"type": "ready", "weights_bytes": w.gang.weights, "max_context": w.max_context})
+    w.send(
+        {
+            "type": "ready",
+            "weights_bytes": w.gang.weights,
+            "max_context": w.max_context,
+            "max_prompt_chars": w.max_prompt_chars,
+        }
+    )
     w.send_stats()
+    threading.excepthook = _thread_failed
     threading.Thread(target=w.reader, name="gateway-reader", daemon=True).start()
-    while True:
-        w.turn()
+    threading.Thread(target=w.tokenize_loop, name="tokenizer", daemon=True).start()
+    try:
+        while True:
+            w.turn()
+    except Exception as exc:
+        log.critical("the decoding loop failed", exc_info=True)
+        die(f"the decoding loop failed: {type(exc).__name__}: {exc}")
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ import itertools
 import json
 import logging
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -100,6 +101,8 @@ class WorkerHandle:
         self._stopping = False
         self._task: asyncio.Task[None] | None = None
         self.weights_bytes = 0
+        self.max_context = 0
+        self.max_prompt_chars = 0  # 0: unknown (no worker ready yet)
         # (devices, granted, released) of this model's recent leases, as its worker saw them.
         self.lease_log: deque[tuple[tuple[str, ...], float, float]] = deque(maxlen=10_000)
 
@@ -122,6 +125,8 @@ class WorkerHandle:
                 return
             self.restarts += 1
             self.state = "restarting"
+            if not self.reason:
+                self.reason = f"the worker exited ({code}); restarting"
             log.warning("model %s: worker exited (%s); restarting", self.spec.name, code)
             if time.monotonic() - started > 30:
                 backoff = 0.5
@@ -130,7 +135,15 @@ class WorkerHandle:
 
     async def _run_once(self) -> int | None:
         self.state = "starting"
-        sock = os.path.join(tempfile.mkdtemp(prefix="acbslurm-w-"), "w.sock")
+        folder = tempfile.mkdtemp(prefix="acbslurm-w-")
+        try:
+            return await self._run_in(os.path.join(folder, "w.sock"))
+        finally:
+            # Every way out: the worker exiting, the gateway stopping (this task is
+            # cancelled), an error starting it.
+            shutil.rmtree(folder, ignore_errors=True)
+
+    async def _run_in(self, sock: str) -> int | None:
         env = {**os.environ, **self.env}
         group = ["--rendezvous-host", self.placement.host] if self.spec.procs > 1 else []
         self.proc = await asyncio.create_subprocess_exec(
@@ -198,6 +211,8 @@ class WorkerHandle:
         kind = msg.get("type")
         if kind == "ready":
             self.weights_bytes = int(msg.get("weights_bytes", 0))
+            self.max_context = int(msg.get("max_context", 0))
+            self.max_prompt_chars = int(msg.get("max_prompt_chars", 0))
             self.state = "ready"
             self.reason = ""
             self.ready_event.set()

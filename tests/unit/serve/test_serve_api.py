@@ -39,6 +39,19 @@ def test_completion_ok() -> None:
         ({"model": "m", "prompt": "x", "stop": [1]}, "stop"),
         ({"model": "m", "prompt": "x", "stream": "yes"}, "stream"),
         ({"model": "m", "prompt": "x", "seed": 1.5}, "seed"),
+        # torch's generators take 64 bits: a bigger seed killed the worker's thread
+        ({"model": "m", "prompt": "x", "seed": 10**30}, "seed"),
+        ({"model": "m", "prompt": "x", "seed": 2**64}, "seed"),
+        ({"model": "m", "prompt": "x", "seed": -(2**63) - 1}, "seed"),
+        ({"model": "m", "prompt": "x", "temperature": float("nan")}, "temperature"),
+        ({"model": "m", "prompt": "x", "top_p": 1.5}, "top_p"),
+        ({"model": "m", "prompt": "x", "n": 10**30}, "n"),
+        ({"model": "m", "prompt": "x", "stop": ["a"] * 5}, "stop"),
+        ({"model": "m", "prompt": "x", "stop": "s" * 257}, "stop"),
+        ({"model": "m", "prompt": "x", "stop": ["a", "s" * 257]}, "stop[1]"),
+        ({"model": "m", "prompt": "x\ud800"}, "prompt"),
+        ({"model": "m", "prompt": ["x\udfff"]}, "prompt[0]"),
+        ({"model": "m", "prompt": "x", "stop": ["a", "\udc00"]}, "stop[1]"),
         ({"model": "m", "prompt": "x", "logprobs": 2}, "logprobs"),
     ],
 )
@@ -75,3 +88,45 @@ def test_chat() -> None:
         "messages[0].content"
     )
     assert _err(parse_chat, []).code == "invalid_json"
+
+
+def test_seed_range_and_clean_messages() -> None:
+    for seed in (0, -(2**63), 2**64 - 1):
+        assert parse_completion({"model": "m", "prompt": "x", "seed": seed})["seed"] == seed
+    e = _err(parse_completion, {"model": "m", "prompt": "x", "seed": 10**30})
+    assert e.code == "invalid_value" and "between -2**63 and 2**64-1" in e.message
+    # a huge wrong value is quoted clipped, not whole
+    e = _err(parse_completion, {"model": "m", "prompt": "x", "max_tokens": "9" * 100_000})
+    assert e.param == "max_tokens" and len(e.message) < 300
+
+
+def test_lone_surrogate_is_named_and_never_quoted() -> None:
+    body = {"model": "m", "messages": [{"role": "user", "content": "ok \ud800 x"}]}
+    e = _err(parse_chat, body)
+    assert (e.param, e.code, e.type) == (
+        "messages[0].content",
+        "invalid_unicode",
+        "invalid_request_error",
+    )
+    assert e.message.startswith("messages[0].content: not valid Unicode") and "U+D800" in e.message
+    e = _err(parse_completion, {"model": "m\udc00", "prompt": "x"})
+    assert e.param == "model"
+    e = _err(parse_completion, {"model": "m", "prompt": "x", "user": {"\ud800": 1}})
+    assert e.param == "user" and "a key" in e.message
+    for err in (e, _err(parse_chat, body)):
+        err.message.encode()  # writable as UTF-8: no surrogate in it
+
+
+def test_prompt_size_bound() -> None:
+    from acbslurm.serve.api import check_prompt_size
+
+    check_prompt_size({"prompt": "x" * 100}, 100, 10)
+    check_prompt_size({"prompt": "x" * 10**6}, 0, 0)  # no worker ready yet: not known
+    with pytest.raises(ApiError) as info:
+        check_prompt_size({"prompt": "x" * 101}, 100, 10)
+    e = info.value
+    assert (e.status, e.param, e.code) == (400, "prompt", "context_length_exceeded")
+    assert "101 characters" in e.message and "(100:" in e.message and "10 tokens" in e.message
+    with pytest.raises(ApiError) as info:
+        check_prompt_size({"messages": [{"role": "user", "content": "x" * 60}] * 2}, 100, 10)
+    assert info.value.param == "messages"

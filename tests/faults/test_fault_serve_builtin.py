@@ -1,0 +1,310 @@
+"""Faults of the built-in engine behind the gateway (issue 18, item 5), on CPU stand-ins.
+
+No Slurm sandbox: a real pool (gateway, broker thread, worker processes) on 127.0.0.1,
+driven over HTTP, as tests/unit/serve does. Each test asserts what the client sees and
+that the model (and the other model) go on serving.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from acbslurm.serve.modelmaker import make_model
+from acbslurm.serve.pool import load_pool_text
+from acbslurm.serve.protocol import encode
+from acbslurm.serve.runner import PoolServer
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def models() -> Iterator[dict[str, Path]]:
+    # Not under pytest's basetemp: other pytest sessions of the machine's user prune
+    # it (keeping their last three), and a worker restarted here reloads its model.
+    with tempfile.TemporaryDirectory(prefix="acbslurm-fault-models-") as tmp:
+        root = Path(tmp)
+        yield {"a": make_model(root / "a", seed=1), "b": make_model(root / "b", seed=2)}
+
+
+def _pool_text(models: dict[str, Path], listen: str = "127.0.0.1:0") -> str:
+    return f"""\
+listen: {listen}
+devices: cpu:2
+request_timeout: 60
+models:
+  - {{name: a, path: {models["a"]}, temperature: 0, max_tokens: 8}}
+  - {{name: b, path: {models["b"]}, temperature: 0, max_tokens: 8}}
+"""
+
+
+@pytest.fixture(scope="module")
+def server(models: dict[str, Path]) -> Iterator[PoolServer]:
+    srv = PoolServer(load_pool_text(_pool_text(models), "faults-pool.yaml"))
+    srv.start(ready_timeout=240)
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture
+def http(server: PoolServer) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=f"http://127.0.0.1:{server.port}", timeout=90) as c:
+        yield c
+
+
+def _wait(what: str, ok: Callable[[], Any], seconds: float = 120) -> Any:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        got = ok()
+        if got:
+            return got
+        time.sleep(0.05)
+    raise AssertionError(f"not within {seconds:g} s: {what}")
+
+
+def _answered(http: httpx.Client, model: str, **extra: Any) -> dict[str, Any]:
+    body = {"model": model, "prompt": "Hello", "max_tokens": 3, **extra}
+    r = http.post("/v1/completions", json=body)
+    assert r.status_code == 200, r.text
+    out: dict[str, Any] = r.json()
+    assert out["usage"]["completion_tokens"] == 3
+    return out
+
+
+def _error(r: httpx.Response, status: int = 400) -> dict[str, Any]:
+    assert r.status_code == status, r.text
+    err: dict[str, Any] = r.json()["error"]
+    assert err["type"] and err["code"], err  # OpenAI's shape, a code to act on
+    return err
+
+
+def _rss(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) << 10
+    raise AssertionError("no VmRSS")
+
+
+def test_bad_sampling_values_are_400_and_the_model_serves_on(http: httpx.Client) -> None:
+    # seed 10**30 used to kill the worker's thread: the model then hung for good
+    bad = {
+        "seed": 10**30,
+        "temperature": 5,
+        "top_p": 2,
+        "max_tokens": -1,
+        "n": 3,
+        "stop": ["x"] * 5,
+    }
+    for key, value in bad.items():
+        # sampled (temperature > 0): the seed reaches torch's generator
+        body = {"model": "a", "prompt": "hi", "temperature": 0.8, key: value}
+        r = http.post("/v1/completions", json=body)
+        err = _error(r)
+        assert err["param"] == key and err["message"].startswith(key), err
+    _answered(http, "a", seed=2**64 - 1, temperature=0.8)  # the largest seed torch takes
+    assert http.get("/health").status_code == 200
+
+
+def test_worker_losing_a_thread_exits_and_is_restarted(
+    server: PoolServer, http: httpx.Client, caplog: pytest.LogCaptureFixture
+) -> None:
+    handle = server.gateway.handles["a"]
+    restarts = handle.restarts
+    outcome: list[httpx.Response] = []
+    long = threading.Thread(
+        target=lambda: outcome.append(
+            http.post("/v1/completions", json={"model": "a", "prompt": "Hi", "max_tokens": 450})
+        )
+    )
+    before = handle.deltas
+    long.start()
+    _wait("the long request decoding", lambda: handle.deltas > before, 30)
+    # A message its tokenizing thread cannot take (no id): the thread fails. Before,
+    # such a thread died alone and the process lived on, answering nothing.
+    assert handle.writer is not None and handle._task is not None
+    handle._task.get_loop().call_soon_threadsafe(handle.writer.write, encode({"type": "generate"}))
+    t0 = time.monotonic()
+    long.join(30)
+    # 503 at once (the worker exited), not after request_timeout (60 s)
+    assert outcome and outcome[0].status_code == 503 and time.monotonic() - t0 < 20
+    assert _error(outcome[0], 503)["code"] == "worker_restarted"
+
+    def down() -> dict[str, Any] | None:
+        r = http.get("/health")
+        body: dict[str, Any] = r.json()
+        a_down = body["models"]["a"] != "ready" and "a" in body["reasons"]
+        return body if r.status_code == 503 and a_down else None
+
+    health = _wait("/health saying a cannot serve, and why", down, 10)
+    assert health["models"]["b"] == "ready", health
+    # 6: the worker's exit when a thread failed (its stderr has the traceback and the
+    # line "worker exits: thread tokenizer failed: KeyError: 'id'")
+    assert "the worker exited (6)" in health["reasons"]["a"]
+    metrics = http.get("/metrics").text
+    assert 'acbslurm_serve_worker_up{model="a"} 0.0' in metrics
+    assert 'acbslurm_serve_worker_up{model="b"} 1.0' in metrics
+    _answered(http, "b")  # the other model serves meanwhile
+    _wait("a restarted", lambda: handle.state == "ready" and handle.restarts > restarts)
+    _answered(http, "a")
+    assert http.get("/health").status_code == 200
+    assert 'acbslurm_serve_worker_state{model="a",state="ready"} 1.0' in http.get("/metrics").text
+    assert "model a: worker exited (6); restarting" in caplog.text
+
+
+def test_huge_prompt_is_refused_before_tokenizing(server: PoolServer, http: httpx.Client) -> None:
+    handle = server.gateway.handles["a"]
+    assert handle.proc is not None
+    rss = _rss(handle.proc.pid)
+    huge = "GPU " * (7_800_000 // 4)  # just under the 8 MiB body limit
+    answers: list[tuple[httpx.Response, float]] = []
+
+    def post(body: dict[str, Any]) -> None:
+        t0 = time.monotonic()
+        r = http.post("/v1/completions", json=body)
+        answers.append((r, time.monotonic() - t0))
+
+    big = threading.Thread(target=post, args=({"model": "a", "prompt": huge, "max_tokens": 3},))
+    big.start()
+    small = _answered(http, "a")  # meanwhile, to the same model
+    big.join(60)
+    r, took = answers[0]
+    err = _error(r)
+    assert err["code"] == "context_length_exceeded" and err["param"] == "prompt"
+    assert "7800000 characters" in err["message"] and "context of 512 tokens" in err["message"]
+    assert took < 10, took  # was 19.6 s, the tokenizer's time
+    assert small["choices"]
+    r = http.post(
+        "/v1/chat/completions",
+        json={"model": "a", "messages": [{"role": "user", "content": huge}], "max_tokens": 3},
+    )
+    assert _error(r)["param"] == "messages"
+    # The worker never saw the text: it grew from 367 MB to 1.57 GB before, for good.
+    assert _rss(handle.proc.pid) < rss + (64 << 20), (rss, _rss(handle.proc.pid))
+    # Under the bound but over the context: the worker counts the tokens (its 400).
+    r = http.post("/v1/completions", json={"model": "a", "prompt": "GPU " * 600, "max_tokens": 3})
+    err = _error(r)
+    assert err["code"] == "context_length_exceeded" and "512 tokens" in err["message"]
+    _answered(http, "a")
+
+
+def test_lone_surrogate_is_a_clean_400(http: httpx.Client) -> None:
+    headers = {"Content-Type": "application/json"}
+    bodies = {
+        "prompt": b'{"model": "a", "prompt": "bad \\ud800 text", "max_tokens": 3}',
+        # raw surrogate bytes: json.loads lets them through too
+        "messages[0].content": (
+            b'{"model": "a", "messages": [{"role": "user", "content": "x\xed\xa0\x80"}]}'
+        ),
+        "model": b'{"model": "a\\udfff", "prompt": "x"}',
+    }
+    for param, raw in bodies.items():
+        url = "/v1/chat/completions" if b"messages" in raw else "/v1/completions"
+        err = _error(http.post(url, content=raw, headers=headers))
+        assert (err["param"], err["code"], err["type"]) == (
+            param,
+            "invalid_unicode",
+            "invalid_request_error",
+        )
+        assert err["message"] == f"{param}: not valid Unicode: " + err["message"].split(": ", 2)[2]
+        assert "tokeniz" not in err["message"] and "surrogate" in err["message"]
+    _answered(http, "a")
+
+
+def test_client_gone_before_its_body_is_quiet(
+    server: PoolServer, http: httpx.Client, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="acbslurm.serve.gateway")
+    # uvicorn logs "Exception in ASGI application" to a logger that does not propagate
+    seen: list[logging.LogRecord] = []
+    catch = logging.Handler()
+    catch.emit = seen.append  # type: ignore[method-assign]
+    uv = logging.getLogger("uvicorn.error")
+    uv.addHandler(catch)
+    try:
+        with socket.create_connection(("127.0.0.1", server.port)) as s:
+            s.sendall(
+                b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b'Content-Length: 1000\r\n\r\n{"model": "a", "pro'
+            )
+        _wait(
+            "the gateway's note of it",
+            lambda: any("went away before sending" in r.getMessage() for r in caplog.records),
+            20,
+        )
+        _answered(http, "a")
+    finally:
+        uv.removeHandler(catch)
+    loud = [r for r in [*caplog.records, *seen] if r.levelno >= logging.WARNING or r.exc_info]
+    assert not loud, [r.getMessage() for r in loud]
+    notes = [r for r in caplog.records if "went away" in r.getMessage()]
+    assert len(notes) == 1 and notes[0].levelno == logging.INFO
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _health(port: int) -> dict[str, Any]:
+    try:
+        r = httpx.get(f"http://127.0.0.1:{port}/health", timeout=5)
+    except httpx.HTTPError:
+        return {}
+    body: dict[str, Any] = r.json()
+    return body
+
+
+def test_sigterm_leaves_no_worker_folders(tmp_path: Path, models: dict[str, Path]) -> None:
+    port = _free_port()
+    pool = tmp_path / "pool.yaml"
+    pool.write_text(_pool_text(models, f"127.0.0.1:{port}"))
+    tmp = tmp_path / "tmp"  # the gateway's and the workers' TMPDIR, this test's alone
+    tmp.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(REPO), "TMPDIR": str(tmp)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "acbslurm", "serve", str(pool)], env=env, stderr=subprocess.PIPE
+    )
+    try:
+        _wait("the pool up", lambda: _health(port).get("status") == "ok", 240)
+        # a worker killed and restarted on the way: each life had a folder
+        worker = int(
+            subprocess.run(
+                ["pgrep", "-P", str(proc.pid), "-f", "acbslurm.serve.worker"],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout.split()[0]
+        )
+        os.kill(worker, signal.SIGKILL)
+        _wait("a worker restarting", lambda: _health(port).get("status") == "degraded", 30)
+        _wait("the pool up again", lambda: _health(port).get("status") == "ok", 240)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    left = [p.name for p in tmp.iterdir() if p.name.startswith("acbslurm-w-")]
+    assert not left, left
+    assert proc.stderr is not None and b"Traceback" not in proc.stderr.read()
+
+
+def test_health_reports_each_model(http: httpx.Client) -> None:
+    body = http.get("/health").json()
+    assert body == {"status": "ok", "models": {"a": "ready", "b": "ready"}, "reasons": {}}
+    assert json.loads(http.get("/v1/models").text)["data"][0]["id"] == "a"
