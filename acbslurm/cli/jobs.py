@@ -400,34 +400,6 @@ def _print_status(jobs: list[JobInfo], long: bool) -> None:
     _table(rows)
 
 
-def _slot_uuid(slot: GpuSlot) -> str | None:
-    job, node, idx = slot.job, slot.node, slot.index
-    if job is not None and job.gpu_devices:
-        mine = [d for d in job.gpu_devices if (d["node"], d["index"]) == (node, idx)]
-        return mine[0]["uuid"] if mine else None
-    if job is not None and idx in job.gpu_indices:
-        pos = job.gpu_indices.index(idx)
-        return job.gpu_uuids[pos] if pos < len(job.gpu_uuids) else None
-    return None
-
-
-def _slot_json(slot: GpuSlot) -> dict[str, Any]:
-    from acbslurm.slurm.jobtypes import elapsed_seconds
-
-    job = slot.job
-    return {
-        "node": slot.node,
-        "index": slot.index,
-        "uuid": _slot_uuid(slot),
-        "job_id": job.job_id if job else None,
-        "user": (job.user or None) if job else None,
-        "elapsed_s": elapsed_seconds(job.elapsed) if job else None,
-        "name": (job.name or None) if job else None,
-        "unavailable": slot.unavailable or None,
-        "node_reason": slot.reason or None,
-    }
-
-
 def _slot_row(slot: GpuSlot) -> tuple[Any, ...]:
     """A job's GPU shows the job (also on a draining node); an idle one is ``free``
     only where Slurm can start a job: a drained or down node's say so, with the reason."""
@@ -444,7 +416,7 @@ def _gpu_status(as_json: bool) -> None:
 
     slots = gpu_slots(record_dir=_record_dir())
     if as_json:
-        click.echo(json.dumps({"gpus": [_slot_json(s) for s in slots]}, indent=2))
+        click.echo(json.dumps({"gpus": [s.as_json() for s in slots]}, indent=2))
         return
     rows: list[tuple[Any, ...]] = [("NODE", "GPU", "JOBID", "USER", "ELAPSED", "NAME")]
     rows += [_slot_row(s) for s in slots]
@@ -461,29 +433,20 @@ def cancel(ctx: click.Context, job_ids: tuple[str, ...], as_json: bool) -> None:
     An array's id cancels all its tasks. Exits 1 if a job id is unknown to Slurm
     (scancel itself says nothing then), as `status` does.
     """
-    from acbslurm.slurm.jobs import cancel_jobs, query_jobs
+    from acbslurm.slurm.jobs import cancel_known
 
-    ids = list(dict.fromkeys(_validate_ids(job_ids)))
-    rows: dict[str, list[JobInfo]] = {i: [] for i in ids}
-    backend = _backend()
-    for job in query_jobs(ids, backend=backend):
-        rows[job.array_job_id or job.job_id].append(job)
-    unknown = [i for i in ids if all(j.state == "UNKNOWN" for j in rows[i])]
-    ended = [i for i in ids if i not in unknown and all(j.finished for j in rows[i])]
-    live = [i for i in ids if i not in unknown and i not in ended]
-    cancel_jobs(live, backend=backend)
-    states = {i: sorted({j.state for j in rows[i]}) for i in ended}
+    done = cancel_known(_validate_ids(job_ids), backend=_backend())
     if as_json:
         out = {
-            "cancelled": live,
-            "ended": [{"job_id": i, "states": states[i]} for i in ended],
-            "unknown": unknown,
+            "cancelled": done.cancelled,
+            "ended": [{"job_id": i, "states": s} for i, s in done.ended.items()],
+            "unknown": done.unknown,
         }
         click.echo(json.dumps(out, indent=2))
     else:
-        if live:
-            click.echo(f"Cancelled {' '.join(live)}")
-        for i in ended:
-            click.echo(f"Job {i} had already ended ({', '.join(states[i])})")
-    if _name_unknown([j for i in unknown for j in rows[i]]):
+        if done.cancelled:
+            click.echo(f"Cancelled {' '.join(done.cancelled)}")
+        for i, states in done.ended.items():
+            click.echo(f"Job {i} had already ended ({', '.join(states)})")
+    if _name_unknown(done.unknown_rows):
         ctx.exit(1)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from acbslurm.errors import AcbslurmError
 from acbslurm.slurm.commands import slurm
@@ -136,6 +136,36 @@ class GpuSlot:
     job: JobInfo | None
     unavailable: str = ""  # the node's: "drained", "down" (NodeInfo.unavailable)
     reason: str = ""  # the node's Reason=, when unavailable
+
+    @property
+    def uuid(self) -> str | None:
+        """The UUID of this GPU as its job's record (or AdminComment devices) names it;
+        None when no job holds it or nothing recorded it."""
+        job, node, idx = self.job, self.node, self.index
+        if job is not None and job.gpu_devices:
+            mine = [d for d in job.gpu_devices if (d["node"], d["index"]) == (node, idx)]
+            return mine[0]["uuid"] if mine else None
+        if job is not None and idx in job.gpu_indices:
+            pos = job.gpu_indices.index(idx)
+            return job.gpu_uuids[pos] if pos < len(job.gpu_uuids) else None
+        return None
+
+    def as_json(self) -> dict[str, Any]:
+        """`status --gpus --json`'s object for this GPU."""
+        from acbslurm.slurm.jobtypes import elapsed_seconds
+
+        job = self.job
+        return {
+            "node": self.node,
+            "index": self.index,
+            "uuid": self.uuid,
+            "job_id": job.job_id if job else None,
+            "user": (job.user or None) if job else None,
+            "elapsed_s": elapsed_seconds(job.elapsed) if job else None,
+            "name": (job.name or None) if job else None,
+            "unavailable": self.unavailable or None,
+            "node_reason": self.reason or None,
+        }
 
 
 def gpu_slots(*, record_dir: str = "", env: Mapping[str, str] | None = None) -> list[GpuSlot]:

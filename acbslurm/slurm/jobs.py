@@ -12,6 +12,7 @@ import logging
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import CancelledError, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from acbslurm.errors import ConfigError, SlurmError
@@ -584,6 +585,37 @@ def submit_script(
                     other.cancel()  # calls already running still finish: their ids count
     result.job_ids.sort(key=lambda j: [int(p) for p in j.split("_")])
     return result
+
+
+@dataclass(frozen=True)
+class CancelOutcome:
+    """What ``cancel_known`` did: the ids it cancelled, the ones that had already ended
+    (with their tasks' end states), the ones Slurm does not know."""
+
+    cancelled: list[str]
+    ended: dict[str, list[str]]
+    unknown: list[str]
+    unknown_rows: list[JobInfo]  # the UNKNOWN rows of ``unknown`` (their reasons)
+
+
+def cancel_known(job_ids: Sequence[str], *, backend: str = "cli") -> CancelOutcome:
+    """Cancel those of ``job_ids`` that still run or wait; an array's id stands for all
+    its tasks. One batched query first, so an id that ended or that Slurm forgot is
+    told apart (scancel says nothing about either) and never sent to scancel."""
+    ids = list(dict.fromkeys(job_ids))
+    rows: dict[str, list[JobInfo]] = {i: [] for i in ids}
+    for job in query_jobs(ids, backend=backend):
+        rows[job.array_job_id or job.job_id].append(job)
+    unknown = [i for i in ids if all(j.state == "UNKNOWN" for j in rows[i])]
+    ended = [i for i in ids if i not in unknown and all(j.finished for j in rows[i])]
+    live = [i for i in ids if i not in unknown and i not in ended]
+    cancel_jobs(live, backend=backend)
+    return CancelOutcome(
+        cancelled=live,
+        ended={i: sorted({j.state for j in rows[i]}) for i in ended},
+        unknown=unknown,
+        unknown_rows=[j for i in unknown for j in rows[i]],
+    )
 
 
 def cancel_jobs(
