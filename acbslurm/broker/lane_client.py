@@ -98,6 +98,8 @@ class Lane:
                 with self._turn:
                     self._reading = False
                     self._turn.notify_all()
+            if done.is_set():
+                return
 
     def _take_turn(self, done: threading.Event, deadline: float | None) -> bool:
         """Become the reader; False when ``done``, closed or past ``deadline`` first."""
