@@ -264,11 +264,7 @@ def _gpu_text(job: JobInfo, long: bool) -> str:
     """``0,1`` (Slurm's indices); with ``long`` each with its UUID (``0=GPU-...``).
     A job on several nodes: per node, ``vm-1:0,1 vm-2:0,1``."""
     if job.gpu_devices:
-        per_node: dict[str, list[str]] = {}
-        for d in job.gpu_devices:
-            uuid = f"={d['uuid']}" if long and d["uuid"] else ""
-            per_node.setdefault(d["node"], []).append(f"{d['index']}{uuid}")
-        return " ".join(f"{node}:{','.join(gpus)}" for node, gpus in per_node.items())
+        return _per_node_text(job, long)
     if not job.gpu_indices and not job.gpu_uuids:
         return "-"
     parts = []
@@ -276,6 +272,15 @@ def _gpu_text(job: JobInfo, long: bool) -> str:
         uuid = job.gpu_uuids[i] if long and i < len(job.gpu_uuids) else ""
         parts.append(f"{'' if idx is None else idx}{'=' + uuid if uuid else ''}")
     return ",".join(parts)
+
+
+def _per_node_text(job: JobInfo, long: bool) -> str:
+    """``vm-1:0,1 vm-2:0,1``: a job's GPUs per node (each with its UUID if ``long``)."""
+    per_node: dict[str, list[str]] = {}
+    for d in job.gpu_devices:
+        uuid = f"={d['uuid']}" if long and d["uuid"] else ""
+        per_node.setdefault(d["node"], []).append(f"{d['index']}{uuid}")
+    return " ".join(f"{node}:{','.join(gpus)}" for node, gpus in per_node.items())
 
 
 def _exit_text(job: JobInfo) -> str:
@@ -329,22 +334,25 @@ def status(
     jobs = query_jobs(ids, user=user, record_dir=_record_dir(), backend=backend)
     pools = _pool_addresses(jobs, backend)
     if as_json:
-        unknown = [j.job_id for j in jobs if j.state == "UNKNOWN" and not j.reason]
-        out = {
-            "jobs": [
-                {**j.as_json(), "serve": pools.get(j.job_id)}
-                for j in jobs
-                if j.job_id not in unknown
-            ],
-            "unknown": unknown,
-        }
-        click.echo(json.dumps(out, indent=2))
+        click.echo(json.dumps(_status_json(jobs, pools), indent=2))
     else:
         _print_status([j for j in jobs if j.state != "UNKNOWN" or j.reason], long)
         for jid, pool in pools.items():
             click.echo(f"job {jid} serves {pool['url']} (bound {pool['bound']}; {pool['file']})")
     if _name_unknown(jobs):
         ctx.exit(1)
+
+
+def _status_json(jobs: list[JobInfo], pools: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """``status --json``: the jobs Slurm knows (with their pool's address), the ids it
+    does not."""
+    unknown = [j.job_id for j in jobs if j.state == "UNKNOWN" and not j.reason]
+    return {
+        "jobs": [
+            {**j.as_json(), "serve": pools.get(j.job_id)} for j in jobs if j.job_id not in unknown
+        ],
+        "unknown": unknown,
+    }
 
 
 def _pool_addresses(jobs: list[JobInfo], backend: str) -> dict[str, dict[str, Any]]:

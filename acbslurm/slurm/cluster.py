@@ -176,18 +176,9 @@ def gpu_slots(*, record_dir: str = "", env: Mapping[str, str] | None = None) -> 
     with their GPU indices (one ``scontrol`` for all). A job on several nodes is shown
     on each with its indices.
     """
-    from acbslurm.slurm.hostlist import expand_hostlist
     from acbslurm.slurm.jobs import query_jobs
 
-    held: dict[tuple[str, int], JobInfo] = {}
-    for job in query_jobs(record_dir=record_dir, env=env):
-        if job.state not in HOLDING_STATES or not job.node:
-            continue
-        for d in job.gpu_devices:  # a job on several nodes: exactly its GPUs on each
-            held[(d["node"], d["index"])] = job
-        for node in expand_hostlist(job.node) if not job.gpu_devices else []:
-            for idx in job.gpu_indices:
-                held[(node, idx)] = job
+    held = _held_gpus(query_jobs(record_dir=record_dir, env=env))
     return [
         GpuSlot(
             n.name, idx, held.get((n.name, idx)), n.unavailable, n.reason if n.unavailable else ""
@@ -195,6 +186,22 @@ def gpu_slots(*, record_dir: str = "", env: Mapping[str, str] | None = None) -> 
         for n in sorted(nodes(env=env), key=lambda n: n.name)
         for idx in range(n.gpus)
     ]
+
+
+def _held_gpus(jobs: list[JobInfo]) -> dict[tuple[str, int], JobInfo]:
+    """The job holding each (node, GPU index), of the running ``jobs``."""
+    from acbslurm.slurm.hostlist import expand_hostlist
+
+    held: dict[tuple[str, int], JobInfo] = {}
+    for job in jobs:
+        if job.state not in HOLDING_STATES or not job.node:
+            continue
+        for d in job.gpu_devices:  # a job on several nodes: exactly its GPUs on each
+            held[(d["node"], d["index"])] = job
+        for node in expand_hostlist(job.node) if not job.gpu_devices else []:
+            for idx in job.gpu_indices:
+                held[(node, idx)] = job
+    return held
 
 
 def show_config(env: Mapping[str, str] | None = None) -> dict[str, str]:
