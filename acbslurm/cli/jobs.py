@@ -173,7 +173,7 @@ def _user() -> str:
 
 def _check(job: JobSpec) -> None:
     """Refuse a job that would fail at once; warn about what may still go wrong."""
-    from acbslurm.jobcheck import SubmitCheckError, check_submission
+    from acbslurm.submitcheck import SubmitCheckError, check_submission
 
     found = check_submission(job, cwd=os.getcwd(), user=_user())
     for warning in found.warnings:

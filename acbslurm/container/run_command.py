@@ -123,7 +123,7 @@ def _parsed(
 
 def _check_in_job(job_id: str) -> None:
     """GPUs go only to a process of the job (a slurmstepd of it among its parents)."""
-    from acbslurm.container.job_membership import in_job
+    from acbslurm.container.membership import in_job
 
     if not in_job(job_id):
         raise OptionError(
