@@ -14,7 +14,7 @@ Both are run for each transport: the local lane (what a client on the broker's h
 uses by default: requests and grants as unix datagrams, docs/broker.md) and gRPC alone
 (what remote clients, and clients with ACBSLURM_BROKER_LANE=0, use).
 
-Goals (issue 6, 2-core box, 8 clients): p50 <= 0.5 ms, p99 <= 2 ms, >= 2000 grants/s.
+Goals (2-core box, 8 clients): p50 <= 0.5 ms, p99 <= 2 ms, >= 2000 grants/s.
 
     python bench/broker_latency.py [--clients 8] [--rate 2000] [--devices cpu:8]
                                    [--seconds 5] [--mode both|open|closed]

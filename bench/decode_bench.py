@@ -1,5 +1,5 @@
 """Tokens per second of the built-in engine's text decoding, before and after it became
-incremental (issue 18, item 6).
+incremental.
 
     python bench/decode_bench.py [--baseline REV] [--tokens 1000,4000] [--repeat 3]
 

@@ -24,17 +24,17 @@ if compgen -G ".whl/*.whl" >/dev/null &&
 fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 rc=0
-echo "== issue 4: GPU index -> minor -> UUID through acbslurm's mapping"
+echo "== GPU index -> minor -> UUID through acbslurm's mapping"
 "$py" bench/gpu_map_check.py --json >"$out/gpu_map.json"
 map_rc=$?
 cat "$out/gpu_map.json"
 # 3 = no NVIDIA driver here: expected only for --smoke
 if [ "$map_rc" -ne 0 ] && ! { [ "$smoke" = --smoke ] && [ "$map_rc" -eq 3 ]; }; then rc=1; fi
 nvidia-smi -L >"$out/nvidia_smi.txt" 2>&1 || true
-echo "== issue 6: eviction bandwidth and four ~40 GB programs under agarun"
+echo "== the broker: eviction bandwidth and four ~40 GB programs under agarun"
 "$py" bench/broker_gpu_check.py $smoke 2>&1 | tee "$out/broker_gpu.txt"
 [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
-echo "== issue 14: four ~35 GB models on one GPU: evicted model's restore and first token vs. a cold start"
+echo "== serve: four ~35 GB models on one GPU: evicted model's restore and first token vs. a cold start"
 serve_args=(--gb "${SERVE_GB:-35}" --gateway-gb "${SERVE_GATEWAY_GB:-16}")
 [ "$smoke" = --smoke ] && serve_args=(--smoke)
 "$py" bench/serve_gpu_check.py "${serve_args[@]}" 2>&1 | tee "$out/serve_gpu.txt"

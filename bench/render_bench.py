@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/render_bench.py [--runs 20] [--against OTHER_CHECKOUT]
 
-Goal (issue 3): median <= 150 ms.
+Goal: median <= 150 ms.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
     sudo .venv/bin/python bench/sandbox_up.py [--runs 3] [--nodes 2] [--dir D --port-base P]
 
 Uses its own directory and ports, so a sandbox already running is not disturbed.
-Goals (issue 2): cold `up` within 90 s, a second `up` within 5 s.
+Goals: cold `up` within 90 s, a second `up` within 5 s.
 """
 
 from __future__ import annotations

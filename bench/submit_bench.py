@@ -6,8 +6,8 @@ plain shell loop of 100 `sbatch` calls.
 
 Runs on an UP sandbox as its user; all submit the same rendered script (a 1 s job
 without GPU), and every job is cancelled after each. Prints jobs/s of each and the
-ratios. Goals: the CLI backend's rate >= half the loop's (issue 3); pyslurm's >= 2x the
-loop's (issue 12). ``--pyslurm DIR``: a pyslurm built for the sandbox's Slurm (default:
+ratios. Goals: the CLI backend's rate >= half the loop's; pyslurm's >= 2x the
+loop's. ``--pyslurm DIR``: a pyslurm built for the sandbox's Slurm (default:
 the one `ensure_pyslurm` built into the Slurm cache, when the sandbox runs a built
 release).
 """

@@ -1,4 +1,4 @@
-"""``acbslurm demo``: the seed's experiment on the sandbox, and what happened."""
+"""``acbslurm demo``: the GPU-queue experiment on the sandbox, and what happened."""
 
 from __future__ import annotations
 
@@ -57,7 +57,7 @@ def demo(
     """Submit 1, then 2, then 4 one-GPU jobs on the sandbox and show what Slurm did.
 
     Prints which job got which GPU, who waited and for how long; exits 1 when the
-    cluster did not behave like the seed's (one GPU per job, queueing, hand-over).
+    cluster did not behave as the experiment expects (one GPU per job, queueing, hand-over).
     Leftover jobs on the sandbox are cancelled first.
     """
     from acbslurm.demo.on_sandbox import DemoOptions, run_demo

@@ -1,1 +1,1 @@
-"""The seed's experiment on the sandbox (`acbslurm demo`): demo code, not a Slurm adapter."""
+"""The GPU-queue experiment on the sandbox (`acbslurm demo`): demo code, not a Slurm adapter."""

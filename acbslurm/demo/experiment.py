@@ -1,10 +1,10 @@
-"""The seed's experiment: 1, 2, then 4 one-GPU jobs on a 2-GPU node, and what Slurm did.
+"""The GPU-queue experiment: 1, 2, then 4 one-GPU jobs on a 2-GPU node, and what Slurm did.
 
 Each phase submits its jobs, follows them with ``watch_jobs`` (one query per poll,
 scoped to the jobs not finished yet), and keeps for every job: the pending reasons
 seen, when it was submitted/started/ended (Slurm's times), and its GPU (index from
 Slurm, UUID from the job record or the inventory).
-``check_phase`` says what did not behave like the seed's observations.
+``check_phase`` says what did not behave as a GPU server under Slurm should.
 """
 
 from __future__ import annotations
@@ -152,7 +152,7 @@ def _uuids_from_inventory(traces: Iterable[JobTrace], inventory: Mapping[int, st
 
 
 def check_phase(jobs: list[JobTrace], *, gpus_on_node: int) -> list[str]:
-    """What in this phase did not match the seed (one GPU per job, queue, hand-over)."""
+    """What in this phase did not behave as expected (one GPU per job, queue, hand-over)."""
     problems: list[str] = []
     for j in jobs:
         if j.state != "COMPLETED":

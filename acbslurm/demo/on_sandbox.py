@@ -22,7 +22,7 @@ from acbslurm.slurm.jobtypes import JobInfo
 from acbslurm.spec import load_spec
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "conf" / "examples" / "sandbox-gpu.yaml"
-COUNTS = (1, 2, 4)  # jobs per phase, as in the seed, on a node with 2 GPUs
+COUNTS = (1, 2, 4)  # jobs per phase, on a node with 2 GPUs: fits, fills, queues
 Say = Callable[[str], None]
 
 
@@ -70,7 +70,7 @@ def job_script(
 def run_demo(opts: DemoOptions, say: Say | None = None) -> DemoResult:
     """Run the experiment on the sandbox; with ``say``, tell it as it happens.
 
-    The told story ends, after a run that behaved like the seed, with the jobs'
+    The told story ends, after a run that behaved as expected, with the jobs'
     GPU-hours from `acbslurm report`. Without ``say`` (JSON output) nothing is told
     and the report is skipped: the result holds only the phases.
     """

@@ -10,7 +10,7 @@ from acbslurm.slurm.jobtypes import JobInfo
 from acbslurm.slurm.watch import describe
 
 SEED_OK = (
-    "\nAs in the seed: one GPU per job, jobs queue when no GPU is free, and a "
+    "\nAs expected: one GPU per job, jobs queue when no GPU is free, and a "
     "freed GPU goes to the next waiting job."
 )
 NOT_OK = "\nThe experiment did NOT behave as expected (see PROBLEM lines)."

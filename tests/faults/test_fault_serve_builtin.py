@@ -1,4 +1,4 @@
-"""Faults of the built-in engine behind the gateway (issue 18, item 5), on CPU stand-ins.
+"""Faults of the built-in engine behind the gateway, on CPU stand-ins.
 
 No Slurm sandbox: a real pool (gateway, broker thread, worker processes) on 127.0.0.1,
 driven over HTTP, as tests/unit/serve does. Each test asserts what the client sees and

@@ -1,4 +1,5 @@
-"""Issue 13 items 3 and 4 on the real sandbox, driven as user1 and user2 (not as root)."""
+"""A user's own report and a failing job told clearly, on the real sandbox, driven as
+user1 and user2 (not as root)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 4's acceptance on the real sandbox: Slurm hooks + `acbslurm run` + rootless Docker.
+"""The job boundary on the real sandbox: Slurm hooks + `acbslurm run` + rootless Docker.
 
 What Docker actually passed to the NVIDIA layer is read from the sandbox's stand-in
 hook records; containers are listed from user1's real rootless daemon.

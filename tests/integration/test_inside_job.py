@@ -1,5 +1,5 @@
-"""Issue 19 (the container runtime half) on the real sandbox: what a job's container sees
-of Slurm's signals, suspend, terminals and output, run as user1.
+"""Inside a job on the real sandbox: what a job's container sees of Slurm's signals,
+time limits, suspend, terminals and output, run as user1.
 
 Each container writes what it saw into the module's scripts directory, mounted at
 /out; the tests wait for states and files, never for fixed times.

@@ -1,4 +1,4 @@
-"""Issue 19 (the GPU half) on the real sandbox: a container gets exactly the GPUs of its
+"""Steps, tasks, arrays and typed GPUs on the real sandbox: a container gets exactly the GPUs of its
 step and task, as Slurm bound them; array tasks are reported on their own GPUs.
 
 Each task prints what Slurm gave it (``host`` lines: SLURM_STEP_GPUS, its rank) and then

@@ -1,4 +1,4 @@
-"""The seed's experiment on the real sandbox (2 GPUs): 1, 2, then 4 one-GPU jobs.
+"""The GPU-queue experiment on the real sandbox (2 GPUs): 1, 2, then 4 one-GPU jobs.
 
 Jobs are submitted AS the sandbox user through `acbslurm submit`, and followed with
 `acbslurm status --json`, so the CLI, the renderer and the Slurm backend are all real.

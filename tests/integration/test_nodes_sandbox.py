@@ -1,4 +1,4 @@
-"""Two servers, as in the seed (issue 14): `sandbox up --nodes 2` runs two slurmd on this
+"""Two servers: `sandbox up --nodes 2` runs two slurmd on this
 machine, each a node with its own 2 emulated GPUs, and a job spanning both is driven as
 user1 and user2 through `acbslurm submit`, `status`, `report` and `cancel`.
 

@@ -1,4 +1,4 @@
-"""Issue 19's warts on the real Slurm, driven as user1: a requeued job's reason once it
+"""status and doctor on the real Slurm, driven as user1: a requeued job's reason once it
 COMPLETED, array tasks' order and GPUs, a drained node in `status --gpus` and in the
 doctor, and the sandbox passing its own doctor. States are waited for, never slept on."""
 

@@ -1,6 +1,6 @@
 """A broker SIGKILLed and restarted on its socket under running agarun programs.
 
-Issue 11: the restarted broker granted the device to a new program while two old ones
+Once, the restarted broker granted the device to a new program while two old ones
 still computed on it, and programs waiting in acquire died with a traceback. Here two
 programs that never pause share one CPU stand-in device; the broker is killed while one
 of them is inside a device call, restarted in place, and a third program starts. From

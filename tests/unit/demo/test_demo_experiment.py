@@ -1,4 +1,4 @@
-"""The experiment: the seed's checks on job traces, and one phase on a stand-in Slurm."""
+"""The experiment: its checks on job traces, and one phase on a stand-in Slurm."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ def t(jid: str, gpu: int, submit: str, start: str, end: str, reasons: list[str])
     return JobTrace(jid, 1, reasons, "COMPLETED", d + submit, d + start, d + end, [gpu])
 
 
-def test_check_phase_accepts_the_seed_behaviour() -> None:
+def test_check_phase_accepts_the_expected_behaviour() -> None:
     jobs = [
         t("8", 0, "00", "01", "05", []),
         t("9", 1, "00", "01", "09", ["Priority"]),

@@ -1,5 +1,5 @@
 """What `status` shows of a finished job's reason, of array tasks' order, and of a task
-that ends between squeue and scontrol (issue 19's warts)."""
+that ends between squeue and scontrol."""
 
 from __future__ import annotations
 

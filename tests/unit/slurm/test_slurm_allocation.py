@@ -51,7 +51,7 @@ def test_units() -> None:
 
 
 def test_unreadable_scontrol_output_is_an_error_not_no_limits(fake_slurm: FakeSlurm) -> None:
-    """The prolog must never fall back silently to "no limits" (issue 12)."""
+    """The prolog must never fall back silently to "no limits"."""
     fake_slurm.respond("scontrol", stdout="JobId=5 NumNodes=1 Nodes=n1 CPU_IDs=0-x Mem=lots\n")
     with pytest.raises(SlurmError, match="cannot parse scontrol's answer"):
         job_allocation("5", "n1")

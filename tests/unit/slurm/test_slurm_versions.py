@@ -46,7 +46,7 @@ def test_install_paths() -> None:
 
 def test_schema_labels_and_upgrade_path() -> None:
     assert SCHEMA_RELEASES[13] == "23.02"
-    assert SCHEMA_RELEASES[14] == "23.11"  # not 23.02 (issue 12)
+    assert SCHEMA_RELEASES[14] == "23.11"  # not 23.02
     assert upgrade_path(12, "25.11.7") == ["23.11"]
     assert upgrade_path(12, "23.11.11") == []
     assert upgrade_path(15, "26.05.3") == []
