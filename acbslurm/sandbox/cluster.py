@@ -20,6 +20,7 @@ from acbslurm import proc
 from acbslurm.errors import ConfigError, SetupError
 from acbslurm.gpu.inventory import GpuInfo
 from acbslurm.sandbox import docker, gpus, mariadb, munge, preflight, render, reportsvc, slurm
+from acbslurm.sandbox.dockerversions import DockerInstall
 from acbslurm.sandbox.layout import (
     MAX_NODES,
     MAX_SOCKET_PATH,
@@ -135,9 +136,11 @@ class Sandbox:
 
     def user_env(self, user: str | None = None) -> dict[str, str]:
         pw = pwd.getpwnam(user or self.user)
+        p = self.params
+        # The sandbox's Docker CLI first: `docker` matches the user's daemon.
+        front = ":".join([str(Path(sys.executable).parent), *p.docker.path_dirs[:1]])
         return {
-            "PATH": f"{Path(sys.executable).parent}:"
-            + self.params.slurm.path_env("/usr/sbin:/usr/bin:/sbin:/bin:/usr/local/bin"),
+            "PATH": f"{front}:" + p.slurm.path_env("/usr/sbin:/usr/bin:/sbin:/bin:/usr/local/bin"),
             "HOME": pw.pw_dir,
             "USER": pw.pw_name,
             "LOGNAME": pw.pw_name,
@@ -250,11 +253,13 @@ class Sandbox:
         progress: Progress = _quiet,
         install: SlurmInstall | None = None,
         nodes: int | None = None,
+        docker_install: DockerInstall | None = None,
     ) -> str:
         """Start every component; a second call only checks. Returns a summary line.
 
         ``install``: the Slurm to run (None: what the sandbox ran before, else Debian's).
         ``gpu_count``: GPUs per node; ``nodes``: slurmd daemons (None: as before, else 1).
+        ``docker_install``: the Docker (None: as before, else the host's 20.10).
         """
         t0 = time.monotonic()
         old = self.layout.load_params()
@@ -277,6 +282,7 @@ class Sandbox:
                     f"the sandbox at {self.layout.root} is up with {old.nodes} node(s); "
                     f"run `acbslurm sandbox down` before `up --nodes {nodes}`"
                 )
+            self._check_same_docker(old, docker_install)
             if install is not None and install != old.slurm:
                 raise SetupError(
                     f"the sandbox at {self.layout.root} is up with Slurm "
@@ -293,13 +299,17 @@ class Sandbox:
                     extra = f"; {note}" if note else ""
                     return (
                         f"sandbox already up at {self.layout.root} ({_shape(old)}, "
-                        f"Slurm {old.slurm_release}){extra}"
+                        f"Slurm {old.slurm_release}, Docker {old.docker_version}){extra}"
                     )
                 progress(f"not ready: {', '.join(s.name for s in bad)}; restarting")
             else:
                 progress(f"partly up ({', '.join(alive)}); restarting")
             self.down(progress)
         params = self._new_params(old, gpu_count, port_base, install, nodes)
+        if docker_install is not None:
+            params = replace(
+                params, docker_version=docker_install.version, docker_prefix=docker_install.prefix
+            )
         self._check_socket_paths(params)
         try:
             self._cold_up(params, progress)
@@ -309,8 +319,16 @@ class Sandbox:
             raise
         return (
             f"sandbox up at {self.layout.root} ({_shape(params)}, user {params.user}, "
-            f"Slurm {params.slurm_release}) in {time.monotonic() - t0:.1f} s"
+            f"Slurm {params.slurm_release}, Docker {params.docker_version}) in "
+            f"{time.monotonic() - t0:.1f} s"
         )
+
+    def _check_same_docker(self, old: Params, docker_install: DockerInstall | None) -> None:
+        if docker_install is not None and docker_install != old.docker:
+            raise SetupError(
+                f"the sandbox at {self.layout.root} is up with Docker {old.docker_version}; "
+                f"run `acbslurm sandbox down` before `up --docker {docker_install.version}`"
+            )
 
     def _new_params(
         self,
@@ -369,6 +387,8 @@ class Sandbox:
             progress(f"{name}: ok ({time.monotonic() - t:.1f} s)")
 
         step("gpus", lambda: gpus.create(lay, p))
+        if p.docker.has_cdi:
+            step("cdi", lambda: gpus.write_cdi_spec(lay, p))
         step("config", lambda: self._write_configs(p, sec))
         pw = docker.prepare(lay, p.user)
         docker.prepare_second_user(lay, p.user2)

@@ -63,3 +63,60 @@ def load(layout: Layout) -> list[GpuInfo]:
     if params is None or params.nodes == 1:
         return load_static(layout.inventory)
     return [g for gpus in by_node(layout, params).values() for g in gpus]
+
+
+CDI_KIND = "nvidia.com/gpu"
+CDI_VERSION = "0.5.0"
+
+
+def cdi_env_name(gpu: GpuInfo) -> str:
+    """The env edit a device adds: one name per device, so that with two GPUs a
+    container gets both (one NVIDIA_VISIBLE_DEVICES per device would leave the last)."""
+    return f"SANDBOX_CDI_GPU{gpu.minor}"
+
+
+def cdi_device(gpu: GpuInfo) -> dict[str, object]:
+    """One emulated GPU as NVIDIA's toolkit names it (``nvidia.com/gpu=<UUID>``).
+
+    Rootless runc bind-mounts a device node from the host path it is given, so the
+    node is the sandbox's own (there is no /dev/nvidiaN on the host) and a mount
+    puts it at /dev/nvidiaN too, where programs look for it.
+    """
+    return {
+        "name": gpu.uuid,
+        "containerEdits": {
+            "deviceNodes": [{"path": gpu.device}],
+            "mounts": [
+                {
+                    "hostPath": gpu.device,
+                    "containerPath": f"/dev/nvidia{gpu.minor}",
+                    "options": ["bind"],
+                }
+            ],
+            "env": [f"{cdi_env_name(gpu)}={gpu.uuid}"],
+        },
+    }
+
+
+def cdi_spec(all_gpus: list[GpuInfo]) -> dict[str, object]:
+    return {
+        "cdiVersion": CDI_VERSION,
+        "kind": CDI_KIND,
+        "devices": [cdi_device(g) for g in all_gpus],
+        # The toolkit's spec-wide edit: the NVIDIA hook of a --gpus start does nothing.
+        "containerEdits": {"env": ["NVIDIA_VISIBLE_DEVICES=void"]},
+    }
+
+
+def write_cdi_spec(layout: Layout, params: Params) -> None:
+    """Every node's GPUs in one spec: the user's one daemon serves all nodes. JSON is
+    YAML, and Docker's CDI code reads ``.yaml`` files with a YAML parser."""
+    import json
+
+    all_gpus = [g for gs in by_node(layout, params).values() for g in gs]
+    layout.cdi_dir.mkdir(parents=True, exist_ok=True)
+    layout.cdi_dir.chmod(0o755)
+    tmp = layout.cdi_spec.with_suffix(".tmp")
+    tmp.write_text(json.dumps(cdi_spec(all_gpus), indent=2) + "\n")
+    tmp.chmod(0o644)
+    tmp.replace(layout.cdi_spec)
