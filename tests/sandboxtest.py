@@ -112,6 +112,12 @@ def container_job(sb: Any, api: Any, scripts: Path, body: str) -> tuple[str, dic
     return job, wait_container(api, job)
 
 
+def hook_records_by_container(sb: Any) -> dict[str, dict[str, Any]]:
+    """container id -> the stand-in hook's record (``via``: nvidia for `--gpus`, cdi
+    when the sandbox's CDI spec ran it)."""
+    return {r["container"]: r for r in sb.hook_records()}
+
+
 def hook_devices(sb: Any) -> dict[str, list[str]]:
     """container id -> the GPU UUIDs Docker handed to the NVIDIA hook."""
     return {r["container"]: [d for d in r["devices"].split(",") if d] for r in sb.hook_records()}

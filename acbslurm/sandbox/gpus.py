@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import stat
+from pathlib import Path
 
 from acbslurm.gpu.inventory import (
     EMULATED_GPU_NAME,
@@ -98,13 +99,20 @@ def cdi_device(gpu: GpuInfo) -> dict[str, object]:
     }
 
 
-def cdi_spec(all_gpus: list[GpuInfo]) -> dict[str, object]:
+def cdi_spec(all_gpus: list[GpuInfo], hook: str) -> dict[str, object]:
+    """The toolkit's spec-wide edits are NVIDIA_VISIBLE_DEVICES=void (the legacy hook
+    then does nothing) and hooks of its own; here one hook: the stand-in, which records
+    the container's CDI GPUs as it records a `--gpus` start's."""
     return {
         "cdiVersion": CDI_VERSION,
         "kind": CDI_KIND,
         "devices": [cdi_device(g) for g in all_gpus],
-        # The toolkit's spec-wide edit: the NVIDIA hook of a --gpus start does nothing.
-        "containerEdits": {"env": ["NVIDIA_VISIBLE_DEVICES=void"]},
+        "containerEdits": {
+            "env": ["NVIDIA_VISIBLE_DEVICES=void"],
+            "hooks": [
+                {"hookName": "createRuntime", "path": hook, "args": [Path(hook).name, "cdi"]}
+            ],
+        },
     }
 
 
@@ -117,6 +125,7 @@ def write_cdi_spec(layout: Layout, params: Params) -> None:
     layout.cdi_dir.mkdir(parents=True, exist_ok=True)
     layout.cdi_dir.chmod(0o755)
     tmp = layout.cdi_spec.with_suffix(".tmp")
-    tmp.write_text(json.dumps(cdi_spec(all_gpus), indent=2) + "\n")
+    hook = str(layout.bin / "nvidia-container-runtime-hook")
+    tmp.write_text(json.dumps(cdi_spec(all_gpus, hook), indent=2) + "\n")
     tmp.chmod(0o644)
     tmp.replace(layout.cdi_spec)
