@@ -6,7 +6,7 @@ import os
 from collections.abc import Callable, Mapping
 
 from acbslurm.config import DEFAULT_CONFIG_FILE, load_settings
-from acbslurm.doctor import docker, gres, logs, nvidia, records, report, slurmconf, version
+from acbslurm.doctor import cdi, docker, gres, logs, nvidia, records, report, slurmconf, version
 from acbslurm.doctor.context import Context, make_context
 from acbslurm.doctor.result import FAIL, SKIP, WARN, Check, fail, ok, skip, warn
 from acbslurm.errors import AcbslurmError
@@ -68,6 +68,7 @@ def run_doctor(
         _guarded("gres", lambda: gres.check_gres(ctx, conf)),
         _guarded("nvidia-hook", lambda: nvidia.check_nvidia_hook(ctx)),
         _guarded("dockerd", lambda: docker.check_dockerd(ctx)),
+        _guarded("cdi-spec", lambda: cdi.check_cdi(ctx)),
         _guarded("linger", lambda: docker.check_linger(ctx)),
         _guarded("record-dir", lambda: records.check_record_dir(ctx)),
         _guarded("job-runtime-dir", lambda: records.check_job_runtime_dir(ctx)),
