@@ -103,3 +103,12 @@ def test_the_daemons_spec_dirs(
 def test_no_daemon_or_root(make_ctx: Callable[..., Context]) -> None:
     assert cdi.check_cdi(make_ctx(caller_uid=0)).status == "skip"
     assert cdi.check_cdi(make_ctx(uid=0, user="root")).status == "skip"
+
+
+def test_no_inventory_is_the_gres_checks_failure(
+    node: Path, make_ctx: Callable[..., Context]
+) -> None:
+    _spec(node / "cdi", UUIDS)
+    ctx = make_ctx(gpu_inventory=str(node / "missing.json"))
+    c = cdi.check_specs(ctx, [str(node / "cdi")], "Docker 28.5.2")
+    assert c.status == "skip" and "cannot list the node's GPUs" in c.summary, c
