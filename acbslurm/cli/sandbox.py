@@ -199,12 +199,15 @@ def env(root: str, as_json: bool) -> None:
     sandbox:  eval "$(acbslurm sandbox env)"."""
     from acbslurm.sandbox import Sandbox
 
-    values = Sandbox(root).env()
+    sb = Sandbox(root)
+    values = sb.env()
     if as_json:
         click.echo(json.dumps(values, indent=2))
         return
     for key, value in values.items():
         click.echo(f"export {key}={shlex.quote(value)}")
     # The sandbox's own Slurm clients first (Debian's 22.05 ones cannot talk to others).
-    bin_dir = values["ACBSLURM_SLURM_BIN_DIR"]
-    click.echo(f'export PATH={shlex.quote(bin_dir)}:"$PATH"')
+    # With `up --docker`, its CLI before them (Debian's Slurm is in /usr/bin, beside the
+    # host's docker 20.10), so that `docker` matches the daemon.
+    front = [*sb.params.docker.path_dirs[:1], values["ACBSLURM_SLURM_BIN_DIR"]]
+    click.echo(f'export PATH={shlex.quote(":".join(front))}:"$PATH"')
