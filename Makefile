@@ -8,6 +8,18 @@ SLURM_SOURCES_HERE := $(abspath ../shared/slurm-src)
 ifneq ($(wildcard $(SLURM_SOURCES_HERE)/SHA256SUMS),)
 export ACBSLURM_SLURM_SOURCES ?= $(SLURM_SOURCES_HERE)
 endif
+# `make test DOCKER=28.5`: the whole suite on that Docker (`sandbox up --docker`: 20.10,
+# 26.1 or 28.5), on a sandbox of its own; with SLURM= too, one of both.
+DOCKER ?=
+ifneq ($(DOCKER),)
+export ACBSLURM_SANDBOX_DOCKER := $(DOCKER)
+ifneq ($(SLURM),)
+export ACBSLURM_SANDBOX_DIR ?= /var/lib/acbslurm/sandbox-slurm-$(SLURM)-docker-$(DOCKER)
+else
+export ACBSLURM_SANDBOX_DIR ?= /var/lib/acbslurm/sandbox-docker-$(DOCKER)
+endif
+export ACBSLURM_SANDBOX_PORT_BASE ?= 16897
+endif
 # `make test SLURM=25.11.7`: the whole suite on that release, on a sandbox of its own
 # (its directory and ports), so that it never meets the default 22.05 one.
 SLURM ?=

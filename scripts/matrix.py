@@ -155,12 +155,22 @@ def _columns(changed: object) -> str:
     return "; ".join(parts)
 
 
+def docker_section(text: str) -> list[str]:
+    """The "## Docker" section of the file as it is (written by hand from `make test
+    DOCKER=...` runs, not by this script): kept where it was, before the upgrade path."""
+    if "\n## Docker\n" not in text:
+        return []
+    rest = text.split("\n## Docker\n", 1)[1]
+    body = rest.split("\n## ", 1)[0]
+    return ["## Docker", *body.rstrip("\n").splitlines(), ""]
+
+
 def write(
     results: list[dict[str, object]], upgrade: tuple[bool, list[dict[str, object]], int]
 ) -> None:
     ok, steps, seconds = upgrade
     lines = [
-        "# Compatibility: acbslurm on each Slurm release",
+        "# Compatibility: acbslurm on each Slurm release and Docker",
         "",
         f"Written by `make matrix` on {_now()} on this project's",
         "2-core Debian 12 machine: the integration suite (`tests/integration`) on a sandbox",
@@ -187,8 +197,8 @@ def write(
             f"| {r['release']} | {'pass' if r['ok'] else 'FAIL'} | {c.get('passed', 0)} "
             f"| {bad} | {r['seconds']} | {r.get('date', '')} | {names} |"
         )
+    lines += ["", *docker_section(OUT.read_text() if OUT.exists() else "")]
     lines += [
-        "",
         "## Upgrade path 22.05 -> 23.11 -> 25.11",
         "",
         f"`scripts/upgrade_path.py` ({seconds} s): {'pass' if ok else 'FAIL'}. Three jobs",

@@ -15,7 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sandboxtest import TWO_NODES, TWO_NODES_GPUS, no_jobs, requested_install
+from sandboxtest import (
+    TWO_NODES,
+    TWO_NODES_GPUS,
+    no_jobs,
+    requested_docker,
+    requested_install,
+)
 
 from acbslurm.errors import AcbslurmError
 from acbslurm.sandbox import Sandbox
@@ -42,7 +48,9 @@ def sandbox() -> Iterator[Sandbox]:
     log = lambda m: print("sandbox:", m)  # noqa: E731
     try:
         install = requested_install(log)
-        print(sb.up(SANDBOX_GPUS, int(port) if port else None, progress=log, install=install))
+        dock = requested_docker(log)
+        port_base = int(port) if port else None
+        print(sb.up(SANDBOX_GPUS, port_base, log, install=install, docker_install=dock))
     except AcbslurmError as exc:
         pytest.fail(f"the sandbox could not start:\n{exc}", pytrace=False)
     assert len(sb.gpus) == SANDBOX_GPUS, "integration tests expect a 2-GPU sandbox"
@@ -63,7 +71,8 @@ def two() -> Iterator[Sandbox]:
     try:
         t0 = time.monotonic()
         port = default_port_base() + 5000
-        print(sb.up(TWO_NODES_GPUS, port, log, requested_install(log), TWO_NODES))
+        install, dock = requested_install(log), requested_docker(log)
+        print(sb.up(TWO_NODES_GPUS, port, log, install, TWO_NODES, docker_install=dock))
         print(f"sandbox -n2 up in {time.monotonic() - t0:.1f} s")
     except AcbslurmError as exc:
         pytest.fail(f"the 2-node sandbox could not start:\n{exc}", pytrace=False)

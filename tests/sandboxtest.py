@@ -32,6 +32,15 @@ def requested_install(log: Any) -> Any:
     )
 
 
+def requested_docker(log: Any) -> Any:
+    """The Docker the test run asked for: ACBSLURM_SANDBOX_DOCKER (`make test
+    DOCKER=28.5`); None: the sandbox's last, else the host's 20.10."""
+    from acbslurm.sandbox.dockerbuild import ensure_fetched
+
+    version = os.environ.get("ACBSLURM_SANDBOX_DOCKER") or None
+    return ensure_fetched(version, log) if version else None
+
+
 def no_jobs(sb: Any, timeout: float = 60) -> None:
     """Cancel every job (user1's and user2's) and wait until none is queued, running or
     completing: a test that takes all GPUs must find them free.
@@ -101,6 +110,12 @@ def container_job(sb: Any, api: Any, scripts: Path, body: str) -> tuple[str, dic
     job = submit(sb, scripts, body, "--gres=gpu:1")
     wait_job(sb, job, ("RUNNING",), 60)
     return job, wait_container(api, job)
+
+
+def hook_records_by_container(sb: Any) -> dict[str, dict[str, Any]]:
+    """container id -> the stand-in hook's record (``via``: nvidia for `--gpus`, cdi
+    when the sandbox's CDI spec ran it)."""
+    return {r["container"]: r for r in sb.hook_records()}
 
 
 def hook_devices(sb: Any) -> dict[str, list[str]]:

@@ -49,6 +49,17 @@ def _gpu_types(ctx: click.Context, param: click.Parameter, value: str | None) ->
     return value
 
 
+def _docker_version(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """One of the offered releases (exit 2 naming them otherwise)."""
+    from acbslurm.sandbox.dockerversions import offered
+
+    if value is None or value in offered():
+        return value
+    raise click.BadParameter(
+        f"Docker {value} is not offered; offered: {', '.join(offered())}", ctx, param
+    )
+
+
 def _progress(msg: str) -> None:
     click.echo(f"  {msg}", err=True)
 
@@ -117,6 +128,18 @@ def sandbox() -> None:
     type=click.Path(dir_okay=False),
     help="The slurm-VERSION.tar.bz2 to build (checked against a SHA256SUMS beside it).",
 )
+@click.option(
+    "--docker",
+    "docker_version",
+    metavar="VERSION",
+    default=None,
+    envvar="ACBSLURM_SANDBOX_DOCKER",
+    callback=_docker_version,
+    help="Docker release of the user's rootless daemon: 20.10 (the host's Debian 12 "
+    "packages, the default), 26.1 (Debian trixie's) or 28.5 (sid's), fetched once into "
+    "/var/cache/acbslurm/docker  [default: what the sandbox had]. "
+    "Env: ACBSLURM_SANDBOX_DOCKER.",
+)
 def up(
     root: str,
     gpus: int | None,
@@ -126,15 +149,28 @@ def up(
     slurm_release: str | None,
     slurm_prefix: str | None,
     slurm_source: str | None,
+    docker_version: str | None,
 ) -> None:
     """Start the sandbox, or check it if it is already up (idempotent)."""
     from acbslurm.sandbox import Sandbox
+    from acbslurm.sandbox.dockerbuild import ensure_fetched
     from acbslurm.sandbox.slurmbuild import choose_install
 
     sb = Sandbox(root)
     click.echo(f"acbslurm sandbox: starting at {sb.layout.root}", err=True)
     install = choose_install(slurm_release, slurm_prefix, slurm_source, _progress)
-    click.echo(sb.up(gpus, port_base, _progress, install, nodes=nodes, gpu_types=gpu_types))
+    dock = ensure_fetched(docker_version, _progress) if docker_version else None
+    click.echo(
+        sb.up(
+            gpus,
+            port_base,
+            _progress,
+            install,
+            nodes=nodes,
+            gpu_types=gpu_types,
+            docker_install=dock,
+        )
+    )
 
 
 @sandbox.command()
@@ -196,12 +232,15 @@ def env(root: str, as_json: bool) -> None:
     sandbox:  eval "$(acbslurm sandbox env)"."""
     from acbslurm.sandbox import Sandbox
 
-    values = Sandbox(root).env()
+    sb = Sandbox(root)
+    values = sb.env()
     if as_json:
         click.echo(json.dumps(values, indent=2))
         return
     for key, value in values.items():
         click.echo(f"export {key}={shlex.quote(value)}")
     # The sandbox's own Slurm clients first (Debian's 22.05 ones cannot talk to others).
-    bin_dir = values["ACBSLURM_SLURM_BIN_DIR"]
-    click.echo(f'export PATH={shlex.quote(bin_dir)}:"$PATH"')
+    # With `up --docker`, its CLI before them (Debian's Slurm is in /usr/bin, beside the
+    # host's docker 20.10), so that `docker` matches the daemon.
+    front = [*sb.params.docker.path_dirs[:1], values["ACBSLURM_SLURM_BIN_DIR"]]
+    click.echo(f'export PATH={shlex.quote(":".join(front))}:"$PATH"')

@@ -21,6 +21,7 @@ from typing import Any
 from acbslurm.container.options import Limits
 from acbslurm.container.signals import HANDLED, STOP_SIGNALS, Relay
 from acbslurm.container.streams import Pump, copy_stdin, raw_terminal, start_thread, tell
+from acbslurm.dockerapi import cdi
 from acbslurm.dockerapi.daemon import start_hint
 from acbslurm.dockerapi.engine import (
     Conflict,
@@ -55,6 +56,9 @@ class LaunchSpec:
     shm_bytes: int = 0  # --shm-size; 0: Docker's 64 MB
     entrypoint: str | None = None  # --entrypoint ("" resets the image's)
     read_only: bool = False  # --read-only root file system
+    # The node's index of each of gpu_uuids: the CDI name where a spec names GPUs by
+    # index only.
+    gpu_indices: list[int] = field(default_factory=list)
 
 
 def limits_enforced(info: dict[str, Any]) -> bool:
@@ -62,8 +66,18 @@ def limits_enforced(info: dict[str, Any]) -> bool:
     return str(info.get("CgroupDriver", "")).lower() not in ("none", "")
 
 
-def device_request(uuids: Sequence[str]) -> dict[str, Any]:
-    """What `docker run --gpus device=UUID,...` asks for (as docker.types.DeviceRequest)."""
+def device_request(uuids: Sequence[str], cdi_ids: Sequence[str] = ()) -> dict[str, Any]:
+    """What `docker run --gpus device=UUID,...` asks for (as docker.types.DeviceRequest);
+    with ``cdi_ids``, what `docker run --device nvidia.com/gpu=UUID` sends to a daemon
+    with CDI (the CLI of 26.1 and 28.5, seen in the created container's HostConfig)."""
+    if cdi_ids:
+        return {
+            "Driver": "cdi",
+            "Count": 0,
+            "DeviceIDs": list(cdi_ids),
+            "Capabilities": None,
+            "Options": None,
+        }
     return {
         "Driver": "nvidia",
         "Count": 0,
@@ -73,8 +87,10 @@ def device_request(uuids: Sequence[str]) -> dict[str, Any]:
     }
 
 
-def container_config(spec: LaunchSpec, with_limits: bool) -> dict[str, Any]:
-    """The body of POST /containers/create."""
+def container_config(
+    spec: LaunchSpec, with_limits: bool, cdi_ids: Sequence[str] = ()
+) -> dict[str, Any]:
+    """The body of POST /containers/create (``cdi_ids``: the GPUs as CDI devices)."""
     # Ours, set last: the epilog finds the container's processes by ACBSLURM_JOB_ID
     # (options.parse_env refuses these names already; this holds for any other caller).
     env = {k: v for k, v in spec.env.items() if not k.upper().startswith("ACBSLURM_")}
@@ -85,7 +101,7 @@ def container_config(spec: LaunchSpec, with_limits: bool) -> dict[str, Any]:
         "Binds": [m.bind() for m in spec.mounts],
     }
     if spec.gpu_uuids:
-        host["DeviceRequests"] = [device_request(spec.gpu_uuids)]
+        host["DeviceRequests"] = [device_request(spec.gpu_uuids, cdi_ids)]
     if with_limits:
         if spec.limits.nano_cpus:
             host["NanoCpus"] = spec.limits.nano_cpus
@@ -131,16 +147,16 @@ def _run_pending_handlers(sigs: Iterable[int]) -> None:
     signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
 
 
-def _create(api: EngineApi, spec: LaunchSpec) -> tuple[str, bool]:
+def _create(api: EngineApi, spec: LaunchSpec, cdi_ids: Sequence[str]) -> tuple[str, bool]:
     """Create the container; returns its id and whether limits were passed."""
     try:
         try:
-            return api.create(spec.name, container_config(spec, True)), True
+            return api.create(spec.name, container_config(spec, True, cdi_ids)), True
         except EngineError as exc:
             if exc.status != 400 or not (spec.limits.nano_cpus or spec.limits.mem_bytes):
                 raise
             # A daemon without cgroups may refuse limits outright: run without them.
-            return api.create(spec.name, container_config(spec, False)), False
+            return api.create(spec.name, container_config(spec, False, cdi_ids)), False
     except DaemonUnreachable:
         raise SetupError(start_hint(api.host)) from None
     except NotFound:
@@ -179,6 +195,17 @@ class _InfoProbe:
         self.thread.join(timeout=10)
         return limits_enforced(self.info) if self.info else True
 
+    def cdi_ids(self, spec: LaunchSpec) -> list[str]:
+        """The job's GPUs as CDI names when the daemon has CDI (empty: `--gpus` as
+        before). Waits for /info: which request to send depends on it."""
+        if not spec.gpu_uuids:
+            return []
+        self.thread.join(timeout=10)
+        dirs = cdi.spec_dirs(self.info)
+        if not dirs:
+            return []
+        return cdi.device_ids(spec.gpu_uuids, spec.gpu_indices, cdi.gpu_names(dirs))
+
 
 CANCELLED = (
     "acbslurm: the job was cancelled before its container started ({}): "
@@ -203,7 +230,7 @@ def run_container(api: EngineApi, spec: LaunchSpec, handled: Collection[int] = H
     cid: str | None = None
     try:
         probe = _InfoProbe(api)
-        cid, with_limits = _create(api, spec)
+        cid, with_limits = _create(api, spec, probe.cdi_ids(spec))
         stream = api.attach(cid, stdin=spec.stdin, tty=spec.tty)
         pump = Pump(stream)
         pump_thread = start_thread(pump.run)

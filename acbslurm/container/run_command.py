@@ -70,6 +70,15 @@ def _settings_source() -> str:
     return f"the defaults (no {DEFAULT_CONFIG_FILE}, no ACBSLURM_CONFIG)"
 
 
+def _indices_of(uuids: list[str], record: JobRecord | None) -> list[int]:
+    """The node's index of each GPU, from the prolog's record (for CDI specs that name
+    GPUs by index only); empty when a record does not pair them."""
+    if record is None or len(record.gpu_indices) != len(record.gpu_uuids):
+        return []
+    index = dict(zip(record.gpu_uuids, record.gpu_indices, strict=True))
+    return [index[u] for u in uuids] if all(u in index for u in uuids) else []
+
+
 def _job_record(
     record_dir: str, job_id: str | None, gpus_spec: str | list[str]
 ) -> JobRecord | None:
@@ -177,6 +186,7 @@ def execute(args: RunArgs) -> int:
         shm_bytes=shm,
         entrypoint=args.entrypoint,
         read_only=args.read_only,
+        gpu_indices=_indices_of(uuids, record),
     )
     from acbslurm.container.streams import tell
 

@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping
 
 from acbslurm.config import DEFAULT_CONFIG_FILE, Settings, load_settings
 from acbslurm.doctor import (
+    cdi,
     docker,
     gres,
     logs,
@@ -97,6 +98,7 @@ def run_doctor(
         _guarded("gres", lambda: gres.check_gres(ctx, conf)),
         _guarded("nvidia-hook", lambda: nvidia.check_nvidia_hook(ctx)),
         _guarded("dockerd", lambda: docker.check_dockerd(ctx)),
+        _guarded("cdi-spec", lambda: cdi.check_cdi(ctx)),
         _guarded("linger", lambda: docker.check_linger(ctx)),
         _guarded("record-dir", lambda: records.check_record_dir(ctx)),
         _guarded("job-runtime-dir", lambda: records.check_job_runtime_dir(ctx)),

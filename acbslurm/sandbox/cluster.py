@@ -20,6 +20,7 @@ from acbslurm import proc
 from acbslurm.errors import ConfigError, SetupError
 from acbslurm.gpu.inventory import GpuInfo
 from acbslurm.sandbox import docker, gpus, mariadb, munge, preflight, render, reportsvc, slurm
+from acbslurm.sandbox.dockerversions import DockerInstall
 from acbslurm.sandbox.layout import (
     MAX_NODES,
     MAX_SOCKET_PATH,
@@ -213,9 +214,11 @@ class Sandbox:
 
     def user_env(self, user: str | None = None) -> dict[str, str]:
         pw = pwd.getpwnam(user or self.user)
+        p = self.params
+        # The sandbox's Docker CLI first: `docker` matches the user's daemon.
+        front = ":".join([str(Path(sys.executable).parent), *p.docker.path_dirs[:1]])
         return {
-            "PATH": f"{Path(sys.executable).parent}:"
-            + self.params.slurm.path_env("/usr/sbin:/usr/bin:/sbin:/bin:/usr/local/bin"),
+            "PATH": f"{front}:" + p.slurm.path_env("/usr/sbin:/usr/bin:/sbin:/bin:/usr/local/bin"),
             "HOME": pw.pw_dir,
             "USER": pw.pw_name,
             "LOGNAME": pw.pw_name,
@@ -330,6 +333,7 @@ class Sandbox:
         install: SlurmInstall | None = None,
         nodes: int | None = None,
         gpu_types: str | None = None,
+        docker_install: DockerInstall | None = None,
     ) -> str:
         """Start every component; a second call only checks. Returns a summary line.
 
@@ -337,6 +341,7 @@ class Sandbox:
         ``gpu_count``: GPUs per node; ``nodes``: slurmd daemons (None: as before, else 1).
         ``gpu_types``: typed GPUs per node (``h200:1,a100:1``; None: as before, else
         untyped; "" untyped).
+        ``docker_install``: the Docker (None: as before, else the host's 20.10).
         """
         t0 = time.monotonic()
         old = self.layout.load_params()
@@ -345,12 +350,17 @@ class Sandbox:
         if old and alive:
             _same_gpu_types(self.layout.root, old, gpu_types)
             _same_shape(self.layout.root, old, gpu_count, port_base, nodes, install)
+            self._check_same_docker(old, docker_install)
             summary = self._already_up(old, alive, count, progress)
             if summary is not None:
                 return summary
             self.down(progress)
         params = self._new_params(old, gpu_count, port_base, install, nodes)
         params = replace(params, **_gpu_shape(params, gpu_count, gpu_types))
+        if docker_install is not None:
+            params = replace(
+                params, docker_version=docker_install.version, docker_prefix=docker_install.prefix
+            )
         self._check_socket_paths(params)
         try:
             self._cold_up(params, progress)
@@ -360,7 +370,8 @@ class Sandbox:
             raise
         return (
             f"sandbox up at {self.layout.root} ({_shape(params)}, user {params.user}, "
-            f"Slurm {params.slurm_release}) in {time.monotonic() - t0:.1f} s"
+            f"Slurm {params.slurm_release}, Docker {params.docker_version}) in "
+            f"{time.monotonic() - t0:.1f} s"
         )
 
     def _alive(self) -> tuple[list[str], int]:
@@ -388,8 +399,15 @@ class Sandbox:
         extra = f"; {note}" if note else ""
         return (
             f"sandbox already up at {self.layout.root} ({_shape(old)}, "
-            f"Slurm {old.slurm_release}){extra}"
+            f"Slurm {old.slurm_release}, Docker {old.docker_version}){extra}"
         )
+
+    def _check_same_docker(self, old: Params, docker_install: DockerInstall | None) -> None:
+        if docker_install is not None and docker_install != old.docker:
+            raise SetupError(
+                f"the sandbox at {self.layout.root} is up with Docker {old.docker_version}; "
+                f"run `acbslurm sandbox down` before `up --docker {docker_install.version}`"
+            )
 
     def _new_params(
         self,
@@ -448,6 +466,8 @@ class Sandbox:
             progress(f"{name}: ok ({time.monotonic() - t:.1f} s)")
 
         step("gpus", lambda: gpus.create(lay, p))
+        if p.docker.has_cdi:
+            step("cdi", lambda: gpus.write_cdi_spec(lay, p))
         step("config", lambda: self._write_configs(p, sec))
         pw = docker.prepare(lay, p.user)
         docker.prepare_second_user(lay, p.user2)

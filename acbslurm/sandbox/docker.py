@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import pwd
 import shutil
@@ -16,12 +17,16 @@ from pathlib import Path
 from acbslurm import proc
 from acbslurm.errors import SetupError
 from acbslurm.procfs import running
+from acbslurm.sandbox.dockerversions import DockerInstall
 from acbslurm.sandbox.layout import IMAGE, Layout
 from acbslurm.sandbox.procs import Proc, spawn, wait_for
 from acbslurm.units import is_ascii_int
 
-ROOTLESS_SCRIPT = "/usr/share/docker.io/contrib/dockerd-rootless.sh"
-DOCKER = "/usr/bin/docker"  # Debian's client, matching its daemon
+
+def install_of(layout: Layout) -> DockerInstall:
+    """The Docker this sandbox runs (the host's when it has no saved parameters yet)."""
+    p = layout.load_params()
+    return p.docker if p else DockerInstall()
 
 
 def ensure_user(user: str) -> pwd.struct_passwd:
@@ -79,6 +84,7 @@ def docker_host(layout: Layout, user: str) -> str:
 
 
 def daemon_env(layout: Layout, pw: pwd.struct_passwd) -> dict[str, str]:
+    front = ":".join([str(layout.bin), *install_of(layout).path_dirs])
     return {
         "HOME": pw.pw_dir,
         "USER": pw.pw_name,
@@ -86,21 +92,49 @@ def daemon_env(layout: Layout, pw: pwd.struct_passwd) -> dict[str, str]:
         "XDG_RUNTIME_DIR": str(layout.user_runtime_dir(pw.pw_name)),
         # The stand-in hook must be on the daemon's PATH when it starts: that is what
         # makes dockerd accept `--gpus`.
-        "PATH": f"{layout.bin}:/usr/sbin:/usr/bin:/sbin:/bin",
+        # A fetched Docker's programs come before the host's 20.10 ones.
+        "PATH": f"{front}:/usr/sbin:/usr/bin:/sbin:/bin",
         "LANG": "C.UTF-8",
     }
+
+
+def daemon_config(layout: Layout, inst: DockerInstall) -> dict[str, object]:
+    """The daemon.json of a Docker with CDI: the sandbox's spec directory (a rootless
+    daemon's defaults, /etc/cdi and /var/run/cdi, are the host's: moby#47676)."""
+    config: dict[str, object] = {"cdi-spec-dirs": [str(layout.cdi_dir)]}
+    if inst.cdi_feature_flag:
+        config["features"] = {"cdi": True}
+    return config
+
+
+def write_daemon_config(layout: Layout, user: str) -> list[str]:
+    """The daemon's ``--config-file`` argument (none for 20.10: it knows no CDI, and
+    today's sandbox passes nothing)."""
+    inst = install_of(layout)
+    if not inst.has_cdi:
+        return []
+    path = layout.docker_config(user)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(daemon_config(layout, inst), indent=2) + "\n")
+    path.chmod(0o644)
+    return [f"--config-file={path}"]
+
+
+def daemon_argv(layout: Layout, user: str) -> list[str]:
+    return [
+        install_of(layout).rootless_script,
+        "--iptables=false",
+        f"--data-root={layout.docker_data(user)}",
+        *write_daemon_config(layout, user),
+        f"--host={docker_host(layout, user)}",
+    ]
 
 
 def start(layout: Layout, pw: pwd.struct_passwd, marker: str) -> Proc:
     log = layout.log_file(f"dockerd-{pw.pw_name}")
     p = spawn(
         f"dockerd-{pw.pw_name}",
-        [
-            ROOTLESS_SCRIPT,
-            "--iptables=false",
-            f"--data-root={layout.docker_data(pw.pw_name)}",
-            f"--host={docker_host(layout, pw.pw_name)}",
-        ],
+        daemon_argv(layout, pw.pw_name),
         run_dir=layout.run,
         log_file=log,
         marker=marker,
@@ -150,7 +184,7 @@ def stop_leftover_containerd(layout: Layout, user: str) -> list[int]:
 
 def docker(layout: Layout, user: str, *args: str, timeout: float = 60, **kw: object) -> str:
     return proc.run(
-        [DOCKER, "-H", docker_host(layout, user), *args],
+        [install_of(layout).cli, "-H", docker_host(layout, user), *args],
         timeout=timeout,
         env={"PATH": "/usr/bin:/bin", "HOME": "/root"},
         **kw,  # type: ignore[arg-type]
@@ -163,7 +197,7 @@ def ready(layout: Layout, user: str) -> bool:
 
 def has_image(layout: Layout, user: str, image: str = IMAGE) -> bool:
     out = proc.run(
-        [DOCKER, "-H", docker_host(layout, user), "image", "inspect", image],
+        [install_of(layout).cli, "-H", docker_host(layout, user), "image", "inspect", image],
         timeout=10,
         check=False,
         env={"PATH": "/usr/bin:/bin", "HOME": "/root"},

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import stat
+from pathlib import Path
 
 from acbslurm.gpu.inventory import (
     EMULATED_GPU_NAME,
@@ -63,3 +64,68 @@ def load(layout: Layout) -> list[GpuInfo]:
     if params is None or params.nodes == 1:
         return load_static(layout.inventory)
     return [g for gpus in by_node(layout, params).values() for g in gpus]
+
+
+CDI_KIND = "nvidia.com/gpu"
+CDI_VERSION = "0.5.0"
+
+
+def cdi_env_name(gpu: GpuInfo) -> str:
+    """The env edit a device adds: one name per device, so that with two GPUs a
+    container gets both (one NVIDIA_VISIBLE_DEVICES per device would leave the last)."""
+    return f"SANDBOX_CDI_GPU{gpu.minor}"
+
+
+def cdi_device(gpu: GpuInfo) -> dict[str, object]:
+    """One emulated GPU as NVIDIA's toolkit names it (``nvidia.com/gpu=<UUID>``).
+
+    Rootless runc bind-mounts a device node from the host path it is given, so the
+    node is the sandbox's own (there is no /dev/nvidiaN on the host) and a mount
+    puts it at /dev/nvidiaN too, where programs look for it.
+    """
+    return {
+        "name": gpu.uuid,
+        "containerEdits": {
+            "deviceNodes": [{"path": gpu.device}],
+            "mounts": [
+                {
+                    "hostPath": gpu.device,
+                    "containerPath": f"/dev/nvidia{gpu.minor}",
+                    "options": ["bind"],
+                }
+            ],
+            "env": [f"{cdi_env_name(gpu)}={gpu.uuid}"],
+        },
+    }
+
+
+def cdi_spec(all_gpus: list[GpuInfo], hook: str) -> dict[str, object]:
+    """The toolkit's spec-wide edits are NVIDIA_VISIBLE_DEVICES=void (the legacy hook
+    then does nothing) and hooks of its own; here one hook: the stand-in, which records
+    the container's CDI GPUs as it records a `--gpus` start's."""
+    return {
+        "cdiVersion": CDI_VERSION,
+        "kind": CDI_KIND,
+        "devices": [cdi_device(g) for g in all_gpus],
+        "containerEdits": {
+            "env": ["NVIDIA_VISIBLE_DEVICES=void"],
+            "hooks": [
+                {"hookName": "createRuntime", "path": hook, "args": [Path(hook).name, "cdi"]}
+            ],
+        },
+    }
+
+
+def write_cdi_spec(layout: Layout, params: Params) -> None:
+    """Every node's GPUs in one spec: the user's one daemon serves all nodes. JSON is
+    YAML, and Docker's CDI code reads ``.yaml`` files with a YAML parser."""
+    import json
+
+    all_gpus = [g for gs in by_node(layout, params).values() for g in gs]
+    layout.cdi_dir.mkdir(parents=True, exist_ok=True)
+    layout.cdi_dir.chmod(0o755)
+    tmp = layout.cdi_spec.with_suffix(".tmp")
+    hook = str(layout.bin / "nvidia-container-runtime-hook")
+    tmp.write_text(json.dumps(cdi_spec(all_gpus, hook), indent=2) + "\n")
+    tmp.chmod(0o644)
+    tmp.replace(layout.cdi_spec)

@@ -9,6 +9,7 @@ import socket
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from acbslurm.sandbox.dockerversions import HOST_VERSION, DockerInstall
 from acbslurm.slurm.versions import DEBIAN_PREFIX, DEBIAN_RELEASE, SlurmInstall
 
 DEFAULT_DIR = "/var/lib/acbslurm/sandbox"
@@ -77,6 +78,10 @@ class Params:
     # The Slurm installation the daemons and clients come from (Debian's by default).
     slurm_prefix: str = DEBIAN_PREFIX
     slurm_release: str = DEBIAN_RELEASE
+    # The Docker the user's rootless daemon runs (the host's 20.10 by default; `up
+    # --docker 28.5`: a prefix in /var/cache/acbslurm/docker).
+    docker_version: str = HOST_VERSION
+    docker_prefix: str = ""
 
     def gpu_type(self, index: int) -> str:
         """The GRES type of each node's GPU ``index`` ("" when untyped)."""
@@ -93,6 +98,10 @@ class Params:
     @property
     def slurm(self) -> SlurmInstall:
         return SlurmInstall(prefix=self.slurm_prefix, release=self.slurm_release)
+
+    @property
+    def docker(self) -> DockerInstall:
+        return DockerInstall(version=self.docker_version, prefix=self.docker_prefix)
 
     @property
     def slurmctld_port(self) -> int:
@@ -155,6 +164,10 @@ class Layout:
         self.records = self.state / "jobs"
         self.hook_record = self.state / "gpu-hook.jsonl"
         self.hook_record_dir = self.state / "gpu-hook"
+        # CDI (Docker 26.1 on): the spec of the emulated GPUs, in the directory the
+        # rootless daemon's own daemon.json names as its cdi-spec-dirs.
+        self.cdi_dir = self.etc / "cdi"
+        self.cdi_spec = self.cdi_dir / "nvidia.yaml"
 
     def node_inventory(self, params: Params, node: str) -> Path:
         """The GPU inventory of ``node`` (the single node keeps ``gpus.json``)."""
@@ -198,6 +211,11 @@ class Layout:
         """The longest unix socket path the sandbox makes: rootless containerd's ttrpc
         socket under the user's runtime directory."""
         return self.user_runtime_dir(user) / "docker" / "containerd" / "containerd.sock.ttrpc"
+
+    def docker_config(self, user: str) -> Path:
+        """The daemon.json of ``user``'s daemon (``--config-file``): the sandbox's own,
+        not ~/.config/docker/daemon.json, which other sandboxes of the same user share."""
+        return self.etc / "docker" / f"daemon-{user}.json"
 
     def docker_data(self, user: str) -> Path:
         return self.state / "docker" / user

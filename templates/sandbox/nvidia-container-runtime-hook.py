@@ -15,10 +15,19 @@ state = json.load(sys.stdin)
 with open(os.path.join(state["bundle"], "config.json")) as f:
     config = json.load(f)
 env = dict(e.split("=", 1) for e in config.get("process", {}).get("env", []) if "=" in e)
+# Called from the sandbox's CDI spec (args "cdi"), the devices are what the spec's
+# per-device edits set (SANDBOX_CDI_GPU<minor>=<uuid>); NVIDIA_VISIBLE_DEVICES is void.
+via = "cdi" if sys.argv[1:2] == ["cdi"] else "nvidia"
+if via == "cdi":
+    cdi = sorted((k, v) for k, v in env.items() if k.startswith("SANDBOX_CDI_GPU"))
+    devices = ",".join(v for _, v in cdi)
+else:
+    devices = env.get("NVIDIA_VISIBLE_DEVICES", "")
 record = {
     "time": time.time(),
     "container": state.get("id", ""),
-    "devices": env.get("NVIDIA_VISIBLE_DEVICES", ""),
+    "via": via,
+    "devices": devices,
     "capabilities": env.get("NVIDIA_DRIVER_CAPABILITIES", ""),
     "hook_args": sys.argv[1:],
 }

@@ -107,6 +107,13 @@ def test_all_ok_as_root_for_user1(copy: Copy) -> None:
         assert checks[name]["status"] == "ok", checks[name]
     assert "the sandbox's stand-in" in checks["nvidia-hook"]["summary"]
     assert "reads the accounting DB directly" in checks["report"]["summary"]
+    # A Docker with CDI (`up --docker 26.1|28.5`) reads the sandbox's spec of its GPUs.
+    cdi = checks["cdi-spec"]
+    if copy.sb.params.docker.has_cdi:
+        assert cdi["status"] == "ok", cdi
+        assert f"{copy.sb.layout.cdi_spec} names all" in cdi["summary"]
+    else:
+        assert cdi["status"] == "skip" and "has no CDI" in cdi["summary"], cdi
 
 
 def test_all_ok_as_user1(copy: Copy) -> None:

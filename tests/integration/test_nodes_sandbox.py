@@ -54,6 +54,8 @@ def workdir() -> Iterator[Path]:
 as_user = functools.partial(acbslurm_as, timeout=120)
 
 
+# Under CDI NVIDIA_VISIBLE_DEVICES is void: the sandbox spec's SANDBOX_CDI_GPU<n> name them.
+CDI_GPUS = """$(env | sed -n "s/^SANDBOX_CDI_GPU[0-9]*=//p" | tr "\\n" ,)"""
 SPEC = f"""\
 name: two-nodes
 partition: p1
@@ -66,7 +68,7 @@ output: out-%j.txt
 container:
   image: {IMAGE}
   pull: never
-  command: [sh, -c, 'echo "GPUS $NVIDIA_VISIBLE_DEVICES"; exec sleep 600']
+  command: [sh, -c, 'echo "GPUS $NVIDIA_VISIBLE_DEVICES {CDI_GPUS}"; exec sleep 600']
 """
 
 
@@ -166,7 +168,10 @@ def _each_node_recorded_and_got_its_own(
     def printed() -> list[list[str]]:
         text = out.read_text() if out.exists() else ""
         lines = [ln for ln in text.splitlines() if ln.startswith("GPUS ")]
-        return sorted(sorted(ln.split()[1].split(",")) for ln in lines)
+        # --gpus: NVIDIA_VISIBLE_DEVICES; CDI: void, and the spec's per-GPU variables.
+        fields = [ln.split() for ln in lines]
+        given = [f[2] if f[1] == "void" and len(f) > 2 else f[1] for f in fields]
+        return sorted(sorted(filter(None, g.split(","))) for g in given)
 
     try:
         wait("both containers' output", lambda: len(printed()) == NODES)

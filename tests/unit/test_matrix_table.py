@@ -62,3 +62,12 @@ def test_a_subset_run_keeps_the_other_rows_and_their_dates(
     assert again["23.02.8"] == {**new, "counts": {"passed": 37, "failed": 0}}
     assert again["26.05.3"] == merged["26.05.3"]
     assert "| 24.11.7 | not run |" in out.read_text()
+
+
+def test_the_hand_written_docker_section_is_kept(matrix: ModuleType) -> None:
+    text = (
+        "# C\n\n| 22.05.8 | pass | 1 | 0 | 2 | d | - |\n\n## Docker\n\nrows\n\n## Upgrade path x\n"
+    )
+    assert matrix.docker_section(text) == ["## Docker", "", "rows", ""]
+    assert matrix.docker_section("# C\n\n## Upgrade path\n") == []
+    assert "22.05.8" not in matrix.earlier_rows(text.replace("pass", "x"))

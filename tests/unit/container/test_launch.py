@@ -1,6 +1,7 @@
 """`run_container` end to end against the fake Docker daemon (tests/unit/fake_docker.py)."""
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -278,3 +279,51 @@ def test_a_signal_before_the_container_starts_means_it_never_starts(
     assert rc == code
     assert "cancelled before its container started" in capsys.readouterr().err
     assert sigterm_seen == [] and seen == []  # run_container's handlers took the signal
+
+
+@pytest.mark.parametrize(
+    ("names", "indices", "want"),
+    [
+        (["GPU-a", "GPU-b", "0", "1", "all"], [0, 1], ["nvidia.com/gpu=GPU-a"]),
+        (["0", "1", "all"], [1], ["nvidia.com/gpu=1"]),  # a spec of index names only
+        (None, [], ["nvidia.com/gpu=GPU-a"]),  # no spec file: the toolkit's UUID names
+    ],
+)
+def test_a_daemon_with_cdi_gets_cdi_devices(
+    fake_docker: FakeDocker,
+    tmp_path: Path,
+    names: list[str] | None,
+    indices: list[int],
+    want: list[str],
+) -> None:
+    """GET /info lists CDISpecDirs: the GPUs go as Driver "cdi", as the docker CLI sends
+    `--device nvidia.com/gpu=X` (seen on 26.1 and 28.5)."""
+    specs = tmp_path / "cdi"
+    specs.mkdir()
+    if names is not None:
+        devices = [{"name": n} for n in names]
+        (specs / "nvidia.json").write_text(
+            json.dumps({"cdiVersion": "0.5.0", "kind": "nvidia.com/gpu", "devices": devices})
+        )
+    fake_docker.info["CDISpecDirs"] = [str(specs)]
+    fake_docker.program = Program([], 0)
+    with deadline(20):
+        assert run_container(EngineApi(fake_docker.host, 5), spec(gpu_indices=indices)) == 0
+    (create,) = fake_docker.calls("POST", "/containers/create")
+    (req,) = create.body["HostConfig"]["DeviceRequests"]
+    assert req == {
+        "Driver": "cdi",
+        "Count": 0,
+        "DeviceIDs": want,
+        "Capabilities": None,
+        "Options": None,
+    }
+
+
+def test_no_cdi_spec_dirs_means_gpus_as_before(fake_docker: FakeDocker) -> None:
+    fake_docker.info["CDISpecDirs"] = []  # 26.1 without the feature
+    fake_docker.program = Program([], 0)
+    with deadline(20):
+        assert run_container(EngineApi(fake_docker.host, 5), spec()) == 0
+    (create,) = fake_docker.calls("POST", "/containers/create")
+    assert create.body["HostConfig"]["DeviceRequests"][0]["Driver"] == "nvidia"
