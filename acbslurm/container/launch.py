@@ -96,21 +96,6 @@ def container_config(
     env = {k: v for k, v in spec.env.items() if not k.upper().startswith("ACBSLURM_")}
     env["ACBSLURM_JOB_ID"] = spec.job_id
     env["ACBSLURM_GPU_UUIDS"] = ",".join(spec.gpu_uuids)
-    host: dict[str, Any] = {
-        "Init": True,  # docker-init as PID 1 forwards signals to the command
-        "Binds": [m.bind() for m in spec.mounts],
-    }
-    if spec.gpu_uuids:
-        host["DeviceRequests"] = [device_request(spec.gpu_uuids, cdi_ids)]
-    if with_limits:
-        if spec.limits.nano_cpus:
-            host["NanoCpus"] = spec.limits.nano_cpus
-        if spec.limits.mem_bytes:
-            host["Memory"] = spec.limits.mem_bytes
-    if spec.shm_bytes:
-        host["ShmSize"] = spec.shm_bytes
-    if spec.read_only:
-        host["ReadonlyRootfs"] = True
     config: dict[str, Any] = {
         "Image": spec.image,
         "Env": [f"{k}={v}" for k, v in env.items()],
@@ -121,10 +106,29 @@ def container_config(
         "Tty": spec.tty,
         "OpenStdin": spec.stdin,
         "StdinOnce": spec.stdin,  # our EOF closes the container's stdin (`cat` ends)
-        "HostConfig": host,
+        "HostConfig": _host_config(spec, with_limits, cdi_ids),
     }
     _user_choices(config, spec)
     return config
+
+
+def _host_config(spec: LaunchSpec, with_limits: bool, cdi_ids: Sequence[str]) -> dict[str, Any]:
+    """HostConfig: the init, the mounts, the GPUs, the job's limits where the daemon
+    enforces them, and the user's /dev/shm size and read-only root."""
+    host: dict[str, Any] = {
+        "Init": True,  # docker-init as PID 1 forwards signals to the command
+        "Binds": [m.bind() for m in spec.mounts],
+    }
+    if spec.gpu_uuids:
+        host["DeviceRequests"] = [device_request(spec.gpu_uuids, cdi_ids)]
+    limits = {"NanoCpus": spec.limits.nano_cpus, "Memory": spec.limits.mem_bytes}
+    if with_limits:
+        host.update({k: v for k, v in limits.items() if v})
+    if spec.shm_bytes:
+        host["ShmSize"] = spec.shm_bytes
+    if spec.read_only:
+        host["ReadonlyRootfs"] = True
+    return host
 
 
 def _user_choices(config: dict[str, Any], spec: LaunchSpec) -> None:
@@ -213,6 +217,9 @@ CANCELLED = (
 )
 
 
+# complexity: the container's life in its order (create, attach, start, wait, clean up)
+# under one signal mask and one try/finally; split up, the mask and the clean-up would no
+# longer visibly cover every step between create and remove.
 def run_container(api: EngineApi, spec: LaunchSpec, handled: Collection[int] = HANDLED) -> int:
     """Create, attach, start and wait; returns the container's exit code.
 

@@ -59,12 +59,15 @@ def parse_spec(text: str, path: str) -> Spec:
         if isinstance(dev, dict) and "name" in dev:
             name = str(dev["name"])
             spec.names.append(name)
-            edits = dev.get("containerEdits") or {}
-            nodes = edits.get("deviceNodes") or [] if isinstance(edits, dict) else []
-            spec.nodes[name] = [
-                str(n.get("hostPath") or n.get("path", "")) for n in nodes if isinstance(n, dict)
-            ]
+            spec.nodes[name] = _device_nodes(dev)
     return spec
+
+
+def _device_nodes(dev: dict[str, Any]) -> list[str]:
+    """The host paths of a spec device's nodes (``containerEdits.deviceNodes``)."""
+    edits = dev.get("containerEdits") or {}
+    nodes = edits.get("deviceNodes") or [] if isinstance(edits, dict) else []
+    return [str(n.get("hostPath") or n.get("path", "")) for n in nodes if isinstance(n, dict)]
 
 
 def spec_files(dirs: Iterable[str]) -> list[str]:

@@ -252,6 +252,28 @@ class AttachStream:
             self.sock.close()
 
 
+def _read_to_close(sock: socket.socket, total: float | None) -> bytes:
+    """Everything the daemon sends until it closes (HTTP/1.0), within ``total`` seconds
+    in all (TimeoutError after that; each read has the socket's own timeout)."""
+    chunks: list[bytes] = []
+    deadline = None if total is None else time.monotonic() + total
+    while True:
+        if deadline is not None and time.monotonic() > deadline:
+            raise TimeoutError(f"no complete answer in {total:g} s")
+        data = sock.recv(65536)
+        if not data:
+            return b"".join(chunks)
+        chunks.append(data)
+
+
+def _error_message(body: bytes) -> str:
+    """An error answer's ``message`` (its text, when it is not Docker's JSON)."""
+    try:
+        return str(json.loads(body)["message"])
+    except (ValueError, KeyError, TypeError):
+        return body[:300].decode(errors="replace")
+
+
 class EngineApi:
     def __init__(self, docker_host: str, timeout: float) -> None:
         self.host = docker_host
@@ -321,27 +343,15 @@ class EngineApi:
         sock = self._connect(idle)
         try:
             sock.sendall(self._request(method, f"/v{self.version}{url}", body))
-            chunks = []
-            deadline = None if total is None else time.monotonic() + total
-            while True:
-                if deadline is not None and time.monotonic() > deadline:
-                    raise TimeoutError(f"no complete answer in {total:g} s")
-                data = sock.recv(65536)
-                if not data:
-                    break
-                chunks.append(data)
+            answer = _read_to_close(sock, total)
         except OSError as exc:
             raise DockerError(f"{what}: {exc}") from None
         finally:
             sock.close()
-        status, head, rest = _status_and_rest(b"".join(chunks), what)
+        status, head, rest = _status_and_rest(answer, what)
         newest = _api_version_of(head)
         if status >= 400:
-            try:
-                message = str(json.loads(rest)["message"])
-            except (ValueError, KeyError, TypeError):
-                message = rest[:300].decode(errors="replace")
-            raise http_error(status, f"{what}: {message}", newest)
+            raise http_error(status, f"{what}: {_error_message(rest)}", newest)
         if newest and not self.negotiated:
             # Free: the answer says the daemon's newest; the next calls speak the
             # highest version both know (a daemon that accepted ours speaks ours).
