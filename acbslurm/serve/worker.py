@@ -28,6 +28,7 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any, NoReturn
 
 from acbslurm.config import env_float
@@ -45,14 +46,26 @@ EXIT_THREAD = 6  # one of the worker's threads failed: the gateway restarts the 
 BIG_PROMPT = 1 << 20  # characters: after tokenizing more, the heap is trimmed
 
 
+# Says the worker's last words to the gateway (the Worker's send, once connected).
+_last_words: list[Callable[[dict[str, Any]], None]] = []
+
+
 def die(reason: str) -> NoReturn:
     """End the process, the reason logged: a worker that lost a thread (the reader,
     the tokenizer, the decoding loop) would otherwise live on and never answer, its
     requests waiting out their timeout while /health says ok. Its exit fails them
-    with 503 at once and the gateway restarts it."""
+    with 503 at once and the gateway restarts it.
+
+    The gateway is told the code and the reason first, on the worker's socket: the
+    exit status alone can be lost where another part of the gateway's process reaps
+    children (asyncio then reports 255), and the reason is what /health shows."""
     log.critical("worker exits: %s", reason)
     for h in logging.getLogger().handlers:
         h.flush()
+    message = f"the worker exited ({EXIT_THREAD}): {reason}; restarting"
+    for say in _last_words:
+        with contextlib.suppress(Exception):  # dying anyway: nothing may stop the exit
+            say({"type": "fatal", "exit": EXIT_THREAD, "message": message})
     os._exit(EXIT_THREAD)
 
 
@@ -78,6 +91,7 @@ class Worker:
         self.broker_address = broker
         self.device = device
         self.wlock = threading.Lock()
+        _last_words.append(self.last_words)
         self.cond = threading.Condition()
         self.queue: deque[Any] = deque()
         self.by_id: dict[str, Any] = {}
@@ -96,6 +110,15 @@ class Worker:
         self.cancelled_early: set[str] = set()
 
     # -- I/O ----------------------------------------------------------------------------
+
+    def last_words(self, msg: dict[str, Any]) -> None:
+        """``msg`` sent on the way out (``die``): never blocking for long, even when the
+        thread that failed held the socket's lock, and never exiting by itself."""
+        if self.wlock.acquire(timeout=1.0):
+            try:
+                self.conn.sendall(encode(msg))
+            finally:
+                self.wlock.release()
 
     def send(self, msg: dict[str, Any]) -> None:
         data = encode(msg)

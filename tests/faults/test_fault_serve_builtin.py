@@ -62,8 +62,16 @@ def server(models: dict[str, Path]) -> Iterator[PoolServer]:
 
 @pytest.fixture
 def http(server: PoolServer) -> Iterator[httpx.Client]:
+    """A client of the module's pool, both models serving: a test that restarts a
+    worker leaves no restart under way for the next one, even when it failed."""
     with httpx.Client(base_url=f"http://127.0.0.1:{server.port}", timeout=90) as c:
+        _wait("both models ready", lambda: _both_ready(c), 240)
         yield c
+
+
+def _both_ready(c: httpx.Client) -> bool:
+    r = c.get("/health")
+    return r.status_code == 200 and set(r.json().get("models", {}).values()) == {"ready"}
 
 
 def _wait(what: str, ok: Callable[[], Any], seconds: float = 120) -> Any:
