@@ -14,7 +14,7 @@ DOCKER ?=
 ifneq ($(DOCKER),)
 export ACBSLURM_SANDBOX_DOCKER := $(DOCKER)
 ifneq ($(SLURM),)
-export ACBSLURM_SANDBOX_DIR ?= /var/lib/acbslurm/sandbox-slurm-$(SLURM)-docker-$(DOCKER)
+export ACBSLURM_SANDBOX_DIR ?= /var/lib/acbslurm/sandbox-$(SLURM)-d$(DOCKER)
 else
 export ACBSLURM_SANDBOX_DIR ?= /var/lib/acbslurm/sandbox-docker-$(DOCKER)
 endif
