@@ -23,6 +23,7 @@ import json
 import logging
 import os
 import queue
+import signal
 import socket
 import sys
 import threading
@@ -120,6 +121,14 @@ class Worker:
         )
 
     # -- start --------------------------------------------------------------------------
+
+    def ready_message(self) -> dict[str, Any]:
+        return {
+            "type": "ready",
+            "weights_bytes": self.gang.weights,
+            "max_context": self.max_context,
+            "max_prompt_chars": self.max_prompt_chars,
+        }
 
     def load(self) -> None:
         from transformers import AutoTokenizer
@@ -604,19 +613,19 @@ def main(argv: list[str] | None = None) -> int:
         with contextlib.suppress(OSError):
             os.rmdir(os.path.dirname(args.socket))
     conn.settimeout(None)
-    w = Worker(spec, conn, args.broker, args.device)
+    w: Worker
+    if spec.get("engine") == "vllm":
+        from acbslurm.serve.engines.vllm import VllmWorker
+
+        w = VllmWorker(spec, conn, args.broker, args.device)
+        signal.signal(signal.SIGTERM, w.on_sigterm)
+    else:
+        w = Worker(spec, conn, args.broker, args.device)
     store = w.open_group(args.rendezvous_host) if w.procs > 1 else None
     code = start(w, store)
     if code:
         return code
-    w.send(
-        {
-            "type": "ready",
-            "weights_bytes": w.gang.weights,
-            "max_context": w.max_context,
-            "max_prompt_chars": w.max_prompt_chars,
-        }
-    )
+    w.send(w.ready_message())
     w.send_stats()
     threading.excepthook = _thread_failed
     threading.Thread(target=w.reader, name="gateway-reader", daemon=True).start()
