@@ -23,7 +23,6 @@ import json
 import logging
 import os
 import queue
-import signal
 import socket
 import sys
 import threading
@@ -98,13 +97,20 @@ class Worker:
 
     # -- I/O ----------------------------------------------------------------------------
 
+    def on_start(self) -> None:
+        """Once the process is connected to the gateway (an engine's signal handlers)."""
+
+    def exit(self, code: int) -> NoReturn:
+        """End the process now (an engine with a server of its own stops it first)."""
+        os._exit(code)
+
     def send(self, msg: dict[str, Any]) -> None:
         data = encode(msg)
         with self.wlock:
             try:
                 self.conn.sendall(data)
             except OSError:
-                os._exit(0)  # the gateway is gone: nothing left to serve
+                self.exit(0)  # the gateway is gone: nothing left to serve
 
     def fail(
         self, rid: str, status: int, message: str, param: str | None = None, code: str = ""
@@ -245,7 +251,7 @@ class Worker:
         while True:
             line = f.readline(MAX_LINE)
             if not line:
-                os._exit(0)  # the gateway closed us
+                self.exit(0)  # the gateway closed us
             try:
                 msg = decode(line)
             except ValueError:
@@ -613,14 +619,10 @@ def main(argv: list[str] | None = None) -> int:
         with contextlib.suppress(OSError):
             os.rmdir(os.path.dirname(args.socket))
     conn.settimeout(None)
-    w: Worker
-    if spec.get("engine") == "vllm":
-        from acbslurm.serve.engines.vllm import VllmWorker
+    from acbslurm.serve.engines import worker_class
 
-        w = VllmWorker(spec, conn, args.broker, args.device)
-        signal.signal(signal.SIGTERM, w.on_sigterm)
-    else:
-        w = Worker(spec, conn, args.broker, args.device)
+    w: Worker = worker_class(spec.get("engine", "builtin"))(spec, conn, args.broker, args.device)
+    w.on_start()
     store = w.open_group(args.rendezvous_host) if w.procs > 1 else None
     code = start(w, store)
     if code:

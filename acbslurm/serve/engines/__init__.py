@@ -1,30 +1,47 @@
 """The engines a worker computes with (a model's ``engine:`` in the pool file).
 
-``builtin`` is the project's own decode loop (``serve.worker``, ``generate``,
+``builtin`` is the project's own decode loop (``serve.worker.Worker``, ``generate``,
 ``residency``: weights moved to host memory and back in place). ``vllm`` runs one vLLM
-OpenAI server per model, supervised by its worker (``engines.vllm``): started inside
-the model's first lease, woken at each grant, put to sleep before each release.
+OpenAI server per model, supervised by its worker (``engines.vllm.VllmWorker``):
+started inside the model's first lease, woken at each grant, put to sleep before each
+release. ``worker_class`` picks the worker; both keep the gateway's protocol.
 
-Both are driven by the worker through the same five steps, ``Engine`` below.
+``Engine`` is the five steps a worker drives a server through; ``VllmServer`` is one.
+The built-in engine's steps (``Gang.bring_in``/``evict``, ``Decoding.step``) are still
+the worker's own methods: they were not moved behind it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any, Protocol
+
+ENGINES = ("builtin", "vllm")
 
 
 class Engine(Protocol):
     def start(self, devices: list[Any]) -> None:
-        """Make the model servable on ``devices`` (the first lease's)."""
+        """Start serving on ``devices`` (the first lease's)."""
 
     def wake(self) -> None:
         """A grant: the model's memory back on its devices."""
 
     def sleep(self) -> None:
-        """Before a release: the devices' memory given up (nothing in flight)."""
+        """Before a release, nothing in flight: the devices' memory given up."""
 
-    def forward(self, request: dict[str, Any]) -> Any:
-        """Run one request (an iterator of its events)."""
+    def forward(self, path: str, body: dict[str, Any]) -> Iterator[dict[str, Any]]:
+        """One request (an OpenAI route and body): its streamed events."""
 
-    def stop(self) -> None:
-        """Free everything (the worker exits)."""
+    def stop(self, grace: float = 15.0) -> None:
+        """Stop the server and free what it holds."""
+
+
+def worker_class(engine: str) -> type[Any]:
+    """The worker process's class for a model's ``engine``."""
+    if engine == "vllm":
+        from acbslurm.serve.engines.vllm import VllmWorker
+
+        return VllmWorker
+    from acbslurm.serve.worker import Worker
+
+    return Worker

@@ -34,11 +34,11 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from acbslurm.config import env_float
 from acbslurm.serve.pool import weights_bytes
-from acbslurm.serve.worker import EXIT_REFUSED, EXIT_THREAD, Worker, longest_token
+from acbslurm.serve.worker import EXIT_BROKER, EXIT_REFUSED, EXIT_THREAD, Worker, longest_token
 
 log = logging.getLogger("acbslurm.serve.engines.vllm")
 
@@ -100,6 +100,7 @@ class VllmServer:
         self.log_path = os.path.join(self.folder, "vllm.log")
         self.proc: subprocess.Popen[bytes] | None = None
         self.stopping = False
+        self.stop_lock = threading.Lock()
 
     # -- the command ----------------------------------------------------------------------
 
@@ -193,8 +194,9 @@ class VllmServer:
                 if self.call("GET", "/health", timeout=5)[0] == 200:
                     return
             time.sleep(0.5)
+        tail = self.log_tail()
         self.stop()
-        raise VllmError(503, f"vLLM not ready within {timeout:g} s:\n{self.log_tail()}")
+        raise VllmError(503, f"vLLM not ready within {timeout:g} s:\n{tail}")
 
     def call(
         self, method: str, path: str, body: Any = None, timeout: float = 600
@@ -258,7 +260,13 @@ class VllmServer:
             conn.close()
 
     def stop(self, grace: float = 15.0) -> None:
+        """SIGTERM to the server's session, SIGKILL after ``grace`` seconds; its folder
+        (socket, log) removed. Safe from two threads at once."""
         self.stopping = True
+        with self.stop_lock:
+            self._stop(grace)
+
+    def _stop(self, grace: float) -> None:
         proc = self.proc
         if proc is not None and proc.poll() is None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -270,7 +278,7 @@ class VllmServer:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, signal.SIGKILL)
             with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(5)
+                proc.wait(1)
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
@@ -421,13 +429,20 @@ class VllmWorker(Worker):
             }
         )
 
-    def on_sigterm(self, signum: int, frame: Any) -> None:  # noqa: ARG002
-        """The gateway stops the worker: the server goes first (the gateway kills the
-        worker after 5 s; the server's parent-death signal covers that too)."""
+    def exit(self, code: int) -> NoReturn:
+        """The gateway closed the connection or stops the worker: the server goes first
+        (the gateway kills the worker 5 s after its SIGTERM; the server's parent-death
+        signal covers that too, but not its folder)."""
         server = getattr(self, "server", None)
         if server is not None:
-            server.stop(grace=4.0)
-        os._exit(0)
+            server.stop(grace=2.5)
+        os._exit(code)
+
+    def on_start(self) -> None:
+        signal.signal(signal.SIGTERM, self.on_sigterm)
+
+    def on_sigterm(self, signum: int, frame: Any) -> None:  # noqa: ARG002
+        self.exit(0)
 
     def ready_message(self) -> dict[str, Any]:
         return {
@@ -579,7 +594,7 @@ class VllmWorker(Worker):
             for d in self.take(len(self.queue)):
                 self.fail(d.rid, 503, f"model {self.spec['name']}: GPU broker: {exc}")
             self.server.stop()
-            os._exit(4)
+            os._exit(EXIT_BROKER)
         granted = time.monotonic()
         self.gpu_wait += granted - t0
         self.turns += 1

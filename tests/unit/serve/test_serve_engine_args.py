@@ -110,3 +110,24 @@ def test_default_python(monkeypatch: pytest.MonkeyPatch) -> None:
     assert default_python().endswith("/.venv-vllm/bin/python")
     monkeypatch.setenv("ACBSLURM_VLLM_PYTHON", "/x/python")
     assert default_python() == "/x/python"
+
+
+def test_engine_option_goes_with_demo(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from acbslurm.cli.main import cli
+
+    pool = tmp_path / "p.yaml"
+    pool.write_text(_pool("{name: a, path: /m}"))
+    r = CliRunner().invoke(cli, ["serve", "--engine", "vllm", "--check", str(pool)])
+    assert r.exit_code == 2 and "--engine goes with --demo" in r.output
+
+
+def test_demo_pool_engine(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import acbslurm.serve.modelmaker as mm
+
+    fake = {"model-a": (tmp_path / "a", 4), "model-c": (tmp_path / "c", 8)}
+    monkeypatch.setattr(mm, "demo_models", lambda root=None: fake)
+    text = mm.demo_pool_yaml(engine="vllm")
+    assert text.count("engine: vllm") == 2
+    assert "engine:" not in mm.demo_pool_yaml()
