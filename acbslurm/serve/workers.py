@@ -184,8 +184,13 @@ class WorkerHandle:
             self._drop_writer()
             self.ready_event.clear()
             self._retire_stats()
-        with contextlib.suppress(ProcessLookupError):
-            proc.kill()
+        if self._stopping:
+            # stop() has sent SIGTERM: a worker with a server of its own (engine: vllm)
+            # stops it and removes its folder first; stop() kills it after 5 s.
+            await _wait_or_kill(proc, 5)
+        else:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
         code = await proc.wait()
         await self._stop_followers()
         return self._exit_code if self._exit_code is not None else code

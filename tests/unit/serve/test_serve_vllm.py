@@ -80,6 +80,17 @@ def alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
+def server_folder(pid: int) -> str:
+    """The folder of a vLLM server's socket (``--uds``), "" for another process."""
+    try:
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+    except OSError:
+        return ""
+    if "--uds" not in cmd:
+        return ""
+    return os.path.dirname(cmd[cmd.index("--uds") + 1])
+
+
 def vllm_server_pid(srv: PoolServer, model: str) -> int:
     proc = srv.gateway.handles[model].proc
     assert proc is not None
@@ -114,9 +125,11 @@ models:
 """
     srv = PoolServer(load_pool_text(text, "vllm-pool.yaml"), env=vllm_env(tmp))
     srv.start(ready_timeout=600)
-    workers = [h.proc.pid for h in srv.gateway.handles.values() if h.proc is not None]
     yield srv
+    workers = [h.proc.pid for h in srv.gateway.handles.values() if h.proc is not None]
     tree = [p for w in workers for p in descendants(w)]
+    folders = [server_folder(p) for p in tree if server_folder(p)]
+    assert len(folders) == 2
     srv.stop()
     deadline = time.monotonic() + 30
     while any(alive(p) for p in tree) and time.monotonic() < deadline:
@@ -125,6 +138,7 @@ models:
     for p in left:
         os.kill(p, signal.SIGKILL)
     assert not left, f"vLLM processes left after the pool stopped: {left}"
+    assert not [f for f in folders if os.path.exists(f)], "a server's folder was left"
 
 
 @pytest.fixture
