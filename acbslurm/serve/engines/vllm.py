@@ -144,6 +144,8 @@ class VllmServer:
             env.setdefault(
                 "VLLM_CPU_KVCACHE_SPACE", str(max(1, math.ceil(spec["headroom"] / 2**30)))
             )
+            # Several servers share the host's cores: none pins its threads to them.
+            env.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
         for key, value in (spec.get("engine_args") or {}).items():
             flag = "--" + key.replace("_", "-")
             if value is True:

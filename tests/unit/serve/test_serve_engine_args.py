@@ -92,6 +92,7 @@ def test_command_on_cuda() -> None:
 
 def test_command_on_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
+    monkeypatch.delenv("VLLM_CPU_OMP_THREADS_BIND", raising=False)
     s = VllmServer(_spec(headroom=64 << 20, max_context=256), "cpu")
     try:
         argv, env = s.command([SimpleNamespace(index=0), SimpleNamespace(index=1)])
@@ -103,6 +104,7 @@ def test_command_on_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
     assert "--enable-sleep-mode" not in argv and "--kv-cache-memory-bytes" not in joined
     assert "--max-model-len 256" in joined
     assert env["CUDA_VISIBLE_DEVICES"] == "" and env["VLLM_CPU_KVCACHE_SPACE"] == "1"
+    assert env["VLLM_CPU_OMP_THREADS_BIND"] == "nobind"
 
 
 def test_default_python(monkeypatch: pytest.MonkeyPatch) -> None:
