@@ -131,7 +131,8 @@ class VllmServer:
             argv += ["--chat-template", template]
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
         env["VLLM_SERVER_DEV_MODE"] = "1"  # /sleep and /wake_up (on our private socket)
-        env.setdefault("HF_HUB_OFFLINE", "1")
+        env.setdefault("HF_HUB_OFFLINE", "1")  # the model is a local folder
+        env.setdefault("VLLM_NO_USAGE_STATS", "1")  # vLLM reports usage home otherwise
         if self.kind == "cuda":
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(d.index) for d in devices)
             argv += ["--kv-cache-memory-bytes", str(spec["headroom"]), "--enable-sleep-mode"]
