@@ -144,6 +144,15 @@ def load_settings(path: str | None = None, **overrides: Any) -> Settings:
     """Settings from packaged defaults, the file, the environment, then ``overrides``."""
     settings = Settings()
     known = {f.name: f for f in fields(Settings)}
+    values = _file_layer(path, settings)
+    values.update(_env_layer(known, settings))
+    values.update(_override_layer(overrides, known, settings))
+    _fill_node(values)
+    return replace(settings, **values)
+
+
+def _file_layer(path: str | None, settings: Settings) -> dict[str, Any]:
+    """The settings file's values: ``path``, else $ACBSLURM_CONFIG, else the default file."""
     file_path = path or os.environ.get("ACBSLURM_CONFIG") or DEFAULT_CONFIG_FILE
     explicit = bool(path or os.environ.get("ACBSLURM_CONFIG"))
     values: dict[str, Any] = {}
@@ -155,18 +164,31 @@ def load_settings(path: str | None = None, **overrides: Any) -> Settings:
         except FileNotFoundError:
             if explicit:
                 raise ConfigError(f"config file {file_path!r} does not exist") from None
+    return values
+
+
+def _env_layer(known: Mapping[str, Any], settings: Settings) -> dict[str, Any]:
+    """The values of the ``ACBSLURM_<SETTING>`` variables set."""
+    values: dict[str, Any] = {}
     for key in known:
         env = os.environ.get(f"ACBSLURM_{key.upper()}")
         if env is not None:
             values[key] = _coerce(key, env, getattr(settings, key), f"ACBSLURM_{key.upper()}")
+    return values
+
+
+def _override_layer(
+    overrides: Mapping[str, Any], known: Mapping[str, Any], settings: Settings
+) -> dict[str, Any]:
+    """The values given to ``load_settings`` (None: not given)."""
+    values: dict[str, Any] = {}
     for key, raw in overrides.items():
         if raw is None:
             continue
         if key not in known:
             raise ConfigError(f"unknown setting {key!r}")
         values[key] = _coerce(key, raw, getattr(settings, key), f"--{key.replace('_', '-')}")
-    _fill_node(values)
-    return replace(settings, **values)
+    return values
 
 
 # -- single environment variables (tuning knobs outside Settings) --------------------

@@ -45,6 +45,19 @@ class JobRecord:
     # `acbslurm run` then refuses to start a container rather than run it unlimited.
     alloc_error: str = ""
 
+    def gpu_rows(self) -> list[dict[str, int | str | None]]:
+        """The job's GPUs on this node, in Slurm's order: index (None when Slurm gave
+        UUIDs), device minor, UUID (`acbslurm gpus`)."""
+        return gpu_rows(self.gpu_indices, self.gpu_minors, self.gpu_uuids)
+
+
+def gpu_rows(
+    indices: list[int], minors: list[int], uuids: list[str]
+) -> list[dict[str, int | str | None]]:
+    """index/minor/uuid rows of one job's GPUs; no index when Slurm named none."""
+    idx: list[int | None] = list(indices) or [None] * len(uuids)
+    return [{"index": i, "minor": m, "uuid": u} for i, m, u in zip(idx, minors, uuids, strict=True)]
+
 
 def check_job_id(job_id: str) -> str:
     """A job id safe to use in a file name (digits, or array form 12_3)."""

@@ -148,14 +148,14 @@ def _may_trust(st: os.stat_result, me: int) -> bool:
     return st.st_uid in (me, 0)
 
 
-def check_socket(path: str) -> None:
-    """Refuse a unix socket someone else could have put there (BrokerError says who)."""
-    me = os.getuid()
+def _directory_trusted(path: str, me: int) -> bool:
+    """The socket's directory is ours or root's and only its owner may put files there
+    (or it is sticky); False when it does not exist, BrokerError when untrusted."""
     directory = os.path.dirname(path) or "."
     try:
         dst = os.stat(directory)
     except FileNotFoundError:
-        return  # nothing listens: the caller says so in its own words
+        return False
     except OSError as exc:
         raise BrokerError(f"broker socket directory {directory}: {exc.strerror}") from None
     others_write = dst.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
@@ -165,6 +165,14 @@ def check_socket(path: str) -> None:
             f"{directory} belongs to uid {dst.st_uid} or others may write it, so anyone "
             "could have put the socket there"
         )
+    return True
+
+
+def check_socket(path: str) -> None:
+    """Refuse a unix socket someone else could have put there (BrokerError says who)."""
+    me = os.getuid()
+    if not _directory_trusted(path, me):
+        return  # nothing listens: the caller says so in its own words
     try:
         sst = os.lstat(path)
     except FileNotFoundError:

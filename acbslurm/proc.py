@@ -79,13 +79,17 @@ def run(
     except OSError as exc:  # not executable, a bad cwd...
         raise error(argv, None, reason=f"{argv[0]} cannot be started: {exc.strerror}") from None
     except subprocess.TimeoutExpired as exc:
-        out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
-        err = exc.stderr.decode() if isinstance(exc.stderr, bytes) else (exc.stderr or "")
+        out, err = _text(exc.stdout), _text(exc.stderr)
         raise error(argv, None, out, err, reason=f"timed out after {timeout:g} s") from None
     result = Result(argv, cp.returncode, cp.stdout, cp.stderr)
     if check and cp.returncode != 0:
         raise error(argv, cp.returncode, cp.stdout, cp.stderr)
     return result
+
+
+def _text(captured: bytes | str | None) -> str:
+    """What a timed-out command wrote, as text ("" for nothing)."""
+    return captured.decode() if isinstance(captured, bytes) else (captured or "")
 
 
 def _run(

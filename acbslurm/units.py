@@ -165,7 +165,7 @@ def _time_parts(text: str) -> dict[str, int] | None:
 
 def parse_time_limit(value: object) -> str:
     """Check a Slurm time limit and return it as Slurm reads it; ValueError when invalid."""
-    if isinstance(value, bool) or value is None or not isinstance(value, str | int):
+    if not _time_typed(value):
         raise ValueError(f"{value!r} is not {TIME_HELP}")
     text = str(value).strip()
     if text.upper() in UNLIMITED:
@@ -173,15 +173,25 @@ def parse_time_limit(value: object) -> str:
     p = _time_parts(text)
     if p is None:
         raise ValueError(f"{text!r} is not {TIME_HELP}")
+    _check_time_fields(text, p)
+    if time_limit_seconds(text) <= 0:
+        raise ValueError(f"{text!r} must be more than zero")
+    return text
+
+
+def _time_typed(value: object) -> bool:
+    """A time limit is text or a whole number (not a bool, not None)."""
+    return isinstance(value, str | int) and not isinstance(value, bool)
+
+
+def _check_time_fields(text: str, p: dict[str, int]) -> None:
+    """Seconds below 60, hours below 24 after days, minutes below 60 after hours."""
     if p.get("s", 0) >= 60:
         raise ValueError(f"{text!r}: seconds must be below 60 ({TIME_HELP})")
     if "d" in p and p.get("h", 0) >= 24:
         raise ValueError(f"{text!r}: hours must be below 24 after a day count")
     if "h" in p and ":" in text and p.get("m", 0) >= 60:
         raise ValueError(f"{text!r}: minutes must be below 60 ({TIME_HELP})")
-    if time_limit_seconds(text) <= 0:
-        raise ValueError(f"{text!r} must be more than zero")
-    return text
 
 
 def time_limit_seconds(text: str) -> int:
@@ -218,6 +228,18 @@ def _count(digits: str) -> int:
     return int(significant or "0")
 
 
+def _date_value(raw: str) -> int | None:
+    """Unix seconds of a date in one of ``_FORMATS`` (local time); None if none fits."""
+    from datetime import datetime
+
+    for fmt in _FORMATS:
+        try:
+            return int(datetime.strptime(raw, fmt).timestamp())
+        except (ValueError, OverflowError, OSError):
+            continue
+    return None
+
+
 def parse_instant(text: str, now: float | None = None) -> int:
     """Unix seconds for ``text`` in local time; ValueError says what is accepted."""
     now_i = int(time.time() if now is None else now)
@@ -230,14 +252,7 @@ def parse_instant(text: str, now: float | None = None) -> int:
     elif raw.startswith("@") and is_ascii_int(raw[1:]):
         value = _count(raw[1:])
     elif raw.isascii():
-        from datetime import datetime
-
-        for fmt in _FORMATS:
-            try:
-                value = int(datetime.strptime(raw, fmt).timestamp())
-                break
-            except (ValueError, OverflowError, OSError):
-                continue
+        value = _date_value(raw)
     if value is None:
         raise ValueError(f"cannot read time {short_repr(text, 60)}: use {INSTANT_HELP}")
     if not INSTANT_MIN <= value <= INSTANT_MAX:

@@ -61,6 +61,24 @@ def kind_of(mode: int) -> str:
     return "not a regular file"
 
 
+def _read_upto(fd: int, limit: int, error: type[AcbslurmError], named: str) -> bytes:
+    """At most ``limit`` + 1 bytes of ``fd``."""
+    # A regular file ignores O_NONBLOCK; reading limit + 1 tells a file that grew,
+    # or a /proc file whose st_size is 0, from one of exactly `limit` bytes.
+    chunks: list[bytes] = []
+    got = 0
+    while got <= limit:
+        try:
+            chunk = os.read(fd, min(limit + 1 - got, 1 * MIB) or 1)
+        except OSError as exc:
+            raise error(f"{named} cannot be read: {exc.strerror or exc}") from None
+        if not chunk:
+            break
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
+
+
 def read_user_file(
     path: str | os.PathLike[str],
     what: str,
@@ -88,22 +106,10 @@ def read_user_file(
             raise error(f"{what} {shown} is {kind_of(st.st_mode)}, not a regular file")
         if st.st_size > limit:
             raise error(_too_large(what, shown, limit))
-        # A regular file ignores O_NONBLOCK; reading limit + 1 tells a file that grew,
-        # or a /proc file whose st_size is 0, from one of exactly `limit` bytes.
-        chunks: list[bytes] = []
-        got = 0
-        while got <= limit:
-            try:
-                chunk = os.read(fd, min(limit + 1 - got, 1 * MIB) or 1)
-            except OSError as exc:
-                raise error(f"{what} {shown} cannot be read: {exc.strerror or exc}") from None
-            if not chunk:
-                break
-            chunks.append(chunk)
-            got += len(chunk)
-        if got > limit:
+        data = _read_upto(fd, limit, error, f"{what} {shown}")
+        if len(data) > limit:
             raise error(_too_large(what, shown, limit))
-        return b"".join(chunks)
+        return data
     finally:
         os.close(fd)
 

@@ -48,6 +48,19 @@ def colour(user: str) -> str:
 
 def _lanes(jobs: list[JobUsage], now: int) -> tuple[list[str], list[Bar], dict[str, str]]:
     """Lane names in order, the bars, and each GPU lane's UUID."""
+    bars, uuids, unrecorded = _recorded_bars(jobs, now)
+    lanes = sorted(uuids, key=_lane_order)
+    packed, count = _packed_bars(unrecorded, now)
+    bars += packed
+    lanes += [f"unrecorded {i + 1}" for i in range(count)]
+    return lanes, bars, uuids
+
+
+def _recorded_bars(
+    jobs: list[JobUsage], now: int
+) -> tuple[list[Bar], dict[str, str], list[JobUsage]]:
+    """The bars of the started GPU jobs that recorded their GPUs, each GPU lane's UUID,
+    and the started GPU jobs that did not record theirs."""
     bars: list[Bar] = []
     uuids: dict[str, str] = {}
     unrecorded: list[JobUsage] = []
@@ -62,7 +75,12 @@ def _lanes(jobs: list[JobUsage], now: int) -> tuple[list[str], list[Bar], dict[s
             where, _, uuid = item.partition("=")
             uuids[where] = uuid
             bars.append(Bar(where, j.start, end, j))
-    lanes = sorted(uuids, key=_lane_order)
+    return bars, uuids, unrecorded
+
+
+def _packed_bars(unrecorded: list[JobUsage], now: int) -> tuple[list[Bar], int]:
+    """The bars of ``unrecorded`` jobs on lanes "unrecorded N", and how many lanes."""
+    bars: list[Bar] = []
     # Interval packing: each unrecorded job goes to the first lane free at its start.
     free_at: list[int] = []
     for j in sorted(unrecorded, key=lambda j: j.start):
@@ -74,8 +92,7 @@ def _lanes(jobs: list[JobUsage], now: int) -> tuple[list[str], list[Bar], dict[s
                 slot = len(free_at) - 1
             free_at[slot] = end
             bars.append(Bar(f"unrecorded {slot + 1}", j.start, end, j))
-    lanes += [f"unrecorded {i + 1}" for i in range(len(free_at))]
-    return lanes, bars, uuids
+    return bars, len(free_at)
 
 
 def _lane_order(where: str) -> tuple[str, int, str]:
@@ -209,12 +226,7 @@ def write_html(
     started = [j.start for j in listed if j.start]
     if started:
         t0 = max(t0, min(started))
-    per_user: dict[str, float] = {}
-    per_day: dict[str, float] = {}
-    for j in listed:
-        per_user[j.user] = per_user.get(j.user, 0.0) + j.gpu_seconds / 3600
-        if j.start and j.gpus:
-            _split_days(j, now, per_day)
+    per_user, per_day = _gpu_hours(listed, now)
     colours = {u: colour(u) for u in per_user}
     legend = "".join(
         f'<span><i style="background:{c}"></i>{html.escape(u)}</span>'
@@ -235,6 +247,17 @@ def write_html(
         + _bars("GPU-hours per day", sorted(per_day.items()), {})
         + "</body></html>\n"
     )
+
+
+def _gpu_hours(listed: list[JobUsage], now: int) -> tuple[dict[str, float], dict[str, float]]:
+    """GPU-hours per user and per local day."""
+    per_user: dict[str, float] = {}
+    per_day: dict[str, float] = {}
+    for j in listed:
+        per_user[j.user] = per_user.get(j.user, 0.0) + j.gpu_seconds / 3600
+        if j.start and j.gpus:
+            _split_days(j, now, per_day)
+    return per_user, per_day
 
 
 def _split_days(j: JobUsage, now: int, per_day: dict[str, float]) -> None:

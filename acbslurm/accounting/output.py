@@ -92,6 +92,8 @@ def _num(v: int | None) -> str:
     return "null" if v is None else str(v)
 
 
+# complexity: a hand-written encoder on the hot path (100k+ jobs); each conditional is
+# one nullable field's JSON, in json.dumps' key order: a call per field would cost time.
 def job_json(job: JobUsage) -> str:
     """``json.dumps(job_record(job), sort_keys=True)``, written out directly.
 

@@ -270,18 +270,43 @@ def server_sums(
     two slices).
     """
     server = Server.parse(str(conn.get_server_info()))
-    f = req.filters
     if points is None:
-        points = (
-            split_points(f, req.now, PARTS) if connect_more is not None and server.mariadb else []
-        )
+        points = _split_points(req, server, connect_more)
     run = GroupRun()
-    sums: Sums = {}
     if not points or connect_more is None:
-        _add_rows(
-            sums, _fetch(conn, *group_query(schema, f, req.by, req.definition, req.now, server))
-        )
-        return sums, run
+        return _unsplit_sums(conn, schema, req, server), run
+    return _sliced_sums(conn, schema, req, server, connect_more, points, run), run
+
+
+def _split_points(
+    req: ReportRequest, server: Server, connect_more: Callable[[], Any] | None
+) -> list[int]:
+    """Where the selection is sliced: only with further connections, on MariaDB."""
+    if connect_more is not None and server.mariadb:
+        return split_points(req.filters, req.now, PARTS)
+    return []
+
+
+def _unsplit_sums(conn: Any, schema: Schema, req: ReportRequest, server: Server) -> Sums:
+    """The per-group sums of one query over the whole selection."""
+    sums: Sums = {}
+    query = group_query(schema, req.filters, req.by, req.definition, req.now, server)
+    _add_rows(sums, _fetch(conn, *query))
+    return sums
+
+
+def _sliced_sums(
+    conn: Any,
+    schema: Schema,
+    req: ReportRequest,
+    server: Server,
+    connect_more: Callable[[], Any],
+    points: list[int],
+    run: GroupRun,
+) -> Sums:
+    """The per-group sums of the slices at ``points`` run at once, less the surplus of
+    the jobs found in two slices (noted in ``run``)."""
+    f = req.filters
     with_ids = req.definition == "sacct" and server.window_functions
     queries = [
         group_query(schema, f, req.by, req.definition, req.now, server, part, with_ids)
@@ -289,16 +314,12 @@ def server_sums(
     ]
     results = _run_parallel(conn, connect_more, queries)
     run.slices = len(queries)
-    straddling: list[int] = []
-    if with_ids:
-        lists = [_id_lists(rows) for rows in results]
-        if any(ids is None for ids in lists):
-            # A list was cut (a result over max_allowed_packet): ask once, unsplit.
-            run.fallback = True
-            rows = _fetch(conn, *group_query(schema, f, req.by, req.definition, req.now, server))
-            _add_rows(sums, rows)
-            return sums, run
-        straddling = _straddling([ids for ids in lists if ids is not None])
+    straddling = _straddling_ids(results) if with_ids else []
+    if straddling is None:
+        # A list was cut (a result over max_allowed_packet): ask once, unsplit.
+        run.fallback = True
+        return _unsplit_sums(conn, schema, req, server)
+    sums: Sums = {}
     for rows in results:
         _add_rows(sums, rows)
     if straddling:
@@ -306,7 +327,16 @@ def server_sums(
         sql, params = overcount_query(schema, f, req.by, req.now, server, points, straddling)
         _add_rows(sums, _fetch(conn, sql, params), sign=-1)
     # A group whose only counted row was a surplus one is not in the selection's result.
-    return {k: v for k, v in sums.items() if v[1] > 0}, run
+    return {k: v for k, v in sums.items() if v[1] > 0}
+
+
+def _straddling_ids(results: list[Any]) -> list[int] | None:
+    """The job ids counted in more than one slice's result; None when a result's id
+    list was cut."""
+    lists = [_id_lists(rows) for rows in results]
+    if any(ids is None for ids in lists):
+        return None
+    return _straddling([ids for ids in lists if ids is not None])
 
 
 def fill_groups(

@@ -142,6 +142,20 @@ def detect(conn: Any, cluster: str) -> Schema:
         "AND name IN ('gpu', 'gpuutil', 'gpumem')",
     )
     ids = {str(n): int(i) for i, n in tres}
+    have = _columns(conn, name)
+    _check_job_columns(name, have.get(f"{name}_job_table", set()), version)
+    step_ok = all(c in have.get(f"{name}_step_table", set()) for c in STEP_COLUMNS)
+    return Schema(
+        version=version,
+        cluster=name,
+        gpu_tres_id=ids.get("gpu"),
+        gpuutil_tres_id=ids.get("gpuutil") if step_ok else None,
+        gpumem_tres_id=ids.get("gpumem") if step_ok else None,
+    )
+
+
+def _columns(conn: Any, name: str) -> dict[str, set[str]]:
+    """The columns of cluster ``name``'s job and step tables, by table."""
     cols = fetch_rows(
         conn,
         "SELECT table_name, column_name FROM information_schema.columns "
@@ -151,7 +165,11 @@ def detect(conn: Any, cluster: str) -> Schema:
     have: dict[str, set[str]] = {}
     for table, column in cols:
         have.setdefault(str(table), set()).add(str(column))
-    job_have = have.get(f"{name}_job_table", set())
+    return have
+
+
+def _check_job_columns(name: str, job_have: set[str], version: int) -> None:
+    """The job table is there with every column the report reads."""
     if not job_have:
         raise AccountingError(f"table {name}_job_table is missing or not readable")
     missing = [c for c in JOB_COLUMNS if c not in job_have]
@@ -159,11 +177,3 @@ def detect(conn: Any, cluster: str) -> Schema:
         raise AccountingError(
             f"{name}_job_table lacks columns {', '.join(missing)} (schema version {version})"
         )
-    step_ok = all(c in have.get(f"{name}_step_table", set()) for c in STEP_COLUMNS)
-    return Schema(
-        version=version,
-        cluster=name,
-        gpu_tres_id=ids.get("gpu"),
-        gpuutil_tres_id=ids.get("gpuutil") if step_ok else None,
-        gpumem_tres_id=ids.get("gpumem") if step_ok else None,
-    )

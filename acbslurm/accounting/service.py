@@ -20,8 +20,8 @@ import time
 from collections.abc import Callable
 from typing import TextIO, cast
 
+from acbslurm.accounting.make_report import Viewer, run_report
 from acbslurm.accounting.rights import private_jobs
-from acbslurm.accounting.run import Viewer, run_report
 from acbslurm.accounting.wire import MAX_REQUEST, FrameWriter, options_from
 from acbslurm.errors import AcbslurmError, ConfigError, SetupError
 from acbslurm.jobsockets import free_socket_path, peer_credentials

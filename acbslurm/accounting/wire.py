@@ -49,19 +49,21 @@ def options_from(data: Any) -> ReportOptions:
     unknown = sorted(set(raw) - set(USER_FIELDS))
     if unknown:
         raise AccountingError(f"bad request: unknown or forbidden option(s) {', '.join(unknown)}")
-    values: dict[str, Any] = {}
-    for key, value in raw.items():
-        if key in _TUPLES:
-            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-                raise AccountingError(f"bad request: {key} must be a list of strings")
-            values[key] = tuple(value)
-        elif value is None and key == "cluster":
-            values[key] = None
-        elif isinstance(value, str):
-            values[key] = value
-        else:
-            raise AccountingError(f"bad request: {key} must be a string")
+    values = {key: _option_value(key, value) for key, value in raw.items()}
     return ReportOptions(**values)
+
+
+def _option_value(key: str, value: Any) -> Any:
+    """One option's value as ``ReportOptions`` takes it; AccountingError if mistyped."""
+    if key in _TUPLES:
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise AccountingError(f"bad request: {key} must be a list of strings")
+        return tuple(value)
+    if value is None and key == "cluster":
+        return None
+    if isinstance(value, str):
+        return value
+    raise AccountingError(f"bad request: {key} must be a string")
 
 
 class FrameWriter:

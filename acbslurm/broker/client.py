@@ -10,12 +10,14 @@
     ...
     client.release(lease)
 
-The session is one gRPC stream: closing the client, or the process dying, frees
-every lease it holds. On the broker's host the client moves its requests and their
-answers to the session's local lane (``lane_client``; ``ACBSLURM_BROKER_LANE=0`` or
-``lane=False`` keeps it on gRPC), which cuts a grant's cost several times over.
-Programs that keep data on a device between leases install an eviction handler
-(``on_evict``) and report what stays resident at release.
+The session is one gRPC stream (``stream.Stream``): closing the client, or the process
+dying, frees every lease it holds. On the broker's host the client moves its requests
+and their answers to the session's local lane (``lane_client.Lane``;
+``ACBSLURM_BROKER_LANE=0`` or ``lane=False`` keeps them on the stream), which cuts a
+grant's cost several times over. ``BrokerClient`` keeps the session and its leases;
+either transport (``transport.Transport``) only carries the messages. Programs that
+keep data on a device between leases install an eviction handler (``on_evict``) and
+report what stays resident at release.
 
 Losing the broker (it was killed or restarted): every lease of the lost session is
 void at once (``lease.valid`` turns False) and the program must stop using its
@@ -32,10 +34,10 @@ when no broker comes back in time do waiters fail with ``BrokerError``.
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import logging
 import os
-import queue
 import secrets
 import sys
 import threading
@@ -45,11 +47,15 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-import grpc
+# Imported first, though only ``stream`` uses it: a Python that lacks it is told so by
+# name (agarun's bootstrap), not about protobuf's ``google`` package.
+import grpc  # noqa: F401
 
 from acbslurm.broker.address import check_address, default_address, socket_path
 from acbslurm.broker.lane_client import Lane, LaneClosed, lane_wanted
-from acbslurm.broker.proto import pb, pb_grpc
+from acbslurm.broker.proto import pb
+from acbslurm.broker.stream import Stream
+from acbslurm.broker.transport import Transport, remaining
 from acbslurm.config import env_float
 from acbslurm.errors import BrokerError, ConfigError
 from acbslurm.jobsockets import lane_path
@@ -57,18 +63,9 @@ from acbslurm.units import size_bytes
 
 log = logging.getLogger(__name__)
 
-_STOP = object()
 CANCEL_ANSWER_WAIT = 2.0  # s a timed-out acquire waits to learn whether a grant raced it
 RECONNECT_TIMEOUT = 30.0  # s a client tries to get its broker back after losing it
 RECONNECT_ENV = "ACBSLURM_BROKER_RECONNECT_TIMEOUT"
-DOWN_POLL = 0.02  # s between looks for a new lane while the broker is away
-UP_POLL = 0.5  # the same, for a waiter answered by the reader thread (no lane)
-# Notice a broker that comes back quickly (gRPC's default first backoff is 1 s).
-_CHANNEL_OPTIONS = [
-    ("grpc.initial_reconnect_backoff_ms", 50),
-    ("grpc.min_reconnect_backoff_ms", 50),
-    ("grpc.max_reconnect_backoff_ms", 500),
-]
 
 
 @dataclass(frozen=True)
@@ -107,23 +104,31 @@ class Lease:
 
 @dataclass
 class _Pending:
+    request: Any  # the pb.Request, sent again after a reconnect
     done: threading.Event = field(default_factory=threading.Event)
     lease: Lease | None = None
     error: str = ""
     # The caller gave up (timeout): a grant that still comes is handed straight back.
     abandoned: bool = False
-    request: Any = None  # the pb.Request, sent again after a reconnect
 
 
 @dataclass
 class _Session:
     """One registered session (a reconnect makes a new one)."""
 
-    channel: grpc.Channel
-    call: Any
-    out: queue.SimpleQueue[Any]
-    registered: Any
+    stream: Stream
     lane: Lane | None
+    gen: int  # which session messages belong to (grants of a lost one are void)
+
+    @property
+    def transport(self) -> Transport:
+        """What carries the requests and their answers: the lane, else the stream."""
+        return self.lane if self.lane is not None else self.stream
+
+    def close(self) -> None:
+        if self.lane is not None:
+            self.lane.close()
+        self.stream.close()
 
 
 def _memory_bytes(memory: str | int | None) -> int:
@@ -135,8 +140,19 @@ def _memory_bytes(memory: str | int | None) -> int:
         raise ConfigError(f"memory hint: {exc}") from None
 
 
+def _release_message(lease_id: int, resident: dict[str, int]) -> Any:
+    rel = pb.Release(lease_id=lease_id)
+    for dev, nbytes in resident.items():
+        rel.resident.add(device=dev, bytes=nbytes)
+    return pb.ClientMessage(release=rel)
+
+
 class BrokerClient:
-    """One registered session with a broker (thread-safe)."""
+    """One registered session with a broker (thread-safe).
+
+    It owns the session's state (registration, reconnects, the waiting requests, the
+    leases, residency) under one lock; the messages travel on the session's transport.
+    """
 
     def __init__(
         self,
@@ -159,7 +175,8 @@ class BrokerClient:
         self._session_key = secrets.token_hex(16)
         self._want_lane = lane_wanted() if lane is None else lane
         self._lock = threading.Lock()
-        # Notified when a void lease is released, and when the session comes back.
+        # Notified when a void lease is released, a request answered, and when the
+        # session is lost or comes back.
         self._changed = threading.Condition(self._lock)
         self._pending: dict[int, _Pending] = {}
         self._leases: dict[int, Lease] = {}
@@ -168,18 +185,14 @@ class BrokerClient:
         # Yields asked for leases whose grant (on the lane) this client has not read yet.
         self._early_yields: set[int] = set()
         self._ids = itertools.count(1)
+        self._gens = itertools.count(1)
         self._closed = False
         self._lost = ""  # set for good: the broker did not come back
         self._up = False  # a session is registered and not known to be lost
-        self._gen = 0  # which session messages belong to (grants of a lost one are void)
+        self._gen = 0  # the current session's
         self._evict_handler: Callable[[list[str]], None] | None = None
         self._yield_handler: Callable[[Lease], None] | None = None
-        # Whoever waits for a grant reads the lane; one reader at a time (the others
-        # wait on this condition until their answer was read for them).
-        self._lane_turn = threading.Condition(threading.Lock())
-        self._lane_reading = False
-        sess = self._open_session(connect_timeout, rejoin=False)
-        self._install(sess)
+        self._install(self._open_session(connect_timeout, rejoin=False))
         # Handlers run here, not on the reader thread, so grants keep flowing meanwhile.
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="broker-client")
         self._reader = threading.Thread(target=self._read, name="broker-reader", daemon=True)
@@ -189,52 +202,36 @@ class BrokerClient:
         """Connect and register (again, with ``rejoin``); BrokerError when that fails."""
         if rejoin:
             check_address(self.address)  # the socket may have been taken meanwhile
-        channel = grpc.insecure_channel(self.address, options=_CHANNEL_OPTIONS)
-        try:
-            grpc.channel_ready_future(channel).result(timeout=timeout)
-        except grpc.FutureTimeoutError:
-            channel.close()
-            raise BrokerError(
-                f"no GPU broker answers at {self.address} within {timeout:g}s "
-                "(start one with `acbslurm broker serve`, or set ACBSLURM_BROKER_ADDRESS)"
-            ) from None
-        out: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        call = pb_grpc.GpuBrokerStub(channel).Session(iter(out.get, _STOP))
         reg = pb.Register(name=self.name, pid=os.getpid(), session=self._session_key)
         if rejoin:
             reg.rejoin = True
             for dev, nbytes in self._still_held().items():
                 reg.resident.add(device=dev, bytes=nbytes)
-        out.put(pb.ClientMessage(register=reg))
-        try:
-            first = next(call)
-        except (grpc.RpcError, StopIteration) as exc:
-            out.put(_STOP)
-            channel.close()
-            raise BrokerError(f"broker at {self.address} refused the session: {exc}") from None
-        registered = first.registered
-        lane: Lane | None = None
+        stream = Stream.open(self.address, reg, timeout)
+        gen = next(self._gens)
+        return _Session(stream, self._open_lane(stream.registered, gen), gen)
+
+    def _open_lane(self, registered: Any, gen: int) -> Lane | None:
         # The lane sits beside the socket this client reached (the broker's own path
         # may differ, e.g. seen from a container with the directory mounted elsewhere).
         mine = socket_path(self.address)
-        if registered.lane_path and mine and self._want_lane:
-            try:
-                lane = Lane(lane_path(mine), registered.client_id, registered.lane_token)
-            except (OSError, LaneClosed) as exc:
-                log.debug("no local lane beside %s (%s); staying on gRPC", mine, exc)
-        return _Session(channel, call, out, registered, lane)
+        if not (registered.lane_path and mine and self._want_lane):
+            return None
+        on_message = functools.partial(self._dispatch, gen=gen)
+        try:
+            return Lane(lane_path(mine), registered.client_id, registered.lane_token, on_message)
+        except (OSError, LaneClosed) as exc:
+            log.debug("no local lane beside %s (%s); staying on gRPC", mine, exc)
+            return None
 
     def _install(self, sess: _Session) -> None:
-        reg = sess.registered
+        """Make ``sess`` the current session (callers hold ``_lock``, or are __init__)."""
+        reg = sess.stream.registered
         self._session = sess
-        self._channel = sess.channel
-        self._call = sess.call
-        self._out = sess.out
-        self._lane: Lane | None = sess.lane
         self.client_id: int = reg.client_id
         self.policy: str = reg.policy
         self.devices = [DeviceInfo.from_pb(d) for d in reg.devices]
-        self._gen += 1
+        self._gen = sess.gen
         self._up = True
 
     def _still_held(self) -> dict[str, int]:
@@ -251,7 +248,8 @@ class BrokerClient:
     @property
     def on_lane(self) -> bool:
         """Whether this session's requests travel on the local lane."""
-        return self._lane is not None
+        lane = self._session.lane
+        return lane is not None and not lane.closed
 
     # -- public API --------------------------------------------------------------------
 
@@ -269,54 +267,51 @@ class BrokerClient:
         new broker; it fails only when no broker comes back within the reconnect time.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
+        req = pb.Request(count=count, memory_bytes=_memory_bytes(memory), per_node=per_node)
+        req.pin.extend(pin or [])
         while True:
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            lease = self._acquire_once(count, memory, left, timeout, pin, per_node)
+            lease = self._acquire_once(req, deadline, timeout)
             if not lease.lost:
                 return lease
             # Granted just before the broker was lost: void already; ask the new one.
             self.release(lease)
 
-    def _acquire_once(
-        self,
-        count: int,
-        memory: str | int | None,
-        left: float | None,
-        timeout: float | None,
-        pin: list[str] | None,
-        per_node: int = 0,
-    ) -> Lease:
-        rid = next(self._ids)
-        req = pb.Request(
-            request_id=rid, count=count, memory_bytes=_memory_bytes(memory), per_node=per_node
-        )
-        req.pin.extend(pin or [])
-        slot = _Pending(request=req)
+    def _acquire_once(self, req: Any, deadline: float | None, timeout: float | None) -> Lease:
+        slot = _Pending(request=pb.Request())
+        slot.request.CopyFrom(req)
+        slot.request.request_id = next(self._ids)
         with self._lock:
             self._check_open()
-            self._pending[rid] = slot
+            self._pending[slot.request.request_id] = slot
             if self._up:  # else the reconnect sends it
-                self._send(pb.ClientMessage(request=req))
-        if not self._wait(slot, left):
-            with self._lock:
-                slot.abandoned = not slot.done.is_set()
-                up = self._up
-                if slot.abandoned and up:
-                    self._send(pb.ClientMessage(cancel=pb.Cancel(request_id=rid)))
-                elif slot.abandoned:
-                    self._pending.pop(rid, None)
-            if slot.abandoned:
-                if up and self._lane is not None:
-                    # The answer to the cancel (or a grant that raced it) comes on the
-                    # lane, which only callers read: read it now, or a raced grant would
-                    # keep the device leased to nobody's use.
-                    self._wait(slot, CANCEL_ANSWER_WAIT)
-                away = "" if up else f" (the broker at {self.address} is away; reconnecting)"
-                raise BrokerError(f"no {count} device(s) granted within {timeout:g}s{away}")
+                self._send(pb.ClientMessage(request=slot.request))
+        if not self._wait(slot, deadline):
+            self._give_up(slot, timeout)
         if slot.error:
             raise BrokerError(slot.error)
         assert slot.lease is not None
         return slot.lease
+
+    def _give_up(self, slot: _Pending, timeout: float | None) -> None:
+        """Cancel a request that timed out; raise unless its answer came meanwhile."""
+        rid = slot.request.request_id
+        with self._lock:
+            if slot.done.is_set():
+                return
+            slot.abandoned = True
+            up, transport = self._up, self._session.transport
+            if up:
+                self._send(pb.ClientMessage(cancel=pb.Cancel(request_id=rid)))
+            else:
+                self._pending.pop(rid, None)
+        if up and transport.on_lane:
+            # The answer to the cancel (or a grant that raced it) comes on the lane,
+            # which only callers read: read it now, or a raced grant would keep the
+            # device leased to nobody's use.
+            transport.wait(slot.done, time.monotonic() + CANCEL_ANSWER_WAIT)
+        away = "" if up else f" (the broker at {self.address} is away; reconnecting)"
+        count = slot.request.count
+        raise BrokerError(f"no {count} device(s) granted within {timeout:g}s{away}")
 
     def release(self, lease: Lease, resident: dict[str, int] | None = None) -> None:
         """Give the lease back; ``resident`` = bytes this client leaves on each device.
@@ -325,6 +320,7 @@ class BrokerClient:
         has stopped using the devices, which lets their eviction go ahead.
         """
         self._check_process()
+        resident = resident or {}
         with self._lock:
             if lease.released:
                 return
@@ -332,19 +328,13 @@ class BrokerClient:
             self._leases.pop(lease.lease_id, None)
             for dev in lease.device_ids:
                 self._resident.pop(dev, None)
-            for dev, nbytes in (resident or {}).items():
-                if nbytes > 0:
-                    self._resident[dev] = nbytes
+            self._resident.update((dev, n) for dev, n in resident.items() if n > 0)
             if lease.lost or self._closed or self._lost:
                 # A lost session's leases were freed by the broker when it ended.
                 self._lost_leases.pop(lease.lease_id, None)
                 self._changed.notify_all()
-                return
-            rel = pb.Release(lease_id=lease.lease_id)
-            for dev, nbytes in (resident or {}).items():
-                rel.resident.add(device=dev, bytes=nbytes)
-            if self._up:
-                self._send(pb.ClientMessage(release=rel))
+            elif self._up:
+                self._send(_release_message(lease.lease_id, resident))
 
     @contextlib.contextmanager
     def gpus(
@@ -377,16 +367,9 @@ class BrokerClient:
             self._closed = True
             self._up = False
             self._changed.notify_all()
-        self._end_session(self._session)
+        self._session.close()
         self._worker.shutdown(wait=False)
         self._lose("")  # waiting acquires fail: the client is closed
-
-    def _end_session(self, sess: _Session) -> None:
-        sess.out.put(_STOP)
-        if sess.lane is not None:
-            sess.lane.close()
-        sess.call.cancel()
-        sess.channel.close()
 
     def __enter__(self) -> BrokerClient:
         return self
@@ -417,73 +400,40 @@ class BrokerClient:
         sends the waiting requests again; releases and eviction answers die with the
         session that they belonged to.
         """
-        lane = self._lane
-        if lane is None:
-            self._out.put(msg)
-            return
-        try:
-            lane.send(msg)
-        except OSError:
-            log.debug("the lane to %s failed; the session is ending", self.address)
+        self._session.transport.send(msg)
 
-    def _wait(self, slot: _Pending, timeout: float | None) -> bool:
-        """Wait until ``slot`` is answered; False after ``timeout`` s."""
-        deadline = None if timeout is None else time.monotonic() + timeout
+    def _wait(self, slot: _Pending, deadline: float | None) -> bool:
+        """Wait until ``slot`` is answered; False once ``deadline`` has passed.
+
+        The current session's transport brings the answer. While there is none (the
+        broker is away, or the transport ended before the reader noticed the session's
+        end) wait for the next session, whose transport the request is sent on again.
+        """
         while not slot.done.is_set():
-            left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0:
+            left = remaining(deadline)
+            if left == 0:
                 return False
             with self._lock:
-                lane, gen, up = self._lane, self._gen, self._up
-            if lane is None:
-                # Up without a lane: the reader thread answers; but look again now and
-                # then, in case the session is lost and the next one has a lane.
-                poll = UP_POLL if up else DOWN_POLL
-                slot.done.wait(poll if left is None else min(left, poll))
-                continue
-            with self._lane_turn:
-                while self._lane_reading and not slot.done.is_set():
-                    if left is not None and left <= 0:
-                        return False
-                    self._lane_turn.wait(left)
-                    left = None if deadline is None else deadline - time.monotonic()
-                if slot.done.is_set():
-                    break
-                if left is not None and left <= 0:
-                    return False
-                self._lane_reading = True
-            msg = None
-            try:
-                msg = lane.recv(left)
-            except (OSError, LaneClosed):
-                self._lane_failed(lane)
-            finally:
-                if msg is not None:
-                    self._dispatch(msg, gen)
-                with self._lane_turn:
-                    self._lane_reading = False
-                    self._lane_turn.notify_all()
+                transport = self._session.transport
+                if not self._up or transport.closed:
+                    if not slot.done.is_set():
+                        self._changed.wait(left)
+                    continue
+            transport.wait(slot.done, deadline)
         return True
 
-    def _lane_failed(self, lane: Lane) -> None:
-        """The lane closed: the broker is gone (or ended the session); stop reading it."""
-        with self._lock:
-            if self._lane is lane:
-                self._lane = None
-        lane.close()
+    def _finish(self, slot: _Pending) -> None:
+        """``slot`` is answered (callers hold ``_lock``)."""
+        slot.done.set()
+        self._changed.notify_all()
 
     def _read(self) -> None:
-        """Read the session's stream; on its end reconnect, until closed or given up."""
+        """The reader thread: read the session's stream; on its end reconnect, until
+        closed or given up."""
         while True:
             with self._lock:
-                call, gen = self._call, self._gen
-            try:
-                for msg in call:
-                    self._dispatch(msg, gen)
-                reason = "the broker ended the session"
-            except grpc.RpcError as exc:
-                code = exc.code() if hasattr(exc, "code") else None
-                reason = f"lost the broker at {self.address} ({code})"
+                sess = self._session
+            reason = sess.stream.pump(functools.partial(self._dispatch, gen=sess.gen))
             if not self._session_lost(reason) or not self._reconnect():
                 return
 
@@ -499,10 +449,9 @@ class BrokerClient:
             self._leases.clear()
             self._early_yields.clear()
             self._pending = {r: p for r, p in self._pending.items() if not p.abandoned}
+            self._changed.notify_all()
             sess = self._session
-        self._end_session(sess)
-        with self._lane_turn:
-            self._lane_turn.notify_all()
+        sess.close()  # wakes the callers reading its lane
         log.warning(
             "%s; its leases are void; reconnecting for up to %gs", reason, self.reconnect_timeout
         )
@@ -513,41 +462,41 @@ class BrokerClient:
         deadline = time.monotonic() + self.reconnect_timeout
         delay = 0.05
         last = "no broker answers"
-        while True:
-            with self._lock:
-                if self._closed:
-                    return False
-            left = deadline - time.monotonic()
-            if left <= 0:
-                break
+        while not self._closed and time.monotonic() < deadline:
             try:
-                sess = self._open_session(min(left, 2.0), rejoin=True)
+                sess = self._open_session(min(deadline - time.monotonic(), 2.0), rejoin=True)
             except BrokerError as exc:
                 last = str(exc)
                 time.sleep(max(0.0, min(delay, deadline - time.monotonic())))
                 delay = min(delay * 2, 0.5)
                 continue
-            with self._lock:
-                if self._closed:
-                    self._end_session(sess)
-                    return False
-                self._install(sess)
-                self.reconnects += 1
-                for slot in self._pending.values():  # the new broker never saw them
-                    self._send(pb.ClientMessage(request=slot.request))
-                self._changed.notify_all()
-            log.warning(
-                "registered again with the broker at %s (client %d%s)",
-                self.address,
-                self.client_id,
-                ", which is recovering" if sess.registered.recovering else "",
-            )
-            return True
+            return self._resume(sess)
+        if self._closed:
+            return False
         self._lose(
             f"lost the broker at {self.address}, and it did not come back within "
             f"{self.reconnect_timeout:g}s ({last})"
         )
         return False
+
+    def _resume(self, sess: _Session) -> bool:
+        """Go on with the new session ``sess``; False when the client closed meanwhile."""
+        with self._lock:
+            if self._closed:
+                sess.close()
+                return False
+            self._install(sess)
+            self.reconnects += 1
+            for slot in self._pending.values():  # the new broker never saw them
+                self._send(pb.ClientMessage(request=slot.request))
+            self._changed.notify_all()
+        log.warning(
+            "registered again with the broker at %s (client %d%s)",
+            self.address,
+            self.client_id,
+            ", which is recovering" if sess.stream.registered.recovering else "",
+        )
+        return True
 
     def _lose(self, reason: str) -> None:
         """The broker is gone for good (or the client closed): fail every waiting acquire."""
@@ -557,18 +506,16 @@ class BrokerClient:
                 self._lost = reason
             self._up = False
             error = self._lost or "the broker client is closed"
-            pending = list(self._pending.values())
+            for slot in self._pending.values():
+                slot.error = error
+                slot.done.set()
             self._pending.clear()
             self._changed.notify_all()
-        for slot in pending:
-            slot.error = error
-            slot.done.set()
-        with self._lane_turn:
-            self._lane_turn.notify_all()
         if first:
             log.info("%s", reason)
 
     def _dispatch(self, msg: Any, gen: int) -> None:
+        """A message of session ``gen``, from its stream (the reader) or its lane."""
         kind = msg.WhichOneof("kind")
         handler = {
             "granted": self._on_granted,
@@ -586,18 +533,17 @@ class BrokerClient:
             if gen != self._gen or not self._up:
                 return  # a grant of a lost session: void (the request is sent again)
             slot = self._pending.pop(g.request_id, None)
-            if slot is not None and not slot.abandoned:
+            if slot is None or slot.abandoned:
+                # Granted after the caller gave up waiting: hand it straight back.
+                self._send(pb.ClientMessage(release=pb.Release(lease_id=g.lease_id)))
+            else:
                 self._leases[lease.lease_id] = lease
                 if lease.lease_id in self._early_yields:
                     self._early_yields.discard(lease.lease_id)
                     lease.yield_requested.set()
                 slot.lease = lease
-                slot.done.set()
-                return
-            # Granted after the caller gave up waiting: hand it straight back.
-            self._send(pb.ClientMessage(release=pb.Release(lease_id=g.lease_id)))
-        if slot is not None:
-            slot.done.set()
+            if slot is not None:
+                self._finish(slot)
 
     def _on_rejected(self, msg: Any, gen: int) -> None:
         r = msg.rejected
@@ -605,10 +551,11 @@ class BrokerClient:
             if gen != self._gen:
                 return
             slot = self._pending.pop(r.request_id, None)
-        if slot is not None:
+            if slot is None:
+                return
             if not slot.abandoned:
                 slot.error = f"broker rejected the request: {r.reason}"
-            slot.done.set()
+            self._finish(slot)
 
     def _on_yield_asked(self, msg: Any, gen: int) -> None:
         lid = msg.yield_asked.lease_id
@@ -616,7 +563,7 @@ class BrokerClient:
             if gen != self._gen:
                 return
             held = self._leases.get(lid)
-            if held is None and self._lane is not None:
+            if held is None and self._session.lane is not None:
                 # The stream can overtake the lane: the grant may still be unread.
                 if len(self._early_yields) > 1024:
                     self._early_yields.clear()  # leases released before the ask came
@@ -629,9 +576,7 @@ class BrokerClient:
     def _on_evict(self, msg: Any, gen: int) -> None:
         devices = list(msg.evict.devices)
         with self._lock:
-            waits = any(
-                set(devices) & set(lease.device_ids) for lease in self._lost_leases.values()
-            )
+            waits = self._in_void_lease(devices)
         if waits:
             # It waits for the program to release a void lease, maybe for long: not on
             # the worker (joined at interpreter exit), on a thread of its own.
@@ -642,6 +587,10 @@ class BrokerClient:
         else:
             self._submit(self._evict, devices, gen)
 
+    def _in_void_lease(self, devices: list[str]) -> bool:
+        """Whether one of ``devices`` is in a void lease not yet released (hold ``_lock``)."""
+        return any(set(devices) & set(lease.device_ids) for lease in self._lost_leases.values())
+
     def _submit(self, fn: Callable[..., None], *args: Any) -> None:
         # Closed meanwhile (the worker is shut down): the session ends anyway.
         with contextlib.suppress(RuntimeError):
@@ -651,9 +600,7 @@ class BrokerClient:
         try:
             with self._lock:
                 # A device of a void lease may still be in use: wait for its release.
-                while not (self._closed or self._lost) and any(
-                    set(devices) & set(lease.device_ids) for lease in self._lost_leases.values()
-                ):
+                while not (self._closed or self._lost) and self._in_void_lease(devices):
                     self._changed.wait()
             if self._evict_handler is not None:
                 self._evict_handler(devices)

@@ -31,7 +31,7 @@ Rules:
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from acbslurm.errors import ConfigError
@@ -275,10 +275,13 @@ class Broker:
             return f"asked for {count} device(s), only {len(candidates)} {where}"
         if memory < 0:
             return f"memory must not be negative, got {memory}"
-        fitting = [d for d in candidates if self._fits(self.devices[d], memory)]
-        if len(fitting) < count:
+        if self._fitting(candidates, memory) < count:
             return f"no {count} device(s) with {memory} bytes of memory"
         return ""
+
+    def _fitting(self, candidates: list[str], memory: int) -> int:
+        """How many of ``candidates`` have ``memory`` bytes."""
+        return len([d for d in candidates if self._fits(self.devices[d], memory)])
 
     @staticmethod
     def _fits(dev: Device, memory: int) -> bool:
@@ -332,16 +335,19 @@ class Broker:
         candidates = head.pin or tuple(self.devices)
         for dev in candidates:
             lease = self.holder[dev]
-            if (
-                lease is not None
-                and lease.client != head.client
-                and not lease.yield_asked
-                and now - lease.since >= self.quantum
-            ):
+            if lease is not None and self._yield_due(lease, head, now):
                 lease.yield_asked = True
                 self.counters.yields_asked += 1
                 events.append(YieldAsked(lease.client, lease.lease_id))
         return events
+
+    def _yield_due(self, lease: Lease, head: Waiting, now: float) -> bool:
+        """``lease`` (another client's) has held past the quantum and was not asked yet."""
+        return (
+            lease.client != head.client
+            and not lease.yield_asked
+            and now - lease.since >= self.quantum
+        )
 
     # -- scheduling --------------------------------------------------------------------
 
@@ -376,11 +382,7 @@ class Broker:
 
     def _place(self, w: Waiting) -> tuple[str, ...] | None:
         """Free devices for ``w``: its own residency first, then least occupied ones."""
-        candidates = [
-            d
-            for d in (w.pin or tuple(self.devices))
-            if self.holder[d] is None and self._fits(self.devices[d], w.memory)
-        ]
+        candidates = self._free_for(w)
         if len(candidates) < w.count:
             return None
         order = {d: i for i, d in enumerate(self.devices)}
@@ -393,11 +395,7 @@ class Broker:
         if w.per_node == 0:
             return tuple(sorted(candidates, key=cost)[: w.count])
         # Each node's best group, then the best nodes; listed in the broker's node order.
-        groups = [
-            sorted(devs, key=cost)[: w.per_node]
-            for devs in self._by_node(candidates).values()
-            if len(devs) >= w.per_node
-        ]
+        groups = self._node_groups(candidates, w.per_node, cost)
         if len(groups) < w.count // w.per_node:
             return None
 
@@ -409,13 +407,27 @@ class Broker:
         best.sort(key=lambda g: min(order[d] for d in g))
         return tuple(d for g in best for d in g)
 
+    def _free_for(self, w: Waiting) -> list[str]:
+        """The devices ``w`` may have (its pins, else all) that are free and fit it."""
+        return [
+            d
+            for d in (w.pin or tuple(self.devices))
+            if self.holder[d] is None and self._fits(self.devices[d], w.memory)
+        ]
+
+    def _node_groups(
+        self, candidates: list[str], per_node: int, cost: Callable[[str], tuple[int, int, int]]
+    ) -> list[list[str]]:
+        """Each node's ``per_node`` cheapest ``candidates``, of the nodes that have so many."""
+        return [
+            sorted(devs, key=cost)[:per_node]
+            for devs in self._by_node(candidates).values()
+            if len(devs) >= per_node
+        ]
+
     def _evictions_needed(self, dev: str, w: Waiting) -> list[int]:
         """Residents of ``dev`` (oldest first) that must leave so that ``w`` fits."""
-        others = [
-            (c, b)
-            for c, b in self.resident[dev].items()
-            if c != w.client and c not in self.evicting[dev]
-        ]
+        others = self._other_residents(dev, w.client)
         total = self.devices[dev].memory_total
         if w.memory == 0 or total == 0:
             return [c for c, _ in others]
@@ -430,6 +442,15 @@ class Broker:
             free += b
         return out
 
+    def _other_residents(self, dev: str, client: int) -> list[tuple[int, int]]:
+        """The residents of ``dev`` (client, bytes; oldest first) other than ``client``,
+        not already evicting."""
+        return [
+            (c, b)
+            for c, b in self.resident[dev].items()
+            if c != client and c not in self.evicting[dev]
+        ]
+
     def _others_evicting(self, dev: str, client: int) -> bool:
         return any(c != client for c in self.evicting[dev])
 
@@ -440,6 +461,18 @@ class Broker:
 
     def check_invariants(self) -> None:
         """Raise AssertionError when the state is inconsistent (used by tests)."""
+        self._check_holders(self._lease_owners())
+        for dev in self.devices:
+            for c in self.resident[dev]:
+                assert c in self.clients, f"resident {c} on {dev} is gone"
+        for w in self.queue:
+            assert w.client in self.clients
+        if self.recovering:
+            assert all(h is None for h in self.holder.values()), "granted during recovery"
+
+    def _lease_owners(self) -> dict[str, int]:
+        """Each leased device's client, asserting that no device is leased twice and that
+        each lease is its devices' holder."""
         owners: dict[str, int] = {}
         for info in self.clients.values():
             for lease in info.leases.values():
@@ -448,15 +481,12 @@ class Broker:
                     assert dev not in owners, f"{dev} leased to {owners[dev]} and {info.client_id}"
                     owners[dev] = info.client_id
                     assert self.holder[dev] is lease
+        return owners
+
+    def _check_holders(self, owners: dict[str, int]) -> None:
+        """Each holder is its device's lease owner, and no resident still evicts there."""
         for dev, held in self.holder.items():
             if held is not None:
                 assert owners.get(dev) == held.client, f"stale holder on {dev}"
                 # A holder never shares its device with a resident that still evicts.
                 assert not self._others_evicting(dev, held.client)
-        for dev in self.devices:
-            for c in self.resident[dev]:
-                assert c in self.clients, f"resident {c} on {dev} is gone"
-        for w in self.queue:
-            assert w.client in self.clients
-        if self.recovering:
-            assert all(h is None for h in self.holder.values()), "granted during recovery"

@@ -13,6 +13,7 @@ import dataclasses
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from acbslurm.broker.core import Device
 from acbslurm.config import Settings
@@ -22,6 +23,9 @@ from acbslurm.gpu.mapping import comma_tokens
 from acbslurm.gpu.node import job_gpus
 from acbslurm.gpu.nvml import nvml_inventory
 from acbslurm.units import cpu_device_spec
+
+if TYPE_CHECKING:
+    from acbslurm.slurm.jobgpus import NodeGpu
 
 
 @dataclass(frozen=True)
@@ -94,15 +98,7 @@ def all_nodes_devices(env: Mapping[str, str], settings: Settings) -> DeviceSet:
     here = this_node(env)
     job = env["SLURM_JOB_ID"]
     gpus = job_gpus_by_node(job, bin_dir=settings.slurm_bin_dir)
-    by_uuid = {d.id: d for d in mine}
-    name = mine[0].name if mine else ""
-    size = min((d.memory_total for d in mine), default=0)
-    out = [
-        dataclasses.replace(by_uuid[g.uuid], node=g.node)
-        if g.uuid in by_uuid
-        else Device(g.uuid, name, size, -1, g.index, g.node)
-        for g in gpus
-    ]
+    out = _on_their_nodes(gpus, mine)
     lost = [d.id for d in mine if d.id not in {g.uuid for g in gpus}]
     if lost:
         raise GpuMappingError(
@@ -113,6 +109,22 @@ def all_nodes_devices(env: Mapping[str, str], settings: Settings) -> DeviceSet:
     return DeviceSet(out, f"Slurm job {job} on {len(nodes)} nodes: {','.join(nodes)}")
 
 
+def _on_their_nodes(gpus: list[NodeGpu], mine: list[Device]) -> list[Device]:
+    """The job's ``gpus`` as devices with their nodes: this node's as ``mine`` has them,
+    the others' with this node's GPU name and smallest size."""
+    by_uuid = {d.id: d for d in mine}
+    name = mine[0].name if mine else ""
+    size = min((d.memory_total for d in mine), default=0)
+    return [
+        dataclasses.replace(by_uuid[g.uuid], node=g.node)
+        if g.uuid in by_uuid
+        else Device(g.uuid, name, size, -1, g.index, g.node)
+        for g in gpus
+    ]
+
+
+# complexity: a dispatcher: one branch per --devices source, in the order "auto" tries
+# them (a Slurm job, the inventory, NVML), each with its own error.
 def resolve_devices(
     spec: str, env: Mapping[str, str] | None = None, settings: Settings | None = None
 ) -> DeviceSet:

@@ -99,6 +99,15 @@ class StorageEvictor:
             return False
         return self.device.index is None or d.index in (None, self.device.index)
 
+    def _plain_storage(self, obj: torch.Tensor) -> Any:
+        """The storage of a strided tensor on the device; None for any other."""
+        try:
+            if obj.layout != torch.strided or obj.is_meta or not self._on_device(obj):
+                return None
+            return obj.untyped_storage()
+        except (RuntimeError, NotImplementedError):
+            return None  # tensor subclasses / wrappers without a plain storage
+
     def live_storages(self, exclude: set[int] | None = None) -> list[Any]:
         """Unique resizable storages of live tensors on the device (largest first)."""
         seen: dict[int, Any] = {}
@@ -107,12 +116,9 @@ class StorageEvictor:
             # type(), not isinstance(): some objects warn when their __class__ is read.
             if not issubclass(type(obj), torch.Tensor):
                 continue
-            try:
-                if obj.layout != torch.strided or obj.is_meta or not self._on_device(obj):
-                    continue
-                st = obj.untyped_storage()
-            except (RuntimeError, NotImplementedError):
-                continue  # tensor subclasses / wrappers without a plain storage
+            st = self._plain_storage(obj)
+            if st is None:
+                continue
             key = st._cdata
             if key in seen or key in skip or st.nbytes() == 0 or not st.resizable():
                 continue

@@ -170,21 +170,7 @@ class BrokerService(pb_grpc.GpuBrokerServicer):  # type: ignore[misc]
         if first.WhichOneof("kind") != "register":
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "first message must be register")
         box: asyncio.Queue[Any] = asyncio.Queue()
-        r = first.register
-        events: list[core.Event] = []
-        if r.rejoin:
-            resident = {x.device: x.bytes for x in r.resident}
-            cid, events = self.broker.rejoin(r.name, r.pid, r.session, resident, time.monotonic())
-            log.info(
-                "client %d rejoined after a broker restart (%s, pid %d; resident %s)",
-                cid,
-                r.name,
-                r.pid,
-                resident or "none",
-            )
-        else:
-            cid = self.broker.register(r.name, r.pid, r.session)
-            log.info("client %d registered (%s, pid %d)", cid, r.name, r.pid)
+        cid, events = self._register(first.register)
         self.outboxes[cid] = box
         # On disk before the client hears it is registered: a broker restarted after a
         # crash then waits for every session that may have touched a device.
@@ -216,6 +202,25 @@ class BrokerService(pb_grpc.GpuBrokerServicer):  # type: ignore[misc]
             reader.cancel()
             self._drop(cid)
 
+    def _register(self, r: Any) -> tuple[int, list[core.Event]]:
+        """A client's register message into the broker: its id, and the events of a
+        rejoin (after a broker restart)."""
+        events: list[core.Event] = []
+        if r.rejoin:
+            resident = {x.device: x.bytes for x in r.resident}
+            cid, events = self.broker.rejoin(r.name, r.pid, r.session, resident, time.monotonic())
+            log.info(
+                "client %d rejoined after a broker restart (%s, pid %d; resident %s)",
+                cid,
+                r.name,
+                r.pid,
+                resident or "none",
+            )
+        else:
+            cid = self.broker.register(r.name, r.pid, r.session)
+            log.info("client %d registered (%s, pid %d)", cid, r.name, r.pid)
+        return cid, events
+
     def _drop(self, cid: int) -> None:
         box = self.outboxes.pop(cid, None)
         if box is None:
@@ -240,6 +245,24 @@ class BrokerService(pb_grpc.GpuBrokerServicer):  # type: ignore[misc]
     def _status(self) -> Any:
         b = self.broker
         now = time.monotonic()
+        c = b.counters
+        return pb.StatusReply(
+            policy=b.policy,
+            quantum_seconds=b.quantum,
+            devices=self._device_states(now),
+            clients=self._client_states(now),
+            grants=c.grants,
+            evictions=c.evictions,
+            yields_asked=c.yields_asked,
+            disconnects=c.disconnects,
+            source=self.source,
+            recovering=b.recovering,
+            recovery_seconds_left=max(0.0, b.recovery_until - now) if b.recovering else 0.0,
+            sessions_expected=len(b.expected or ()) if b.recovering else 0,
+        )
+
+    def _device_states(self, now: float) -> list[Any]:
+        b = self.broker
         devices = []
         for dev_id, dev in b.devices.items():
             lease = b.holder[dev_id]
@@ -254,6 +277,10 @@ class BrokerService(pb_grpc.GpuBrokerServicer):  # type: ignore[misc]
                     ],
                 )
             )
+        return devices
+
+    def _client_states(self, now: float) -> list[Any]:
+        b = self.broker
         clients = []
         for info in b.clients.values():
             waits = b.waiting_for(info.client_id)
@@ -268,21 +295,7 @@ class BrokerService(pb_grpc.GpuBrokerServicer):  # type: ignore[misc]
                     rejoined=info.rejoined,
                 )
             )
-        c = b.counters
-        return pb.StatusReply(
-            policy=b.policy,
-            quantum_seconds=b.quantum,
-            devices=devices,
-            clients=clients,
-            grants=c.grants,
-            evictions=c.evictions,
-            yields_asked=c.yields_asked,
-            disconnects=c.disconnects,
-            source=self.source,
-            recovering=b.recovering,
-            recovery_seconds_left=max(0.0, b.recovery_until - now) if b.recovering else 0.0,
-            sessions_expected=len(b.expected or ()) if b.recovering else 0,
-        )
+        return clients
 
     async def tick_forever(self) -> None:
         while True:

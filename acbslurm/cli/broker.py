@@ -182,6 +182,14 @@ def fetch_status(address: str, timeout: float = 5.0) -> dict[str, Any]:
     return _status_dict(reply)
 
 
+def _device_line(d: dict[str, Any], names: dict[int, str]) -> str:
+    """One device of ``broker status``: its holder (or free), for how long, residents."""
+    holder = names.get(d["holder"], "free") if d["holder"] else "free"
+    held = f" for {d['held_seconds']:.2f}s" if d["holder"] else ""
+    res = ", ".join(f"#{c}:{b}B" for c, b in d["residents"].items()) or "none"
+    return f"  {d['id']}: {holder}{held}; resident: {res}"
+
+
 @broker.command()
 @click.option("--broker", "address", metavar="ADDR", help="Broker address (as for serve).")
 @click.option(
@@ -211,10 +219,7 @@ def status(address: str | None, timeout: float, as_json: bool) -> None:
         )
     names = {c["id"]: f"{c['name']}[{c['pid']}]#{c['id']}" for c in st["clients"]}
     for d in st["devices"]:
-        holder = names.get(d["holder"], "free") if d["holder"] else "free"
-        held = f" for {d['held_seconds']:.2f}s" if d["holder"] else ""
-        res = ", ".join(f"#{c}:{b}B" for c, b in d["residents"].items()) or "none"
-        click.echo(f"  {d['id']}: {holder}{held}; resident: {res}")
+        click.echo(_device_line(d, names))
     lane = sum(1 for c in st["clients"] if c["on_lane"])
     click.echo(f"  clients: {len(st['clients'])} ({lane} on the local lane)")
     for c in st["clients"]:

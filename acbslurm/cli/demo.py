@@ -60,7 +60,7 @@ def demo(
     cluster did not behave like the seed's (one GPU per job, queueing, hand-over).
     Leftover jobs on the sandbox are cancelled first.
     """
-    from acbslurm.demo.run import DemoOptions, run_demo
+    from acbslurm.demo.on_sandbox import DemoOptions, run_demo
     from acbslurm.demo.show import NOT_OK
 
     opts = DemoOptions(

@@ -48,22 +48,16 @@ def task_prolog(ctx: click.Context) -> None:
 def gpus(job_id: str | None, from_env: bool, as_json: bool) -> None:
     """Print a job's GPUs: Slurm index, device minor number and UUID."""
     from acbslurm.config import load_settings
-    from acbslurm.jobrecord import check_job_id, read_record
+    from acbslurm.jobrecord import check_job_id, gpu_rows, read_record
 
     settings = load_settings()
-    rows: list[dict[str, object]]
+    jid = job_id or os.environ.get("SLURM_JOB_ID", "")
     if from_env:
         from acbslurm.gpu.node import job_gpus
 
         mapped = job_gpus(os.environ, settings)
-        idx: list[int | None] = list(mapped.indices) or [None] * len(mapped.gpus)
-        rows = [
-            {"index": i, "minor": g.minor, "uuid": g.uuid}
-            for i, g in zip(idx, mapped.gpus, strict=True)
-        ]
-        jid = job_id or os.environ.get("SLURM_JOB_ID", "")
+        rows = gpu_rows(mapped.indices, mapped.minors, mapped.uuids)
     else:
-        jid = job_id or os.environ.get("SLURM_JOB_ID", "")
         if not jid:
             raise click.UsageError("not inside a Slurm job: give --job ID or --from-env")
         try:
@@ -75,11 +69,7 @@ def gpus(job_id: str | None, from_env: bool, as_json: bool) -> None:
                 f"no record of job {jid!r} in {settings.record_dir} on this node",
                 param_hint="'--job'",
             )
-        idx = list(rec.gpu_indices) or [None] * len(rec.gpu_uuids)
-        rows = [
-            {"index": i, "minor": m, "uuid": u}
-            for i, m, u in zip(idx, rec.gpu_minors, rec.gpu_uuids, strict=True)
-        ]
+        rows = rec.gpu_rows()
     if as_json:
         click.echo(json.dumps({"job_id": jid, "gpus": rows}, indent=2))
         return

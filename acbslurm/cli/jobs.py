@@ -173,7 +173,7 @@ def _user() -> str:
 
 def _check(job: JobSpec) -> None:
     """Refuse a job that would fail at once; warn about what may still go wrong."""
-    from acbslurm.jobcheck import SubmitCheckError, check_submission
+    from acbslurm.submitcheck import SubmitCheckError, check_submission
 
     found = check_submission(job, cwd=os.getcwd(), user=_user())
     for warning in found.warnings:
@@ -264,11 +264,7 @@ def _gpu_text(job: JobInfo, long: bool) -> str:
     """``0,1`` (Slurm's indices); with ``long`` each with its UUID (``0=GPU-...``).
     A job on several nodes: per node, ``vm-1:0,1 vm-2:0,1``."""
     if job.gpu_devices:
-        per_node: dict[str, list[str]] = {}
-        for d in job.gpu_devices:
-            uuid = f"={d['uuid']}" if long and d["uuid"] else ""
-            per_node.setdefault(d["node"], []).append(f"{d['index']}{uuid}")
-        return " ".join(f"{node}:{','.join(gpus)}" for node, gpus in per_node.items())
+        return _per_node_text(job, long)
     if not job.gpu_indices and not job.gpu_uuids:
         return "-"
     parts = []
@@ -276,6 +272,15 @@ def _gpu_text(job: JobInfo, long: bool) -> str:
         uuid = job.gpu_uuids[i] if long and i < len(job.gpu_uuids) else ""
         parts.append(f"{'' if idx is None else idx}{'=' + uuid if uuid else ''}")
     return ",".join(parts)
+
+
+def _per_node_text(job: JobInfo, long: bool) -> str:
+    """``vm-1:0,1 vm-2:0,1``: a job's GPUs per node (each with its UUID if ``long``)."""
+    per_node: dict[str, list[str]] = {}
+    for d in job.gpu_devices:
+        uuid = f"={d['uuid']}" if long and d["uuid"] else ""
+        per_node.setdefault(d["node"], []).append(f"{d['index']}{uuid}")
+    return " ".join(f"{node}:{','.join(gpus)}" for node, gpus in per_node.items())
 
 
 def _exit_text(job: JobInfo) -> str:
@@ -329,22 +334,25 @@ def status(
     jobs = query_jobs(ids, user=user, record_dir=_record_dir(), backend=backend)
     pools = _pool_addresses(jobs, backend)
     if as_json:
-        unknown = [j.job_id for j in jobs if j.state == "UNKNOWN" and not j.reason]
-        out = {
-            "jobs": [
-                {**j.as_json(), "serve": pools.get(j.job_id)}
-                for j in jobs
-                if j.job_id not in unknown
-            ],
-            "unknown": unknown,
-        }
-        click.echo(json.dumps(out, indent=2))
+        click.echo(json.dumps(_status_json(jobs, pools), indent=2))
     else:
         _print_status([j for j in jobs if j.state != "UNKNOWN" or j.reason], long)
         for jid, pool in pools.items():
             click.echo(f"job {jid} serves {pool['url']} (bound {pool['bound']}; {pool['file']})")
     if _name_unknown(jobs):
         ctx.exit(1)
+
+
+def _status_json(jobs: list[JobInfo], pools: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """``status --json``: the jobs Slurm knows (with their pool's address), the ids it
+    does not."""
+    unknown = [j.job_id for j in jobs if j.state == "UNKNOWN" and not j.reason]
+    return {
+        "jobs": [
+            {**j.as_json(), "serve": pools.get(j.job_id)} for j in jobs if j.job_id not in unknown
+        ],
+        "unknown": unknown,
+    }
 
 
 def _pool_addresses(jobs: list[JobInfo], backend: str) -> dict[str, dict[str, Any]]:
@@ -400,34 +408,6 @@ def _print_status(jobs: list[JobInfo], long: bool) -> None:
     _table(rows)
 
 
-def _slot_uuid(slot: GpuSlot) -> str | None:
-    job, node, idx = slot.job, slot.node, slot.index
-    if job is not None and job.gpu_devices:
-        mine = [d for d in job.gpu_devices if (d["node"], d["index"]) == (node, idx)]
-        return mine[0]["uuid"] if mine else None
-    if job is not None and idx in job.gpu_indices:
-        pos = job.gpu_indices.index(idx)
-        return job.gpu_uuids[pos] if pos < len(job.gpu_uuids) else None
-    return None
-
-
-def _slot_json(slot: GpuSlot) -> dict[str, Any]:
-    from acbslurm.slurm.jobtypes import elapsed_seconds
-
-    job = slot.job
-    return {
-        "node": slot.node,
-        "index": slot.index,
-        "uuid": _slot_uuid(slot),
-        "job_id": job.job_id if job else None,
-        "user": (job.user or None) if job else None,
-        "elapsed_s": elapsed_seconds(job.elapsed) if job else None,
-        "name": (job.name or None) if job else None,
-        "unavailable": slot.unavailable or None,
-        "node_reason": slot.reason or None,
-    }
-
-
 def _slot_row(slot: GpuSlot) -> tuple[Any, ...]:
     """A job's GPU shows the job (also on a draining node); an idle one is ``free``
     only where Slurm can start a job: a drained or down node's say so, with the reason."""
@@ -444,7 +424,7 @@ def _gpu_status(as_json: bool) -> None:
 
     slots = gpu_slots(record_dir=_record_dir())
     if as_json:
-        click.echo(json.dumps({"gpus": [_slot_json(s) for s in slots]}, indent=2))
+        click.echo(json.dumps({"gpus": [s.as_json() for s in slots]}, indent=2))
         return
     rows: list[tuple[Any, ...]] = [("NODE", "GPU", "JOBID", "USER", "ELAPSED", "NAME")]
     rows += [_slot_row(s) for s in slots]
@@ -461,29 +441,20 @@ def cancel(ctx: click.Context, job_ids: tuple[str, ...], as_json: bool) -> None:
     An array's id cancels all its tasks. Exits 1 if a job id is unknown to Slurm
     (scancel itself says nothing then), as `status` does.
     """
-    from acbslurm.slurm.jobs import cancel_jobs, query_jobs
+    from acbslurm.slurm.jobs import cancel_known
 
-    ids = list(dict.fromkeys(_validate_ids(job_ids)))
-    rows: dict[str, list[JobInfo]] = {i: [] for i in ids}
-    backend = _backend()
-    for job in query_jobs(ids, backend=backend):
-        rows[job.array_job_id or job.job_id].append(job)
-    unknown = [i for i in ids if all(j.state == "UNKNOWN" for j in rows[i])]
-    ended = [i for i in ids if i not in unknown and all(j.finished for j in rows[i])]
-    live = [i for i in ids if i not in unknown and i not in ended]
-    cancel_jobs(live, backend=backend)
-    states = {i: sorted({j.state for j in rows[i]}) for i in ended}
+    done = cancel_known(_validate_ids(job_ids), backend=_backend())
     if as_json:
         out = {
-            "cancelled": live,
-            "ended": [{"job_id": i, "states": states[i]} for i in ended],
-            "unknown": unknown,
+            "cancelled": done.cancelled,
+            "ended": [{"job_id": i, "states": s} for i, s in done.ended.items()],
+            "unknown": done.unknown,
         }
         click.echo(json.dumps(out, indent=2))
     else:
-        if live:
-            click.echo(f"Cancelled {' '.join(live)}")
-        for i in ended:
-            click.echo(f"Job {i} had already ended ({', '.join(states[i])})")
-    if _name_unknown([j for i in unknown for j in rows[i]]):
+        if done.cancelled:
+            click.echo(f"Cancelled {' '.join(done.cancelled)}")
+        for i, states in done.ended.items():
+            click.echo(f"Job {i} had already ended ({', '.join(states)})")
+    if _name_unknown(done.unknown_rows):
         ctx.exit(1)

@@ -126,8 +126,8 @@ def report(
     """
     if ctx.invoked_subcommand is not None:
         return
+    from acbslurm.accounting.make_report import report as run_report
     from acbslurm.accounting.options import OptionError, ReportOptions
-    from acbslurm.accounting.run import report as run_report
 
     opts = ReportOptions(
         users=users,

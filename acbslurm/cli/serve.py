@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
+
+if TYPE_CHECKING:
+    from acbslurm.serve.pool import PoolSpec
 
 
 def _listen(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
@@ -15,6 +20,27 @@ def _listen(ctx: click.Context, param: click.Parameter, value: str | None) -> st
         return check_listen(value)
     except ValueError as exc:
         raise click.BadParameter(str(exc), ctx, param) from None
+
+
+def _pool(
+    pool_file: str | None, demo: bool, listen: str | None, engine: str | None = None
+) -> PoolSpec:
+    """The pool of POOL_FILE, or of --demo (its models made on first use; ``engine``:
+    every model's, default builtin)."""
+    from acbslurm.serve.pool import load_pool, load_pool_text
+
+    if demo == bool(pool_file):
+        raise click.UsageError("give a POOL_FILE or --demo (not both)")
+    if engine and not demo:
+        raise click.UsageError("--engine goes with --demo (a pool file names each model's engine:)")
+    if demo:
+        from acbslurm.serve.modelmaker import cache_dir, demo_pool_yaml
+
+        click.echo(f"demo models in {cache_dir()} (made on first use)", err=True)
+        text = demo_pool_yaml(listen=listen or "127.0.0.1:8000", engine=engine or "builtin")
+        return load_pool_text(text, "<demo pool>")
+    assert pool_file is not None
+    return load_pool(pool_file)
 
 
 @click.command()
@@ -58,21 +84,7 @@ def serve(
     Inside a Slurm job the job's broker is used; otherwise the pool starts its own
     (CPU stand-in devices when there is no GPU). SIGTERM stops everything.
     """
-    from acbslurm.serve.pool import load_pool, load_pool_text
-
-    if demo == bool(pool_file):
-        raise click.UsageError("give a POOL_FILE or --demo (not both)")
-    if engine and not demo:
-        raise click.UsageError("--engine goes with --demo (a pool file names each model's engine:)")
-    if demo:
-        from acbslurm.serve.modelmaker import cache_dir, demo_pool_yaml
-
-        click.echo(f"demo models in {cache_dir()} (made on first use)", err=True)
-        text = demo_pool_yaml(listen=listen or "127.0.0.1:8000", engine=engine or "builtin")
-        pool = load_pool_text(text, "<demo pool>")
-    else:
-        assert pool_file is not None
-        pool = load_pool(pool_file)
+    pool = _pool(pool_file, demo, listen, engine)
     if check:
         for m in pool.models:
             click.echo(f"{m.name}: {m.devices} device(s), {m.path}, engine {m.engine}")

@@ -134,7 +134,7 @@ def _ids(snapshot: list[JobInfo], left: list[str]) -> list[str]:
 
 def explain(failed: list[JobInfo], spec: JobSpec | None) -> None:
     """Why each failed job failed (the first few), on stderr."""
-    from acbslurm.jobcheck import explain_failure
+    from acbslurm.submitcheck import explain_failure
 
     for job in failed[:EXPLAIN_AT_MOST]:
         for line in explain_failure(job, spec, cwd=os.getcwd()):

@@ -14,13 +14,14 @@ import os
 import signal
 
 from acbslurm.procfs import parent_pid, read_bytes
+from acbslurm.units import is_ascii_int
 
 
 def descendants(root: int, proc: str = "/proc") -> list[int]:
     """``root`` and every process below it, parents before children."""
     children: dict[int, list[int]] = {}
     for entry in os.listdir(proc):
-        if entry.isdigit():
+        if is_ascii_int(entry):
             ppid = parent_pid(read_bytes(f"{proc}/{entry}/stat"))
             children.setdefault(ppid, []).append(int(entry))
     found, todo = [], [root]

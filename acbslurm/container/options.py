@@ -33,18 +33,24 @@ class GpuNotAllocated(GpuMappingError):
     """A GPU asked for is not one Slurm gave this job."""
 
 
-def parse_mount(
-    spec: str, cwd: str | None = None, mounts: Sequence[tuple[str, str]] | None = None
-) -> Mount:
-    """``SRC:DST[:ro|rw]`` -> a bind of the resolved source; refuses sources that lead to
-    device nodes (``acbslurm.mountrules``). ``mounts``: the host's mount table
-    (``sources.read_mounts()``, read here when not given)."""
+def _mount_parts(spec: str) -> tuple[list[str], str]:
+    """``SRC:DST[:ro|rw]`` split, and its mode ("rw" when not given)."""
     parts = spec.split(":")
     if len(parts) not in (2, 3) or not parts[0] or not parts[1]:
         raise OptionError("--mount", f"expected SRC:DST[:ro|rw], got {spec!r}")
     mode = parts[2] if len(parts) == 3 else "rw"
     if mode not in ("ro", "rw"):
         raise OptionError("--mount", f"mode must be ro or rw in {spec!r}, got {mode!r}")
+    return parts, mode
+
+
+def parse_mount(
+    spec: str, cwd: str | None = None, mounts: Sequence[tuple[str, str]] | None = None
+) -> Mount:
+    """``SRC:DST[:ro|rw]`` -> a bind of the resolved source; refuses sources that lead to
+    device nodes (``acbslurm.mountrules``). ``mounts``: the host's mount table
+    (``sources.read_mounts()``, read here when not given)."""
+    parts, mode = _mount_parts(spec)
     source = os.path.abspath(os.path.join(cwd or os.getcwd(), parts[0]))
     if not os.path.exists(source):
         raise OptionError("--mount", f"source {source!r} (from {spec!r}) does not exist")
@@ -139,17 +145,7 @@ def resolve_limits(cpus: float | None, memory: str | None, record: JobRecord | N
         )
     alloc_cpus = record.cpus if record else 0
     alloc_mem = record.mem_mb * 1024**2 if record else 0
-    nano = alloc_cpus * 10**9
-    if cpus is not None:
-        if not math.isfinite(cpus):
-            raise OptionError("--cpus", f"must be a finite number, got {cpus!r}")
-        if cpus <= 0:
-            raise OptionError("--cpus", f"must be positive, got {cpus:g}")
-        if alloc_cpus and cpus > alloc_cpus:
-            raise OptionError("--cpus", f"{cpus:g} is more than the job's {alloc_cpus} CPUs")
-        nano = int(cpus * 10**9)
-        if nano < 1:  # Docker reads NanoCpus 0 as "no limit"
-            raise OptionError("--cpus", f"must be at least 0.000000001 (1e-9), got {cpus:g}")
+    nano = alloc_cpus * 10**9 if cpus is None else _nano_cpus(cpus, alloc_cpus)
     mem = alloc_mem
     if memory is not None:
         mem = parse_size(memory)
@@ -158,6 +154,20 @@ def resolve_limits(cpus: float | None, memory: str | None, record: JobRecord | N
                 "--memory", f"{memory!r} is more than the job's {record.mem_mb if record else 0} MB"
             )
     return Limits(nano, mem)
+
+
+def _nano_cpus(cpus: float, alloc_cpus: int) -> int:
+    """``--cpus`` as Docker's NanoCpus: positive, finite, within the job's CPUs."""
+    if not math.isfinite(cpus):
+        raise OptionError("--cpus", f"must be a finite number, got {cpus!r}")
+    if cpus <= 0:
+        raise OptionError("--cpus", f"must be positive, got {cpus:g}")
+    if alloc_cpus and cpus > alloc_cpus:
+        raise OptionError("--cpus", f"{cpus:g} is more than the job's {alloc_cpus} CPUs")
+    nano = int(cpus * 10**9)
+    if nano < 1:  # Docker reads NanoCpus 0 as "no limit"
+        raise OptionError("--cpus", f"must be at least 0.000000001 (1e-9), got {cpus:g}")
+    return nano
 
 
 def resolve_grace(grace: float | None, default: float) -> float:

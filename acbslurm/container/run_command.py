@@ -29,6 +29,7 @@ from acbslurm.container.options import (
 from acbslurm.container.step_gpus import rank_env, step_record
 from acbslurm.errors import ConfigError, SetupError
 from acbslurm.jobrecord import JobRecord, check_job_id, read_trusted_record
+from acbslurm.mountrules import Mount
 from acbslurm.userfiles import ENV_FILE_LIMIT, read_user_text
 
 OUTSIDE_A_JOB = (
@@ -104,14 +105,11 @@ def _environment(args: RunArgs) -> dict[str, str]:
     return env
 
 
-def execute(args: RunArgs) -> int:
-    """Check ``args`` against the job's record, run the container; its exit code."""
-    from acbslurm.container.job_membership import in_job
-    from acbslurm.container.launch import LaunchSpec, command_of, run_container
-    from acbslurm.container.pull import ensure_image
-    from acbslurm.dockerapi.engine import EngineApi
-    from acbslurm.dockerapi.hosts import find_docker_host
-
+def _parsed(
+    args: RunArgs,
+) -> tuple[str | list[str], list[Mount], dict[str, str], str | None]:
+    """The options of ``args`` checked and parsed, in the order they are checked: the
+    GPUs asked for, the mounts, the environment, the user to run as."""
     if args.pull not in ("missing", "always", "never"):
         raise OptionError("--pull", f"must be missing, always or never, got {args.pull!r}")
     gpus_spec = parse_gpus(args.gpus)
@@ -120,6 +118,29 @@ def execute(args: RunArgs) -> int:
     if args.workdir is not None and not args.workdir.startswith("/"):
         raise OptionError("--workdir", f"must be an absolute path, got {args.workdir!r}")
     run_as = None if args.user is None else parse_user(args.user)
+    return gpus_spec, mount_list, env, run_as
+
+
+def _check_in_job(job_id: str) -> None:
+    """GPUs go only to a process of the job (a slurmstepd of it among its parents)."""
+    from acbslurm.container.membership import in_job
+
+    if not in_job(job_id):
+        raise OptionError(
+            "--gpus",
+            f"this process is not part of Slurm job {job_id} (SLURM_JOB_ID is set, but no "
+            "slurmstepd of that job is among its parents), so it gets none of its GPUs",
+        )
+
+
+def execute(args: RunArgs) -> int:
+    """Check ``args`` against the job's record, run the container; its exit code."""
+    from acbslurm.container.launch import LaunchSpec, command_of, run_container
+    from acbslurm.container.pull import ensure_image
+    from acbslurm.dockerapi.engine import EngineApi
+    from acbslurm.dockerapi.hosts import find_docker_host
+
+    gpus_spec, mount_list, env, run_as = _parsed(args)
 
     settings = load_settings()
     grace = resolve_grace(args.grace, settings.stop_grace)
@@ -133,12 +154,8 @@ def execute(args: RunArgs) -> int:
         raise OptionError("--gpus", str(exc)) from None
     limits = resolve_limits(args.cpus, args.memory, record)
     shm = 0 if args.shm_size is None else parse_shm_size(args.shm_size, limits)
-    if uuids and job_id is not None and not in_job(job_id):
-        raise OptionError(
-            "--gpus",
-            f"this process is not part of Slurm job {job_id} (SLURM_JOB_ID is set, but no "
-            "slurmstepd of that job is among its parents), so it gets none of its GPUs",
-        )
+    if uuids and job_id is not None:
+        _check_in_job(job_id)
 
     user = record.user if record else os.environ.get("USER", str(os.getuid()))
     host = find_docker_host(os.environ, settings, os.getuid(), user)

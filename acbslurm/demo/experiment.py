@@ -9,7 +9,7 @@ Slurm, UUID from the job record or the inventory).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -38,12 +38,16 @@ class JobTrace:
         self.submit = info.submit_time or self.submit
         self.start = info.start_time or self.start
         self.end = info.end_time or self.end
-        if info.state == "PENDING" and info.reason and info.reason not in self.reasons:
-            self.reasons.append(info.reason)
+        self._note_reason(info)
         if info.gpu_indices and not self.gpu_indices:
             self.gpu_indices = list(info.gpu_indices)
         if info.gpu_uuids and not self.gpu_uuids:
             self.gpu_uuids, self.uuid_source = list(info.gpu_uuids), "job record"
+
+    def _note_reason(self, info: JobInfo) -> None:
+        """A pending reason not seen before, in the order Slurm gave them."""
+        if info.state == "PENDING" and info.reason and info.reason not in self.reasons:
+            self.reasons.append(info.reason)
 
     @property
     def waited(self) -> float:
@@ -97,12 +101,7 @@ def run_phase(
     ``slurm_env`` is the one our own squeue/sacct/scontrol calls run with. They differ
     (HOME, USER...) and both must point at the cluster; ``None`` is this process's.
     """
-    traces: dict[str, JobTrace] = {}
-    for script, hold in scripts:
-        res = submit_script(script, user=user, env=env, cwd=cwd)
-        if res.error is not None:
-            raise res.error
-        traces[res.job_ids[0]] = JobTrace(res.job_ids[0], hold)
+    traces = _submit_all(scripts, user=user, env=env, cwd=cwd)
     ids = list(traces)
     last: dict[str, tuple[str, str, tuple[int, ...]]] = {}
     # The watcher asks only about unfinished jobs and scontrol once per running job.
@@ -121,13 +120,35 @@ def run_phase(
         phase = Phase(len(ids), list(traces.values()))
         phase.problems.append(str(exc))
         return phase
-    for t in traces.values():
-        if not t.gpu_uuids and t.gpu_indices:
-            t.gpu_uuids = [inventory.get(i, "?") for i in t.gpu_indices]
-            t.uuid_source = "inventory"
+    _uuids_from_inventory(traces.values(), inventory)
     phase = Phase(len(ids), list(traces.values()))
     phase.problems = check_phase(phase.jobs, gpus_on_node=len(inventory))
     return phase
+
+
+def _submit_all(
+    scripts: list[tuple[str, float]],
+    *,
+    user: str | int | None,
+    env: Mapping[str, str] | None,
+    cwd: str | None,
+) -> dict[str, JobTrace]:
+    """Submit each (script, hold seconds) in order: a trace per job, by its id."""
+    traces: dict[str, JobTrace] = {}
+    for script, hold in scripts:
+        res = submit_script(script, user=user, env=env, cwd=cwd)
+        if res.error is not None:
+            raise res.error
+        traces[res.job_ids[0]] = JobTrace(res.job_ids[0], hold)
+    return traces
+
+
+def _uuids_from_inventory(traces: Iterable[JobTrace], inventory: Mapping[int, str]) -> None:
+    """The UUIDs of jobs whose record gave none, from the node's inventory by index."""
+    for t in traces:
+        if not t.gpu_uuids and t.gpu_indices:
+            t.gpu_uuids = [inventory.get(i, "?") for i in t.gpu_indices]
+            t.uuid_source = "inventory"
 
 
 def check_phase(jobs: list[JobTrace], *, gpus_on_node: int) -> list[str]:
@@ -152,28 +173,36 @@ def _queue_problems(
     jobs: list[JobTrace], first: list[JobTrace], later: list[JobTrace]
 ) -> list[str]:
     """The first jobs ran together; each later one waited and took a GPU another freed."""
-    problems = [
-        f"jobs {a.job_id} and {b.job_id} did not run at the same time"
-        for a in first
-        for b in first
-        if a is not b and not _overlap(a, b)
-    ]
+    problems = _not_together(first)
     for j in later:
         if not {"Resources", "Priority"} & set(j.reasons):
             problems.append(f"job {j.job_id} did not wait for a GPU (pending reasons {j.reasons})")
-        freed = [
-            o
-            for o in jobs
-            if o is not j
-            and o.gpu_indices == j.gpu_indices
-            and _ts(j.submit) <= _ts(o.end)
-            and _ts(o.end) <= _ts(j.start)
-        ]
+        freed = [o for o in jobs if _handed_over(o, j)]
         if not freed:
             problems.append(f"job {j.job_id} did not start on a GPU freed by an ended job")
     if later and not any("Resources" in j.reasons for j in later):
         problems.append("no waiting job showed the pending reason Resources")
     return problems
+
+
+def _not_together(first: list[JobTrace]) -> list[str]:
+    """Each pair of the first jobs that did not run at the same time."""
+    return [
+        f"jobs {a.job_id} and {b.job_id} did not run at the same time"
+        for a in first
+        for b in first
+        if a is not b and not _overlap(a, b)
+    ]
+
+
+def _handed_over(o: JobTrace, j: JobTrace) -> bool:
+    """``o`` (another job) ended on ``j``'s GPUs after ``j`` was submitted, before it started."""
+    return (
+        o is not j
+        and o.gpu_indices == j.gpu_indices
+        and _ts(j.submit) <= _ts(o.end)
+        and _ts(o.end) <= _ts(j.start)
+    )
 
 
 def _overlap(a: JobTrace, b: JobTrace) -> bool:

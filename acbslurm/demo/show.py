@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from acbslurm.demo.experiment import Phase
+from acbslurm.demo.experiment import JobTrace, Phase
 from acbslurm.slurm.jobtypes import JobInfo
 from acbslurm.slurm.watch import describe
 
@@ -36,24 +36,26 @@ def _time_of_day(ts: str) -> str:
     return ts.split("T")[-1] if ts else "-"
 
 
+def _row(j: JobTrace) -> tuple[str, str, str, str, str, str]:
+    """One job's row of the phase table."""
+    uuid = ",".join(j.gpu_uuids) or "-"
+    if j.uuid_source:
+        uuid += f" ({j.uuid_source})"
+    return (
+        j.job_id,
+        ",".join(str(i) for i in j.gpu_indices) or "-",
+        uuid,
+        f"{j.waited:.0f} s",
+        ",".join(j.reasons) or "-",
+        f"{_time_of_day(j.start)}-{_time_of_day(j.end)} {j.state}",
+    )
+
+
 def phase_table(phase: Phase, gpus: int) -> str:
     """Which job got which GPU, who waited and why; then the waits and the problems."""
     lines = [f"\n{phase.count} job(s) of 1 GPU on a node with {gpus} GPUs:"]
     rows = [("JOB", "GPU", "UUID", "WAITED", "PENDING REASONS", "RAN")]
-    for j in sorted(phase.jobs, key=lambda t: int(t.job_id)):
-        uuid = ",".join(j.gpu_uuids) or "-"
-        if j.uuid_source:
-            uuid += f" ({j.uuid_source})"
-        rows.append(
-            (
-                j.job_id,
-                ",".join(str(i) for i in j.gpu_indices) or "-",
-                uuid,
-                f"{j.waited:.0f} s",
-                ",".join(j.reasons) or "-",
-                f"{_time_of_day(j.start)}-{_time_of_day(j.end)} {j.state}",
-            )
-        )
+    rows.extend(_row(j) for j in sorted(phase.jobs, key=lambda t: int(t.job_id)))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:
         lines.append("  " + "  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip())

@@ -8,6 +8,7 @@ that minor, its UUID; and slurm.conf's ``Gres=gpu:N`` for the node.
 from __future__ import annotations
 
 import re
+from typing import TypeVar
 
 from acbslurm.doctor.context import Context
 from acbslurm.doctor.result import Check, fail, ok, warn
@@ -18,6 +19,7 @@ from acbslurm.gpu.inventory import GpuInfo
 from acbslurm.gpu.mapping import device_minor
 from acbslurm.gpu.node import node_inventory
 
+_V = TypeVar("_V", str, int)
 _GPU_UUID = re.compile(r"^GPU-[0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}$")
 FIX_GRES = (
     "list the node's GPUs in gres.conf as `NodeName=<node> Name=gpu File=/dev/nvidia[0-N]` "
@@ -31,15 +33,23 @@ def _inventory_problems(gpus: list[GpuInfo]) -> list[str]:
     bad = [g.uuid for g in whole if not _GPU_UUID.match(g.uuid)]
     if bad:
         problems.append(f"malformed UUIDs {', '.join(bad)}")
-    uuids = [g.uuid for g in gpus]
-    dups = sorted({u for u in uuids if uuids.count(u) > 1})
+    dups = _twice([g.uuid for g in gpus])
     if dups:
         problems.append(f"UUIDs listed twice: {', '.join(dups)}")
-    minors = [g.minor for g in whole]
-    dup_minors = sorted({m for m in minors if minors.count(m) > 1})
+    dup_minors = _twice([g.minor for g in whole])
     if dup_minors:
         problems.append(f"minor numbers of two GPUs: {dup_minors}")
     return problems
+
+
+def _twice(values: list[_V]) -> list[_V]:
+    """The values listed more than once, sorted."""
+    return sorted({v for v in values if values.count(v) > 1})
+
+
+def _whole_gpus(gpus: list[GpuInfo]) -> int:
+    """How many of ``gpus`` are whole GPUs (not MIG devices)."""
+    return sum(1 for g in gpus if g.uuid.startswith("GPU-"))
 
 
 def _mapping(devices: list[str], gpus: list[GpuInfo]) -> tuple[list[str], list[str]]:
@@ -72,7 +82,7 @@ def _count_problems(
             f"slurm.conf gives node {ctx.node} Gres=gpu:{declared} but gres.conf has "
             f"{len(devices)} GPU device file(s)"
         )
-    whole = sum(1 for g in gpus if g.uuid.startswith("GPU-"))
+    whole = _whole_gpus(gpus)
     if len(devices) > whole:
         problems.append(f"gres.conf has {len(devices)} GPUs, the node {whole}")
     return problems
@@ -121,7 +131,7 @@ def check_gres(ctx: Context, conf: SlurmConf | None) -> Check:
     how = "AutoDetect=nvml" if mode == "nvml" and not files else "File="
     if problems:
         return fail("gres", f"{s.gres_conf} ({how}) vs {source}: " + "; ".join(problems), FIX_GRES)
-    if len(devices) < sum(1 for g in gpus if g.uuid.startswith("GPU-")):
+    if len(devices) < _whole_gpus(gpus):
         return warn(
             "gres",
             f"{s.gres_conf} lists {len(devices)} of the node's GPUs; Slurm never hands out the "

@@ -119,10 +119,10 @@ def _config_problem(config: str) -> str:
     return ""
 
 
-def check_nvidia_hook(ctx: Context, proc: str = "/proc", config: str = TOOLKIT_CONFIG) -> Check:
-    skipped = root_skip(ctx, "nvidia-hook")  # as `dockerd`: no daemon of root's to look at
-    if skipped is not None:
-        return skipped
+def _hook_search(ctx: Context, proc: str, config: str) -> tuple[str, str, str]:
+    """Where the hook is looked for (said in words), that PATH, and the toolkit config
+    that counts: the running dockerd's (its own config if it has one), else the
+    standard PATH and ``config``."""
     want = _wanted_socket(ctx)
     env = _the_daemon(ctx, proc, want)
     if env is not None:
@@ -135,6 +135,14 @@ def check_nvidia_hook(ctx: Context, proc: str = "/proc", config: str = TOOLKIT_C
         at = f" at {want}" if want else ""
         where = f"the standard PATH (no running dockerd of {ctx.user}{at} found)"
         path = ":".join(filter(None, [ctx.env.get("PATH", ""), DEFAULT_PATH]))
+    return where, path, config
+
+
+def check_nvidia_hook(ctx: Context, proc: str = "/proc", config: str = TOOLKIT_CONFIG) -> Check:
+    skipped = root_skip(ctx, "nvidia-hook")  # as `dockerd`: no daemon of root's to look at
+    if skipped is not None:
+        return skipped
+    where, path, config = _hook_search(ctx, proc, config)
     hook = find_hook(path)
     if not hook:
         return fail("nvidia-hook", f"{HOOK} is not on {where}: `--gpus` cannot work", FIX_INSTALL)

@@ -87,6 +87,8 @@ def node_gpu_devices(
     )
 
 
+# complexity: a one-pass line reader; each branch is one kind of gres.conf line (blank,
+# Include, another node's, AutoDetect=, a GPU's File=), read in the file's order.
 def _collect(p: str, node: str, files: list[str], depth: int, autodetect: dict[str, str]) -> None:
     if depth > 8:
         raise ConfigError(f"{p}: Include nested too deeply")

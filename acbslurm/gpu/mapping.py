@@ -82,11 +82,7 @@ def map_job_gpus(
     if job_gpus and all(is_uuid(t) for t in job_gpus):
         result = JobGpus([], _by_uuid(job_gpus, inventory, source))
     elif job_gpus:
-        indices = []
-        for t in job_gpus:
-            if not is_ascii_int(t):
-                raise GpuMappingError(f"{source}: {t!r} is neither a GPU index nor a UUID")
-            indices.append(int(t))
+        indices = _indices(job_gpus, source)
         result = JobGpus(indices, _by_index(indices, devices, inventory, minor_of, source))
     elif cvd_uuids:
         result = JobGpus([], _by_uuid(cvd_uuids, inventory, "CUDA_VISIBLE_DEVICES"))
@@ -98,7 +94,22 @@ def map_job_gpus(
         )
     else:
         return JobGpus([], [])
+    _check_mapped(result, cvd_uuids)
+    return result
 
+
+def _indices(tokens: list[str], source: str) -> list[int]:
+    """``source``'s GPU indices (``0,1``)."""
+    indices = []
+    for t in tokens:
+        if not is_ascii_int(t):
+            raise GpuMappingError(f"{source}: {t!r} is neither a GPU index nor a UUID")
+        indices.append(int(t))
+    return indices
+
+
+def _check_mapped(result: JobGpus, cvd_uuids: list[str]) -> None:
+    """The mapped GPUs are CUDA_VISIBLE_DEVICES' UUIDs (when it has them), none twice."""
     if cvd_uuids and set(cvd_uuids) != set(result.uuids):
         raise GpuMappingError(
             f"CUDA_VISIBLE_DEVICES ({','.join(cvd_uuids)}) disagrees with the mapped "
@@ -106,7 +117,6 @@ def map_job_gpus(
         )
     if len(set(result.uuids)) != len(result.uuids):
         raise GpuMappingError(f"the allocation names a GPU twice: {','.join(result.uuids)}")
-    return result
 
 
 def _by_uuid(uuids: list[str], inventory: Sequence[GpuInfo], source: str) -> list[GpuInfo]:

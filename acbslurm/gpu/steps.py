@@ -38,12 +38,7 @@ def _positions(tokens: list[str], rec: JobRecord, raw: str) -> list[int]:
     has = ",".join(str(x) for x in rec.gpu_indices) or ",".join(rec.gpu_uuids) or "no GPUs"
     out: list[int] = []
     for t in tokens:
-        if is_uuid(t):
-            pos = by_uuid.get(t)
-        elif is_ascii_int(t):
-            pos = by_index.get(str(int(t)))
-        else:
-            raise NotTheJobsGpu(f"SLURM_STEP_GPUS={raw}: {t!r} is not a GPU index")
+        pos = by_uuid.get(t) if is_uuid(t) else _index_position(t, by_index, raw)
         if pos is None:
             raise NotTheJobsGpu(
                 f"SLURM_STEP_GPUS={raw} names GPU {t}, which Slurm did not give job "
@@ -53,6 +48,13 @@ def _positions(tokens: list[str], rec: JobRecord, raw: str) -> list[int]:
             raise NotTheJobsGpu(f"SLURM_STEP_GPUS={raw} names GPU {t} twice")
         out.append(pos)
     return out
+
+
+def _index_position(t: str, by_index: dict[str, int], raw: str) -> int | None:
+    """Where GPU index ``t`` is in the record (None: not there)."""
+    if not is_ascii_int(t):
+        raise NotTheJobsGpu(f"SLURM_STEP_GPUS={raw}: {t!r} is not a GPU index")
+    return by_index.get(str(int(t)))
 
 
 def step_record(rec: JobRecord | None, env: Mapping[str, str]) -> JobRecord | None:

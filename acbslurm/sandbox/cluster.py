@@ -98,6 +98,48 @@ def _same_gpu_types(root: Path, old: Params, gpu_types: str | None) -> None:
         )
 
 
+def _same_shape(
+    root: Path,
+    old: Params,
+    gpu_count: int | None,
+    port_base: int | None,
+    nodes: int | None,
+    install: SlurmInstall | None,
+) -> None:
+    """A running sandbox keeps its GPUs, ports, nodes and Slurm: others need `down` first."""
+    if gpu_count is not None and gpu_count != old.gpus:
+        raise SetupError(
+            f"the sandbox at {root} is up with {old.gpus} GPUs; "
+            f"run `acbslurm sandbox down` before `up --gpus {gpu_count}`"
+        )
+    if port_base is not None and port_base != old.port_base:
+        raise SetupError(
+            f"the sandbox at {root} is up on port base {old.port_base}; "
+            "run `acbslurm sandbox down` first"
+        )
+    if nodes is not None and nodes != old.nodes:
+        raise SetupError(
+            f"the sandbox at {root} is up with {old.nodes} node(s); "
+            f"run `acbslurm sandbox down` before `up --nodes {nodes}`"
+        )
+    if install is not None and install != old.slurm:
+        raise SetupError(
+            f"the sandbox at {root} is up with Slurm "
+            f"{old.slurm_release} ({old.slurm_prefix}); run `acbslurm sandbox down` "
+            f"before `up` with Slurm {install.release}"
+        )
+
+
+def _all_idle(states: dict[str, str]) -> bool:
+    """Every node (there is one at least) is idle."""
+    return bool(states) and all(st == "idle" for st in states.values())
+
+
+def _any_out(states: dict[str, str]) -> bool:
+    """A node is drained or down."""
+    return any("drain" in st or st.startswith("down") for st in states.values())
+
+
 class Sandbox:
     """One sandbox cluster rooted at a directory (default /var/lib/acbslurm/sandbox)."""
 
@@ -223,9 +265,9 @@ class Sandbox:
                 left = exc.reason
             states = slurm.node_states(self.layout)
             state = ", ".join(f"{n} {st}" for n, st in sorted(states.items()))
-            if not left and states and all(st == "idle" for st in states.values()):
+            if not left and _all_idle(states):
                 return
-            if any("drain" in st or st.startswith("down") for st in states.values()):
+            if _any_out(states):
                 slurm.resume_if_drained(self.layout, self.params)
             time.sleep(0.3)
         raise SetupError(
@@ -233,6 +275,7 @@ class Sandbox:
         )
 
     # -- status ---------------------------------------------------------------------
+    # complexity: a dispatcher: one branch per component kind, each its own probe.
     def _ready(self, name: str, p: Params) -> tuple[bool, str]:
         lay = self.layout
         try:
@@ -298,46 +341,13 @@ class Sandbox:
         t0 = time.monotonic()
         old = self.layout.load_params()
         preflight.check(install or (old.slurm if old else None))
-        procs = {n: read_proc(self.layout.run, n) for n in self.components()}
-        alive = [n for n, pr in procs.items() if pr and pr.alive()]
+        alive, count = self._alive()
         if old and alive:
             _same_gpu_types(self.layout.root, old, gpu_types)
-            if gpu_count is not None and gpu_count != old.gpus:
-                raise SetupError(
-                    f"the sandbox at {self.layout.root} is up with {old.gpus} GPUs; "
-                    f"run `acbslurm sandbox down` before `up --gpus {gpu_count}`"
-                )
-            if port_base is not None and port_base != old.port_base:
-                raise SetupError(
-                    f"the sandbox at {self.layout.root} is up on port base {old.port_base}; "
-                    "run `acbslurm sandbox down` first"
-                )
-            if nodes is not None and nodes != old.nodes:
-                raise SetupError(
-                    f"the sandbox at {self.layout.root} is up with {old.nodes} node(s); "
-                    f"run `acbslurm sandbox down` before `up --nodes {nodes}`"
-                )
-            if install is not None and install != old.slurm:
-                raise SetupError(
-                    f"the sandbox at {self.layout.root} is up with Slurm "
-                    f"{old.slurm_release} ({old.slurm_prefix}); run `acbslurm sandbox down` "
-                    f"before `up` with Slurm {install.release}"
-                )
-            if len(alive) == len(procs):
-                bad = [s for s in self.status() if not s.ready]
-                if not bad:
-                    # a sandbox made before user2 existed gets it now
-                    docker.prepare_second_user(self.layout, old.user2)
-                    slurm.ensure_accounts(self.layout, old)
-                    note = slurm.resume_if_drained(self.layout, old)
-                    extra = f"; {note}" if note else ""
-                    return (
-                        f"sandbox already up at {self.layout.root} ({_shape(old)}, "
-                        f"Slurm {old.slurm_release}){extra}"
-                    )
-                progress(f"not ready: {', '.join(s.name for s in bad)}; restarting")
-            else:
-                progress(f"partly up ({', '.join(alive)}); restarting")
+            _same_shape(self.layout.root, old, gpu_count, port_base, nodes, install)
+            summary = self._already_up(old, alive, count, progress)
+            if summary is not None:
+                return summary
             self.down(progress)
         params = self._new_params(old, gpu_count, port_base, install, nodes)
         params = replace(params, **_gpu_shape(params, gpu_count, gpu_types))
@@ -351,6 +361,34 @@ class Sandbox:
         return (
             f"sandbox up at {self.layout.root} ({_shape(params)}, user {params.user}, "
             f"Slurm {params.slurm_release}) in {time.monotonic() - t0:.1f} s"
+        )
+
+    def _alive(self) -> tuple[list[str], int]:
+        """The components whose process runs, and how many components there are."""
+        procs = {n: read_proc(self.layout.run, n) for n in self.components()}
+        return [n for n, pr in procs.items() if pr and pr.alive()], len(procs)
+
+    def _already_up(
+        self, old: Params, alive: list[str], count: int, progress: Progress
+    ) -> str | None:
+        """The summary line when all ``count`` components run and are ready (and the
+        sandbox caught up: user2, accounts, drained nodes); None, said in ``progress``,
+        when it must restart."""
+        if len(alive) != count:
+            progress(f"partly up ({', '.join(alive)}); restarting")
+            return None
+        bad = [s for s in self.status() if not s.ready]
+        if bad:
+            progress(f"not ready: {', '.join(s.name for s in bad)}; restarting")
+            return None
+        # a sandbox made before user2 existed gets it now
+        docker.prepare_second_user(self.layout, old.user2)
+        slurm.ensure_accounts(self.layout, old)
+        note = slurm.resume_if_drained(self.layout, old)
+        extra = f"; {note}" if note else ""
+        return (
+            f"sandbox already up at {self.layout.root} ({_shape(old)}, "
+            f"Slurm {old.slurm_release}){extra}"
         )
 
     def _new_params(

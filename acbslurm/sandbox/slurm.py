@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from acbslurm import proc
 from acbslurm.errors import SetupError
 from acbslurm.sandbox.layout import Layout, Params
 from acbslurm.sandbox.procs import Proc, spawn, wait_for
 from acbslurm.slurm.cluster import slurmctld_up
+from acbslurm.slurm.commands import slurm
 from acbslurm.slurm.versions import DAEMONS, SlurmInstall, parse_release
 
 
@@ -41,7 +41,7 @@ def installed_release(prefix: str) -> str:
             f"--slurm-prefix {prefix}: no {', '.join(missing)} in {install.sbin_dir}; "
             "name the --prefix Slurm was configured with"
         )
-    out = proc.run([install.daemon("slurmctld"), "-V"], timeout=20).stdout
+    out = slurm([install.daemon("slurmctld"), "-V"], timeout=20).stdout
     try:
         y, m, patch = parse_release(out)
     except ValueError:
@@ -55,7 +55,9 @@ def slurmctld_answers(layout: Layout) -> bool:
 
 
 def _client(layout: Layout, argv: list[str], timeout: float = 20) -> str:
-    return proc.run(argv, env=slurm_env(layout), timeout=timeout).stdout
+    # Through slurm/'s one entry point, as every Slurm command: its errors name the
+    # command; the sandbox's own install comes first on slurm_env's PATH.
+    return slurm(argv, env=slurm_env(layout), timeout=timeout).stdout
 
 
 def prepare(layout: Layout, params: Params) -> None:

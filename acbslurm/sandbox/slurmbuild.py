@@ -239,14 +239,10 @@ def choose_install(
     ``--slurm debian`` (or Debian's release) is the packaged 22.05; ``--slurm-prefix``
     an existing installation; any other ``--slurm VERSION`` is built from source once.
     """
-    from acbslurm.sandbox.slurm import installed_release
     from acbslurm.slurm.versions import DEBIAN_RELEASE, major
 
     if prefix:
-        found = installed_release(prefix)
-        if release and release != "debian" and major(release) != major(found):
-            raise SetupError(f"--slurm {release} but {prefix} holds Slurm {found}")
-        return SlurmInstall(prefix=str(Path(prefix).resolve()), release=found)
+        return _prefix_install(prefix, release)
     if not release and source:
         release = release_of_tarball(source)
     if not release:
@@ -256,6 +252,17 @@ def choose_install(
             raise SetupError(f"--slurm-source: Slurm {release} is Debian's package, not built")
         return SlurmInstall()
     return ensure_built(release, source, progress)
+
+
+def _prefix_install(prefix: str, release: str | None) -> SlurmInstall:
+    """``--slurm-prefix``: the Slurm installed there (of the ``--slurm`` release, if given)."""
+    from acbslurm.sandbox.slurm import installed_release
+    from acbslurm.slurm.versions import major
+
+    found = installed_release(prefix)
+    if release and release != "debian" and major(release) != major(found):
+        raise SetupError(f"--slurm {release} but {prefix} holds Slurm {found}")
+    return SlurmInstall(prefix=str(Path(prefix).resolve()), release=found)
 
 
 def pyslurm_dir(install: SlurmInstall) -> Path:

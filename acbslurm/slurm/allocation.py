@@ -76,12 +76,17 @@ def parse_scontrol_job(text: str, node: str) -> Allocation:
     if fields.get("NumNodes", "").split("-")[0] != "1":
         return Allocation()
     cpus = int(fields["NumCPUs"]) if is_ascii_int(fields.get("NumCPUs", "")) else 0
+    return Allocation(cpus, _tres_mem_mb(fields.get("TRES", "")))
+
+
+def _tres_mem_mb(tres: str) -> int:
+    """The memory of a ``TRES=cpu=2,mem=4G,...`` value in megabytes (0 without one)."""
     mem = 0
-    for item in fields.get("TRES", "").split(","):
+    for item in tres.split(","):
         k, _, v = item.partition("=")
         if k == "mem" and v:
             mem = mem_to_mb(v)
-    return Allocation(cpus, mem)
+    return mem
 
 
 def own_line(text: str, job_id: str) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from acbslurm.errors import AcbslurmError
 from acbslurm.slurm.commands import slurm
@@ -137,6 +137,36 @@ class GpuSlot:
     unavailable: str = ""  # the node's: "drained", "down" (NodeInfo.unavailable)
     reason: str = ""  # the node's Reason=, when unavailable
 
+    @property
+    def uuid(self) -> str | None:
+        """The UUID of this GPU as its job's record (or AdminComment devices) names it;
+        None when no job holds it or nothing recorded it."""
+        job, node, idx = self.job, self.node, self.index
+        if job is not None and job.gpu_devices:
+            mine = [d for d in job.gpu_devices if (d["node"], d["index"]) == (node, idx)]
+            return mine[0]["uuid"] if mine else None
+        if job is not None and idx in job.gpu_indices:
+            pos = job.gpu_indices.index(idx)
+            return job.gpu_uuids[pos] if pos < len(job.gpu_uuids) else None
+        return None
+
+    def as_json(self) -> dict[str, Any]:
+        """`status --gpus --json`'s object for this GPU."""
+        from acbslurm.slurm.jobtypes import elapsed_seconds
+
+        job = self.job
+        return {
+            "node": self.node,
+            "index": self.index,
+            "uuid": self.uuid,
+            "job_id": job.job_id if job else None,
+            "user": (job.user or None) if job else None,
+            "elapsed_s": elapsed_seconds(job.elapsed) if job else None,
+            "name": (job.name or None) if job else None,
+            "unavailable": self.unavailable or None,
+            "node_reason": self.reason or None,
+        }
+
 
 def gpu_slots(*, record_dir: str = "", env: Mapping[str, str] | None = None) -> list[GpuSlot]:
     """Every GPU Slurm manages, with the running job holding it (or None) and, for a
@@ -146,18 +176,9 @@ def gpu_slots(*, record_dir: str = "", env: Mapping[str, str] | None = None) -> 
     with their GPU indices (one ``scontrol`` for all). A job on several nodes is shown
     on each with its indices.
     """
-    from acbslurm.slurm.hostlist import expand_hostlist
     from acbslurm.slurm.jobs import query_jobs
 
-    held: dict[tuple[str, int], JobInfo] = {}
-    for job in query_jobs(record_dir=record_dir, env=env):
-        if job.state not in HOLDING_STATES or not job.node:
-            continue
-        for d in job.gpu_devices:  # a job on several nodes: exactly its GPUs on each
-            held[(d["node"], d["index"])] = job
-        for node in expand_hostlist(job.node) if not job.gpu_devices else []:
-            for idx in job.gpu_indices:
-                held[(node, idx)] = job
+    held = _held_gpus(query_jobs(record_dir=record_dir, env=env))
     return [
         GpuSlot(
             n.name, idx, held.get((n.name, idx)), n.unavailable, n.reason if n.unavailable else ""
@@ -165,6 +186,22 @@ def gpu_slots(*, record_dir: str = "", env: Mapping[str, str] | None = None) -> 
         for n in sorted(nodes(env=env), key=lambda n: n.name)
         for idx in range(n.gpus)
     ]
+
+
+def _held_gpus(jobs: list[JobInfo]) -> dict[tuple[str, int], JobInfo]:
+    """The job holding each (node, GPU index), of the running ``jobs``."""
+    from acbslurm.slurm.hostlist import expand_hostlist
+
+    held: dict[tuple[str, int], JobInfo] = {}
+    for job in jobs:
+        if job.state not in HOLDING_STATES or not job.node:
+            continue
+        for d in job.gpu_devices:  # a job on several nodes: exactly its GPUs on each
+            held[(d["node"], d["index"])] = job
+        for node in expand_hostlist(job.node) if not job.gpu_devices else []:
+            for idx in job.gpu_indices:
+                held[(node, idx)] = job
+    return held
 
 
 def show_config(env: Mapping[str, str] | None = None) -> dict[str, str]:

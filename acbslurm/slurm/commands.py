@@ -30,6 +30,21 @@ class ControllerDown(SlurmError):
         return self.reason
 
 
+def _bin_dir(env: Mapping[str, str] | None, extra_env: Mapping[str, str] | None) -> str:
+    """The Slurm clients' directory the environment names ("" for PATH)."""
+    return (extra_env or {}).get(BIN_DIR_ENV) or (os.environ if env is None else env).get(
+        BIN_DIR_ENV, ""
+    )
+
+
+def _controller_watchdog(
+    bin_dir: str, env: Mapping[str, str] | None, extra_env: Mapping[str, str] | None
+) -> Watchdog:
+    """Stops a controller query that outlasts CONTROLLER_PATIENCE while slurmctld is down."""
+    ping_env = dict(os.environ if env is None else env, **(extra_env or {}))
+    return Watchdog(CONTROLLER_PATIENCE, lambda: controller_down(bin_dir, ping_env))
+
+
 def slurm(
     argv: Sequence[str],
     *,
@@ -51,14 +66,9 @@ def slurm(
     down, it is stopped with ``ControllerDown``.
     """
     if bin_dir is None:
-        bin_dir = (extra_env or {}).get(BIN_DIR_ENV) or (os.environ if env is None else env).get(
-            BIN_DIR_ENV, ""
-        )
+        bin_dir = _bin_dir(env, extra_env)
     argv = [client(str(argv[0]), bin_dir), *argv[1:]] if argv else argv
-    watchdog = None
-    if controller:
-        ping_env = dict(os.environ if env is None else env, **(extra_env or {}))
-        watchdog = Watchdog(CONTROLLER_PATIENCE, lambda: controller_down(bin_dir, ping_env))
+    watchdog = _controller_watchdog(bin_dir, env, extra_env) if controller else None
     try:
         return run(
             argv,

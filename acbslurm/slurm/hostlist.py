@@ -22,6 +22,8 @@ def expand_hostlist(expr: str) -> list[str]:
     return out
 
 
+# complexity: a one-pass scanner; its branches are the characters it tracks (brackets
+# in and out, a top-level comma), each needing the depth the pass carries.
 def _split_top_level(expr: str) -> list[str]:
     items: list[str] = []
     depth = 0
@@ -51,17 +53,19 @@ def _expand_one(item: str) -> list[str]:
     head, tail = item[: m.start()], item[m.end() :]
     out: list[str] = []
     for part in m.group(1).split(","):
-        part = part.strip()
-        if "-" in part:
-            lo, _, hi = part.partition("-")
-            if not (is_ascii_int(lo) and is_ascii_int(hi)) or int(lo) > int(hi):
-                raise ConfigError(f"bad range {part!r} in {item!r}")
-            width = len(lo) if lo.startswith("0") else 0
-            numbers = [str(n).zfill(width) for n in range(int(lo), int(hi) + 1)]
-        elif is_ascii_int(part):
-            numbers = [part]
-        else:
-            raise ConfigError(f"bad range {part!r} in {item!r}")
-        for n in numbers:
+        for n in _bracket_numbers(part.strip(), item):
             out.extend(_expand_one(head + n + tail))
     return out
+
+
+def _bracket_numbers(part: str, item: str) -> list[str]:
+    """The numbers of one part of a bracket (``3``, ``01-03``), zero padding kept."""
+    if "-" in part:
+        lo, _, hi = part.partition("-")
+        if not (is_ascii_int(lo) and is_ascii_int(hi)) or int(lo) > int(hi):
+            raise ConfigError(f"bad range {part!r} in {item!r}")
+        width = len(lo) if lo.startswith("0") else 0
+        return [str(n).zfill(width) for n in range(int(lo), int(hi) + 1)]
+    if is_ascii_int(part):
+        return [part]
+    raise ConfigError(f"bad range {part!r} in {item!r}")

@@ -11,7 +11,8 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Iterator, Mapping, Sequence
-from concurrent.futures import CancelledError, ThreadPoolExecutor
+from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from acbslurm.errors import ConfigError, SlurmError
@@ -313,38 +314,56 @@ def _scoped_rows(
     wanted: list[str], found: dict[str, JobInfo], env: Mapping[str, str] | None
 ) -> list[JobInfo]:
     """The rows of ``wanted`` in their order: the controller's, sacct's for the rest."""
-    # An array the controller shows may have tasks it already forgot: ask sacct too.
-    arrays_shown = {k.split("_", 1)[0] for k in found if "_" in k}
-    # squeue has no exit code: sacct gives it for the jobs that ended.
-    ended = {w for w in wanted if w in found and found[w].finished and not found[w].exit_code}
-    ask = [w for w in wanted if w not in found or w in arrays_shown or w in ended]
-    old: dict[str, JobInfo] = {}
-    unknown_why = ""
-    if ask:
-        try:
-            old = {j.job_id: j for j in sacct_jobs(ask, env=env)}
-        except SlurmError as exc:
-            # slurmdbd down: what slurmctld knows still counts; the rest is unknown
-            # for a reason the user should see.
-            detail = (exc.stderr or exc.reason).strip().splitlines() or ["no output"]
-            unknown_why = f"slurmdbd not answering (sacct: {detail[-1][:120]})"
+    old, unknown_why = _sacct_rows(_sacct_asked(wanted, found), env)
     for job in old.values():
         drop_stale_reason(job)
     _add_exit_codes(found, old)
     jobs = []
     for w in wanted:
-        own = found.get(w) or old.get(w)
-        tasks = _array_tasks(w, found, old)
-        if tasks and own is not None:
-            # The array's own record shows up by its bare id only for moments (e.g.
-            # its pending rest just cancelled); the task rows say the same once
-            # settled. Kept while unfinished, so a watcher never misses live work.
-            own.array_job_id = w
-            if own.finished:
-                own = None
-        rows = ([own] if own is not None else []) + tasks
+        rows = _rows_of(w, found, old)
         jobs.extend(rows or [JobInfo(job_id=w, state="UNKNOWN", reason=unknown_why)])
     return jobs
+
+
+def _sacct_asked(wanted: list[str], found: Mapping[str, JobInfo]) -> list[str]:
+    """The wanted ids sacct is asked about: those the controller does not show, arrays
+    it shows (it may have forgotten tasks) and jobs it shows ended (for exit codes)."""
+    # An array the controller shows may have tasks it already forgot: ask sacct too.
+    arrays_shown = {k.split("_", 1)[0] for k in found if "_" in k}
+    # squeue has no exit code: sacct gives it for the jobs that ended.
+    ended = {w for w in wanted if _ended_without_code(found.get(w))}
+    return [w for w in wanted if w not in found or w in arrays_shown or w in ended]
+
+
+def _ended_without_code(job: JobInfo | None) -> bool:
+    return job is not None and job.finished and not job.exit_code
+
+
+def _sacct_rows(ask: list[str], env: Mapping[str, str] | None) -> tuple[dict[str, JobInfo], str]:
+    """sacct's rows of ``ask`` by id, and why the rest is unknown ("" if sacct answered)."""
+    if not ask:
+        return {}, ""
+    try:
+        return {j.job_id: j for j in sacct_jobs(ask, env=env)}, ""
+    except SlurmError as exc:
+        # slurmdbd down: what slurmctld knows still counts; the rest is unknown
+        # for a reason the user should see.
+        detail = (exc.stderr or exc.reason).strip().splitlines() or ["no output"]
+        return {}, f"slurmdbd not answering (sacct: {detail[-1][:120]})"
+
+
+def _rows_of(w: str, found: Mapping[str, JobInfo], old: Mapping[str, JobInfo]) -> list[JobInfo]:
+    """The rows of one wanted id: its own record and its array's tasks ([] if none)."""
+    own = found.get(w) or old.get(w)
+    tasks = _array_tasks(w, found, old)
+    if tasks and own is not None:
+        # The array's own record shows up by its bare id only for moments (e.g.
+        # its pending rest just cancelled); the task rows say the same once
+        # settled. Kept while unfinished, so a watcher never misses live work.
+        own.array_job_id = w
+        if own.finished:
+            own = None
+    return ([own] if own is not None else []) + tasks
 
 
 def _controller_rows(
@@ -457,14 +476,19 @@ def _add_gpus(
         found = cache.get((job.job_id, job.start_time))
         if found is None and job.job_id in shown:
             _moved_on(job, shown[job.job_id])
-        job.gpu_indices = list(found.indices) if found else []
-        job.gpu_devices = [dict(d) for d in found.devices] if found else []
-        # The prolog names the record after the JobId (SLURM_JOB_ID), 14 for task 12_1.
-        record = _read_record(record_dir, found.job_id if found else job.job_id)
-        if record:
-            job.gpu_uuids = list(record.gpu_uuids)
-            if not job.gpu_indices:
-                job.gpu_indices = list(record.gpu_indices)
+        _set_gpus(job, found, record_dir)
+
+
+def _set_gpus(job: JobInfo, found: JobGres | None, record_dir: str) -> None:
+    """``job``'s GPUs from scontrol's record (``found``) and the prolog's job record."""
+    job.gpu_indices = list(found.indices) if found else []
+    job.gpu_devices = [dict(d) for d in found.devices] if found else []
+    # The prolog names the record after the JobId (SLURM_JOB_ID), 14 for task 12_1.
+    record = _read_record(record_dir, found.job_id if found else job.job_id)
+    if record:
+        job.gpu_uuids = list(record.gpu_uuids)
+        if not job.gpu_indices:
+            job.gpu_indices = list(record.gpu_indices)
 
 
 def _has_gpus(shown: Mapping[str, JobGres], job: JobInfo) -> bool:
@@ -549,9 +573,7 @@ def submit_script(
             raise ConfigError(
                 "the pyslurm backend submits as this process's user with its environment"
             )
-        from acbslurm.slurm import pyslurm_backend
-
-        return pyslurm_backend.submit_script(script, count=count, cwd=cwd)
+        return _pyslurm_submit(script, count, cwd)
 
     def one(_: int) -> str:
         # env is the submitter's environment (HOME, PYTHONPATH, XDG_RUNTIME_DIR...): the
@@ -571,19 +593,77 @@ def submit_script(
 
     result = SubmitResult([], requested=count)
     with ThreadPoolExecutor(max_workers=max(1, min(parallel, count))) as pool:
-        futures = [pool.submit(one, i) for i in range(count)]
-        for fut in futures:
-            try:
-                result.job_ids.append(fut.result())
-            except CancelledError:
-                continue  # never started: counted as not attempted
-            except SlurmError as exc:
-                result.failed += 1
-                result.error = result.error or exc
-                for other in futures:
-                    other.cancel()  # calls already running still finish: their ids count
+        _collect_ids([pool.submit(one, i) for i in range(count)], result)
     result.job_ids.sort(key=lambda j: [int(p) for p in j.split("_")])
     return result
+
+
+def _collect_ids(futures: list[Future[str]], result: SubmitResult) -> None:
+    """The ids of the sbatch calls into ``result``, in order; the first failure cancels
+    the calls not started yet."""
+    for fut in futures:
+        try:
+            result.job_ids.append(fut.result())
+        except CancelledError:
+            continue  # never started: counted as not attempted
+        except SlurmError as exc:
+            result.failed += 1
+            result.error = result.error or exc
+            for other in futures:
+                other.cancel()  # calls already running still finish: their ids count
+
+
+def _pyslurm_submit(script: str, count: int, cwd: str | None) -> SubmitResult:
+    from acbslurm.slurm import pyslurm_backend
+
+    return pyslurm_backend.submit_script(script, count=count, cwd=cwd)
+
+
+@dataclass(frozen=True)
+class CancelOutcome:
+    """What ``cancel_known`` did: the ids it cancelled, the ones that had already ended
+    (with their tasks' end states), the ones Slurm does not know."""
+
+    cancelled: list[str]
+    ended: dict[str, list[str]]
+    unknown: list[str]
+    unknown_rows: list[JobInfo]  # the UNKNOWN rows of ``unknown`` (their reasons)
+
+
+def cancel_known(job_ids: Sequence[str], *, backend: str = "cli") -> CancelOutcome:
+    """Cancel those of ``job_ids`` that still run or wait; an array's id stands for all
+    its tasks. One batched query first, so an id that ended or that Slurm forgot is
+    told apart (scancel says nothing about either) and never sent to scancel."""
+    ids = list(dict.fromkeys(job_ids))
+    rows: dict[str, list[JobInfo]] = {i: [] for i in ids}
+    for job in query_jobs(ids, backend=backend):
+        rows[job.array_job_id or job.job_id].append(job)
+    unknown, ended, live = _by_liveness(ids, rows)
+    cancel_jobs(live, backend=backend)
+    return CancelOutcome(
+        cancelled=live,
+        ended={i: sorted({j.state for j in rows[i]}) for i in ended},
+        unknown=unknown,
+        unknown_rows=[j for i in unknown for j in rows[i]],
+    )
+
+
+def _by_liveness(
+    ids: list[str], rows: Mapping[str, list[JobInfo]]
+) -> tuple[list[str], list[str], list[str]]:
+    """``ids`` split into the ones Slurm does not know, the ended ones and the live ones
+    (by their rows: an array's tasks together)."""
+    unknown: list[str] = []
+    ended: list[str] = []
+    live: list[str] = []
+    for i in ids:
+        if all(j.state == "UNKNOWN" for j in rows[i]):
+            unknown.append(i)
+        elif all(j.finished for j in rows[i]):
+            ended.append(i)
+        else:
+            live.append(i)
+    return unknown, ended, live
 
 
 def cancel_jobs(

@@ -188,6 +188,8 @@ def gpu_indices(job: Any) -> list[int]:
     return sorted(found)
 
 
+# complexity: one field per line; each `or ""` and conditional is that field's default,
+# read on its own line, and a helper per field would only move them out of sight.
 def job_info(job: Any) -> JobInfo:
     """One pyslurm Job as the ``JobInfo`` squeue's row would give."""
     state = str(job.state)

@@ -42,6 +42,14 @@ class JobWatcher:
     def poll(self) -> list[JobInfo]:
         """One snapshot of every job, in the order of ``job_ids``."""
         ask = [i for i in self.job_ids if i not in self._final]
+        rows = self._rows(ask)
+        self._settle(ask, rows)
+        snapshot = [job for i in self.job_ids for job in self._final.get(i) or rows.pop(i)]
+        # Rows under an id nobody asked for (a custom query) are shown, not dropped.
+        return snapshot + [job for extra in rows.values() for job in extra]
+
+    def _rows(self, ask: list[str]) -> dict[str, list[JobInfo]]:
+        """The query's rows of the ``ask`` ids, by the id they were asked by."""
         rows: dict[str, list[JobInfo]] = {i: [] for i in ask}
         if ask:
             fresh = self._query(
@@ -50,12 +58,13 @@ class JobWatcher:
             for job in fresh:
                 # query_jobs labels an array's task rows with the id they were asked by
                 rows.setdefault(job.array_job_id or job.job_id, []).append(job)
+        return rows
+
+    def _settle(self, ask: list[str], rows: dict[str, list[JobInfo]]) -> None:
+        """The rows of each asked id whose jobs all finished move to the final ones."""
         for i in ask:
             if rows[i] and all(j.finished for j in rows[i]):
                 self._final[i] = rows.pop(i)
-        snapshot = [job for i in self.job_ids for job in self._final.get(i) or rows.pop(i)]
-        # Rows under an id nobody asked for (a custom query) are shown, not dropped.
-        return snapshot + [job for extra in rows.values() for job in extra]
 
 
 def watch_jobs(

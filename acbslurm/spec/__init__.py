@@ -72,29 +72,41 @@ def _override_value(raw: str, key: str) -> Any:
     return value
 
 
+def _override_item(item: str) -> tuple[str, tuple[str, ...], str]:
+    """``a.b=value``: the key, its parts and the value's text."""
+    key, sep, raw = item.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise SpecError(f"--set {short_repr(item)}: expected KEY=VALUE (e.g. --set mem=4G)")
+    parts = tuple(key.split("."))
+    if any(not p for p in parts):
+        raise SpecError(
+            f"--set {short_repr(item)}: {short_repr(key)} is not a key (use dots between names)"
+        )
+    return key, parts, raw
+
+
+def _parent_of(root: dict[Any, Any], parts: tuple[str, ...], item: str) -> dict[Any, Any]:
+    """The mapping that holds key ``parts`` (made where missing)."""
+    node = root
+    for i, part in enumerate(parts[:-1]):
+        child = node.get(part)
+        if child is None:
+            child = node[part] = {}
+        if not isinstance(child, dict):
+            where = ".".join(parts[: i + 1])
+            raise SpecError(f"--set {short_repr(item)}: {short_repr(where)} is not a mapping")
+        node = child
+    return node
+
+
 def apply_overrides(doc: Located, overrides: Sequence[str]) -> None:
     """Apply ``key=value`` / ``a.b=value`` items onto the loaded document, in order."""
     if not isinstance(doc.value, dict):
         return
     for item in overrides:
-        key, sep, raw = item.partition("=")
-        key = key.strip()
-        if not sep or not key:
-            raise SpecError(f"--set {short_repr(item)}: expected KEY=VALUE (e.g. --set mem=4G)")
-        parts = tuple(key.split("."))
-        if any(not p for p in parts):
-            raise SpecError(
-                f"--set {short_repr(item)}: {short_repr(key)} is not a key (use dots between names)"
-            )
-        node: dict[Any, Any] = doc.value
-        for i, part in enumerate(parts[:-1]):
-            child = node.get(part)
-            if child is None:
-                child = node[part] = {}
-            if not isinstance(child, dict):
-                where = ".".join(parts[: i + 1])
-                raise SpecError(f"--set {short_repr(item)}: {short_repr(where)} is not a mapping")
-            node = child
+        key, parts, raw = _override_item(item)
+        node = _parent_of(doc.value, parts, item)
         node[parts[-1]] = _override_value(raw, key)
         # the value (and anything below it) now comes from the command line
         for p in [p for p in doc.origins if p[: len(parts)] == parts]:

@@ -218,6 +218,13 @@ def _pattern(
     return text
 
 
+def _gpu_count_ok(gpu_type: str, count: str) -> bool:
+    """A positive count, and a well-formed type if one is given."""
+    if not units.is_ascii_int(count) or int(count) <= 0:
+        return False
+    return not gpu_type or _GPU_TYPE.match(gpu_type) is not None
+
+
 def _gpus(value: Any, path: tuple[str, ...], e: Errors) -> str | None:
     if value is None:
         return None
@@ -227,11 +234,7 @@ def _gpus(value: Any, path: tuple[str, ...], e: Errors) -> str | None:
         return None
     text = str(value).strip()
     gpu_type, _, count = text.rpartition(":")
-    if (
-        not units.is_ascii_int(count)
-        or int(count) <= 0
-        or (gpu_type and not _GPU_TYPE.match(gpu_type))
-    ):
+    if not _gpu_count_ok(gpu_type, count):
         e.add(path, f"{value!r} is not {hint}")
         return None
     if ":" in text and not gpu_type:
@@ -256,11 +259,15 @@ def _gpu_request(get: Any, e: Errors) -> dict[str, Any]:
             f"a job asks for GPUs one way: {given[0]!r} or {other!r}, not both "
             "(gpus: per node, gpus_per_task: per task, gpus_total: for the whole job)",
         )
-    if "gpus_per_task" in given and get("ntasks") is None and get("ntasks_per_node") is None:
+    if "gpus_per_task" in given and _no_task_count(get):
         e.add(("gpus_per_task",), "needs a task count: give 'ntasks' or 'ntasks_per_node'")
     if get("serve") is not None and given and given[0] != "gpus":
         e.add((given[0],), "a pool job asks for GPUs per node: use 'gpus'")
     return out
+
+
+def _no_task_count(get: Any) -> bool:
+    return get("ntasks") is None and get("ntasks_per_node") is None
 
 
 def _unit(value: Any, parse: Any, path: tuple[str, ...], e: Errors) -> str | None:
@@ -290,19 +297,26 @@ def _env(
         if problem := env_problem(key, container=container):
             e.add(kpath, problem)
             continue
-        if isinstance(raw, bool):
-            out.append((key, "true" if raw else "false"))
-        elif raw is None:
-            out.append((key, ""))
-        elif isinstance(raw, str | int | float):
-            text = str(raw)
-            if "\x00" in text:
-                e.add(kpath, "must not contain a NUL character")
-                continue
+        text = _env_text(raw, kpath, e)
+        if text is not None:
             out.append((key, text))
-        else:
-            e.add(kpath, f"must be a string or number, got {raw!r}")
     return tuple(out)
+
+
+def _env_text(raw: Any, kpath: tuple[str, ...], e: Errors) -> str | None:
+    """An env value as text (booleans as true/false, None as ""); None if refused."""
+    if isinstance(raw, bool):
+        return "true" if raw else "false"
+    if raw is None:
+        return ""
+    if isinstance(raw, str | int | float):
+        text = str(raw)
+        if "\x00" in text:
+            e.add(kpath, "must not contain a NUL character")
+            return None
+        return text
+    e.add(kpath, f"must be a string or number, got {raw!r}")
+    return None
 
 
 def _command(value: Any, path: tuple[str, ...], e: Errors) -> tuple[str, ...] | str | None:
@@ -317,21 +331,26 @@ def _command(value: Any, path: tuple[str, ...], e: Errors) -> tuple[str, ...] | 
             return None
         return value
     if isinstance(value, list):
-        if not value:
-            e.add(path, "must not be an empty list")
-            return None
-        words: list[str] = []
-        for i, item in enumerate(value):
-            if isinstance(item, bool) or not isinstance(item, str | int | float):
-                e.add((*path, str(i)), f"must be a string or number, got {item!r}")
-                return None
-            if "\x00" in str(item):
-                e.add((*path, str(i)), "must not contain a NUL character")
-                return None
-            words.append(str(item))
-        return tuple(words)
+        return _words(value, path, e)
     e.add(path, f"must be a list of arguments or a shell command string, got {value!r}")
     return None
+
+
+def _words(value: list[Any], path: tuple[str, ...], e: Errors) -> tuple[str, ...] | None:
+    """A command as a list of arguments (strings or numbers, no NUL)."""
+    if not value:
+        e.add(path, "must not be an empty list")
+        return None
+    words: list[str] = []
+    for i, item in enumerate(value):
+        if isinstance(item, bool) or not isinstance(item, str | int | float):
+            e.add((*path, str(i)), f"must be a string or number, got {item!r}")
+            return None
+        if "\x00" in str(item):
+            e.add((*path, str(i)), "must not contain a NUL character")
+            return None
+        words.append(str(item))
+    return tuple(words)
 
 
 def _path(value: Any, path: tuple[str, ...], e: Errors, *, absolute: bool = False) -> str | None:
@@ -548,9 +567,15 @@ def _what_runs(get: Any, e: Errors) -> None:
         e.add((other,), f"a pool job runs its pool (serve); remove {other!r}")
     if not given:
         e.add((), "nothing to run: give 'command', a 'container' block or 'serve' (a pool file)")
-    if "serve" in given and get("array") is not None:
+    if "serve" in given:
+        _pool_shape(get, e)
+
+
+def _pool_shape(get: Any, e: Errors) -> None:
+    """A pool job is one gateway (no array) on a fixed node count."""
+    if get("array") is not None:
         e.add(("array",), "a pool job is one gateway; remove 'array'")
-    if "serve" in given and not units.is_ascii_int(str(get("nodes") or 1)):
+    if not units.is_ascii_int(str(get("nodes") or 1)):
         e.add(("nodes",), "a pool job needs a fixed node count (nodes: 2, not a range)")
 
 

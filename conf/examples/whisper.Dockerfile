@@ -1,4 +1,4 @@
-# The image of conf/examples/whisper.yaml (the seed's job): OpenAI Whisper on CUDA.
+# The image of conf/examples/whisper.yaml (a Whisper transcription on one GPU): OpenAI Whisper on CUDA.
 #
 # Build it as the user who submits the job, in that user's rootless Docker, on every
 # node the job may run on (or push it to a registry the nodes reach and keep the

@@ -68,6 +68,8 @@ def slow_callers(sb: Any, user: str, n: int) -> Iterator[list[str]]:
     finally:
         p.terminate()
         p.wait(10)
+        if p.stdout is not None:
+            p.stdout.close()
 
 
 def report(sb: Any, user: str) -> Any:

@@ -181,6 +181,7 @@ def sbatch_parsed_options(script: str, tmp_path: Path) -> dict[str, str]:
     finally:
         proc.kill()
         proc.wait()
+        proc.stderr.close()
     return opts
 
 

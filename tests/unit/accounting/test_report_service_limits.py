@@ -85,6 +85,7 @@ def test_a_request_sent_a_byte_at_a_time_is_cut_at_its_deadline(svc: ReportServi
             break
         time.sleep(0.2)
     got = answer(c)
+    c.close()
     assert got.startswith("X 2 ") and "bad request: not sent within 1 s" in got, got
     assert time.monotonic() - t0 < 4
     wait_held(svc, 0)
@@ -103,6 +104,6 @@ def test_one_user_holds_at_most_its_share_and_hears_busy_every_time(svc: ReportS
         assert "not sent within" in answer(c)
         c.close()
     wait_held(svc, 0)
-    c = connect(svc)
-    c.sendall(b'{"options": {"db_host": "x"}}\n')
-    assert "forbidden option(s) db_host" in answer(c)
+    with connect(svc) as c:
+        c.sendall(b'{"options": {"db_host": "x"}}\n')
+        assert "forbidden option(s) db_host" in answer(c)

@@ -199,3 +199,65 @@ def test_a_forked_child_cannot_use_its_parents_session(broker_factory) -> None:
         assert "belongs to process" in said and "must open its own BrokerClient" in said
         c.release(c.acquire(1, timeout=5))  # the parent's session is untouched
         assert [x["id"] for x in fetch_status(d.address)["clients"]] == [c.client_id]
+
+
+def test_waiters_on_one_lane_take_turns_and_its_close_wakes_them(tmp_path: Path) -> None:
+    """The client's Lane alone, against a stand-in broker end: whoever reads hands the
+    others' answers over; a deadline ends a wait; closing wakes reader and waiters."""
+    from acbslurm.broker.lane_client import Lane
+
+    path = str(tmp_path / "b.sock.lane")
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    server.bind(path)
+    server.listen(1)
+    peer: list[socket.socket] = []
+
+    def accept() -> None:
+        conn, _ = server.accept()
+        assert pb.ClientMessage.FromString(conn.recv(4096)).lane_open.client_id == 7
+        conn.sendall(pb.ServerMessage(lane_ready=pb.LaneReady()).SerializeToString())
+        peer.append(conn)
+
+    threading.Thread(target=accept, daemon=True).start()
+    done = {rid: threading.Event() for rid in (1, 2, 3)}
+    readers: list[str] = []
+
+    def on_message(msg: object) -> None:
+        readers.append(threading.current_thread().name)
+        done[msg.granted.request_id].set()  # type: ignore[attr-defined]
+
+    lane = Lane(path, 7, b"token", on_message)
+    assert lane.on_lane and not lane.closed
+
+    def grant(rid: int) -> None:
+        msg = pb.ServerMessage(granted=pb.Granted(request_id=rid, lease_id=rid))
+        peer[0].sendall(msg.SerializeToString())
+
+    threads = [
+        threading.Thread(target=lane.wait, args=(done[r], None), name=f"w{r}") for r in (1, 2)
+    ]
+    threads[0].start()
+    time.sleep(0.1)  # w1 reads the lane
+    threads[1].start()
+    time.sleep(0.1)  # w2 waits for its turn
+    grant(2)  # read by w1, which hands it over: w2 is done without reading
+    threads[1].join(5)
+    assert not threads[1].is_alive() and done[2].is_set() and not done[1].is_set()
+    grant(1)
+    threads[0].join(5)
+    assert not threads[0].is_alive() and done[1].is_set() and readers == ["w1", "w1"]
+
+    t0 = time.monotonic()
+    lane.wait(done[3], time.monotonic() + 0.2)  # nothing comes: back at the deadline
+    assert not done[3].is_set() and 0.15 < time.monotonic() - t0 < 3
+
+    waiters = [threading.Thread(target=lane.wait, args=(done[3], None)) for _ in range(2)]
+    for t in waiters:
+        t.start()
+    time.sleep(0.1)
+    lane.close()
+    for t in waiters:
+        t.join(5)
+    assert lane.closed and not any(t.is_alive() for t in waiters) and not done[3].is_set()
+    peer[0].close()
+    server.close()

@@ -66,9 +66,13 @@ def _job_dir(spec: JobSpec, cwd: str) -> str:
     return os.path.join(cwd, spec.workdir) if spec.workdir else cwd
 
 
+def _may_write_file(full: str | None) -> bool:
+    return full is not None and os.path.exists(full) and os.access(full, os.W_OK)
+
+
 def _directory_problem(kind: str, path: str, spec: JobSpec, cwd: str, user: str) -> str | None:
     full = expand_path(os.path.join(_job_dir(spec, cwd), path), user=user, name=spec.name or "")
-    if full is not None and os.path.exists(full) and os.access(full, os.W_OK):
+    if _may_write_file(full):
         return None  # an existing file it may write (/dev/null, a log it appends to)
     folder = os.path.dirname(os.path.join(_job_dir(spec, cwd), path)) or "/"
     expanded = expand_path(folder, user=user, name=spec.name or "")
@@ -228,13 +232,15 @@ def explain_failure(
             "  Slurm could not start the job: usually its output/error directory is missing "
             "or not writable on the node, or the working directory does not exist there"
         )
-    path = error_file(job, spec, details, cwd)
+    out.extend(_error_file_lines(error_file(job, spec, details, cwd)))
+    return out
+
+
+def _error_file_lines(path: str) -> list[str]:
+    """The last lines of the job's error file, or why there are none."""
     lines = tail(path)
     if lines is None:
-        out.append(f"  error file {path}: not readable here")
-    elif not lines:
-        out.append(f"  error file {path}: empty")
-    else:
-        out.append(f"  last lines of {path}:")
-        out.extend(f"    {line}" for line in lines)
-    return out
+        return [f"  error file {path}: not readable here"]
+    if not lines:
+        return [f"  error file {path}: empty"]
+    return [f"  last lines of {path}:", *(f"    {line}" for line in lines)]

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from acbslurm.demo import run as run_mod
+from acbslurm.demo import on_sandbox as run_mod
 from acbslurm.demo.experiment import JobTrace, Phase
-from acbslurm.demo.run import (
+from acbslurm.demo.on_sandbox import (
     EXAMPLE,
     DemoOptions,
     hold_pattern,

@@ -136,17 +136,24 @@ def run_report(
             jobs = ()
         else:
             jobs = iter_jobs(conn, schema, req)
-        if opts.fmt == "json":
-            write_json(out, meta, jobs, agg)
-        elif opts.fmt == "html":
-            write_html(out, meta, jobs, agg)
-        elif opts.fmt == "csv":
-            write_csv(out, jobs, agg)
-        else:
-            write_table(out, meta, jobs, agg)
+        _write(opts.fmt, out, meta, jobs, agg)
         out.flush()
     finally:
         conn.close()
+
+
+def _write(
+    fmt: str, out: TextIO, meta: dict[str, Any], jobs: Iterable[JobUsage], agg: Aggregator
+) -> None:
+    """The report in format ``fmt`` (json, html, csv, else the table)."""
+    if fmt == "json":
+        write_json(out, meta, jobs, agg)
+    elif fmt == "html":
+        write_html(out, meta, jobs, agg)
+    elif fmt == "csv":
+        write_csv(out, jobs, agg)
+    else:
+        write_table(out, meta, jobs, agg)
 
 
 def report(opts: ReportOptions, out: TextIO) -> None:
