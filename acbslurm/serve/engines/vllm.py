@@ -75,8 +75,12 @@ class _UnixHTTP(http.client.HTTPConnection):
 
     def connect(self) -> None:
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        s.settimeout(self.timeout)
-        s.connect(self.unix_path)
+        try:
+            s.settimeout(self.timeout)
+            s.connect(self.unix_path)
+        except OSError:
+            s.close()
+            raise
         self.sock = s
 
 
@@ -404,8 +408,10 @@ class VllmWorker(Worker):
         proc = self.server.proc
         assert proc is not None
         code = proc.wait()
-        if self.server.stopping:
-            return
+        if not self.server.stopping:
+            self.server_died(code)
+
+    def server_died(self, code: int) -> None:
         log.error(
             "model %s: vLLM exited (%s):\n%s", self.spec["name"], code, self.server.log_tail()
         )

@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import openai
@@ -310,3 +311,143 @@ models:
         assert "vLLM exited" in h.reason and "max_model_len" in h.reason.replace("-", "_")
     finally:
         srv.stop()
+
+
+# -- in this process: the supervisor and the worker's side of it, on a real server -------
+
+
+class _Client:
+    """The broker's side for a ``VllmWorker`` driven in this process: one lease."""
+
+    def __init__(self) -> None:
+        self.devices = [SimpleNamespace(id="cpu0", memory_total=0, node="")]
+        self.released: list[Any] = []
+        self.lease = SimpleNamespace(
+            devices=[], device_ids=["cpu0"], yield_requested=threading.Event()
+        )
+
+    def acquire(self, count: int, memory: int = 0, pin: Any = None) -> Any:
+        return self.lease
+
+    def release(self, lease: Any, resident: Any = None) -> None:
+        self.released.append((lease, resident))
+
+    def on_evict(self, callback: Any) -> None:
+        self.evict = callback
+
+
+@pytest.fixture(scope="module")
+def worker(tiny_models: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A VllmWorker whose messages to the gateway are kept, and its started server."""
+    from acbslurm.serve.engines.vllm import VllmWorker
+
+    tmp = tmp_path_factory.mktemp("vllm-here")
+    spec = {
+        "name": "model-a",
+        "path": str(tiny_models["model-a"]),
+        "devices": 1,
+        "dtype": "float32",
+        "max_batch": 2,
+        "max_tokens": 5,
+        "max_context": 0,
+        "temperature": 0.0,
+        "top_p": 1.0,
+        "headroom": 64 << 20,
+        "engine": "vllm",
+        "engine_args": {},
+        "vllm_python": "",
+    }
+    sent: list[dict[str, Any]] = []
+    w = VllmWorker(spec, None, "", "cpu")  # type: ignore[arg-type]
+    w.send = sent.append  # type: ignore[method-assign]
+    w.sent = sent
+    w.client = _Client()
+    died: list[int] = []
+    w.server_died = died.append  # the worker process would exit: not this one
+    env = vllm_env(tmp)
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        w.load()
+        assert w.max_context == 512 and w.max_prompt_chars > 512
+        assert w.check_fit() == 0  # starts the server in its first lease, then sleeps
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    folder = w.server.folder
+    yield w
+    w.server.stop()
+    assert not w.server.alive() and not os.path.exists(folder)
+
+
+def _messages(w: Any, rid: str) -> list[dict[str, Any]]:
+    return [m for m in w.sent if m.get("id") == rid]
+
+
+def test_first_lease_starts_then_sleeps(worker: Any) -> None:
+    assert worker.server.alive() and worker.pin == ["cpu0"]
+    assert worker.slept == 1 and worker.client.released[-1][1] == {}
+    status, body = worker.server.call("GET", "/is_sleeping")
+    assert status == 200 and "is_sleeping" in body.decode()
+    assert worker.ready_message()["max_context"] == 512
+
+
+def test_turn_wakes_serves_and_sleeps(worker: Any) -> None:
+    """One turn: the grant wakes the server, every queued request is served whole
+    (completion, chat), the server sleeps, the lease goes back."""
+    from acbslurm.serve.engines.vllm import Request
+
+    worker.sent.clear()
+    for rid, msg in (
+        ("c1", {"prompt": "The broker lends GPUs"}),
+        ("c2", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}),
+        ("c3", {"prompt": "more", "seed": 3, "stop": ["zz"], "temperature": 0.5}),
+    ):
+        worker.by_id[rid] = Request(rid, {"id": rid, **msg})
+        worker.queue.append(worker.by_id[rid])
+    woken, slept = worker.woken, worker.slept
+    worker.turn()
+    assert worker.woken == woken + 1 and worker.slept == slept + 1
+    for rid, most in (("c1", 5), ("c2", 3), ("c3", 5)):
+        msgs = _messages(worker, rid)
+        assert msgs[0]["type"] == "accepted", msgs
+        done = msgs[-1]
+        assert done["type"] == "done" and done["finish_reason"] in ("length", "stop")
+        assert 1 <= done["completion_tokens"] <= most and done["prompt_tokens"] > 0
+        assert set(done["timing"]) == {"wait_s", "restore_s", "compute_s"}
+    assert any(m["type"] == "lease" for m in worker.sent)
+    assert worker.sent[-1]["type"] == "stats" and worker.sent[-1]["swaps_in"] == worker.woken
+    assert not worker.by_id and not worker.inflight
+
+
+def test_refused_and_cancelled_requests(worker: Any) -> None:
+    from acbslurm.serve.engines.vllm import Request
+
+    worker.sent.clear()
+    worker.server.wake()
+    try:
+        worker.serve_one(Request("r1", {"prompt": "hello " * 600}), {"started": 0.0})
+        (err,) = _messages(worker, "r1")
+        assert err["type"] == "error" and err["status"] == 400
+        assert err["code"] == "context_length_exceeded"
+        d = Request("r2", {"prompt": "cancel me", "max_tokens": 50})
+        d.cancelled = True  # the client went away: the connection to vLLM is closed
+        worker.serve_one(d, {"wait_s": 0.0, "restore_s": 0.0, "started": 0.0})
+        assert [m["type"] for m in _messages(worker, "r2")] == ["accepted"]
+    finally:
+        worker.server.sleep()
+    # the server still answers afterwards
+    status, _ = worker.server.call("GET", "/health")
+    assert status == 200
+
+
+def test_cancel_while_queued(worker: Any) -> None:
+    from acbslurm.serve.engines.vllm import Request
+
+    worker.accept({"id": "q1", "prompt": "x"})
+    assert isinstance(worker.by_id["q1"], Request) and len(worker.queue) == 1
+    worker.cancel("q1")
+    assert not worker.queue and "q1" not in worker.by_id
