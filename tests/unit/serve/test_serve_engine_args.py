@@ -133,3 +133,11 @@ def test_demo_pool_engine(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> No
     text = mm.demo_pool_yaml(engine="vllm")
     assert text.count("engine: vllm") == 2
     assert "engine:" not in mm.demo_pool_yaml()
+
+
+def test_worker_class() -> None:
+    from acbslurm.serve.engines import worker_class
+    from acbslurm.serve.engines.vllm import VllmWorker
+    from acbslurm.serve.worker import Worker
+
+    assert worker_class("vllm") is VllmWorker and worker_class("builtin") is Worker
