@@ -36,7 +36,6 @@ from typing import Any
 import yaml
 
 from acbslurm.errors import ConfigError, SpecError
-from acbslurm.serve.engines import ENGINES
 from acbslurm.serve.errors import ListenError, PoolError
 from acbslurm.spec.yamlpos import Errors, Located, load_located, nearest_origin
 from acbslurm.units import cpu_device_spec, size_bytes
@@ -69,6 +68,7 @@ MODEL_KEYS = (
     "engine",
     "engine_args",
 )
+ENGINES = ("builtin", "vllm")  # a model's engine: (acbslurm.serve.engines)
 # vLLM options acbslurm sets itself (engines/vllm.py): an engine_args entry naming one
 # is refused, with what acbslurm does instead.
 OWNED_VLLM_ARGS = {

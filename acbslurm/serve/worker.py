@@ -588,7 +588,8 @@ def start(w: Worker, store: Any) -> int:
     return w.check_fit()
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, cls: type[Worker] | None = None) -> int:
+    """The worker process; ``cls``: an engine's worker (``engines.vllm``'s main)."""
     p = argparse.ArgumentParser(prog="acbslurm.serve.worker")
     p.add_argument("--spec", required=True, help="the model's spec as JSON")
     p.add_argument("--socket", required=True)
@@ -619,9 +620,7 @@ def main(argv: list[str] | None = None) -> int:
         with contextlib.suppress(OSError):
             os.rmdir(os.path.dirname(args.socket))
     conn.settimeout(None)
-    from acbslurm.serve.engines import worker_class
-
-    w: Worker = worker_class(spec.get("engine", "builtin"))(spec, conn, args.broker, args.device)
+    w = (cls or Worker)(spec, conn, args.broker, args.device)
     w.on_start()
     store = w.open_group(args.rendezvous_host) if w.procs > 1 else None
     code = start(w, store)

@@ -4,7 +4,9 @@
 ``residency``: weights moved to host memory and back in place). ``vllm`` runs one vLLM
 OpenAI server per model, supervised by its worker (``engines.vllm.VllmWorker``):
 started inside the model's first lease, woken at each grant, put to sleep before each
-release. ``worker_class`` picks the worker; both keep the gateway's protocol.
+release. Each has its worker process (``python -m acbslurm.serve.worker``, ``python -m
+acbslurm.serve.engines.vllm``: ``workers.worker_module``); both keep the gateway's
+protocol.
 
 ``Engine`` is the five steps a worker drives a server through; ``VllmServer`` is one.
 The built-in engine's steps (``Gang.bring_in``/``evict``, ``Decoding.step``) are still
@@ -15,8 +17,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from typing import Any, Protocol
-
-ENGINES = ("builtin", "vllm")
 
 
 class Engine(Protocol):
@@ -34,14 +34,3 @@ class Engine(Protocol):
 
     def stop(self, grace: float = 15.0) -> None:
         """Stop the server and free what it holds."""
-
-
-def worker_class(engine: str) -> type[Any]:
-    """The worker process's class for a model's ``engine``."""
-    if engine == "vllm":
-        from acbslurm.serve.engines.vllm import VllmWorker
-
-        return VllmWorker
-    from acbslurm.serve.worker import Worker
-
-    return Worker

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from acbslurm.config import env_float
+from acbslurm.serve import worker
 from acbslurm.serve.pool import weights_bytes
 from acbslurm.serve.worker import EXIT_BROKER, EXIT_REFUSED, EXIT_THREAD, Worker, longest_token
 
@@ -633,3 +634,14 @@ class VllmWorker(Worker):
                 if not self.inflight and (not self.queue or lease.yield_requested.is_set()):
                     return
                 self.cond.wait(0.05)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m acbslurm.serve.engines.vllm``: the worker of an ``engine: vllm`` model."""
+    return worker.main(argv, VllmWorker)
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main())

@@ -135,9 +135,8 @@ def test_demo_pool_engine(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> No
     assert "engine:" not in mm.demo_pool_yaml()
 
 
-def test_worker_class() -> None:
-    from acbslurm.serve.engines import worker_class
-    from acbslurm.serve.engines.vllm import VllmWorker
-    from acbslurm.serve.worker import Worker
+def test_worker_module() -> None:
+    from acbslurm.serve.workers import worker_module
 
-    assert worker_class("vllm") is VllmWorker and worker_class("builtin") is Worker
+    assert worker_module("vllm") == "acbslurm.serve.engines.vllm"
+    assert worker_module("builtin") == "acbslurm.serve.worker"
