@@ -56,4 +56,7 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   "$venv/bin/pip" install "${pip_args[@]}" -e ".[dev,broker,serve]" --config-settings editable_mode=compat
   echo "$want" >"$stamp"
 fi
+
+# vLLM for `engine: vllm` models, in .venv-vllm (scripts/setup_vllm.sh).
+bash "$root/scripts/setup_vllm.sh"
 echo "setup: ok ($venv/bin/acbslurm)"

@@ -22,17 +22,23 @@ def _listen(ctx: click.Context, param: click.Parameter, value: str | None) -> st
         raise click.BadParameter(str(exc), ctx, param) from None
 
 
-def _pool(pool_file: str | None, demo: bool, listen: str | None) -> PoolSpec:
-    """The pool of POOL_FILE, or of --demo (its models made on first use)."""
+def _pool(
+    pool_file: str | None, demo: bool, listen: str | None, engine: str | None = None
+) -> PoolSpec:
+    """The pool of POOL_FILE, or of --demo (its models made on first use; ``engine``:
+    every model's, default builtin)."""
     from acbslurm.serve.pool import load_pool, load_pool_text
 
     if demo == bool(pool_file):
         raise click.UsageError("give a POOL_FILE or --demo (not both)")
+    if engine and not demo:
+        raise click.UsageError("--engine goes with --demo (a pool file names each model's engine:)")
     if demo:
         from acbslurm.serve.modelmaker import cache_dir, demo_pool_yaml
 
         click.echo(f"demo models in {cache_dir()} (made on first use)", err=True)
-        return load_pool_text(demo_pool_yaml(listen=listen or "127.0.0.1:8000"), "<demo pool>")
+        text = demo_pool_yaml(listen=listen or "127.0.0.1:8000", engine=engine or "builtin")
+        return load_pool_text(text, "<demo pool>")
     assert pool_file is not None
     return load_pool(pool_file)
 
@@ -50,6 +56,12 @@ def _pool(pool_file: str | None, demo: bool, listen: str | None) -> PoolSpec:
     is_flag=True,
     help="Make small models once and serve a seed-shaped pool (A:4, B:4, C:8).",
 )
+@click.option(
+    "--engine",
+    type=click.Choice(["builtin", "vllm"]),
+    default=None,
+    help="With --demo: every model's engine (default builtin; vllm needs .venv-vllm).",
+)
 @click.option("--check", is_flag=True, help="Validate the pool file and exit.")
 @click.option(
     "--address-file",
@@ -58,7 +70,12 @@ def _pool(pool_file: str | None, demo: bool, listen: str | None) -> PoolSpec:
     help="Once every worker is up, write the gateway's address (JSON, mode 0600) here.",
 )
 def serve(
-    pool_file: str | None, listen: str | None, demo: bool, check: bool, address_file: str
+    pool_file: str | None,
+    listen: str | None,
+    demo: bool,
+    engine: str | None,
+    check: bool,
+    address_file: str,
 ) -> None:
     """Serve the models of POOL_FILE behind one OpenAI-compatible gateway.
 
@@ -67,10 +84,10 @@ def serve(
     Inside a Slurm job the job's broker is used; otherwise the pool starts its own
     (CPU stand-in devices when there is no GPU). SIGTERM stops everything.
     """
-    pool = _pool(pool_file, demo, listen)
+    pool = _pool(pool_file, demo, listen, engine)
     if check:
         for m in pool.models:
-            click.echo(f"{m.name}: {m.devices} device(s), {m.path}")
+            click.echo(f"{m.name}: {m.devices} device(s), {m.path}, engine {m.engine}")
         return
     from acbslurm.serve.runner import PoolServer
 

@@ -125,8 +125,11 @@ def demo_models(root: Path | None = None) -> dict[str, tuple[Path, int]]:
     return out
 
 
-def demo_pool_yaml(root: Path | None = None, listen: str = "127.0.0.1:8000") -> str:
-    """The demo's pool file (models made on first use under ``root``, default the cache)."""
+def demo_pool_yaml(
+    root: Path | None = None, listen: str = "127.0.0.1:8000", engine: str = "builtin"
+) -> str:
+    """The demo's pool file (models made on first use under ``root``, default the cache);
+    ``engine``: every model's (``serve --demo --engine vllm``)."""
     models = demo_models(root)
     lines = [
         "# acbslurm serve --demo: the seed's shape (A:4, B:4, C:8) on 8 CPU stand-in devices",
@@ -146,4 +149,6 @@ def demo_pool_yaml(root: Path | None = None, listen: str = "127.0.0.1:8000") -> 
             "    temperature: 0",
             "    headroom: 256K",
         ]
+        if engine != "builtin":
+            lines.append(f"    engine: {engine}")
     return "\n".join(lines) + "\n"

@@ -28,7 +28,7 @@ import os
 import re
 import struct
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -50,6 +50,7 @@ POOL_KEYS = (
     "host_memory",
     "max_queue",
     "request_timeout",
+    "vllm_python",
     "models",
 )
 MODEL_KEYS = (
@@ -64,7 +65,28 @@ MODEL_KEYS = (
     "temperature",
     "top_p",
     "headroom",
+    "engine",
+    "engine_args",
 )
+ENGINES = ("builtin", "vllm")  # a model's engine: (acbslurm.serve.engines)
+# vLLM options acbslurm sets itself (engines/vllm.py): an engine_args entry naming one
+# is refused, with what acbslurm does instead.
+OWNED_VLLM_ARGS = {
+    "tensor_parallel_size": "the gang's size on CUDA, 1 on CPU stand-ins",
+    "tp": "the gang's size on CUDA, 1 on CPU stand-ins",
+    "pipeline_parallel_size": "one vLLM server per model on its gang",
+    "data_parallel_size": "one vLLM server per model on its gang",
+    "uds": "the worker's private socket",
+    "port": "the worker's private socket",
+    "host": "the worker's private socket",
+    "enable_sleep_mode": "always on: leases drive sleep and wake",
+    "device": "the leased devices",
+    "model": "the model's path:",
+    "served_model_name": "the model's name:",
+    "kv_cache_memory_bytes": "headroom:",
+    "gpu_memory_utilization": "headroom: (the KV cache's bytes)",
+    "api_key": "the worker's private socket",
+}
 DTYPES = {"float32": 4, "float16": 2, "bfloat16": 2}
 # safetensors' own limit on a file's JSON header (its reader refuses larger ones).
 SAFETENSORS_HEADER_LIMIT = 100 * 1024 * 1024
@@ -98,6 +120,9 @@ class ModelSpec:
     temperature: float = 1.0
     top_p: float = 1.0
     headroom: int = 64 << 20  # bytes per device for KV cache and activations
+    engine: str = "builtin"  # builtin | vllm
+    engine_args: dict[str, Any] = field(default_factory=dict)  # vLLM options passed on
+    vllm_python: str = ""  # the pool's vllm_python: (empty: the checkout's .venv-vllm)
     where: str = ""  # file:line of the entry
 
     def as_dict(self) -> dict[str, Any]:
@@ -119,6 +144,7 @@ class PoolSpec:
     host_memory: int = 0  # 0 = no budget check
     max_queue: int = 64
     request_timeout: float = 300.0
+    vllm_python: str = ""  # the vLLM environment's python (empty: the checkout's .venv-vllm)
     source: str = ""
     origins: dict[tuple[str, ...], str] = field(default_factory=dict, compare=False)
 
@@ -221,6 +247,7 @@ POOL_CHECKS: tuple[tuple[str, _Check], ...] = (
     ("request_timeout", partial(_float, low=0.1, high=86400.0)),
     ("host_memory", _size),
     ("max_queue", _int),
+    ("vllm_python", _str),
 )
 MODEL_CHECKS: tuple[tuple[str, _Check], ...] = (
     ("devices", _int),
@@ -232,7 +259,36 @@ MODEL_CHECKS: tuple[tuple[str, _Check], ...] = (
     ("temperature", partial(_float, low=0.0, high=2.0)),
     ("top_p", partial(_float, low=0.0, high=1.0)),
     ("headroom", _size),
+    ("engine", lambda v, at, e: _choice(v, at, e, ENGINES)),
+    ("engine_args", lambda v, at, e: _engine_args(v, at, e)),
 )
+
+
+def _choice(value: Any, at: tuple[str, ...], e: Errors, allowed: tuple[str, ...]) -> str | None:
+    if value not in allowed:
+        e.add(at, f"{value!r}: one of {', '.join(allowed)}")
+        return None
+    return str(value)
+
+
+def _engine_args(value: Any, at: tuple[str, ...], e: Errors) -> dict[str, Any] | None:
+    """vLLM's own options (``--max-num-seqs 4`` is ``max_num_seqs: 4``), scalars only;
+    the ones acbslurm owns are refused."""
+    if not isinstance(value, dict):
+        e.add(at, f"must be a mapping of vLLM options, got {value!r}")
+        return None
+    out: dict[str, Any] = {}
+    for key, v in value.items():
+        k = str(key).replace("-", "_")
+        if not re.match(r"^[a-z][a-z0-9_]{0,63}$", k):
+            e.add((*at, str(key)), "not a vLLM option name")
+        elif k in OWNED_VLLM_ARGS:
+            e.add((*at, str(key)), f"set by acbslurm ({OWNED_VLLM_ARGS[k]}); remove it")
+        elif not isinstance(v, (str, int, float, bool)) or (isinstance(v, str) and "\n" in v):
+            e.add((*at, str(key)), f"must be a string, number or boolean, got {v!r}")
+        else:
+            out[k] = v
+    return out
 
 
 def _checked(
@@ -315,6 +371,10 @@ def _model(raw: Any, i: int, base: Path, e: Errors, check_paths: bool) -> ModelS
         kw["path"] = _model_path(raw["path"], (*at, "path"), e, base, check_paths)
     kw.update(_checked(raw, MODEL_CHECKS, at, e))
     _check_procs(kw, at, e, check_paths)
+    if kw.get("engine") == "vllm" and kw.get("procs", 1) != 1:
+        e.add((*at, "procs"), "engine vllm: one worker process (vLLM spreads the model itself)")
+    if kw.get("engine_args") and kw.get("engine") != "vllm":
+        e.add((*at, "engine_args"), "only with engine: vllm")
     if len(e.items) > before:
         return None
     return ModelSpec(**kw)
@@ -351,6 +411,10 @@ def validate(doc: Located, base: Path, check_paths: bool = True) -> PoolSpec:
     models = _models(raw, base, e, check_paths)
     if e.items:
         raise PoolError("invalid pool file:\n  " + "\n  ".join(e.items))
+    if kw.get("vllm_python"):
+        path = Path(os.path.expanduser(kw["vllm_python"]))
+        kw["vllm_python"] = str(path if path.is_absolute() else base / path)
+        models = [replace(m, vllm_python=kw["vllm_python"]) for m in models]
     return PoolSpec(models=tuple(models), source=doc.source, origins=dict(doc.origins), **kw)
 
 

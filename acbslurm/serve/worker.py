@@ -120,13 +120,20 @@ class Worker:
             finally:
                 self.wlock.release()
 
+    def on_start(self) -> None:
+        """Once the process is connected to the gateway (an engine's signal handlers)."""
+
+    def exit(self, code: int) -> NoReturn:
+        """End the process now (an engine with a server of its own stops it first)."""
+        os._exit(code)
+
     def send(self, msg: dict[str, Any]) -> None:
         data = encode(msg)
         with self.wlock:
             try:
                 self.conn.sendall(data)
             except OSError:
-                os._exit(0)  # the gateway is gone: nothing left to serve
+                self.exit(0)  # the gateway is gone: nothing left to serve
 
     def fail(
         self, rid: str, status: int, message: str, param: str | None = None, code: str = ""
@@ -143,6 +150,14 @@ class Worker:
         )
 
     # -- start --------------------------------------------------------------------------
+
+    def ready_message(self) -> dict[str, Any]:
+        return {
+            "type": "ready",
+            "weights_bytes": self.gang.weights,
+            "max_context": self.max_context,
+            "max_prompt_chars": self.max_prompt_chars,
+        }
 
     def load(self) -> None:
         from transformers import AutoTokenizer
@@ -259,7 +274,7 @@ class Worker:
         while True:
             line = f.readline(MAX_LINE)
             if not line:
-                os._exit(0)  # the gateway closed us
+                self.exit(0)  # the gateway closed us
             try:
                 msg = decode(line)
             except ValueError:
@@ -596,7 +611,8 @@ def start(w: Worker, store: Any) -> int:
     return w.check_fit()
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, cls: type[Worker] | None = None) -> int:
+    """The worker process; ``cls``: an engine's worker (``engines.vllm``'s main)."""
     p = argparse.ArgumentParser(prog="acbslurm.serve.worker")
     p.add_argument("--spec", required=True, help="the model's spec as JSON")
     p.add_argument("--socket", required=True)
@@ -627,19 +643,13 @@ def main(argv: list[str] | None = None) -> int:
         with contextlib.suppress(OSError):
             os.rmdir(os.path.dirname(args.socket))
     conn.settimeout(None)
-    w = Worker(spec, conn, args.broker, args.device)
+    w = (cls or Worker)(spec, conn, args.broker, args.device)
+    w.on_start()
     store = w.open_group(args.rendezvous_host) if w.procs > 1 else None
     code = start(w, store)
     if code:
         return code
-    w.send(
-        {
-            "type": "ready",
-            "weights_bytes": w.gang.weights,
-            "max_context": w.max_context,
-            "max_prompt_chars": w.max_prompt_chars,
-        }
-    )
+    w.send(w.ready_message())
     w.send_stats()
     threading.excepthook = _thread_failed
     threading.Thread(target=w.reader, name="gateway-reader", daemon=True).start()

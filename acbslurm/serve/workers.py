@@ -149,7 +149,7 @@ class WorkerHandle:
         self.proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
-            "acbslurm.serve.worker",
+            worker_module(self.spec.engine),
             "--spec",
             json.dumps(self.spec.as_dict()),
             "--socket",
@@ -184,8 +184,13 @@ class WorkerHandle:
             self._drop_writer()
             self.ready_event.clear()
             self._retire_stats()
-        with contextlib.suppress(ProcessLookupError):
-            proc.kill()
+        if self._stopping:
+            # stop() has sent SIGTERM: a worker with a server of its own (engine: vllm)
+            # stops it and removes its folder first; stop() kills it after 5 s.
+            await _wait_or_kill(proc, 5)
+        else:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
         code = await proc.wait()
         await self._stop_followers()
         return self._exit_code if self._exit_code is not None else code
@@ -348,6 +353,11 @@ class WorkerHandle:
         if self.pending.pop(rid, None) is not None and cancel and self.writer is not None:
             with contextlib.suppress(Exception):
                 self.writer.write(encode({"type": "cancel", "id": rid}))
+
+
+def worker_module(engine: str) -> str:
+    """The module a model's worker process runs, by its ``engine:``."""
+    return "acbslurm.serve.engines.vllm" if engine == "vllm" else "acbslurm.serve.worker"
 
 
 async def _wait_or_kill(proc: asyncio.subprocess.Process, seconds: float) -> None:

@@ -1,0 +1,647 @@
+"""The vLLM engine: one vLLM OpenAI server per model, supervised by the model's worker.
+
+The server runs in vLLM's own environment (``vllm_python``, default the checkout's
+``.venv-vllm``: scripts/setup.sh makes it) and listens on a unix socket in a 0700
+folder only the worker knows (``--uds``), so nothing but the worker reaches it, its
+admin routes (``/sleep``, ``/wake_up``, ``/collective_rpc``, ...) included. The worker
+keeps the gateway's protocol (``generate`` in, ``accepted``/``delta``/``done``/``error``
+out) and forwards each request to the server as a streamed ``/v1/completions`` or
+``/v1/chat/completions``.
+
+Leases: the server is started inside the model's first lease (``CUDA_VISIBLE_DEVICES``
+= the lease's GPUs, none on CPU stand-ins), then put to sleep and the lease released;
+every later turn is a grant -> ``POST /wake_up``, the requests, then (nothing in flight
+any more, none admitted once the broker asks to yield) ``POST /sleep?level=1&mode=wait``
+-> release. The leases are pinned to the first lease's devices: a sleeping server
+cannot move. A server that dies makes the worker exit (its requests get 503 from the
+gateway) and the gateway restarts the worker, which starts a new server.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import logging
+import math
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, NoReturn
+
+from acbslurm.config import env_float
+from acbslurm.serve import worker
+from acbslurm.serve.pool import weights_bytes
+from acbslurm.serve.worker import EXIT_BROKER, EXIT_REFUSED, EXIT_THREAD, Worker, longest_token
+
+log = logging.getLogger("acbslurm.serve.engines.vllm")
+
+# The fallback chat template: the built-in engine's (``Worker.prompt_text``), for a
+# tokenizer that has none (vLLM refuses chat requests then).
+FALLBACK_TEMPLATE = (
+    "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}assistant:{% endif %}"
+)
+LOG_TAIL = 40  # lines of the server's log quoted when it fails
+
+
+def default_python() -> str:
+    """``ACBSLURM_VLLM_PYTHON``, else the checkout's ``.venv-vllm/bin/python``."""
+    env = os.environ.get("ACBSLURM_VLLM_PYTHON")
+    if env:
+        return env
+    return str(Path(__file__).resolve().parents[3] / ".venv-vllm" / "bin" / "python")
+
+
+class VllmError(Exception):
+    def __init__(self, status: int, message: str, param: str | None = None, code: str = "") -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.param = param
+        self.code = code
+
+
+class _UnixHTTP(http.client.HTTPConnection):
+    def __init__(self, path: str, timeout: float | None) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self.unix_path = path
+
+    def connect(self) -> None:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            s.settimeout(self.timeout)
+            s.connect(self.unix_path)
+        except OSError:
+            s.close()
+            raise
+        self.sock = s
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
+    """The server gets SIGTERM when its worker dies, however it dies."""
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+class VllmServer:
+    """One vLLM OpenAI server: start, ready, wake, sleep, forward, stop."""
+
+    def __init__(self, spec: dict[str, Any], kind: str, python: str = "") -> None:
+        self.spec = spec
+        self.kind = kind  # cpu | cuda
+        self.python = python or spec.get("vllm_python") or default_python()
+        self.folder = tempfile.mkdtemp(prefix="acbslurm-vllm-")  # 0700
+        self.uds = os.path.join(self.folder, "v.sock")
+        self.log_path = os.path.join(self.folder, "vllm.log")
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.stopping = False
+        self.stop_lock = threading.Lock()
+
+    # -- the command ----------------------------------------------------------------------
+
+    def command(self, devices: list[Any]) -> tuple[list[str], dict[str, str]]:
+        spec = self.spec
+        gang = len(devices) if self.kind == "cuda" else 1
+        argv = [
+            self.python,
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            spec["path"],
+            "--served-model-name",
+            spec["name"],
+            "--uds",
+            self.uds,
+            "--tensor-parallel-size",
+            str(gang),
+            "--dtype",
+            spec.get("dtype", "float32"),
+            "--disable-uvicorn-access-log",
+        ]
+        if spec.get("max_context"):
+            argv += ["--max-model-len", str(spec["max_context"])]
+        if not _has_chat_template(spec["path"]):
+            template = os.path.join(self.folder, "chat.jinja")
+            Path(template).write_text(FALLBACK_TEMPLATE)
+            argv += ["--chat-template", template]
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+        env["VLLM_SERVER_DEV_MODE"] = "1"  # /sleep and /wake_up (on our private socket)
+        env.setdefault("HF_HUB_OFFLINE", "1")  # the model is a local folder
+        env.setdefault("VLLM_NO_USAGE_STATS", "1")  # vLLM reports usage home otherwise
+        if self.kind == "cuda":
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(d.index) for d in devices)
+            argv += ["--kv-cache-memory-bytes", str(spec["headroom"]), "--enable-sleep-mode"]
+        else:
+            env["CUDA_VISIBLE_DEVICES"] = ""
+            # vLLM refuses --enable-sleep-mode on CPU; its /sleep and /wake_up answer
+            # there (dev mode) and free nothing. Eager: CUDA graphs' warm-up is moot.
+            argv.append("--enforce-eager")
+            # vLLM's CPU KV cache is host memory, in GiB (at least 1).
+            env.setdefault(
+                "VLLM_CPU_KVCACHE_SPACE", str(max(1, math.ceil(spec["headroom"] / 2**30)))
+            )
+            # Several servers share the host's cores: none pins its threads to them.
+            env.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
+        for key, value in (spec.get("engine_args") or {}).items():
+            flag = "--" + key.replace("_", "-")
+            if value is True:
+                argv.append(flag)
+            elif value is False:
+                argv.append("--no-" + key.replace("_", "-"))
+            else:
+                argv += [flag, str(value)]
+        return argv, env
+
+    # -- life -----------------------------------------------------------------------------
+
+    def start(self, devices: list[Any]) -> None:
+        argv, env = self.command(devices)
+        log.info("model %s: starting vLLM: %s", self.spec["name"], " ".join(argv))
+        with open(self.log_path, "ab") as out:
+            self.proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
+            )
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def log_tail(self, lines: int = LOG_TAIL) -> str:
+        try:
+            text = Path(self.log_path).read_text(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def wait_ready(self, timeout: float) -> None:
+        """Return once ``/health`` answers 200; VllmError (the log's tail) when the
+        server exits or is not ready within ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not self.alive():
+                code = self.proc.returncode if self.proc is not None else None
+                raise VllmError(
+                    503, f"vLLM exited ({code}) before it was ready:\n{self.log_tail()}"
+                )
+            with contextlib.suppress(OSError, http.client.HTTPException):
+                if self.call("GET", "/health", timeout=5)[0] == 200:
+                    return
+            time.sleep(0.5)
+        tail = self.log_tail()
+        self.stop()
+        raise VllmError(503, f"vLLM not ready within {timeout:g} s:\n{tail}")
+
+    def call(
+        self, method: str, path: str, body: Any = None, timeout: float = 600
+    ) -> tuple[int, bytes]:
+        conn = _UnixHTTP(self.uds, timeout)
+        try:
+            data = None if body is None else json.dumps(body).encode()
+            headers = {"Content-Type": "application/json"} if data is not None else {}
+            conn.request(method, path, body=data, headers=headers)
+            r = conn.getresponse()
+            return r.status, r.read()
+        finally:
+            conn.close()
+
+    def _admin(self, path: str) -> None:
+        status, data = self.call("POST", path)
+        if status != 200:
+            raise VllmError(503, f"vLLM {path}: {status} {data[:200]!r}")
+
+    def wake(self) -> None:
+        self._admin("/wake_up")
+
+    def sleep(self) -> None:
+        # mode=wait: requests still running finish first (the default, abort, cuts
+        # them off with finish_reason "abort"); the level is a query parameter (a JSON
+        # body is read as level 1 whatever it says).
+        self._admin("/sleep?level=1&mode=wait")
+
+    def forward(self, path: str, body: dict[str, Any]) -> Iterator[dict[str, Any]]:
+        """The request's streamed events (parsed ``data:`` lines); VllmError before the
+        first when vLLM refuses it."""
+        conn = _UnixHTTP(self.uds, None)
+        conn.request(
+            "POST",
+            path,
+            body=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        r = conn.getresponse()
+        if r.status != 200:
+            data = r.read()
+            conn.close()
+            raise _refusal(r.status, data)
+        return self._events(conn, r)
+
+    @staticmethod
+    def _events(conn: _UnixHTTP, r: http.client.HTTPResponse) -> Iterator[dict[str, Any]]:
+        try:
+            while True:
+                line = r.readline()
+                if not line:
+                    return
+                line = line.strip()
+                if not line.startswith(b"data:"):
+                    continue
+                data = line[5:].strip()
+                if data == b"[DONE]":
+                    return
+                yield json.loads(data)
+        finally:
+            conn.close()
+
+    def stop(self, grace: float = 15.0) -> None:
+        """SIGTERM to the server's session, SIGKILL after ``grace`` seconds; its folder
+        (socket, log) removed. Safe from two threads at once."""
+        self.stopping = True
+        with self.stop_lock:
+            self._stop(grace)
+
+    def _stop(self, grace: float) -> None:
+        proc = self.proc
+        if proc is not None and proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(grace)
+        if proc is not None:
+            # Its engine process too (the server's session), whatever became of it.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(1)
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _refusal(status: int, data: bytes) -> VllmError:
+    """vLLM's error body as the gateway's error (OpenAI's shape on both sides)."""
+    try:
+        err = json.loads(data)
+        err = err.get("error", err) if isinstance(err, dict) else {}
+    except ValueError:
+        err = {}
+    message = str(err.get("message") or data[:500].decode(errors="replace"))
+    code = str(err.get("code") or "")
+    if status == 400 and "context" in message.lower() and "length" in message.lower():
+        code = "context_length_exceeded"
+    return VllmError(status, message, err.get("param"), code or "vllm_error")
+
+
+def _has_chat_template(path: str) -> bool:
+    p = Path(path)
+    if (p / "chat_template.jinja").is_file() or (p / "chat_template.json").is_file():
+        return True
+    try:
+        cfg = json.loads((p / "tokenizer_config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return bool(isinstance(cfg, dict) and cfg.get("chat_template"))
+
+
+class Request:
+    """A request waiting for, or being served in, a turn."""
+
+    def __init__(self, rid: str, msg: dict[str, Any]) -> None:
+        self.rid = rid
+        self.msg = msg
+        self.cancelled = False
+        self.arrived = time.monotonic()
+
+
+class VllmWorker(Worker):
+    """A worker whose model runs in a vLLM server (``engine: vllm``)."""
+
+    server: VllmServer
+
+    def load(self) -> None:
+        from transformers import AutoConfig, AutoTokenizer
+
+        spec = self.spec
+        self.tokenizer = AutoTokenizer.from_pretrained(spec["path"])
+        cfg = AutoConfig.from_pretrained(spec["path"])
+        own = getattr(cfg, "max_position_embeddings", 0) or getattr(cfg, "n_positions", 0) or 2048
+        self.max_context = min(spec["max_context"] or own, own)
+        self.max_prompt_chars = self.max_context * longest_token(self.tokenizer)
+        self.weights = weights_bytes(spec["path"], spec["dtype"])
+        # Per device, as the built-in engine and the pool's fit check count it.
+        self.share = -(-self.weights // spec["devices"])
+        self.server = VllmServer(spec, self.device)
+        self.woken = 0
+        self.slept = 0
+        self.inflight: set[str] = set()
+
+    def check_fit(self) -> int:
+        from acbslurm.serve.gang import large_enough
+
+        count = self.spec["devices"]
+        need = self.share + self.spec["headroom"]
+        devs = self.client.devices
+        fitting = large_enough(devs, need)
+        if len(fitting) < count:
+            self.send(
+                {
+                    "type": "fatal",
+                    "exit": EXIT_REFUSED,
+                    "message": (
+                        f"model {self.spec['name']} needs {count} device(s) with "
+                        f"{need / 2**20:.1f} MiB each; the broker has {len(devs)} "
+                        f"device(s), {len(fitting)} large enough"
+                    ),
+                }
+            )
+            return EXIT_REFUSED
+        if not Path(self.server.python).is_file():
+            self.send(
+                {
+                    "type": "fatal",
+                    "exit": EXIT_REFUSED,
+                    "message": (
+                        f"model {self.spec['name']}: engine vllm: no vLLM environment at "
+                        f"{self.server.python} (scripts/setup.sh makes .venv-vllm; or set "
+                        "vllm_python: in the pool file)"
+                    ),
+                }
+            )
+            return EXIT_REFUSED
+        self.client.on_evict(self.on_evict)
+        return self.first_start()
+
+    def first_start(self) -> int:
+        """Start the server inside the model's first lease, then sleep and release."""
+        lease = self.client.acquire(self.spec["devices"], memory=self.share + self.spec["headroom"])
+        try:
+            self.server.start(lease.devices)
+            timeout = env_float("ACBSLURM_VLLM_START_TIMEOUT", 600.0)
+            try:
+                self.server.wait_ready(timeout)
+                self.server.sleep()
+                self.slept += 1
+            except (VllmError, OSError, http.client.HTTPException) as exc:
+                self.server.stop()
+                self.send({"type": "fatal", "exit": EXIT_REFUSED, "message": str(exc)})
+                return EXIT_REFUSED
+            self.pin = lease.device_ids  # a sleeping server cannot move
+        finally:
+            self.client.release(lease, resident={})
+        threading.Thread(target=self.watch, name="vllm-watch", daemon=True).start()
+        return 0
+
+    def watch(self) -> None:
+        """A server that dies takes the worker with it (its requests get 503; the
+        gateway restarts the worker, which starts a new server)."""
+        proc = self.server.proc
+        assert proc is not None
+        code = proc.wait()
+        if not self.server.stopping:
+            self.server_died(code)
+
+    def server_died(self, code: int) -> None:
+        log.error(
+            "model %s: vLLM exited (%s):\n%s", self.spec["name"], code, self.server.log_tail()
+        )
+        self.server.stop()
+        for h in logging.getLogger().handlers:
+            h.flush()
+        os._exit(EXIT_THREAD)
+
+    def on_evict(self, devices: list[str]) -> None:  # noqa: ARG002
+        self.send_stats()  # asleep since its last release: nothing to move
+
+    def send_stats(self) -> None:
+        self.send(
+            {
+                "type": "stats",
+                "gpu_wait_seconds": self.gpu_wait,
+                "turns": self.turns,
+                "swaps_in": self.woken,
+                "swaps_out": self.slept,
+                "resident_bytes": 0,
+                "evicted_bytes": self.weights,
+                "weights_bytes": self.weights,
+                "queued": len(self.queue),
+            }
+        )
+
+    def exit(self, code: int) -> NoReturn:
+        """The gateway closed the connection or stops the worker: the server goes first
+        (the gateway kills the worker 5 s after its SIGTERM; the server's parent-death
+        signal covers that too, but not its folder)."""
+        server = getattr(self, "server", None)
+        if server is not None:
+            server.stop(grace=2.5)
+        os._exit(code)
+
+    def on_start(self) -> None:
+        signal.signal(signal.SIGTERM, self.on_sigterm)
+
+    def on_sigterm(self, signum: int, frame: Any) -> None:  # noqa: ARG002
+        self.exit(0)
+
+    def ready_message(self) -> dict[str, Any]:
+        return {
+            "type": "ready",
+            "weights_bytes": self.weights,
+            "max_context": self.max_context,
+            "max_prompt_chars": self.max_prompt_chars,
+        }
+
+    # -- requests -------------------------------------------------------------------------
+
+    def accept(self, msg: dict[str, Any]) -> None:
+        rid = str(msg["id"])
+        d = Request(rid, msg)
+        with self.cond:
+            if rid in self.cancelled_early:
+                return
+            self.by_id[rid] = d
+            self.queue.append(d)
+            self.cond.notify()
+
+    def body(self, msg: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        spec = self.spec
+        temp = msg.get("temperature")
+        top_p = msg.get("top_p")
+        body: dict[str, Any] = {
+            "model": spec["name"],
+            "max_tokens": int(msg.get("max_tokens") or spec["max_tokens"]),
+            "temperature": float(spec["temperature"] if temp is None else temp),
+            "top_p": float(spec["top_p"] if top_p is None else top_p),
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        if msg.get("seed") is not None:
+            body["seed"] = msg["seed"]
+        if msg.get("stop"):
+            body["stop"] = list(msg["stop"])
+        if "messages" in msg:
+            body["messages"] = msg["messages"]
+            return "/v1/chat/completions", body
+        body["prompt"] = msg.get("prompt", "")
+        return "/v1/completions", body
+
+    def serve_one(self, d: Request, timing: dict[str, float]) -> None:
+        path, body = self.body(d.msg)
+        try:
+            events = self.server.forward(path, body)
+        except VllmError as exc:
+            self.fail(d.rid, exc.status, exc.message, exc.param, exc.code)
+            return
+        except (OSError, http.client.HTTPException) as exc:
+            self.fail(d.rid, 503, f"model {self.spec['name']}: vLLM: {exc}", code="engine_failed")
+            return
+        self.send({"type": "accepted", "id": d.rid})
+        try:
+            got = self.relay(d, events, timing["started"])
+        except (OSError, http.client.HTTPException, ValueError) as exc:
+            self.fail(d.rid, 503, f"model {self.spec['name']}: vLLM: {exc}", code="engine_failed")
+            return
+        if got is None:
+            return  # cancelled
+        finish, usage, first = got
+        self.requests += 1
+        self.send(
+            {
+                "type": "done",
+                "id": d.rid,
+                "finish_reason": finish,
+                "prompt_tokens": int(usage.get("prompt_tokens", 0)),
+                "completion_tokens": int(usage.get("completion_tokens", 0)),
+                "timing": {
+                    "wait_s": timing["wait_s"],
+                    "restore_s": timing["restore_s"],
+                    "compute_s": first,
+                },
+            }
+        )
+
+    def relay(
+        self, d: Request, events: Iterator[dict[str, Any]], started: float
+    ) -> tuple[str, dict[str, Any], float] | None:
+        """Pass the server's events on as deltas: (finish reason, usage, seconds to the
+        first text), or None when the request was cancelled (its connection closed:
+        vLLM aborts it)."""
+        finish, first = "stop", 0.0
+        usage: dict[str, Any] = {}
+        for ev in events:
+            if d.cancelled:
+                close = getattr(events, "close", None)
+                if close is not None:
+                    close()
+                return None
+            usage = ev.get("usage") or usage
+            for c in ev.get("choices") or ():
+                text = c.get("text")
+                if text is None:
+                    text = (c.get("delta") or {}).get("content")
+                if text:
+                    first = first or time.monotonic() - started
+                    self.send({"type": "delta", "id": d.rid, "text": text})
+                finish = c.get("finish_reason") or finish
+        return finish, usage, first
+
+    def _run(self, d: Request, timing: dict[str, float]) -> None:
+        try:
+            self.serve_one(d, timing)
+        finally:
+            with self.cond:
+                self.by_id.pop(d.rid, None)
+                self.inflight.discard(d.rid)
+                self.cond.notify_all()
+
+    def turn(self) -> None:
+        with self.cond:
+            while not self.queue:
+                self.cond.wait()
+        lease, granted = self.acquire_pinned()
+        try:
+            t0 = time.monotonic()
+            self.server.wake()
+            self.woken += 1
+            restore = time.monotonic() - t0
+            self.compute_turn(lease, granted, restore)
+            # Nothing in flight and nothing admitted: sleep, then give the lease back.
+            self.server.sleep()
+            self.slept += 1
+        finally:
+            released = time.monotonic()
+            self.client.release(lease, resident={})
+            self.send(
+                {
+                    "type": "lease",
+                    "devices": lease.device_ids,
+                    "granted": granted,
+                    "released": released,
+                }
+            )
+        self.send_stats()
+
+    def acquire_pinned(self) -> tuple[Any, float]:
+        from acbslurm.errors import BrokerError
+
+        t0 = time.monotonic()
+        try:
+            lease = self.client.acquire(
+                self.spec["devices"], memory=self.share + self.spec["headroom"], pin=self.pin
+            )
+        except BrokerError as exc:
+            for d in self.take(len(self.queue)):
+                self.fail(d.rid, 503, f"model {self.spec['name']}: GPU broker: {exc}")
+            self.server.stop()
+            os._exit(EXIT_BROKER)
+        granted = time.monotonic()
+        self.gpu_wait += granted - t0
+        self.turns += 1
+        return lease, granted
+
+    def compute_turn(self, lease: Any, granted: float, restore: float) -> None:
+        limit = self.spec["max_batch"]
+        first = True
+        while True:
+            with self.cond:
+                admit = first or not lease.yield_requested.is_set()
+                room = limit - len(self.inflight)
+            if admit and room > 0:
+                for d in self.take(room):
+                    timing = {
+                        "wait_s": max(0.0, granted - d.arrived) if first else 0.0,
+                        "restore_s": restore if first else 0.0,
+                        "started": time.monotonic(),
+                    }
+                    with self.cond:
+                        self.inflight.add(d.rid)
+                    threading.Thread(
+                        target=self._run, args=(d, timing), name=f"req-{d.rid}", daemon=True
+                    ).start()
+            first = False
+            with self.cond:
+                if not self.inflight and (not self.queue or lease.yield_requested.is_set()):
+                    return
+                self.cond.wait(0.05)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m acbslurm.serve.engines.vllm``: the worker of an ``engine: vllm`` model."""
+    return worker.main(argv, VllmWorker)
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main())

@@ -1,0 +1,142 @@
+"""``engine:``/``engine_args:`` in the pool file and the vLLM server's command line
+(no vLLM started: tests/unit/serve/test_serve_vllm.py runs the real one)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from acbslurm.serve.engines.vllm import VllmServer, default_python
+from acbslurm.serve.errors import PoolError
+from acbslurm.serve.pool import load_pool_text
+
+
+def _pool(model: str, extra: str = "") -> str:
+    return f"listen: 127.0.0.1:0\ndevices: cpu:1\n{extra}models:\n  - {model}\n"
+
+
+def test_engine_default_and_vllm(tmp_path: Path) -> None:
+    pool = load_pool_text(_pool("{name: a, path: /m}"), "p.yaml", check_paths=False)
+    assert pool.models[0].engine == "builtin" and pool.models[0].engine_args == {}
+    text = _pool(
+        "{name: a, path: /m, engine: vllm,"
+        " engine_args: {max-num-seqs: 4, enable_prefix_caching: true}}",
+        "vllm_python: venv/bin/python\n",
+    )
+    pool = load_pool_text(text, "p.yaml", base=tmp_path, check_paths=False)
+    m = pool.models[0]
+    assert m.engine == "vllm"
+    assert m.engine_args == {"max_num_seqs": 4, "enable_prefix_caching": True}
+    assert m.vllm_python == str(tmp_path / "venv/bin/python") == pool.vllm_python
+
+
+@pytest.mark.parametrize(
+    ("model", "words"),
+    [
+        ("{name: a, path: /m, engine: vlm}", "'vlm': one of builtin, vllm"),
+        (
+            "{name: a, path: /m, engine: vllm, engine_args: {tensor_parallel_size: 2}}",
+            "set by acbslurm",
+        ),
+        ("{name: a, path: /m, engine: vllm, engine_args: {uds: /x}}", "private socket"),
+        (
+            "{name: a, path: /m, engine: vllm, engine_args: {enable-sleep-mode: false}}",
+            "set by acbslurm",
+        ),
+        ("{name: a, path: /m, engine: vllm, engine_args: {device: cuda}}", "leased devices"),
+        ("{name: a, path: /m, engine: vllm, engine_args: {x: [1]}}", "string, number or boolean"),
+        ("{name: a, path: /m, engine: vllm, engine_args: [1]}", "mapping of vLLM options"),
+        ("{name: a, path: /m, engine_args: {max_num_seqs: 2}}", "only with engine: vllm"),
+        ("{name: a, path: /m, devices: 2, procs: 2, engine: vllm}", "one worker process"),
+    ],
+)
+def test_engine_refused(model: str, words: str) -> None:
+    with pytest.raises(PoolError) as info:
+        load_pool_text(_pool(model), "p.yaml", check_paths=False)
+    assert "p.yaml:" in str(info.value) and words in str(info.value)
+
+
+def _spec(**kw: object) -> dict[str, object]:
+    spec: dict[str, object] = {
+        "name": "m",
+        "path": "/models/m",
+        "dtype": "bfloat16",
+        "max_context": 0,
+        "headroom": 3 << 30,
+        "engine_args": {"max_num_seqs": 4, "enable_prefix_caching": True, "x_off": False},
+        "vllm_python": "/v/bin/python",
+    }
+    spec.update(kw)
+    return spec
+
+
+def test_command_on_cuda() -> None:
+    s = VllmServer(_spec(), "cuda")
+    try:
+        devs = [SimpleNamespace(index=2), SimpleNamespace(index=5)]
+        argv, env = s.command(devs)
+    finally:
+        s.stop()
+    assert argv[:3] == ["/v/bin/python", "-m", "vllm.entrypoints.openai.api_server"]
+    joined = " ".join(argv)
+    assert "--tensor-parallel-size 2" in joined and f"--uds {s.uds}" in joined
+    assert "--kv-cache-memory-bytes 3221225472" in joined and "--enable-sleep-mode" in argv
+    assert "--enforce-eager" not in argv
+    assert "--max-num-seqs 4" in joined and "--enable-prefix-caching" in argv
+    assert "--no-x-off" in argv and "--served-model-name m" in joined
+    assert env["CUDA_VISIBLE_DEVICES"] == "2,5" and env["VLLM_SERVER_DEV_MODE"] == "1"
+    assert "PYTHONPATH" not in env
+
+
+def test_command_on_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
+    monkeypatch.delenv("VLLM_CPU_OMP_THREADS_BIND", raising=False)
+    s = VllmServer(_spec(headroom=64 << 20, max_context=256), "cpu")
+    try:
+        argv, env = s.command([SimpleNamespace(index=0), SimpleNamespace(index=1)])
+    finally:
+        s.stop()
+    joined = " ".join(argv)
+    assert "--tensor-parallel-size 1" in joined and "--enforce-eager" in argv
+    # vLLM refuses sleep mode on CPU; its /sleep and /wake_up answer in dev mode
+    assert "--enable-sleep-mode" not in argv and "--kv-cache-memory-bytes" not in joined
+    assert "--max-model-len 256" in joined
+    assert env["CUDA_VISIBLE_DEVICES"] == "" and env["VLLM_CPU_KVCACHE_SPACE"] == "1"
+    assert env["VLLM_CPU_OMP_THREADS_BIND"] == "nobind"
+
+
+def test_default_python(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("ACBSLURM_VLLM_PYTHON", raising=False)
+    assert default_python().endswith("/.venv-vllm/bin/python")
+    monkeypatch.setenv("ACBSLURM_VLLM_PYTHON", "/x/python")
+    assert default_python() == "/x/python"
+
+
+def test_engine_option_goes_with_demo(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from acbslurm.cli.main import cli
+
+    pool = tmp_path / "p.yaml"
+    pool.write_text(_pool("{name: a, path: /m}"))
+    r = CliRunner().invoke(cli, ["serve", "--engine", "vllm", "--check", str(pool)])
+    assert r.exit_code == 2 and "--engine goes with --demo" in r.output
+
+
+def test_demo_pool_engine(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import acbslurm.serve.modelmaker as mm
+
+    fake = {"model-a": (tmp_path / "a", 4), "model-c": (tmp_path / "c", 8)}
+    monkeypatch.setattr(mm, "demo_models", lambda root=None: fake)
+    text = mm.demo_pool_yaml(engine="vllm")
+    assert text.count("engine: vllm") == 2
+    assert "engine:" not in mm.demo_pool_yaml()
+
+
+def test_worker_module() -> None:
+    from acbslurm.serve.workers import worker_module
+
+    assert worker_module("vllm") == "acbslurm.serve.engines.vllm"
+    assert worker_module("builtin") == "acbslurm.serve.worker"
