@@ -114,11 +114,16 @@ def _stops(body: dict[str, Any]) -> list[str]:
         stops = list(stop)
     else:
         raise _bad("stop", "must be a string or a list of up to 4 strings")
+    _check_stop_lengths(stops, one=isinstance(stop, str))
+    return [s for s in stops if s]
+
+
+def _check_stop_lengths(stops: list[str], one: bool) -> None:
+    """Each stop string at most MAX_STOP_CHARS; the error names ``stop`` or ``stop[i]``."""
     for i, s in enumerate(stops):
         if len(s) > MAX_STOP_CHARS:
-            at = "stop" if isinstance(stop, str) else f"stop[{i}]"
+            at = "stop" if one else f"stop[{i}]"
             raise _bad(at, f"at most {MAX_STOP_CHARS} characters, got {len(s)}")
-    return [s for s in stops if s]
 
 
 def _stream(body: dict[str, Any]) -> bool:

@@ -53,23 +53,28 @@ class RecordingBroker(core.Broker):
         self.violations: list[str] = []
 
     def _note(self, events: list[core.Event], now: float) -> list[core.Event]:
-        held = {lease.lease_id for info in self.clients.values() for lease in info.leases.values()}
-        for lid in [lid for lid in self._open if lid not in held]:
-            self._open.pop(lid).ended = now
+        self._close_ended(now)
         for ev in events:
             if isinstance(ev, core.Granted):
-                info = self.clients.get(ev.client)
-                rec = LeaseRecord(
-                    ev.lease_id, info.name if info else str(ev.client), ev.devices, now
-                )
-                self.record.append(rec)
-                self._open[ev.lease_id] = rec
+                self._open_granted(ev, now)
         try:
             self.check_invariants()
         except AssertionError as exc:
             if len(self.violations) < VIOLATION_LIMIT:
                 self.violations.append(str(exc))
         return events
+
+    def _close_ended(self, now: float) -> None:
+        """The records of leases no client holds any more end ``now``."""
+        held = {lease.lease_id for info in self.clients.values() for lease in info.leases.values()}
+        for lid in [lid for lid in self._open if lid not in held]:
+            self._open.pop(lid).ended = now
+
+    def _open_granted(self, ev: core.Granted, now: float) -> None:
+        info = self.clients.get(ev.client)
+        rec = LeaseRecord(ev.lease_id, info.name if info else str(ev.client), ev.devices, now)
+        self.record.append(rec)
+        self._open[ev.lease_id] = rec
 
     def disconnect(self, client: int, now: float) -> list[core.Event]:
         return self._note(super().disconnect(client, now), now)

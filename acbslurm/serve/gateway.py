@@ -172,6 +172,9 @@ class Gateway:
             log.info("%s: the client went away before sending its body", request.url.path)
             return Response(status_code=400)
 
+    # complexity: one request's whole path (parse, route, admit, first token, stream or
+    # collect) with the HTTP status each failure maps to; split, the mapping of errors
+    # to statuses would be spread over the steps that raise them.
     async def _answer(self, request: Request, chat: bool) -> Response:
         model = ""
         try:

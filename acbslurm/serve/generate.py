@@ -101,6 +101,9 @@ class Decoding:
             probs = torch.zeros_like(probs).scatter(0, order[keep], sorted_p[keep])
         return int(torch.multinomial(probs, 1, generator=self.generator).item())
 
+    # complexity: one token's step of the decoder's state machine (end of sequence,
+    # stop string, length, pending bytes, confirmed text), each case a return; the cases
+    # only read clearly in the order they are decided.
     def step(self, forward: Forward, device: torch.device, tokenizer: Any) -> str:
         """Compute one token; returns the new text (may be empty while bytes are pending)."""
         if self.past is None:

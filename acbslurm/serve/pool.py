@@ -371,13 +371,18 @@ def _model(raw: Any, i: int, base: Path, e: Errors, check_paths: bool) -> ModelS
         kw["path"] = _model_path(raw["path"], (*at, "path"), e, base, check_paths)
     kw.update(_checked(raw, MODEL_CHECKS, at, e))
     _check_procs(kw, at, e, check_paths)
+    _check_engine(kw, at, e)
+    if len(e.items) > before:
+        return None
+    return ModelSpec(**kw)
+
+
+def _check_engine(kw: dict[str, Any], at: tuple[str, ...], e: Errors) -> None:
+    """What goes with an engine: vLLM spreads a model itself, engine_args are vLLM's."""
     if kw.get("engine") == "vllm" and kw.get("procs", 1) != 1:
         e.add((*at, "procs"), "engine vllm: one worker process (vLLM spreads the model itself)")
     if kw.get("engine_args") and kw.get("engine") != "vllm":
         e.add((*at, "engine_args"), "only with engine: vllm")
-    if len(e.items) > before:
-        return None
-    return ModelSpec(**kw)
 
 
 def _models(raw: dict[Any, Any], base: Path, e: Errors, check_paths: bool) -> list[ModelSpec]:

@@ -22,9 +22,8 @@ LIMIT = 10
 PACKAGE = Path(acbslurm.__file__).parent
 GENERATED = PACKAGE / "broker" / "_generated"
 
-# Files other engineers are changing now: their functions get split or annotated when
-# that work lands, and this list goes then.
-EXCLUDED = ("serve/",)
+# Nothing is left out: a module added under acbslurm/ is measured as it lands.
+EXCLUDED: tuple[str, ...] = ()
 
 _REASON = re.compile(r"#\s*complexity:\s*\S")
 

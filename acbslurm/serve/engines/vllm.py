@@ -109,6 +109,17 @@ class VllmServer:
 
     # -- the command ----------------------------------------------------------------------
 
+    def _model_args(self) -> list[str]:
+        """The context length, and a chat template for a model folder without one."""
+        spec, args = self.spec, []
+        if spec.get("max_context"):
+            args += ["--max-model-len", str(spec["max_context"])]
+        if not _has_chat_template(spec["path"]):
+            template = os.path.join(self.folder, "chat.jinja")
+            Path(template).write_text(FALLBACK_TEMPLATE)
+            args += ["--chat-template", template]
+        return args
+
     def command(self, devices: list[Any]) -> tuple[list[str], dict[str, str]]:
         spec = self.spec
         gang = len(devices) if self.kind == "cuda" else 1
@@ -128,12 +139,7 @@ class VllmServer:
             spec.get("dtype", "float32"),
             "--disable-uvicorn-access-log",
         ]
-        if spec.get("max_context"):
-            argv += ["--max-model-len", str(spec["max_context"])]
-        if not _has_chat_template(spec["path"]):
-            template = os.path.join(self.folder, "chat.jinja")
-            Path(template).write_text(FALLBACK_TEMPLATE)
-            argv += ["--chat-template", template]
+        argv += self._model_args()
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
         env["VLLM_SERVER_DEV_MODE"] = "1"  # /sleep and /wake_up (on our private socket)
         env.setdefault("HF_HUB_OFFLINE", "1")  # the model is a local folder
@@ -547,9 +553,7 @@ class VllmWorker(Worker):
                 return None
             usage = ev.get("usage") or usage
             for c in ev.get("choices") or ():
-                text = c.get("text")
-                if text is None:
-                    text = (c.get("delta") or {}).get("content")
+                text = _choice_text(c)
                 if text:
                     first = first or time.monotonic() - started
                     self.send({"type": "delta", "id": d.rid, "text": text})
@@ -610,6 +614,20 @@ class VllmWorker(Worker):
         self.turns += 1
         return lease, granted
 
+    def _start_request(self, d: Request, granted: float | None, restore: float) -> None:
+        """Run ``d`` on a thread of its own; ``granted`` only for the turn's first
+        requests, which waited for the grant (and the wake's restore)."""
+        timing = {
+            "wait_s": max(0.0, granted - d.arrived) if granted is not None else 0.0,
+            "restore_s": restore if granted is not None else 0.0,
+            "started": time.monotonic(),
+        }
+        with self.cond:
+            self.inflight.add(d.rid)
+        threading.Thread(
+            target=self._run, args=(d, timing), name=f"req-{d.rid}", daemon=True
+        ).start()
+
     def compute_turn(self, lease: Any, granted: float, restore: float) -> None:
         limit = self.spec["max_batch"]
         first = True
@@ -619,21 +637,20 @@ class VllmWorker(Worker):
                 room = limit - len(self.inflight)
             if admit and room > 0:
                 for d in self.take(room):
-                    timing = {
-                        "wait_s": max(0.0, granted - d.arrived) if first else 0.0,
-                        "restore_s": restore if first else 0.0,
-                        "started": time.monotonic(),
-                    }
-                    with self.cond:
-                        self.inflight.add(d.rid)
-                    threading.Thread(
-                        target=self._run, args=(d, timing), name=f"req-{d.rid}", daemon=True
-                    ).start()
+                    self._start_request(d, granted if first else None, restore)
             first = False
             with self.cond:
                 if not self.inflight and (not self.queue or lease.yield_requested.is_set()):
                     return
                 self.cond.wait(0.05)
+
+
+def _choice_text(choice: dict[str, Any]) -> Any:
+    """A streamed choice's new text: ``text`` (completions) or ``delta.content`` (chat)."""
+    text = choice.get("text")
+    if text is None:
+        text = (choice.get("delta") or {}).get("content")
+    return text
 
 
 def main(argv: list[str] | None = None) -> int:
