@@ -4,8 +4,8 @@ incremental.
     python bench/decode_bench.py [--baseline REV] [--tokens 1000,4000] [--repeat 3]
 
 ``--baseline`` (a git revision, default d6930eb: the last one that re-decoded the whole
-output at every token) supplies the old ``acbslurm/serve/generate.py``, loaded beside
-the current one. A tiny GPT-2 with 4096 positions and the project's local tokenizer
+output at every token) supplies the old decoder (then ``acbslurm/serve/generate.py``),
+loaded beside the current one. A tiny GPT-2 with 4096 positions and the project's local tokenizer
 (``modelmaker``, made in a temporary folder) samples the longest output once at
 temperature 1.5 from a non-ASCII prompt (its 400-token vocabulary gives many
 single-byte tokens: characters split over tokens). Then both ``Decoding`` classes:
@@ -40,7 +40,7 @@ prepare_model_process()  # quiet transformers, before it is imported
 import torch  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 
-from acbslurm.serve import generate  # noqa: E402
+from acbslurm.serve.engines.builtin import decoding as generate  # noqa: E402
 from acbslurm.serve.modelmaker import TinyShape, make_model  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]

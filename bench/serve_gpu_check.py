@@ -15,7 +15,7 @@ given back before the next):
    computes the first token of a prompt (page cache dropped first where the kernel
    allows it); time from the process's start to that token. Then the four copies, at
    most ``--resident`` (3) on the device, the others evicted to pinned host memory in
-   place by the serving layer's own ``Residency`` (acbslurm/serve/residency.py, the
+   place by the serving layer's own ``Residency`` (acbslurm/serve/engines/builtin/residency.py, the
    broker's ``StorageEvictor``). Each round a request comes for the evicted model:
    the least recently used one is evicted to make room, the requested one restored,
    its first token computed: evict, restore (GB/s), compute, and the time from the
@@ -196,7 +196,7 @@ class Pool:
     """Four models, at most ``resident`` on the device, least recently used evicted."""
 
     def __init__(self, models: list[Any], device: str, resident: int) -> None:
-        from acbslurm.serve.residency import Residency
+        from acbslurm.serve.engines.builtin.residency import Residency
 
         kind = "cpu" if device == "cpu" else "cuda"
         self.res = [Residency(m, kind) for m in models]

@@ -26,7 +26,7 @@ from starlette.routing import Route
 
 from acbslurm.serve.api import ApiError, check_prompt_size, parse_chat, parse_completion
 from acbslurm.serve.metrics import CONTENT_TYPE, Metrics
-from acbslurm.serve.workers import Overloaded, Pending, Unavailable, WorkerHandle
+from acbslurm.serve.supervisor import Overloaded, Pending, Unavailable, WorkerHandle
 from acbslurm.units import is_ascii_int
 
 log = logging.getLogger(__name__)

@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry, Counter, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from acbslurm.serve.workers import WorkerHandle
+from acbslurm.serve.supervisor import WorkerHandle
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 

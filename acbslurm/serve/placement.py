@@ -10,7 +10,10 @@ the job's other nodes.
   Slurm when the name does not resolve (``ACBSLURM_SERVE_RENDEZVOUS_HOST`` overrides
   both, for example an address on the fast network).
 
-The gateway (``workers``) starts the leader, reads the store's address from it, then
+Which devices a gang can take (``node_plan``, ``placeable``, ``large_enough``) is
+decided here too, for every engine and for the pool's fit check.
+
+The gateway (``supervisor``) starts the leader, reads the store's address from it, then
 starts the followers with the argument lists made here. Nothing here runs a process.
 """
 
@@ -20,6 +23,7 @@ import os
 import socket
 import sys
 from dataclasses import dataclass
+from typing import Any
 
 from acbslurm.slurm.hostlist import expand_hostlist
 from acbslurm.slurm.steps import overlap_step_argv
@@ -45,7 +49,7 @@ class Placement:
         cmd = [
             python or sys.executable,
             "-m",
-            "acbslurm.serve.follower",
+            "acbslurm.serve.engines.builtin.follower",
             "--spec",
             spec_json,
             "--rank",
@@ -95,3 +99,45 @@ def reachable(node: str) -> str:
         return node_address(node)
     except AcbslurmError:
         return node
+
+
+def node_plan(
+    count: int, procs: int, device_nodes: list[str], placement_nodes: tuple[str, ...]
+) -> tuple[int, tuple[str, ...]]:
+    """The broker request's ``per_node`` and the node of each rank, for a gang of
+    ``count`` devices in ``procs`` processes on a broker whose devices are on
+    ``device_nodes``, its ranks placed on ``placement_nodes`` (this node first).
+
+    (0, ()) when the broker's devices are on one node: no constraint."""
+    if len(set(device_nodes)) < 2:
+        return 0, ()
+    if procs == 1:
+        return count, ()
+    if not placement_nodes:
+        return 0, ()
+    ranks = tuple(placement_nodes[r % len(placement_nodes)] for r in range(procs))
+    if len(set(ranks)) < procs:  # ranks share a node (pool jobs refuse procs > nodes)
+        return 0, ()
+    return count // procs, ranks
+
+
+def large_enough(devices: list[Any], need: int) -> list[Any]:
+    """The ``devices`` that can hold ``need`` bytes; a ``memory_total`` of 0 is a size
+    the broker does not know (a job's GPUs without an inventory): taken to fit."""
+    return [d for d in devices if d.memory_total == 0 or d.memory_total >= need]
+
+
+def placeable(
+    count: int, per_node: int, rank_nodes: tuple[str, ...], devices: list[Any], need: int
+) -> bool:
+    """Whether ``devices`` (with ``memory_total`` and ``node``) can ever hold the gang
+    with ``need`` bytes on each device."""
+    fitting = large_enough(devices, need)
+    if not per_node:
+        return len(fitting) >= count
+    per: dict[str, int] = {}
+    for d in fitting:
+        per[d.node] = per.get(d.node, 0) + 1
+    if rank_nodes:
+        return all(per.get(n, 0) >= per_node for n in rank_nodes)
+    return sum(1 for c in per.values() if c >= per_node) >= count // per_node

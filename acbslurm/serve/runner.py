@@ -24,11 +24,11 @@ from acbslurm.broker.core import Device
 from acbslurm.serve.address import bind, describe, remove, write_private
 from acbslurm.serve.brokerhost import BrokerThread, summary
 from acbslurm.serve.errors import ServeError
-from acbslurm.serve.gang import large_enough, node_plan, placeable
 from acbslurm.serve.gateway import Gateway
 from acbslurm.serve.placement import from_env as placement_from_env
+from acbslurm.serve.placement import large_enough, node_plan, placeable
 from acbslurm.serve.pool import PoolSpec, check_listen, per_device_need, weights_bytes
-from acbslurm.serve.workers import WorkerHandle
+from acbslurm.serve.supervisor import WorkerHandle
 
 log = logging.getLogger(__name__)
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)

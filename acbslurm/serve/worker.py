@@ -1,18 +1,17 @@
-"""One model's long-lived worker process: ``python -m acbslurm.serve.worker``.
+"""What every model's worker process does alike, whatever its engine.
 
-It loads the model once, registers with the broker and serves the gateway on one
-unix socket. Requests queue while the model waits for its gang; each turn acquires
-the gang (memory hint: what is not resident yet plus headroom), restores the
-weights if they were evicted, decodes every queued request (up to ``max_batch``,
-admitting newcomers while the lease is not asked to yield), and releases with the
-weights' share as resident bytes. When the broker asks for the memory, the weights
-go to host memory in place (``residency``). The worker exits when the gateway's
-connection closes or the broker goes away (the gateway then restarts it).
+A worker serves one model: it registers with the broker, loads the model (the
+engine's part), tells the gateway it is ready and then serves the gateway on one
+unix socket (``protocol``). A reader thread takes the gateway's messages, a tokenizer
+thread takes requests in (never on the reader, so cancels and newcomers never wait
+behind a long prompt), and the main loop runs turns: wait for a request, acquire the
+model's lease, compute, release. A worker that loses a thread exits (``die``) and the
+gateway restarts it; it exits too when the gateway's connection closes or the broker
+goes away.
 
-With ``procs: N`` this process is the leader (rank 0) of a worker group: it runs the
-first pipeline stage, holds the one gang lease for all the group's devices, and
-commands the followers (``follower``, ``pipeline``) to restore, compute and evict
-their stages; a group whose follower fails exits (EXIT_GROUP) and is restarted.
+The engines (``serve.engines``) subclass ``Worker``: ``engines.builtin.worker`` (the
+project's own decode loop) and ``engines.vllm`` (a supervised vLLM server). Each is run
+as ``python -m`` its module, whose ``main`` calls this module's ``main`` with its class.
 """
 
 from __future__ import annotations
@@ -26,15 +25,13 @@ import queue
 import socket
 import sys
 import threading
-import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any, NoReturn
 
 from acbslurm.config import env_float
 from acbslurm.serve.api import prompt_chars
-from acbslurm.serve.gang import Gang, large_enough
-from acbslurm.serve.modelproc import load_causal_lm, prepare_model_process
+from acbslurm.serve.modelproc import prepare_model_process
 from acbslurm.serve.protocol import MAX_LINE, decode, encode
 
 log = logging.getLogger("acbslurm.serve.worker")
@@ -101,7 +98,7 @@ class Worker:
         self.requests = 0
         self.pin: list[str] | None = None
         self.procs = int(spec.get("procs", 1))
-        self.leader: Any = None  # pipeline.Leader of a worker group
+        self.leader: Any = None  # group.Leader of a built-in worker group
         # Requests are tokenized on a thread of their own (``tokenize_loop``), never on
         # the reader (cancels and newcomers would wait behind a long prompt) nor on the
         # decoding loop. A cancel that comes while its request is there is kept for it.
@@ -149,78 +146,39 @@ class Worker:
             }
         )
 
-    # -- start --------------------------------------------------------------------------
-
-    def ready_message(self) -> dict[str, Any]:
-        return {
-            "type": "ready",
-            "weights_bytes": self.gang.weights,
-            "max_context": self.max_context,
-            "max_prompt_chars": self.max_prompt_chars,
-        }
+    # -- what an engine provides ----------------------------------------------------------
 
     def load(self) -> None:
-        from transformers import AutoTokenizer
+        """Load the model (before the fit check; an exception refuses the model)."""
+        raise NotImplementedError
 
-        from acbslurm.serve.generate import local_forward
-        from acbslurm.serve.residency import Residency
+    def check_fit(self) -> int:
+        """0 when the model fits the broker's devices, else EXIT_REFUSED (gateway told)."""
+        raise NotImplementedError
 
-        self.tokenizer = AutoTokenizer.from_pretrained(self.spec["path"])
-        # The tokenizing thread's own copy: a fast tokenizer is one Rust object, and
-        # the decoding loop's detokenizing must not share it with a concurrent encode.
-        self.encoder = AutoTokenizer.from_pretrained(self.spec["path"])
-        model, self.dtype = load_causal_lm(self.spec)
-        cfg = model.config
-        own = getattr(cfg, "max_position_embeddings", 0) or getattr(cfg, "n_positions", 0) or 2048
-        self.max_context = min(self.spec["max_context"] or own, own)
-        self.eos_id = self.tokenizer.eos_token_id
-        self.max_prompt_chars = self.max_context * longest_token(self.tokenizer)
-        self.vocab = int(model.get_output_embeddings().weight.shape[0])
-        if self.procs > 1:
-            from acbslurm.serve.stages import make_stage
+    def ready_message(self) -> dict[str, Any]:
+        """The ``ready`` message: weights, context, the prompt's bound in characters."""
+        raise NotImplementedError
 
-            self.stage = make_stage(model, 0, self.procs)
-        self.model = model
-        self.residency = Residency(model, self.device)
-        self.forward = local_forward(model)
-        self.gang = Gang(self.residency, self.spec["devices"], self.procs, self.device)
+    def send_stats(self) -> None:
+        """The ``stats`` message (counters the gateway's /metrics shows)."""
+        raise NotImplementedError
 
-    # -- the worker group (procs > 1) ----------------------------------------------------
+    def accept(self, msg: dict[str, Any]) -> None:
+        """A ``generate`` request, on the tokenizer thread: queue it or fail it."""
+        raise NotImplementedError
+
+    def turn(self) -> None:
+        """Wait for a request, then one lease's worth of computing."""
+        raise NotImplementedError
 
     def open_group(self, host: str) -> Any:
-        """Host the group's rendezvous and tell the gateway where, so it starts the
-        followers (while this process loads its own stage)."""
-        from acbslurm.serve import pipeline
+        """With ``procs > 1``: the group's rendezvous (an engine with groups)."""
+        raise NotImplementedError(f"{type(self).__name__}: procs > 1 is not supported")
 
-        store = pipeline.rendezvous(host, 0, 0, self.procs)
-        self.send({"type": "rendezvous", "address": f"{host}:{store.port}"})
-        return store
-
-    def join_group(self, store: Any) -> int:
-        """0 when every follower loaded its stage, else EXIT_REFUSED (gateway told)."""
-        from acbslurm.serve import pipeline
-
-        pipeline.join(store, 0, self.procs)
-        mine = pipeline.Peer(True, "", self.residency.weights)
-        peers = pipeline.exchange(mine, self.procs)[1:]
-        failed = [p.message for p in peers if not p.ok]
-        dog = pipeline.Watchdog(pipeline.stage_timeout(), self.group_failed)
-        self.leader = pipeline.Leader(self.stage, self.procs, self.vocab, dog)
-        if failed:
-            self.leader.stop()
-            self.send({"type": "fatal", "exit": EXIT_REFUSED, "message": "; ".join(failed)})
-            return EXIT_REFUSED
-        self.gang.set_peers([p.weights for p in peers], self.leader)
-        self.forward = self.leader
+    def join_group(self, store: Any) -> int:  # noqa: ARG002
+        """0 when the group formed (an engine with groups)."""
         return 0
-
-    def group_failed(self, reason: str) -> None:
-        """A follower died or hung: its requests fail (503 from the gateway), the
-        process exits so that the broker frees the lease and the gateway restarts
-        the whole group."""
-        log.error("model %s: worker group failed: %s", self.spec["name"], reason)
-        self.send({"type": "group_failed", "message": reason})
-        os._exit(EXIT_GROUP)
 
     def register(self) -> int:
         """0 when registered with the broker, else the exit code (the gateway is told why).
@@ -235,36 +193,6 @@ class Worker:
         except BrokerError as exc:
             self.send({"type": "fatal", "message": str(exc), "exit": EXIT_BROKER})
             return EXIT_BROKER
-        return 0
-
-    def check_fit(self) -> int:
-        """0 when the gang fits the broker's devices, else EXIT_REFUSED (gateway told)."""
-        from acbslurm.serve.placement import from_env
-
-        count = self.spec["devices"]
-        need = self.gang.share + self.spec["headroom"]
-        devs = self.client.devices
-        self.gang.plan([d.node for d in devs], from_env().nodes)
-        fitting = large_enough(devs, need)
-        if not self.gang.placeable(devs, need):
-            where = ""
-            if self.gang.per_node:
-                where = f", {self.gang.per_node} of them on each of its node(s)"
-            self.send(
-                {
-                    "type": "fatal",
-                    "exit": EXIT_REFUSED,
-                    "message": (
-                        f"model {self.spec['name']} needs {count} device(s) with "
-                        f"{need / 2**20:.1f} MiB each{where} (weights "
-                        f"{self.gang.weights / 2**20:.1f} MiB / {count} + headroom); "
-                        f"the broker has {len(devs)} device(s), "
-                        f"{len(fitting)} large enough"
-                    ),
-                }
-            )
-            return EXIT_REFUSED
-        self.client.on_evict(self.on_evict)
         return 0
 
     # -- gateway messages ---------------------------------------------------------------
@@ -312,126 +240,6 @@ class Worker:
             if big:
                 trim_heap()
 
-    def prompt_text(self, msg: dict[str, Any]) -> str:
-        if "messages" not in msg:
-            return str(msg.get("prompt", ""))
-        messages = msg["messages"]
-        if getattr(self.encoder, "chat_template", None):
-            text = self.encoder.apply_chat_template(
-                messages, add_generation_prompt=True, tokenize=False
-            )
-            return str(text)
-        parts = [f"{m['role']}: {m['content']}\n" for m in messages]
-        return "".join(parts) + "assistant:"
-
-    def tokenize(self, rid: str, msg: dict[str, Any]) -> list[int] | None:
-        """The prompt's token ids, or None when it cannot be tokenized (the gateway told)."""
-        field = "messages" if "messages" in msg else "prompt"
-        try:
-            text = self.prompt_text(msg)
-            ids = list(self.encoder(text).input_ids)
-        except Exception as exc:
-            # The gateway checked the text; what is left is the tokenizer's own matter,
-            # for the log, not for the client.
-            log.info("request %s: cannot tokenize the %s: %s", rid, field, exc)
-            self.fail(rid, 400, f"{field}: cannot be tokenized", field, "invalid_prompt")
-            return None
-        if not ids and self.eos_id is not None:
-            ids = [self.eos_id]
-        return ids
-
-    def accept(self, msg: dict[str, Any]) -> None:
-        rid = str(msg["id"])
-        ids = self.tokenize(rid, msg)
-        if ids is None:
-            return
-        max_tokens = int(msg.get("max_tokens") or self.spec["max_tokens"])
-        field = "messages" if "messages" in msg else "prompt"
-        if len(ids) + max_tokens > self.max_context:
-            if len(ids) < self.max_context:
-                field = "max_tokens"
-            self.fail(
-                rid,
-                400,
-                f"This model's maximum context length is {self.max_context} tokens; the "
-                f"prompt has {len(ids)} and max_tokens is {max_tokens}. Shorten the prompt "
-                "or lower max_tokens.",
-                field,
-                "context_length_exceeded",
-            )
-            return
-        d = self.decoding(rid, ids, max_tokens, msg)
-        if d is None:
-            return
-        self.send({"type": "accepted", "id": rid, "prompt_tokens": len(ids)})
-        with self.cond:
-            if rid in self.cancelled_early:
-                return
-            self.by_id[rid] = d
-            self.queue.append(d)
-            self.cond.notify()
-
-    def decoding(
-        self, rid: str, ids: list[int], max_tokens: int, msg: dict[str, Any]
-    ) -> Any | None:
-        """The request's ``Decoding``, or None (a 400 sent) when its parameters cannot be
-        used: the gateway checks them, and this keeps a value it let through from
-        taking the thread down."""
-        from acbslurm.serve.generate import Decoding, Params
-
-        spec = self.spec
-        temp = msg.get("temperature")
-        top_p = msg.get("top_p")
-        try:
-            params = Params(
-                max_tokens=max_tokens,
-                temperature=float(spec["temperature"] if temp is None else temp),
-                top_p=float(spec["top_p"] if top_p is None else top_p),
-                seed=msg.get("seed"),
-                stop=tuple(msg.get("stop") or ()),
-            )
-            d = Decoding(rid, ids, params, self.eos_id)
-        except (TypeError, ValueError, RuntimeError) as exc:
-            log.info("request %s: bad sampling parameters: %s", rid, exc)
-            # the sampler's own words go to the log; the gateway's checks name the
-            # fields, so only the seed can get here (torch's range)
-            self.fail(rid, 400, "seed: not usable by the sampler", "seed", "invalid_value")
-            return None
-        if self.leader is not None:
-            d.on_drop = self.leader.drop  # the followers drop their KV caches too
-        return d
-
-    # -- broker -------------------------------------------------------------------------
-
-    # The broker client's eviction callback gets the devices to free; the weights leave
-    # all of them at once.
-    def on_evict(self, devices: list[str]) -> None:  # noqa: ARG002
-        from acbslurm.serve.pipeline import GroupBroken
-
-        try:
-            self.gang.evict()
-        except GroupBroken as exc:
-            self.group_failed(str(exc))
-        self.send_stats()
-
-    def send_stats(self) -> None:
-        r = self.residency
-        s = r.stats
-        self.send(
-            {
-                "type": "stats",
-                "gpu_wait_seconds": self.gpu_wait,
-                "turns": self.turns,
-                "swaps_in": s.swaps_in,
-                "swaps_out": s.swaps_out,
-                "swap_in_seconds": s.swap_in_seconds,
-                "swap_out_seconds": s.swap_out_seconds,
-                "resident_bytes": self.gang.weights if r.resident else 0,
-                "evicted_bytes": 0 if r.resident else self.gang.weights,
-                "weights_bytes": self.gang.weights,
-            }
-        )
-
     def take(self, limit: int) -> list[Any]:
         out: list[Any] = []
         with self.cond:
@@ -442,141 +250,6 @@ class Worker:
                     continue
                 out.append(d)
         return out
-
-    def turn(self) -> None:
-        from acbslurm.serve.pipeline import GroupBroken
-
-        with self.cond:
-            while not self.queue:
-                self.cond.wait()
-        lease, granted = self.acquire()
-        ids = self.gang.order(lease.devices)  # rank r's part on rank r's node
-        broken: GroupBroken | None = None
-        try:
-            with self.residency.lock:
-                restore = self.gang.bring_in(ids)
-                if self.device == "cuda" and self.pin is None:
-                    self.pin = ids  # the weights live there from now on
-                self.compute(lease, granted, restore)
-        except GroupBroken as exc:
-            broken = exc
-        finally:
-            # The worker's own view of its lease (monotonic clock, shared by the host's
-            # processes): from the grant it read to the release it sent. The tests
-            # check that no two models' views of one device overlap.
-            released = time.monotonic()
-            resident = {} if broken is not None else self.gang.resident_map(ids)
-            self.client.release(lease, resident=resident)
-            self.send(
-                {
-                    "type": "lease",
-                    "devices": ids,
-                    "granted": granted,
-                    "released": released,
-                }
-            )
-        if broken is not None:
-            self.group_failed(str(broken))
-        self.send_stats()
-
-    def acquire(self) -> tuple[Any, float]:
-        """The gang's lease and when it was granted; on a broker failure every queued
-        request fails with 503 and the process exits."""
-        from acbslurm.errors import BrokerError
-
-        spec = self.spec
-        hint = spec["headroom"] + (0 if self.residency.resident else self.gang.share)
-        t0 = time.monotonic()
-        try:
-            lease = self.client.acquire(
-                spec["devices"],
-                memory=hint,
-                pin=self.pin or self.gang.pin(self.client.devices),
-                per_node=self.gang.per_node,
-            )
-        except BrokerError as exc:
-            for d in self.take(len(self.queue)):
-                self.fail(
-                    d.rid,
-                    503,
-                    f"model {spec['name']}: GPU broker: {exc}",
-                    code="broker_unavailable",
-                )
-            os._exit(EXIT_BROKER)
-        granted = time.monotonic()
-        self.gpu_wait += granted - t0
-        self.turns += 1
-        return lease, granted
-
-    def compute(self, lease: Any, granted: float, restore: float) -> None:
-        import torch
-
-        dev = self.residency.torch_device
-        assert dev is not None
-        limit = self.spec["max_batch"]
-        active = self.take(limit)
-        for d in active:
-            d.timing = {
-                "wait_s": max(0.0, granted - d.arrived),
-                "restore_s": restore,
-                "started": time.monotonic(),
-            }
-        with torch.inference_mode():
-            while active:
-                for d in list(active):
-                    if not self.advance(d, dev):
-                        active.remove(d)
-                if self.token_delay:
-                    time.sleep(self.token_delay)  # simulated device time (bench knob)
-                if len(active) < limit and not lease.yield_requested.is_set():
-                    for d in self.take(limit - len(active)):
-                        d.timing = {"wait_s": 0.0, "restore_s": 0.0, "started": time.monotonic()}
-                        active.append(d)
-
-    def advance(self, d: Any, dev: Any) -> bool:
-        """One token of ``d``, sent on; False when ``d`` is over (cancelled, failed, done)."""
-        if d.cancelled:
-            d.drop_cache()
-            self.forget(d)
-            return False
-        from acbslurm.serve.pipeline import GroupBroken
-
-        try:
-            delta = d.step(self.forward, dev, self.tokenizer)
-        except GroupBroken:
-            raise
-        except Exception as exc:
-            log.exception("decoding failed")
-            d.drop_cache()  # the followers' caches of it too
-            self.forget(d)
-            self.fail(d.rid, 500, f"decoding failed: {exc}", code="internal_error")
-            return False
-        if delta:
-            self.send({"type": "delta", "id": d.rid, "text": delta})
-        if d.done:
-            self.finish(d)
-            return False
-        return True
-
-    def forget(self, d: Any) -> None:
-        with self.cond:
-            self.by_id.pop(d.rid, None)
-
-    def finish(self, d: Any) -> None:
-        self.forget(d)
-        self.requests += 1
-        t = d.timing
-        first = (d.first_token_at - t["started"]) if d.first_token_at else 0.0
-        self.send(
-            {
-                "type": "done",
-                "id": d.rid,
-                "finish_reason": d.finish_reason,
-                "prompt_tokens": len(d.prompt_ids),
-                "completion_tokens": len(d.out_ids),
-                "timing": {"wait_s": t["wait_s"], "restore_s": t["restore_s"], "compute_s": first},
-            }
-        )
 
 
 def longest_token(tokenizer: Any) -> int:
@@ -611,9 +284,9 @@ def start(w: Worker, store: Any) -> int:
     return w.check_fit()
 
 
-def main(argv: list[str] | None = None, cls: type[Worker] | None = None) -> int:
-    """The worker process; ``cls``: an engine's worker (``engines.vllm``'s main)."""
-    p = argparse.ArgumentParser(prog="acbslurm.serve.worker")
+def main(argv: list[str] | None, cls: type[Worker]) -> int:
+    """The worker process of ``cls``, an engine's worker (called by its module's main)."""
+    p = argparse.ArgumentParser(prog=cls.__module__)
     p.add_argument("--spec", required=True, help="the model's spec as JSON")
     p.add_argument("--socket", required=True)
     p.add_argument("--broker", required=True)
@@ -643,7 +316,7 @@ def main(argv: list[str] | None = None, cls: type[Worker] | None = None) -> int:
         with contextlib.suppress(OSError):
             os.rmdir(os.path.dirname(args.socket))
     conn.settimeout(None)
-    w = (cls or Worker)(spec, conn, args.broker, args.device)
+    w = cls(spec, conn, args.broker, args.device)
     w.on_start()
     store = w.open_group(args.rendezvous_host) if w.procs > 1 else None
     code = start(w, store)
@@ -660,7 +333,3 @@ def main(argv: list[str] | None = None, cls: type[Worker] | None = None) -> int:
     except Exception as exc:
         log.critical("the decoding loop failed", exc_info=True)
         die(f"the decoding loop failed: {type(exc).__name__}: {exc}")
-
-
-if __name__ == "__main__":
-    sys.exit(main())

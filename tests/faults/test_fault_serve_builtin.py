@@ -292,7 +292,7 @@ def test_sigterm_leaves_no_worker_folders(tmp_path: Path, models: dict[str, Path
         # a worker killed and restarted on the way: each life had a folder
         worker = int(
             subprocess.run(
-                ["pgrep", "-P", str(proc.pid), "-f", "acbslurm.serve.worker"],
+                ["pgrep", "-P", str(proc.pid), "-f", "acbslurm.serve.engines.builtin.worker"],
                 capture_output=True,
                 text=True,
                 check=True,

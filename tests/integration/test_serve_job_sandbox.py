@@ -54,7 +54,8 @@ def _worker_pids(job_id: str) -> list[int]:
             env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"acbslurm.serve.worker" in cmd and f"SLURM_JOB_ID={job_id}".encode() in env:
+        mine = f"SLURM_JOB_ID={job_id}".encode() in env
+        if b"acbslurm.serve.engines.builtin.worker" in cmd and mine:
             out.append(pid)
     return out
 

@@ -69,7 +69,7 @@ def test_a_serve_worker_refuses_a_non_finite_token_delay(monkeypatch: pytest.Mon
 
 
 def test_the_pipeline_stage_timeout_is_finite(monkeypatch: pytest.MonkeyPatch) -> None:
-    from acbslurm.serve.pipeline import stage_timeout
+    from acbslurm.serve.engines.builtin.group import stage_timeout
 
     assert stage_timeout() == 120.0
     monkeypatch.setenv("ACBSLURM_SERVE_STAGE_TIMEOUT", "nan")

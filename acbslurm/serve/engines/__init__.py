@@ -1,16 +1,18 @@
 """The engines a worker computes with (a model's ``engine:`` in the pool file).
 
-``builtin`` is the project's own decode loop (``serve.worker.Worker``, ``generate``,
-``residency``: weights moved to host memory and back in place). ``vllm`` runs one vLLM
-OpenAI server per model, supervised by its worker (``engines.vllm.VllmWorker``):
-started inside the model's first lease, woken at each grant, put to sleep before each
-release. Each has its worker process (``python -m acbslurm.serve.worker``, ``python -m
-acbslurm.serve.engines.vllm``: ``workers.worker_module``); both keep the gateway's
-protocol.
+``builtin`` (``engines.builtin``) is the project's own decode loop: weights loaded
+once, moved to host memory and back in place (``residency``), requests decoded in
+round robin (``decoding``), a model over several processes (``group``). ``vllm``
+(``engines.vllm``) runs one vLLM OpenAI server per model, supervised by its worker:
+started inside the model's first lease, woken at a grant, put to sleep before its
+memory is given up. Each has its worker process (``python -m
+acbslurm.serve.engines.builtin.worker``, ``python -m acbslurm.serve.engines.vllm``:
+``supervisor.worker_module``), a subclass of ``serve.worker.Worker``; both keep the
+gateway's protocol (``serve.protocol``).
 
 ``Engine`` is the five steps a worker drives a server through; ``VllmServer`` is one.
-The built-in engine's steps (``Gang.bring_in``/``evict``, ``Decoding.step``) are still
-the worker's own methods: they were not moved behind it.
+The built-in engine's steps are its gang's (``Gang.bring_in``/``evict``) and its
+decoding loop's (``Decoding.step``), driven by ``BuiltinWorker``.
 """
 
 from __future__ import annotations

@@ -354,7 +354,7 @@ class VllmWorker(Worker):
         self.inflight: set[str] = set()
 
     def check_fit(self) -> int:
-        from acbslurm.serve.gang import large_enough
+        from acbslurm.serve.placement import large_enough
 
         count = self.spec["devices"]
         need = self.share + self.spec["headroom"]

@@ -26,7 +26,7 @@ def reference(path: Path, prompt: str, max_tokens: int) -> str:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from acbslurm.serve.generate import Decoding, Params, local_forward
+    from acbslurm.serve.engines.builtin.decoding import Decoding, Params, local_forward
 
     tok = AutoTokenizer.from_pretrained(path)
     forward = local_forward(AutoModelForCausalLM.from_pretrained(path).eval())

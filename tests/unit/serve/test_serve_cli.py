@@ -78,9 +78,9 @@ def test_sigterm_stops_gateway_and_workers(tmp_path: Path, tiny_models: dict[str
         assert len(workers) == 3
         cmdlines = [Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") for pid in workers]
         assert sorted(c[2].decode() for c in cmdlines) == [
-            "acbslurm.serve.follower",
-            "acbslurm.serve.worker",
-            "acbslurm.serve.worker",
+            "acbslurm.serve.engines.builtin.follower",
+            "acbslurm.serve.engines.builtin.worker",
+            "acbslurm.serve.engines.builtin.worker",
         ]
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(20) == 0

@@ -136,7 +136,7 @@ def test_demo_pool_engine(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> No
 
 
 def test_worker_module() -> None:
-    from acbslurm.serve.workers import worker_module
+    from acbslurm.serve.supervisor import worker_module
 
     assert worker_module("vllm") == "acbslurm.serve.engines.vllm"
-    assert worker_module("builtin") == "acbslurm.serve.worker"
+    assert worker_module("builtin") == "acbslurm.serve.engines.builtin.worker"

@@ -11,7 +11,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from acbslurm.serve.generate import Decoding, Params, local_forward
+from acbslurm.serve.engines.builtin.decoding import Decoding, Params, local_forward
 
 PROMPTS = ("Hello, world!", "Grüße aus Köln: 日本語のテキスト — ünïcödé ✓ 🚀", "ß")
 

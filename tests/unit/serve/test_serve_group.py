@@ -25,7 +25,7 @@ from servehelp import _get, _metric, long_request_in_flight, reference
 from acbslurm.serve.brokerhost import overlaps
 from acbslurm.serve.pool import load_pool_text
 from acbslurm.serve.runner import PoolServer
-from acbslurm.serve.workers import WorkerHandle
+from acbslurm.serve.supervisor import WorkerHandle
 
 PROMPTS = ("The broker lends GPUs", "Hello, world!", "What is a GPU?", "Retrieval augmented")
 STAGE_TIMEOUT = 4.0  # seconds: a hung follower is declared broken after this
@@ -73,7 +73,7 @@ def test_two_processes_serve_one_model(server: PoolServer, tiny_models: dict[str
     follower = h.followers[0]
     assert follower.returncode is None and follower.pid != h.proc.pid
     cmdline = Path(f"/proc/{follower.pid}/cmdline").read_bytes().split(b"\0")
-    assert b"acbslurm.serve.follower" in cmdline and b"--rank" in cmdline
+    assert b"acbslurm.serve.engines.builtin.follower" in cmdline and b"--rank" in cmdline
     assert not server.gateway.handles["c1"].followers
     # The leader reports both stages' weights: the whole model's, plus the token
     # embedding a second time (GPT-2's head is tied to it, so the last stage keeps it).
@@ -209,7 +209,7 @@ def test_stages_compute_the_same_logits_as_the_whole_model(tiny_models: dict[str
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from acbslurm.serve.stages import make_stage, split
+    from acbslurm.serve.engines.builtin.stages import make_stage, split
 
     path = tiny_models["model-c"]
 
@@ -237,7 +237,7 @@ def test_placement_local_and_slurm() -> None:
 
     assert from_env({}) == Placement()
     local = Placement().follower_argv(1, "{}", "127.0.0.1:5000", "cpu", python="py")
-    assert local[:3] == ["py", "-m", "acbslurm.serve.follower"]
+    assert local[:3] == ["py", "-m", "acbslurm.serve.engines.builtin.follower"]
     assert local[local.index("--rendezvous") + 1] == "127.0.0.1:5000"
     one_node = {"SLURM_JOB_NUM_NODES": "1", "SLURM_JOB_NODELIST": "n1"}
     assert from_env(one_node) == Placement()

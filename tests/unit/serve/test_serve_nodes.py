@@ -11,7 +11,7 @@ from fake_slurm import FakeSlurm
 
 from acbslurm.broker.core import Device
 from acbslurm.serve.errors import ServeError
-from acbslurm.serve.gang import large_enough, node_plan, placeable
+from acbslurm.serve.placement import large_enough, node_plan, placeable
 from acbslurm.serve.pool import load_pool_text
 from acbslurm.serve.runner import check_fits, choose_broker
 
@@ -96,7 +96,7 @@ def test_a_groups_lease_is_put_in_rank_order_by_node() -> None:
     its first request may take only devices of its ranks' nodes."""
     from types import SimpleNamespace
 
-    from acbslurm.serve.gang import Gang
+    from acbslurm.serve.engines.builtin.gang import Gang
 
     gang = Gang(SimpleNamespace(weights=0), 2, 2, "cpu")
     three = [*two_nodes(), Device("vm-3g0", node="vm-3")]

@@ -44,7 +44,7 @@ from torch.distributed import TCPStore  # type: ignore[attr-defined]
 
 from acbslurm.config import env_float
 
-log = logging.getLogger("acbslurm.serve.pipeline")
+log = logging.getLogger("acbslurm.serve.engines.builtin.group")
 
 NOOP, RESTORE, STEP, DROP, EVICT, STOP = range(6)
 HEADER = 4  # int64: command, key, tokens, dtype of the hidden states

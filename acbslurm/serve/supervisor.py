@@ -357,7 +357,7 @@ class WorkerHandle:
 
 def worker_module(engine: str) -> str:
     """The module a model's worker process runs, by its ``engine:``."""
-    return "acbslurm.serve.engines.vllm" if engine == "vllm" else "acbslurm.serve.worker"
+    return f"acbslurm.serve.engines.{'vllm' if engine == 'vllm' else 'builtin.worker'}"
 
 
 async def _wait_or_kill(proc: asyncio.subprocess.Process, seconds: float) -> None:

@@ -8,7 +8,7 @@ GPU; they are not implemented (docs/serve.md).
 
 The forward pass is a ``Forward``: the model in this process (``local_forward``), or
 the leader of a worker group whose stages run in several processes
-(``pipeline.Leader``, which also needs to hear when a request's KV cache is dropped:
+(``group.Leader``, which also needs to hear when a request's KV cache is dropped:
 ``on_drop``).
 """
 

@@ -4,7 +4,7 @@ devices, and moving them all in and out together.
 A model served by one process (``procs: 1``) is a group of one. With ``procs: N`` the
 lease's devices are split in order into N equal parts, rank r's stage on part r; the
 leader (this process) moves its own weights and has the followers move theirs
-(``pipeline.Leader``), returning only when all have.
+(``group.Leader``), returning only when all have.
 
 Several nodes: when the broker lends a multi-node job's GPUs (its devices carry their
 node), a group of one asks for all its devices on one node, and a group of N asks
@@ -21,47 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
-
-def node_plan(
-    count: int, procs: int, device_nodes: list[str], placement_nodes: tuple[str, ...]
-) -> tuple[int, tuple[str, ...]]:
-    """The broker request's ``per_node`` and the node of each rank, for a gang of
-    ``count`` devices in ``procs`` processes on a broker whose devices are on
-    ``device_nodes``, its ranks placed on ``placement_nodes`` (this node first).
-
-    (0, ()) when the broker's devices are on one node: no constraint."""
-    if len(set(device_nodes)) < 2:
-        return 0, ()
-    if procs == 1:
-        return count, ()
-    if not placement_nodes:
-        return 0, ()
-    ranks = tuple(placement_nodes[r % len(placement_nodes)] for r in range(procs))
-    if len(set(ranks)) < procs:  # ranks share a node (pool jobs refuse procs > nodes)
-        return 0, ()
-    return count // procs, ranks
-
-
-def large_enough(devices: list[Any], need: int) -> list[Any]:
-    """The ``devices`` that can hold ``need`` bytes; a ``memory_total`` of 0 is a size
-    the broker does not know (a job's GPUs without an inventory): taken to fit."""
-    return [d for d in devices if d.memory_total == 0 or d.memory_total >= need]
-
-
-def placeable(
-    count: int, per_node: int, rank_nodes: tuple[str, ...], devices: list[Any], need: int
-) -> bool:
-    """Whether ``devices`` (with ``memory_total`` and ``node``) can ever hold the gang
-    with ``need`` bytes on each device."""
-    fitting = large_enough(devices, need)
-    if not per_node:
-        return len(fitting) >= count
-    per: dict[str, int] = {}
-    for d in fitting:
-        per[d.node] = per.get(d.node, 0) + 1
-    if rank_nodes:
-        return all(per.get(n, 0) >= per_node for n in rank_nodes)
-    return sum(1 for c in per.values() if c >= per_node) >= count // per_node
+from acbslurm.serve.placement import node_plan, placeable
 
 
 class Gang:
@@ -153,7 +113,7 @@ class Gang:
 
     def evict(self) -> None:
         """Every rank's weights to host memory (takes ``residency.lock``, so never
-        while a turn computes). Raises ``pipeline.GroupBroken`` if a follower fails."""
+        while a turn computes). Raises ``group.GroupBroken`` if a follower fails."""
         r = self.residency
         if self.leader is None:
             r.evict()

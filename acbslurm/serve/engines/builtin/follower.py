@@ -1,10 +1,10 @@
-"""A follower of a model's worker group: ``python -m acbslurm.serve.follower``.
+"""A follower of a model's worker group: ``python -m acbslurm.serve.engines.builtin.follower``.
 
 Started by the gateway (here, or with ``srun`` on another node of the job;
 ``placement``) once the leader has opened its rendezvous. It joins the group, loads
 its stage of the model (weights in host memory: it holds no lease), tells the
 leader its weight bytes (or why it cannot run), then does the leader's commands
-until STOP or until the leader goes away (``pipeline``).
+until STOP or until the leader goes away (``group``).
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ EXIT_GROUP = 5  # the leader went away or failed
 def load_stage(spec: dict[str, Any], rank: int, device: str) -> tuple[Any, Any]:
     """(stage, residency) of ``rank``: the model cut to its stage, weights off
     the device (host memory) until the leader's first RESTORE."""
-    from acbslurm.serve.residency import Residency
-    from acbslurm.serve.stages import make_stage
+    from acbslurm.serve.engines.builtin.residency import Residency
+    from acbslurm.serve.engines.builtin.stages import make_stage
 
     model, _dtype = load_causal_lm(spec)
     stage = make_stage(model, rank, int(spec["procs"]))
@@ -33,7 +33,7 @@ def load_stage(spec: dict[str, Any], rank: int, device: str) -> tuple[Any, Any]:
 
 
 def run(spec: dict[str, Any], rank: int, rendezvous: str, device: str) -> int:
-    from acbslurm.serve import pipeline
+    from acbslurm.serve.engines.builtin import group as pipeline
 
     procs = int(spec["procs"])
     host, port = rendezvous.rsplit(":", 1)
@@ -53,7 +53,7 @@ def run(spec: dict[str, Any], rank: int, rendezvous: str, device: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="acbslurm.serve.follower")
+    p = argparse.ArgumentParser(prog="acbslurm.serve.engines.builtin.follower")
     p.add_argument("--spec", required=True, help="the model's spec as JSON")
     p.add_argument("--rank", type=ascii_int, required=True)
     p.add_argument("--rendezvous", required=True, help="HOST:PORT of the leader's store")

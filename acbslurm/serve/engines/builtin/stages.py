@@ -2,7 +2,7 @@
 
 A model served by ``procs: N`` worker processes is cut into N stages: stage 0 runs
 the embeddings and the first blocks, the last stage the remaining blocks, the final
-norm and the head; the hidden states between them are passed on by ``pipeline``.
+norm and the head; the hidden states between them are passed on by ``group``.
 Each process loads the model through the same ``from_pretrained`` path as a model
 served whole, then drops what its stage does not run (the weights stay memory-mapped
 until ``Residency`` copies the kept ones, so the dropped ones are never read).
