@@ -54,7 +54,7 @@ def _load(spec_path: str, overrides: tuple[str, ...], check_paths: bool = True) 
     spec = load_spec(spec_path, overrides)
     if spec.serve is None:
         return spec
-    from acbslurm.serve.job import pool_job
+    from acbslurm.serve.pooljob import pool_job
 
     return pool_job(spec, check_paths=check_paths)
 

@@ -43,7 +43,7 @@ from acbslurm.serve.worker import EXIT_BROKER, EXIT_REFUSED, EXIT_THREAD, Worker
 
 log = logging.getLogger("acbslurm.serve.engines.vllm")
 
-# The fallback chat template: the built-in engine's (``Worker.prompt_text``), for a
+# The fallback chat template: the built-in engine's (``BuiltinWorker.prompt_text``), for a
 # tokenizer that has none (vLLM refuses chat requests then).
 FALLBACK_TEMPLATE = (
     "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"

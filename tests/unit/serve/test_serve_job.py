@@ -17,7 +17,7 @@ from acbslurm.errors import SpecError
 from acbslurm.render import render
 from acbslurm.serve.address import address_file, bind, describe, read, write_private
 from acbslurm.serve.errors import PoolError
-from acbslurm.serve.job import pool_job
+from acbslurm.serve.pooljob import pool_job
 from acbslurm.spec import load_spec, parse_spec
 
 REPO = Path(__file__).resolve().parents[3]
