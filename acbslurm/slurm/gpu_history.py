@@ -10,10 +10,14 @@ the job is kept; acbslurm adds one token, ``acbslurm:gpus=NODE:INDEX=UUID,...``.
 A job on several nodes has one token per node, and their prologs run at once: each
 does a read-modify-write of the whole comment (Slurm has no append), so one node's
 update can start from a comment without another's token and drop it. On such a job a
-prolog therefore reads the comment back after a random pause and writes its token
-again while it is missing (``_SETTLE_READS`` reads in a row must show it). A token is
-lost only if another node's read and write straddle all of those reads, i.e. its one
-``scontrol update`` takes longer than the pauses. One-node jobs need none of it.
+prolog therefore writes only while its token is missing from what it read, and reads
+the comment back after random pauses until ``_SETTLE_READS`` reads in a row show every
+node's token (``NumNodes`` of them), writing its own again whenever it is gone. A
+node that returned has seen every other node's token, so their first writes, the
+ones that start from a stale comment, are behind it. When the other nodes' tokens do
+not come within ``_MAX_READS`` reads (a prolog that failed or is late), a prolog whose
+own token has stayed returns anyway: the rest is theirs to add. One-node jobs need
+none of it.
 """
 
 from __future__ import annotations
@@ -36,10 +40,11 @@ _NUM_NODES = re.compile(r"\bNumNodes=([0-9]+)")
 _ARRAY_JOB = re.compile(r"(?:^|\s)ArrayJobId=([0-9]+)(?=\s|$)")
 _ARRAY_TASK = re.compile(r"(?:^|\s)ArrayTaskId=([0-9]+)(?=\s|$)")
 # A job on several nodes: how often a prolog writes its token at most, how many reads in
-# a row must show it, and the pause before each read (seconds, random: two nodes'
-# prologs fall out of step).
+# a row must show every node's, how many reads it waits for the others' at most, and
+# the pause before each read (seconds, random: two nodes' prologs fall out of step).
 _ATTEMPTS = 4
 _SETTLE_READS = 2
+_MAX_READS = 10
 _PAUSE = (0.15, 0.5)
 
 
@@ -123,14 +128,17 @@ def record_job_gpus(
         argv = ["scontrol", "show", "job", "-o", job_id]
         return slurm(argv, timeout=timeout, bin_dir=bin_dir).stdout
 
+    line = read() if shown is None else shown
+    nodes = _num_nodes(line)
     for _ in range(_ATTEMPTS):
-        line = read() if shown is None else shown
-        comment = merged_comment(admin_comment(line), node, token)
-        argv = ["scontrol", "update", f"job={job_id}", f"AdminComment={comment}"]
-        slurm(argv, timeout=timeout, bin_dir=bin_dir)
-        if not _several_nodes(line) or _settled(read, token):
+        current = admin_comment(line)
+        if token not in current.split():
+            comment = merged_comment(current, node, token)
+            argv = ["scontrol", "update", f"job={job_id}", f"AdminComment={comment}"]
+            slurm(argv, timeout=timeout, bin_dir=bin_dir)
+        if nodes < 2 or _settled(read, token, nodes):
             return
-        shown = None
+        line = read()
     raise SlurmError(
         ["scontrol", "update", f"job={job_id}", "AdminComment=..."],
         0,
@@ -138,17 +146,29 @@ def record_job_gpus(
     )
 
 
-def _several_nodes(show_job: str) -> bool:
+def _num_nodes(show_job: str) -> int:
     m = _NUM_NODES.search(show_job)
-    return m is not None and int(m.group(1)) > 1
+    return int(m.group(1)) if m else 1
 
 
-def _settled(read: Callable[[], str], token: str) -> bool:
-    """True when ``_SETTLE_READS`` reads in a row, each after a random pause, show ``token``."""
+def _token_nodes(tokens: list[str]) -> set[str]:
+    """The nodes that have a token among ``tokens`` (a comment's words)."""
+    return {str(d["node"]) for t in tokens if t.startswith(PREFIX) for d in parse_gpus(t)}
+
+
+def _settled(read: Callable[[], str], token: str, nodes: int) -> bool:
+    """True when ``_SETTLE_READS`` reads in a row, each after a random pause, show
+    ``token`` and every one of the job's ``nodes`` nodes' tokens, or when ``token`` stayed
+    for ``_MAX_READS`` reads while others' were missing; False when ``token`` is gone."""
     import random  # only jobs on several nodes get here
 
-    for _ in range(_SETTLE_READS):
+    whole = 0
+    for _ in range(_MAX_READS):
         time.sleep(random.uniform(*_PAUSE))  # noqa: S311 - jitter, not a secret
-        if token not in admin_comment(read()).split():
+        tokens = admin_comment(read()).split()
+        if token not in tokens:
             return False
+        whole = whole + 1 if len(_token_nodes(tokens)) >= nodes else 0
+        if whole >= _SETTLE_READS:
+            return True
     return True

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+
 import pytest
 from fake_slurm import FakeSlurm
 
+import acbslurm.slurm.gpu_history as history
 from acbslurm.accounting.output import bar, devices
 from acbslurm.accounting.usage import devices_text
 from acbslurm.slurm.gpu_history import admin_comment, gpu_token, merged_comment, parse_gpus
@@ -85,3 +89,62 @@ def test_a_one_node_job_writes_once_and_reads_nothing_back(fake_slurm: FakeSlurm
     assert parse_gpus(fake_slurm.jobs["7"]["admin_comment"]) == [
         {"node": "n1", "index": 0, "uuid": A}
     ]
+
+
+def _lands_at_sleep(fake_slurm: FakeSlurm, at: int, comment: str) -> Callable[[float], None]:
+    """A ``time.sleep`` whose ``at``-th pause between reads is another node's write of
+    ``comment`` (the process runner's own short sleeps are real)."""
+    calls = [0]
+    real = time.sleep
+
+    def sleep(s: float) -> None:
+        if s < history._PAUSE[0]:
+            real(s)
+            return
+        calls[0] += 1
+        if calls[0] == at:
+            state = fake_slurm._load()
+            state["jobs"]["7"]["admin_comment"] = comment
+            fake_slurm._save(state)
+
+    return sleep
+
+
+def test_a_stale_write_after_two_clean_reads_is_still_repaired(
+    fake_slurm: FakeSlurm, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """n2's prolog read the comment before n1 wrote and lands only after n1 has read
+    its own token back twice: n1 keeps reading until both nodes' tokens are there, so
+    it sees its token dropped and writes it again."""
+    import acbslurm.slurm.gpu_history as history
+
+    fake_slurm.add_job("7", "RUNNING", node="n[1-2]", num_nodes=2)
+    n2 = gpu_token("n2", [0], [B])
+    monkeypatch.setattr(history.time, "sleep", _lands_at_sleep(fake_slurm, 3, n2))
+    history.record_job_gpus("7", "n1", [1], [A])
+    comment = fake_slurm.jobs["7"]["admin_comment"]
+    assert {d["node"] for d in parse_gpus(comment)} == {"n1", "n2"}
+    updates = [c for c in fake_slurm.calls("scontrol") if c.argv[0] == "update"]
+    assert len(updates) == 2
+
+
+def test_a_missing_node_does_not_hold_the_prolog_for_ever(
+    fake_slurm: FakeSlurm, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The other node's prolog never writes (it failed): n1 returns after a bounded
+    number of reads, its own token written once."""
+    import acbslurm.slurm.gpu_history as history
+
+    fake_slurm.add_job("7", "RUNNING", node="n[1-2]", num_nodes=2)
+    slept: list[float] = []
+    real = time.sleep
+    monkeypatch.setattr(
+        history.time, "sleep", lambda s: slept.append(s) if s >= history._PAUSE[0] else real(s)
+    )
+    history.record_job_gpus("7", "n1", [1], [A])
+    assert len(slept) == history._MAX_READS
+    assert parse_gpus(fake_slurm.jobs["7"]["admin_comment"]) == [
+        {"node": "n1", "index": 1, "uuid": A}
+    ]
+    updates = [c for c in fake_slurm.calls("scontrol") if c.argv[0] == "update"]
+    assert len(updates) == 1
