@@ -4,7 +4,9 @@
 (server-sent events with ``stream: true``), ``GET /health``, ``GET /metrics``.
 Every error has OpenAI's body ``{"error": {"message", "type", "param", "code"}}``;
 overload and unavailable models answer 429/503 with ``Retry-After`` at once, and no
-request waits longer than the pool's ``request_timeout``.
+request waits longer than the pool's ``request_timeout``. For a model on vLLM the
+body goes to its worker whole after the gateway's own checks, and vLLM's answer comes
+back whole (``_pass_through``).
 """
 
 from __future__ import annotations
