@@ -47,6 +47,7 @@ TEMPLATE = (
     "{% if add_generation_prompt %}<|assistant|>{% endif %}"
 )
 SLEEP_TIMEOUT = 5  # s: ACBSLURM_VLLM_SLEEP_TIMEOUT of the pool's workers
+LONG = 480  # tokens of the request that keeps model-b busy while model-a queues (context 512)
 
 
 def vllm_env(tmp: Path) -> dict[str, str]:
@@ -558,7 +559,7 @@ def test_two_models_alternate_on_one_device(pool: PoolServer, client: openai.Ope
     # and model-a's requests queue while it sleeps
     client.completions.create(model="model-a", prompt="awake", max_tokens=1)
     wait_for(lambda: is_sleeping(pool, "model-b"))
-    long_b = threading.Thread(target=user, args=("model-b", 99, 200))
+    long_b = threading.Thread(target=user, args=("model-b", 99, LONG))
     long_b.start()
     wait_for(lambda: not is_sleeping(pool, "model-b"))
     threads = [threading.Thread(target=user, args=("model-a", k, 8)) for k in range(2)]
@@ -576,9 +577,9 @@ def test_two_models_alternate_on_one_device(pool: PoolServer, client: openai.Ope
     assert not errors, errors
     assert len(results) == 9
     for model, k, r, _ in results:
-        assert_whole(model, r, 200 if k == 99 else 8)
+        assert_whole(model, r, LONG if k == 99 else 8)
         if k == 99:
-            assert r.usage.completion_tokens == 200
+            assert r.usage.completion_tokens == LONG
     # a turn's lease (then its stats) is reported after its release, after its answers
     wait_for(
         lambda: all(
