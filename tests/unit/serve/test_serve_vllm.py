@@ -294,6 +294,7 @@ def test_first_starts_leave_one_server_awake(pool: PoolServer) -> None:
         assert (st["resident_bytes"] == 0) == sleeping, (m, st)
         assert (st["swaps_out"] == 1) == sleeping, (m, st)
         assert st["swaps_in"] == 0 and st["sleep_residue_bytes"] == 0  # CPU: nothing to measure
+        assert metric(pool, "acbslurm_serve_sleep_residue_bytes", m) == 0
 
 
 def test_completion_and_stream(client: openai.OpenAI) -> None:
