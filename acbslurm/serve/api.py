@@ -281,9 +281,12 @@ def prompt_chars(work: dict[str, Any]) -> int:
 def check_prompt_size(work: dict[str, Any], max_chars: int, max_context: int) -> None:
     """A 400 for a prompt too long to fit the context whatever its tokens, before it is
     tokenized: ``max_chars`` is the context times the longest token's characters."""
-    n = prompt_chars(work)
+    field = "messages" if "messages" in work else "prompt"
+    _check_chars(prompt_chars(work), field, max_chars, max_context)
+
+
+def _check_chars(n: int, field: str, max_chars: int, max_context: int) -> None:
     if max_chars and n > max_chars:
-        field = "messages" if "messages" in work else "prompt"
         raise ApiError(
             400,
             f"{field}: {n} characters is more than this model takes ({max_chars}: its "
@@ -292,3 +295,49 @@ def check_prompt_size(work: dict[str, Any], max_chars: int, max_context: int) ->
             field,
             "context_length_exceeded",
         )
+
+
+# -- engine: vllm: the body goes to vLLM whole ----------------------------------------
+
+
+def parse_passthrough(body: Any, chat: bool) -> dict[str, Any]:
+    """The checks acbslurm keeps for a model on vLLM, whose server validates the rest
+    (sampling values, ``n``, ``logprobs``, penalties, ``response_format``, tools, ...):
+    a JSON object, valid Unicode (a lone surrogate cannot even be written back in an
+    error), a model name, ``stream`` a boolean (the gateway must know whether to
+    stream) and the prompt's (or messages') size in characters, for the bound checked
+    before anything is tokenized. Returns ``model``, ``stream`` and ``chars``."""
+    if not isinstance(body, dict):
+        raise ApiError(400, "the request body must be a JSON object", code="invalid_json")
+    _check_unicode(body)
+    field = "messages" if chat else "prompt"
+    return {
+        "model": _model_name(body),
+        "stream": _stream(body),
+        "field": field,
+        "chars": text_chars(body.get(field)),
+    }
+
+
+def text_chars(value: Any) -> int:
+    """Characters of every string inside ``value`` (a prompt, messages and their parts),
+    and one per integer (a token id). A loop, not recursion (see _check_unicode)."""
+    n, todo = 0, [value]
+    while todo:
+        v = todo.pop()
+        if isinstance(v, str):
+            n += len(v)
+        elif isinstance(v, bool) or v is None:
+            continue
+        elif isinstance(v, int):
+            n += 1
+        elif isinstance(v, dict):
+            todo.extend(v.values())
+        elif isinstance(v, list):
+            todo.extend(v)
+    return n
+
+
+def check_passthrough_size(checked: dict[str, Any], max_chars: int, max_context: int) -> None:
+    """``check_prompt_size`` for a body going to vLLM (``parse_passthrough``'s result)."""
+    _check_chars(checked["chars"], checked["field"], max_chars, max_context)

@@ -4,7 +4,9 @@
 (server-sent events with ``stream: true``), ``GET /health``, ``GET /metrics``.
 Every error has OpenAI's body ``{"error": {"message", "type", "param", "code"}}``;
 overload and unavailable models answer 429/503 with ``Retry-After`` at once, and no
-request waits longer than the pool's ``request_timeout``.
+request waits longer than the pool's ``request_timeout``. For a model on vLLM the
+body goes to its worker whole after the gateway's own checks, and vLLM's answer comes
+back whole (``_pass_through``).
 """
 
 from __future__ import annotations
@@ -24,7 +26,14 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from acbslurm.serve.api import ApiError, check_prompt_size, parse_chat, parse_completion
+from acbslurm.serve.api import (
+    ApiError,
+    check_passthrough_size,
+    check_prompt_size,
+    parse_chat,
+    parse_completion,
+    parse_passthrough,
+)
 from acbslurm.serve.metrics import CONTENT_TYPE, Metrics
 from acbslurm.serve.supervisor import Overloaded, Pending, Unavailable, WorkerHandle
 from acbslurm.units import is_ascii_int
@@ -36,6 +45,12 @@ MAX_BODY = 8 << 20  # bytes; a 100k-token prompt is well below
 def _event(obj: dict[str, Any]) -> bytes:
     """One server-sent event."""
     return f"data: {json.dumps(obj)}\n\n".encode()
+
+
+def _timing_headers(done: dict[str, Any]) -> dict[str, str]:
+    """``x-acbslurm-wait-s`` and the like: where a request's time went."""
+    timing = done.get("timing") or {}
+    return {f"x-acbslurm-{k.replace('_', '-')}": f"{float(v):.6f}" for k, v in timing.items()}
 
 
 def _error(e: ApiError) -> JSONResponse:
@@ -179,6 +194,10 @@ class Gateway:
         model = ""
         try:
             raw = await self._read_json(request)
+            handle = self._vllm_handle(raw)
+            if handle is not None:
+                model = handle.spec.name
+                return await self._pass_through(request, raw, handle, chat)
             body = parse_chat(raw) if chat else parse_completion(raw)
             model = body["model"]
             handle = self.handles.get(model)
@@ -189,16 +208,7 @@ class Gateway:
             work = {k: body[k] for k in ("max_tokens", "temperature", "top_p", "seed", "stop")}
             work["messages" if chat else "prompt"] = body["messages" if chat else "prompt"]
             check_prompt_size(work, handle.max_prompt_chars, handle.max_context)
-            try:
-                rid, pending = handle.submit(work)
-            except Overloaded as exc:
-                raise ApiError(
-                    429, str(exc), None, "overloaded", "rate_limit_error", exc.retry_after
-                ) from None
-            except Unavailable as exc:
-                raise ApiError(
-                    503, str(exc), None, "model_unavailable", "server_error", exc.retry_after
-                ) from None
+            rid, pending = self._submit(handle, work)
             try:
                 first = await self._next(handle, rid, pending, deadline)
                 self._raise_if_error(first)
@@ -215,6 +225,95 @@ class Gateway:
         except ApiError as e:
             self.metrics.request(model or "-", e.status)
             return _error(e)
+
+    @staticmethod
+    def _submit(handle: WorkerHandle, work: dict[str, Any]) -> tuple[str, Pending]:
+        """The request queued for the model's worker, or 429/503 at once."""
+        try:
+            return handle.submit(work)
+        except Overloaded as exc:
+            raise ApiError(
+                429, str(exc), None, "overloaded", "rate_limit_error", exc.retry_after
+            ) from None
+        except Unavailable as exc:
+            raise ApiError(
+                503, str(exc), None, "model_unavailable", "server_error", exc.retry_after
+            ) from None
+
+    # -- engine: vllm: the client's body to vLLM whole, vLLM's answer back whole --------
+
+    def _vllm_handle(self, raw: Any) -> WorkerHandle | None:
+        """The handle of the model ``raw`` names when that model runs on vLLM."""
+        name = raw.get("model") if isinstance(raw, dict) else None
+        handle = self.handles.get(name) if isinstance(name, str) else None
+        return handle if handle is not None and handle.spec.engine == "vllm" else None
+
+    async def _pass_through(
+        self, request: Request, raw: dict[str, Any], handle: WorkerHandle, chat: bool
+    ) -> Response:
+        """A request for a model on vLLM: acbslurm's own checks (``parse_passthrough``),
+        the prompt's bound, the queue and the timeout; vLLM validates the rest and its
+        refusals come back as it wrote them (status, message, param)."""
+        checked = parse_passthrough(raw, chat)
+        check_passthrough_size(checked, handle.max_prompt_chars, handle.max_context)
+        deadline = time.monotonic() + self.request_timeout
+        work = {"route": request.url.path, "body": raw, "chars": checked["chars"]}
+        rid, pending = self._submit(handle, work)
+        try:
+            first = await self._next(handle, rid, pending, deadline)
+            self._raise_if_error(first)
+        except BaseException:
+            handle.finish(rid, cancel=True)
+            raise
+        if checked["stream"]:
+            self.metrics.request(handle.spec.name, 200)
+            return StreamingResponse(
+                self._relay(handle, rid, pending, deadline),
+                media_type="text/event-stream",
+                headers={"Cache-Control": "no-cache"},
+            )
+        return await self._whole(handle, rid, pending, deadline)
+
+    async def _relay(
+        self, handle: WorkerHandle, rid: str, pending: Pending, deadline: float
+    ) -> AsyncIterator[bytes]:
+        """vLLM's server-sent events as it sent them, then ``[DONE]``."""
+        try:
+            while True:
+                try:
+                    msg = await self._next(handle, rid, pending, deadline)
+                    self._raise_if_error(msg)
+                except ApiError as e:
+                    yield _event(e.body())
+                    break
+                if msg["type"] == "event":
+                    yield b"data: " + str(msg["data"]).encode() + b"\n\n"
+                elif msg["type"] == "done":
+                    self._usage(handle, msg)
+                    break
+            yield b"data: [DONE]\n\n"
+        finally:
+            with contextlib.suppress(Exception):
+                handle.finish(rid, cancel=True)
+
+    async def _whole(
+        self, handle: WorkerHandle, rid: str, pending: Pending, deadline: float
+    ) -> Response:
+        """vLLM's whole JSON answer, with the request's timing headers."""
+        data = b"{}"
+        try:
+            while True:
+                msg = await self._next(handle, rid, pending, deadline)
+                self._raise_if_error(msg)
+                if msg["type"] == "body":
+                    data = str(msg["data"]).encode()
+                elif msg["type"] == "done":
+                    break
+        finally:
+            handle.finish(rid, cancel=True)
+        self._usage(handle, msg)
+        self.metrics.request(handle.spec.name, 200)
+        return Response(data, media_type="application/json", headers=_timing_headers(msg))
 
     async def _next(
         self, handle: WorkerHandle, rid: str, pending: Pending, deadline: float
@@ -286,12 +385,8 @@ class Gateway:
             choice["text"] = text
         out["choices"] = [choice]
         out["usage"] = usage
-        timing = msg.get("timing") or {}
-        headers = {
-            f"x-acbslurm-{k.replace('_', '-')}": f"{float(v):.6f}" for k, v in timing.items()
-        }
         self.metrics.request(handle.spec.name, 200)
-        return JSONResponse(out, headers=headers)
+        return JSONResponse(out, headers=_timing_headers(msg))
 
     def _usage(self, handle: WorkerHandle, done: dict[str, Any]) -> dict[str, int]:
         p, c = int(done.get("prompt_tokens", 0)), int(done.get("completion_tokens", 0))

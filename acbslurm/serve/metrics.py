@@ -58,6 +58,11 @@ class _Workers(Collector):
         ev = fam(
             GaugeMetricFamily, "acbslurm_serve_evicted_bytes", "Weight bytes evicted to host memory"
         )
+        residue = fam(
+            GaugeMetricFamily,
+            "acbslurm_serve_sleep_residue_bytes",
+            "engine vllm: bytes its server still held on a GPU after its last sleep (NVML)",
+        )
         rst = fam(CounterMetricFamily, "acbslurm_serve_worker_restarts", "Worker restarts")
         state = GaugeMetricFamily(
             "acbslurm_serve_worker_state",
@@ -77,8 +82,9 @@ class _Workers(Collector):
             sout_s.add_metric(m, h.counter("swap_out_seconds"))
             res.add_metric(m, float(h.stats.get("resident_bytes", 0)))
             ev.add_metric(m, float(h.stats.get("evicted_bytes", 0)))
+            residue.add_metric(m, float(h.stats.get("sleep_residue_bytes", 0)))
             rst.add_metric(m, h.restarts)
-        yield from (queue, up, wait, turns, sin, sout, sin_s, sout_s, res, ev, rst, state)
+        yield from (queue, up, wait, turns, sin, sout, sin_s, sout_s, res, ev, residue, rst, state)
 
 
 class Metrics:

@@ -67,6 +67,7 @@ MODEL_KEYS = (
     "headroom",
     "engine",
     "engine_args",
+    "sleep_level",
 )
 ENGINES = ("builtin", "vllm")  # a model's engine: (acbslurm.serve.engines)
 # vLLM options acbslurm sets itself (engines/vllm.py): an engine_args entry naming one
@@ -122,6 +123,7 @@ class ModelSpec:
     headroom: int = 64 << 20  # bytes per device for KV cache and activations
     engine: str = "builtin"  # builtin | vllm
     engine_args: dict[str, Any] = field(default_factory=dict)  # vLLM options passed on
+    sleep_level: int = 1  # engine: vllm: 1 (weights to host memory) or 2 (discarded, reloaded)
     vllm_python: str = ""  # the pool's vllm_python: (empty: the checkout's .venv-vllm)
     where: str = ""  # file:line of the entry
 
@@ -261,7 +263,15 @@ MODEL_CHECKS: tuple[tuple[str, _Check], ...] = (
     ("headroom", _size),
     ("engine", lambda v, at, e: _choice(v, at, e, ENGINES)),
     ("engine_args", lambda v, at, e: _engine_args(v, at, e)),
+    ("sleep_level", lambda v, at, e: _sleep_level(v, at, e)),
 )
+
+
+def _sleep_level(value: Any, at: tuple[str, ...], e: Errors) -> int | None:
+    if isinstance(value, bool) or value not in (1, 2):
+        e.add(at, f"{value!r}: 1 (weights to host memory) or 2 (weights discarded, reloaded)")
+        return None
+    return int(value)
 
 
 def _choice(value: Any, at: tuple[str, ...], e: Errors, allowed: tuple[str, ...]) -> str | None:
@@ -383,6 +393,8 @@ def _check_engine(kw: dict[str, Any], at: tuple[str, ...], e: Errors) -> None:
         e.add((*at, "procs"), "engine vllm: one worker process (vLLM spreads the model itself)")
     if kw.get("engine_args") and kw.get("engine") != "vllm":
         e.add((*at, "engine_args"), "only with engine: vllm")
+    if "sleep_level" in kw and kw.get("engine") != "vllm":
+        e.add((*at, "sleep_level"), "only with engine: vllm")
 
 
 def _models(raw: dict[Any, Any], base: Path, e: Errors, check_paths: bool) -> list[ModelSpec]:

@@ -4,6 +4,9 @@ Gateway to worker: ``generate`` (id, prompt or messages, params), ``cancel`` (id
 Worker to gateway: ``ready`` (weights), ``fatal`` (message: the worker refuses to run),
 ``accepted`` (id, prompt_tokens) or ``error`` (id, status, message, param, code),
 ``delta`` (id, text), ``done`` (id, finish_reason, usage, timing), ``stats`` (counters).
+A model on vLLM (``engine: vllm``) gets ``generate`` with the client's ``route`` and
+``body`` whole and answers ``event`` (id, one streamed chunk as vLLM wrote it) or
+``body`` (id, vLLM's whole JSON answer) instead of ``delta``.
 """
 
 from __future__ import annotations

@@ -3,18 +3,25 @@
 The server runs in vLLM's own environment (``vllm_python``, default the checkout's
 ``.venv-vllm``: scripts/setup.sh makes it) and listens on a unix socket in a 0700
 folder only the worker knows (``--uds``), so nothing but the worker reaches it, its
-admin routes (``/sleep``, ``/wake_up``, ``/collective_rpc``, ...) included. The worker
-keeps the gateway's protocol (``generate`` in, ``accepted``/``delta``/``done``/``error``
-out) and forwards each request to the server as a streamed ``/v1/completions`` or
-``/v1/chat/completions``.
+admin routes (``/sleep``, ``/wake_up``, ``/collective_rpc``, ...) included. The gateway
+sends the client's ``/v1/completions`` or ``/v1/chat/completions`` body (after its own
+checks: ``api.parse_passthrough``); the worker forwards it whole (the model name
+mapped, the pool's defaults for what the client left out) and passes vLLM's answer
+back as vLLM wrote it: each streamed chunk (``event``) or the whole body (``body``),
+or vLLM's refusal (``error``: its status, message and param).
 
-Leases: the server is started inside the model's first lease (``CUDA_VISIBLE_DEVICES``
-= the lease's GPUs, none on CPU stand-ins), then put to sleep and the lease released;
-every later turn is a grant -> ``POST /wake_up``, the requests, then (nothing in flight
-any more, none admitted once the broker asks to yield) ``POST /sleep?level=1&mode=wait``
--> release. The leases are pinned to the first lease's devices: a sleeping server
-cannot move. A server that dies makes the worker exit (its requests get 503 from the
-gateway) and the gateway restarts the worker, which starts a new server.
+Leases drive the server's memory. The server is started inside the model's first
+lease (``CUDA_VISIBLE_DEVICES`` = the lease's GPUs, none on CPU stand-ins) and the
+leases stay pinned to those devices (a sleeping server cannot move). A grant wakes it
+(``POST /wake_up``, only when it sleeps); a release with nothing waiting leaves it
+awake, its memory reported resident, so back-to-back turns cost nothing; a yield (the
+broker asks for the lease back: admitting stops, what runs finishes) or an eviction
+(the broker needs the memory of a released lease) puts it to sleep (``POST
+/sleep?level=N&mode=wait``). A ``/sleep`` that hangs is bounded by
+``ACBSLURM_VLLM_SLEEP_TIMEOUT``: the server is killed, its memory free when its last
+process is gone, and only then does the eviction end (the worker exits: the broker's
+session with it ends). A server that dies makes the worker exit (its requests get 503
+from the gateway) and the gateway restarts the worker, which starts a new server.
 """
 
 from __future__ import annotations
@@ -187,6 +194,20 @@ class VllmServer:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
+    def pids(self) -> set[int]:
+        """The server's processes: its session's (the API server, its engine process)."""
+        if self.proc is None:
+            return set()
+        out = {self.proc.pid}
+        for name in os.listdir("/proc"):
+            if not name.isdigit():
+                continue
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                stat = Path(f"/proc/{name}/stat").read_text()
+                if int(stat.rsplit(")", 1)[1].split()[3]) == self.proc.pid:
+                    out.add(int(name))
+        return out
+
     def log_tail(self, lines: int = LOG_TAIL) -> str:
         try:
             text = Path(self.log_path).read_text(errors="replace")
@@ -225,23 +246,32 @@ class VllmServer:
         finally:
             conn.close()
 
-    def _admin(self, path: str) -> None:
-        status, data = self.call("POST", path)
+    def _admin(self, path: str, body: Any = None, timeout: float = 600) -> None:
+        status, data = self.call("POST", path, body, timeout=timeout)
         if status != 200:
             raise VllmError(503, f"vLLM {path}: {status} {data[:200]!r}")
 
-    def wake(self) -> None:
-        self._admin("/wake_up")
+    def wake(self, level: int = 1) -> None:
+        """``/wake_up``; after a level-2 sleep (weights discarded) as vLLM 0.32 wants it:
+        the weights' memory back, ``reload_weights`` from the model folder (over
+        ``/collective_rpc``), then the KV cache."""
+        if level < 2:
+            self._admin("/wake_up")
+            return
+        self._admin("/wake_up?tags=weights")
+        self._admin("/collective_rpc", {"method": "reload_weights"})
+        self._admin("/wake_up?tags=kv_cache")
 
-    def sleep(self) -> None:
+    def sleep(self, level: int = 1, timeout: float = 600) -> None:
         # mode=wait: requests still running finish first (the default, abort, cuts
         # them off with finish_reason "abort"); the level is a query parameter (a JSON
         # body is read as level 1 whatever it says).
-        self._admin("/sleep?level=1&mode=wait")
+        self._admin(f"/sleep?level={level}&mode=wait", timeout=timeout)
 
-    def forward(self, path: str, body: dict[str, Any]) -> Iterator[dict[str, Any]]:
-        """The request's streamed events (parsed ``data:`` lines); VllmError before the
-        first when vLLM refuses it."""
+    def forward(self, path: str, body: dict[str, Any]) -> Iterator[bytes]:
+        """The request's answer: each ``data:`` payload of a streamed one (``[DONE]``
+        left out), or the whole body of one that is not; VllmError before the first
+        when vLLM refuses it."""
         conn = _UnixHTTP(self.uds, None)
         conn.request(
             "POST",
@@ -254,10 +284,19 @@ class VllmServer:
             data = r.read()
             conn.close()
             raise _refusal(r.status, data)
+        if "text/event-stream" not in (r.getheader("Content-Type") or ""):
+            return self._whole(conn, r)
         return self._events(conn, r)
 
     @staticmethod
-    def _events(conn: _UnixHTTP, r: http.client.HTTPResponse) -> Iterator[dict[str, Any]]:
+    def _whole(conn: _UnixHTTP, r: http.client.HTTPResponse) -> Iterator[bytes]:
+        try:
+            yield r.read()
+        finally:
+            conn.close()
+
+    @staticmethod
+    def _events(conn: _UnixHTTP, r: http.client.HTTPResponse) -> Iterator[bytes]:
         try:
             while True:
                 line = r.readline()
@@ -269,9 +308,28 @@ class VllmServer:
                 data = line[5:].strip()
                 if data == b"[DONE]":
                     return
-                yield json.loads(data)
+                yield data
         finally:
             conn.close()
+
+    def kill(self) -> None:
+        """SIGKILL to the server's whole session (a hung server answers nothing), and
+        wait until none of its processes is left: only then is its memory free."""
+        self.stopping = True
+        proc = self.proc
+        if proc is None:
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(10)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(proc.pid, 0)
+            except (ProcessLookupError, PermissionError):
+                return
+            time.sleep(0.05)
 
     def stop(self, grace: float = 15.0) -> None:
         """SIGTERM to the server's session, SIGKILL after ``grace`` seconds; its folder
@@ -304,7 +362,9 @@ def _refusal(status: int, data: bytes) -> VllmError:
     except ValueError:
         err = {}
     message = str(err.get("message") or data[:500].decode(errors="replace"))
-    code = str(err.get("code") or "")
+    code = err.get("code")
+    # vLLM puts the HTTP status there (400): OpenAI's code is a word, the status is ours
+    code = "" if isinstance(code, int) or not code else str(code)
     if status == 400 and "context" in message.lower() and "length" in message.lower():
         code = "context_length_exceeded"
     return VllmError(status, message, err.get("param"), code or "vllm_error")
@@ -321,6 +381,22 @@ def _has_chat_template(path: str) -> bool:
     return bool(isinstance(cfg, dict) and cfg.get("chat_template"))
 
 
+SLEEP_TIMEOUT_ENV = "ACBSLURM_VLLM_SLEEP_TIMEOUT"
+# Seconds a /sleep may take before the server is killed. The broker has no deadline of
+# its own for an eviction (it waits for the answer: core.Broker.evict_done), so this is
+# what bounds one: a hung server is killed and its memory is free when the eviction
+# ends. Level 1 of an 80 GB model moves its weights at PCIe speed: seconds.
+SLEEP_TIMEOUT = 60.0
+RESIDUE_LIMIT_ENV = "ACBSLURM_VLLM_RESIDUE_LIMIT"
+# Bytes a sleeping server may keep on each GPU (NVML) before it is treated as a failed
+# sleep (killed, restarted): its CUDA context stays, a few hundred MB; vLLM #32714
+# left 16 GB per GPU at level 1.
+RESIDUE_LIMIT = 2 << 30
+# The memory hint of an awake server's request: its memory is already resident (the
+# broker counts it), so it needs nothing more; 0 would mean the whole device.
+AWAKE_HINT = 1
+
+
 class Request:
     """A request waiting for, or being served in, a turn."""
 
@@ -332,7 +408,14 @@ class Request:
 
 
 class VllmWorker(Worker):
-    """A worker whose model runs in a vLLM server (``engine: vllm``)."""
+    """A worker whose model runs in a vLLM server (``engine: vllm``).
+
+    Leases drive the server's memory: a grant wakes it (when it sleeps); a release
+    with nothing waiting leaves it awake and its memory resident, so back-to-back
+    turns of one model cost no sleep and wake; a yield (the broker asks the lease
+    back) or an eviction (the broker needs the memory of a released lease) puts it to
+    sleep. ``self.memory`` orders the wakes and sleeps of the turn's thread and the
+    broker client's eviction thread."""
 
     server: VllmServer
 
@@ -349,8 +432,16 @@ class VllmWorker(Worker):
         # Per device, as the built-in engine and the pool's fit check count it.
         self.share = -(-self.weights // spec["devices"])
         self.server = VllmServer(spec, self.device)
+        self.level = int(spec.get("sleep_level") or 1)
+        self.sleep_timeout = env_float(SLEEP_TIMEOUT_ENV, SLEEP_TIMEOUT)
+        self.residue_limit = env_float(RESIDUE_LIMIT_ENV, RESIDUE_LIMIT)
+        self.memory = threading.Lock()
+        self.awake = False
         self.woken = 0
         self.slept = 0
+        self.wake_seconds = 0.0
+        self.sleep_seconds = 0.0
+        self.residue = 0  # bytes left on the GPUs after the last sleep (NVML)
         self.inflight: set[str] = set()
 
     def check_fit(self) -> int:
@@ -389,23 +480,29 @@ class VllmWorker(Worker):
         self.client.on_evict(self.on_evict)
         return self.first_start()
 
+    def footprint(self) -> int:
+        """Bytes per device of an awake server: its weights' share and its KV cache."""
+        return int(self.share + self.spec["headroom"])
+
     def first_start(self) -> int:
-        """Start the server inside the model's first lease, then sleep and release."""
-        lease = self.client.acquire(self.spec["devices"], memory=self.share + self.spec["headroom"])
+        """Start the server inside the model's first lease; release it awake, its memory
+        resident (the broker evicts it when another model needs the devices)."""
+        lease = self.client.acquire(self.spec["devices"], memory=self.footprint())
+        resident: dict[str, int] = {}
         try:
             self.server.start(lease.devices)
             timeout = env_float("ACBSLURM_VLLM_START_TIMEOUT", 600.0)
             try:
                 self.server.wait_ready(timeout)
-                self.server.sleep()
-                self.slept += 1
             except (VllmError, OSError, http.client.HTTPException) as exc:
                 self.server.stop()
                 self.send({"type": "fatal", "exit": EXIT_REFUSED, "message": str(exc)})
                 return EXIT_REFUSED
+            self.awake = True
             self.pin = lease.device_ids  # a sleeping server cannot move
+            resident = dict.fromkeys(lease.device_ids, self.footprint())
         finally:
-            self.client.release(lease, resident={})
+            self.client.release(lease, resident=resident)
         threading.Thread(target=self.watch, name="vllm-watch", daemon=True).start()
         return 0
 
@@ -427,8 +524,72 @@ class VllmWorker(Worker):
             h.flush()
         os._exit(EXIT_THREAD)
 
+    # -- sleep and wake -------------------------------------------------------------------
+
     def on_evict(self, devices: list[str]) -> None:  # noqa: ARG002
-        self.send_stats()  # asleep since its last release: nothing to move
+        """The broker needs the memory of a released lease that stayed resident. Nothing
+        runs (the lease is back): the server sleeps, and the eviction ends (the client
+        answers when this returns) once /sleep has returned and the memory is measured
+        free, or the server is dead."""
+        self.go_to_sleep("the broker's eviction")
+        self.send_stats()
+
+    def wake_up(self) -> float:
+        """A grant: ``/wake_up`` when the server sleeps; the seconds it took."""
+        with self.memory:
+            if self.awake:
+                return 0.0
+            t0 = time.monotonic()
+            self.server.wake(self.level)
+            took = time.monotonic() - t0
+            self.awake = True
+            self.woken += 1
+            self.wake_seconds += took
+            return took
+
+    def go_to_sleep(self, why: str) -> None:
+        """``/sleep?level=N&mode=wait`` when the server is awake. One that does not answer
+        within the sleep timeout, or leaves more than the residue limit on a GPU, is
+        killed (its memory is free once its processes are gone) and the worker exits:
+        the gateway fails its requests with 503 and starts a new one."""
+        with self.memory:
+            if not self.awake:
+                return
+            t0 = time.monotonic()
+            try:
+                self.server.sleep(self.level, timeout=self.sleep_timeout)
+            except (VllmError, OSError, http.client.HTTPException) as exc:
+                self.sleep_failed(
+                    f"/sleep for {why} failed after {time.monotonic() - t0:.1f} s: {exc}"
+                )
+            self.awake = False
+            self.slept += 1
+            self.sleep_seconds += time.monotonic() - t0
+            self.residue = self.measure_residue()
+            if self.residue > self.residue_limit:
+                self.sleep_failed(
+                    f"asleep (level {self.level}), vLLM still holds "
+                    f"{self.residue / 2**30:.1f} GiB on its GPUs"
+                )
+
+    def measure_residue(self) -> int:
+        """The most bytes the server's processes hold on one of its GPUs, from NVML. On
+        CPU stand-ins there is nothing to measure (vLLM's sleep frees nothing there and
+        the memory is the host's): 0."""
+        if self.device != "cuda" or not self.pin:
+            return 0
+        return gpu_residue(self.pin, self.server.pids())
+
+    def sleep_failed(self, reason: str) -> NoReturn:
+        message = f"model {self.spec['name']}: {reason}; vLLM killed, restarting"
+        log.error("%s", message)
+        self.server.kill()
+        self.send({"type": "fatal", "exit": EXIT_THREAD, "message": message})
+        for h in logging.getLogger().handlers:
+            h.flush()
+        # The broker sees the session end (its residency forgotten) only now, when no
+        # process of the server is left.
+        os._exit(EXIT_THREAD)
 
     def send_stats(self) -> None:
         self.send(
@@ -438,9 +599,12 @@ class VllmWorker(Worker):
                 "turns": self.turns,
                 "swaps_in": self.woken,
                 "swaps_out": self.slept,
-                "resident_bytes": 0,
-                "evicted_bytes": self.weights,
+                "swap_in_seconds": self.wake_seconds,
+                "swap_out_seconds": self.sleep_seconds,
+                "resident_bytes": self.weights if self.awake else 0,
+                "evicted_bytes": 0 if self.awake else self.weights,
                 "weights_bytes": self.weights,
+                "sleep_residue_bytes": self.residue,
                 "queued": len(self.queue),
             }
         )
@@ -480,32 +644,30 @@ class VllmWorker(Worker):
             self.queue.append(d)
             self.cond.notify()
 
-    def body(self, msg: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    def body(self, msg: dict[str, Any]) -> tuple[str, dict[str, Any], bool]:
+        """The client's body for vLLM, whole: the model name mapped to the server's, the
+        pool's defaults for what the client left out, and usage asked for in a stream
+        (the gateway counts tokens); with whether the client asked for it itself."""
         spec = self.spec
-        temp = msg.get("temperature")
-        top_p = msg.get("top_p")
-        body: dict[str, Any] = {
-            "model": spec["name"],
-            "max_tokens": int(msg.get("max_tokens") or spec["max_tokens"]),
-            "temperature": float(spec["temperature"] if temp is None else temp),
-            "top_p": float(spec["top_p"] if top_p is None else top_p),
-            "stream": True,
-            "stream_options": {"include_usage": True},
-        }
-        if msg.get("seed") is not None:
-            body["seed"] = msg["seed"]
-        if msg.get("stop"):
-            body["stop"] = list(msg["stop"])
-        if "messages" in msg:
-            body["messages"] = msg["messages"]
-            return "/v1/chat/completions", body
-        body["prompt"] = msg.get("prompt", "")
-        return "/v1/completions", body
+        body = dict(msg.get("body") or {})
+        body["model"] = spec["name"]
+        if "max_tokens" not in body and "max_completion_tokens" not in body:
+            body["max_tokens"] = spec["max_tokens"]
+        body.setdefault("temperature", spec["temperature"])
+        body.setdefault("top_p", spec["top_p"])
+        asked = True
+        if body.get("stream"):
+            opts = body.get("stream_options")
+            if opts is None or isinstance(opts, dict):
+                asked = bool((opts or {}).get("include_usage"))
+                body["stream_options"] = {**(opts or {}), "include_usage": True}
+        route = str(msg.get("route") or "/v1/completions")
+        return route, body, asked
 
     def serve_one(self, d: Request, timing: dict[str, float]) -> None:
-        path, body = self.body(d.msg)
+        path, body, asked = self.body(d.msg)
         try:
-            events = self.server.forward(path, body)
+            answer = self.server.forward(path, body)
         except VllmError as exc:
             self.fail(d.rid, exc.status, exc.message, exc.param, exc.code)
             return
@@ -514,7 +676,7 @@ class VllmWorker(Worker):
             return
         self.send({"type": "accepted", "id": d.rid})
         try:
-            got = self.relay(d, events, timing["started"])
+            got = self.relay(d, answer, timing["started"], bool(body.get("stream")), asked)
         except (OSError, http.client.HTTPException, ValueError) as exc:
             self.fail(d.rid, 503, f"model {self.spec['name']}: vLLM: {exc}", code="engine_failed")
             return
@@ -538,27 +700,27 @@ class VllmWorker(Worker):
         )
 
     def relay(
-        self, d: Request, events: Iterator[dict[str, Any]], started: float
+        self, d: Request, answer: Iterator[bytes], started: float, stream: bool, asked: bool
     ) -> tuple[str, dict[str, Any], float] | None:
-        """Pass the server's events on as deltas: (finish reason, usage, seconds to the
-        first text), or None when the request was cancelled (its connection closed:
-        vLLM aborts it)."""
-        finish, first = "stop", 0.0
-        usage: dict[str, Any] = {}
-        for ev in events:
+        """Pass vLLM's answer on as it is (``event``: one streamed chunk; ``body``: a whole
+        answer): (the last finish reason, usage, seconds to the first text), or None
+        when the request was cancelled (its connection closed: vLLM aborts it). The
+        usage the worker asked for itself is left out of the client's stream."""
+        seen = _Seen(started)
+        for data in answer:
             if d.cancelled:
-                close = getattr(events, "close", None)
+                close = getattr(answer, "close", None)
                 if close is not None:
                     close()
                 return None
-            usage = ev.get("usage") or usage
-            for c in ev.get("choices") or ():
-                text = _choice_text(c)
-                if text:
-                    first = first or time.monotonic() - started
-                    self.send({"type": "delta", "id": d.rid, "text": text})
-                finish = c.get("finish_reason") or finish
-        return finish, usage, first
+            ev = seen.read(data)
+            if not stream:
+                self.send({"type": "body", "id": d.rid, "data": data.decode()})
+                continue
+            out = _client_chunk(ev, data, asked)
+            if out is not None:
+                self.send({"type": "event", "id": d.rid, "data": out})
+        return seen.finish, seen.usage, seen.first
 
     def _run(self, d: Request, timing: dict[str, float]) -> None:
         try:
@@ -575,17 +737,16 @@ class VllmWorker(Worker):
                 self.cond.wait()
         lease, granted = self.acquire_pinned()
         try:
-            t0 = time.monotonic()
-            self.server.wake()
-            self.woken += 1
-            restore = time.monotonic() - t0
+            restore = self.wake_up()
             self.compute_turn(lease, granted, restore)
-            # Nothing in flight and nothing admitted: sleep, then give the lease back.
-            self.server.sleep()
-            self.slept += 1
+            # Nothing in flight. Asked to yield: another model waits for the devices,
+            # so the memory goes too. Else the server stays awake, its memory resident.
+            if lease.yield_requested.is_set():
+                self.go_to_sleep("a yield")
         finally:
             released = time.monotonic()
-            self.client.release(lease, resident={})
+            resident = dict.fromkeys(lease.device_ids, self.footprint()) if self.awake else {}
+            self.client.release(lease, resident=resident)
             self.send(
                 {
                     "type": "lease",
@@ -597,13 +758,21 @@ class VllmWorker(Worker):
         self.send_stats()
 
     def acquire_pinned(self) -> tuple[Any, float]:
+        """The model's lease, pinned to its server's devices, and when it was granted.
+        The memory hint is nothing more when the server is awake (its memory is
+        resident), else its footprint; a server evicted while its request waited asks
+        again with the footprint."""
         from acbslurm.errors import BrokerError
 
         t0 = time.monotonic()
         try:
-            lease = self.client.acquire(
-                self.spec["devices"], memory=self.share + self.spec["headroom"], pin=self.pin
-            )
+            while True:
+                awake = self.awake
+                hint = AWAKE_HINT if awake else self.footprint()
+                lease = self.client.acquire(self.spec["devices"], memory=hint, pin=self.pin)
+                if self.awake or not awake:
+                    break
+                self.client.release(lease, resident={})
         except BrokerError as exc:
             for d in self.take(len(self.queue)):
                 self.fail(d.rid, 503, f"model {self.spec['name']}: GPU broker: {exc}")
@@ -645,12 +814,73 @@ class VllmWorker(Worker):
                 self.cond.wait(0.05)
 
 
+class _Seen:
+    """What the worker reads in vLLM's answer: the last finish reason, the usage, the
+    seconds from ``started`` to the first text."""
+
+    def __init__(self, started: float) -> None:
+        self.started = started
+        self.finish = ""
+        self.first = 0.0
+        self.usage: dict[str, Any] = {}
+
+    def read(self, data: bytes) -> dict[str, Any]:
+        ev = json.loads(data)
+        if not isinstance(ev, dict):
+            raise ValueError(f"vLLM sent {data[:100]!r}")
+        self.usage = ev.get("usage") or self.usage
+        for c in ev.get("choices") or ():
+            if not self.first and _choice_text(c):
+                self.first = time.monotonic() - self.started
+            self.finish = c.get("finish_reason") or self.finish
+        return ev
+
+
+def _client_chunk(ev: dict[str, Any], data: bytes, asked: bool) -> str | None:
+    """A streamed chunk as the client gets it: as vLLM wrote it, less the usage the
+    client did not ask for (the last chunk, choices empty, is then left out)."""
+    if asked or "usage" not in ev:
+        return data.decode()
+    if not ev.get("choices"):
+        return None
+    ev = {k: v for k, v in ev.items() if k != "usage"}
+    return json.dumps(ev)
+
+
 def _choice_text(choice: dict[str, Any]) -> Any:
-    """A streamed choice's new text: ``text`` (completions) or ``delta.content`` (chat)."""
+    """A streamed choice's new text: ``text`` (completions) or ``delta.content`` (chat);
+    a whole answer's ``text`` or ``message.content``."""
     text = choice.get("text")
     if text is None:
-        text = (choice.get("delta") or {}).get("content")
+        text = (choice.get("delta") or choice.get("message") or {}).get("content")
     return text
+
+
+def gpu_residue(device_ids: list[str], pids: set[int]) -> int:
+    """The most bytes ``pids`` hold on one of the GPUs ``device_ids`` (NVML UUIDs); 0
+    when NVML cannot say (no pynvml, no driver: the eviction then trusts /sleep)."""
+    try:
+        import pynvml  # type: ignore[import-untyped, unused-ignore]
+    except ImportError:
+        return 0
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        return 0
+    try:
+        most = 0
+        for uuid in device_ids:
+            h = pynvml.nvmlDeviceGetHandleByUUID(uuid)
+            procs = pynvml.nvmlDeviceGetComputeRunningProcesses(h)
+            held = sum(int(p.usedGpuMemory or 0) for p in procs if p.pid in pids)
+            most = max(most, held)
+        return most
+    except pynvml.NVMLError as exc:
+        log.warning("NVML: cannot measure what vLLM left on %s: %s", device_ids, exc)
+        return 0
+    finally:
+        with contextlib.suppress(pynvml.NVMLError):
+            pynvml.nvmlShutdown()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,7 +6,13 @@ from typing import Any
 
 import pytest
 
-from acbslurm.serve.api import ApiError, parse_chat, parse_completion
+from acbslurm.serve.api import (
+    ApiError,
+    check_passthrough_size,
+    parse_chat,
+    parse_completion,
+    parse_passthrough,
+)
 
 
 def _err(fn: Any, body: Any) -> ApiError:
@@ -130,3 +136,40 @@ def test_prompt_size_bound() -> None:
     with pytest.raises(ApiError) as info:
         check_prompt_size({"messages": [{"role": "user", "content": "x" * 60}] * 2}, 100, 10)
     assert info.value.param == "messages"
+
+
+def test_passthrough_keeps_only_acbslurms_checks() -> None:
+    """engine: vllm: what vLLM validates is not checked here (n, logprobs, penalties,
+    any sampling value, token-id prompts); acbslurm's own checks stay."""
+    body = {
+        "model": "m",
+        "prompt": [[5, 6, 7], "abc"],
+        "n": 3,
+        "logprobs": 5,
+        "presence_penalty": 1.5,
+        "temperature": -1,
+        "seed": 10**30,
+        "response_format": {"type": "json_object"},
+        "stream": True,
+    }
+    out = parse_passthrough(body, chat=False)
+    assert out == {"model": "m", "stream": True, "field": "prompt", "chars": 6}
+    chat = {
+        "model": "m",
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}],
+    }
+    assert parse_passthrough(chat, chat=True)["chars"] == len("user") + len("text") + len("hi")
+    for bad, code in (
+        ([], "invalid_json"),
+        ({"prompt": "x"}, "missing_field"),
+        ({"model": "m", "prompt": "x", "stream": "yes"}, "invalid_value"),
+        ({"model": "m", "prompt": "a\ud800"}, "invalid_unicode"),
+    ):
+        with pytest.raises(ApiError) as info:
+            parse_passthrough(bad, chat=False)
+        assert info.value.status == 400 and info.value.code == code, bad
+    checked = parse_passthrough({"model": "m", "prompt": "x" * 101}, chat=False)
+    with pytest.raises(ApiError) as info:
+        check_passthrough_size(checked, 100, 10)
+    assert info.value.code == "context_length_exceeded" and info.value.param == "prompt"
+    check_passthrough_size(parse_passthrough({"model": "m", "prompt": "x" * 100}, False), 100, 10)

@@ -30,6 +30,9 @@ def test_engine_default_and_vllm(tmp_path: Path) -> None:
     assert m.engine == "vllm"
     assert m.engine_args == {"max_num_seqs": 4, "enable_prefix_caching": True}
     assert m.vllm_python == str(tmp_path / "venv/bin/python") == pool.vllm_python
+    assert m.sleep_level == 1
+    text = _pool("{name: a, path: /m, engine: vllm, sleep_level: 2}")
+    assert load_pool_text(text, "p.yaml", check_paths=False).models[0].sleep_level == 2
 
 
 @pytest.mark.parametrize(
@@ -50,6 +53,9 @@ def test_engine_default_and_vllm(tmp_path: Path) -> None:
         ("{name: a, path: /m, engine: vllm, engine_args: [1]}", "mapping of vLLM options"),
         ("{name: a, path: /m, engine_args: {max_num_seqs: 2}}", "only with engine: vllm"),
         ("{name: a, path: /m, devices: 2, procs: 2, engine: vllm}", "one worker process"),
+        ("{name: a, path: /m, engine: vllm, sleep_level: 3}", "3: 1 (weights to host memory)"),
+        ("{name: a, path: /m, engine: vllm, sleep_level: true}", "or 2 (weights discarded"),
+        ("{name: a, path: /m, sleep_level: 2}", "sleep_level: only with engine: vllm"),
     ],
 )
 def test_engine_refused(model: str, words: str) -> None:

