@@ -4,7 +4,7 @@ incremental.
     python bench/decode_bench.py [--baseline REV] [--tokens 1000,4000] [--repeat 3]
 
 ``--baseline`` (a git revision, default d6930eb: the last one that re-decoded the whole
-output at every token) supplies the old decoder (then ``acbslurm/serve/engines/builtin/decoding.py``),
+output at every token) supplies the old decoder (then ``acbslurm/serve/generate.py``),
 loaded beside the current one. A tiny GPT-2 with 4096 positions and the project's local tokenizer
 (``modelmaker``, made in a temporary folder) samples the longest output once at
 temperature 1.5 from a non-ASCII prompt (its 400-token vocabulary gives many
@@ -50,7 +50,7 @@ STOP = ("never-in-the-output",)
 
 def baseline(rev: str, folder: Path) -> ModuleType:
     src = subprocess.run(
-        ["git", "-C", str(REPO), "show", f"{rev}:acbslurm/serve/engines/builtin/decoding.py"],
+        ["git", "-C", str(REPO), "show", f"{rev}:acbslurm/serve/generate.py"],
         capture_output=True,
         text=True,
         check=True,
