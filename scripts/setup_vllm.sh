@@ -10,6 +10,9 @@ cd "$root"
 # serving path does not need them. A GPU node (nvidia-smi answers) installs vllm, the
 # CUDA build. ACBSLURM_SETUP_VLLM=0 skips it (the vLLM tests then skip).
 vllm_venv="${ACBSLURM_VLLM_VENV:-$root/.venv-vllm}"
+# Pool jobs run vLLM as the job's user (the sandbox's user1 and user2 in the tests):
+# the environment must be readable by all whatever root's umask is.
+umask 022
 if [ "${ACBSLURM_SETUP_VLLM:-1}" != "0" ]; then
   if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
     vllm_req=(vllm==0.32.0)

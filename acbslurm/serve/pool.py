@@ -75,7 +75,12 @@ ENGINES = ("builtin", "vllm")  # a model's engine: (acbslurm.serve.engines)
 OWNED_VLLM_ARGS = {
     "tensor_parallel_size": "the gang's size on CUDA, 1 on CPU stand-ins",
     "tp": "the gang's size on CUDA, 1 on CPU stand-ins",
-    "pipeline_parallel_size": "one vLLM server per model on its gang",
+    "pipeline_parallel_size": "procs: (one pipeline stage per node)",
+    "nnodes": "procs: (one node per process)",
+    "node_rank": "the worker group's ranks",
+    "master_addr": "the worker group's rendezvous",
+    "master_port": "the worker group's rendezvous",
+    "headless": "the worker group's followers",
     "data_parallel_size": "one vLLM server per model on its gang",
     "uds": "the worker's private socket",
     "port": "the worker's private socket",
@@ -389,8 +394,6 @@ def _model(raw: Any, i: int, base: Path, e: Errors, check_paths: bool) -> ModelS
 
 def _check_engine(kw: dict[str, Any], at: tuple[str, ...], e: Errors) -> None:
     """What goes with an engine: vLLM spreads a model itself, engine_args are vLLM's."""
-    if kw.get("engine") == "vllm" and kw.get("procs", 1) != 1:
-        e.add((*at, "procs"), "engine vllm: one worker process (vLLM spreads the model itself)")
     if kw.get("engine_args") and kw.get("engine") != "vllm":
         e.add((*at, "engine_args"), "only with engine: vllm")
     if "sleep_level" in kw and kw.get("engine") != "vllm":

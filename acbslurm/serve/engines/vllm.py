@@ -45,6 +45,7 @@ from typing import Any, NoReturn
 
 from acbslurm.config import env_float
 from acbslurm.serve import worker
+from acbslurm.serve.engines import vllm_nodes
 from acbslurm.serve.pool import weights_bytes
 from acbslurm.serve.worker import EXIT_BROKER, EXIT_REFUSED, EXIT_THREAD, Worker, longest_token
 
@@ -113,6 +114,9 @@ class VllmServer:
         self.proc: subprocess.Popen[bytes] | None = None
         self.stopping = False
         self.stop_lock = threading.Lock()
+        # (master host, master port, node rank) of a model over several nodes
+        # (``procs`` > 1: engines/vllm_nodes.py), else None.
+        self.group: tuple[str, int, int] | None = None
 
     # -- the command ----------------------------------------------------------------------
 
@@ -129,7 +133,7 @@ class VllmServer:
 
     def command(self, devices: list[Any]) -> tuple[list[str], dict[str, str]]:
         spec = self.spec
-        gang = len(devices) if self.kind == "cuda" else 1
+        devices, gang = vllm_nodes.local_gang(spec, self.kind, devices, self.group)
         argv = [
             self.python,
             "-m",
@@ -158,7 +162,7 @@ class VllmServer:
             env["CUDA_VISIBLE_DEVICES"] = ""
             # vLLM refuses --enable-sleep-mode on CPU; its /sleep and /wake_up answer
             # there (dev mode) and free nothing. Eager: CUDA graphs' warm-up is moot.
-            argv.append("--enforce-eager")
+            argv += vllm_nodes.eager(self.group)
             # vLLM's CPU KV cache is host memory, in GiB (at least 1).
             env.setdefault(
                 "VLLM_CPU_KVCACHE_SPACE", str(max(1, math.ceil(spec["headroom"] / 2**30)))
@@ -173,7 +177,7 @@ class VllmServer:
                 argv.append("--no-" + key.replace("_", "-"))
             else:
                 argv += [flag, str(value)]
-        return argv, env
+        return vllm_nodes.with_group(spec, self.kind, self.group, argv, env)
 
     # -- life -----------------------------------------------------------------------------
 
@@ -444,6 +448,20 @@ class VllmWorker(Worker):
         self.residue = 0  # bytes left on the GPUs after the last sleep (NVML)
         self.inflight: set[str] = set()
 
+    # -- several nodes (procs > 1): engines/vllm_nodes.py -----------------------------
+
+    def open_group(self, host: str) -> Any:
+        """The group's master address; the gateway starts the headless followers."""
+        port = vllm_nodes.free_port(host if host != "localhost" else "127.0.0.1")
+        self.send({"type": "rendezvous", "address": f"{host}:{port}"})
+        return (host, port)
+
+    def join_group(self, store: Any) -> int:
+        """vLLM forms the group itself when its server starts (``first_start``)."""
+        host, port = store
+        self.server.group = (host, port, 0)
+        return 0
+
     def check_fit(self) -> int:
         from acbslurm.serve.placement import large_enough
 
@@ -622,6 +640,10 @@ class VllmWorker(Worker):
         signal.signal(signal.SIGTERM, self.on_sigterm)
 
     def on_sigterm(self, signum: int, frame: Any) -> None:  # noqa: ARG002
+        # Once: in a job, Slurm's SIGTERM and the gateway's arrive together, and a
+        # second handler would wait forever on the stop lock the first one holds
+        # (same thread), until a SIGKILL left the server's folder behind.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         self.exit(0)
 
     def ready_message(self) -> dict[str, Any]:

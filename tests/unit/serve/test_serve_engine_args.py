@@ -52,10 +52,11 @@ def test_engine_default_and_vllm(tmp_path: Path) -> None:
         ("{name: a, path: /m, engine: vllm, engine_args: {x: [1]}}", "string, number or boolean"),
         ("{name: a, path: /m, engine: vllm, engine_args: [1]}", "mapping of vLLM options"),
         ("{name: a, path: /m, engine_args: {max_num_seqs: 2}}", "only with engine: vllm"),
-        ("{name: a, path: /m, devices: 2, procs: 2, engine: vllm}", "one worker process"),
         ("{name: a, path: /m, engine: vllm, sleep_level: 3}", "3: 1 (weights to host memory)"),
         ("{name: a, path: /m, engine: vllm, sleep_level: true}", "or 2 (weights discarded"),
         ("{name: a, path: /m, sleep_level: 2}", "sleep_level: only with engine: vllm"),
+        ("{name: a, path: /m, engine: vllm, engine_args: {nnodes: 2}}", "one node per process"),
+        ("{name: a, path: /m, engine: vllm, engine_args: {headless: true}}", "followers"),
     ],
 )
 def test_engine_refused(model: str, words: str) -> None:
@@ -111,6 +112,55 @@ def test_command_on_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
     assert "--max-model-len 256" in joined
     assert env["CUDA_VISIBLE_DEVICES"] == "" and env["VLLM_CPU_KVCACHE_SPACE"] == "1"
     assert env["VLLM_CPU_OMP_THREADS_BIND"] == "nobind"
+
+
+def test_a_vllm_model_may_span_nodes() -> None:
+    """procs: 2 with engine: vllm is one pipeline stage per node (engines/vllm_nodes.py)."""
+    text = _pool("{name: a, path: /m, devices: 4, procs: 2, engine: vllm}")
+    (m,) = load_pool_text(text, "p.yaml", check_paths=False).models
+    assert (m.engine, m.devices, m.procs) == ("vllm", 4, 2)
+
+
+def _flag(argv: list[str], flag: str) -> str:
+    return argv[argv.index(flag) + 1]
+
+
+def test_group_command_on_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The head: its server plus the group's flags; not eager and no VLLM_CPU_CI_ENV (a
+    later stage needs the warm-up both skip); the follower: vLLM's headless node."""
+    from acbslurm.serve.engines.vllm_nodes import HEADLESS, headless_argv
+
+    monkeypatch.setenv("VLLM_CPU_CI_ENV", "1")
+    s = VllmServer(_spec(devices=4, procs=2), "cpu")
+    s.group = ("node-1", 29555, 0)
+    try:
+        argv, env = s.command([SimpleNamespace(index=i) for i in range(4)])
+    finally:
+        s.stop()
+    assert argv[:3] == ["/v/bin/python", "-m", "vllm.entrypoints.openai.api_server"]
+    assert _flag(argv, "--tensor-parallel-size") == "1"
+    assert _flag(argv, "--pipeline-parallel-size") == "2" and _flag(argv, "--nnodes") == "2"
+    assert _flag(argv, "--node-rank") == "0" and _flag(argv, "--master-addr") == "node-1"
+    assert _flag(argv, "--master-port") == "29555"
+    assert _flag(argv, "--compilation-config") == '{"mode": 2, "backend": "eager"}'
+    assert "--enforce-eager" not in argv and "VLLM_CPU_CI_ENV" not in env
+    follower = headless_argv(argv)
+    assert follower[:3] == ["/v/bin/python", "-c", HEADLESS] and follower[-1] == "--headless"
+    assert "--uds" not in follower and "--served-model-name" not in follower
+    assert _flag(follower, "--model") == "/models/m" and "--max-num-seqs" in follower
+
+
+def test_group_command_on_cuda() -> None:
+    """On CUDA each stage is tensor parallel over its node's share of the gang."""
+    s = VllmServer(_spec(devices=8, procs=2), "cuda")
+    s.group = ("node-1", 29555, 0)
+    try:
+        argv, env = s.command([SimpleNamespace(index=i % 4) for i in range(8)])
+    finally:
+        s.stop()
+    assert _flag(argv, "--tensor-parallel-size") == "4"
+    assert _flag(argv, "--pipeline-parallel-size") == "2"
+    assert env["CUDA_VISIBLE_DEVICES"] == "0,1,2,3" and "--compilation-config" not in argv
 
 
 def test_default_python(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -59,9 +59,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rendezvous", required=True, help="HOST:PORT of the leader's store")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     args = p.parse_args(argv)
+    spec = json.loads(args.spec)
+    if spec.get("engine") == "vllm":  # a headless vLLM node of the model's group
+        from acbslurm.serve.engines.vllm_follower import follow
+
+        return follow(spec, args.rank, args.rendezvous, args.device)
     prepare_model_process()
     try:
-        return run(json.loads(args.spec), args.rank, args.rendezvous, args.device)
+        return run(spec, args.rank, args.rendezvous, args.device)
     except RuntimeError as exc:  # gloo: the leader closed its connections
         first = str(exc).split(". ")[0]
         print(f"follower {args.rank}: the group's leader went away ({first})", file=sys.stderr)
