@@ -1,6 +1,6 @@
 """The follower of an ``engine: vllm`` group on its node (the follower process,
-``acbslurm.serve.engines.builtin.follower``, hands over to ``follow``): vLLM's headless node, until it exits or the gateway stops
-the group (engines/vllm_nodes.py)."""
+``acbslurm.serve.engines.builtin.follower``, hands over to ``follow``): vLLM's
+headless node, until it exits or the gateway stops the group (engines/vllm_nodes.py)."""
 
 from __future__ import annotations
 
