@@ -45,10 +45,12 @@ needs .venv-vllm, scripts/setup.sh makes it):
 Clients are real HTTP clients (httpx); the gateway of part 1 runs in this process
 (as the broker's snapshot is read from it), that of part 2 in its own.
 
-Duration on 2 cores (vLLM's starts dominate): ``--engine builtin`` about 4 minutes;
-``--engine vllm`` about 9 minutes (three pools of vLLM servers to start, 40-120 s
-each, the load itself ~3 minutes); ``--engine both`` the sum. Smaller:
-``--seconds 10 --requests 16 --rounds 1``.
+Duration on 2 cores (vLLM's starts dominate): ``--engine builtin`` about 4 minutes
+idle, 10.5 measured at load average 7-9; ``--engine vllm`` about 8 minutes idle
+(estimated from its parts: three pools of vLLM servers to start, 45-150 s each, the
+load itself ~3 minutes), 17.5 measured at load average 10-20 from other work;
+``--engine both`` the sum. Halved: ``--requests 16 --rounds 1``; one part:
+``--parts gateway``; the key comparison alone: ``--parts gateway --levels 16``.
 
 The last line is the results as JSON.
 """
@@ -456,14 +458,29 @@ def measure(targets: dict[str, str], args: argparse.Namespace) -> dict[str, dict
     for rnd in range(args.rounds):
         for lv in args.levels:
             for name, url in targets.items():
+                before = turns(url)
                 r = asyncio.run(level_run(url, "bench", args, lv))
+                after = turns(url)
+                r["turns"] = after - before if after is not None and before is not None else None
                 out[name][lv].append(r)
                 say(
                     f"  round {rnd + 1} concurrency {lv:3d} {name:18s} {r['tok_s']:7.1f} tok/s  "
                     f"p50 {r['p50']:6.2f} s  ({r['tokens']} tokens in {r['wall']:.1f} s; "
-                    f"{load_now()})"
+                    f"{load_now()})" + (f"; {r['turns']:.0f} leases" if r["turns"] else "")
                 )
     return out
+
+
+def turns(url: str) -> float | None:
+    """The gateway's count of leases taken (``/metrics``); None for vLLM alone."""
+    try:
+        r = httpx.get(f"{url}/metrics", timeout=30)
+    except httpx.HTTPError:
+        return None
+    for line in r.text.splitlines() if r.status_code == 200 else ():
+        if line.startswith("acbslurm_serve_turns_total{"):
+            return float(line.rsplit(" ", 1)[1])
+    return None
 
 
 def gateway_part(engine: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -542,7 +559,11 @@ def jsonable(results: dict[str, Any]) -> dict[str, Any]:
         if "gateway" in r:
             out[e]["gateway"] = {
                 name: {
-                    str(lv): {"tok_s": [x["tok_s"] for x in rs], "p50_s": [x["p50"] for x in rs]}
+                    str(lv): {
+                        "tok_s": [x["tok_s"] for x in rs],
+                        "p50_s": [x["p50"] for x in rs],
+                        "leases": [x.get("turns") for x in rs],
+                    }
                     for lv, rs in runs.items()
                 }
                 for name, runs in r["gateway"]["runs"].items()
