@@ -227,7 +227,8 @@ class Server:
             for line in r.iter_lines():
                 if not line.startswith("data:") or line.strip() == "data: [DONE]":
                     continue
-                choice = json.loads(line[5:])["choices"][0]
+                choices = json.loads(line[5:]).get("choices") or [{}]
+                choice = choices[0]
                 if choice.get("text"):
                     first = first or time.monotonic() - t0
                     parts.append(choice["text"])
@@ -411,17 +412,20 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     problems = [x for x in (nvml_problem(args.gpu), vllm_problem(args.vllm_python)) if x]
+    if args.model and not (Path(args.model) / "config.json").is_file():
+        problems.append(f"no model: {args.model} has no config.json (a Hugging Face folder)")
     if problems:
         for x in problems:
             print(f"vllm_gpu_check: cannot run: {x}", file=sys.stderr)
         return EXIT_CANNOT
     import httpx
 
+    from acbslurm.errors import AcbslurmError
     from acbslurm.serve.engines.vllm import VllmError
 
     try:
         return run(args)
-    except (VllmError, RuntimeError, OSError, ValueError, httpx.HTTPError) as exc:
+    except (VllmError, AcbslurmError, RuntimeError, OSError, ValueError, httpx.HTTPError) as exc:
         print(f"vllm_gpu_check: FAILED: {exc}", file=sys.stderr)
         return EXIT_MISSED
 

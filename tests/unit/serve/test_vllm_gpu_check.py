@@ -53,13 +53,15 @@ def test_importable_with_the_issues_goals() -> None:
 @pytest.mark.skipif(has_gpu(), reason="a GPU answers NVML here: the check would run")
 def test_refuses_without_gpu_or_vllm(tmp_path: Path) -> None:
     missing = tmp_path / "no-such" / "python"
-    out = run("--vllm-python", str(missing))
+    out = run("--vllm-python", str(missing), "--model", str(tmp_path))
     assert out.returncode == 2, out
     lines = out.stderr.strip().splitlines()
     assert lines == [
         lines[0],
         f"vllm_gpu_check: cannot run: no vLLM: no Python at {missing} "
         "(--vllm-python, ACBSLURM_VLLM_PYTHON)",
+        f"vllm_gpu_check: cannot run: no model: {tmp_path} has no config.json "
+        "(a Hugging Face folder)",
     ], out.stderr
     assert lines[0].startswith("vllm_gpu_check: cannot run: no ")  # no GPU / no NVML
     assert "GPU" in lines[0] or "NVML" in lines[0]
