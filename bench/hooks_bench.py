@@ -9,6 +9,11 @@ to a scratch directory so the running job's own record is untouched.
 
 ``--checkout`` times the hooks of another checkout of acbslurm (say, the commit before a
 change) against the same running job, through copies of the sandbox's wrappers.
+
+Besides wall time it prints each hook's CPU time (user + system of the hook and of the
+children it waited for, scontrol; from wait4's rusage). Wall time grows with the other
+work on the machine; CPU time much less, so on a busy machine it is what tells two
+checkouts or two Dockers apart (the daemons' own work is not in it).
 """
 
 from __future__ import annotations
@@ -27,10 +32,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from acbslurm.sandbox import Sandbox
 
 
-def timed(argv: list[str], env: dict[str, str]) -> float:
+def timed(argv: list[str], env: dict[str, str], cpu: list[float]) -> float:
+    """Wall ms of one run of ``argv``; appends its CPU ms to ``cpu``."""
     t0 = time.perf_counter()
-    subprocess.run(argv, env=env, check=True, stdout=subprocess.DEVNULL)
-    return (time.perf_counter() - t0) * 1000
+    p = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL)
+    _, status, usage = os.wait4(p.pid, 0)
+    wall = (time.perf_counter() - t0) * 1000
+    p.returncode = os.waitstatus_to_exitcode(status)  # Popen must not wait for it again
+    if p.returncode != 0:
+        raise SystemExit(f"{argv[0]} failed (rc {p.returncode})")
+    cpu.append((usage.ru_utime + usage.ru_stime) * 1000)
+    return wall
 
 
 def wrappers_for(libexec: Path, checkout: Path, config: Path) -> Path:
@@ -75,6 +87,7 @@ def main() -> None:
     libexec = sb.layout.libexec
     if args.checkout:
         libexec = wrappers_for(libexec, Path(args.checkout).resolve(), sb.layout.acbslurm_conf)
+    cpu: dict[str, list[float]] = {"prolog": [], "epilog": []}
     job = sb.run_as_user(
         ["sbatch", "--parsable", "--gres=gpu:1", "-o", "/dev/null", "--wrap", "sleep 300"]
     ).stdout.strip()
@@ -101,9 +114,9 @@ def main() -> None:
             }
             pro, epi = [], []
             for _ in range(args.n):
-                pro.append(timed([str(libexec / "acbslurm-prolog")], env))
+                pro.append(timed([str(libexec / "acbslurm-prolog")], env, cpu["prolog"]))
                 assert (Path(records) / f"{job}.json").exists()
-                epi.append(timed([str(libexec / "acbslurm-epilog")], env))
+                epi.append(timed([str(libexec / "acbslurm-epilog")], env, cpu["epilog"]))
                 assert not (Path(records) / f"{job}.json").exists()
     finally:
         sb.run_slurm(["scancel", job])
@@ -111,7 +124,8 @@ def main() -> None:
         xs.sort()
         print(
             f"{name}: median {statistics.median(xs):.1f} ms, "
-            f"p90 {xs[int(0.9 * (len(xs) - 1))]:.1f} ms, min {xs[0]:.1f} ms (n={len(xs)})"
+            f"p90 {xs[int(0.9 * (len(xs) - 1))]:.1f} ms, min {xs[0]:.1f} ms (n={len(xs)}); "
+            f"CPU median {statistics.median(cpu[name]):.1f} ms"
         )
     total = statistics.median([p + e for p, e in zip(pro, epi, strict=True)])
     print(f"prolog+epilog per job: median {total:.1f} ms (goal: each <= 100 ms)")
