@@ -318,8 +318,15 @@ class VllmServer:
 
     def kill(self) -> None:
         """SIGKILL to the server's whole session (a hung server answers nothing), and
-        wait until none of its processes is left: only then is its memory free."""
+        wait until none of its processes is left: only then is its memory free. Its
+        folder (socket, log) goes too: the worker exits right after."""
         self.stopping = True
+        try:
+            self._kill_session()
+        finally:
+            shutil.rmtree(self.folder, ignore_errors=True)
+
+    def _kill_session(self) -> None:
         proc = self.proc
         if proc is None:
             return

@@ -634,6 +634,8 @@ def test_hanging_sleep_is_killed_before_the_next_grant(
     client.completions.create(model="model-a", prompt="awake", max_tokens=1)
     wait_for(lambda: not is_sleeping(pool, "model-a") and stats(pool, "model-a")["resident_bytes"])
     server = vllm_server_pid(pool, "model-a")
+    folder = server_folder(server)
+    assert folder and os.path.isdir(folder)
     tree = [server, *descendants(server)]
     restarts, b_leases = h.restarts, len(pool.gateway.handles["model-b"].lease_log)
     seen: list[float] = []  # the last time one of them was seen alive (from before the look)
@@ -662,6 +664,7 @@ def test_hanging_sleep_is_killed_before_the_next_grant(
     # model-b's grant came after the last moment any process of model-a's server lived
     assert grants and grants[0] > seen[-1], "model-b was granted over model-a's memory"
     wait_for(lambda: h.restarts > restarts)
+    assert not os.path.exists(folder), "the killed server's socket folder was left"
     assert "vLLM killed" in h.reason or h.state in ("starting", "ready"), h.reason
     wait_for(lambda: h.state == "ready", 400)
     r = client.completions.create(model="model-a", prompt="back", max_tokens=3)
