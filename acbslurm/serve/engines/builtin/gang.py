@@ -30,7 +30,7 @@ class Gang:
         self.devices = devices
         self.procs = procs
         self.kind = kind  # cpu | cuda
-        self.leader: Any = None  # pipeline.Leader, once the followers have joined
+        self.leader: Any = None  # group.Leader, once the followers have joined
         self.peer_weights: list[int] = []  # the followers' weight bytes, rank 1..N-1
         self.shares: list[int] = []  # bytes per device of each rank's part
         self.share = 0  # the largest: what the memory hint and the fit check use
