@@ -48,6 +48,7 @@ from acbslurm.serve import worker
 from acbslurm.serve.engines import vllm_nodes
 from acbslurm.serve.pool import weights_bytes
 from acbslurm.serve.worker import EXIT_BROKER, EXIT_REFUSED, EXIT_THREAD, Worker, longest_token
+from acbslurm.units import is_ascii_int
 
 log = logging.getLogger("acbslurm.serve.engines.vllm")
 
@@ -204,7 +205,7 @@ class VllmServer:
             return set()
         out = {self.proc.pid}
         for name in os.listdir("/proc"):
-            if not name.isdigit():
+            if not is_ascii_int(name):
                 continue
             with contextlib.suppress(OSError, ValueError, IndexError):
                 stat = Path(f"/proc/{name}/stat").read_text()
