@@ -208,13 +208,7 @@ class Gateway:
             work = {k: body[k] for k in ("max_tokens", "temperature", "top_p", "seed", "stop")}
             work["messages" if chat else "prompt"] = body["messages" if chat else "prompt"]
             check_prompt_size(work, handle.max_prompt_chars, handle.max_context)
-            rid, pending = self._submit(handle, work)
-            try:
-                first = await self._next(handle, rid, pending, deadline)
-                self._raise_if_error(first)
-            except BaseException:
-                handle.finish(rid, cancel=True)
-                raise
+            rid, pending = await self._start(handle, work, deadline)
             if body["stream"]:
                 gen = self._sse(handle, rid, pending, deadline, chat, body)
                 self.metrics.request(model, 200)
@@ -225,6 +219,20 @@ class Gateway:
         except ApiError as e:
             self.metrics.request(model or "-", e.status)
             return _error(e)
+
+    async def _start(
+        self, handle: WorkerHandle, work: dict[str, Any], deadline: float
+    ) -> tuple[str, Pending]:
+        """The request queued and its worker's first answer read: the request's id and
+        its queue, or the worker's refusal raised (the request then forgotten)."""
+        rid, pending = self._submit(handle, work)
+        try:
+            first = await self._next(handle, rid, pending, deadline)
+            self._raise_if_error(first)
+        except BaseException:
+            handle.finish(rid, cancel=True)
+            raise
+        return rid, pending
 
     @staticmethod
     def _submit(handle: WorkerHandle, work: dict[str, Any]) -> tuple[str, Pending]:
@@ -258,13 +266,7 @@ class Gateway:
         check_passthrough_size(checked, handle.max_prompt_chars, handle.max_context)
         deadline = time.monotonic() + self.request_timeout
         work = {"route": request.url.path, "body": raw, "chars": checked["chars"]}
-        rid, pending = self._submit(handle, work)
-        try:
-            first = await self._next(handle, rid, pending, deadline)
-            self._raise_if_error(first)
-        except BaseException:
-            handle.finish(rid, cancel=True)
-            raise
+        rid, pending = await self._start(handle, work, deadline)
         if checked["stream"]:
             self.metrics.request(handle.spec.name, 200)
             return StreamingResponse(

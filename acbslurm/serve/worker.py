@@ -180,6 +180,16 @@ class Worker:
         """0 when the group formed (an engine with groups)."""
         return 0
 
+    def enqueue(self, rid: str, d: Any) -> None:
+        """Queue request ``d`` for the next turn, unless its cancel came while it was
+        being taken in (on the tokenizer thread)."""
+        with self.cond:
+            if rid in self.cancelled_early:
+                return
+            self.by_id[rid] = d
+            self.queue.append(d)
+            self.cond.notify()
+
     def register(self) -> int:
         """0 when registered with the broker, else the exit code (the gateway is told why).
 

@@ -667,12 +667,7 @@ class VllmWorker(Worker):
     def accept(self, msg: dict[str, Any]) -> None:
         rid = str(msg["id"])
         d = Request(rid, msg)
-        with self.cond:
-            if rid in self.cancelled_early:
-                return
-            self.by_id[rid] = d
-            self.queue.append(d)
-            self.cond.notify()
+        self.enqueue(rid, d)
 
     def body(self, msg: dict[str, Any]) -> tuple[str, dict[str, Any], bool]:
         """The client's body for vLLM, whole: the model name mapped to the server's, the

@@ -192,12 +192,7 @@ class BuiltinWorker(Worker):
         if d is None:
             return
         self.send({"type": "accepted", "id": rid, "prompt_tokens": len(ids)})
-        with self.cond:
-            if rid in self.cancelled_early:
-                return
-            self.by_id[rid] = d
-            self.queue.append(d)
-            self.cond.notify()
+        self.enqueue(rid, d)
 
     def decoding(
         self, rid: str, ids: list[int], max_tokens: int, msg: dict[str, Any]
