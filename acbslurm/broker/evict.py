@@ -8,7 +8,9 @@ program noticing (tensor objects, shapes, strides and version counters unchanged
 
 Live tensors are found through the garbage collector (every torch.Tensor is a
 tracked object); storages only referenced from C++ (e.g. autograd's saved
-activations) are not seen and simply stay where they are.
+activations) are not seen and simply stay where they are. The scan runs on the
+broker client's thread while the program's main thread goes on, so it must never let
+the program run while it holds ``gc.get_objects()``'s list: see ``live_tensors``.
 
 Pinned host memory: PyTorch's caching host allocator keeps freed pinned blocks for
 reuse, which makes the next eviction of the same sizes fast (no page locking) but
@@ -20,7 +22,9 @@ host, so after a restore the cache is emptied when the host runs short
 
 from __future__ import annotations
 
+import functools
 import gc
+import itertools
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -46,6 +50,40 @@ class EvictStats:
 class _Saved:
     storage: Any  # torch.UntypedStorage, the very object the tensors share
     host: torch.Tensor  # uint8 copy of its bytes
+
+
+# type.__subclasscheck__ itself (C, a walk of the MRO), so no metaclass's Python runs
+_IS_TENSOR_TYPE = functools.partial(type.__subclasscheck__, torch.Tensor)
+
+
+def live_tensors() -> list[torch.Tensor]:
+    """Every live tensor the garbage collector tracks, found without one Python step.
+
+    CPython grows the tuple of ``tuple(generator)`` in place (``_PyTuple_Resize``), and
+    refuses with ``SystemError: bad argument to internal function`` if anything else
+    holds it meanwhile; but the collector tracks it from the start, so
+    ``gc.get_objects()`` returns it (CPython gh-39117, gh-107137). A scan in Python on
+    this thread lets the main thread run between its steps while the list is held, and
+    the program's next such tuple breaks: agarun's test died so, importing torch._dynamo.
+
+    Here the list is made, filtered and freed within one call of C code that never
+    gives up the GIL and runs no Python code, so no other thread runs until it is gone.
+    Each object comes twice in a row (``repeat(obj, 2)``): ``compress`` takes the first
+    as the datum and the second, through ``type`` and ``type.__subclasscheck__``, as its
+    selector. (``tee`` would pair them too, but its buffer kept references after the
+    scan and the test of this failed with it.) Attributes are never read: ``isinstance``
+    reads ``__class__``, which some objects compute in Python. The collector is off
+    meanwhile because a collection may run a finalizer written in Python.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        objects = itertools.chain.from_iterable(map(gc.get_objects, (None,)))
+        twice = itertools.chain.from_iterable(map(itertools.repeat, objects, itertools.repeat(2)))
+        return list(itertools.compress(twice, map(_IS_TENSOR_TYPE, map(type, twice))))
+    finally:
+        if enabled:
+            gc.enable()
 
 
 HOST_FLOOR = 0.5  # keep cached pinned memory only while half the host's memory is available
@@ -112,10 +150,7 @@ class StorageEvictor:
         """Unique resizable storages of live tensors on the device (largest first)."""
         seen: dict[int, Any] = {}
         skip = exclude or set()
-        for obj in gc.get_objects():
-            # type(), not isinstance(): some objects warn when their __class__ is read.
-            if not issubclass(type(obj), torch.Tensor):
-                continue
+        for obj in live_tensors():
             st = self._plain_storage(obj)
             if st is None:
                 continue

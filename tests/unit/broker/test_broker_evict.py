@@ -1,5 +1,7 @@
 """StorageEvictor frees storages for real and restores them in place."""
 
+import time
+
 import torch
 
 from acbslurm.broker.evict import StorageEvictor
@@ -64,3 +66,42 @@ def test_pinned_cache_is_given_back_only_when_the_host_runs_short(monkeypatch) -
     short["now"] = False
     assert StorageEvictor(dev, keep_pinned=False)._release_pinned()
     assert emptied == [True, True]
+
+
+def test_a_scan_on_another_thread_never_breaks_the_programs_tuples() -> None:
+    """The eviction's scan runs on the broker client's thread while the program's main
+    thread runs on. CPython's ``tuple(generator)`` grows a tuple that the garbage
+    collector already tracks and that must have no other reference while it grows, so
+    a scan that holds ``gc.get_objects()``'s list while the program runs made the
+    program's next ``tuple(...)`` raise ``SystemError: bad argument to internal
+    function`` (seen in agarun's test importing torch._dynamo; CPython gh-39117)."""
+    import threading
+
+    ev = StorageEvictor(torch.device("cpu"))
+    keep = [torch.ones(4) for _ in range(50)]  # something for the scan to find
+    stop = threading.Event()
+    scans: list[int] = []
+
+    def scan() -> None:
+        while not stop.is_set():
+            scans.append(len(ev.live_storages()))
+
+    def slow(n: int):  # yields the GIL between items, so the scan runs mid-tuple
+        for i in range(n):
+            time.sleep(0)
+            yield i
+
+    scanner = threading.Thread(target=scan, daemon=True)
+    scanner.start()
+    junk = [object() for _ in range(200_000)]  # a long scan, as in a real program
+    try:
+        built = 0
+        deadline = time.monotonic() + 20
+        while len(scans) < 20 and time.monotonic() < deadline:
+            assert tuple(slow(200)) == tuple(range(200))
+            built += 1
+    finally:
+        stop.set()
+        scanner.join(30)
+    assert len(scans) >= 20 and min(scans) >= len(keep), (len(scans), built)
+    del junk

@@ -529,11 +529,16 @@ def assert_whole(model: str, r: Any, max_tokens: int) -> None:
         assert r.usage.completion_tokens == max_tokens, (model, r.usage)
 
 
-def assert_queued_asleep(pool: PoolServer, results: list[tuple[str, int, Any, float]]) -> None:
+def assert_queued_asleep(
+    pool: PoolServer, results: list[tuple[str, int, Any, float]], long_b: threading.Thread
+) -> None:
     """model-a's requests wait in its worker, its server asleep and none answered, unless
     model-b's long request (k 99) has ended already (an idle machine) and model-a got
-    its grant in between."""
+    its grant in between. The end is the server's: its answer may reach this process's
+    client after model-a's wake, so the client's thread is waited for; that no two
+    leases overlapped is checked on the broker's record at the end."""
     if not is_sleeping(pool, "model-a"):
+        long_b.join(120)
         assert [k for _, k, _, _ in results if k == 99], "model-a woke under model-b"
         return
     assert not [r for r in results if r[0] == "model-a"]
@@ -580,7 +585,7 @@ def test_two_models_alternate_on_one_device(pool: PoolServer, client: openai.Ope
     queued_at = time.monotonic()
     # They wait in the worker, its server asleep, unless model-b's long request has
     # ended already (an idle machine) and model-a got its grant in between.
-    assert_queued_asleep(pool, results)
+    assert_queued_asleep(pool, results, long_b)
     more = [threading.Thread(target=user, args=(m, k, 8)) for k in range(2, 5) for m in handles]
     for t in more:
         t.start()
