@@ -12,10 +12,14 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from typing import Any
 
 from acbslurm.container.run_command import RunArgs
 from acbslurm.units import finite_float
+
+# On `acbslurm run`'s path: no typing at run time (tests/unit/cli/test_run_fast.py).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def _float(value: str, minimum: float | None = None) -> float:

@@ -11,17 +11,17 @@ the job.
 from __future__ import annotations
 
 import contextlib
+import gc
 import signal
 import threading
 import time
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from acbslurm.container.options import Limits
+from acbslurm.container.probe import InfoProbe
 from acbslurm.container.signals import HANDLED, STOP_SIGNALS, Relay
 from acbslurm.container.streams import Pump, copy_stdin, raw_terminal, start_thread, tell
-from acbslurm.dockerapi import cdi
 from acbslurm.dockerapi.daemon import start_hint
 from acbslurm.dockerapi.engine import (
     Conflict,
@@ -35,6 +35,11 @@ from acbslurm.errors import DockerError, SetupError
 from acbslurm.jobrecord import JOB_LABEL, USER_LABEL
 from acbslurm.mountrules import Mount
 from acbslurm.procfs import running
+
+# On `acbslurm run`'s path: no typing at run time (tests/unit/cli/test_run_fast.py).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
 @dataclass(frozen=True)
@@ -59,11 +64,6 @@ class LaunchSpec:
     # The node's index of each of gpu_uuids: the CDI name where a spec names GPUs by
     # index only.
     gpu_indices: list[int] = field(default_factory=list)
-
-
-def limits_enforced(info: dict[str, Any]) -> bool:
-    """False where the daemon runs without cgroups (rootless on cgroup v1)."""
-    return str(info.get("CgroupDriver", "")).lower() not in ("none", "")
 
 
 def device_request(uuids: Sequence[str], cdi_ids: Sequence[str] = ()) -> dict[str, Any]:
@@ -180,37 +180,6 @@ LIMITS_WARNING = (
 )
 
 
-class _InfoProbe:
-    """The daemon's /info and pid, fetched while the container is created (off the
-    start path)."""
-
-    def __init__(self, api: EngineApi) -> None:
-        self.info: dict[str, Any] = {}
-        self.daemon_pid: int | None = None
-        self.thread = threading.Thread(target=self._get, args=(api,), daemon=True)
-        self.thread.start()
-
-    def _get(self, api: EngineApi) -> None:
-        self.daemon_pid = api.daemon_pid()
-        with contextlib.suppress(DockerError):
-            self.info = api.info()
-
-    def limits_enforced(self) -> bool:
-        self.thread.join(timeout=10)
-        return limits_enforced(self.info) if self.info else True
-
-    def cdi_ids(self, spec: LaunchSpec) -> list[str]:
-        """The job's GPUs as CDI names when the daemon has CDI (empty: `--gpus` as
-        before). Waits for /info: which request to send depends on it."""
-        if not spec.gpu_uuids:
-            return []
-        self.thread.join(timeout=10)
-        dirs = cdi.spec_dirs(self.info)
-        if not dirs:
-            return []
-        return cdi.device_ids(spec.gpu_uuids, spec.gpu_indices, cdi.gpu_names(dirs))
-
-
 CANCELLED = (
     "acbslurm: the job was cancelled before its container started ({}): "
     "the container was removed unstarted\n"
@@ -220,12 +189,18 @@ CANCELLED = (
 # complexity: the container's life in its order (create, attach, start, wait, clean up)
 # under one signal mask and one try/finally; split up, the mask and the clean-up would no
 # longer visibly cover every step between create and remove.
-def run_container(api: EngineApi, spec: LaunchSpec, handled: Collection[int] = HANDLED) -> int:
+def run_container(
+    api: EngineApi,
+    spec: LaunchSpec,
+    handled: Collection[int] = HANDLED,
+    probe: InfoProbe | None = None,
+) -> int:
     """Create, attach, start and wait; returns the container's exit code.
 
     Says once on stderr when the job's CPU/memory limits cannot be enforced. A
     SIGTERM/SIGINT before the container starts: it is removed unstarted, 128+signal.
     ``handled``: the signals taken over (tests leave out the SIGALRM they time by).
+    ``probe``: one started earlier (``probe.probe_daemon``); else it starts here.
     """
     sigs = set(handled) | STOP_SIGNALS
     # Blocked before anything else: the threads started below inherit the mask, so a
@@ -236,8 +211,8 @@ def run_container(api: EngineApi, spec: LaunchSpec, handled: Collection[int] = H
     old_handlers = {s: signal.signal(s, relay.handle) for s in sigs}
     cid: str | None = None
     try:
-        probe = _InfoProbe(api)
-        cid, with_limits = _create(api, spec, probe.cdi_ids(spec))
+        probe = probe or InfoProbe(api)
+        cid, with_limits = _create(api, spec, probe.cdi_ids(spec.gpu_uuids, spec.gpu_indices))
         stream = api.attach(cid, stdin=spec.stdin, tty=spec.tty)
         pump = Pump(stream)
         pump_thread = start_thread(pump.run)
@@ -247,6 +222,7 @@ def run_container(api: EngineApi, spec: LaunchSpec, handled: Collection[int] = H
             return 128 + relay.first
         # A signal from here on stays pending until the wait below, then acts.
         _start(api, cid, relay)
+        gc.enable()  # off for the start only (cli/entry.py); the run may last days
         if spec.stdin:
             start_thread(copy_stdin, stream)
         has_limits = bool(spec.limits.nano_cpus or spec.limits.mem_bytes)
@@ -326,7 +302,7 @@ def _stopping(
 
 
 def _wait(
-    api: EngineApi, cid: str, old_mask: Iterable[int], probe: _InfoProbe, container_pid: int | None
+    api: EngineApi, cid: str, old_mask: Iterable[int], probe: InfoProbe, container_pid: int | None
 ) -> int:
     """The container's exit code; the signals are unblocked while it runs."""
     result: dict[str, Any] = {}

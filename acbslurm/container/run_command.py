@@ -144,8 +144,7 @@ def _check_in_job(job_id: str) -> None:
 
 def execute(args: RunArgs) -> int:
     """Check ``args`` against the job's record, run the container; its exit code."""
-    from acbslurm.container.launch import LaunchSpec, command_of, run_container
-    from acbslurm.container.pull import ensure_image
+    from acbslurm.container.probe import probe_daemon
     from acbslurm.dockerapi.engine import EngineApi
     from acbslurm.dockerapi.hosts import find_docker_host
 
@@ -163,11 +162,18 @@ def execute(args: RunArgs) -> int:
         raise OptionError("--gpus", str(exc)) from None
     limits = resolve_limits(args.cpus, args.memory, record)
     shm = 0 if args.shm_size is None else parse_shm_size(args.shm_size, limits)
+    user = record.user if record else os.environ.get("USER", str(os.getuid()))
+    api = EngineApi(find_docker_host(os.environ, settings, os.getuid(), user), timeout=30.0)
+    # /info goes now, while the job is checked and the rest is imported (probe.py);
+    # it only reads, and nothing is created before the check below.
+    probe = probe_daemon(api)
     if uuids and job_id is not None:
         _check_in_job(job_id)
 
-    user = record.user if record else os.environ.get("USER", str(os.getuid()))
-    host = find_docker_host(os.environ, settings, os.getuid(), user)
+    from acbslurm.container.launch import LaunchSpec, command_of, run_container
+    from acbslurm.container.pull import ensure_image
+    from acbslurm.container.streams import tell
+
     spec = LaunchSpec(
         image=args.image,
         command=command_of(args.command),
@@ -188,11 +194,8 @@ def execute(args: RunArgs) -> int:
         read_only=args.read_only,
         gpu_indices=_indices_of(uuids, record),
     )
-    from acbslurm.container.streams import tell
-
     if job_id is None:
         tell(OUTSIDE_A_JOB)
     sys.stdout.flush()
-    api = EngineApi(host, timeout=30.0)
     ensure_image(api, args.image, args.pull)
-    return run_container(api, spec)
+    return run_container(api, spec, probe=probe)

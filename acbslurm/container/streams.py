@@ -18,9 +18,13 @@ import threading
 import tty
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import BinaryIO
 
 from acbslurm.dockerapi.engine import AttachStream
+
+# On `acbslurm run`'s path: no typing at run time (tests/unit/cli/test_run_fast.py).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import BinaryIO
 
 
 @dataclass

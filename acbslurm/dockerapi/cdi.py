@@ -14,10 +14,14 @@ import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from acbslurm.errors import ConfigError
 from acbslurm.userfiles import MIB, read_user_text
+
+# On `acbslurm run`'s path: no typing at run time (tests/unit/cli/test_run_fast.py).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 GPU_KIND = "nvidia.com/gpu"
 SPEC_SUFFIXES = (".json", ".yaml", ".yml")

@@ -315,15 +315,21 @@ class EngineApi:
         self, method: str, url: str, body: Any, idle: float | None, total: float | None
     ) -> tuple[bytes, bytes, str]:
         """``_exchange``; once more at the negotiated version if the daemon refused ours
-        (Docker >= 29 refuses 1.41), which its refusal's headers and text tell."""
+        (Docker >= 29 refuses 1.41), which its refusal's headers and text tell.
+
+        Calls may run on two threads at once (``acbslurm run`` asks for /info beside the
+        image's check), so a refusal of a version that another call has meanwhile
+        replaced is retried at the new one, not taken for the daemon's last word."""
+        sent = self.version
         try:
-            return self._exchange(method, url, body, idle, total)
+            return self._exchange(method, url, body, idle, total, sent)
         except EngineError as exc:
             seen = refused_range(exc)
-            if seen is None or self.negotiated:
+            if seen is None or (self.negotiated and self.version == sent):
                 raise
-            self._learn(*seen)
-        return self._exchange(method, url, body, idle, total)
+            if not self.negotiated:
+                self._learn(*seen)
+        return self._exchange(method, url, body, idle, total, self.version)
 
     def _learn(self, newest: str, oldest: str = "") -> None:
         """The version to speak from now on, once the daemon's range is known."""
@@ -334,7 +340,13 @@ class EngineApi:
         self.negotiated = True
 
     def _exchange(
-        self, method: str, url: str, body: Any, idle: float | None, total: float | None
+        self,
+        method: str,
+        url: str,
+        body: Any,
+        idle: float | None,
+        total: float | None,
+        version: str,
     ) -> tuple[bytes, bytes, str]:
         """(head, body, what) of one 2xx answer; ``idle`` bounds each read, ``total`` all.
 
@@ -342,7 +354,7 @@ class EngineApi:
         what = f"Docker at {self.host}: {method} {url.split('?')[0]}"
         sock = self._connect(idle)
         try:
-            sock.sendall(self._request(method, f"/v{self.version}{url}", body))
+            sock.sendall(self._request(method, f"/v{version}{url}", body))
             answer = _read_to_close(sock, total)
         except OSError as exc:
             raise DockerError(f"{what}: {exc}") from None

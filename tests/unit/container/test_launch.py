@@ -1,6 +1,7 @@
 """`run_container` end to end against the fake Docker daemon (tests/unit/fake_docker.py)."""
 
 import contextlib
+import gc
 import json
 import os
 import signal
@@ -76,8 +77,13 @@ def test_a_run_streams_output_passes_the_exit_code_and_removes_the_container(
     fake_docker: FakeDocker, capsys: pytest.CaptureFixture[str]
 ) -> None:
     fake_docker.program = Program([(1, b"out 1\n"), (2, b"err 1\n"), (1, b"out 2\n")], 3)
-    with deadline(20):
-        code = run(EngineApi(fake_docker.host, timeout=5), spec())
+    gc.disable()  # as the entry does for the start (cli/entry.py)
+    try:
+        with deadline(20):
+            code = run(EngineApi(fake_docker.host, timeout=5), spec())
+        assert gc.isenabled()  # on again once the container runs: a run may last days
+    finally:
+        gc.enable()
     assert code == 3
     out, err = capsys.readouterr()
     assert out == "out 1\nout 2\n"

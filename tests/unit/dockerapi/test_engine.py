@@ -3,6 +3,7 @@
 import socket
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fake_docker import Answer, FakeDocker, Hang, Raw
@@ -106,6 +107,41 @@ def test_docker_29_refusing_the_first_guess_is_asked_once_more_at_the_negotiated
         f"/v{MAX_API_VERSION}/containers/create?name=c1",
         f"/v{MAX_API_VERSION}/containers/{cid}/attach?stream=1&stdout=1&stderr=1",
     ]
+
+
+def test_two_first_calls_at_once_on_docker_29_both_step_up(fake_docker: FakeDocker) -> None:
+    """`acbslurm run` asks for /info beside the image's check: both go at 1.41, both are
+    refused, and the one refused after the other has learnt the range is retried too."""
+    import threading
+
+    fake_docker.min_api_version, fake_docker.api_version = "1.44", "1.52"
+    both_in = threading.Barrier(2, timeout=5)
+
+    def together(req: Any) -> None:
+        if req.version == API_VERSION:
+            both_in.wait()  # neither is answered before both were sent at 1.41
+        return None  # the model answers: Docker 29's refusal, then the real answer
+
+    fake_docker.on("GET", "/info", together)
+    fake_docker.on("GET", "/images/*/json", together)
+    d = api(fake_docker)
+    errors: list[BaseException] = []
+
+    def image() -> None:
+        try:
+            d.call("GET", "/images/img/json")
+        except NotFound:
+            pass  # the model's answer for an image it does not have: a real answer
+        except BaseException as exc:
+            errors.append(exc)
+
+    t = threading.Thread(target=image)
+    t.start()
+    assert d.info()["ServerVersion"] == "fake"
+    t.join(10)
+    assert not errors, errors
+    versions = sorted(r.version for r in fake_docker.requests)
+    assert versions == [API_VERSION, API_VERSION, MAX_API_VERSION, MAX_API_VERSION]
 
 
 def test_the_exact_docker_29_refusal_is_read(fake_docker: FakeDocker) -> None:

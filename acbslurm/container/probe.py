@@ -1,0 +1,70 @@
+"""The user's Docker daemon's /info and pid, fetched on a thread from the start of a run.
+
+/info took 6-18 ms on Docker 26.1 and 28.5, and a GPU container's create waits for it:
+whether to ask for CDI devices depends on it (``cdi_ids``). `acbslurm run` starts the
+probe as soon as it knows the daemon's address, so that /info goes while the run's
+other modules are imported, the job is checked and the image looked up; this module
+imports little for that reason.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from collections.abc import Sequence
+
+from acbslurm.dockerapi import cdi
+from acbslurm.dockerapi.engine import EngineApi
+from acbslurm.errors import DockerError
+
+# On `acbslurm run`'s path: no typing at run time (tests/unit/cli/test_run_fast.py).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+
+def limits_enforced(info: dict[str, Any]) -> bool:
+    """False where the daemon runs without cgroups (rootless on cgroup v1)."""
+    return str(info.get("CgroupDriver", "")).lower() not in ("none", "")
+
+
+class InfoProbe:
+    """/info and the daemon's pid (SO_PEERCRED), on a thread of their own."""
+
+    def __init__(self, api: EngineApi) -> None:
+        self.info: dict[str, Any] = {}
+        self.daemon_pid: int | None = None
+        self.thread = threading.Thread(target=self._get, args=(api,), daemon=True)
+        self.thread.start()
+
+    def _get(self, api: EngineApi) -> None:
+        self.daemon_pid = api.daemon_pid()
+        with contextlib.suppress(DockerError):
+            self.info = api.info()
+
+    def limits_enforced(self) -> bool:
+        self.thread.join(timeout=10)
+        return limits_enforced(self.info) if self.info else True
+
+    def cdi_ids(self, uuids: Sequence[str], indices: Sequence[int]) -> list[str]:
+        """The GPUs as CDI names when the daemon has CDI (empty: `--gpus` as before).
+        Waits for /info: which request to send depends on it."""
+        if not uuids:
+            return []
+        self.thread.join(timeout=10)
+        dirs = cdi.spec_dirs(self.info)
+        if not dirs:
+            return []
+        return cdi.device_ids(uuids, indices, cdi.gpu_names(dirs))
+
+
+def probe_daemon(api: EngineApi) -> InfoProbe:
+    """Start the probe now, on a thread that blocks every signal: the signals
+    ``run_container`` takes over must reach only its own thread, as for the threads it
+    starts itself (launch.py), and this one does nothing but read two sockets."""
+    old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
+    try:
+        return InfoProbe(api)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
