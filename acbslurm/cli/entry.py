@@ -7,6 +7,7 @@ to the click application in ``cli/main.py``.
 from __future__ import annotations
 
 import gc
+import os
 import sys
 
 
@@ -17,9 +18,12 @@ def main(argv: list[str] | None = None) -> None:
         # container's start (of about 45 ms before the daemon's part; bench/run_bench.py):
         # off until the container runs (launch.run_container turns it on again).
         gc.disable()
+        from acbslurm.container.probe import probe_from_env
+
+        early = probe_from_env(os.environ)  # /info while the rest is imported
         from acbslurm.cli.run_fast import try_run
 
-        code = try_run(args[1:])
+        code = try_run(args[1:], early)
         if code is not None:
             sys.exit(code)
         gc.enable()

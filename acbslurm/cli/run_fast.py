@@ -21,6 +21,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+    from acbslurm.container.probe import InfoProbe
+
 
 def _float(value: str, minimum: float | None = None) -> float:
     x = finite_float(value)  # nan and inf: click's command says why
@@ -124,8 +126,9 @@ def parse(argv: list[str]) -> RunArgs | None:
     return RunArgs(image=argv[i], command=tuple(argv[i + 1 :]), **values)
 
 
-def try_run(argv: list[str]) -> int | None:
-    """Run the container for ``argv`` (after ``run``): its exit code, or None for click."""
+def try_run(argv: list[str], early: InfoProbe | None = None) -> int | None:
+    """Run the container for ``argv`` (after ``run``): its exit code, or None for click.
+    ``early``: the daemon's probe, started before this module was imported."""
     args = parse(argv)
     if args is None:
         return None
@@ -136,7 +139,7 @@ def try_run(argv: list[str]) -> int | None:
 
     configure_logging(0)
     try:
-        return execute(args)
+        return execute(args, early)
     except OptionError:
         return None  # nothing was started: click repeats the checks and reports this
     except AcbslurmError as exc:

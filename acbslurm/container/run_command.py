@@ -32,6 +32,10 @@ from acbslurm.jobrecord import JobRecord, check_job_id, read_trusted_record
 from acbslurm.mountrules import Mount
 from acbslurm.userfiles import ENV_FILE_LIMIT, read_user_text
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from acbslurm.container.probe import InfoProbe
+
 OUTSIDE_A_JOB = (
     "acbslurm: not inside a Slurm job (no SLURM_JOB_ID): the container runs with no GPUs "
     "and no CPU or memory limits\n"
@@ -142,8 +146,10 @@ def _check_in_job(job_id: str) -> None:
         )
 
 
-def execute(args: RunArgs) -> int:
-    """Check ``args`` against the job's record, run the container; its exit code."""
+def execute(args: RunArgs, early: InfoProbe | None = None) -> int:
+    """Check ``args`` against the job's record, run the container; its exit code.
+    ``early``: a probe started before the run's modules were imported (cli/entry.py),
+    used when it asked the daemon that the settings choose too."""
     from acbslurm.container.probe import probe_daemon
     from acbslurm.dockerapi.engine import EngineApi
     from acbslurm.dockerapi.hosts import find_docker_host
@@ -163,10 +169,14 @@ def execute(args: RunArgs) -> int:
     limits = resolve_limits(args.cpus, args.memory, record)
     shm = 0 if args.shm_size is None else parse_shm_size(args.shm_size, limits)
     user = record.user if record else os.environ.get("USER", str(os.getuid()))
-    api = EngineApi(find_docker_host(os.environ, settings, os.getuid(), user), timeout=30.0)
-    # /info goes now, while the job is checked and the rest is imported (probe.py);
-    # it only reads, and nothing is created before the check below.
-    probe = probe_daemon(api)
+    host = find_docker_host(os.environ, settings, os.getuid(), user)
+    # /info goes now, if it has not already, while the job is checked and the rest is
+    # imported (probe.py); it only reads, and nothing is created before the check below.
+    if early is not None and early.api.host == host:
+        api, probe = early.api, early  # one client: what it learnt of the versions
+    else:
+        api = EngineApi(host, timeout=30.0)
+        probe = probe_daemon(api)
     if uuids and job_id is not None:
         _check_in_job(job_id)
 

@@ -49,3 +49,35 @@ def test_outside_a_job_it_says_so_in_one_line(
     assert "no GPUs and no CPU or memory limits" in err
     (create,) = fake_docker.calls("POST", "/containers/create")
     assert "DeviceRequests" not in create.body["HostConfig"]
+
+
+def test_the_probe_started_before_the_imports_is_the_runs_only_info(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_docker: FakeDocker
+) -> None:
+    """cli/entry.py starts /info from DOCKER_HOST before the run's modules load; the run
+    uses that probe and its client (one /info, versions learnt once), and asks again
+    only where the settings chose another daemon."""
+    from acbslurm.container.probe import probe_from_env
+
+    fake_docker.on("GET", "/images/*", Answer(200, {"Id": "sha256:1"}))
+    (tmp_path / "none.yaml").write_text("{}\n")
+    monkeypatch.setenv("ACBSLURM_CONFIG", str(tmp_path / "none.yaml"))
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    monkeypatch.setenv("DOCKER_HOST", fake_docker.host)
+    early = probe_from_env({"DOCKER_HOST": fake_docker.host})
+    assert early is not None and early.api.host == fake_docker.host
+    args = run_command.RunArgs(image="img", command=("true",))
+    assert run_command.execute(args, early) == 0
+    early.thread.join(5)  # its /info may still be on the way when a run without GPUs ends
+    assert len(fake_docker.calls("GET", "/info")) == 1
+    # a probe of another daemon is not this run's: it asks its own daemon
+    other = probe_from_env({"DOCKER_HOST": f"unix://{tmp_path}/other.sock"})
+    assert other is not None
+    assert run_command.execute(args, other) == 0
+    other.thread.join(5)
+    with fake_docker.cond:
+        fake_docker.cond.wait_for(lambda: len(fake_docker.calls("GET", "/info")) >= 2, 5)
+    assert len(fake_docker.calls("GET", "/info")) == 2
+    # where only the settings name the daemon, or an address acbslurm does not speak
+    assert probe_from_env({}) is None
+    assert probe_from_env({"DOCKER_HOST": "tcp://10.0.0.1:2375"}) is None
