@@ -87,3 +87,11 @@ def probe_from_env(env: Mapping[str, str]) -> InfoProbe | None:
     except DockerError:
         return None
     return probe_daemon(api)
+
+
+def probe_for(host: str, early: InfoProbe | None) -> InfoProbe:
+    """``early`` where it asked ``host`` (one client: what it learnt of the versions),
+    else a probe started now."""
+    if early is not None and early.api.host == host:
+        return early
+    return probe_daemon(EngineApi(host, timeout=30.0))

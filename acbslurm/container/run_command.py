@@ -150,8 +150,7 @@ def execute(args: RunArgs, early: InfoProbe | None = None) -> int:
     """Check ``args`` against the job's record, run the container; its exit code.
     ``early``: a probe started before the run's modules were imported (cli/entry.py),
     used when it asked the daemon that the settings choose too."""
-    from acbslurm.container.probe import probe_daemon
-    from acbslurm.dockerapi.engine import EngineApi
+    from acbslurm.container.probe import probe_for
     from acbslurm.dockerapi.hosts import find_docker_host
 
     gpus_spec, mount_list, env, run_as = _parsed(args)
@@ -172,11 +171,8 @@ def execute(args: RunArgs, early: InfoProbe | None = None) -> int:
     host = find_docker_host(os.environ, settings, os.getuid(), user)
     # /info goes now, if it has not already, while the job is checked and the rest is
     # imported (probe.py); it only reads, and nothing is created before the check below.
-    if early is not None and early.api.host == host:
-        api, probe = early.api, early  # one client: what it learnt of the versions
-    else:
-        api = EngineApi(host, timeout=30.0)
-        probe = probe_daemon(api)
+    probe = probe_for(host, early)
+    api = probe.api
     if uuids and job_id is not None:
         _check_in_job(job_id)
 
