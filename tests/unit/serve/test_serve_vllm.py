@@ -33,6 +33,7 @@ import openai
 import pytest
 from servehelp import _get
 
+from acbslurm.broker.client import BrokerClient
 from acbslurm.serve.engines.vllm import VllmWorker, default_python
 from acbslurm.serve.pool import load_pool_text
 from acbslurm.serve.runner import PoolServer
@@ -529,74 +530,102 @@ def assert_whole(model: str, r: Any, max_tokens: int) -> None:
         assert r.usage.completion_tokens == max_tokens, (model, r.usage)
 
 
-def assert_queued_asleep(
-    pool: PoolServer, results: list[tuple[str, int, Any, float]], long_b: threading.Thread
-) -> None:
-    """model-a's requests wait in its worker, its server asleep and none answered, unless
-    model-b's long request (k 99) has ended already (an idle machine) and model-a got
-    its grant in between. The end is the server's: its answer may reach this process's
-    client after model-a's wake, so the client's thread is waited for; that no two
-    leases overlapped is checked on the broker's record at the end."""
-    if not is_sleeping(pool, "model-a"):
-        long_b.join(120)
-        assert [k for _, k, _, _ in results if k == 99], "model-a woke under model-b"
-        return
-    assert not [r for r in results if r[0] == "model-a"]
+OTHER = "another-program"  # a program beside the pool on the broker's device (agarun's kind)
 
 
-def test_two_models_alternate_on_one_device(pool: PoolServer, client: openai.OpenAI) -> None:
-    """Both models on cpu:1: each grant of one evicts the other (asleep), and a yield
-    puts the holder to sleep before its release. Every answer is whole (never vLLM's
-    ``abort``); requests that arrive while their model sleeps wait in its worker,
-    counted in /metrics, and are served after its wake; the leases follow the broker's
-    record, one model at a time."""
-    handles = pool.gateway.handles
-    turns_before = {n: len(h.lease_log) for n, h in handles.items()}
-    record_before = len(pool.broker.snapshot()["record"])
-    woken = {n: stats(pool, n)["swaps_in"] for n in handles}
-    results: list[tuple[str, int, Any, float]] = []
-    errors: list[BaseException] = []
+class Users:
+    """Requests of the test's users on threads of their own: each answer with its model,
+    its number and when it came, or the error."""
 
-    def user(model: str, k: int, max_tokens: int) -> None:
+    def __init__(self, client: openai.OpenAI) -> None:
+        self.client = client
+        self.results: list[tuple[str, int, Any, float]] = []
+        self.errors: list[BaseException] = []
+        self.threads: list[threading.Thread] = []
+
+    def start(self, model: str, k: int, max_tokens: int) -> None:
+        t = threading.Thread(target=self._ask, args=(model, k, max_tokens))
+        self.threads.append(t)
+        t.start()
+
+    def _ask(self, model: str, k: int, max_tokens: int) -> None:
         try:
             # ignore_eos (a field of vLLM's own): the long request takes all its tokens
             extra = {"ignore_eos": True} if k == 99 else None
-            r = client.completions.create(
+            r = self.client.completions.create(
                 model=model,
                 prompt=f"request {k} for {model}",
                 max_tokens=max_tokens,
                 extra_body=extra,
             )
-            results.append((model, k, r, time.monotonic()))
+            self.results.append((model, k, r, time.monotonic()))
         except BaseException as exc:
-            errors.append(exc)
+            self.errors.append(exc)
 
-    # model-a awake, model-b asleep; then a long request of model-b's evicts model-a,
-    # and model-a's requests queue while it sleeps
+    def join(self) -> None:
+        for t in self.threads:
+            t.join(300)
+        assert not self.errors, self.errors
+        for model, k, r, _ in self.results:
+            assert_whole(model, r, LONG if k == 99 else 8)
+            if k == 99:
+                assert r.usage.completion_tokens == LONG
+
+
+def assert_one_client_at_a_time(record: list[Any]) -> list[Any]:
+    """The broker's record from the program's grant on: no model's lease overlapped the
+    program's (each ended before its grant or began after its release). The models'."""
+    (held,) = [rec for rec in record if rec.client == OTHER]
+    served = [rec for rec in record if rec.client.startswith("serve:")]
+    assert len(served) + 1 == len(record), record
+    for rec in served:
+        assert rec.ended <= held.granted + 1e-3 or rec.granted >= held.ended - 1e-3, (rec, held)
+    return served
+
+
+def test_two_models_alternate_on_one_device(pool: PoolServer, client: openai.OpenAI) -> None:
+    """Both models on cpu:1, with another program of the broker's holding the device for
+    a while (a job's agarun program beside the pool): its grant evicts the resident
+    model (asleep before the grant); requests that arrive meanwhile wait in their
+    workers, counted in /metrics, none answered, and are served after their model's
+    wake once the program releases the device. Then each grant of one model evicts the
+    other, and a yield puts the holder to sleep before its release. Every answer is
+    whole (never vLLM's ``abort``); the leases follow the broker's record, one client at
+    a time. The program holds the device for as long as the test looks: a long request
+    of one model as the blocker ended, on an idle machine, before the other's requests
+    were seen queued."""
+    handles = pool.gateway.handles
+    turns_before = {n: len(h.lease_log) for n, h in handles.items()}
+    record_before = len(pool.broker.snapshot()["record"])
+    woken = {n: stats(pool, n)["swaps_in"] for n in handles}
+    users = Users(client)
+    # model-a awake and resident, model-b asleep
     client.completions.create(model="model-a", prompt="awake", max_tokens=1)
     wait_for(lambda: is_sleeping(pool, "model-b"))
-    long_b = threading.Thread(target=user, args=("model-b", 99, LONG))
-    long_b.start()
-    wait_for(lambda: not is_sleeping(pool, "model-b"))
-    threads = [threading.Thread(target=user, args=("model-a", k, 8)) for k in range(2)]
-    for t in threads:
-        t.start()
-    wait_for(lambda: metric(pool, "acbslurm_serve_queue_length", "model-a") == 2)
-    queued_at = time.monotonic()
-    # They wait in the worker, its server asleep, unless model-b's long request has
-    # ended already (an idle machine) and model-a got its grant in between.
-    assert_queued_asleep(pool, results, long_b)
-    more = [threading.Thread(target=user, args=(m, k, 8)) for k in range(2, 5) for m in handles]
-    for t in more:
-        t.start()
-    for t in [long_b, *threads, *more]:
-        t.join(300)
-    assert not errors, errors
-    assert len(results) == 9
-    for model, k, r, _ in results:
-        assert_whole(model, r, LONG if k == 99 else 8)
-        if k == 99:
-            assert r.usage.completion_tokens == LONG
+    with BrokerClient(pool.broker.address, name=OTHER) as other:
+        # the whole device (memory 0): model-a's residency is evicted before the grant
+        held = other.acquire(1, memory=0, timeout=120)
+        assert is_sleeping(pool, "model-a") and is_sleeping(pool, "model-b")
+        for m, k, n in (("model-a", 0, 8), ("model-a", 1, 8), ("model-b", 99, LONG)):
+            users.start(m, k, n)
+        wait_for(
+            lambda: (
+                metric(pool, "acbslurm_serve_queue_length", "model-a") == 2
+                and metric(pool, "acbslurm_serve_queue_length", "model-b") == 1
+            )
+        )
+        queued_at = time.monotonic()
+        # they wait in the workers: both servers asleep, nothing answered
+        assert is_sleeping(pool, "model-a") and is_sleeping(pool, "model-b")
+        assert not users.results and not users.errors, (users.results, users.errors)
+        for k in range(2, 5):
+            for m in handles:
+                users.start(m, k, 8)
+        wait_for(lambda: sum(h.queue_length for h in handles.values()) == 9)
+        assert not users.results
+        other.release(held)
+    users.join()
+    assert len(users.results) == 9
     # a turn's lease (then its stats) is reported after its release, after its answers
     wait_for(
         lambda: all(
@@ -604,22 +633,25 @@ def test_two_models_alternate_on_one_device(pool: PoolServer, client: openai.Ope
             for n, h in handles.items()
         )
     )
+    served = assert_one_client_at_a_time(pool.broker.snapshot()["record"][record_before:])
+    # the requests queued while the models slept were served after their next grant
+    # (wake); that turn's lease is reported at its release, which may come after the
+    # answers
+    for m in handles:
+        wait_for(lambda m=m: any(r >= queued_at for (_, _, r) in handles[m].lease_log))
     spans = sorted((g, r, n) for n, h in handles.items() for (_, g, r) in h.lease_log)
     for (_, r1, n1), (g2, _, n2) in itertools.pairwise(spans):
         if n1 != n2:
             assert g2 >= r1 - 1e-3, (n1, n2)  # no two models' leases of the device overlap
-    # the requests queued while model-a slept were served after its next grant (wake);
-    # that turn's lease is reported at its release, which may come after the answers
-    wait_for(lambda: any(r >= queued_at for (_, _, r) in handles["model-a"].lease_log))
-    spans = sorted((g, r, n) for n, h in handles.items() for (_, g, r) in h.lease_log)
-    wake = min(g for (_, g, r) in handles["model-a"].lease_log if r >= queued_at)
-    assert all(at > wake for m, k, _, at in results if m == "model-a" and k < 2)
+    for m in handles:
+        wake = min(g for (_, g, r) in handles[m].lease_log if r >= queued_at)
+        first = [at for mm, k, _, at in users.results if mm == m and k in (0, 1, 99)]
+        assert first and all(at > wake for at in first), m
     # the order of the turns is the broker's: its record, client by client
-    record = pool.broker.snapshot()["record"][record_before:]
     by_broker = [
-        rec.client.removeprefix("serve:") for rec in sorted(record, key=lambda x: x.granted)
+        rec.client.removeprefix("serve:") for rec in sorted(served, key=lambda x: x.granted)
     ]
-    mine = [n for (g, _, n) in spans if g >= min(rec.granted for rec in record) - 1e-3]
+    mine = [n for (g, _, n) in spans if g >= min(rec.granted for rec in served) - 1e-3]
     assert mine == by_broker[: len(mine)], (mine, by_broker)
 
 
@@ -628,15 +660,21 @@ def test_sleep_level_2_wakes_with_reloaded_weights(pool: PoolServer, client: ope
     reload them from its folder; its greedy answer is the same after."""
     msg = [{"role": "user", "content": "Say it again"}]
     before = client.chat.completions.create(model="model-b", messages=msg, max_tokens=6)
-    woken = stats(pool, "model-b")["swaps_in"]
     client.completions.create(model="model-a", prompt="your turn", max_tokens=1)  # evicts b
     wait_for(lambda: is_sleeping(pool, "model-b"))
+    # Counted in vLLM's own log, not in the worker's stats: those arrive after a turn's
+    # release, so a count read just after an answer may still be the turn before's.
+    log = Path(server_folder(vllm_server_pid(pool, "model-b")), "vllm.log")
+    seen = log.read_text()
+    weights, kv = seen.count("tags: ['weights']"), seen.count("tags: ['kv_cache']")
     after = client.chat.completions.create(model="model-b", messages=msg, max_tokens=6)
-    wait_for(lambda: stats(pool, "model-b")["swaps_in"] == woken + 1)
     assert after.choices[0].message.content == before.choices[0].message.content
-    folder = server_folder(vllm_server_pid(pool, "model-b"))
-    log = Path(folder, "vllm.log").read_text()
-    assert "tags: ['weights']" in log and "tags: ['kv_cache']" in log
+    # one wake before that answer, in level 2's steps: the weights, then the KV cache
+    seen = log.read_text()
+    assert (seen.count("tags: ['weights']"), seen.count("tags: ['kv_cache']")) == (
+        weights + 1,
+        kv + 1,
+    )
 
 
 def test_hanging_sleep_is_killed_before_the_next_grant(
