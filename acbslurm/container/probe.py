@@ -25,6 +25,10 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+# s: the run's client's timeout per request (a create pulls nothing, a start of a GPU
+# container took 0.2 s here; a daemon that takes longer is stuck)
+API_TIMEOUT = 30.0
+
 
 def limits_enforced(info: dict[str, Any]) -> bool:
     """False where the daemon runs without cgroups (rootless on cgroup v1)."""
@@ -83,7 +87,7 @@ def probe_from_env(env: Mapping[str, str]) -> InfoProbe | None:
     if host is None:
         return None
     try:
-        api = EngineApi(host, timeout=30.0)
+        api = EngineApi(host, timeout=API_TIMEOUT)
     except DockerError:
         return None
     return probe_daemon(api)
@@ -94,4 +98,4 @@ def probe_for(host: str, early: InfoProbe | None) -> InfoProbe:
     else a probe started now."""
     if early is not None and early.api.host == host:
         return early
-    return probe_daemon(EngineApi(host, timeout=30.0))
+    return probe_daemon(EngineApi(host, timeout=API_TIMEOUT))
