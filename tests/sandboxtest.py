@@ -3,6 +3,7 @@ as the sandbox user, wait for states, list a job's containers in user1's real da
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -152,6 +153,38 @@ def acbslurm_as(
     if cwd:
         kw["cwd"] = str(cwd)
     return sb.run_as(user, [*ACBSLURM, *argv], timeout=timeout, **kw)
+
+
+def job_status(sb: Any, user: str, job_id: str) -> dict[str, Any]:
+    """The job's row of ``acbslurm status --json`` run by ``user`` (which must succeed)."""
+    res = acbslurm_as(sb, user, "status", "--json", job_id)
+    assert res.returncode == 0, res.stderr
+    return dict(json.loads(res.stdout)["jobs"][0])
+
+
+def job_state(sb: Any, job_id: str) -> str:
+    """scontrol's JobState of the job ("" once slurmctld no longer knows it)."""
+    out = sb.run_slurm(["scontrol", "-o", "show", "job", job_id], check=False).stdout
+    return next((f[9:] for f in out.split() if f.startswith("JobState=")), "")
+
+
+def wait_for_pool(sb: Any, job_id: str, out: Path, timeout: float) -> dict[str, Any]:
+    """A pool job's ``serve`` field of ``acbslurm status`` (user1's) once its gateway is
+    up; AssertionError with the job's output when it ends first or after ``timeout``."""
+
+    def log() -> str:
+        return out.read_text() if out.exists() else "(no output yet)"
+
+    def ready() -> dict[str, Any] | None:
+        row = job_status(sb, "user1", job_id)
+        if row["state"] not in ("PENDING", "CONFIGURING", "RUNNING"):
+            raise AssertionError(f"job {job_id} {row['state']}:\n{log()}")
+        return row["serve"]  # type: ignore[no-any-return]
+
+    try:
+        return dict(wait_until(f"job {job_id}'s address", ready, timeout))
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{log()}") from None
 
 
 def wait_until(what: str, cond: Any, timeout: float = 60) -> Any:

@@ -13,7 +13,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sandboxtest import ACBSLURM, REPO, docker_api, job_containers, no_jobs
+from sandboxtest import (
+    ACBSLURM,
+    REPO,
+    docker_api,
+    job_containers,
+    job_status,
+    no_jobs,
+    wait_for_pool,
+)
 from sandboxtest import acbslurm_as as as_user
 
 from acbslurm.procfs import running
@@ -60,31 +68,12 @@ def _worker_pids(job_id: str) -> list[int]:
     return out
 
 
-def _status(sb: Any, user: str, job_id: str) -> dict[str, Any]:
-    res = as_user(sb, user, "status", "--json", job_id)
-    assert res.returncode == 0, res.stderr
-    return dict(json.loads(res.stdout)["jobs"][0])
-
-
 def _broker_status(sb: Any, job_id: str) -> dict[str, Any]:
     """`acbslurm broker status` as user1 in a step of the pool job (the job's broker)."""
     argv = ["srun", f"--jobid={job_id}", "--overlap", "-n1", *ACBSLURM, "broker", "status"]
     res = sb.run_as("user1", [*argv, "--json"], check=False, extra_env={"PYTHONPATH": str(REPO)})
     assert res.returncode == 0, res.stderr
     return dict(json.loads(res.stdout))
-
-
-def _wait_for_address(sb: Any, job_id: str, out: Path, timeout: float = 240) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    job: dict[str, Any] = {}
-    while time.monotonic() < deadline:
-        job = _status(sb, "user1", job_id)
-        if job["serve"] is not None or job["state"] not in ("PENDING", "RUNNING"):
-            break
-        time.sleep(0.5)
-    log = out.read_text() if out.exists() else "(no output yet)"
-    assert job.get("serve") is not None, f"no address after {timeout} s: {job}\n{log}"
-    return dict(job["serve"])
 
 
 def test_a_pool_that_does_not_fit_is_refused_before_it_queues(sb: Any, folder: Path) -> None:
@@ -123,8 +112,8 @@ def test_pool_job_as_user1_and_user2(sb: Any, folder: Path) -> None:
     assert res.returncode == 0, res.stderr
     job_id = res.stdout.strip()
     try:
-        pool = _wait_for_address(sb, job_id, jobs / f"out-{job_id}.txt")
-        job = _status(sb, "user1", job_id)
+        pool = wait_for_pool(sb, job_id, jobs / f"out-{job_id}.txt", 240)
+        job = job_status(sb, "user1", job_id)
         assert job["state"] == "RUNNING" and len(job["gpu_indices"]) == 2
         path = Path(pool["file"])
         assert path == jobs / f"acbslurm-serve-{job_id}.json"
@@ -143,7 +132,7 @@ def test_pool_job_as_user1_and_user2(sb: Any, folder: Path) -> None:
         # user2 cannot read the file, and status shows user2 no address
         res = sb.run_as("user2", ["cat", str(path)], check=False)
         assert res.returncode != 0 and "Permission denied" in res.stderr
-        assert _status(sb, "user2", job_id)["serve"] is None
+        assert job_status(sb, "user2", job_id)["serve"] is None
 
         client = OpenAI(base_url=pool["url"], api_key="none", max_retries=0, timeout=120)
         assert sorted(m.id for m in client.models.list()) == ["model-a", "model-b"]

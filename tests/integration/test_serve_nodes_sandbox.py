@@ -27,6 +27,9 @@ from sandboxtest import (
     acbslurm_as,
     docker_api,
     job_containers,
+    job_state,
+    job_status,
+    wait_for_pool,
 )
 from sandboxtest import wait_until as wait
 
@@ -125,33 +128,6 @@ def stepd_of(pid: int) -> str:
     return ""
 
 
-def status(sb: Sandbox, user: str, job: str) -> dict[str, Any]:
-    res = as_user(sb, user, "status", "--json", job)
-    assert res.returncode == 0, res.stderr
-    return dict(json.loads(res.stdout)["jobs"][0])
-
-
-def job_state(sb: Sandbox, job: str) -> str:
-    out = sb.run_slurm(["scontrol", "-o", "show", "job", job], check=False).stdout
-    return next((f[9:] for f in out.split() if f.startswith("JobState=")), "")
-
-
-def wait_for_address(sb: Sandbox, job: str, out: Path) -> dict[str, Any]:
-    def ready() -> dict[str, Any] | None:
-        row = status(sb, "user1", job)
-        if row["state"] not in ("PENDING", "CONFIGURING", "RUNNING"):
-            raise AssertionError(f"job {job} {row['state']}:\n{log()}")
-        return row["serve"]  # type: ignore[no-any-return]
-
-    def log() -> str:
-        return out.read_text() if out.exists() else "(no output yet)"
-
-    try:
-        return dict(wait(f"job {job}'s address", ready, 300))
-    except AssertionError as exc:
-        raise AssertionError(f"{exc}\n{log()}") from None
-
-
 def test_a_pool_job_on_two_nodes(two: Sandbox, folder: Path) -> None:
     from openai import OpenAI
 
@@ -163,9 +139,9 @@ def test_a_pool_job_on_two_nodes(two: Sandbox, folder: Path) -> None:
     job = res.stdout.strip()
     out = jobs / f"out-{job}.txt"
     try:
-        pool = wait_for_address(sb, job, out)
+        pool = wait_for_pool(sb, job, out, 300)
         assert pool["models"] == dict.fromkeys(("model-a", "model-b", "model-c"), "ready")
-        row = status(sb, "user1", job)
+        row = job_status(sb, "user1", job)
         gpus = {(d["node"], d["uuid"]) for d in row["gpu_devices"]}
         assert {n for n, _ in gpus} == {node1, node2} and len(gpus) == 4
         # the pool's broker lends all 4 GPUs of both nodes, in node order
@@ -179,7 +155,7 @@ def test_a_pool_job_on_two_nodes(two: Sandbox, folder: Path) -> None:
         # user2 reads neither the address file nor the address in status
         res = sb.run_as("user2", ["cat", pool["file"]], check=False)
         assert res.returncode != 0 and "Permission denied" in res.stderr
-        assert status(sb, "user2", job)["serve"] is None
+        assert job_status(sb, "user2", job)["serve"] is None
 
         client = OpenAI(base_url=pool["url"], api_key="none", max_retries=0, timeout=120)
         assert sorted(m.id for m in client.models.list()) == ["model-a", "model-b", "model-c"]

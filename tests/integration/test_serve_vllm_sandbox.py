@@ -24,7 +24,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sandboxtest import REPO, TWO_NODES, TWO_NODES_GPUS, docker_api, job_containers, no_jobs
+from sandboxtest import (
+    REPO,
+    TWO_NODES,
+    TWO_NODES_GPUS,
+    docker_api,
+    job_containers,
+    job_state,
+    job_status,
+    no_jobs,
+    wait_for_pool,
+)
 from sandboxtest import acbslurm_as as as_user
 from sandboxtest import wait_until as wait
 
@@ -131,36 +141,8 @@ def _sockets(job_id: str) -> tuple[str, str]:
     return _argv_value(worker, "--socket"), _argv_value(server, "--uds")
 
 
-def _status(sb: Any, user: str, job_id: str) -> dict[str, Any]:
-    res = as_user(sb, user, "status", "--json", job_id)
-    assert res.returncode == 0, res.stderr
-    return dict(json.loads(res.stdout)["jobs"][0])
-
-
-def _wait_for_address(sb: Any, job_id: str, out: Path) -> dict[str, Any]:
-    def log() -> str:
-        return out.read_text() if out.exists() else "(no output yet)"
-
-    def ready() -> dict[str, Any] | None:
-        row = _status(sb, "user1", job_id)
-        if row["state"] not in ("PENDING", "CONFIGURING", "RUNNING"):
-            raise AssertionError(f"job {job_id} {row['state']}:\n{log()}")
-        return row["serve"]  # type: ignore[no-any-return]
-
-    try:
-        # a vLLM start: about a minute here, several under load
-        return dict(wait(f"job {job_id}'s address", ready, 600))
-    except AssertionError as exc:
-        raise AssertionError(f"{exc}\n{log()}") from None
-
-
 def _connect_as(sb: Any, user: str, path: str) -> Any:
     return sb.run_as(user, [str(REPO / ".venv/bin/python"), "-c", CONNECT, path], check=False)
-
-
-def _job_state(sb: Any, job_id: str) -> str:
-    out = sb.run_slurm(["scontrol", "-o", "show", "job", job_id], check=False).stdout
-    return next((f[9:] for f in out.split() if f.startswith("JobState=")), "")
 
 
 def _user1_folders() -> set[str]:
@@ -186,7 +168,7 @@ def _submit(sb: Any, folder: Path) -> tuple[str, Path]:
 
 def _ready(sb: Any, job_id: str, out: Path) -> dict[str, Any]:
     t0 = time.monotonic()
-    pool = _wait_for_address(sb, job_id, out)
+    pool = wait_for_pool(sb, job_id, out, 600)  # a vLLM start: a minute here, several under load
     print(f"vLLM pool job {job_id} ready in {time.monotonic() - t0:.1f} s")
     assert pool["models"] == {"model-v": "ready"}
     assert pool["url"] == f"http://127.0.0.1:{pool['port']}/v1" and pool["port"] > 0
@@ -217,7 +199,7 @@ def _private(sb: Any, job_id: str, pool: dict[str, Any]) -> list[str]:
     assert res.returncode != 0 and "Permission denied" in res.stderr, res.stderr
     res = sb.run_as("user2", ["cat", pool["file"]], check=False)
     assert res.returncode != 0 and "Permission denied" in res.stderr
-    assert _status(sb, "user2", job_id)["serve"] is None
+    assert job_status(sb, "user2", job_id)["serve"] is None
     return [folder]
 
 
@@ -238,7 +220,7 @@ def _complete(pool: dict[str, Any]) -> str:
 def _cancel(sb: Any, job_id: str) -> None:
     res = as_user(sb, "user1", "cancel", job_id)
     assert res.returncode == 0, res.stderr
-    wait(f"job {job_id} ended", lambda: _job_state(sb, job_id) in ENDED, 90)
+    wait(f"job {job_id} ended", lambda: job_state(sb, job_id) in ENDED, 90)
     no_jobs(sb)
 
 
