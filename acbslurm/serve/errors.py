@@ -1,4 +1,4 @@
-"""Errors of the serving layer that a user sees."""
+"""Errors of the serving layer: those a user sees, and a worker's own (``TurnBroken``)."""
 
 from __future__ import annotations
 
@@ -17,3 +17,9 @@ class ListenError(ConfigError, ValueError):
 
 class ServeError(AcbslurmError):
     """The pool cannot be served (a model cannot fit, a worker cannot start)."""
+
+
+class TurnBroken(AcbslurmError):
+    """A worker's engine cannot go on (a peer of a built-in group failed): the turn's
+    lease goes back with nothing resident, and the worker ends (the gateway restarts
+    it)."""

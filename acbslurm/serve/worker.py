@@ -25,12 +25,14 @@ import queue
 import socket
 import sys
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any, NoReturn
 
 from acbslurm.config import env_float
 from acbslurm.serve.api import prompt_chars
+from acbslurm.serve.errors import TurnBroken
 from acbslurm.serve.modelproc import prepare_model_process
 from acbslurm.serve.protocol import MAX_LINE, decode, encode
 
@@ -99,6 +101,9 @@ class Worker:
         self.pin: list[str] | None = None
         self.procs = int(spec.get("procs", 1))
         self.leader: Any = None  # group.Leader of a built-in worker group
+        # Held while a turn brings the memory in and computes (an engine whose eviction
+        # must wait for that sets its own lock).
+        self.turn_lock: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
         # Requests are tokenized on a thread of their own (``tokenize_loop``), never on
         # the reader (cancels and newcomers would wait behind a long prompt) nor on the
         # decoding loop. A cancel that comes while its request is there is kept for it.
@@ -168,9 +173,69 @@ class Worker:
         """A ``generate`` request, on the tokenizer thread: queue it or fail it."""
         raise NotImplementedError
 
-    def turn(self) -> None:
-        """Wait for a request, then one lease's worth of computing."""
+    def acquire(self) -> tuple[Any, float]:
+        """The model's lease (the broker's grant) and when it was granted."""
         raise NotImplementedError
+
+    def turn_devices(self, lease: Any) -> list[str]:
+        """The lease's device ids, in the order the engine uses them."""
+        return list(lease.device_ids)
+
+    def bring_in(self, devices: list[str]) -> float:
+        """The model's memory onto ``devices`` (a restore, a wake); the seconds it took."""
+        raise NotImplementedError
+
+    def compute(self, lease: Any, granted: float, restore: float) -> None:
+        """Serve the queue while the lease is held: newcomers are admitted until the
+        broker asks the lease back; returns once nothing is in flight."""
+        raise NotImplementedError
+
+    def on_yield(self) -> None:
+        """The broker asked the lease back (someone waits): by default the memory stays
+        resident (the broker evicts it if the next holder needs it)."""
+
+    def resident(self, devices: list[str]) -> dict[str, int]:
+        """The bytes the model leaves on each of ``devices`` at the release."""
+        raise NotImplementedError
+
+    def broken(self, reason: str) -> NoReturn:
+        """The engine cannot go on (``TurnBroken``): the process ends."""
+        die(reason)
+
+    def turn(self) -> None:
+        """Wait for a request, then one lease's worth of computing, the same steps for
+        every engine: the lease (``acquire``), the model's memory onto its devices
+        (``bring_in``), the queue served (``compute``), what a yield asks of the engine
+        (``on_yield``), the release with what stays resident (``resident``), the lease's
+        span told to the gateway, the counters. A ``TurnBroken`` (a peer of a built-in
+        group failed) releases with nothing resident and ends the process."""
+        with self.cond:
+            while not self.queue:
+                self.cond.wait()
+        lease, granted = self.acquire()
+        devices = self.turn_devices(lease)
+        failure: TurnBroken | None = None
+        try:
+            with self.turn_lock:
+                restore = self.bring_in(devices)
+                self.compute(lease, granted, restore)
+            if lease.yield_requested.is_set():
+                self.on_yield()
+        except TurnBroken as exc:
+            failure = exc
+        finally:
+            # The worker's own view of its lease (monotonic clock, shared by the host's
+            # processes): from the grant it read to the release it sent. The tests
+            # check that no two models' views of one device overlap.
+            released = time.monotonic()
+            resident = {} if failure is not None else self.resident(devices)
+            self.client.release(lease, resident=resident)
+            self.send(
+                {"type": "lease", "devices": devices, "granted": granted, "released": released}
+            )
+        if failure is not None:
+            self.broken(str(failure))
+        self.send_stats()
 
     def open_group(self, host: str) -> Any:
         """With ``procs > 1``: the group's rendezvous (an engine with groups)."""

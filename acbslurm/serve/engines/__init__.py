@@ -11,9 +11,11 @@ acbslurm.serve.engines.vllm``: ``supervisor.worker_module``), a subclass of
 ``serve.worker.Worker``; both keep the gateway's protocol (the vLLM worker passing the
 client's bodies and vLLM's answers through).
 
-``Engine`` is the five steps a worker drives a server through; ``VllmServer`` is one.
-The built-in engine's steps are its gang's (``Gang.bring_in``/``evict``) and its
-decoding loop's (``Decoding.step``), driven by ``BuiltinWorker``.
+Both workers' turns are ``Worker.turn``, one loop over each engine's steps
+(``acquire``, ``bring_in``, ``compute``, ``on_yield``, ``resident``). ``Engine`` is
+the five steps a worker drives a server through; ``VllmServer`` is one. The built-in
+engine has no server: its steps are its gang's (``Gang.bring_in``/``evict``) and its
+decoding loop's (``Decoding.step``), in ``BuiltinWorker``.
 """
 
 from __future__ import annotations

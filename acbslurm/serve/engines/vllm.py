@@ -756,33 +756,20 @@ class VllmWorker(Worker):
                 self.inflight.discard(d.rid)
                 self.cond.notify_all()
 
-    def turn(self) -> None:
-        with self.cond:
-            while not self.queue:
-                self.cond.wait()
-        lease, granted = self.acquire_pinned()
-        try:
-            restore = self.wake_up()
-            self.compute_turn(lease, granted, restore)
-            # Nothing in flight. Asked to yield: another model waits for the devices,
-            # so the memory goes too. Else the server stays awake, its memory resident.
-            if lease.yield_requested.is_set():
-                self.go_to_sleep("a yield")
-        finally:
-            released = time.monotonic()
-            resident = dict.fromkeys(lease.device_ids, self.footprint()) if self.awake else {}
-            self.client.release(lease, resident=resident)
-            self.send(
-                {
-                    "type": "lease",
-                    "devices": lease.device_ids,
-                    "granted": granted,
-                    "released": released,
-                }
-            )
-        self.send_stats()
+    # -- a turn (serve.worker.Worker.turn drives these) ---------------------------------
 
-    def acquire_pinned(self) -> tuple[Any, float]:
+    def bring_in(self, devices: list[str]) -> float:  # noqa: ARG002 - the server's own, pinned
+        return self.wake_up()
+
+    def on_yield(self) -> None:
+        """Nothing in flight, and another model waits for the devices: the memory goes
+        too. Otherwise (no yield) the server stays awake, its memory resident."""
+        self.go_to_sleep("a yield")
+
+    def resident(self, devices: list[str]) -> dict[str, int]:
+        return dict.fromkeys(devices, self.footprint()) if self.awake else {}
+
+    def acquire(self) -> tuple[Any, float]:
         """The model's lease, pinned to its server's devices, and when it was granted.
         The memory hint is nothing more when the server is awake (its memory is
         resident), else its footprint; a server evicted while its request waited asks
@@ -822,7 +809,7 @@ class VllmWorker(Worker):
             target=self._run, args=(d, timing), name=f"req-{d.rid}", daemon=True
         ).start()
 
-    def compute_turn(self, lease: Any, granted: float, restore: float) -> None:
+    def compute(self, lease: Any, granted: float, restore: float) -> None:
         limit = self.spec["max_batch"]
         first = True
         while True:

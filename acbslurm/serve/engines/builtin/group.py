@@ -43,6 +43,7 @@ import torch.distributed as dist
 from torch.distributed import TCPStore  # type: ignore[attr-defined]
 
 from acbslurm.config import env_float
+from acbslurm.serve.errors import TurnBroken
 
 log = logging.getLogger("acbslurm.serve.engines.builtin.group")
 
@@ -55,7 +56,7 @@ FOREVER = datetime.timedelta(days=365)  # followers wait for commands as long as
 JOIN_TIMEOUT = datetime.timedelta(seconds=300)
 
 
-class GroupBroken(Exception):
+class GroupBroken(TurnBroken):
     """A peer of the group died or failed: the group must be restarted."""
 
 

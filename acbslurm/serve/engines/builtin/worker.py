@@ -23,7 +23,7 @@ import logging
 import os
 import sys
 import time
-from typing import Any
+from typing import Any, NoReturn
 
 from acbslurm.serve import worker
 from acbslurm.serve.engines.builtin.gang import Gang
@@ -70,6 +70,7 @@ class BuiltinWorker(Worker):
             self.stage = make_stage(model, 0, self.procs)
         self.model = model
         self.residency = Residency(model, self.device)
+        self.turn_lock = self.residency.lock  # an eviction waits for the turn's compute
         self.forward = local_forward(model)
         self.gang = Gang(self.residency, self.spec["devices"], self.procs, self.device)
 
@@ -102,7 +103,7 @@ class BuiltinWorker(Worker):
         self.forward = self.leader
         return 0
 
-    def group_failed(self, reason: str) -> None:
+    def group_failed(self, reason: str) -> NoReturn:
         """A follower died or hung: its requests fail (503 from the gateway), the
         process exits so that the broker frees the lease and the gateway restarts
         the whole group."""
@@ -255,41 +256,23 @@ class BuiltinWorker(Worker):
             }
         )
 
-    def turn(self) -> None:
-        from acbslurm.serve.engines.builtin.group import GroupBroken
+    # -- a turn (serve.worker.Worker.turn drives these) ---------------------------------
 
-        with self.cond:
-            while not self.queue:
-                self.cond.wait()
-        lease, granted = self.acquire()
-        ids = self.gang.order(lease.devices)  # rank r's part on rank r's node
-        broken: GroupBroken | None = None
-        try:
-            with self.residency.lock:
-                restore = self.gang.bring_in(ids)
-                if self.device == "cuda" and self.pin is None:
-                    self.pin = ids  # the weights live there from now on
-                self.compute(lease, granted, restore)
-        except GroupBroken as exc:
-            broken = exc
-        finally:
-            # The worker's own view of its lease (monotonic clock, shared by the host's
-            # processes): from the grant it read to the release it sent. The tests
-            # check that no two models' views of one device overlap.
-            released = time.monotonic()
-            resident = {} if broken is not None else self.gang.resident_map(ids)
-            self.client.release(lease, resident=resident)
-            self.send(
-                {
-                    "type": "lease",
-                    "devices": ids,
-                    "granted": granted,
-                    "released": released,
-                }
-            )
-        if broken is not None:
-            self.group_failed(str(broken))
-        self.send_stats()
+    def turn_devices(self, lease: Any) -> list[str]:
+        return list(self.gang.order(lease.devices))  # rank r's part on rank r's node
+
+    def bring_in(self, devices: list[str]) -> float:
+        """The weights restored onto the gang's devices where they were evicted."""
+        restore = self.gang.bring_in(devices)
+        if self.device == "cuda" and self.pin is None:
+            self.pin = devices  # the weights live there from now on
+        return float(restore)
+
+    def resident(self, devices: list[str]) -> dict[str, int]:
+        return dict(self.gang.resident_map(devices))
+
+    def broken(self, reason: str) -> NoReturn:
+        self.group_failed(reason)
 
     def acquire(self) -> tuple[Any, float]:
         """The gang's lease and when it was granted; on a broker failure every queued
