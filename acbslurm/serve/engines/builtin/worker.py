@@ -259,17 +259,17 @@ class BuiltinWorker(Worker):
     # -- a turn (serve.worker.Worker.turn drives these) ---------------------------------
 
     def turn_devices(self, lease: Any) -> list[str]:
-        return list(self.gang.order(lease.devices))  # rank r's part on rank r's node
+        return self.gang.order(lease.devices)  # rank r's part on rank r's node
 
     def bring_in(self, devices: list[str]) -> float:
         """The weights restored onto the gang's devices where they were evicted."""
         restore = self.gang.bring_in(devices)
         if self.device == "cuda" and self.pin is None:
             self.pin = devices  # the weights live there from now on
-        return float(restore)
+        return restore
 
     def resident(self, devices: list[str]) -> dict[str, int]:
-        return dict(self.gang.resident_map(devices))
+        return self.gang.resident_map(devices)
 
     def broken(self, reason: str) -> NoReturn:
         self.group_failed(reason)
