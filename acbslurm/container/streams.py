@@ -134,7 +134,9 @@ def raw_terminal(wanted: bool) -> Iterator[None]:
         yield
         return
     saved = termios.tcgetattr(0)
-    tty.setraw(0)
+    # TCSANOW: what was typed before the container was up stays queued for it (the
+    # default, TCSAFLUSH, discarded it; `docker run -it` keeps it too)
+    tty.setraw(0, termios.TCSANOW)
     try:
         yield
     finally:
