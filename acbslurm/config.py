@@ -70,6 +70,11 @@ class Settings:
     # an absolute path there (/opt/acbslurm/bin/acbslurm) or words (`/opt/venv/bin/python
     # -m acbslurm`); empty: the executable running `acbslurm submit`/`render` now.
     node_acbslurm: str = ""
+    # "join": the prolog starts the job's cgroup helper, and `acbslurm run` puts its
+    # container into the job step's cgroups through acbslurm's OCI runtime (the user's
+    # daemon must know it: docs/admin-guide.md, "Containers in the job's cgroups");
+    # "off": containers stand beside the job, as before.
+    container_cgroups: str = "off"
 
 
 def _coerce(name: str, raw: Any, default: Any, source: str) -> Any:

@@ -110,3 +110,8 @@ class AccountingError(AcbslurmError):
 
 class BrokerError(AcbslurmError):
     """The GPU broker is unreachable or refused a request."""
+
+
+class CgroupJoinError(AcbslurmError):
+    """A container could not be put into its job's cgroups (the message says why); it
+    is not started."""

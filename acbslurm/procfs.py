@@ -8,6 +8,8 @@ Shared by ``hooks/orphans.py`` (the epilog's sweep of a job's leftover processes
 
 from __future__ import annotations
 
+import os
+
 
 def read_bytes(path: str) -> bytes:
     """The file's bytes; empty when it cannot be read (gone meanwhile, a kernel thread)."""
@@ -39,3 +41,22 @@ def running(pid: int) -> bool:
     """Alive and not a zombie (an orphan nobody reaps stays listed in /proc)."""
     fields = read_bytes(f"/proc/{pid}/stat").rpartition(b")")[2].split()
     return bool(fields) and fields[0] not in (b"Z", b"X")
+
+
+def stepd_job_of_ancestors(pid: int | None = None) -> str | None:
+    """The job id of the nearest root-owned ``slurmstepd: [N.x]`` above ``pid``, or None.
+
+    A job's processes descend from one; a user can set any environment and rename their
+    own processes, but cannot create a root-owned ancestor.
+    """
+    pid = os.getpid() if pid is None else pid
+    seen = 0
+    while pid > 1 and seen < 64:
+        seen += 1
+        ppid = parent_pid(read_bytes(f"/proc/{pid}/stat"))
+        uid = real_uid(read_bytes(f"/proc/{pid}/status"))
+        cmd = read_bytes(f"/proc/{pid}/cmdline").split(b"\0", 1)[0].decode(errors="replace")
+        if uid == 0 and cmd.startswith("slurmstepd: ["):
+            return cmd[len("slurmstepd: [") :].split(".", 1)[0].split("]", 1)[0]
+        pid = ppid
+    return None

@@ -37,6 +37,30 @@ def task_prolog(ctx: click.Context) -> None:
     ctx.exit(run_task_prolog(os.environ))
 
 
+@click.command("install-runtime")
+@click.argument("path", type=click.Path(dir_okay=False, writable=True))
+def install_runtime(path: str) -> None:
+    """Write acbslurm's OCI runtime for users' Docker daemons to PATH.
+
+    Sites that set `container_cgroups: join` give each user's daemon this runtime
+    (`"runtimes": {"acbslurm": {"path": PATH}}` in daemon.json): it is runc, and it puts a
+    job's container into the job step's cgroups before the container's command runs.
+    """
+    import sys
+
+    from acbslurm.cgroups.runtime import script
+
+    tmp = f"{path}.tmp"
+    try:
+        with open(tmp, "w") as f:
+            f.write(script(sys.executable))
+        os.chmod(tmp, 0o755)  # noqa: S103 - Docker runs it as each user
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise click.ClickException(f"cannot write {path}: {exc.strerror}") from None
+    click.echo(f"wrote {path} (runtime for Docker: acbslurm; Python: {sys.executable})")
+
+
 @click.command()
 @click.option("--job", "job_id", default=None, help="Job id (default: $SLURM_JOB_ID).")
 @click.option(

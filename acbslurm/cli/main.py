@@ -29,6 +29,7 @@ COMMANDS: dict[str, str] = {
     "epilog": "acbslurm.cli.hooks:epilog",
     "task-prolog": "acbslurm.cli.hooks:task_prolog",
     "gpus": "acbslurm.cli.hooks:gpus",
+    "install-runtime": "acbslurm.cli.hooks:install_runtime",
     "report": "acbslurm.cli.report:report",
     "broker": "acbslurm.cli.broker:broker",
     "serve": "acbslurm.cli.serve:serve",

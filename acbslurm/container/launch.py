@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import os
 import signal
 import threading
 import time
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 
+from acbslurm.cgroups.names import RUN_PID_ENV, RUNTIME_NAME, SOCKET_ENV
 from acbslurm.container.options import Limits
 from acbslurm.container.probe import InfoProbe
 from acbslurm.container.signals import HANDLED, STOP_SIGNALS, Relay
@@ -64,6 +66,9 @@ class LaunchSpec:
     # The node's index of each of gpu_uuids: the CDI name where a spec names GPUs by
     # index only.
     gpu_indices: list[int] = field(default_factory=list)
+    # The job's cgroup helper's socket: the container joins the cgroups of this
+    # process's job step, through acbslurm's runtime (cgroups/runtime.py); "": it does not.
+    cgroup_socket: str = ""
 
 
 def device_request(uuids: Sequence[str], cdi_ids: Sequence[str] = ()) -> dict[str, Any]:
@@ -96,6 +101,11 @@ def container_config(
     env = {k: v for k, v in spec.env.items() if not k.upper().startswith("ACBSLURM_")}
     env["ACBSLURM_JOB_ID"] = spec.job_id
     env["ACBSLURM_GPU_UUIDS"] = ",".join(spec.gpu_uuids)
+    if spec.cgroup_socket:
+        # Read by the runtime at create, before the container's command runs.
+        env[SOCKET_ENV] = spec.cgroup_socket
+        env[RUN_PID_ENV] = str(os.getpid())
+        with_limits = False  # the job's cgroups hold the container: no limits of Docker's
     config: dict[str, Any] = {
         "Image": spec.image,
         "Env": [f"{k}={v}" for k, v in env.items()],
@@ -124,6 +134,8 @@ def _host_config(spec: LaunchSpec, with_limits: bool, cdi_ids: Sequence[str]) ->
     limits = {"NanoCpus": spec.limits.nano_cpus, "Memory": spec.limits.mem_bytes}
     if with_limits:
         host.update({k: v for k, v in limits.items() if v})
+    if spec.cgroup_socket:
+        host["Runtime"] = RUNTIME_NAME
     if spec.shm_bytes:
         host["ShmSize"] = spec.shm_bytes
     if spec.read_only:
@@ -142,6 +154,20 @@ def _user_choices(config: dict[str, Any], spec: LaunchSpec) -> None:
     if spec.entrypoint is not None:
         # As `docker run --entrypoint ""`: an empty one clears the image's.
         config["Entrypoint"] = [spec.entrypoint] if spec.entrypoint else [""]
+
+
+def _check_runtime(probe: InfoProbe, host: str) -> None:
+    """The job joins containers to its cgroups: the daemon must have the runtime that
+    does it, or the container would run outside the job's limits."""
+    runtimes = probe.runtimes()
+    if runtimes is not None and RUNTIME_NAME not in runtimes:
+        raise SetupError(
+            f"this node puts a job's containers into the job's cgroups, but your Docker "
+            f"daemon at {host} has no {RUNTIME_NAME!r} runtime (it has "
+            f"{', '.join(sorted(runtimes)) or 'none'}): add it to ~/.config/docker/daemon.json "
+            f'as "runtimes": {{"{RUNTIME_NAME}": {{"path": "/usr/local/libexec/acbslurm-runc"}}}} '
+            "(the path your site installed it at; docs/admin-guide.md) and restart the daemon"
+        )
 
 
 def _run_pending_handlers(sigs: Iterable[int]) -> None:
@@ -212,6 +238,8 @@ def run_container(
     cid: str | None = None
     try:
         probe = probe or InfoProbe(api)
+        if spec.cgroup_socket:
+            _check_runtime(probe, api.host)
         cid, with_limits = _create(api, spec, probe.cdi_ids(spec.gpu_uuids, spec.gpu_indices))
         stream = api.attach(cid, stdin=spec.stdin, tty=spec.tty)
         pump = Pump(stream)
@@ -226,7 +254,8 @@ def run_container(
         if spec.stdin:
             start_thread(copy_stdin, stream)
         has_limits = bool(spec.limits.nano_cpus or spec.limits.mem_bytes)
-        if has_limits and not (with_limits and probe.limits_enforced()):
+        joined = bool(spec.cgroup_socket)  # the create failed unless it joined
+        if has_limits and not joined and not (with_limits and probe.limits_enforced()):
             tell(LIMITS_WARNING)
         with raw_terminal(spec.tty and spec.stdin):
             code = _wait(api, cid, old_mask, probe, relay.pid)

@@ -54,6 +54,13 @@ class InfoProbe:
         self.thread.join(timeout=10)
         return limits_enforced(self.info) if self.info else True
 
+    def runtimes(self) -> set[str] | None:
+        """The daemon's OCI runtimes by name (None: /info did not answer)."""
+        self.thread.join(timeout=10)
+        if not self.info:
+            return None
+        return set((self.info.get("Runtimes") or {}).keys())
+
     def cdi_ids(self, uuids: Sequence[str], indices: Sequence[int]) -> list[str]:
         """The GPUs as CDI names when the daemon has CDI (empty: `--gpus` as before).
         Waits for /info: which request to send depends on it."""

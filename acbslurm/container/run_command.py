@@ -146,6 +146,17 @@ def _check_in_job(job_id: str) -> None:
         )
 
 
+def _cgroup_socket(mode: str, runtime_dir: str, job_id: str | None) -> str:
+    """The job's cgroup helper's socket where the site joins containers to their job's
+    cgroups (setting ``container_cgroups: join``); "" otherwise, or outside a job."""
+    if mode != "join" or job_id is None:
+        return ""
+    from acbslurm.cgroups.names import HELPER_SOCKET
+    from acbslurm.jobsockets import job_dir
+
+    return os.path.join(job_dir(check_job_id(job_id), runtime_dir), HELPER_SOCKET)
+
+
 def execute(args: RunArgs, early: InfoProbe | None = None) -> int:
     """Check ``args`` against the job's record, run the container; its exit code.
     ``early``: a probe started before the run's modules were imported (cli/entry.py),
@@ -199,6 +210,7 @@ def execute(args: RunArgs, early: InfoProbe | None = None) -> int:
         entrypoint=args.entrypoint,
         read_only=args.read_only,
         gpu_indices=_indices_of(uuids, record),
+        cgroup_socket=_cgroup_socket(settings.container_cgroups, settings.job_runtime_dir, job_id),
     )
     if job_id is None:
         tell(OUTSIDE_A_JOB)

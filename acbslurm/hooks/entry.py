@@ -109,6 +109,7 @@ def run_prolog(env: Mapping[str, str]) -> int:
         )
         path = write_record(settings.record_dir, rec)
         _make_job_dir(settings, job_id, uid)
+        _start_cgroup_helper(settings, job_id, uid)
     except (AcbslurmError, OSError, ValueError) as exc:
         _say("error", f"job {job_id or '?'}: {exc}")
         return 1
@@ -198,6 +199,23 @@ def _make_job_dir(settings: Settings, job_id: str, uid: int) -> None:
     create_job_dir(settings.job_runtime_dir, job_id, uid, gid)
 
 
+def _start_cgroup_helper(settings: Settings, job_id: str, uid: int) -> None:
+    """The job's cgroup helper (cgroups/helper.py), when the site joins containers to
+    their job's cgroups: without it, `acbslurm run` in this job cannot start a container."""
+    if uid < 0 or settings.container_cgroups != "join":
+        return
+    import pwd
+
+    from acbslurm.cgroups.helper import start
+    from acbslurm.jobsockets import job_dir
+
+    try:
+        gid = pwd.getpwuid(uid).pw_gid
+    except KeyError:
+        gid = -1
+    start(settings.record_dir, job_id, uid, gid, job_dir(job_id, settings.job_runtime_dir))
+
+
 def _sweep_earlier_if_any(uid: int, user: str, settings: Settings) -> None:
     """Containers left by this user's jobs whose daemon was down: removed now, if it
     answers (one file check when there are none; never fails the prolog)."""
@@ -229,7 +247,13 @@ def run_epilog(env: Mapping[str, str]) -> int:
     uid, user = (rec.uid, rec.user) if rec else _user_of(env)
     minors = rec.gpu_minors if rec else []
     problems = _clean_up_containers(job_id, uid, user, minors, settings, env)
+    from acbslurm.cgroups.helper import stop
     from acbslurm.jobsockets import remove_job_dir
+
+    try:
+        stop(settings.record_dir, job_id)
+    except OSError as exc:
+        _say("warning", f"job {job_id}: cannot end its cgroup helper: {exc}")
 
     try:
         remove_job_dir(settings.job_runtime_dir, job_id)

@@ -521,6 +521,7 @@ class Sandbox:
         render.write_slurm_configs(lay, p, gpus.by_node(lay, p), sec["slurm_db"])
         render.write_hook_wrappers(lay, p)
         render.write_standin_hook(lay)
+        render.write_oci_runtime(lay, p)
         render.write_acbslurm_settings(lay, p)
         render.write_report_db_cnf(lay, p, sec["readonly_db"])
 

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from acbslurm import proc
+from acbslurm.cgroups.names import RUNTIME_NAME
 from acbslurm.errors import SetupError
 from acbslurm.procfs import running
 from acbslurm.sandbox.dockerversions import DockerInstall
@@ -126,6 +127,8 @@ def daemon_argv(layout: Layout, user: str) -> list[str]:
         "--iptables=false",
         f"--data-root={layout.docker_data(user)}",
         *write_daemon_config(layout, user),
+        # acbslurm's runtime: it puts a job's container into the job's cgroups.
+        f"--add-runtime={RUNTIME_NAME}={layout.oci_runtime}",
         f"--host={docker_host(layout, user)}",
     ]
 

@@ -148,6 +148,8 @@ class Layout:
         self.state = self.root / "state"
         self.dev = self.root / "dev"
         self.bin = self.root / "bin"
+        # acbslurm's OCI runtime, given to the user's daemon (--add-runtime).
+        self.oci_runtime = self.bin / "acbslurm-runc"
         self.libexec = self.root / "libexec"
         self.params_file = self.root / "sandbox.json"
         self.slurm_conf = self.etc / "slurm.conf"

@@ -85,6 +85,15 @@ def write_standin_hook(layout: Layout) -> None:
     _write(layout.bin / "nvidia-container-runtime-hook", text, 0o755)
 
 
+def write_oci_runtime(layout: Layout, params: Params) -> None:
+    """acbslurm's OCI runtime for the sandbox user's daemon (``--add-runtime``), as a
+    site installs it with `acbslurm install-runtime`."""
+    from acbslurm.cgroups.runtime import script
+
+    layout.bin.mkdir(parents=True, exist_ok=True)
+    _write(layout.oci_runtime, script(params.python), 0o755)
+
+
 def write_acbslurm_settings(layout: Layout, params: Params) -> None:
     """Settings the hooks, `acbslurm run` and `report` read inside the sandbox.
 
@@ -105,6 +114,8 @@ def write_acbslurm_settings(layout: Layout, params: Params) -> None:
         "docker_host": f"unix://{layout.run}/{{user}}/docker.sock",
         "db_config": str(layout.report_db_cnf),
         "cluster": params.cluster,
+        # As a GPU site with Slurm's cgroups: a job's containers go into its cgroups.
+        "container_cgroups": "join",
     }
     # JSON (which is YAML): the hooks read it without importing PyYAML.
     _write(layout.acbslurm_conf, json.dumps(settings, indent=2) + "\n")

@@ -1,0 +1,205 @@
+"""The job's cgroup helper: a root process per job that puts the job's containers into
+the job's cgroups, one request at a time.
+
+Only root can move a process into Slurm's cgroups, and the container's processes are
+children of the user's Docker daemon, not of the job. So the prolog starts this helper
+(``start``), detached from slurmd, listening on ``cgroup.sock`` in the job's runtime
+directory (the user's, 0700: nobody else can reach it); the epilog ends it (``stop``),
+and it ends by itself when that directory goes. Each request is one JSON line
+(``{"run_pid": N, "container_pid": M}``) answered by one JSON line
+(``{"ok": true, "files": [...]}`` or ``{"ok": false, "error": "..."}``); ``join.py``
+checks who asks and what is moved.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import struct
+import sys
+import time
+
+from acbslurm.cgroups.names import HELPER_SOCKET
+from acbslurm.errors import AcbslurmError
+
+# s a caller has to send its request: the user's own `acbslurm run` sends at once.
+REQUEST_TIMEOUT = 5.0
+REQUEST_LIMIT = 4096
+# s between checks that the job's directory (and so the job) is still there.
+POLL = 1.0
+
+
+def socket_path(job_dir: str) -> str:
+    return os.path.join(job_dir, HELPER_SOCKET)
+
+
+def pid_file(record_dir: str, job_id: str) -> str:
+    """Root's note of the helper's pid (in the root-owned record directory, not the
+    user's job directory: the epilog signals what it names)."""
+    return os.path.join(record_dir, f"{job_id}.cgroup-helper")
+
+
+def _say(msg: str) -> None:
+    import syslog
+
+    syslog.openlog("acbslurm-cgroup-helper", syslog.LOG_PID, syslog.LOG_DAEMON)
+    with contextlib.suppress(OSError, ValueError):
+        syslog.syslog(syslog.LOG_INFO, msg)
+
+
+def _bind(path: str, uid: int, gid: int) -> socket.socket:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o177)
+    try:
+        sock.bind(path)
+    finally:
+        os.umask(old)
+    os.chown(path, uid, gid)  # the user connects; mode 0600
+    sock.listen(8)
+    sock.settimeout(POLL)
+    return sock
+
+
+def _peer_uid(conn: socket.socket) -> int:
+    raw = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    return int(struct.unpack("3i", raw)[1])
+
+
+def _read_request(conn: socket.socket) -> dict[str, object]:
+    conn.settimeout(REQUEST_TIMEOUT)
+    data = b""
+    deadline = time.monotonic() + REQUEST_TIMEOUT
+    while b"\n" not in data:
+        if len(data) > REQUEST_LIMIT or time.monotonic() > deadline:
+            raise ValueError("request too long or too slow")
+        chunk = conn.recv(REQUEST_LIMIT)
+        if not chunk:
+            break
+        data += chunk
+    req = json.loads(data.split(b"\n", 1)[0])
+    if not isinstance(req, dict):
+        raise ValueError("a request is a JSON object")
+    return req
+
+
+def _pid_of(req: dict[str, object], key: str) -> int:
+    value = req.get(key)
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 < value < 2**22 + 1:
+        raise ValueError(f"{key} must be a process id, got {value!r}")
+    return value
+
+
+def answer(conn: socket.socket, job_id: str, job_uid: int) -> dict[str, object]:
+    """One request on ``conn``: its answer (also sent)."""
+    from acbslurm.cgroups.join import join
+
+    try:
+        peer = _peer_uid(conn)
+        req = _read_request(conn)
+        run_pid, container_pid = _pid_of(req, "run_pid"), _pid_of(req, "container_pid")
+        done = join(job_id, job_uid, peer, run_pid, container_pid)
+        reply: dict[str, object] = {"ok": True, "files": list(done.files)}
+        _say(f"job {job_id}: container process {container_pid} joined the cgroups of {run_pid}")
+    except (AcbslurmError, ValueError, OSError) as exc:
+        reply = {"ok": False, "error": str(exc)}
+        _say(f"job {job_id}: {exc}")
+    with contextlib.suppress(OSError):
+        conn.sendall(json.dumps(reply).encode() + b"\n")
+    return reply
+
+
+def serve(job_id: str, job_uid: int, job_gid: int, job_dir: str) -> int:
+    """Answer requests until the job's directory goes (the epilog) or SIGTERM."""
+    path = socket_path(job_dir)
+    sock = _bind(path, job_uid, job_gid)
+    ident = os.stat(path).st_ino
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    try:
+        while True:
+            try:
+                conn, _ = sock.accept()
+            except TimeoutError:
+                try:
+                    if os.stat(path).st_ino != ident:
+                        return 0  # the job's directory was made anew (a requeued run)
+                except FileNotFoundError:
+                    return 0
+                continue
+            with conn:
+                answer(conn, job_id, job_uid)
+    finally:
+        sock.close()
+
+
+def start(record_dir: str, job_id: str, job_uid: int, job_gid: int, job_dir: str) -> int:
+    """The prolog's part: the helper, detached (its own session, no descriptor of
+    slurmd's), its pid noted for the epilog; returns the pid. The prolog does not wait
+    for it: a request that comes before it listens is retried (``client.py``)."""
+    import subprocess
+
+    package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "PYTHONPATH": package_root}
+    argv = [sys.executable, "-s", "-m", "acbslurm.cgroups.helper"]
+    argv += [job_id, str(job_uid), str(job_gid), job_dir]
+    child = subprocess.Popen(
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        close_fds=True,
+        env=env,
+        cwd="/",
+    )
+    path = pid_file(record_dir, job_id)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(f"{child.pid} {_start_time(child.pid)}\n")
+    return child.pid
+
+
+def _start_time(pid: int) -> str:
+    from acbslurm.procfs import read_bytes
+
+    fields = read_bytes(f"/proc/{pid}/stat").rpartition(b")")[2].split()
+    return fields[19].decode() if len(fields) > 19 else ""
+
+
+def stop(record_dir: str, job_id: str) -> bool:
+    """The epilog's part: end the job's helper if it runs (the pid file names it, with
+    its start time: a reused pid is left alone). True when one was signalled."""
+    path = pid_file(record_dir, job_id)
+    try:
+        with open(path) as f:
+            pid_text, _, born = f.read().strip().partition(" ")
+    except FileNotFoundError:
+        return False
+    signalled = False
+    if pid_text.isascii() and pid_text.isdigit() and born and _start_time(int(pid_text)) == born:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(int(pid_text), signal.SIGTERM)
+            signalled = True
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    return signalled
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    job_id, uid, gid, job_dir = args[0], int(args[1]), int(args[2]), args[3]
+    try:
+        return serve(job_id, uid, gid, job_dir)
+    except OSError as exc:
+        _say(f"job {job_id}: the cgroup helper stops: {exc}")
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,189 @@
+"""Move a job's freshly created container into the cgroups of the job step that asked.
+
+Runs as root in the job's cgroup helper (``helper.py``), for one request of the job's
+user. The container's first process exists but has run nothing of the user's yet: the
+OCI runtime has created it and not started it (``runtime.py`` asks between the two), so
+every process the container ever has is born inside the job's cgroups, whatever user
+the image runs as.
+
+What is checked, each refusal a ``CgroupJoinError`` that names the rule:
+- the asker (SO_PEERCRED) is the job's user;
+- ``run_pid`` (the `acbslurm run` that creates the container) is the job's user's and a
+  process of this job (a root-owned ``slurmstepd: [JOB.x]`` among its parents), so its
+  cgroups are the job step's: that is where the container goes;
+- ``container_pid`` is the first process of a rootless container of the job's user: in
+  a user namespace the job's user owns (not the machine's), in a pid namespace of its
+  own (not a plain process), still its user's (runc's init runs as the user until it
+  starts the command), and in no cgroup of any Slurm job;
+- the process moved is the one checked: a pidfd taken before the checks must still
+  name a live process after the move (a pid reused meanwhile is refused).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import struct
+from dataclasses import dataclass
+
+from acbslurm.cgroups.membership import ROOT, Membership, memberships, mount_points, procs_file
+from acbslurm.errors import CgroupJoinError
+from acbslurm.procfs import read_bytes, real_uid, stepd_job_of_ancestors
+
+# ioctl(2) on a namespace file: the uid that owns a user namespace (linux/nsfs.h).
+NS_GET_OWNER_UID = 0xB704
+
+
+@dataclass(frozen=True)
+class Joined:
+    """What a join did: the cgroup.procs files the container's pid was written to."""
+
+    pid: int
+    files: tuple[str, ...]
+
+
+def owner_of_user_ns(pid: int) -> int:
+    """The uid that created ``pid``'s user namespace (0 for the machine's own)."""
+    fd = os.open(f"/proc/{pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        buf = fcntl.ioctl(fd, NS_GET_OWNER_UID, b"\0" * 4)
+    finally:
+        os.close(fd)
+    return int(struct.unpack("I", buf)[0])
+
+
+def _ns_id(pid: int, kind: str) -> str:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/{kind}")
+    except OSError:
+        return ""
+
+
+def _start_time(pid: int) -> str:
+    """Field 22 of /proc/PID/stat: with the pid, names one process for its whole life."""
+    fields = read_bytes(f"/proc/{pid}/stat").rpartition(b")")[2].split()
+    return fields[19].decode() if len(fields) > 19 else ""
+
+
+def in_a_slurm_job(path: str) -> bool:
+    """Is a cgroup path inside a Slurm job's cgroups? Slurm names them ``job_<id>``
+    (every release on v1; v2 up to 25.11, and 26.05 with ``CgroupJobIdPaths=yes``),
+    ``step_``/``task_`` below, and on v2 keeps them under ``slurmstepd.scope``
+    (26.05 names the job by its SLUID there: the scope tells)."""
+    parts = [p for p in path.split("/") if p]
+    return any(p.startswith(("job_", "step_", "task_")) or p == "slurmstepd.scope" for p in parts)
+
+
+def targets(run_pid: int, own: list[Membership]) -> list[Membership]:
+    """The hierarchies where ``run_pid`` is in a cgroup of its own job: those where it is
+    not where this helper (started by slurmd, outside every job) is."""
+    here = {(m.hierarchy, m.controllers): m.path for m in own}
+    out = []
+    for m in memberships(run_pid):
+        if m.path == ROOT or here.get((m.hierarchy, m.controllers)) == m.path:
+            continue
+        if in_a_slurm_job(m.path):
+            out.append(m)
+    return out
+
+
+def check_asker(peer_uid: int, job_uid: int) -> None:
+    if peer_uid != job_uid:
+        raise CgroupJoinError(
+            f"refused: uid {peer_uid} asked to move a container into a job of uid {job_uid}"
+        )
+
+
+def check_run_process(run_pid: int, job_id: str, job_uid: int) -> None:
+    """``run_pid`` is the job user's and a process of job ``job_id``."""
+    uid = real_uid(read_bytes(f"/proc/{run_pid}/status"))
+    if uid < 0:
+        raise CgroupJoinError(f"refused: process {run_pid} (the asking `acbslurm run`) is gone")
+    if uid != job_uid:
+        raise CgroupJoinError(
+            f"refused: process {run_pid} belongs to uid {uid}, not to the job's user {job_uid}"
+        )
+    found = stepd_job_of_ancestors(run_pid)
+    if found != job_id:
+        where = "" if found is None else f"; it is in job {found}"
+        raise CgroupJoinError(
+            f"refused: process {run_pid} is not part of job {job_id} "
+            f"(no slurmstepd of that job among its parents{where})"
+        )
+
+
+def check_container(pid: int, job_uid: int) -> None:
+    """``pid`` is a rootless container's first process, of the job's user, in no job."""
+    try:
+        owner = owner_of_user_ns(pid)
+    except OSError as exc:
+        raise CgroupJoinError(f"refused: process {pid}: {exc.strerror}") from None
+    if _ns_id(pid, "user") == _ns_id(1, "user") or owner != job_uid:
+        raise CgroupJoinError(
+            f"refused: process {pid} is not in a rootless container of uid {job_uid} "
+            f"(its user namespace belongs to uid {owner})"
+        )
+    if _ns_id(pid, "pid") in ("", _ns_id(os.getpid(), "pid")):
+        raise CgroupJoinError(
+            f"refused: process {pid} is not a container's (no pid namespace of its own)"
+        )
+    uid = real_uid(read_bytes(f"/proc/{pid}/status"))
+    if uid != job_uid:
+        raise CgroupJoinError(
+            f"refused: process {pid} runs as uid {uid}: a container is joined before it "
+            f"starts, while its first process is still the user's ({job_uid})"
+        )
+    held = [m.path for m in memberships(pid) if in_a_slurm_job(m.path)]
+    if held:
+        raise CgroupJoinError(
+            f"refused: process {pid} is already in a Slurm job's cgroup {held[0]}"
+        )
+
+
+def join(job_id: str, job_uid: int, peer_uid: int, run_pid: int, container_pid: int) -> Joined:
+    """Every check above, then the move; raises ``CgroupJoinError`` with nothing moved
+    when a check fails."""
+    check_asker(peer_uid, job_uid)
+    try:
+        pidfd = os.pidfd_open(container_pid)
+    except OSError as exc:
+        raise CgroupJoinError(f"refused: process {container_pid}: {exc.strerror}") from None
+    try:
+        born = _start_time(container_pid)
+        check_run_process(run_pid, job_id, job_uid)
+        check_container(container_pid, job_uid)
+        goal = targets(run_pid, memberships(os.getpid()))
+        if not goal:
+            raise CgroupJoinError(
+                f"job {job_id} has no cgroups of its own here (is ProctrackType=proctrack/cgroup "
+                "or TaskPlugin=task/cgroup set in slurm.conf?)"
+            )
+        return Joined(container_pid, tuple(_move(pidfd, container_pid, born, goal)))
+    finally:
+        os.close(pidfd)
+
+
+def _move(pidfd: int, pid: int, born: str, goal: list[Membership]) -> list[str]:
+    import signal
+
+    mounts = mount_points()
+    files = []
+    for m in goal:
+        path = procs_file(mounts, m)
+        if path is None:
+            raise CgroupJoinError(f"the {m.controllers or 'cgroup2'} hierarchy is not mounted here")
+        try:
+            with open(path, "w") as f:
+                f.write(str(pid))
+        except OSError as exc:
+            raise CgroupJoinError(
+                f"cannot move process {pid} into {path}: {exc.strerror}"
+            ) from None
+        files.append(path)
+    try:
+        signal.pidfd_send_signal(pidfd, 0)
+    except OSError:
+        raise CgroupJoinError(f"process {pid} ended while it was moved") from None
+    if _start_time(pid) != born:
+        raise CgroupJoinError(f"process {pid} was replaced while it was moved")
+    return files
