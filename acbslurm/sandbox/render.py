@@ -105,6 +105,8 @@ def write_acbslurm_settings(layout: Layout, params: Params) -> None:
         "docker_host": f"unix://{layout.run}/{{user}}/docker.sock",
         "db_config": str(layout.report_db_cnf),
         "cluster": params.cluster,
+        # installed as an admin would: gpus.fence makes the device files 0660 root:root
+        "gpu_fence": True,
     }
     # JSON (which is YAML): the hooks read it without importing PyYAML.
     _write(layout.acbslurm_conf, json.dumps(settings, indent=2) + "\n")
