@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sandboxtest import submit, wait_gone, wait_job, wait_until
+from sandboxtest import IMAGE, submit, wait_gone, wait_job, wait_until
 
 from acbslurm.config import load_settings
 from acbslurm.gpu.acl import Acl
@@ -155,3 +155,27 @@ def test_a_user_without_docker_leaves_nothing_unswept(idle: Any, scripts: Path) 
 def test_the_acl_codec_reads_what_the_sandbox_wrote(idle: Any) -> None:
     for dev in gpu_files(idle):
         assert read_acl(dev) == Acl(6, 6, 0)
+
+
+def test_a_rootless_containers_root_opens_the_jobs_gpu_an_image_user_does_not(
+    idle: Any, scripts: Path
+) -> None:
+    """A rootless container's root is the job's user on the host: the ACL entry covers
+    it. A non-root image user is one of the user's subuids: the fence keeps it out (the
+    limit docs/admin-guide.md states)."""
+    sb = idle
+    job = submit(sb, scripts, "exec sleep 300", "--gres=gpu:1")
+    gpu = job_gpu(sb, job)
+    other = next(f for f in gpu_files(sb) if f != gpu)
+    wait_until("the job's grant", lambda: read_acl(gpu).user_perm(sb.uid) == 6, 30)
+
+    def in_container(dev: str, *user: str) -> str:
+        argv = ["docker", "run", "--rm", f"--device={dev}", *user, IMAGE]
+        r = sb.run_as_user([*argv, "sh", "-c", f": <> {dev}"], check=False, timeout=60)
+        return str(r.stderr.strip().rpartition(": ")[2])
+
+    assert in_container(gpu) == "No such device or address"
+    assert in_container(gpu, "--user", "1000:1000") == "Permission denied"
+    assert in_container(other) == "Permission denied"
+    sb.run_slurm(["scancel", job])
+    wait_gone(sb, job)
