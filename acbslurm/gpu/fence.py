@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import glob
 import os
 import re
 import stat
@@ -42,6 +41,7 @@ FIRST_SHARED_MINOR = 254
 RW = 6
 # slurmstepd's process title: "slurmstepd: [1234.batch]", "[1234.extern]", "[1234.0]".
 _STEPD_TITLE = re.compile(rb"^slurmstepd: \[([0-9]+)[.\]]")
+_PER_GPU_NAME = re.compile(r"^nvidia[0-9]+$")  # not nvidiactl, nvidia-uvm, nvidia-caps/
 _RECORD_FILE = re.compile(r"^([0-9]+(?:_[0-9]+)?)\.json$")
 
 
@@ -58,13 +58,22 @@ def gpu_minor(path: str) -> int | None:
     return minor if minor < FIRST_SHARED_MINOR else None
 
 
+def _listdir(path: str) -> list[str]:
+    """The names in ``path`` (none when it cannot be read); not glob: its import costs
+    the hooks a millisecond."""
+    try:
+        return os.listdir(path)
+    except OSError:
+        return []
+
+
 def node_gpu_files(settings: Settings, node: str) -> dict[str, int]:
     """Every per-GPU device file of the node the fence knows: ``/dev/nvidiaN``, the
     gres.conf ``File=`` lines of ``node`` and the static inventory's ``device`` (the
     sandbox's emulated GPUs live outside /dev); path -> minor."""
     from acbslurm.gpu.gres_conf import gpu_device_files
 
-    paths = glob.glob("/dev/nvidia[0-9]*")
+    paths = [f"/dev/{n}" for n in _listdir("/dev") if _PER_GPU_NAME.match(n)]
     with contextlib.suppress(AcbslurmError, OSError):  # AutoDetect, or no gres.conf
         paths += gpu_device_files(settings.gres_conf, node)
     if settings.gpu_inventory:
