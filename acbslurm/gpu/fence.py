@@ -30,7 +30,7 @@ from acbslurm.jobrecord import JOB_ID, JobRecord, read_trusted_record
 # On the hook path: no typing at run time (tests/unit/hooks/test_hooks_imports.py).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable
+    from collections.abc import Callable, Iterable, Iterator
 
     from acbslurm.config import Settings
 
@@ -242,11 +242,44 @@ def reconcile(
     return result
 
 
+@contextlib.contextmanager
+def _node_lock(record_dir: str) -> Iterator[None]:
+    """One reconcile at a time on the node: two hooks that each read a file's ACL and
+    write their own view back could otherwise undo each other's grant or revoke."""
+    import fcntl
+
+    fd = _lock_file(os.path.join(record_dir, ".fence.lock"))
+    if fd < 0:
+        yield  # a full or read-only record directory: the fence goes on unserialized
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # the hook's deadline bounds the wait
+        yield
+    finally:
+        os.close(fd)
+
+
+def _lock_file(path: str) -> int:
+    """A descriptor to flock (read-only: flock needs no write access, so a record
+    directory made read-only later still serializes), or -1 when there is none."""
+    try:
+        return os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        pass
+    except OSError:
+        return -1
+    try:
+        return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    except OSError:
+        return -1
+
+
 def fence_node(settings: Settings, node: str, liveness: Liveness) -> tuple[FenceResult, list[str]]:
     """Reconcile every GPU file of ``node``; the result and what was said about records."""
     files = node_gpu_files(settings, node)
-    records, notes = node_records(settings.record_dir, node)
-    result = reconcile(allowed_users(files, records, liveness.alive))
+    with _node_lock(settings.record_dir):
+        records, notes = node_records(settings.record_dir, node)
+        result = reconcile(allowed_users(files, records, liveness.alive))
     if liveness.unknown:
         notes.append("slurmctld did not answer: records without a slurmstepd were kept")
     return result, notes
