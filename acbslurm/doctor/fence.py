@@ -96,22 +96,28 @@ def file_problems(ctx: Context, files: dict[str, int]) -> list[str]:
             holders.setdefault(minor, set()).add(rec.uid)
     out = []
     for path, minor in sorted(files.items()):
-        st = os.lstat(path)
-        try:
-            acl = read_acl(path)
-        except (OSError, AclError) as exc:
-            out.append(f"{path}: its ACL cannot be read ({exc})")
-            continue
-        if acl.other:
-            out.append(f"{path} is mode {st.st_mode & 0o777:04o}: every user may open it")
-        # the group's own entry, not the mode's group bits (those show an ACL's mask)
-        if st.st_uid != 0 or (st.st_gid != 0 and acl.group_obj):
-            out.append(f"{path} belongs to {st.st_uid}:{st.st_gid}, not root:root")
-        if acl.groups:
-            out.append(f"{path} ({show(acl)}) lets named groups in")
-        stray = [uid for uid, _ in acl.users if uid not in holders.get(minor, set())]
-        if stray:
-            out.append(f"{path} ({show(acl)}) lets users {stray} in without a job record")
+        out += _file_problems(path, holders.get(minor, set()))
+    return out
+
+
+def _file_problems(path: str, users: set[int]) -> list[str]:
+    """What opens ``path`` to others than ``users`` (those of its recorded jobs)."""
+    st = os.lstat(path)
+    try:
+        acl = read_acl(path)
+    except (OSError, AclError) as exc:
+        return [f"{path}: its ACL cannot be read ({exc})"]
+    out = []
+    if acl.other:
+        out.append(f"{path} is mode {st.st_mode & 0o777:04o}: every user may open it")
+    # the group's own entry, not the mode's group bits (those show an ACL's mask)
+    if st.st_uid != 0 or (st.st_gid != 0 and acl.group_obj):
+        out.append(f"{path} belongs to {st.st_uid}:{st.st_gid}, not root:root")
+    if acl.groups:
+        out.append(f"{path} ({show(acl)}) lets named groups in")
+    stray = [uid for uid, _ in acl.users if uid not in users]
+    if stray:
+        out.append(f"{path} ({show(acl)}) lets users {stray} in without a job record")
     return out
 
 

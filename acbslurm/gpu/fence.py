@@ -245,33 +245,21 @@ def reconcile(
 @contextlib.contextmanager
 def _node_lock(record_dir: str) -> Iterator[None]:
     """One reconcile at a time on the node: two hooks that each read a file's ACL and
-    write their own view back could otherwise undo each other's grant or revoke."""
+    write their own view back could otherwise undo each other's grant or revoke. The
+    lock is the record directory itself (flock on a directory descriptor): no file to
+    create, so a full or read-only directory locks too."""
     import fcntl
 
-    fd = _lock_file(os.path.join(record_dir, ".fence.lock"))
-    if fd < 0:
-        yield  # a full or read-only record directory: the fence goes on unserialized
+    try:
+        fd = os.open(record_dir, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        yield  # no record directory (yet): no record grants anything to race over
         return
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)  # the hook's deadline bounds the wait
         yield
     finally:
         os.close(fd)
-
-
-def _lock_file(path: str) -> int:
-    """A descriptor to flock (read-only: flock needs no write access, so a record
-    directory made read-only later still serializes), or -1 when there is none."""
-    try:
-        return os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    except FileNotFoundError:
-        pass
-    except OSError:
-        return -1
-    try:
-        return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-    except OSError:
-        return -1
 
 
 def fence_node(settings: Settings, node: str, liveness: Liveness) -> tuple[FenceResult, list[str]]:

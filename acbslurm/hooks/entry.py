@@ -114,7 +114,7 @@ def run_prolog(env: Mapping[str, str]) -> int:
     except (AcbslurmError, OSError, ValueError) as exc:
         _say("error", f"job {job_id or '?'}: {exc}")
         if job_id:
-            _fence_quietly(settings_or_none(), env, drop=job_id)
+            _fence_quietly(_settings_or_none(), env, drop=job_id)
         return 1
     _say("info", f"job {job_id}: GPUs {','.join(rec.gpu_uuids) or '-'} recorded in {path}")
     _keep_gpu_history(rec, slurm_job_ref(env, job_id, shown), shown, bin_dir)
@@ -122,7 +122,7 @@ def run_prolog(env: Mapping[str, str]) -> int:
     return 0
 
 
-def settings_or_none() -> Settings | None:
+def _settings_or_none() -> Settings | None:
     from acbslurm.config import load_settings
 
     try:
