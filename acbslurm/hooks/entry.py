@@ -107,6 +107,7 @@ def run_prolog(env: Mapping[str, str]) -> int:
             mem_mb=alloc.mem_mb,
             created=time.time(),
             alloc_error=alloc_error,
+            docker_socket=_has_docker_socket(settings, uid, user),
         )
         path = write_record(settings.record_dir, rec)
         _make_job_dir(settings, job_id, uid)
@@ -294,7 +295,8 @@ def run_epilog(env: Mapping[str, str]) -> int:
         rec = None
     uid, user = (rec.uid, rec.user) if rec else _user_of(env)
     minors = rec.gpu_minors if rec else []
-    problems = _clean_up_containers(job_id, uid, user, minors, settings, env)
+    had_socket = rec.docker_socket if rec else True
+    problems = _clean_up_containers(job_id, uid, user, minors, settings, env, had_socket)
     problems += _fence_at_end(job_id, uid, user, minors, settings, env)
     from acbslurm.jobsockets import remove_job_dir
 
@@ -374,7 +376,13 @@ def _docker_hosts(settings: Settings, uid: int, user: str) -> list[str]:
 
 
 def _clean_up_containers(
-    job_id: str, uid: int, user: str, minors: list[int], settings: Settings, env: Mapping[str, str]
+    job_id: str,
+    uid: int,
+    user: str,
+    minors: list[int],
+    settings: Settings,
+    env: Mapping[str, str],
+    had_socket: bool = True,
 ) -> list[str]:
     """Remove the job's containers; what may still run (empty: nothing can)."""
     from acbslurm.hooks.sweep import sweep_job_containers
@@ -394,7 +402,9 @@ def _clean_up_containers(
         # "Connection refused" says nothing about the containers: they outlive their
         # daemon under containerd-shim. Find them without it.
         devices = _gpu_files(settings, env, minors)
-        problems += _after_unreachable(job_id, uid, user, devices, result.unreachable, settings)
+        problems += _after_unreachable(
+            job_id, uid, user, devices, result.unreachable, settings, had_socket
+        )
     if uid >= 0 and not result.unreachable:
         _sweep_earlier_jobs(uid, hosts, settings)
     return problems
@@ -423,15 +433,23 @@ def _gpu_files(settings: Settings, env: Mapping[str, str], minors: list[int]) ->
 
 
 def _after_unreachable(
-    job_id: str, uid: int, user: str, devices: list[str], unreachable: list[str], settings: Settings
+    job_id: str,
+    uid: int,
+    user: str,
+    devices: list[str],
+    unreachable: list[str],
+    settings: Settings,
+    had_socket: bool,
 ) -> list[str]:
     """No daemon answered: kill the job's container processes without it, and remember
-    the job for the next sweep. A user with no daemon at all (no socket file) and no
-    container processes has nothing to sweep: nothing said, nothing kept (else every
-    job of a user without Docker would warn and grow ``unswept/<uid>`` for ever)."""
+    the job for the next sweep. A user with no daemon at all (no socket file now, none
+    when the job started) and no container processes has nothing to sweep: nothing said,
+    nothing kept (else every job of a user without Docker would warn and grow
+    ``unswept/<uid>`` for ever). A daemon stopped gracefully during the job removes its
+    socket but keeps the job's stopped containers: those are remembered."""
     from acbslurm.hooks.orphans import remember_unswept
 
-    sockets = [h for h in unreachable if _socket_exists(h)]
+    sockets = had_socket or any(_socket_exists(h) for h in unreachable)
     # With the fence on, holders are killed after the permission goes (_fence_at_end).
     found, problems = _kill_orphans(job_id, uid, user, [] if settings.gpu_fence else devices)
     if not sockets and not found and not problems:
@@ -444,6 +462,16 @@ def _after_unreachable(
     except OSError as exc:
         _say("warning", f"job {job_id}: cannot note its containers for removal: {exc}")
     return problems
+
+
+def _has_docker_socket(settings: Settings, uid: int, user: str) -> bool:
+    """Whether one of the user's Docker sockets is there (True when it cannot be told)."""
+    if uid < 0:
+        return True
+    try:
+        return any(_socket_exists(h) for h in _docker_hosts(settings, uid, user))
+    except ConfigError:
+        return True
 
 
 def _socket_exists(host: str) -> bool:

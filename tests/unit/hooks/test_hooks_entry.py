@@ -358,16 +358,38 @@ def test_a_failed_prolog_leaves_no_gpu_open(node: Path, monkeypatch: pytest.Monk
 
 
 def test_no_daemon_and_no_container_processes_is_nothing_to_sweep(
-    node: Path, capsys: pytest.CaptureFixture[str]
+    node: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A user without Docker (no socket file): each job's epilog used to warn and append
     the job to unswept/<uid>, which nothing ever emptied."""
     from acbslurm.hooks.orphans import unswept
 
+    monkeypatch.setenv("ACBSLURM_JOB_RUNTIME_DIR", str(node / "run-job"))
     for job in ("71", "72", "73", "74", "75"):
-        assert run_epilog(job_env(SLURM_JOB_ID=job, SLURM_JOB_UID=str(os.getuid()))) == 0
+        env = job_env(SLURM_JOB_ID=job, SLURM_JOB_UID=str(os.getuid()))
+        assert run_prolog(env) == 0
+        assert run_epilog(env) == 0
     assert "Docker" not in capsys.readouterr().err
     assert unswept(str(node / "jobs"), os.getuid()) == []
+
+
+def test_a_daemon_stopped_during_the_job_leaves_its_job_to_sweep(
+    node: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A daemon stopped gracefully removes its socket but keeps the job's stopped
+    container: the socket was there when the job started, so the job is remembered."""
+    from acbslurm.hooks.orphans import unswept
+
+    monkeypatch.setenv("ACBSLURM_JOB_RUNTIME_DIR", str(node / "run-job"))
+    env = job_env(SLURM_JOB_ID="76", SLURM_JOB_UID=str(os.getuid()), SLURM_JOB_USER="user1")
+    sock = node / "run" / "user1" / "docker.sock"
+    sock.parent.mkdir(parents=True)
+    sock.write_text("")  # a stale socket file: nothing listens
+    assert run_prolog(env) == 0
+    sock.unlink()
+    assert run_epilog(env) == 0
+    assert "no Docker daemon answers" in capsys.readouterr().err
+    assert unswept(str(node / "jobs"), os.getuid()) == ["76"]
 
 
 def test_hook_messages_go_to_syslog_too(
