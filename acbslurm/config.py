@@ -75,9 +75,23 @@ class Settings:
     # daemon must know it: docs/admin-guide.md, "Containers in the job's cgroups");
     # "off": containers stand beside the job, as before.
     container_cgroups: str = "off"
+    # The GPU fence (docs/admin-guide.md, "GPU fence"): the prolog and epilog give each
+    # job's user rw on exactly the job's GPU device files (a POSIX ACL entry) and take
+    # every other user's away. Needs the device files without world access.
+    gpu_fence: bool = False
+
+
+_TRUE = {"true", "yes", "on", "1"}
+_FALSE = {"false", "no", "off", "0", ""}
 
 
 def _coerce(name: str, raw: Any, default: Any, source: str) -> Any:
+    if isinstance(default, bool):
+        if isinstance(raw, bool):
+            return raw
+        if isinstance(raw, str) and raw.strip().lower() in _TRUE | _FALSE:
+            return raw.strip().lower() in _TRUE
+        raise ConfigError(f"{source}: {name} must be true or false, got {short_repr(raw, 80)}")
     if isinstance(default, float):
         try:
             # only text and numbers reach finite_float, whose message quotes the value whole

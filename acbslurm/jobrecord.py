@@ -44,6 +44,10 @@ class JobRecord:
     # Why the prolog could not read the job's CPU/memory allocation ("" when it could):
     # `acbslurm run` then refuses to start a container rather than run it unlimited.
     alloc_error: str = ""
+    # Whether the user's Docker socket was there when the job started: an epilog that
+    # finds no daemon, no socket and no container process of a job whose user had none
+    # either has nothing to sweep later (a user without Docker). True when unknown.
+    docker_socket: bool = True
 
     def gpu_rows(self) -> list[dict[str, int | str | None]]:
         """The job's GPUs on this node, in Slurm's order: index (None when Slurm gave
@@ -128,6 +132,7 @@ def _decode(path: str, text: str) -> JobRecord:
             mem_mb=int(data.get("mem_mb", 0)),
             created=float(data.get("created", 0.0)),
             alloc_error=str(data.get("alloc_error", "")),
+            docker_socket=data.get("docker_socket", True) is not False,
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise ConfigError(f"job record {path} is invalid ({exc})") from None

@@ -15,6 +15,11 @@ from dataclasses import dataclass
 
 from acbslurm.errors import CommandError
 
+# On the hook path: no typing at run time (tests/unit/hooks/test_hooks_imports.py).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 
 def _debug(msg: str, *args: object) -> None:
     # Logging is imported only by entry points that configure it: if nobody did, no
@@ -92,6 +97,19 @@ def _text(captured: bytes | str | None) -> str:
     return captured.decode() if isinstance(captured, bytes) else (captured or "")
 
 
+def _identity(user: str | int | None) -> dict[str, Any]:
+    """subprocess's arguments to run as ``user`` with the user's own groups: ``user=``
+    alone changes the uid and keeps root's gid 0, which opens every root:root 0660 file
+    (the fenced GPU device files among them) to the command."""
+    if user is None:
+        return {}
+    import pwd
+
+    pw = pwd.getpwnam(user) if isinstance(user, str) else pwd.getpwuid(user)
+    groups = os.getgrouplist(pw.pw_name, pw.pw_gid)
+    return {"user": pw.pw_uid, "group": pw.pw_gid, "extra_groups": groups}
+
+
 def _run(
     argv: list[str],
     input: str | None,
@@ -110,9 +128,9 @@ def _run(
             text=True,
             timeout=timeout,
             env=env,
-            user=user,
             cwd=cwd,
             stdin=stdin,
+            **_identity(user),
         )
     pipe = subprocess.PIPE
     with subprocess.Popen(
@@ -122,8 +140,8 @@ def _run(
         stderr=pipe,
         text=True,
         env=env,
-        user=user,
         cwd=cwd,
+        **_identity(user),
     ) as p:
         first = watchdog.after if timeout is None else min(watchdog.after, timeout)
         try:

@@ -9,6 +9,7 @@ from acbslurm.config import DEFAULT_CONFIG_FILE, Settings, load_settings
 from acbslurm.doctor import (
     cdi,
     docker,
+    fence,
     gres,
     logs,
     nodes,
@@ -97,6 +98,7 @@ def run_doctor(
         _guarded("node-state", lambda: nodes.check_node_state(ctx)),
         _guarded("gres", lambda: gres.check_gres(ctx, conf)),
         _guarded("nvidia-hook", lambda: nvidia.check_nvidia_hook(ctx)),
+        _guarded("gpu-fence", lambda: fence.check_fence(ctx)),
         _guarded("dockerd", lambda: docker.check_dockerd(ctx)),
         _guarded("cdi-spec", lambda: cdi.check_cdi(ctx)),
         _guarded("linger", lambda: docker.check_linger(ctx)),

@@ -26,6 +26,7 @@ from acbslurm.units import is_ascii_int
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from acbslurm.config import Settings
+    from acbslurm.gpu.fence import FenceResult
     from acbslurm.jobrecord import JobRecord
     from acbslurm.slurm.allocation import Allocation
 
@@ -106,17 +107,83 @@ def run_prolog(env: Mapping[str, str]) -> int:
             mem_mb=alloc.mem_mb,
             created=time.time(),
             alloc_error=alloc_error,
+            docker_socket=_has_docker_socket(settings, uid, user),
         )
         path = write_record(settings.record_dir, rec)
         _make_job_dir(settings, job_id, uid)
         _start_cgroup_helper(settings, job_id, uid)
+        _fence(settings, env, keep=job_id, must=tuple(_own_files(rec, settings, env)))
     except (AcbslurmError, OSError, ValueError) as exc:
         _say("error", f"job {job_id or '?'}: {exc}")
+        if job_id:
+            _fence_quietly(_settings_or_none(), env, drop=job_id)
         return 1
     _say("info", f"job {job_id}: GPUs {','.join(rec.gpu_uuids) or '-'} recorded in {path}")
     _keep_gpu_history(rec, slurm_job_ref(env, job_id, shown), shown, bin_dir)
     _sweep_earlier_if_any(uid, user, settings)
     return 0
+
+
+def _settings_or_none() -> Settings | None:
+    from acbslurm.config import load_settings
+
+    try:
+        return load_settings()
+    except AcbslurmError:
+        return None
+
+
+class FenceError(AcbslurmError):
+    """The job's own GPU files could not be opened to its user: the job would run
+    without the GPUs Slurm gave it."""
+
+
+def _own_files(rec: JobRecord, settings: Settings, env: Mapping[str, str]) -> list[str]:
+    return _gpu_files(settings, env, rec.gpu_minors) if rec.gpu_minors else []
+
+
+def _fence(
+    settings: Settings,
+    env: Mapping[str, str],
+    keep: str = "",
+    drop: str = "",
+    must: tuple[str, ...] = (),
+) -> None:
+    """Reconcile the node's GPU files with its running jobs (gpu/fence.py), when the
+    fence is on; FenceError when one of ``must`` (the prolog's own GPUs) failed."""
+    if not settings.gpu_fence:
+        return
+    from acbslurm.gpu.fence import Liveness, fence_node, slurm_running_jobs
+    from acbslurm.gpu.node import node_name
+
+    node = node_name(env)
+    bin_dir = _bin_dir(settings, env)
+    live = Liveness(keep=keep, drop=drop, ask=lambda: slurm_running_jobs(node, bin_dir))
+    result, notes = fence_node(settings, node, live)
+    _say_fence(result, notes)
+    bad = [p for p in must if p in result.failed]
+    if bad:
+        raise FenceError(f"the job's GPU files {', '.join(bad)} cannot be opened to its user")
+
+
+def _say_fence(result: FenceResult, notes: list[str]) -> None:
+    for note in notes:
+        _say("warning", f"GPU fence: {note}")
+    if result.granted or result.revoked:
+        what = [f"+{g}" for g in result.granted] + [f"-{r}" for r in result.revoked]
+        _say("info", f"GPU fence: {' '.join(what)}")
+    for path, why in result.failed.items():
+        _say("error", f"GPU fence: cannot set the ACL of {path}: {why}")
+
+
+def _fence_quietly(settings: Settings | None, env: Mapping[str, str], drop: str) -> None:
+    """A failed prolog takes its job's grant back (never raises: it is failing already)."""
+    if settings is None:
+        return
+    try:
+        _fence(settings, env, drop=drop)
+    except (AcbslurmError, OSError) as exc:
+        _say("error", f"GPU fence: {exc}")
 
 
 def slurm_job_ref(env: Mapping[str, str], job_id: str, shown: str | None) -> str:
@@ -246,8 +313,11 @@ def run_epilog(env: Mapping[str, str]) -> int:
         rec = None
     uid, user = (rec.uid, rec.user) if rec else _user_of(env)
     minors = rec.gpu_minors if rec else []
-    problems = _clean_up_containers(job_id, uid, user, minors, settings, env)
     from acbslurm.cgroups.helper import stop
+
+    had_socket = rec.docker_socket if rec else True
+    problems = _clean_up_containers(job_id, uid, user, minors, settings, env, had_socket)
+    problems += _fence_at_end(job_id, uid, user, minors, settings, env)
     from acbslurm.jobsockets import remove_job_dir
 
     try:
@@ -278,6 +348,44 @@ def run_epilog(env: Mapping[str, str]) -> int:
     return 0
 
 
+def _fence_at_end(
+    job_id: str, uid: int, user: str, minors: list[int], settings: Settings, env: Mapping[str, str]
+) -> list[str]:
+    """The job's users lose its GPU files (unless another running job of theirs holds
+    one), then every process of the user (or a subuid) still holding one is killed: an
+    open file outlives the permission that let it be opened. What may still hold one."""
+    if not settings.gpu_fence:
+        return []
+    try:
+        _fence(settings, env, drop=job_id)
+    except (AcbslurmError, OSError) as exc:
+        return [f"GPU fence: {exc}"]
+    if uid < 0 or not minors:
+        return []
+    from acbslurm.gpu.fence import read_acl
+
+    gone = []
+    for path in _gpu_files(settings, env, minors):
+        try:
+            if not read_acl(path).user_perm(uid):
+                gone.append(path)
+        except (OSError, ValueError):
+            continue  # no such file here (the /dev/nvidiaN name on the sandbox)
+    return _kill_holders(job_id, uid, user, gone)
+
+
+def _kill_holders(job_id: str, uid: int, user: str, devices: list[str]) -> list[str]:
+    from acbslurm.hooks.orphans import kill_device_holders
+
+    killed, left = kill_device_holders(devices, uid, user)
+    if killed:
+        pids = ",".join(map(str, killed))
+        _say("warning", f"job {job_id}: killed processes {pids} still holding its GPUs")
+    if left:
+        return [f"processes {left} of {user or uid} still hold the job's GPUs after SIGKILL"]
+    return []
+
+
 def _docker_hosts(settings: Settings, uid: int, user: str) -> list[str]:
     from acbslurm.dockerapi.hosts import user_docker_host
 
@@ -293,7 +401,13 @@ def _docker_hosts(settings: Settings, uid: int, user: str) -> list[str]:
 
 
 def _clean_up_containers(
-    job_id: str, uid: int, user: str, minors: list[int], settings: Settings, env: Mapping[str, str]
+    job_id: str,
+    uid: int,
+    user: str,
+    minors: list[int],
+    settings: Settings,
+    env: Mapping[str, str],
+    had_socket: bool = True,
 ) -> list[str]:
     """Remove the job's containers; what may still run (empty: nothing can)."""
     from acbslurm.hooks.sweep import sweep_job_containers
@@ -313,13 +427,9 @@ def _clean_up_containers(
         # "Connection refused" says nothing about the containers: they outlive their
         # daemon under containerd-shim. Find them without it.
         devices = _gpu_files(settings, env, minors)
-        problems += _kill_orphans(job_id, uid, user, devices, result.unreachable)
-        from acbslurm.hooks.orphans import remember_unswept
-
-        try:
-            remember_unswept(settings.record_dir, uid, job_id)
-        except OSError as exc:
-            _say("warning", f"job {job_id}: cannot note its containers for removal: {exc}")
+        problems += _after_unreachable(
+            job_id, uid, user, devices, result.unreachable, settings, had_socket
+        )
     if uid >= 0 and not result.unreachable:
         _sweep_earlier_jobs(uid, hosts, settings)
     return problems
@@ -347,21 +457,73 @@ def _gpu_files(settings: Settings, env: Mapping[str, str], minors: list[int]) ->
     return files
 
 
-def _kill_orphans(
-    job_id: str, uid: int, user: str, devices: list[str], unreachable: list[str]
+def _after_unreachable(
+    job_id: str,
+    uid: int,
+    user: str,
+    devices: list[str],
+    unreachable: list[str],
+    settings: Settings,
+    had_socket: bool,
 ) -> list[str]:
+    """No daemon answered: kill the job's container processes without it, and remember
+    the job for the next sweep. A user with no daemon at all (no socket file now, none
+    when the job started) and no container processes has nothing to sweep: nothing said,
+    nothing kept (else every job of a user without Docker would warn and grow
+    ``unswept/<uid>`` for ever). A daemon stopped gracefully during the job removes its
+    socket but keeps the job's stopped containers: those are remembered."""
+    from acbslurm.hooks.orphans import remember_unswept
+
+    sockets = had_socket or any(_socket_exists(h) for h in unreachable)
+    # With the fence on, holders are killed after the permission goes (_fence_at_end).
+    found, problems = _kill_orphans(job_id, uid, user, [] if settings.gpu_fence else devices)
+    if not sockets and not found and not problems:
+        return []
+    _say("warning", f"job {job_id}: no Docker daemon answers at {', '.join(unreachable)}")
+    for line in found:
+        _say("warning", f"job {job_id}: {line}")
+    try:
+        remember_unswept(settings.record_dir, uid, job_id)
+    except OSError as exc:
+        _say("warning", f"job {job_id}: cannot note its containers for removal: {exc}")
+    return problems
+
+
+def _has_docker_socket(settings: Settings, uid: int, user: str) -> bool:
+    """Whether one of the user's Docker sockets is there (True when it cannot be told)."""
+    if uid < 0:
+        return True
+    try:
+        return any(_socket_exists(h) for h in _docker_hosts(settings, uid, user))
+    except ConfigError:
+        return True
+
+
+def _socket_exists(host: str) -> bool:
+    """Whether a daemon's socket file is there (a crashed daemon leaves its own). Not
+    dockerapi.engine's socket_path: importing the client costs the prolog 5 ms."""
+    if host.startswith("unix://"):
+        return os.path.lexists(host[len("unix://") :])
+    if host.startswith("/"):
+        return os.path.lexists(host)
+    return True  # not a unix socket: it cannot be told absent
+
+
+def _kill_orphans(
+    job_id: str, uid: int, user: str, devices: list[str]
+) -> tuple[list[str], list[str]]:
+    """What was found and killed (lines to say), and what may still run (problems)."""
     from acbslurm.hooks.orphans import device_holders, kill_job_processes
 
-    _say("warning", f"job {job_id}: no Docker daemon answers at {', '.join(unreachable)}")
     killed, left = kill_job_processes(job_id, uid, user)
+    found = []
     if killed:
-        pids = ",".join(map(str, killed))
-        _say("warning", f"job {job_id}: killed its container processes {pids} without Docker")
+        found.append(f"killed its container processes {','.join(map(str, killed))} without Docker")
     problems = [f"container processes {left} survived SIGKILL"] if left else []
     holders = device_holders(devices, uid, user)
     if holders:
         problems.append(f"processes {holders} of {user or uid} still hold the job's GPUs")
-    return problems
+    return found, problems
 
 
 def _sweep_earlier_jobs(uid: int, hosts: list[str], settings: Settings) -> None:

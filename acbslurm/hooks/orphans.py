@@ -122,21 +122,62 @@ def device_holders(
     owner = _UserUids(uid, user, subuid)
     found = []
     for entry in _processes(proc):
-        if not owner.owns(read_bytes(f"{proc}/{entry}/status")):
-            continue
+        if owner.owns(read_bytes(f"{proc}/{entry}/status")) and _holds(proc, entry, wanted):
+            found.append(int(entry))
+    return sorted(found)
+
+
+def _holds(proc: str, pid: str, wanted: set[int]) -> bool:
+    """Whether process ``pid`` has a device of ``wanted`` (device numbers) open."""
+    try:
+        fds = os.listdir(f"{proc}/{pid}/fd")
+    except OSError:
+        return False
+    for fd in fds:
         try:
-            fds = os.listdir(f"{proc}/{entry}/fd")
+            st = os.stat(f"{proc}/{pid}/fd/{fd}")
         except OSError:
             continue
-        for fd in fds:
+        if st.st_rdev in wanted and st.st_rdev and not _path_only(proc, pid, fd):
+            return True
+    return False
+
+
+_O_PATH = 0o10000000
+
+
+def _path_only(proc: str, pid: str, fd: str) -> bool:
+    """An O_PATH descriptor: it names the file but cannot read or write it (nor ioctl),
+    so it holds no GPU; anyone may take one of a file they can reach."""
+    for line in read_bytes(f"{proc}/{pid}/fdinfo/{fd}").splitlines():
+        if line.startswith(b"flags:"):
             try:
-                st = os.stat(f"{proc}/{entry}/fd/{fd}")
-            except OSError:
-                continue
-            if st.st_rdev in wanted and st.st_rdev:
-                found.append(int(entry))
-                break
-    return sorted(found)
+                return bool(int(line.split()[1], 8) & _O_PATH)
+            except (IndexError, ValueError):
+                return False
+    return False
+
+
+def kill_device_holders(
+    devices: list[str],
+    uid: int,
+    user: str,
+    timeout: float = 3.0,
+    proc: str = "/proc",
+    subuid: str = "/etc/subuid",
+) -> tuple[list[int], list[int]]:
+    """SIGKILL the user's processes (or their subuids') holding one of ``devices`` open;
+    ``(killed, still holding after timeout)``."""
+    pids = device_holders(devices, uid, user, proc, subuid)
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + timeout
+    left = pids
+    while left and time.monotonic() < deadline:
+        time.sleep(0.05)
+        left = [p for p in device_holders(devices, uid, user, proc, subuid) if p in pids]
+    return pids, left
 
 
 # -- jobs whose exited containers wait for the daemon to answer again ------------------

@@ -466,6 +466,7 @@ class Sandbox:
             progress(f"{name}: ok ({time.monotonic() - t:.1f} s)")
 
         step("gpus", lambda: gpus.create(lay, p))
+        step("gpu fence", lambda: gpus.fence(lay))
         if p.docker.has_cdi:
             step("cdi", lambda: gpus.write_cdi_spec(lay, p))
         step("config", lambda: self._write_configs(p, sec))

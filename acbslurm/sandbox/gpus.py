@@ -8,6 +8,7 @@ compares device numbers); each node's inventory counts its own indices from 0.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 from pathlib import Path
@@ -52,6 +53,19 @@ def create(layout: Layout, params: Params) -> dict[str, list[GpuInfo]]:
         write_static(layout.node_inventory(params, node), gpus)
         out[node] = gpus
     return out
+
+
+def fence(layout: Layout) -> None:
+    """Install the GPU fence as an admin would (docs/admin-guide.md, "GPU fence"): the
+    emulated device files root:root 0660, no ACL, no world access; the prolog then gives
+    each job's user its own GPUs (the ``gpu_fence`` setting, render.py)."""
+    for dev in layout.dev.glob("nvidia*"):
+        if not dev.is_char_device() or dev.is_symlink():
+            continue
+        with contextlib.suppress(OSError):  # none was set
+            os.removexattr(dev, "system.posix_acl_access")
+        os.chown(dev, 0, 0)
+        os.chmod(dev, 0o660)
 
 
 def by_node(layout: Layout, params: Params) -> dict[str, list[GpuInfo]]:

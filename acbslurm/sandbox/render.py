@@ -116,6 +116,8 @@ def write_acbslurm_settings(layout: Layout, params: Params) -> None:
         "cluster": params.cluster,
         # As a GPU site with Slurm's cgroups: a job's containers go into its cgroups.
         "container_cgroups": "join",
+        # installed as an admin would: gpus.fence makes the device files 0660 root:root
+        "gpu_fence": True,
     }
     # JSON (which is YAML): the hooks read it without importing PyYAML.
     _write(layout.acbslurm_conf, json.dumps(settings, indent=2) + "\n")

@@ -25,7 +25,9 @@ from acbslurm.sandbox import Sandbox
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
 DOCTOR = [sys.executable, "-m", "acbslurm", "doctor", "--json"]
-CORE = ("slurm-version", "slurm-hooks", "prolog-flags", "gres", "nvidia-hook", "dockerd")
+CORE = (
+    "slurm-version", "slurm-hooks", "prolog-flags", "gres", "nvidia-hook", "dockerd", "gpu-fence"
+)  # fmt: skip
 CORE += ("record-dir", "job-runtime-dir", "report")
 
 
@@ -107,6 +109,7 @@ def test_all_ok_as_root_for_user1(copy: Copy) -> None:
         assert checks[name]["status"] == "ok", checks[name]
     assert "the sandbox's stand-in" in checks["nvidia-hook"]["summary"]
     assert "reads the accounting DB directly" in checks["report"]["summary"]
+    assert "no /proc/driver/nvidia/params" in checks["gpu-fence"]["summary"]
     # A Docker with CDI (`up --docker 26.1|28.5`) reads the sandbox's spec of its GPUs.
     cdi = checks["cdi-spec"]
     if copy.sb.params.docker.has_cdi:

@@ -98,9 +98,9 @@ def squeue(args, stdin, state):
 
 
 def squeue_answer(args, state):
-    opts, rest = options(args, {{"-o", "-t", "-u"}}, {{"-h"}}, optional=("-j",))
+    opts, rest = options(args, {{"-o", "-t", "-u", "-w"}}, {{"-h"}}, optional=("-j",))
     for key in opts:
-        if key not in ("-o", "-t", "-u", "-h", "-j", "--jobs", "--format", "--states"):
+        if key not in ("-o", "-t", "-u", "-w", "-h", "-j", "--jobs", "--format", "--states"):
             raise Usage(f"unrecognized option {{key!r}}")
     ids = opts.get("--jobs") or opts.get("-j")
     if "-j" in opts and opts["-j"] is None:  # "-j 1,2": squeue takes the next word
@@ -126,6 +126,8 @@ def squeue_answer(args, state):
         if states not in (None, "all") and job["state"] not in states.upper().split(","):
             continue
         if "-u" in opts and job["user"] not in opts["-u"].split(","):
+            continue
+        if "-w" in opts and job["node"] not in opts["-w"].split(","):
             continue
         field = lambda m: squeue_field(m.group(1), key, job)
         lines.append(re.sub(r"%\.?\d*([a-zA-Z])", field, fmt))

@@ -253,10 +253,11 @@ def test_epilog_without_daemon_drains_naming_the_job_while_its_gpu_is_held(
     monkeypatch.setenv("ACBSLURM_JOB_RUNTIME_DIR", str(node / "run-job"))
     env = job_env(SLURM_JOB_ID=job, SLURM_JOB_UID=str(os.getuid()), SLURM_JOB_USER=user)
     assert run_prolog({**env, "SLURM_JOB_GPUS": "0"}) == 0
-    # The emulated GPU of index 0 is gres.conf's file (no driver: O_PATH holds it, as an
-    # open() would), not /dev/nvidia0: the epilog finds it by its device number.
-    dev = node / "dev" / "nvidia0"
-    hold = f"import os, time; fd = os.open({str(dev)!r}, os.O_PATH); print('up', flush=True)"
+    # An emulated GPU cannot be opened (no driver: ENXIO) and an O_PATH descriptor holds
+    # nothing (device_holders skips it), so the job's GPU file here is a real device
+    # with a driver, /dev/full's number, opened for real: found by its device number.
+    dev = held_device(node, monkeypatch)
+    hold = f"import os, time; fd = os.open({str(dev)!r}, os.O_RDONLY); print('up', flush=True)"
     holder = subprocess.Popen(
         [sys.executable, "-c", hold + "; time.sleep(60)"], env={}, stdout=subprocess.PIPE
     )
@@ -273,6 +274,122 @@ def test_epilog_without_daemon_drains_naming_the_job_while_its_gpu_is_held(
     finally:
         holder.kill()
         holder.wait()
+
+
+def held_device(node: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A device file a process can hold open (/dev/full's number: nobody else holds it),
+    standing in for the job's GPU files in the epilog."""
+    from acbslurm.hooks import entry
+
+    dev = node / "dev" / "held"
+    os.mknod(dev, 0o666 | 0o020000, os.makedev(1, 7))
+    monkeypatch.setattr(entry, "_gpu_files", lambda *_: [str(dev)])
+    return dev
+
+
+def test_an_o_path_descriptor_holds_no_gpu(node: Path) -> None:
+    """Anyone may take an O_PATH descriptor of a file they can reach: it reads, writes and
+    ioctls nothing, so it must neither drain a node nor get a process killed."""
+    import subprocess
+    import sys
+
+    from acbslurm.hooks.orphans import device_holders
+
+    dev = node / "dev" / "nvidia0"
+    hold = f"import os, time; fd = os.open({str(dev)!r}, os.O_PATH); print('up', flush=True)"
+    holder = subprocess.Popen([sys.executable, "-c", hold + "; time.sleep(60)"], stdout=-1)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == b"up\n"
+        assert device_holders([str(dev)], os.getuid(), "") == []
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_with_the_fence_the_epilog_kills_a_process_still_holding_the_jobs_gpu(
+    node: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The fence takes the permission away; an open descriptor outlives it, so its
+    process (the user's, no job id in its environment) is killed, and the epilog
+    succeeds: nothing holds the GPU any more."""
+    import subprocess
+    import sys
+
+    monkeypatch.setenv("ACBSLURM_GPU_FENCE", "true")
+    monkeypatch.setenv("ACBSLURM_JOB_RUNTIME_DIR", str(node / "run-job"))
+    job = f"6{os.getpid()}"
+    env = job_env(SLURM_JOB_ID=job, SLURM_JOB_UID=str(os.getuid()), SLURM_JOB_USER="root")
+    assert run_prolog({**env, "SLURM_JOB_GPUS": "0"}) == 0
+    from acbslurm.gpu.fence import read_acl
+
+    assert read_acl(str(node / "dev" / "nvidia0")).user_perm(os.getuid()) == 6
+    assert read_acl(str(node / "dev" / "nvidia1")).users == ()
+    dev = held_device(node, monkeypatch)
+    hold = f"import os, time; fd = os.open({str(dev)!r}, os.O_RDONLY); print('up', flush=True)"
+    holder = subprocess.Popen([sys.executable, "-c", hold + "; time.sleep(60)"], stdout=-1)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == b"up\n"
+        assert run_epilog(env) == 0
+        assert holder.wait(5) == -9
+        assert f"killed processes {holder.pid} still holding its GPUs" in capsys.readouterr().err
+        assert read_acl(str(node / "dev" / "nvidia0")).users == ()
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_a_failed_prolog_leaves_no_gpu_open(node: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from acbslurm.gpu.fence import read_acl
+    from acbslurm.hooks import entry
+
+    monkeypatch.setenv("ACBSLURM_GPU_FENCE", "true")
+
+    def broken(*_: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    assert run_prolog(job_env(SLURM_JOB_ID="78", SLURM_JOB_GPUS="0")) == 0
+    assert read_acl(str(node / "dev" / "nvidia0")).users == ((1001, 6),)
+    # Job 78's epilog was killed: its record stays. Job 79's prolog fails on its runtime
+    # directory; on its way out it reconciles the node: 78 has no slurmstepd and
+    # slurmctld does not list it, so nobody keeps nvidia0.
+    monkeypatch.setattr(entry, "_make_job_dir", broken)
+    assert run_prolog(job_env(SLURM_JOB_ID="79", SLURM_JOB_GPUS="0")) == 1
+    assert read_acl(str(node / "dev" / "nvidia0")).users == ()
+
+
+def test_no_daemon_and_no_container_processes_is_nothing_to_sweep(
+    node: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A user without Docker (no socket file): each job's epilog used to warn and append
+    the job to unswept/<uid>, which nothing ever emptied."""
+    from acbslurm.hooks.orphans import unswept
+
+    monkeypatch.setenv("ACBSLURM_JOB_RUNTIME_DIR", str(node / "run-job"))
+    for job in ("71", "72", "73", "74", "75"):
+        env = job_env(SLURM_JOB_ID=job, SLURM_JOB_UID=str(os.getuid()))
+        assert run_prolog(env) == 0
+        assert run_epilog(env) == 0
+    assert "Docker" not in capsys.readouterr().err
+    assert unswept(str(node / "jobs"), os.getuid()) == []
+
+
+def test_a_daemon_stopped_during_the_job_leaves_its_job_to_sweep(
+    node: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A daemon stopped gracefully removes its socket but keeps the job's stopped
+    container: the socket was there when the job started, so the job is remembered."""
+    from acbslurm.hooks.orphans import unswept
+
+    monkeypatch.setenv("ACBSLURM_JOB_RUNTIME_DIR", str(node / "run-job"))
+    env = job_env(SLURM_JOB_ID="76", SLURM_JOB_UID=str(os.getuid()), SLURM_JOB_USER="user1")
+    sock = node / "run" / "user1" / "docker.sock"
+    sock.parent.mkdir(parents=True)
+    sock.write_text("")  # a stale socket file: nothing listens
+    assert run_prolog(env) == 0
+    sock.unlink()
+    assert run_epilog(env) == 0
+    assert "no Docker daemon answers" in capsys.readouterr().err
+    assert unswept(str(node / "jobs"), os.getuid()) == ["76"]
 
 
 def test_hook_messages_go_to_syslog_too(
