@@ -135,7 +135,14 @@ class Gateway:
         states = {n: h.state for n, h in self.handles.items()}
         reasons = {n: h.reason for n, h in self.handles.items() if h.reason}
         ok = all(s == "ready" for s in states.values())
-        body = {"status": "ok" if ok else "degraded", "models": states, "reasons": reasons}
+        body: dict[str, Any] = {
+            "status": "ok" if ok else "degraded",
+            "models": states,
+            "reasons": reasons,
+        }
+        hangs = {n: h.hangs for n, h in self.handles.items() if h.hangs}
+        if hangs:  # how often each model hung (supervisor's heartbeat), once it has
+            body["hangs"] = hangs
         return JSONResponse(body, status_code=200 if ok else 503)
 
     # Starlette's handler signature (the request is not needed).

@@ -5,7 +5,9 @@ whole, its admin routes unreachable), two models alternating on one CPU stand-in
 device under the broker (leases drive sleep and wake: woken at a grant, put to sleep
 for a yield or an eviction, left awake and resident otherwise), a server that hangs
 in ``/sleep`` (killed within the sleep timeout, before the other model's grant), a
-killed server (503, then a restart).
+server stopped mid-request (declared hung within the hang timeout: its clients get
+model_hung, the other model the device, its shared memory files removed), a killed
+server (503, its shared memory files removed, then a restart).
 
 One pool is shared by the module (a vLLM start costs about a minute on two cores):
 its two servers start once; the hanging and the killed server (each restarts
@@ -34,6 +36,7 @@ import pytest
 from servehelp import _get
 
 from acbslurm.broker.client import BrokerClient
+from acbslurm.serve import procs
 from acbslurm.serve.engines.vllm import VllmWorker, default_python
 from acbslurm.serve.pool import load_pool_text
 from acbslurm.serve.runner import PoolServer
@@ -49,6 +52,8 @@ TEMPLATE = (
 )
 SLEEP_TIMEOUT = 5  # s: ACBSLURM_VLLM_SLEEP_TIMEOUT of the pool's workers
 LONG = 480  # tokens of the request that keeps model-b busy while model-a queues (context 512)
+HANG = 40  # s: the pool's hang_timeout (a first request with a new sampling path took 16 s
+# in one step on this loaded machine: a false hang at 15)
 
 
 def vllm_env(tmp: Path) -> dict[str, str]:
@@ -190,6 +195,7 @@ devices: cpu:1
 policy: quantum
 quantum: 0.3
 request_timeout: 300
+hang_timeout: {HANG}
 models:
   - {{name: model-a, path: {tiny_models["model-a"]}, engine: vllm, temperature: 0,
       max_tokens: 8, engine_args: {{max_num_seqs: 4}}}}
@@ -677,6 +683,105 @@ def test_sleep_level_2_wakes_with_reloaded_weights(pool: PoolServer, client: ope
     )
 
 
+def server_shm(srv: PoolServer, model: str) -> set[str]:
+    """The /dev/shm/psm_* files of the model's vLLM server's processes."""
+    server = vllm_server_pid(srv, model)
+    found = procs.shm_files({server, *descendants(server)})
+    assert found, f"no shared memory file found for {model}'s server"
+    return found
+
+
+def vllm_generated(srv: PoolServer, model: str) -> float:
+    """Tokens the model's own vLLM server has generated (its /metrics, on its socket)."""
+    sock = os.path.join(server_folder(vllm_server_pid(srv, model)), "v.sock")
+    conn = _Unix(sock)
+    try:
+        conn.request("GET", "/metrics")
+        text = conn.getresponse().read().decode()
+    finally:
+        conn.close()
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("vllm:generation_tokens_total")
+    )
+
+
+def test_hung_server_fails_its_requests_and_frees_the_device(
+    pool: PoolServer, client: openai.OpenAI, caplog: pytest.LogCaptureFixture
+) -> None:
+    """model-a's server stopped (SIGSTOP, every process of it) with a streamed and a
+    non-streamed request in flight: within the hang timeout model-a is declared hung,
+    the stream ends with the model_hung error the official client raises, the other
+    request gets a 504, model-b (waiting for the device) is served, the server's shared
+    memory files are removed, /health and /metrics count the hang, and model-a comes
+    back with a new server."""
+    h = pool.gateway.handles["model-a"]
+    restarts = h.restarts
+    client.completions.create(model="model-a", prompt="awake", max_tokens=1)
+    wait_for(lambda: not h.busy and not h.pending)
+    shm = server_shm(pool, "model-a")
+    server = vllm_server_pid(pool, "model-a")
+    folder = server_folder(server)
+    tree = [server, *descendants(server)]
+    outcome: dict[str, Any] = {}
+
+    def streamed() -> None:
+        try:
+            for _ in client.completions.create(
+                model="model-a",
+                prompt="Hi",
+                max_tokens=LONG,
+                stream=True,
+                extra_body={"ignore_eos": True},
+            ):
+                pass
+            outcome["stream"] = "ended"
+        except openai.APIError as exc:
+            outcome["stream"] = exc
+
+    def whole() -> None:
+        try:
+            client.completions.create(
+                model="model-a", prompt="Hello", max_tokens=LONG, extra_body={"ignore_eos": True}
+            )
+            outcome["whole"] = "answered"
+        except openai.APIError as exc:
+            outcome["whole"] = exc
+
+    threads = [threading.Thread(target=streamed), threading.Thread(target=whole)]
+    for t in threads:
+        t.start()
+    before = vllm_generated(pool, "model-a")
+    wait_for(lambda: h.busy and len(h.pending) == 2 and vllm_generated(pool, "model-a") > before)
+    for p in tree:
+        os.kill(p, signal.SIGSTOP)
+    t0 = time.monotonic()
+    r = client.completions.create(model="model-b", prompt="my turn", max_tokens=3)
+    served = time.monotonic() - t0
+    assert_whole("model-b", r, 3)
+    for t in threads:
+        t.join(60)
+    stream, whole_ = outcome["stream"], outcome["whole"]
+    assert isinstance(stream, openai.APIError) and not isinstance(stream, openai.APIStatusError)
+    assert stream.code == "model_hung" and "model model-a hung" in stream.message, stream
+    assert isinstance(whole_, openai.APIStatusError) and whole_.status_code == 504, whole_
+    assert whole_.code == "model_hung"
+    assert HANG <= served < HANG + 20, served
+    assert not any(alive(p) for p in tree), "the hung server's processes were left"
+    assert not [f for f in shm if os.path.exists(f)], "the hung server's shared memory was left"
+    wait_for(lambda: h.restarts > restarts)  # its worker gone (it removes the server's folder)
+    assert not os.path.exists(folder), "the hung server's folder was left"
+    hung = [r for r in caplog.records if "hung: worker pid" in r.getMessage()]
+    assert len(hung) == 1 and f"vLLM server pid {server} " in hung[0].getMessage()
+    assert json.loads(_get(pool, "/health")[1])["hangs"] == {"model-a": 1}
+    assert metric(pool, "acbslurm_serve_hangs_total", "model-a") == 1
+    print(f"model-b served {served:.2f} s after model-a's server was stopped (hang {HANG} s)")
+    wait_for(lambda: h.state == "ready" and h.restarts > restarts, 400)
+    r = client.completions.create(model="model-a", prompt="back", max_tokens=3)
+    assert_whole("model-a", r, 3)
+
+
 def test_hanging_sleep_is_killed_before_the_next_grant(
     pool: PoolServer, client: openai.OpenAI
 ) -> None:
@@ -726,15 +831,17 @@ def test_hanging_sleep_is_killed_before_the_next_grant(
 
 
 def test_killed_vllm_gives_503_then_recovers(pool: PoolServer, client: openai.OpenAI) -> None:
-    """Last: the killed server's worker exits, its requests get 503 while it restarts,
-    and the new worker's new server answers."""
+    """Last: the killed server's worker exits, its shared memory files are removed,
+    its requests get 503 while it restarts, and the new worker's new server answers."""
     handle = pool.gateway.handles["model-a"]
     restarts = handle.restarts
+    shm = server_shm(pool, "model-a")
     os.kill(vllm_server_pid(pool, "model-a"), signal.SIGKILL)
     deadline = time.monotonic() + 30
     while handle.restarts == restarts and time.monotonic() < deadline:
         time.sleep(0.1)
     assert handle.restarts > restarts, "the worker did not notice its server's death"
+    assert not [f for f in shm if os.path.exists(f)], "the killed server's shared memory was left"
     with pytest.raises(openai.APIStatusError) as info:
         client.completions.create(model="model-a", prompt="hi", max_tokens=2)
     assert info.value.status_code == 503
