@@ -286,15 +286,19 @@ class Gateway:
     async def _relay(
         self, handle: WorkerHandle, rid: str, pending: Pending, deadline: float
     ) -> AsyncIterator[bytes]:
-        """vLLM's server-sent events as it sent them, then ``[DONE]``."""
+        """vLLM's server-sent events as it sent them, then ``[DONE]``; a stream that
+        fails (its server died or hung, the timeout) ends with an error event in
+        OpenAI's shape and no ``[DONE]``: the ``openai`` client raises on it, and no
+        client takes the cut answer for a whole one."""
         try:
             while True:
                 try:
                     msg = await self._next(handle, rid, pending, deadline)
                     self._raise_if_error(msg)
                 except ApiError as e:
+                    self._stream_failed(handle, e)
                     yield _event(e.body())
-                    break
+                    return
                 if msg["type"] == "event":
                     yield b"data: " + str(msg["data"]).encode() + b"\n\n"
                 elif msg["type"] == "done":
@@ -323,6 +327,10 @@ class Gateway:
         self._usage(handle, msg)
         self.metrics.request(handle.spec.name, 200)
         return Response(data, media_type="application/json", headers=_timing_headers(msg))
+
+    def _stream_failed(self, handle: WorkerHandle, e: ApiError) -> None:
+        """A stream answered 200 and then failed: counted by the error's status too."""
+        self.metrics.request(handle.spec.name, e.status)
 
     async def _next(
         self, handle: WorkerHandle, rid: str, pending: Pending, deadline: float
@@ -439,9 +447,10 @@ class Gateway:
                 try:
                     msg = await self._next(handle, rid, pending, deadline)
                     self._raise_if_error(msg)
-                except ApiError as e:
+                except ApiError as e:  # as in _relay: an error event, no [DONE]
+                    self._stream_failed(handle, e)
                     yield _event(e.body())
-                    break
+                    return
                 if msg["type"] == "delta":
                     yield chunk(msg["text"], None)
                 elif msg["type"] == "done":

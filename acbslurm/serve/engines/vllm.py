@@ -344,7 +344,9 @@ class VllmServer:
             while True:
                 line = r.readline()
                 if not line:
-                    return
+                    # A stream ends with [DONE]: one that stops before was cut (the
+                    # server died), and its client must not take it for whole.
+                    raise ConnectionError("vLLM's stream ended before its [DONE]")
                 line = line.strip()
                 if not line.startswith(b"data:"):
                     continue

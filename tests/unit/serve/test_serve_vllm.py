@@ -6,8 +6,9 @@ device under the broker (leases drive sleep and wake: woken at a grant, put to s
 for a yield or an eviction, left awake and resident otherwise), a server that hangs
 in ``/sleep`` (killed within the sleep timeout, before the other model's grant), a
 server stopped mid-request (declared hung within the hang timeout: its clients get
-model_hung, the other model the device, its shared memory files removed), a killed
-server (503, its shared memory files removed, then a restart).
+model_hung, the other model the device, its shared memory files removed), a server
+killed mid-stream (the stream ends with an error the client raises, then 503, then a
+restart).
 
 One pool is shared by the module (a vLLM start costs about a minute on two cores):
 its two servers start once; the hanging and the killed server (each restarts
@@ -831,12 +832,24 @@ def test_hanging_sleep_is_killed_before_the_next_grant(
 
 
 def test_killed_vllm_gives_503_then_recovers(pool: PoolServer, client: openai.OpenAI) -> None:
-    """Last: the killed server's worker exits, its shared memory files are removed,
-    its requests get 503 while it restarts, and the new worker's new server answers."""
+    """Last: the server killed mid-stream; the stream ends with an error; the worker
+    exits, its shared memory files are removed, its requests get 503 while it
+    restarts, and the new worker's new server answers."""
     handle = pool.gateway.handles["model-a"]
     restarts = handle.restarts
     shm = server_shm(pool, "model-a")
+    stream = client.completions.create(
+        model="model-a", prompt="Hi", max_tokens=LONG, stream=True, extra_body={"ignore_eos": True}
+    )
+    parts = iter(stream)
+    next(parts)  # the stream has begun
     os.kill(vllm_server_pid(pool, "model-a"), signal.SIGKILL)
+    # The cut stream ends with an error event (no [DONE]): the official client raises,
+    # never taking the cut answer for a whole one.
+    with pytest.raises(openai.APIError) as cut:
+        for _ in parts:
+            pass
+    assert cut.value.code in ("engine_failed", "worker_restarted"), cut.value
     deadline = time.monotonic() + 30
     while handle.restarts == restarts and time.monotonic() < deadline:
         time.sleep(0.1)
