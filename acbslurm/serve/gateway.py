@@ -222,7 +222,8 @@ class Gateway:
                 return StreamingResponse(
                     gen, media_type="text/event-stream", headers={"Cache-Control": "no-cache"}
                 )
-            return await self._collect(handle, rid, pending, deadline, chat)
+            async with self._cancel_when_gone(request, handle, rid, pending):
+                return await self._collect(handle, rid, pending, deadline, chat)
         except ApiError as e:
             self.metrics.request(model or "-", e.status)
             return _error(e)
@@ -281,7 +282,8 @@ class Gateway:
                 media_type="text/event-stream",
                 headers={"Cache-Control": "no-cache"},
             )
-        return await self._whole(handle, rid, pending, deadline)
+        async with self._cancel_when_gone(request, handle, rid, pending):
+            return await self._whole(handle, rid, pending, deadline)
 
     async def _relay(
         self, handle: WorkerHandle, rid: str, pending: Pending, deadline: float
@@ -331,6 +333,31 @@ class Gateway:
     def _stream_failed(self, handle: WorkerHandle, e: ApiError) -> None:
         """A stream answered 200 and then failed: counted by the error's status too."""
         self.metrics.request(handle.spec.name, e.status)
+
+    @contextlib.asynccontextmanager
+    async def _cancel_when_gone(
+        self, request: Request, handle: WorkerHandle, rid: str, pending: Pending
+    ) -> AsyncIterator[None]:
+        """While a non-streamed request is computed: if its client goes away, the
+        request is cancelled (the worker stops computing it, the lease can go), as a
+        stream's is when its client stops reading."""
+        task = asyncio.get_running_loop().create_task(self._gone(request, handle, rid, pending))
+        try:
+            yield
+        finally:
+            task.cancel()
+
+    @staticmethod
+    async def _gone(request: Request, handle: WorkerHandle, rid: str, pending: Pending) -> None:
+        # The body has been read: the server's receive() now answers only when the
+        # client disconnects (or the response is complete; this task is gone by then).
+        while (await request.receive())["type"] != "http.disconnect":
+            await asyncio.sleep(0.05)  # not a disconnect: look again, never spinning
+        log.info("model %s: request %s: the client went away; cancelled", handle.spec.name, rid)
+        handle.finish(rid, cancel=True)
+        pending.queue.put_nowait(
+            {"type": "error", "status": 499, "message": "the client went away", "code": "gone"}
+        )
 
     async def _next(
         self, handle: WorkerHandle, rid: str, pending: Pending, deadline: float

@@ -434,3 +434,31 @@ def test_hung_worker_fails_its_requests_and_frees_the_device(
         assert _both_ready(c)
     r = oai.completions.create(model="a", prompt="back", max_tokens=3)
     assert r.choices[0].finish_reason == "length"
+
+
+def test_non_streamed_request_is_cancelled_when_its_client_leaves(one_device: PoolServer) -> None:
+    """A client that hangs up on a non-streamed request: the worker stops decoding it,
+    a's turn ends and b gets the device, long before the request would have ended."""
+    a = one_device.gateway.handles["a"]
+    _wait("a idle", lambda: not a.busy and not a.pending, 30)
+    before = a.deltas
+    with httpx.Client(base_url=f"http://127.0.0.1:{one_device.port}", timeout=30) as c:
+        body = json.dumps({"model": "a", "prompt": "Hi", "max_tokens": 450}).encode()
+        s = socket.create_connection(("127.0.0.1", one_device.port))
+        s.sendall(
+            b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            + f"Content-Length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
+        _wait("a decoding it", lambda: a.busy and a.deltas > before + 2, 30)
+        s.close()
+        t0 = time.monotonic()
+        _wait("a's turn over", lambda: not a.busy and not a.pending, 10)
+        took = time.monotonic() - t0
+        decoded = a.deltas - before
+        # 450 tokens at 0.02 s each take 9 s: it was stopped, not finished
+        assert decoded < 300, decoded
+        r = c.post("/v1/completions", json={"model": "b", "prompt": "Hi", "max_tokens": 3})
+        assert r.status_code == 200, r.text
+        assert 'acbslurm_serve_requests_total{model="a",status="499"} 1.0' in c.get("/metrics").text
+    print(f"a's turn ended {took:.2f} s after its client left, {decoded} of 450 tokens decoded")

@@ -39,7 +39,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -306,16 +306,21 @@ class VllmServer:
         self,
         path: str,
         body: dict[str, Any],
+        opened: Callable[[socket.socket], None] | None = None,
     ) -> Iterator[bytes]:
         """The request's answer: each ``data:`` payload of a streamed one (``[DONE]``
         left out), or the whole body of one that is not; VllmError before the first
-        when vLLM refuses it."""
+        when vLLM refuses it. ``opened`` gets the connection's socket before the
+        request is sent: shutting it down cancels the request (vLLM aborts a request
+        whose client went away, streamed or not) and ends the wait for its answer."""
         conn = _UnixHTTP(self.uds, CONNECT_TIMEOUT)
         conn.connect()
         assert conn.sock is not None
         # Bounded connect; then no timeout: the gateway's heartbeat bounds a server that
         # stops answering, and a long answer is not a hung one.
         conn.sock.settimeout(None)
+        if opened is not None:
+            opened(conn.sock)
         conn.request(
             "POST",
             path,
@@ -462,6 +467,7 @@ class Request:
         self.msg = msg
         self.cancelled = False
         self.arrived = time.monotonic()
+        self.sock: socket.socket | None = None  # its connection to vLLM, once open
 
 
 class VllmWorker(Worker):
@@ -736,6 +742,30 @@ class VllmWorker(Worker):
         d = Request(rid, msg)
         self.enqueue(rid, d)
 
+    def cancel(self, rid: str) -> None:
+        """Also a request in flight: its connection to vLLM is shut down, so vLLM aborts
+        it (a non-streamed one too, whose answer would otherwise be computed whole)
+        and the thread waiting for its answer is freed at once."""
+        super().cancel(rid)
+        with self.cond:
+            d = self.by_id.get(rid)
+            sock = d.sock if d is not None else None
+        if sock is not None:
+            _shut(sock)
+
+    def opened(self, d: Request) -> Callable[[socket.socket], None]:
+        """What ``forward`` calls with ``d``'s connection: kept for a cancel, or shut
+        down now when the cancel came first."""
+
+        def keep(sock: socket.socket) -> None:
+            with self.cond:
+                d.sock = sock
+                cancelled = d.cancelled
+            if cancelled:
+                _shut(sock)
+
+        return keep
+
     def body(self, msg: dict[str, Any]) -> tuple[str, dict[str, Any], bool]:
         """The client's body for vLLM, whole: the model name mapped to the server's, the
         pool's defaults for what the client left out, and usage asked for in a stream
@@ -759,12 +789,13 @@ class VllmWorker(Worker):
     def serve_one(self, d: Request, timing: dict[str, float]) -> None:
         path, body, asked = self.body(d.msg)
         try:
-            answer = self.server.forward(path, body)
+            answer = self.server.forward(path, body, self.opened(d))
         except VllmError as exc:
             self.fail(d.rid, exc.status, exc.message, exc.param, exc.code)
             return
         except (OSError, http.client.HTTPException) as exc:
-            self.engine_failed(d, exc)
+            if not d.cancelled:  # a cancelled one's connection was shut down: no error
+                self.engine_failed(d, exc)
             return
         self.send({"type": "accepted", "id": d.rid})
         try:
@@ -919,6 +950,13 @@ class _Seen:
                 self.first = time.monotonic() - self.started
             self.finish = c.get("finish_reason") or self.finish
         return ev
+
+
+def _shut(sock: socket.socket) -> None:
+    """End a connection from another thread than its reader's (``close`` would not wake
+    a thread blocked reading it)."""
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)
 
 
 def _client_chunk(ev: dict[str, Any], data: bytes, asked: bool) -> str | None:
