@@ -215,7 +215,7 @@ class Gateway:
             work = {k: body[k] for k in ("max_tokens", "temperature", "top_p", "seed", "stop")}
             work["messages" if chat else "prompt"] = body["messages" if chat else "prompt"]
             check_prompt_size(work, handle.max_prompt_chars, handle.max_context)
-            rid, pending = await self._start(handle, work, deadline)
+            rid, pending = await self._start(request, handle, work, deadline)
             if body["stream"]:
                 gen = self._sse(handle, rid, pending, deadline, chat, body)
                 self.metrics.request(model, 200)
@@ -229,13 +229,16 @@ class Gateway:
             return _error(e)
 
     async def _start(
-        self, handle: WorkerHandle, work: dict[str, Any], deadline: float
+        self, request: Request, handle: WorkerHandle, work: dict[str, Any], deadline: float
     ) -> tuple[str, Pending]:
         """The request queued and its worker's first answer read: the request's id and
-        its queue, or the worker's refusal raised (the request then forgotten)."""
+        its queue, or the worker's refusal raised (the request then forgotten). A client
+        that goes away meanwhile cancels it: a non-streamed request on vLLM has its
+        first answer only when the whole of it is computed."""
         rid, pending = self._submit(handle, work)
         try:
-            first = await self._next(handle, rid, pending, deadline)
+            async with self._cancel_when_gone(request, handle, rid, pending):
+                first = await self._next(handle, rid, pending, deadline)
             self._raise_if_error(first)
         except BaseException:
             handle.finish(rid, cancel=True)
@@ -274,7 +277,7 @@ class Gateway:
         check_passthrough_size(checked, handle.max_prompt_chars, handle.max_context)
         deadline = time.monotonic() + self.request_timeout
         work = {"route": request.url.path, "body": raw, "chars": checked["chars"]}
-        rid, pending = await self._start(handle, work, deadline)
+        rid, pending = await self._start(request, handle, work, deadline)
         if checked["stream"]:
             self.metrics.request(handle.spec.name, 200)
             return StreamingResponse(

@@ -53,6 +53,9 @@ TEMPLATE = (
 )
 SLEEP_TIMEOUT = 5  # s: ACBSLURM_VLLM_SLEEP_TIMEOUT of the pool's workers
 LONG = 480  # tokens of the request that keeps model-b busy while model-a queues (context 512)
+# Choices of LONG tokens that keep model-a's server busy for seconds: the tiny model makes
+# 8 x 480 tokens in about a second here, done before a look at its counters sees them begin.
+MANY = 128
 HANG = 40  # s: the pool's hang_timeout (a first request with a new sampling path took 16 s
 # in one step on this loaded machine: a false hang at 15)
 
@@ -712,20 +715,18 @@ def test_client_gone_from_non_streamed_request_is_cancelled(
     pool: PoolServer, client: openai.OpenAI
 ) -> None:
     """A client hangs up on a non-streamed request: vLLM stops computing it (far fewer
-    tokens generated than asked), the worker's turn ends, and model-b is served. Eight
-    choices of LONG tokens (the issue's 3,840): one LONG answer of the tiny model is
-    over before a look at the counters sees it begin."""
+    tokens generated than asked), the worker's turn ends, and model-b is served."""
     h = pool.gateway.handles["model-a"]
     client.completions.create(model="model-a", prompt="awake", max_tokens=1)
     wait_for(lambda: not h.busy and not h.pending)
     before = vllm_generated(pool, "model-a")
-    asked = 8 * LONG
+    asked = MANY * LONG
     body = json.dumps(
         {
             "model": "model-a",
             "prompt": "Hi",
             "max_tokens": LONG,
-            "n": 8,
+            "n": MANY,
             "temperature": 1.0,
             "ignore_eos": True,
         }
@@ -748,24 +749,9 @@ def test_client_gone_from_non_streamed_request_is_cancelled(
     print(f"turn over {took:.2f} s after the client left; {generated:g} of {asked} tokens made")
 
 
-def test_hung_server_fails_its_requests_and_frees_the_device(
-    pool: PoolServer, client: openai.OpenAI, caplog: pytest.LogCaptureFixture
-) -> None:
-    """model-a's server stopped (SIGSTOP, every process of it) with a streamed and a
-    non-streamed request in flight: within the hang timeout model-a is declared hung,
-    the stream ends with the model_hung error the official client raises, the other
-    request gets a 504, model-b (waiting for the device) is served, the server's shared
-    memory files are removed, /health and /metrics count the hang, and model-a comes
-    back with a new server."""
-    h = pool.gateway.handles["model-a"]
-    restarts = h.restarts
-    client.completions.create(model="model-a", prompt="awake", max_tokens=1)
-    wait_for(lambda: not h.busy and not h.pending)
-    shm = server_shm(pool, "model-a")
-    server = vllm_server_pid(pool, "model-a")
-    folder = server_folder(server)
-    tree = [server, *descendants(server)]
-    outcome: dict[str, Any] = {}
+def _stream_and_many(client: openai.OpenAI, outcome: dict[str, Any]) -> tuple[Any, Any]:
+    """Two requests of model-a for threads: a LONG stream, and MANY choices of LONG
+    tokens not streamed; what each ends with lands in ``outcome``."""
 
     def streamed() -> None:
         try:
@@ -784,16 +770,45 @@ def test_hung_server_fails_its_requests_and_frees_the_device(
     def whole() -> None:
         try:
             client.completions.create(
-                model="model-a", prompt="Hello", max_tokens=LONG, extra_body={"ignore_eos": True}
+                model="model-a",
+                prompt="Hello",
+                max_tokens=LONG,
+                n=MANY,
+                temperature=1.0,
+                extra_body={"ignore_eos": True},
             )
             outcome["whole"] = "answered"
         except openai.APIError as exc:
             outcome["whole"] = exc
 
-    threads = [threading.Thread(target=streamed), threading.Thread(target=whole)]
-    for t in threads:
-        t.start()
+    return streamed, whole
+
+
+def test_hung_server_fails_its_requests_and_frees_the_device(
+    pool: PoolServer, client: openai.OpenAI, caplog: pytest.LogCaptureFixture
+) -> None:
+    """model-a's server stopped (SIGSTOP, every process of it) with a streamed and a
+    non-streamed request in flight: within the hang timeout model-a is declared hung,
+    both get the model_hung error the official client raises (504), model-b (waiting
+    for the device) is served, the server's shared memory files are removed, /health
+    and /metrics count the hang, and model-a comes back with a new server."""
+    h = pool.gateway.handles["model-a"]
+    restarts = h.restarts
+    client.completions.create(model="model-a", prompt="awake", max_tokens=1)
+    wait_for(lambda: not h.busy and not h.pending)
+    shm = server_shm(pool, "model-a")
+    server = vllm_server_pid(pool, "model-a")
+    folder = server_folder(server)
+    tree = [server, *descendants(server)]
+    outcome: dict[str, Any] = {}
+
+    streamed, whole = _stream_and_many(client, outcome)
+    # The many choices first: the stream waits behind them in vLLM, in flight for seconds.
+    threads = [threading.Thread(target=whole), threading.Thread(target=streamed)]
     before = vllm_generated(pool, "model-a")
+    threads[0].start()
+    wait_for(lambda: h.busy and vllm_generated(pool, "model-a") > before)
+    threads[1].start()
     wait_for(lambda: h.busy and len(h.pending) == 2 and vllm_generated(pool, "model-a") > before)
     for p in tree:
         os.kill(p, signal.SIGSTOP)
@@ -804,10 +819,11 @@ def test_hung_server_fails_its_requests_and_frees_the_device(
     for t in threads:
         t.join(60)
     stream, whole_ = outcome["stream"], outcome["whole"]
-    assert isinstance(stream, openai.APIError) and not isinstance(stream, openai.APIStatusError)
+    # The stream waited in vLLM, its headers not sent yet: a 504 status, not an event.
+    assert isinstance(stream, openai.APIError), stream
     assert stream.code == "model_hung" and "model model-a hung" in stream.message, stream
-    assert isinstance(whole_, openai.APIStatusError) and whole_.status_code == 504, whole_
-    assert whole_.code == "model_hung"
+    assert isinstance(whole_, openai.APIStatusError), whole_
+    assert (whole_.status_code, whole_.code) == (504, "model_hung"), whole_
     assert HANG <= served < HANG + 20, served
     assert not any(alive(p) for p in tree), "the hung server's processes were left"
     assert not [f for f in shm if os.path.exists(f)], "the hung server's shared memory was left"
