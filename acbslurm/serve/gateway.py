@@ -135,7 +135,14 @@ class Gateway:
         states = {n: h.state for n, h in self.handles.items()}
         reasons = {n: h.reason for n, h in self.handles.items() if h.reason}
         ok = all(s == "ready" for s in states.values())
-        body = {"status": "ok" if ok else "degraded", "models": states, "reasons": reasons}
+        body: dict[str, Any] = {
+            "status": "ok" if ok else "degraded",
+            "models": states,
+            "reasons": reasons,
+        }
+        hangs = {n: h.hangs for n, h in self.handles.items() if h.hangs}
+        if hangs:  # how often each model hung (supervisor's heartbeat), once it has
+            body["hangs"] = hangs
         return JSONResponse(body, status_code=200 if ok else 503)
 
     # Starlette's handler signature (the request is not needed).
@@ -208,26 +215,30 @@ class Gateway:
             work = {k: body[k] for k in ("max_tokens", "temperature", "top_p", "seed", "stop")}
             work["messages" if chat else "prompt"] = body["messages" if chat else "prompt"]
             check_prompt_size(work, handle.max_prompt_chars, handle.max_context)
-            rid, pending = await self._start(handle, work, deadline)
+            rid, pending = await self._start(request, handle, work, deadline)
             if body["stream"]:
                 gen = self._sse(handle, rid, pending, deadline, chat, body)
                 self.metrics.request(model, 200)
                 return StreamingResponse(
                     gen, media_type="text/event-stream", headers={"Cache-Control": "no-cache"}
                 )
-            return await self._collect(handle, rid, pending, deadline, chat)
+            async with self._cancel_when_gone(request, handle, rid, pending):
+                return await self._collect(handle, rid, pending, deadline, chat)
         except ApiError as e:
             self.metrics.request(model or "-", e.status)
             return _error(e)
 
     async def _start(
-        self, handle: WorkerHandle, work: dict[str, Any], deadline: float
+        self, request: Request, handle: WorkerHandle, work: dict[str, Any], deadline: float
     ) -> tuple[str, Pending]:
         """The request queued and its worker's first answer read: the request's id and
-        its queue, or the worker's refusal raised (the request then forgotten)."""
+        its queue, or the worker's refusal raised (the request then forgotten). A client
+        that goes away meanwhile cancels it: a non-streamed request on vLLM has its
+        first answer only when the whole of it is computed."""
         rid, pending = self._submit(handle, work)
         try:
-            first = await self._next(handle, rid, pending, deadline)
+            async with self._cancel_when_gone(request, handle, rid, pending):
+                first = await self._next(handle, rid, pending, deadline)
             self._raise_if_error(first)
         except BaseException:
             handle.finish(rid, cancel=True)
@@ -266,7 +277,7 @@ class Gateway:
         check_passthrough_size(checked, handle.max_prompt_chars, handle.max_context)
         deadline = time.monotonic() + self.request_timeout
         work = {"route": request.url.path, "body": raw, "chars": checked["chars"]}
-        rid, pending = await self._start(handle, work, deadline)
+        rid, pending = await self._start(request, handle, work, deadline)
         if checked["stream"]:
             self.metrics.request(handle.spec.name, 200)
             return StreamingResponse(
@@ -274,20 +285,25 @@ class Gateway:
                 media_type="text/event-stream",
                 headers={"Cache-Control": "no-cache"},
             )
-        return await self._whole(handle, rid, pending, deadline)
+        async with self._cancel_when_gone(request, handle, rid, pending):
+            return await self._whole(handle, rid, pending, deadline)
 
     async def _relay(
         self, handle: WorkerHandle, rid: str, pending: Pending, deadline: float
     ) -> AsyncIterator[bytes]:
-        """vLLM's server-sent events as it sent them, then ``[DONE]``."""
+        """vLLM's server-sent events as it sent them, then ``[DONE]``; a stream that
+        fails (its server died or hung, the timeout) ends with an error event in
+        OpenAI's shape and no ``[DONE]``: the ``openai`` client raises on it, and no
+        client takes the cut answer for a whole one."""
         try:
             while True:
                 try:
                     msg = await self._next(handle, rid, pending, deadline)
                     self._raise_if_error(msg)
                 except ApiError as e:
+                    self._stream_failed(handle, e)
                     yield _event(e.body())
-                    break
+                    return
                 if msg["type"] == "event":
                     yield b"data: " + str(msg["data"]).encode() + b"\n\n"
                 elif msg["type"] == "done":
@@ -316,6 +332,35 @@ class Gateway:
         self._usage(handle, msg)
         self.metrics.request(handle.spec.name, 200)
         return Response(data, media_type="application/json", headers=_timing_headers(msg))
+
+    def _stream_failed(self, handle: WorkerHandle, e: ApiError) -> None:
+        """A stream answered 200 and then failed: counted by the error's status too."""
+        self.metrics.request(handle.spec.name, e.status)
+
+    @contextlib.asynccontextmanager
+    async def _cancel_when_gone(
+        self, request: Request, handle: WorkerHandle, rid: str, pending: Pending
+    ) -> AsyncIterator[None]:
+        """While a non-streamed request is computed: if its client goes away, the
+        request is cancelled (the worker stops computing it, the lease can go), as a
+        stream's is when its client stops reading."""
+        task = asyncio.get_running_loop().create_task(self._gone(request, handle, rid, pending))
+        try:
+            yield
+        finally:
+            task.cancel()
+
+    @staticmethod
+    async def _gone(request: Request, handle: WorkerHandle, rid: str, pending: Pending) -> None:
+        # The body has been read: the server's receive() now answers only when the
+        # client disconnects (or the response is complete; this task is gone by then).
+        while (await request.receive())["type"] != "http.disconnect":
+            await asyncio.sleep(0.05)  # not a disconnect: look again, never spinning
+        log.info("model %s: request %s: the client went away; cancelled", handle.spec.name, rid)
+        handle.finish(rid, cancel=True)
+        pending.queue.put_nowait(
+            {"type": "error", "status": 499, "message": "the client went away", "code": "gone"}
+        )
 
     async def _next(
         self, handle: WorkerHandle, rid: str, pending: Pending, deadline: float
@@ -432,9 +477,10 @@ class Gateway:
                 try:
                     msg = await self._next(handle, rid, pending, deadline)
                     self._raise_if_error(msg)
-                except ApiError as e:
+                except ApiError as e:  # as in _relay: an error event, no [DONE]
+                    self._stream_failed(handle, e)
                     yield _event(e.body())
-                    break
+                    return
                 if msg["type"] == "delta":
                     yield chunk(msg["text"], None)
                 elif msg["type"] == "done":

@@ -3,7 +3,7 @@
 Counted by the gateway: requests (by HTTP status), prompt and completion tokens.
 Read from the workers' last report at scrape time (counters keep the totals of a
 restarted worker's earlier lives): queue length, seconds waiting for GPUs, swaps in
-and out and their seconds, resident and evicted bytes, worker restarts, and the state
+and out and their seconds, resident and evicted bytes, worker restarts, hangs, and the state
 each worker is in (a model that cannot serve now reads ``worker_up 0`` and its state,
 e.g. ``restarting``).
 """
@@ -64,6 +64,11 @@ class _Workers(Collector):
             "engine vllm: bytes its server still held on a GPU after its last sleep (NVML)",
         )
         rst = fam(CounterMetricFamily, "acbslurm_serve_worker_restarts", "Worker restarts")
+        hangs = fam(
+            CounterMetricFamily,
+            "acbslurm_serve_hangs",
+            "Times the model was declared hung (no progress for hang_timeout) and restarted",
+        )
         state = GaugeMetricFamily(
             "acbslurm_serve_worker_state",
             "1 for the state the model's worker is in (starting, ready, restarting, refused)",
@@ -84,7 +89,9 @@ class _Workers(Collector):
             ev.add_metric(m, float(h.stats.get("evicted_bytes", 0)))
             residue.add_metric(m, float(h.stats.get("sleep_residue_bytes", 0)))
             rst.add_metric(m, h.restarts)
-        yield from (queue, up, wait, turns, sin, sout, sin_s, sout_s, res, ev, residue, rst, state)
+            hangs.add_metric(m, h.hangs)
+        yield from (queue, up, wait, turns, sin, sout, sin_s, sout_s, res, ev, residue, rst)
+        yield from (hangs, state)
 
 
 class Metrics:

@@ -7,6 +7,7 @@
     host_memory: 64G            # budget for evicted weights in host memory
     max_queue: 64               # per model: requests waiting beyond this get 429
     request_timeout: 300        # seconds before a request fails with 503
+    hang_timeout: 60            # seconds a turn may make no progress before its model is hung
     models:
       - name: model-a
         path: /models/a         # Hugging Face-style directory (config.json, *.safetensors)
@@ -50,6 +51,7 @@ POOL_KEYS = (
     "host_memory",
     "max_queue",
     "request_timeout",
+    "hang_timeout",
     "vllm_python",
     "models",
 )
@@ -111,6 +113,11 @@ SAFETENSORS_SIZES = {
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$")
 _LISTEN = re.compile(r"^(\[[0-9a-fA-F:]+\]|[A-Za-z0-9.-]+):([0-9]{1,5}|auto)$")
 DEFAULT_LISTEN = "127.0.0.1:8000"
+# Seconds a model's turn may go without progress (a token, a chunk, its vLLM server's
+# counters moving) before the model is declared hung (supervisor.WorkerHandle): longer
+# than any one step of a model (a prefill of the longest prompt), short enough that the
+# pool's other models are not kept waiting long by a hung one.
+HANG_TIMEOUT = 60.0
 
 
 @dataclass(frozen=True)
@@ -151,6 +158,7 @@ class PoolSpec:
     host_memory: int = 0  # 0 = no budget check
     max_queue: int = 64
     request_timeout: float = 300.0
+    hang_timeout: float = HANG_TIMEOUT
     vllm_python: str = ""  # the vLLM environment's python (empty: the checkout's .venv-vllm)
     source: str = ""
     origins: dict[tuple[str, ...], str] = field(default_factory=dict, compare=False)
@@ -252,6 +260,7 @@ POOL_CHECKS: tuple[tuple[str, _Check], ...] = (
     ("policy", _policy),
     ("quantum", partial(_float, low=0.01, high=3600.0)),
     ("request_timeout", partial(_float, low=0.1, high=86400.0)),
+    ("hang_timeout", partial(_float, low=0.5, high=86400.0)),
     ("host_memory", _size),
     ("max_queue", _int),
     ("vllm_python", _str),

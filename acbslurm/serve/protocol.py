@@ -7,6 +7,10 @@ Worker to gateway: ``ready`` (weights), ``fatal`` (message: the worker refuses t
 A model on vLLM (``engine: vllm``) gets ``generate`` with the client's ``route`` and
 ``body`` whole and answers ``event`` (id, one streamed chunk as vLLM wrote it) or
 ``body`` (id, vLLM's whole JSON answer) instead of ``delta``.
+The heartbeat (``supervisor``): ``busy`` (busy: true when a turn starts computing,
+false when it ends), ``progress`` (a vLLM server's counters moved, with no chunk to
+show for it: a non-streamed answer being computed), ``server`` (pid of the worker's
+vLLM server, whose session the gateway kills when the model hangs).
 """
 
 from __future__ import annotations

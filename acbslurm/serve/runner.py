@@ -208,7 +208,12 @@ class PoolServer:
             self.choice.address = self.broker.address
         handles = {
             m.name: WorkerHandle(
-                m, self.choice.address, self.choice.device_kind, self.pool.max_queue, self.env
+                m,
+                self.choice.address,
+                self.choice.device_kind,
+                self.pool.max_queue,
+                self.env,
+                hang_timeout=self.pool.hang_timeout,
             )
             for m in self.pool.models
         }

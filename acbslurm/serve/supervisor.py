@@ -12,6 +12,16 @@ A model with ``procs: N`` runs as a worker group: the handle starts the leader (
 N-1 followers (here, or on the job's other nodes: ``placement``). The group lives
 and dies as one: when any of its processes exits, the others are stopped, the
 model's requests fail with 503 and the whole group is started again.
+
+A heartbeat bounds each turn (gunicorn's arbiter does the same for its workers): a
+worker says ``busy`` when its turn starts computing and ``busy: false`` when it ends,
+and every message from it meanwhile (a token, a streamed chunk, a whole answer, a
+``progress`` note) is progress. A worker busy with no progress for ``hang_timeout``
+seconds is hung (its server stopped, a wedged kernel, a decoding loop that never
+returns): its requests fail with 504 (code ``model_hung``), its vLLM server's processes
+and the worker are killed (its broker session ends, so its lease goes back and the
+other models run), the server's shared memory files are removed, and the worker is
+restarted; ``/health`` and ``/metrics`` (``acbslurm_serve_hangs``) say so.
 """
 
 from __future__ import annotations
@@ -31,8 +41,9 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from acbslurm.serve import procs
 from acbslurm.serve.placement import Placement, from_env
-from acbslurm.serve.pool import ModelSpec
+from acbslurm.serve.pool import HANG_TIMEOUT, ModelSpec
 from acbslurm.serve.protocol import MAX_LINE, decode, encode
 
 log = logging.getLogger(__name__)
@@ -75,8 +86,10 @@ class WorkerHandle:
         env: dict[str, str] | None = None,
         start_timeout: float = 300.0,
         placement: Placement | None = None,
+        hang_timeout: float = HANG_TIMEOUT,
     ) -> None:
         self.spec = spec
+        self.hang_timeout = hang_timeout
         self.broker = broker
         self.device = device
         self.max_queue = max_queue
@@ -105,6 +118,12 @@ class WorkerHandle:
         self.max_prompt_chars = 0  # 0: unknown (no worker ready yet)
         # (devices, granted, released) of this model's recent leases, as its worker saw them.
         self.lease_log: deque[tuple[tuple[str, ...], float, float]] = deque(maxlen=10_000)
+        # The heartbeat: whether the worker's turn computes, when it last sent anything,
+        # its vLLM server's pid (its session's id; 0: none), the hangs declared.
+        self.busy = False
+        self.progress = 0.0
+        self.server_pid = 0
+        self.hangs = 0
 
     # -- life ---------------------------------------------------------------------------
 
@@ -175,9 +194,13 @@ class WorkerHandle:
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
             return await proc.wait()
+        self.busy, self.server_pid = False, 0
+        watchdog = asyncio.get_running_loop().create_task(self._watchdog(proc))
         try:
             await self._read(reader)
         finally:
+            watchdog.cancel()
+            self.busy = False
             if not self._stopping:
                 self.state = "restarting"
             self._fail_all(503, f"the worker of model {self.spec.name} stopped; retry")
@@ -212,8 +235,68 @@ class WorkerHandle:
                 continue
             await self._handle(msg)
 
+    async def _watchdog(self, proc: asyncio.subprocess.Process) -> None:
+        """Declare the worker hung once its turn has made no progress for
+        ``hang_timeout`` seconds (``_hung``)."""
+        step = min(1.0, self.hang_timeout / 4)
+        while True:
+            await asyncio.sleep(step)
+            quiet = time.monotonic() - self.progress
+            if self.busy and quiet > self.hang_timeout and proc.returncode is None:
+                await self._hung(proc, quiet)
+                return
+
+    async def _hung(self, proc: asyncio.subprocess.Process, quiet: float) -> None:
+        """Fail the model's requests (504), kill its server's session and its worker (the
+        broker sees the worker's session end and takes the lease back), remove the
+        server's shared memory files; the supervisor then restarts the worker."""
+        name = self.spec.name
+        server = f", vLLM server pid {self.server_pid}" if self.server_pid else ""
+        self.reason = (
+            f"model {name} hung: no progress for {quiet:.1f} s (hang_timeout "
+            f"{self.hang_timeout:g} s) on {len(self.pending)} request(s) in flight; "
+            "killed, restarting"
+        )
+        log.error(
+            "model %s: hung: worker pid %d%s made no progress for %.1f s on %d request(s); "
+            "killing it and restarting",
+            name,
+            proc.pid,
+            server,
+            quiet,
+            len(self.pending),
+        )
+        self.hangs += 1
+        self.state = "restarting"
+        self.busy = False
+        self._fail_all(504, self.reason, code="model_hung")
+        sid = self.server_pid
+        shm: set[str] = set()
+        if sid:
+            # Before the worker: the server is its child, so its pid is still its own.
+            shm = await asyncio.to_thread(procs.kill_session, sid)
+            # The worker sees its server die, removes the server's folder and exits;
+            # one that does not (itself hung) is killed.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(proc.wait(), 5)
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        if shm:
+            procs.remove_shm(shm)
+
+    def _beat(self, kind: Any, msg: dict[str, Any]) -> bool:
+        """Any message is progress; True when it was one of the heartbeat's own."""
+        self.progress = time.monotonic()
+        if kind == "busy":
+            self.busy = bool(msg.get("busy", True))
+        elif kind == "server":
+            self.server_pid = int(msg.get("pid", 0))
+        return kind in ("busy", "progress", "server")
+
     async def _handle(self, msg: dict[str, Any]) -> None:
         kind = msg.get("type")
+        if self._beat(kind, msg):
+            return
         if kind == "ready":
             self.weights_bytes = int(msg.get("weights_bytes", 0))
             self.max_context = int(msg.get("max_context", 0))
@@ -300,11 +383,10 @@ class WorkerHandle:
             self.writer.close()
             self.writer = None
 
-    def _fail_all(self, status: int, message: str) -> None:
+    def _fail_all(self, status: int, message: str, code: str = "worker_restarted") -> None:
         for p in self.pending.values():
-            p.queue.put_nowait(
-                {"type": "error", "status": status, "message": message, "code": "worker_restarted"}
-            )
+            err = {"type": "error", "status": status, "message": message, "code": code}
+            p.queue.put_nowait(err)
         self.pending.clear()
 
     async def stop(self) -> None:

@@ -207,7 +207,8 @@ class Worker:
         every engine: the lease (``acquire``), the model's memory onto its devices
         (``bring_in``), the queue served (``compute``), what a yield asks of the engine
         (``on_yield``), the release with what stays resident (``resident``), the lease's
-        span told to the gateway, the counters. A ``TurnBroken`` (a peer of a built-in
+        span told to the gateway, the counters. ``busy`` messages around ``compute``
+        arm the gateway's heartbeat (``supervisor``). A ``TurnBroken`` (a peer of a built-in
         group failed) releases with nothing resident and ends the process."""
         with self.cond:
             while not self.queue:
@@ -218,7 +219,13 @@ class Worker:
         try:
             with self.turn_lock:
                 restore = self.bring_in(devices)
-                self.compute(lease, granted, restore)
+                # The gateway's heartbeat: from here to the end of compute, a worker
+                # that sends nothing for its hang_timeout is hung (supervisor).
+                self.send({"type": "busy", "busy": True})
+                try:
+                    self.compute(lease, granted, restore)
+                finally:
+                    self.send({"type": "busy", "busy": False})
             if lease.yield_requested.is_set():
                 self.on_yield()
         except TurnBroken as exc:

@@ -7,6 +7,7 @@ that the model (and the other model) go on serving.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -316,3 +317,148 @@ def test_health_reports_each_model(http: httpx.Client) -> None:
     body = http.get("/health").json()
     assert body == {"status": "ok", "models": {"a": "ready", "b": "ready"}, "reasons": {}}
     assert json.loads(http.get("/v1/models").text)["data"][0]["id"] == "a"
+
+
+# -- one device for two models: a hung model must not keep it ---------------------------
+
+HANG = 3.0  # s: the hang_timeout of the one-device pool
+
+
+@pytest.fixture(scope="module")
+def one_device(models: dict[str, Path]) -> Iterator[PoolServer]:
+    """Both models on one device, so that b waits for a's lease; decoding slowed (a
+    long request keeps a's turn going for seconds) and a short hang_timeout."""
+    text = f"""\
+listen: 127.0.0.1:0
+devices: cpu:1
+request_timeout: 120
+hang_timeout: {HANG}
+models:
+  - {{name: a, path: {models["a"]}, temperature: 0, max_tokens: 8}}
+  - {{name: b, path: {models["b"]}, temperature: 0, max_tokens: 8}}
+"""
+    srv = PoolServer(
+        load_pool_text(text, "one-device.yaml"), env={"ACBSLURM_SERVE_TOKEN_DELAY": "0.02"}
+    )
+    srv.start(ready_timeout=240)
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture
+def oai(one_device: PoolServer) -> Iterator[Any]:
+    import openai
+
+    with httpx.Client(base_url=f"http://127.0.0.1:{one_device.port}", timeout=30) as c:
+        _wait("both models ready", lambda: _both_ready(c), 240)
+    with openai.OpenAI(
+        base_url=f"http://127.0.0.1:{one_device.port}/v1",
+        api_key="none",
+        max_retries=0,
+        timeout=60,
+    ) as client:
+        yield client
+
+
+def _two_long_requests(client: Any, model: str, outcome: dict[str, Any]) -> list[threading.Thread]:
+    """A streamed and a non-streamed 450-token completion of ``model``, each on a
+    thread started here; what each ends with lands in ``outcome`` ("stream", "whole")."""
+    import openai
+
+    def streamed() -> None:
+        try:
+            for _ in client.completions.create(
+                model=model, prompt="Hi", max_tokens=450, stream=True
+            ):
+                pass
+            outcome["stream"] = "ended"
+        except openai.APIError as exc:
+            outcome["stream"] = exc
+
+    def whole() -> None:
+        try:
+            client.completions.create(model=model, prompt="Hello", max_tokens=450)
+            outcome["whole"] = "answered"
+        except openai.APIStatusError as exc:
+            outcome["whole"] = exc
+
+    threads = [threading.Thread(target=streamed), threading.Thread(target=whole)]
+    for t in threads:
+        t.start()
+    return threads
+
+
+def test_hung_worker_fails_its_requests_and_frees_the_device(
+    one_device: PoolServer, oai: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """a's worker stopped (SIGSTOP) mid-decoding, one streamed and one non-streamed
+    request in flight: within hang_timeout it is declared hung, both clients get the
+    model_hung error (the stream an error event the official client raises on, the
+    other a 504), b, which waited for the device, is served, and a restarts."""
+    import openai
+
+    a = one_device.gateway.handles["a"]
+    restarts = a.restarts
+    outcome: dict[str, Any] = {}
+    before = a.deltas
+    threads = _two_long_requests(oai, "a", outcome)
+    _wait("both decoding", lambda: a.busy and len(a.pending) == 2 and a.deltas > before + 2, 30)
+    assert a.proc is not None
+    pid = a.proc.pid
+    os.kill(pid, signal.SIGSTOP)
+    t0 = time.monotonic()
+    try:
+        r = oai.completions.create(model="b", prompt="my turn", max_tokens=3)
+        served = time.monotonic() - t0
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)  # a worker not killed (a failed test) goes on
+    assert r.choices[0].finish_reason == "length"
+    for t in threads:
+        t.join(30)
+    stream, whole_ = outcome["stream"], outcome["whole"]
+    assert isinstance(stream, openai.APIError) and not isinstance(stream, openai.APIStatusError)
+    assert stream.code == "model_hung" and "model a hung" in stream.message, stream
+    assert isinstance(whole_, openai.APIStatusError) and whole_.status_code == 504, whole_
+    assert whole_.code == "model_hung" and "model a hung" in whole_.message
+    # b waited for the hang to be declared, and no longer than a few beats after it
+    assert HANG <= served < HANG + 10, served
+    print(f"b served {served:.2f} s after a's worker was stopped (hang_timeout {HANG:g} s)")
+    hung = [r for r in caplog.records if "hung: worker pid" in r.getMessage()]
+    assert len(hung) == 1 and f"worker pid {pid} " in hung[0].getMessage()
+    assert hung[0].levelno == logging.ERROR
+    with httpx.Client(base_url=f"http://127.0.0.1:{one_device.port}", timeout=30) as c:
+        assert c.get("/health").json()["hangs"] == {"a": 1}
+        assert 'acbslurm_serve_hangs_total{model="a"} 1.0' in c.get("/metrics").text
+        _wait("a restarted", lambda: a.state == "ready" and a.restarts > restarts, 240)
+        assert _both_ready(c)
+    r = oai.completions.create(model="a", prompt="back", max_tokens=3)
+    assert r.choices[0].finish_reason == "length"
+
+
+def test_non_streamed_request_is_cancelled_when_its_client_leaves(one_device: PoolServer) -> None:
+    """A client that hangs up on a non-streamed request: the worker stops decoding it,
+    a's turn ends and b gets the device, long before the request would have ended."""
+    a = one_device.gateway.handles["a"]
+    _wait("a idle", lambda: not a.busy and not a.pending, 30)
+    before = a.deltas
+    with httpx.Client(base_url=f"http://127.0.0.1:{one_device.port}", timeout=30) as c:
+        body = json.dumps({"model": "a", "prompt": "Hi", "max_tokens": 450}).encode()
+        s = socket.create_connection(("127.0.0.1", one_device.port))
+        s.sendall(
+            b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            + f"Content-Length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
+        _wait("a decoding it", lambda: a.busy and a.deltas > before + 2, 30)
+        s.close()
+        t0 = time.monotonic()
+        _wait("a's turn over", lambda: not a.busy and not a.pending, 10)
+        took = time.monotonic() - t0
+        decoded = a.deltas - before
+        # 450 tokens at 0.02 s each take 9 s: it was stopped, not finished
+        assert decoded < 300, decoded
+        r = c.post("/v1/completions", json={"model": "b", "prompt": "Hi", "max_tokens": 3})
+        assert r.status_code == 200, r.text
+        assert 'acbslurm_serve_requests_total{model="a",status="499"} 1.0' in c.get("/metrics").text
+    print(f"a's turn ended {took:.2f} s after its client left, {decoded} of 450 tokens decoded")

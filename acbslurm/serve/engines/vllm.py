@@ -39,12 +39,12 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NoReturn
 
 from acbslurm.config import env_float
-from acbslurm.serve import worker
+from acbslurm.serve import procs, worker
 from acbslurm.serve.engines import vllm_nodes
 from acbslurm.serve.pool import weights_bytes
 from acbslurm.serve.worker import EXIT_BROKER, EXIT_REFUSED, EXIT_THREAD, Worker, longest_token
@@ -59,6 +59,11 @@ FALLBACK_TEMPLATE = (
     "{% if add_generation_prompt %}assistant:{% endif %}"
 )
 LOG_TAIL = 40  # lines of the server's log quoted when it fails
+CONNECT_TIMEOUT = 10.0  # s: a server that does not take a connection on its socket is stuck
+PROGRESS_EVERY = 1.0  # s between looks at the server's token counters while it computes
+# The counters whose growth is progress (the gateway's heartbeat): tokens prefilled and
+# decoded, summed over the server's label sets.
+PROGRESS_COUNTERS = (b"vllm:generation_tokens_total", b"vllm:prompt_tokens_total")
 
 
 def default_python() -> str:
@@ -118,6 +123,9 @@ class VllmServer:
         # (master host, master port, node rank) of a model over several nodes
         # (``procs`` > 1: engines/vllm_nodes.py), else None.
         self.group: tuple[str, int, int] | None = None
+        # The /dev/shm/psm_* files its processes made (vLLM's message queues), removed
+        # once they are gone: a SIGKILLed server leaves them otherwise.
+        self.shm: set[str] = set()
 
     # -- the command ----------------------------------------------------------------------
 
@@ -273,11 +281,46 @@ class VllmServer:
         # body is read as level 1 whatever it says).
         self._admin(f"/sleep?level={level}&mode=wait", timeout=timeout)
 
-    def forward(self, path: str, body: dict[str, Any]) -> Iterator[bytes]:
+    def remember_shm(self) -> None:
+        """Note the shared memory files the server's processes hold now (once ready:
+        vLLM makes its queues at start)."""
+        self.shm |= procs.shm_files(self.pids())
+
+    def progress(self) -> float | None:
+        """The server's tokens prefilled and decoded so far (from ``/metrics``), None
+        when it does not answer within a few seconds (a hung server)."""
+        try:
+            status, data = self.call("GET", "/metrics", timeout=5)
+        except (OSError, http.client.HTTPException):
+            return None
+        if status != 200:
+            return None
+        total = 0.0
+        for line in data.splitlines():
+            if line.startswith(PROGRESS_COUNTERS):
+                with contextlib.suppress(ValueError, IndexError):
+                    total += float(line.rsplit(None, 1)[1])
+        return total
+
+    def forward(
+        self,
+        path: str,
+        body: dict[str, Any],
+        opened: Callable[[socket.socket], None] | None = None,
+    ) -> Iterator[bytes]:
         """The request's answer: each ``data:`` payload of a streamed one (``[DONE]``
         left out), or the whole body of one that is not; VllmError before the first
-        when vLLM refuses it."""
-        conn = _UnixHTTP(self.uds, None)
+        when vLLM refuses it. ``opened`` gets the connection's socket before the
+        request is sent: shutting it down cancels the request (vLLM aborts a request
+        whose client went away, streamed or not) and ends the wait for its answer."""
+        conn = _UnixHTTP(self.uds, CONNECT_TIMEOUT)
+        conn.connect()
+        assert conn.sock is not None
+        # Bounded connect; then no timeout: the gateway's heartbeat bounds a server that
+        # stops answering, and a long answer is not a hung one.
+        conn.sock.settimeout(None)
+        if opened is not None:
+            opened(conn.sock)
         conn.request(
             "POST",
             path,
@@ -306,7 +349,9 @@ class VllmServer:
             while True:
                 line = r.readline()
                 if not line:
-                    return
+                    # A stream ends with [DONE]: one that stops before was cut (the
+                    # server died), and its client must not take it for whole.
+                    raise ConnectionError("vLLM's stream ended before its [DONE]")
                 line = line.strip()
                 if not line.startswith(b"data:"):
                     continue
@@ -326,11 +371,13 @@ class VllmServer:
             self._kill_session()
         finally:
             shutil.rmtree(self.folder, ignore_errors=True)
+            procs.remove_shm(self.shm)
 
     def _kill_session(self) -> None:
         proc = self.proc
         if proc is None:
             return
+        self.shm |= procs.shm_files(self.pids())
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
@@ -352,17 +399,20 @@ class VllmServer:
 
     def _stop(self, grace: float) -> None:
         proc = self.proc
+        self.shm |= procs.shm_files(self.pids())
         if proc is not None and proc.poll() is None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, signal.SIGTERM)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(grace)
         if proc is not None:
-            # Its engine process too (the server's session), whatever became of it.
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
+            # Its engine process too (the server's session), whatever became of it,
+            # waited for: only once none of its processes is left may its shared
+            # memory go.
+            procs.kill_session(proc.pid, wait=5)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(1)
+        procs.remove_shm(self.shm)
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
@@ -417,6 +467,7 @@ class Request:
         self.msg = msg
         self.cancelled = False
         self.arrived = time.monotonic()
+        self.sock: socket.socket | None = None  # its connection to vLLM, once open
 
 
 class VllmWorker(Worker):
@@ -526,11 +577,33 @@ class VllmWorker(Worker):
                 return EXIT_REFUSED
             self.awake = True
             self.pin = lease.device_ids  # a sleeping server cannot move
+            self.server.remember_shm()
+            assert self.server.proc is not None
+            self.send({"type": "server", "pid": self.server.proc.pid})
             resident = dict.fromkeys(lease.device_ids, self.footprint())
         finally:
             self.client.release(lease, resident=resident)
         threading.Thread(target=self.watch, name="vllm-watch", daemon=True).start()
+        threading.Thread(target=self.beat, name="vllm-progress", daemon=True).start()
         return 0
+
+    def beat(self) -> None:
+        """While requests are in flight, tell the gateway when the server's token
+        counters move (``progress``): a non-streamed answer sends nothing else until
+        it is whole. A server that does not answer, or whose counters stand still,
+        sends nothing, and the gateway's heartbeat declares the model hung."""
+        last: float | None = None
+        while not self.server.stopping:
+            time.sleep(PROGRESS_EVERY)
+            with self.cond:
+                busy = bool(self.inflight)
+            if not busy:
+                last = None
+                continue
+            now = self.server.progress()
+            if now is not None and last is not None and now != last:
+                self.send({"type": "progress"})
+            last = now if now is not None else last
 
     def watch(self) -> None:
         """A server that dies takes the worker with it (its requests get 503; the
@@ -669,6 +742,30 @@ class VllmWorker(Worker):
         d = Request(rid, msg)
         self.enqueue(rid, d)
 
+    def cancel(self, rid: str) -> None:
+        """Also a request in flight: its connection to vLLM is shut down, so vLLM aborts
+        it (a non-streamed one too, whose answer would otherwise be computed whole)
+        and the thread waiting for its answer is freed at once."""
+        super().cancel(rid)
+        with self.cond:
+            d = self.by_id.get(rid)
+            sock = d.sock if d is not None else None
+        if sock is not None:
+            _shut(sock)
+
+    def opened(self, d: Request) -> Callable[[socket.socket], None]:
+        """What ``forward`` calls with ``d``'s connection: kept for a cancel, or shut
+        down now when the cancel came first."""
+
+        def keep(sock: socket.socket) -> None:
+            with self.cond:
+                d.sock = sock
+                cancelled = d.cancelled
+            if cancelled:
+                _shut(sock)
+
+        return keep
+
     def body(self, msg: dict[str, Any]) -> tuple[str, dict[str, Any], bool]:
         """The client's body for vLLM, whole: the model name mapped to the server's, the
         pool's defaults for what the client left out, and usage asked for in a stream
@@ -692,18 +789,20 @@ class VllmWorker(Worker):
     def serve_one(self, d: Request, timing: dict[str, float]) -> None:
         path, body, asked = self.body(d.msg)
         try:
-            answer = self.server.forward(path, body)
+            answer = self.server.forward(path, body, self.opened(d))
         except VllmError as exc:
             self.fail(d.rid, exc.status, exc.message, exc.param, exc.code)
             return
         except (OSError, http.client.HTTPException) as exc:
-            self.fail(d.rid, 503, f"model {self.spec['name']}: vLLM: {exc}", code="engine_failed")
+            if not d.cancelled:  # a cancelled one's connection was shut down: no error
+                self.engine_failed(d, exc)
             return
         self.send({"type": "accepted", "id": d.rid})
         try:
             got = self.relay(d, answer, timing["started"], bool(body.get("stream")), asked)
         except (OSError, http.client.HTTPException, ValueError) as exc:
-            self.fail(d.rid, 503, f"model {self.spec['name']}: vLLM: {exc}", code="engine_failed")
+            if not d.cancelled:
+                self.engine_failed(d, exc)
             return
         if got is None:
             return  # cancelled
@@ -723,6 +822,11 @@ class VllmWorker(Worker):
                 },
             }
         )
+
+    def engine_failed(self, d: Request, exc: Exception) -> None:
+        """``d`` lost its server (it died, or cut the answer): 503, never a partial
+        answer passed on as whole."""
+        self.fail(d.rid, 503, f"model {self.spec['name']}: vLLM: {exc}", code="engine_failed")
 
     def relay(
         self, d: Request, answer: Iterator[bytes], started: float, stream: bool, asked: bool
@@ -846,6 +950,13 @@ class _Seen:
                 self.first = time.monotonic() - self.started
             self.finish = c.get("finish_reason") or self.finish
         return ev
+
+
+def _shut(sock: socket.socket) -> None:
+    """End a connection from another thread than its reader's (``close`` would not wake
+    a thread blocked reading it)."""
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)
 
 
 def _client_chunk(ev: dict[str, Any], data: bytes, asked: bool) -> str | None:

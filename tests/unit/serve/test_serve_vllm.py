@@ -5,7 +5,10 @@ whole, its admin routes unreachable), two models alternating on one CPU stand-in
 device under the broker (leases drive sleep and wake: woken at a grant, put to sleep
 for a yield or an eviction, left awake and resident otherwise), a server that hangs
 in ``/sleep`` (killed within the sleep timeout, before the other model's grant), a
-killed server (503, then a restart).
+client gone from a non-streamed request (cancelled in vLLM), a server stopped mid-request
+(declared hung within the hang timeout: its clients get model_hung, the other model the
+device, its shared memory files removed), a server killed mid-stream (the stream ends
+with an error the client raises, then 503, then a restart).
 
 One pool is shared by the module (a vLLM start costs about a minute on two cores):
 its two servers start once; the hanging and the killed server (each restarts
@@ -34,6 +37,7 @@ import pytest
 from servehelp import _get
 
 from acbslurm.broker.client import BrokerClient
+from acbslurm.serve import procs
 from acbslurm.serve.engines.vllm import VllmWorker, default_python
 from acbslurm.serve.pool import load_pool_text
 from acbslurm.serve.runner import PoolServer
@@ -49,6 +53,11 @@ TEMPLATE = (
 )
 SLEEP_TIMEOUT = 5  # s: ACBSLURM_VLLM_SLEEP_TIMEOUT of the pool's workers
 LONG = 480  # tokens of the request that keeps model-b busy while model-a queues (context 512)
+# Choices of LONG tokens that keep model-a's server busy for seconds: the tiny model makes
+# 8 x 480 tokens in about a second here, done before a look at its counters sees them begin.
+MANY = 128
+HANG = 40  # s: the pool's hang_timeout (a first request with a new sampling path took 16 s
+# in one step on this loaded machine: a false hang at 15)
 
 
 def vllm_env(tmp: Path) -> dict[str, str]:
@@ -190,6 +199,7 @@ devices: cpu:1
 policy: quantum
 quantum: 0.3
 request_timeout: 300
+hang_timeout: {HANG}
 models:
   - {{name: model-a, path: {tiny_models["model-a"]}, engine: vllm, temperature: 0,
       max_tokens: 8, engine_args: {{max_num_seqs: 4}}}}
@@ -428,9 +438,9 @@ def test_worker_in_this_process_on_model_as_server(
         "c1",
         {"route": "/v1/completions", "body": {"prompt": "x", "max_tokens": 50, "stream": True}},
     )
-    d.cancelled = True  # the client went away: the connection to vLLM is closed
+    d.cancelled = True  # the client went away: its connection is shut as soon as opened
     w.serve_one(d, {"wait_s": 0.0, "restore_s": 0.0, "started": 0.0})
-    assert [m["type"] for m in of("c1")] == ["accepted"]
+    assert of("c1") == []  # nothing sent to vLLM, no error for a client who left
     assert not w.by_id and not w.inflight
 
 
@@ -677,6 +687,158 @@ def test_sleep_level_2_wakes_with_reloaded_weights(pool: PoolServer, client: ope
     )
 
 
+def server_shm(srv: PoolServer, model: str) -> set[str]:
+    """The /dev/shm/psm_* files of the model's vLLM server's processes."""
+    server = vllm_server_pid(srv, model)
+    found = procs.shm_files({server, *descendants(server)})
+    assert found, f"no shared memory file found for {model}'s server"
+    return found
+
+
+def vllm_generated(srv: PoolServer, model: str) -> float:
+    """Tokens the model's own vLLM server has generated (its /metrics, on its socket)."""
+    sock = os.path.join(server_folder(vllm_server_pid(srv, model)), "v.sock")
+    conn = _Unix(sock)
+    try:
+        conn.request("GET", "/metrics")
+        text = conn.getresponse().read().decode()
+    finally:
+        conn.close()
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("vllm:generation_tokens_total")
+    )
+
+
+def test_client_gone_from_non_streamed_request_is_cancelled(
+    pool: PoolServer, client: openai.OpenAI
+) -> None:
+    """A client hangs up on a non-streamed request: vLLM stops computing it (far fewer
+    tokens generated than asked), the worker's turn ends, and model-b is served."""
+    h = pool.gateway.handles["model-a"]
+    client.completions.create(model="model-a", prompt="awake", max_tokens=1)
+    wait_for(lambda: not h.busy and not h.pending)
+    before = vllm_generated(pool, "model-a")
+    asked = MANY * LONG
+    body = json.dumps(
+        {
+            "model": "model-a",
+            "prompt": "Hi",
+            "max_tokens": LONG,
+            "n": MANY,
+            "temperature": 1.0,
+            "ignore_eos": True,
+        }
+    ).encode()
+    s = socket.create_connection(("127.0.0.1", pool.port))
+    s.sendall(
+        b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        + f"Content-Length: {len(body)}\r\n\r\n".encode()
+        + body
+    )
+    wait_for(lambda: h.busy and vllm_generated(pool, "model-a") > before)
+    s.close()
+    t0 = time.monotonic()
+    wait_for(lambda: not h.busy and not h.pending, 10)
+    took = time.monotonic() - t0
+    generated = vllm_generated(pool, "model-a") - before
+    assert generated < asked / 2, generated
+    r = client.completions.create(model="model-b", prompt="next", max_tokens=3)
+    assert_whole("model-b", r, 3)
+    print(f"turn over {took:.2f} s after the client left; {generated:g} of {asked} tokens made")
+
+
+def _stream_and_many(client: openai.OpenAI, outcome: dict[str, Any]) -> tuple[Any, Any]:
+    """Two requests of model-a for threads: a LONG stream, and MANY choices of LONG
+    tokens not streamed; what each ends with lands in ``outcome``."""
+
+    def streamed() -> None:
+        try:
+            for _ in client.completions.create(
+                model="model-a",
+                prompt="Hi",
+                max_tokens=LONG,
+                stream=True,
+                extra_body={"ignore_eos": True},
+            ):
+                pass
+            outcome["stream"] = "ended"
+        except openai.APIError as exc:
+            outcome["stream"] = exc
+
+    def whole() -> None:
+        try:
+            client.completions.create(
+                model="model-a",
+                prompt="Hello",
+                max_tokens=LONG,
+                n=MANY,
+                temperature=1.0,
+                extra_body={"ignore_eos": True},
+            )
+            outcome["whole"] = "answered"
+        except openai.APIError as exc:
+            outcome["whole"] = exc
+
+    return streamed, whole
+
+
+def test_hung_server_fails_its_requests_and_frees_the_device(
+    pool: PoolServer, client: openai.OpenAI, caplog: pytest.LogCaptureFixture
+) -> None:
+    """model-a's server stopped (SIGSTOP, every process of it) with a streamed and a
+    non-streamed request in flight: within the hang timeout model-a is declared hung,
+    both get the model_hung error the official client raises (504), model-b (waiting
+    for the device) is served, the server's shared memory files are removed, /health
+    and /metrics count the hang, and model-a comes back with a new server."""
+    h = pool.gateway.handles["model-a"]
+    restarts = h.restarts
+    client.completions.create(model="model-a", prompt="awake", max_tokens=1)
+    wait_for(lambda: not h.busy and not h.pending)
+    shm = server_shm(pool, "model-a")
+    server = vllm_server_pid(pool, "model-a")
+    folder = server_folder(server)
+    tree = [server, *descendants(server)]
+    outcome: dict[str, Any] = {}
+
+    streamed, whole = _stream_and_many(client, outcome)
+    # The many choices first: the stream waits behind them in vLLM, in flight for seconds.
+    threads = [threading.Thread(target=whole), threading.Thread(target=streamed)]
+    before = vllm_generated(pool, "model-a")
+    threads[0].start()
+    wait_for(lambda: h.busy and vllm_generated(pool, "model-a") > before)
+    threads[1].start()
+    wait_for(lambda: h.busy and len(h.pending) == 2 and vllm_generated(pool, "model-a") > before)
+    for p in tree:
+        os.kill(p, signal.SIGSTOP)
+    t0 = time.monotonic()
+    r = client.completions.create(model="model-b", prompt="my turn", max_tokens=3)
+    served = time.monotonic() - t0
+    assert_whole("model-b", r, 3)
+    for t in threads:
+        t.join(60)
+    stream, whole_ = outcome["stream"], outcome["whole"]
+    # The stream waited in vLLM, its headers not sent yet: a 504 status, not an event.
+    assert isinstance(stream, openai.APIError), stream
+    assert stream.code == "model_hung" and "model model-a hung" in stream.message, stream
+    assert isinstance(whole_, openai.APIStatusError), whole_
+    assert (whole_.status_code, whole_.code) == (504, "model_hung"), whole_
+    assert HANG <= served < HANG + 20, served
+    assert not any(alive(p) for p in tree), "the hung server's processes were left"
+    assert not [f for f in shm if os.path.exists(f)], "the hung server's shared memory was left"
+    wait_for(lambda: h.restarts > restarts)  # its worker gone (it removes the server's folder)
+    assert not os.path.exists(folder), "the hung server's folder was left"
+    hung = [r for r in caplog.records if "hung: worker pid" in r.getMessage()]
+    assert len(hung) == 1 and f"vLLM server pid {server} " in hung[0].getMessage()
+    assert json.loads(_get(pool, "/health")[1])["hangs"] == {"model-a": 1}
+    assert metric(pool, "acbslurm_serve_hangs_total", "model-a") == 1
+    print(f"model-b served {served:.2f} s after model-a's server was stopped (hang {HANG} s)")
+    wait_for(lambda: h.state == "ready" and h.restarts > restarts, 400)
+    r = client.completions.create(model="model-a", prompt="back", max_tokens=3)
+    assert_whole("model-a", r, 3)
+
+
 def test_hanging_sleep_is_killed_before_the_next_grant(
     pool: PoolServer, client: openai.OpenAI
 ) -> None:
@@ -726,15 +888,29 @@ def test_hanging_sleep_is_killed_before_the_next_grant(
 
 
 def test_killed_vllm_gives_503_then_recovers(pool: PoolServer, client: openai.OpenAI) -> None:
-    """Last: the killed server's worker exits, its requests get 503 while it restarts,
-    and the new worker's new server answers."""
+    """Last: the server killed mid-stream; the stream ends with an error; the worker
+    exits, its shared memory files are removed, its requests get 503 while it
+    restarts, and the new worker's new server answers."""
     handle = pool.gateway.handles["model-a"]
     restarts = handle.restarts
+    shm = server_shm(pool, "model-a")
+    stream = client.completions.create(
+        model="model-a", prompt="Hi", max_tokens=LONG, stream=True, extra_body={"ignore_eos": True}
+    )
+    parts = iter(stream)
+    next(parts)  # the stream has begun
     os.kill(vllm_server_pid(pool, "model-a"), signal.SIGKILL)
+    # The cut stream ends with an error event (no [DONE]): the official client raises,
+    # never taking the cut answer for a whole one.
+    with pytest.raises(openai.APIError) as cut:
+        for _ in parts:
+            pass
+    assert cut.value.code in ("engine_failed", "worker_restarted"), cut.value
     deadline = time.monotonic() + 30
     while handle.restarts == restarts and time.monotonic() < deadline:
         time.sleep(0.1)
     assert handle.restarts > restarts, "the worker did not notice its server's death"
+    assert not [f for f in shm if os.path.exists(f)], "the killed server's shared memory was left"
     with pytest.raises(openai.APIStatusError) as info:
         client.completions.create(model="model-a", prompt="hi", max_tokens=2)
     assert info.value.status_code == 503
