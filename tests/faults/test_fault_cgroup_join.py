@@ -1,0 +1,145 @@
+"""The job's cgroup helper refuses what it must (tests of issue 26's "bad input and
+faults"), on the real sandbox as user1 and user2: each refusal is one clear line and
+moves nothing.
+
+- user2 cannot reach user1's job's helper at all (its socket is in user1's 0700 job
+  directory);
+- user1, inside its job, cannot have the helper move a plain process of its own, its
+  own Docker daemon (in its user namespace, but no container), a process of root's, or
+  anything on behalf of a process outside the job; bad requests are refused;
+- with the helper gone, `acbslurm run` in the job starts no container, and says why.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sandboxtest import IMAGE, REPO, acbslurm_run, dockerd_pid, submit, wait_job, wait_until
+
+from acbslurm.cgroups.helper import pid_file, socket_path
+from acbslurm.config import load_settings
+from acbslurm.jobsockets import job_dir
+
+pytestmark = pytest.mark.integration
+
+ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL")
+
+# Sends each request (argv: socket, then JSON texts or "raw:TEXT") to the helper;
+# prints the answers as a JSON list, with this process's cgroup before and after.
+ASK = r"""
+import json, os, socket, sys
+def ask(path, line):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(20)
+    s.connect(path)
+    s.sendall(line.encode() + b"\n")
+    data = b""
+    while b"\n" not in data:
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    s.close()
+    return json.loads(data.split(b"\n")[0] or b"null")
+me = os.getpid()
+before = open("/proc/self/cgroup").read()
+answers = []
+for req in sys.argv[3:]:
+    line = req[4:] if req.startswith("raw:") else req.replace("ME", str(me))
+    answers.append(ask(sys.argv[2], line))
+after = open("/proc/self/cgroup").read()
+open(sys.argv[1], "w").write(json.dumps({"answers": answers, "same": before == after}))
+"""
+
+
+def settings(sb: Any) -> Any:
+    return load_settings(str(sb.layout.acbslurm_conf))
+
+
+def helper_socket(sb: Any, job: str) -> str:
+    return socket_path(job_dir(job, settings(sb).job_runtime_dir))
+
+
+def test_the_helper_refuses_what_is_not_the_jobs_container(idle: Any, scripts: Path) -> None:
+    sb = idle
+    script = scripts / "ask.py"
+    script.write_text(ASK)
+    daemon = dockerd_pid(sb)
+    result = scripts / f"asked-{os.urandom(4).hex()}.json"
+    job = submit(sb, scripts, "exec sleep 300", "--gres=gpu:1")
+    wait_job(sb, job, ("RUNNING",), 60)
+    sock = helper_socket(sb, job)
+    wait_until("the job's helper", lambda: os.path.exists(sock), 30)
+    daemon_cgroup = Path(f"/proc/{daemon}/cgroup").read_text()
+    requests = [
+        '{"run_pid": ME, "container_pid": ME}',  # a plain process of the user's
+        f'{{"run_pid": ME, "container_pid": {daemon}}}',  # in the user's namespace, no container
+        '{"run_pid": ME, "container_pid": 1}',  # root's
+        '{"run_pid": 1, "container_pid": ME}',  # asked for a process outside the job
+        '{"run_pid": "ME", "container_pid": 1}',
+        "raw:not json",
+    ]
+    step = ["srun", "--jobid", job, "--overlap", "--gres=gpu:0", sys.executable]
+    r = sb.run_as_user(
+        [*step, str(script), str(result), sock, *requests],
+        check=False,
+        timeout=60,
+        extra_env={"PYTHONPATH": str(REPO)},
+    )
+    assert r.returncode == 0, r.stderr
+    got = json.loads(result.read_text())
+    errors = [a["error"] for a in got["answers"]]
+    assert all(a["ok"] is False for a in got["answers"]), got
+    assert "is not in a rootless container" in errors[0]
+    assert "is not a container's" in errors[1]
+    assert "is not in a rootless container" in errors[2]
+    assert "belongs to uid 0" in errors[3]
+    assert "must be a process id" in errors[4]
+    assert errors[5]
+    assert got["same"], "the asking process was moved"
+    assert Path(f"/proc/{daemon}/cgroup").read_text() == daemon_cgroup
+
+    # user2 cannot even reach it: the socket is in user1's 0700 job directory.
+    r2 = sb.run_as(
+        "user2",
+        [sys.executable, str(script), str(scripts / "user2.json"), sock, '{"run_pid": 1}'],
+        check=False,
+        timeout=30,
+    )
+    assert r2.returncode != 0
+    assert "PermissionError" in r2.stderr, r2.stderr
+    sb.run_slurm(["scancel", job])
+    wait_job(sb, job, ENDED, 60)
+    # The epilog ended the helper.
+    wait_until(
+        "the helper's end", lambda: not os.path.exists(pid_file(settings(sb).record_dir, job)), 30
+    )
+
+
+def test_without_its_helper_a_job_starts_no_container(idle: Any, scripts: Path) -> None:
+    """The helper killed mid-job: the next `acbslurm run` fails with a line naming the
+    helper, and no container of the job runs (Docker's create is undone)."""
+    sb = idle
+    go = scripts / f"go-{os.urandom(4).hex()}"
+    run = acbslurm_run(IMAGE, "echo", "started")
+    body = f"while [ ! -e {go} ]; do sleep 0.2; done\n{run}\necho rc=$?"
+    job = submit(sb, scripts, body, "--gres=gpu:1")
+    wait_job(sb, job, ("RUNNING",), 60)
+    pids = Path(pid_file(settings(sb).record_dir, job))
+    wait_until("the job's helper", pids.exists, 30)
+    pid = int(pids.read_text().split()[0])
+    os.kill(pid, signal.SIGKILL)
+    wait_until("the helper's death", lambda: not Path(f"/proc/{pid}").exists(), 30)
+    go.touch()
+    assert wait_job(sb, job, ENDED, 90)["JobState"] == "COMPLETED"
+    out = (scripts / f"out-{job}.txt").read_text()
+    assert "started" not in out, out
+    assert "cgroup helper" in out, out
+    rc = int(out.rpartition("rc=")[2].split()[0])
+    assert rc != 0, out

@@ -1,0 +1,142 @@
+"""The container is the job's: with ``container_cgroups: join`` (the sandbox's setting, as
+a GPU site's with Slurm's cgroup plugins) a job's container runs inside the cgroups of
+the job step that started it, so Slurm's own memory limit, device rules and accounting
+hold it with no code of acbslurm in the way. Run as user1 on the real sandbox.
+
+An emulated GPU has no driver: an open that passes every check fails with ENXIO ("No
+such device or address"); one Slurm's device cgroup refuses fails with EPERM
+("Operation not permitted").
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sandboxtest import (
+    IMAGE,
+    acbslurm_run,
+    job_status,
+    submit,
+    wait_gone,
+    wait_job,
+    wait_until,
+)
+
+from acbslurm.config import load_settings
+from acbslurm.jobrecord import read_record
+
+pytestmark = pytest.mark.integration
+
+ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL")
+# The hierarchies Slurm's cgroup plugins constrain or track (cgroup v1, the sandbox's).
+SLURMS = ("freezer", "memory", "devices", "cpuset", "cpuacct")
+
+
+def cgroups(text: str) -> dict[str, str]:
+    """/proc/PID/cgroup text -> {controllers: path}."""
+    out = {}
+    for line in text.splitlines():
+        _, ctrl, path = line.split(":", 2)
+        out[ctrl] = path
+    return out
+
+
+def settings(sb: Any) -> Any:
+    return load_settings(str(sb.layout.acbslurm_conf))
+
+
+def job_gpu_file(sb: Any, job: str) -> str:
+    rec = wait_until(f"job {job}'s record", lambda: read_record(settings(sb).record_dir, job), 30)
+    return next(g.device for g in sb.gpus if g.minor == rec.gpu_minors[0])
+
+
+def finished(sb: Any, job: str, timeout: float = 90) -> str:
+    return str(wait_job(sb, job, ENDED, timeout)["JobState"])
+
+
+def test_the_container_runs_in_its_job_steps_cgroups_whatever_its_user(
+    idle: Any, scripts: Path
+) -> None:
+    """The container's processes, as the image's root and as a non-root user, are in
+    the cgroups of the step that ran `acbslurm run` (the batch step's task here), and
+    Slurm's device rules apply in it: its own GPU opens (ENXIO), the GPU of another job
+    on the node does not (EPERM), though the fence lets user1 open both (both jobs are
+    user1's)."""
+    sb = idle
+    other = submit(sb, scripts, "exec sleep 300", "--gres=gpu:1")
+    other_gpu = job_gpu_file(sb, other)
+    tag = os.urandom(4).hex()
+    devs = str(sb.layout.dev)
+    probe = (
+        "cat /proc/self/cgroup > /out/cg-$1-" + tag + "; "
+        "for f in /gpus/nvidia*; do (: <> $f) 2> /out/open-$1-$(basename $f)-" + tag + "; done"
+    )
+    mounts = ("--mount", f"{scripts}:/out", "--mount", f"{devs}:/gpus")
+    as_root = acbslurm_run(*mounts, IMAGE, "sh", "-c", probe, "-", "root")
+    as_user = acbslurm_run(*mounts, "--user", "1000:1000", IMAGE, "sh", "-c", probe, "-", "nobody")
+    body = f"cat /proc/self/cgroup > {scripts}/cg-shell-{tag}\n{as_root}\n{as_user}\n"
+    job = submit(sb, scripts, body, "--gres=gpu:1")
+    mine = job_gpu_file(sb, job)
+    state = finished(sb, job)
+    out = (scripts / f"out-{job}.txt").read_text()
+    assert state == "COMPLETED", out
+    shell = cgroups((scripts / f"cg-shell-{tag}").read_text())
+    for who in ("root", "nobody"):
+        seen = cgroups((scripts / f"cg-{who}-{tag}").read_text())
+        for ctrl in SLURMS:
+            assert f"/job_{job}/" in seen[ctrl], (who, seen)
+            assert seen[ctrl] == shell[ctrl], (who, ctrl, seen, shell)
+    opened = {
+        name: (scripts / f"open-root-{Path(name).name}-{tag}").read_text()
+        for name in (mine, other_gpu)
+    }
+    assert "No such device or address" in opened[mine], opened
+    assert "Operation not permitted" in opened[other_gpu], opened
+    sb.run_slurm(["scancel", other])
+    wait_gone(sb, other)
+
+
+def test_the_jobs_memory_limit_stops_its_container(idle: Any, scripts: Path) -> None:
+    """A container past the job's --mem is killed by the job's own cgroup (the OOM
+    killer), and Slurm, `acbslurm status` and `acbslurm report` say OUT_OF_MEMORY."""
+    sb = idle
+    body = "exec " + acbslurm_run(IMAGE, "sh", "-c", "head -c 800000000 /dev/zero | tail; echo ran")
+    job = submit(sb, scripts, body, "--gres=gpu:1", "--mem=200M")
+    state = finished(sb, job)
+    out = (scripts / f"out-{job}.txt").read_text()
+    assert state == "OUT_OF_MEMORY", out
+    assert "oom-kill" in out or "Killed" in out, out
+    wait_gone(sb, job)
+    assert job_status(sb, "user1", job)["state"] == "OUT_OF_MEMORY"
+
+
+def _seconds(text: str) -> float:
+    """sacct's TotalCPU: [[DD-]HH:]MM:SS[.mmm]."""
+    days, _, rest = text.strip().rpartition("-")
+    parts = [float(p) for p in rest.split(":")]
+    total = 0.0
+    for p in parts:
+        total = total * 60 + p
+    return total + (int(days) * 86400 if days else 0)
+
+
+def test_sacct_counts_the_containers_cpu_time(idle: Any, scripts: Path) -> None:
+    """The container's CPU time is the step's: sacct's TotalCPU of the step that ran
+    `acbslurm run` holds the container's busy loop (about 6 s of one CPU; `acbslurm run`
+    itself uses well under one)."""
+    sb = idle
+    loop = "timeout 6 sh -c 'while :; do :; done'; true"
+    job = submit(sb, scripts, "exec srun " + acbslurm_run(IMAGE, "sh", "-c", loop), "--gres=gpu:1")
+    assert finished(sb, job) == "COMPLETED", (scripts / f"out-{job}.txt").read_text()
+
+    def step_cpu() -> float:
+        out = sb.run_slurm(
+            ["sacct", "-n", "-P", "-j", f"{job}.0", "-o", "TotalCPU"], check=False
+        ).stdout.strip()
+        return _seconds(out.splitlines()[0]) if re.match(r"^[0-9:.-]+$", out or "x") else 0.0
+
+    assert wait_until(f"step {job}.0's TotalCPU", lambda: step_cpu() >= 2.0, 60)
