@@ -42,6 +42,7 @@ def _slurm_checks(ctx: Context) -> tuple[list[Check], slurmconf.SlurmConf | None
         _guarded("slurm-hooks", lambda: slurmconf.check_hooks(conf)),
         _guarded("prolog-flags", lambda: slurmconf.check_prolog_flags(conf)),
         _guarded("kill-wait", lambda: slurmconf.check_kill_wait(ctx, conf)),
+        _guarded("cgroups", lambda: slurmconf.check_cgroups(conf)),
     ], conf
 
 

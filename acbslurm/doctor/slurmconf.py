@@ -1,4 +1,4 @@
-"""slurm.conf: the acbslurm hook lines, PrologFlags and KillWait.
+"""slurm.conf: the acbslurm hook lines, PrologFlags, KillWait and the cgroup plugins.
 
 The file is read as Slurm reads it (``Key=Value``, keys in any case, ``#`` comments,
 ``Include``); without a file (configless Slurm) ``scontrol show config`` answers instead.
@@ -260,3 +260,51 @@ def check_kill_wait(ctx: Context, conf: SlurmConf) -> Check:
             f"set KillWait above {grace:g} (e.g. KillWait=30) or lower stop_grace",
         )
     return ok("kill-wait", f"KillWait={seconds} s > stop_grace={grace:g} s")
+
+
+def _cgroup_conf(conf: SlurmConf) -> dict[str, str]:
+    """cgroup.conf beside slurm.conf (lower-cased keys); configless: the "Cgroup Support
+    Configuration" lines of ``scontrol show config``, already in ``conf``."""
+    if conf.source == "scontrol show config":
+        return {k: conf.get(k) for k in ("constraindevices", "constraincores")}
+    path = os.path.join(os.path.dirname(conf.source), "cgroup.conf")
+    out: dict[str, str] = {}
+    try:
+        with open(path) as f:
+            for raw in f:
+                key, sep, value = raw.split("#", 1)[0].strip().partition("=")
+                if sep:
+                    out.setdefault(key.strip().lower(), value.strip())
+    except OSError:
+        pass  # no cgroup.conf: Slurm's defaults (nothing constrained)
+    return out
+
+
+def check_cgroups(conf: SlurmConf) -> Check:
+    """A GPU node confines each step with cgroups: its processes tracked as a whole
+    (proctrack/cgroup) and held to its GPUs (task/cgroup with ConstrainDevices=yes).
+    The containers run under the user's daemon either way; this is about the job's own
+    processes (a batch script that opens a GPU, a program left behind)."""
+    proctrack = conf.get("ProctrackType")
+    task = conf.get("TaskPlugin")
+    devices = _cgroup_conf(conf).get("constraindevices", "").lower()
+    gaps = []
+    if proctrack != "proctrack/cgroup":
+        gaps.append(f"ProctrackType={proctrack or '(not set)'}")
+    if "task/cgroup" not in task.split(","):
+        gaps.append(f"TaskPlugin={task or '(not set)'}")
+    if devices != "yes":
+        gaps.append(f"ConstrainDevices={devices or '(not set)'} in cgroup.conf")
+    if gaps:
+        return warn(
+            "cgroups",
+            f"{', '.join(gaps)} ({conf.source}): a job's own processes are not confined to "
+            "its GPUs, and one it leaves behind may outlive it",
+            "set ProctrackType=proctrack/cgroup and TaskPlugin=task/cgroup,task/affinity in "
+            "slurm.conf and ConstrainDevices=yes in cgroup.conf, then restart slurmd",
+        )
+    return ok(
+        "cgroups",
+        f"ProctrackType={proctrack}, TaskPlugin={task}, ConstrainDevices=yes: each step is "
+        "tracked and held to its GPUs by cgroups",
+    )

@@ -24,6 +24,10 @@ from acbslurm.sandbox.layout import Layout, Params
 
 NVIDIA_MAJOR = 195
 EMULATED_MEMORY = 24 * 1024**3
+# World read-write, as the NVIDIA driver creates /dev/nvidiaN on a real node by default
+# (NVreg_DeviceFileMode=0666): who may open a GPU is decided by the job's devices cgroup
+# and the container's devices, not by the file's mode.
+DEVICE_MODE = 0o666
 
 
 def create(layout: Layout, params: Params) -> dict[str, list[GpuInfo]]:
@@ -39,7 +43,9 @@ def create(layout: Layout, params: Params) -> dict[str, list[GpuInfo]]:
         for index in range(params.gpus):
             minor = n * params.gpus + index
             dev = layout.dev / f"nvidia{minor}"
-            os.mknod(dev, 0o666 | stat.S_IFCHR, os.makedev(NVIDIA_MAJOR, minor))
+            os.mknod(dev, DEVICE_MODE | stat.S_IFCHR, os.makedev(NVIDIA_MAJOR, minor))
+            # mknod's mode passes through the umask: set it outright.
+            os.chmod(dev, DEVICE_MODE)
             gpus.append(
                 GpuInfo(
                     index=index,

@@ -154,6 +154,8 @@ class Layout:
         self.params_file = self.root / "sandbox.json"
         self.slurm_conf = self.etc / "slurm.conf"
         self.gres_conf = self.etc / "gres.conf"
+        # Beside slurm.conf, where slurmd (and each node's slurm-<node>.conf) finds it.
+        self.cgroup_conf = self.etc / "cgroup.conf"
         self.slurmdbd_conf = self.etc / "slurmdbd.conf"
         self.inventory = self.etc / "gpus.json"
         # With several nodes each has its own inventory; the hooks' settings name

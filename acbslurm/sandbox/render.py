@@ -55,6 +55,7 @@ def write_slurm_configs(
         sock = layout.node_munge_socket(params, node)
         _write(layout.node_slurm_conf(params, node), conf.render(ctx, munge_socket=sock))
     _write(layout.gres_conf, env.get_template("gres.conf.j2").render(ctx))
+    _write(layout.cgroup_conf, env.get_template("cgroup.conf.j2").render(ctx))
     _write(
         layout.slurmdbd_conf,
         env.get_template("slurmdbd.conf.j2").render(ctx, slurm_db_password=slurm_db_password),
@@ -82,6 +83,8 @@ def write_standin_hook(layout: Layout) -> None:
     layout.bin.mkdir(parents=True, exist_ok=True)
     text = (templates_dir() / "sandbox" / "nvidia-container-runtime-hook.py").read_text()
     text = text.replace("@RECORD_DIR@", str(layout.hook_record_dir))
+    # gpus.json of one node, gpus-<node>.json of several: the hook reads whichever exist.
+    text = text.replace("@INVENTORY_GLOB@", str(layout.etc / "gpus*.json"))
     _write(layout.bin / "nvidia-container-runtime-hook", text, 0o755)
 
 

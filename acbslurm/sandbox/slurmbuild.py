@@ -117,8 +117,21 @@ def checked_sha256(tarball: Path) -> str:
     return actual
 
 
+# ./configure's options besides the prefix. --enable-multiple-slurmd: the sandbox's
+# `up --nodes N` runs N slurmd on one machine, and without it every slurmd puts its jobs'
+# cgroups under the same /sys/fs/cgroup/<controller>/slurm/ (cgroup.conf has no key for
+# it; src/interfaces/cgroup.c), so that one node's step cleanup (proctrack/cgroup kills
+# every task of a step's cgroup) would reach another node's step of the same job: with it
+# each node has slurm_<node>/, as Debian's 22.05 package (built with it) has. It also
+# lets a slurmd accept a launch credential another node's slurmd already decoded.
+CONFIGURE_OPTIONS = ("--with-mysql_config=/usr/bin", "--disable-static", "--enable-multiple-slurmd")
+
+
 def cache_key(release: str, sha256: str) -> str:
-    return f"{release}-{sha256[:16]}"
+    """The cache entry of a build: the tarball, and (a short hash of) the configure
+    options, so that a build made with other options is not taken for this one."""
+    opts = hashlib.sha256(" ".join(CONFIGURE_OPTIONS).encode()).hexdigest()[:8]
+    return f"{release}-{sha256[:16]}-{opts}"
 
 
 def missing_build_packages() -> list[str]:
@@ -189,8 +202,7 @@ def _build(release: str, tarball: Path, sha: str, entry: Path, progress: Progres
                 "./configure",
                 f"--prefix={prefix}",
                 f"--sysconfdir={prefix}/etc",
-                "--with-mysql_config=/usr/bin",
-                "--disable-static",
+                *CONFIGURE_OPTIONS,
             ],
             src,
         ),

@@ -97,17 +97,27 @@ class ConfigChoices:
     # 23.02 renamed the credential plugin: CryptoType=crypto/munge -> CredType=cred/munge
     # (23.02 to 26.05 still read CryptoType as an alias; 22.05 knows only CryptoType).
     cred_line: str
-    # 22.05 has task/none; 23.11 dropped the plugin (the parser still strips "none"):
-    # leave TaskPlugin out from 23.11 on.
+    # A GPU site's node: the task plugins confine each step to its cores (task/cgroup's
+    # cpuset, task/affinity's binding), its memory and its GPUs (the devices cgroup).
+    # task/cgroup and task/affinity exist in every release from 22.05 to 26.05.
     task_plugin_line: str
     # From 23.02, gres/gpu accounting also records gres/gpumem and gres/gpuutil
     # (from NVML samples; the sandbox's emulated GPUs give none).
     accounting_tres: str
     # PrologFlags=Alloc: the prolog runs at allocation with SLURM_JOB_GPUS (every release).
     prolog_flags: str
-    # Without cgroups (the sandbox's machines mount cgroup v1 and run rootless Docker):
-    # proctrack/linuxproc exists in every release; no cgroup.conf is needed with it.
+    # proctrack/cgroup (every release): a step's processes are those of its cgroup
+    # (freezer on cgroup v1), so that nothing a job started outlives it.
     proctrack: str
+    # jobacct_gather/cgroup (every release): sstat/sacct usage read from the step's
+    # cgroups (memory, cpuacct) rather than by walking /proc.
+    jobacct_gather: str
+    # cgroup.conf, beside slurm.conf (slurmd and slurmstepd read it from there).
+    # CgroupPlugin=autodetect (every release; 23.02 on default to it): cgroup/v1 where
+    # /sys/fs/cgroup is a tmpfs of v1 hierarchies (this machine), cgroup/v2 on a
+    # unified one. CgroupAutomount is left out: the controllers are mounted, and 23.11
+    # on log it as defunct (src/interfaces/cgroup.c).
+    cgroup_conf: tuple[str, ...]
     # slurmdbd's _check_database_variables: it logs "Database settings not recommended
     # values" below half of these. innodb_buffer_pool_size went from 1 GiB (22.05,
     # 23.02) to 4 GiB (23.11 on); 2 GiB (half) silences it without taking 4.
@@ -119,10 +129,17 @@ def config_choices(release: str) -> ConfigChoices:
     pool = "1G" if v < (23, 11) else "2G"
     return ConfigChoices(
         cred_line="CryptoType=crypto/munge" if v < (23, 2) else "CredType=cred/munge",
-        task_plugin_line="TaskPlugin=task/none" if v < (23, 11) else "",
+        task_plugin_line="TaskPlugin=task/cgroup,task/affinity",
         accounting_tres="gres/gpu" if v < (23, 2) else "gres/gpu,gres/gpumem,gres/gpuutil",
         prolog_flags="Alloc",
-        proctrack="proctrack/linuxproc",
+        proctrack="proctrack/cgroup",
+        jobacct_gather="jobacct_gather/cgroup",
+        cgroup_conf=(
+            "CgroupPlugin=autodetect",
+            "ConstrainCores=yes",
+            "ConstrainRAMSpace=yes",
+            "ConstrainDevices=yes",
+        ),
         mariadb_settings=(
             ("innodb-buffer-pool-size", pool),
             ("innodb-lock-wait-timeout", "900"),

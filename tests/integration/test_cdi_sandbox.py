@@ -74,3 +74,30 @@ def _job_gpus(sb: Any, out: str) -> list[Any]:
     else:
         uuids = set(env.get("NVIDIA_VISIBLE_DEVICES", "").split(","))
     return [g for g in sb.gpus if g.uuid in uuids]
+
+
+# The container's /dev/nvidia* nodes, then each one opened read-write: busybox's sh says
+# why it could not ("No such device or address" is ENXIO: past the permission check, no
+# driver behind the emulated node).
+OPEN_EACH = (
+    "echo DEV: $(ls /dev | grep nvidia | sort); "
+    'for d in /dev/nvidia*; do echo "OPEN $d: $( (exec 3<>$d) 2>&1 )"; done; '
+    "env | grep -E '^(SANDBOX_CDI|NVIDIA_VIS)' | sort"
+)
+
+
+def test_a_gpu_jobs_container_holds_exactly_its_gpus_device_node(idle: Any, scripts: Path) -> None:
+    """As on a real node, by either path (the legacy hook's bind mount on 20.10, the CDI
+    spec's on 26.1/28.5): user1's container sees /dev/nvidiaN of its one GPU only, and
+    opening it read-write is allowed (ENXIO), neither missing (ENOENT) nor refused."""
+    sb = idle
+    job = submit(sb, scripts, acbslurm_run(IMAGE, "sh", "-c", OPEN_EACH), "--gres=gpu:1")
+    f = wait_job(sb, job, ("COMPLETED", "FAILED"), 60)
+    out = (scripts / f"out-{job}.txt").read_text()
+    assert f["ExitCode"] == "0:0", out
+    (gpu,) = _job_gpus(sb, out)
+    nodes = next(ln for ln in out.splitlines() if ln.startswith("DEV:")).split()[1:]
+    assert nodes == [f"nvidia{gpu.minor}"], out
+    opened = [ln for ln in out.splitlines() if ln.startswith("OPEN ")]
+    assert len(opened) == 1 and opened[0].startswith(f"OPEN /dev/nvidia{gpu.minor}: "), out
+    assert "No such device or address" in opened[0], out

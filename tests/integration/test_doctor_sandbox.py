@@ -28,7 +28,7 @@ DOCTOR = [sys.executable, "-m", "acbslurm", "doctor", "--json"]
 CORE = (
     "slurm-version", "slurm-hooks", "prolog-flags", "gres", "nvidia-hook", "dockerd", "gpu-fence"
 )  # fmt: skip
-CORE += ("record-dir", "job-runtime-dir", "report")
+CORE += ("record-dir", "job-runtime-dir", "report", "cgroups")
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +51,7 @@ class Copy:
         self.sb, self.root = sb, root
         root.chmod(0o755)  # user1 and user2 read it too
         lay = sb.layout
-        for src in (lay.slurm_conf, lay.gres_conf, lay.inventory):
+        for src in (lay.slurm_conf, lay.cgroup_conf, lay.gres_conf, lay.inventory):
             shutil.copy(src, root / src.name)
         self.settings: dict[str, Any] = json.loads(lay.acbslurm_conf.read_text())
         self.settings.update(

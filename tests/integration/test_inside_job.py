@@ -91,11 +91,18 @@ def test_usr1_reaches_a_trapping_container_and_the_job_keeps_running(
     wait_job(idle, job, ENDED, 60)
 
 
-def test_suspend_pauses_the_container_and_resume_goes_on(idle: Any, scripts: Path) -> None:
+@pytest.mark.parametrize("launch", ["exec srun ", "exec "])
+def test_suspend_pauses_the_container_and_resume_goes_on(
+    idle: Any, scripts: Path, launch: str
+) -> None:
+    """``exec``, as the rendered script has it: with proctrack/cgroup slurmstepd sends
+    a suspend's SIGTSTP to the step's tasks only (its own children), so `acbslurm run`
+    must be the task, not a child of a batch shell, to pause its container before the
+    step is frozen."""
     name = f"count-{time.monotonic_ns()}"
     tmp, final = f"/out/{name}.tmp", f"/out/{name}"
     counter = f"i=0; while :; do i=$((i+1)); echo $i > {tmp}; mv {tmp} {final}; sleep 0.1; done"
-    job = submit(idle, scripts, in_container(scripts, counter), "--gres=gpu:1")
+    job = submit(idle, scripts, launch + in_container(scripts, counter), "--gres=gpu:1")
     wait_job(idle, job, ("RUNNING",), 60)
     api = docker_api(idle)
     cid = wait_container(api, job)["Id"]

@@ -47,7 +47,10 @@ def folder() -> Iterator[Path]:
         jobs.mkdir(mode=0o777)
         jobs.chmod(0o777)  # user1 writes the job's output and address file here
         (jobs / "pool-job.yaml").write_text(
-            f"name: pool-job\npartition: p1\ntime: '10'\noutput: out-%j.txt\n"
+            # The pool's memory, declared as the other pool jobs do: the job's memory
+            # cgroup (ConstrainRAMSpace) holds its workers to it, and DefMemPerCPU's
+            # default OOM-killed a worker (model-b stayed "starting").
+            f"name: pool-job\npartition: p1\ntime: '10'\nmem: 4G\noutput: out-%j.txt\n"
             f"serve: {root / 'pool.yaml'}\n"
         )
         yield root

@@ -131,6 +131,7 @@ def test_the_sandbox_passes_its_own_doctor(sb: Any, idle: Any) -> None:
     failed = {n: c["summary"] for n, c in checks.items() if c["status"] == "fail"}
     assert not failed, failed
     assert checks["kill-wait"]["status"] == "ok", checks["kill-wait"]  # KillWait=10 > 5
+    assert checks["cgroups"]["status"] == "ok", checks["cgroups"]  # configured like a GPU site
     assert checks["node-state"]["status"] == "ok", checks["node-state"]
     # As root without --user: the daemon checks are skipped alike, none fails.
     root = _doctor(sb)

@@ -183,3 +183,19 @@ def test_scontrol_gets_the_slurm_conf_setting(
     c = version.check_slurm_version(gone)
     assert "SLURM_CONF" not in fake_slurm.calls("scontrol")[-1].env
     assert c.status == "fail" and "no config" in c.summary and "SLURM_CONF" in c.fix, c
+
+
+def test_cgroups_of_a_gpu_site_and_what_lacks(node: Path, make_ctx: Callable[..., Context]) -> None:
+    (node / "slurm.conf").write_text(
+        "ProctrackType=proctrack/cgroup\nTaskPlugin=task/cgroup,task/affinity\n"
+    )
+    (node / "cgroup.conf").write_text("ConstrainCores=yes\nConstrainDevices=yes  # GPUs\n")
+    c = slurmconf.check_cgroups(slurmconf.load(make_ctx()))
+    assert c.status == "ok" and "held to its GPUs" in c.summary, c.summary
+    (node / "cgroup.conf").unlink()
+    (node / "slurm.conf").write_text("ProctrackType=proctrack/linuxproc\n")
+    c = slurmconf.check_cgroups(slurmconf.load(make_ctx()))
+    assert c.status == "warn", c.summary
+    for gap in ("ProctrackType=proctrack/linuxproc", "TaskPlugin=(not set)", "ConstrainDevices="):
+        assert gap in c.summary
+    assert "ConstrainDevices=yes" in c.fix

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 import subprocess
 from pathlib import Path
 
@@ -94,25 +96,42 @@ def test_hook_wrapper_runs_the_named_hook(layout: Layout, tmp_path: Path) -> Non
     assert layout.log_file("hooks").read_text() == "acbslurm-prolog: error: job 5: why\n"
 
 
-def test_standin_hook_records_the_devices_docker_asked_for(layout: Layout, tmp_path: Path) -> None:
-    layout.hook_record_dir.mkdir(parents=True)
+def _run_standin_hook(
+    layout: Layout, tmp_path: Path, visible: str
+) -> subprocess.CompletedProcess[str]:
+    layout.hook_record_dir.mkdir(parents=True, exist_ok=True)
     render.write_standin_hook(layout)
     bundle = tmp_path / "bundle"
-    bundle.mkdir()
+    bundle.mkdir(exist_ok=True)
     config = {
         "process": {
             "args": ["sh", "-c", "echo NVIDIA_VISIBLE_DEVICES=$NVIDIA_VISIBLE_DEVICES"],
-            "env": ["PATH=/bin", "NVIDIA_VISIBLE_DEVICES=GPU-a,GPU-b"],
+            "env": ["PATH=/bin", f"NVIDIA_VISIBLE_DEVICES={visible}"],
         }
     }
     (bundle / "config.json").write_text(json.dumps(config))
-    state = json.dumps({"id": "c0ffee", "bundle": str(bundle), "pid": 1})
+    # No such process: the hook must never get as far as entering a namespace here.
+    state = json.dumps({"id": "c0ffee", "bundle": str(bundle), "pid": 2**22 + 1})
     hook = layout.bin / "nvidia-container-runtime-hook"
-    r = subprocess.run([str(hook), "prestart"], input=state, capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
+    return subprocess.run([str(hook), "prestart"], input=state, capture_output=True, text=True)
+
+
+def test_standin_hook_records_the_devices_docker_asked_for(layout: Layout, tmp_path: Path) -> None:
+    # GPUs the sandbox does not have: recorded, then refused, as the real hook refuses
+    # a device it cannot find (no node is injected).
+    r = _run_standin_hook(layout, tmp_path, "GPU-a,GPU-b")
+    assert r.returncode != 0 and "unknown device 'GPU-a'" in r.stderr
     rec = json.loads((layout.hook_record_dir / "c0ffee.json").read_text())
     assert rec["devices"] == "GPU-a,GPU-b"
     assert rec["hook_args"] == ["prestart"]
+
+
+@pytest.mark.parametrize("visible", ["", "void", "none"])
+def test_standin_hook_injects_nothing_for_no_gpus(
+    layout: Layout, tmp_path: Path, visible: str
+) -> None:
+    r = _run_standin_hook(layout, tmp_path, visible)
+    assert r.returncode == 0, r.stderr
 
 
 def test_settings_file_is_read_by_load_settings(
@@ -182,17 +201,26 @@ def test_db_user_errors_never_show_the_passwords(
 
 
 def test_slurm_conf_of_a_built_release(layout: Layout) -> None:
-    """25.11: CredType, no task/none, gpumem/gpuutil accounted; the hooks get its bin."""
+    """25.11: CredType, gpumem/gpuutil accounted; the hooks get its bin. Every release:
+    a GPU site's cgroup plugins, and cgroup.conf beside slurm.conf."""
     p = Params(gpus=2, node="n1", slurm_prefix="/cache/25.11.7/prefix", slurm_release="25.11.7")
     render.write_slurm_configs(layout, p, _gpus(layout, p), "pw")
     conf = layout.slurm_conf.read_text().splitlines()
     assert "CredType=cred/munge" in conf and "CryptoType=crypto/munge" not in conf
-    assert not any(line.startswith("TaskPlugin=") for line in conf)
     assert "AccountingStorageTRES=gres/gpu,gres/gpumem,gres/gpuutil" in conf
+    cgroup_lines = {
+        "ProctrackType=proctrack/cgroup",
+        "TaskPlugin=task/cgroup,task/affinity",
+        "JobAcctGatherType=jobacct_gather/cgroup",
+    }
+    assert cgroup_lines <= set(conf)
+    constrain = {"ConstrainCores=yes", "ConstrainRAMSpace=yes", "ConstrainDevices=yes"}
+    assert constrain | {"CgroupPlugin=autodetect"} <= set(layout.cgroup_conf.read_text().split())
     old = Params(gpus=2, node="n1")
     render.write_slurm_configs(layout, old, _gpus(layout, p), "pw")
     conf = layout.slurm_conf.read_text().splitlines()
-    assert "CryptoType=crypto/munge" in conf and "TaskPlugin=task/none" in conf
+    assert "CryptoType=crypto/munge" in conf and cgroup_lines <= set(conf)
+    assert constrain <= set(layout.cgroup_conf.read_text().split())
     render.write_acbslurm_settings(layout, p)
     settings = json.loads(layout.acbslurm_conf.read_text())
     assert settings["slurm_bin_dir"] == "/cache/25.11.7/prefix/bin"
@@ -341,3 +369,18 @@ def test_the_sandbox_passes_the_doctors_kill_wait(layout: Layout) -> None:
     ctx = Context(Settings(**settings), {}, 1001, "user1", "vm")
     check = check_kill_wait(ctx, conf)
     assert check.status == "ok", check
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mknod of a character device needs root")
+def test_emulated_gpu_nodes_are_world_read_write_whatever_the_umask(layout: Layout) -> None:
+    """As a real node's /dev/nvidiaN: 0666, not the 0644 or 0600 a umask would leave."""
+    from acbslurm.sandbox import gpus
+
+    old = os.umask(0o077)
+    try:
+        made = gpus.create(layout, Params(gpus=2, node="n1"))
+    finally:
+        os.umask(old)
+    for g in made["n1"]:
+        st = os.stat(g.device)
+        assert stat.S_ISCHR(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o666

@@ -26,13 +26,20 @@ def test_config_lines_by_release() -> None:
     old, new = config_choices("22.05.8"), config_choices("25.11.7")
     assert old.cred_line == "CryptoType=crypto/munge"
     assert new.cred_line == "CredType=cred/munge"
-    assert old.task_plugin_line == "TaskPlugin=task/none" and new.task_plugin_line == ""
     assert old.accounting_tres == "gres/gpu"
     assert config_choices("23.02.8").accounting_tres == "gres/gpu,gres/gpumem,gres/gpuutil"
     assert dict(old.mariadb_settings)["innodb-buffer-pool-size"] == "1G"
     assert dict(new.mariadb_settings)["innodb-buffer-pool-size"] == "2G"
     for release in SUPPORTED:
-        assert config_choices(release).prolog_flags == "Alloc"
+        c = config_choices(release)
+        assert c.prolog_flags == "Alloc"
+        # A GPU site's shape on every release.
+        assert c.proctrack == "proctrack/cgroup"
+        assert c.task_plugin_line == "TaskPlugin=task/cgroup,task/affinity"
+        assert c.jobacct_gather == "jobacct_gather/cgroup"
+        assert {"ConstrainCores=yes", "ConstrainRAMSpace=yes", "ConstrainDevices=yes"} <= set(
+            c.cgroup_conf
+        )
 
 
 def test_install_paths() -> None:
