@@ -13,8 +13,9 @@ What is checked, each refusal a ``CgroupJoinError`` that names the rule:
   cgroups are the job step's: that is where the container goes;
 - ``container_pid`` is the first process of a rootless container of the job's user: in
   a user namespace the job's user owns (not the machine's), in a pid namespace of its
-  own (not a plain process), still its user's (runc's init runs as the user until it
-  starts the command), and in no cgroup of any Slurm job;
+  own (not a plain process), running as a uid that namespace maps (the user's own, or
+  one of its subordinate ids when the image runs as another user), and in no cgroup of
+  any Slurm job;
 - the process moved is the one checked: a pidfd taken before the checks must still
   name a live process after the move (a pid reused meanwhile is refused).
 """
@@ -29,6 +30,7 @@ from dataclasses import dataclass
 from acbslurm.cgroups.membership import ROOT, Membership, memberships, mount_points, procs_file
 from acbslurm.errors import CgroupJoinError
 from acbslurm.procfs import read_bytes, real_uid, stepd_job_of_ancestors
+from acbslurm.units import is_ascii_int
 
 # ioctl(2) on a namespace file: the uid that owns a user namespace (linux/nsfs.h).
 NS_GET_OWNER_UID = 0xB704
@@ -63,6 +65,18 @@ def _start_time(pid: int) -> str:
     """Field 22 of /proc/PID/stat: with the pid, names one process for its whole life."""
     fields = read_bytes(f"/proc/{pid}/stat").rpartition(b")")[2].split()
     return fields[19].decode() if len(fields) > 19 else ""
+
+
+def _mapped(uid: int, uid_map: str) -> bool:
+    """Is ``uid`` one of the host uids a user namespace maps (its ``uid_map``: inside,
+    outside, count)? The user's own and its subordinate ids, as newuidmap set them."""
+    for line in uid_map.splitlines():
+        parts = line.split()
+        if len(parts) == 3 and all(is_ascii_int(p) for p in parts):
+            outside, count = int(parts[1]), int(parts[2])
+            if outside <= uid < outside + count:
+                return True
+    return False
 
 
 def in_a_slurm_job(path: str) -> bool:
@@ -128,10 +142,9 @@ def check_container(pid: int, job_uid: int) -> None:
             f"refused: process {pid} is not a container's (no pid namespace of its own)"
         )
     uid = real_uid(read_bytes(f"/proc/{pid}/status"))
-    if uid != job_uid:
+    if not _mapped(uid, read_bytes(f"/proc/{pid}/uid_map").decode(errors="replace")):
         raise CgroupJoinError(
-            f"refused: process {pid} runs as uid {uid}: a container is joined before it "
-            f"starts, while its first process is still the user's ({job_uid})"
+            f"refused: process {pid} runs as uid {uid}, which its user namespace does not map"
         )
     held = [m.path for m in memberships(pid) if in_a_slurm_job(m.path)]
     if held:

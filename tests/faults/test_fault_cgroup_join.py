@@ -71,6 +71,7 @@ def test_the_helper_refuses_what_is_not_the_jobs_container(idle: Any, scripts: P
     script = scripts / "ask.py"
     script.write_text(ASK)
     daemon = dockerd_pid(sb)
+    rooted = int((sb.layout.run / "slurmd.pid").read_text().split()[0])
     result = scripts / f"asked-{os.urandom(4).hex()}.json"
     job = submit(sb, scripts, "exec sleep 300", "--gres=gpu:1")
     wait_job(sb, job, ("RUNNING",), 60)
@@ -80,8 +81,8 @@ def test_the_helper_refuses_what_is_not_the_jobs_container(idle: Any, scripts: P
     requests = [
         '{"run_pid": ME, "container_pid": ME}',  # a plain process of the user's
         f'{{"run_pid": ME, "container_pid": {daemon}}}',  # in the user's namespace, no container
-        '{"run_pid": ME, "container_pid": 1}',  # root's
-        '{"run_pid": 1, "container_pid": ME}',  # asked for a process outside the job
+        f'{{"run_pid": ME, "container_pid": {rooted}}}',  # root's (slurmd)
+        f'{{"run_pid": {rooted}, "container_pid": ME}}',  # for a process outside the job
         '{"run_pid": "ME", "container_pid": 1}',
         "raw:not json",
     ]

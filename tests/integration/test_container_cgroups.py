@@ -73,7 +73,9 @@ def test_the_container_runs_in_its_job_steps_cgroups_whatever_its_user(
     devs = str(sb.layout.dev)
     probe = (
         "cat /proc/self/cgroup > /out/cg-$1-" + tag + "; "
-        "for f in /gpus/nvidia*; do (: <> $f) 2> /out/open-$1-$(basename $f)-" + tag + "; done"
+        "for f in /gpus/nvidia*; do (: <> $f) 2> /out/open-$1-$(basename $f)-"
+        + tag
+        + "; done; true"
     )
     mounts = ("--mount", f"{scripts}:/out", "--mount", f"{devs}:/gpus")
     as_root = acbslurm_run(*mounts, IMAGE, "sh", "-c", probe, "-", "root")
