@@ -90,3 +90,50 @@ def check_linger(
         "their jobs' `acbslurm run` finds no daemon",
         f"as root: loginctl enable-linger {ctx.user}",
     )
+
+
+FIX_RUNTIME = (
+    "as root `acbslurm install-runtime /usr/local/libexec/acbslurm-runc`, then in the "
+    "user's ~/.config/docker/daemon.json "
+    '"runtimes": {"acbslurm": {"path": "/usr/local/libexec/acbslurm-runc"}} and restart '
+    "the daemon (docs/admin-guide.md, 'Containers in the job's cgroups')"
+)
+
+
+def check_container_cgroups(ctx: Context, proctrack: str | None) -> Check:
+    """`container_cgroups: join` needs Slurm's cgroups (the job's, to join) and, in the
+    user's daemon, acbslurm's runtime (which asks the job's helper at create)."""
+    name = "container-cgroups"
+    if ctx.settings.container_cgroups != "join":
+        return warn(
+            name,
+            f"container_cgroups: {ctx.settings.container_cgroups}: a job's containers run "
+            "beside the job, outside its cgroups (no Slurm limit, accounting or device rule "
+            "holds them)",
+            "with Slurm's cgroup plugins, set container_cgroups: join and " + FIX_RUNTIME,
+        )
+    if proctrack is not None and proctrack != "proctrack/cgroup":
+        return fail(
+            name,
+            f"container_cgroups: join, but ProctrackType={proctrack or '(not set)'}: jobs "
+            "have no cgroups to join, and every container start would fail",
+            "set ProctrackType=proctrack/cgroup and TaskPlugin=task/cgroup,task/affinity",
+        )
+    skipped = root_skip(ctx, name)
+    if skipped is not None:
+        return skipped
+    try:
+        info = EngineApi(docker_host(ctx), timeout=5.0).info()
+    except (DockerError, KeyError, IndexError, ValueError) as exc:
+        return skip(name, f"{ctx.user}'s daemon does not answer ({exc})")
+    runtimes = sorted((info.get("Runtimes") or {}).keys())
+    if "acbslurm" not in runtimes:
+        return fail(
+            name,
+            f"{ctx.user}'s daemon has no 'acbslurm' runtime ({', '.join(runtimes)}): "
+            "`acbslurm run` refuses to start containers in jobs",
+            FIX_RUNTIME,
+        )
+    return ok(
+        name, f"jobs' containers join their step's cgroups ({ctx.user}'s daemon has the runtime)"
+    )

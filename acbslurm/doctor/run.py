@@ -101,6 +101,12 @@ def run_doctor(
         _guarded("nvidia-hook", lambda: nvidia.check_nvidia_hook(ctx)),
         _guarded("gpu-fence", lambda: fence.check_fence(ctx)),
         _guarded("dockerd", lambda: docker.check_dockerd(ctx)),
+        _guarded(
+            "container-cgroups",
+            lambda: docker.check_container_cgroups(
+                ctx, conf.get("ProctrackType") if conf is not None else None
+            ),
+        ),
         _guarded("cdi-spec", lambda: cdi.check_cdi(ctx)),
         _guarded("linger", lambda: docker.check_linger(ctx)),
         _guarded("record-dir", lambda: records.check_record_dir(ctx)),

@@ -28,7 +28,7 @@ DOCTOR = [sys.executable, "-m", "acbslurm", "doctor", "--json"]
 CORE = (
     "slurm-version", "slurm-hooks", "prolog-flags", "gres", "nvidia-hook", "dockerd", "gpu-fence"
 )  # fmt: skip
-CORE += ("record-dir", "job-runtime-dir", "report", "cgroups")
+CORE += ("record-dir", "job-runtime-dir", "report", "cgroups", "container-cgroups")
 
 
 @pytest.fixture(scope="module")
