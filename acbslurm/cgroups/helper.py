@@ -96,7 +96,7 @@ def _pid_of(req: dict[str, object], key: str) -> int:
 
 def answer(conn: socket.socket, job_id: str, job_uid: int) -> dict[str, object]:
     """One request on ``conn``: its answer (also sent)."""
-    from acbslurm.cgroups.join import join
+    from acbslurm.cgroups.join import join  # imported at the helper's start (serve)
 
     try:
         peer = _peer_uid(conn)
@@ -117,6 +117,8 @@ def serve(job_id: str, job_uid: int, job_gid: int, job_dir: str) -> int:
     """Answer requests until the job's directory goes (the epilog) or SIGTERM."""
     path = socket_path(job_dir)
     sock = _bind(path, job_uid, job_gid)
+    import acbslurm.cgroups.join  # noqa: F401 - now, not on the first container's start
+
     ident = os.stat(path).st_ino
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:

@@ -94,7 +94,7 @@ def write_oci_runtime(layout: Layout, params: Params) -> None:
     from acbslurm.cgroups.runtime import script
 
     layout.bin.mkdir(parents=True, exist_ok=True)
-    _write(layout.oci_runtime, script(params.python), 0o755)
+    _write(layout.oci_runtime, script(params.python, params.pythonpath), 0o755)
 
 
 def write_acbslurm_settings(layout: Layout, params: Params) -> None:
