@@ -171,7 +171,7 @@ def execute(args: RunArgs, early: InfoProbe | None = None) -> int:
     job_id = os.environ.get("SLURM_JOB_ID")
     record = _job_record(settings.record_dir, job_id, gpus_spec)
     # Resources stay the job's; GPUs are this step's and task's only (step_gpus.py).
-    gpu_record = step_record(record, os.environ)
+    gpu_record = step_record(record, os.environ, settings.gpu_inventory)
     try:
         uuids = resolve_gpus(gpus_spec, gpu_record)
     except GpuNotAllocated as exc:

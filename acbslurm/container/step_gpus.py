@@ -31,9 +31,17 @@ def rank_env(env: Mapping[str, str], given: Mapping[str, str]) -> dict[str, str]
     return out
 
 
-def step_record(rec: JobRecord | None, env: Mapping[str, str]) -> JobRecord | None:
-    """``gpu.steps.step_record``; a GPU the job lacks is a bad ``--gpus`` (exit 2)."""
+def step_record(
+    rec: JobRecord | None, env: Mapping[str, str], inventory: str = ""
+) -> JobRecord | None:
+    """``gpu.steps.step_record``; a GPU the job lacks is a bad ``--gpus`` (exit 2).
+    ``inventory``: the static GPU inventory setting, to find the GPUs' device files."""
+    from acbslurm.gpu.steps import record_device_files
+
+    files = (
+        record_device_files(rec, inventory) if rec is not None and "SLURM_STEP_ID" in env else []
+    )
     try:
-        return _step_record(rec, env)
+        return _step_record(rec, env, files)
     except NotTheJobsGpu as exc:
         raise OptionError("--gpus", str(exc)) from None

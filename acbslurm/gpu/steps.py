@@ -14,12 +14,21 @@ some of them. What Slurm 22.05 and later set in a task's environment:
 
 The environment is the user's: it may narrow the record's set, never widen it. An
 index or UUID in ``SLURM_STEP_GPUS`` that the record lacks is refused.
+
+Under ``--gpus-per-task`` or ``--gpu-bind`` with ``ConstrainDevices=yes`` a task's
+``SLURM_STEP_GPUS`` counts within the GPUs its device cgroup lets it open (rank 1 with
+GPU 1 alone is told ``0``; seen on 22.05 and 25.11), while a step's counts absolutely.
+So where the record's device files are known, the one the task may open decide: read
+absolutely when every GPU named so can be opened, else as positions among those that
+can (Slurm numbers them in index order, the record's).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+import errno
+import os
+from collections.abc import Mapping, Sequence
 
 from acbslurm.errors import GpuMappingError
 from acbslurm.gpu.mapping import comma_tokens, is_uuid
@@ -57,13 +66,47 @@ def _index_position(t: str, by_index: dict[str, int], raw: str) -> int | None:
     return by_index.get(str(int(t)))
 
 
-def step_record(rec: JobRecord | None, env: Mapping[str, str]) -> JobRecord | None:
+def can_open(path: str) -> bool:
+    """May this process open the GPU device file ``path`` read-write? Refused (EPERM by
+    the device cgroup, EACCES by the file's permissions) or not; an open that passes
+    them is closed at once (ENXIO: an emulated GPU, no driver; ENOENT: not here)."""
+    try:
+        os.close(os.open(path, os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY))
+    except OSError as exc:
+        return exc.errno not in (errno.EPERM, errno.EACCES)
+    return True
+
+
+def _relative(tokens: list[str], allowed: list[int], raw: str, rec: JobRecord) -> list[int]:
+    """``SLURM_STEP_GPUS`` read as positions among the GPUs the task may open."""
+    out = []
+    for t in tokens:
+        if not is_ascii_int(t) or int(t) >= len(allowed):
+            raise NotTheJobsGpu(
+                f"SLURM_STEP_GPUS={raw}: this task may open {len(allowed)} of job "
+                f"{rec.job_id}'s GPUs here, so {t!r} names none of them"
+            )
+        out.append(allowed[int(t)])
+    return out
+
+
+def step_record(
+    rec: JobRecord | None, env: Mapping[str, str], device_files: Sequence[str] = ()
+) -> JobRecord | None:
     """``rec`` narrowed to the GPUs of this step's task (``rec`` itself in the batch
-    script, where ``SLURM_STEP_ID`` is unset)."""
+    script, where ``SLURM_STEP_ID`` is unset). ``device_files``: the record's GPUs'
+    device files, in its order, to tell a task's relative numbering (above)."""
     if rec is None or "SLURM_STEP_ID" not in env:
         return rec
     raw = env.get("SLURM_STEP_GPUS", "")
-    positions = _positions(comma_tokens(raw), rec, raw)
+    tokens = comma_tokens(raw)
+    positions = _positions(tokens, rec, raw)
+    if len(device_files) == len(rec.gpu_uuids) and not all(
+        can_open(device_files[p]) for p in positions
+    ):
+        allowed = [p for p, f in enumerate(device_files) if can_open(f)]
+        if all(is_ascii_int(t) for t in tokens):
+            positions = _relative(tokens, allowed, raw, rec)
     indices = [rec.gpu_indices[p] for p in positions] if rec.gpu_indices else []
     minors = [rec.gpu_minors[p] for p in positions if p < len(rec.gpu_minors)]
     return dataclasses.replace(
@@ -72,3 +115,20 @@ def step_record(rec: JobRecord | None, env: Mapping[str, str]) -> JobRecord | No
         gpu_uuids=[rec.gpu_uuids[p] for p in positions],
         gpu_minors=minors,
     )
+
+
+def record_device_files(rec: JobRecord, inventory: str) -> list[str]:
+    """The device file of each of the record's GPUs: the static inventory's where it
+    names one (the sandbox's emulated GPUs), else ``/dev/nvidia<minor>``; empty when the
+    record pairs no minors with its GPUs."""
+    if len(rec.gpu_minors) != len(rec.gpu_uuids):
+        return []
+    named: dict[int, str] = {}
+    if inventory:
+        from acbslurm.gpu.inventory import load_static
+
+        try:
+            named = {g.minor: g.device for g in load_static(inventory) if g.device}
+        except (OSError, ValueError, GpuMappingError):
+            named = {}
+    return [named.get(m, f"/dev/nvidia{m}") for m in rec.gpu_minors]

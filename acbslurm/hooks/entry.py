@@ -568,7 +568,8 @@ def run_task_prolog(env: Mapping[str, str]) -> int:
 
     try:
         job_id = check_job_id(env.get("SLURM_JOB_ID", ""))
-        rec = read_record(load_settings().record_dir, job_id)
+        settings = load_settings()
+        rec = read_record(settings.record_dir, job_id)
     except AcbslurmError as exc:
         print(f"print acbslurm: {exc}")
         _to_syslog("warning", str(exc))
@@ -578,17 +579,19 @@ def run_task_prolog(env: Mapping[str, str]) -> int:
         print(f"print acbslurm: {msg}")
         _to_syslog("warning", msg)
         return 0
-    print(f"export ACBSLURM_GPU_UUIDS={','.join(_task_uuids(rec, env))}")
+    uuids = _task_uuids(rec, env, settings.gpu_inventory)
+    print(f"export ACBSLURM_GPU_UUIDS={','.join(uuids)}")
     return 0
 
 
-def _task_uuids(rec: JobRecord, env: Mapping[str, str]) -> list[str]:
+def _task_uuids(rec: JobRecord, env: Mapping[str, str], inventory: str = "") -> list[str]:
     """The GPUs of this task (its step's SLURM_STEP_GPUS, gpu/steps.py), as `acbslurm
     run` gives its container; the job's in the batch script."""
-    from acbslurm.gpu.steps import NotTheJobsGpu, step_record
+    from acbslurm.gpu.steps import NotTheJobsGpu, record_device_files, step_record
 
+    files = record_device_files(rec, inventory) if "SLURM_STEP_ID" in env else []
     try:
-        narrowed = step_record(rec, env)
+        narrowed = step_record(rec, env, files)
     except NotTheJobsGpu as exc:  # said; `acbslurm run` refuses it the same way
         print(f"print acbslurm: {exc}")
         return []

@@ -51,16 +51,28 @@ CTR = (
 )
 
 
-def task_script(scripts: Path, want: int) -> Path:
+# Which GPU indices this task's device cgroup lets it open (an emulated GPU past every
+# check answers ENXIO; one Slurm's ConstrainDevices refuses, EPERM).
+OPENABLE = (
+    'opens=""; for pair in {pairs}; do i=${{pair%%:*}}; f=${{pair#*:}}; '
+    'e=$( {{ : <> "$f"; }} 2>&1 ); case "$e" in *"not permitted"*|*denied*) ;; '
+    '*) opens="$opens${{opens:+,}}$i";; esac; done\n'
+)
+
+
+def task_script(scripts: Path, want: int, sb: Any = None) -> Path:
     """A task's program: say what Slurm gave it, then run the container in its place."""
     path = scripts / f"task-{want}.sh"
     run = acbslurm_run(
         "--mount", f"{scripts / 'meet'}:/s", "--env", f"WANT={want}", IMAGE, "sh", "-c", CTR
     )
+    pairs = " ".join(f"{g.index}:{g.device}" for g in sb.gpus) if sb is not None else ""
     path.write_text(
         "#!/bin/bash\n"
-        'echo "host step=$SLURM_STEP_ID rank=$SLURM_PROCID local=$SLURM_LOCALID'
-        ' step_gpus=$SLURM_STEP_GPUS cvd=$CUDA_VISIBLE_DEVICES acb=$ACBSLURM_GPU_UUIDS"\n'
+        + OPENABLE.format(pairs=pairs)
+        + 'echo "host step=$SLURM_STEP_ID rank=$SLURM_PROCID local=$SLURM_LOCALID'
+        " step_gpus=$SLURM_STEP_GPUS cvd=$CUDA_VISIBLE_DEVICES acb=$ACBSLURM_GPU_UUIDS"
+        ' opens=$opens"\n'
         f"exec {run}\n"
     )
     path.chmod(0o755)
@@ -91,7 +103,14 @@ def check_binding(sb: Any, out: str, tasks: int) -> list[list[str]]:
     by_index = index_uuids(sb)
     seen: list[str] = []
     for key, h in host.items():
-        want = [by_index[i] for i in h["step_gpus"].split(",") if i]
+        named = [i for i in h["step_gpus"].split(",") if i]
+        opens = [i for i in h.get("opens", "").split(",") if i]
+        if opens and not set(named) <= set(opens):
+            # ConstrainDevices: a task's SLURM_STEP_GPUS counts within what it may open
+            named = [opens[int(i)] for i in named]
+        if opens:
+            assert set(named) == set(opens), f"task {key}: may open {opens}, told {named}"
+        want = [by_index[i] for i in named]
         assert want, f"task {key} got no GPU from Slurm: {out}"
         got = ctr[key]["uuids"].split(",")
         assert got == want, f"task {key}: Slurm bound {h['step_gpus']}, container got {got}"
@@ -113,7 +132,7 @@ def run_job(sb: Any, scripts: Path, body: str, *sbatch: str) -> tuple[str, list[
 
 
 def test_concurrent_exact_steps_each_get_their_own_gpu(idle: Any, scripts: Path) -> None:
-    task = task_script(scripts, 2)
+    task = task_script(scripts, 2, idle)
     step = f"srun -n1 --gres=gpu:1 --exact {task}"
     out, hooked = run_job(idle, scripts, f"{step} &\n{step} &\nwait", "--gres=gpu:2", "-n2")
     uuids = check_binding(idle, out, 2)
@@ -122,7 +141,7 @@ def test_concurrent_exact_steps_each_get_their_own_gpu(idle: Any, scripts: Path)
 
 
 def test_gpus_per_task_gives_each_rank_its_gpu(idle: Any, scripts: Path) -> None:
-    task = task_script(scripts, 2)
+    task = task_script(scripts, 2, idle)
     out, hooked = run_job(idle, scripts, f"srun {task}", "-n2", "--gpus-per-task=1")
     uuids = check_binding(idle, out, 2)
     assert {h[1] for h in lines(out, "host")} == {"0", "1"}  # one step, ranks 0 and 1
@@ -130,12 +149,14 @@ def test_gpus_per_task_gives_each_rank_its_gpu(idle: Any, scripts: Path) -> None
 
 
 def test_gpu_bind_map_gpu_is_followed(idle: Any, scripts: Path) -> None:
-    task = task_script(scripts, 2)
+    task = task_script(scripts, 2, idle)
     body = f"srun --gpu-bind=map_gpu:1,0 {task}"
     out, _hooked = run_job(idle, scripts, body, "-n2", "--gpus-per-task=1")
     check_binding(idle, out, 2)
     host = lines(out, "host")
-    assert host[("0", "0")]["step_gpus"] == "1" and host[("0", "1")]["step_gpus"] == "0"
+    # Rank 0 on GPU 1, rank 1 on GPU 0: what each task's device cgroup lets it open (its
+    # SLURM_STEP_GPUS counts within that, so both say 0 under ConstrainDevices).
+    assert host[("0", "0")]["opens"] == "1" and host[("0", "1")]["opens"] == "0", out
 
 
 def test_a_step_without_gpus_gets_none(idle: Any, scripts: Path) -> None:
