@@ -142,3 +142,24 @@ def test_sacct_counts_the_containers_cpu_time(idle: Any, scripts: Path) -> None:
         return _seconds(out.splitlines()[0]) if re.match(r"^[0-9:.-]+$", out or "x") else 0.0
 
     assert wait_until(f"step {job}.0's TotalCPU", lambda: step_cpu() >= 2.0, 60)
+
+
+def test_suspend_freezes_the_container_through_slurms_freezer(idle: Any, scripts: Path) -> None:
+    """`scontrol suspend` freezes the step's freezer cgroup, and the container's
+    processes are in it; `resume` thaws them."""
+    from sandboxtest import docker_api, wait_container
+
+    sb = idle
+    job = submit(sb, scripts, "exec srun " + acbslurm_run(IMAGE, "sleep", "300"), "--gres=gpu:1")
+    wait_job(sb, job, ("RUNNING",), 60)
+    api = docker_api(sb)
+    pid = int(api.inspect_container(wait_container(api, job)["Id"])["State"]["Pid"])
+    freezer = cgroups(Path(f"/proc/{pid}/cgroup").read_text())["freezer"]
+    assert f"/job_{job}/" in freezer
+    state = Path("/sys/fs/cgroup/freezer") / freezer.lstrip("/") / "freezer.state"
+    sb.run_slurm(["scontrol", "suspend", job])
+    wait_until("the container frozen", lambda: state.read_text().strip() == "FROZEN", 30)
+    sb.run_slurm(["scontrol", "resume", job])
+    wait_until("the container thawed", lambda: state.read_text().strip() == "THAWED", 30)
+    sb.run_slurm(["scancel", job])
+    wait_gone(sb, job)
