@@ -60,3 +60,10 @@ def stepd_job_of_ancestors(pid: int | None = None) -> str | None:
             return cmd[len("slurmstepd: [") :].split(".", 1)[0].split("]", 1)[0]
         pid = ppid
     return None
+
+
+def start_time(pid: int) -> str:
+    """Field 22 of /proc/PID/stat (clock ticks after boot): with the pid, it names one
+    process for its whole life; "" when it is gone."""
+    fields = read_bytes(f"/proc/{pid}/stat").rpartition(b")")[2].split()
+    return fields[19].decode() if len(fields) > 19 else ""

@@ -20,10 +20,12 @@ import signal
 import socket
 import struct
 import sys
+import threading
 import time
 
 from acbslurm.cgroups.names import HELPER_SOCKET
 from acbslurm.errors import AcbslurmError
+from acbslurm.procfs import start_time
 
 # s a caller has to send its request: the user's own `acbslurm run` sends at once.
 REQUEST_TIMEOUT = 5.0
@@ -120,7 +122,8 @@ def serve(job_id: str, job_uid: int, job_gid: int, job_dir: str) -> int:
     import acbslurm.cgroups.join  # noqa: F401 - now, not on the first container's start
 
     ident = os.stat(path).st_ino
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
         while True:
             try:
@@ -163,15 +166,8 @@ def start(record_dir: str, job_id: str, job_uid: int, job_gid: int, job_dir: str
         os.unlink(path)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     with os.fdopen(fd, "w") as f:
-        f.write(f"{child.pid} {_start_time(child.pid)}\n")
+        f.write(f"{child.pid} {start_time(child.pid)}\n")
     return child.pid
-
-
-def _start_time(pid: int) -> str:
-    from acbslurm.procfs import read_bytes
-
-    fields = read_bytes(f"/proc/{pid}/stat").rpartition(b")")[2].split()
-    return fields[19].decode() if len(fields) > 19 else ""
 
 
 def stop(record_dir: str, job_id: str) -> bool:
@@ -184,7 +180,7 @@ def stop(record_dir: str, job_id: str) -> bool:
     except FileNotFoundError:
         return False
     signalled = False
-    if pid_text.isascii() and pid_text.isdigit() and born and _start_time(int(pid_text)) == born:
+    if pid_text.isascii() and pid_text.isdigit() and born and start_time(int(pid_text)) == born:
         with contextlib.suppress(ProcessLookupError):
             os.kill(int(pid_text), signal.SIGTERM)
             signalled = True

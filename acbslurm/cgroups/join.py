@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from acbslurm.cgroups.membership import ROOT, Membership, memberships, mount_points, procs_file
 from acbslurm.errors import CgroupJoinError
-from acbslurm.procfs import read_bytes, real_uid, stepd_job_of_ancestors
+from acbslurm.procfs import read_bytes, real_uid, start_time, stepd_job_of_ancestors
 from acbslurm.units import is_ascii_int
 
 # ioctl(2) on a namespace file: the uid that owns a user namespace (linux/nsfs.h).
@@ -59,12 +59,6 @@ def _ns_id(pid: int, kind: str) -> str:
         return os.readlink(f"/proc/{pid}/ns/{kind}")
     except OSError:
         return ""
-
-
-def _start_time(pid: int) -> str:
-    """Field 22 of /proc/PID/stat: with the pid, names one process for its whole life."""
-    fields = read_bytes(f"/proc/{pid}/stat").rpartition(b")")[2].split()
-    return fields[19].decode() if len(fields) > 19 else ""
 
 
 def _mapped(uid: int, uid_map: str) -> bool:
@@ -132,7 +126,8 @@ def check_container(pid: int, job_uid: int) -> None:
         owner = owner_of_user_ns(pid)
     except OSError as exc:
         raise CgroupJoinError(f"refused: process {pid}: {exc.strerror}") from None
-    if _ns_id(pid, "user") == _ns_id(1, "user") or owner != job_uid:
+    # The helper runs in the machine's user namespace (slurmd's): the container must not.
+    if _ns_id(pid, "user") in ("", _ns_id(os.getpid(), "user")) or owner != job_uid:
         raise CgroupJoinError(
             f"refused: process {pid} is not in a rootless container of uid {job_uid} "
             f"(its user namespace belongs to uid {owner})"
@@ -162,7 +157,7 @@ def join(job_id: str, job_uid: int, peer_uid: int, run_pid: int, container_pid: 
     except OSError as exc:
         raise CgroupJoinError(f"refused: process {container_pid}: {exc.strerror}") from None
     try:
-        born = _start_time(container_pid)
+        born = start_time(container_pid)
         check_run_process(run_pid, job_id, job_uid)
         check_container(container_pid, job_uid)
         goal = targets(run_pid, memberships(os.getpid()))
@@ -197,6 +192,6 @@ def _move(pidfd: int, pid: int, born: str, goal: list[Membership]) -> list[str]:
         signal.pidfd_send_signal(pidfd, 0)
     except OSError:
         raise CgroupJoinError(f"process {pid} ended while it was moved") from None
-    if _start_time(pid) != born:
+    if start_time(pid) != born:
         raise CgroupJoinError(f"process {pid} was replaced while it was moved")
     return files
