@@ -90,6 +90,19 @@ def _relative(tokens: list[str], allowed: list[int], raw: str, rec: JobRecord) -
     return out
 
 
+def _as_the_task_may_open(
+    positions: list[int], tokens: list[str], device_files: Sequence[str], raw: str, rec: JobRecord
+) -> list[int]:
+    """``positions`` as they are when every GPU so named opens; else ``tokens`` read as
+    positions among the GPUs this task may open (ConstrainDevices' numbering)."""
+    if len(device_files) != len(rec.gpu_uuids) or all(can_open(device_files[p]) for p in positions):
+        return positions
+    if not all(is_ascii_int(t) for t in tokens):
+        return positions
+    allowed = [p for p, f in enumerate(device_files) if can_open(f)]
+    return _relative(tokens, allowed, raw, rec)
+
+
 def step_record(
     rec: JobRecord | None, env: Mapping[str, str], device_files: Sequence[str] = ()
 ) -> JobRecord | None:
@@ -101,12 +114,7 @@ def step_record(
     raw = env.get("SLURM_STEP_GPUS", "")
     tokens = comma_tokens(raw)
     positions = _positions(tokens, rec, raw)
-    if len(device_files) == len(rec.gpu_uuids) and not all(
-        can_open(device_files[p]) for p in positions
-    ):
-        allowed = [p for p, f in enumerate(device_files) if can_open(f)]
-        if all(is_ascii_int(t) for t in tokens):
-            positions = _relative(tokens, allowed, raw, rec)
+    positions = _as_the_task_may_open(positions, tokens, device_files, raw, rec)
     indices = [rec.gpu_indices[p] for p in positions] if rec.gpu_indices else []
     minors = [rec.gpu_minors[p] for p in positions if p < len(rec.gpu_minors)]
     return dataclasses.replace(

@@ -283,6 +283,15 @@ def _start_cgroup_helper(settings: Settings, job_id: str, uid: int) -> None:
     start(settings.record_dir, job_id, uid, gid, job_dir(job_id, settings.job_runtime_dir))
 
 
+def _stop_cgroup_helper(settings: Settings, job_id: str) -> None:
+    from acbslurm.cgroups.helper import stop
+
+    try:
+        stop(settings.record_dir, job_id)
+    except OSError as exc:
+        _say("warning", f"job {job_id}: cannot end its cgroup helper: {exc}")
+
+
 def _sweep_earlier_if_any(uid: int, user: str, settings: Settings) -> None:
     """Containers left by this user's jobs whose daemon was down: removed now, if it
     answers (one file check when there are none; never fails the prolog)."""
@@ -313,17 +322,12 @@ def run_epilog(env: Mapping[str, str]) -> int:
         rec = None
     uid, user = (rec.uid, rec.user) if rec else _user_of(env)
     minors = rec.gpu_minors if rec else []
-    from acbslurm.cgroups.helper import stop
-
     had_socket = rec.docker_socket if rec else True
     problems = _clean_up_containers(job_id, uid, user, minors, settings, env, had_socket)
     problems += _fence_at_end(job_id, uid, user, minors, settings, env)
     from acbslurm.jobsockets import remove_job_dir
 
-    try:
-        stop(settings.record_dir, job_id)
-    except OSError as exc:
-        _say("warning", f"job {job_id}: cannot end its cgroup helper: {exc}")
+    _stop_cgroup_helper(settings, job_id)
 
     try:
         remove_job_dir(settings.job_runtime_dir, job_id)
