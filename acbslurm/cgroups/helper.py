@@ -26,6 +26,7 @@ import time
 from acbslurm.cgroups.names import HELPER_SOCKET
 from acbslurm.errors import AcbslurmError
 from acbslurm.procfs import start_time
+from acbslurm.units import is_ascii_int
 
 # s a caller has to send its request: the user's own `acbslurm run` sends at once.
 REQUEST_TIMEOUT = 5.0
@@ -180,7 +181,7 @@ def stop(record_dir: str, job_id: str) -> bool:
     except FileNotFoundError:
         return False
     signalled = False
-    if pid_text.isascii() and pid_text.isdigit() and born and start_time(int(pid_text)) == born:
+    if is_ascii_int(pid_text) and born and start_time(int(pid_text)) == born:
         with contextlib.suppress(ProcessLookupError):
             os.kill(int(pid_text), signal.SIGTERM)
             signalled = True

@@ -19,6 +19,7 @@ import contextlib
 import os
 import signal
 import time
+from collections.abc import Callable
 
 from acbslurm.procfs import read_bytes, real_uid
 from acbslurm.units import is_ascii_int
@@ -87,16 +88,7 @@ def kill_job_processes(
     subuid: str = "/etc/subuid",
 ) -> tuple[list[int], list[int]]:
     """SIGKILL the job's container processes; ``(killed, still alive after timeout)``."""
-    pids = job_processes(job_id, uid, user, proc, subuid)
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-    deadline = time.monotonic() + timeout
-    left = pids
-    while left and time.monotonic() < deadline:
-        time.sleep(0.05)
-        left = [p for p in job_processes(job_id, uid, user, proc, subuid) if p in pids]
-    return pids, left
+    return _kill_and_wait(lambda: job_processes(job_id, uid, user, proc, subuid), timeout)
 
 
 def device_holders(
@@ -168,7 +160,13 @@ def kill_device_holders(
 ) -> tuple[list[int], list[int]]:
     """SIGKILL the user's processes (or their subuids') holding one of ``devices`` open;
     ``(killed, still holding after timeout)``."""
-    pids = device_holders(devices, uid, user, proc, subuid)
+    return _kill_and_wait(lambda: device_holders(devices, uid, user, proc, subuid), timeout)
+
+
+def _kill_and_wait(find: Callable[[], list[int]], timeout: float) -> tuple[list[int], list[int]]:
+    """SIGKILL what ``find`` lists, then list again until none of them is left or
+    ``timeout`` passes; ``(killed, still listed)``."""
+    pids = find()
     for pid in pids:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
@@ -176,7 +174,7 @@ def kill_device_holders(
     left = pids
     while left and time.monotonic() < deadline:
         time.sleep(0.05)
-        left = [p for p in device_holders(devices, uid, user, proc, subuid) if p in pids]
+        left = [p for p in find() if p in pids]
     return pids, left
 
 
