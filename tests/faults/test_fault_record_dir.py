@@ -163,10 +163,15 @@ def test_a_read_only_record_dir_keeps_the_record_without_a_drain(
 ) -> None:
     sb = undrained
     rd = record_dir(sb)
-    job = submit(sb, scripts, "sleep 300", "--gres=gpu:1")
+    job = submit(sb, scripts, "echo started; sleep 300", "--gres=gpu:1")
     wait_job(sb, job, ("RUNNING",), 60)
-    # RUNNING comes while the prolog runs (PrologFlags=Alloc): its record, once written.
-    wait_until(f"the record of job {job}", (rd / f"{job}.json").exists)
+    # RUNNING comes while the prolog runs (PrologFlags=Alloc), and the prolog writes more
+    # than the record (the cgroup helper's pid file): a file it holds open for writing on
+    # the bind mount makes the read-only remount fail (EBUSY). The batch script starts
+    # only once the prolog is done.
+    out = scripts / f"out-{job}.txt"
+    wait_until(f"job {job}'s script started", lambda: out.exists() and "started" in out.read_text())
+    assert (rd / f"{job}.json").exists()
     log = HooksLog(sb)
     with read_only(rd):
         sb.run_slurm(["scancel", job])
