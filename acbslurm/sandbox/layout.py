@@ -99,6 +99,14 @@ class Params:
         return ",".join(f"gpu:{n}:{c}" for n, c in parse_gpu_types(self.gpu_types))
 
     @property
+    def first_job_id(self) -> int:
+        """slurm.conf's FirstJobId: apart for each port base. Sandboxes on one machine share
+        its cgroup tree (``slurm_<host>/uid_N/job_ID``: the host's name is the node name of
+        each), so two jobs of one id in two sandboxes would share a job cgroup, and the end
+        of one would kill the other's processes. Bases 100 apart leave 100,000 ids each."""
+        return 1 + max(0, self.port_base - 10000) * 1000
+
+    @property
     def slurm(self) -> SlurmInstall:
         return SlurmInstall(prefix=self.slurm_prefix, release=self.slurm_release)
 

@@ -48,6 +48,7 @@ def test_slurm_conf_has_the_seed_settings(layout: Layout) -> None:
         "PrologFlags=Alloc",
         "SlurmctldPort=20000",
         "SlurmdPort=20001",
+        "FirstJobId=10000001",
         "AccountingStoragePort=20002",
         "PartitionName=p1 Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES",
     ):
