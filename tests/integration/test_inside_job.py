@@ -50,22 +50,27 @@ def text(path: Path) -> str:
     return path.read_text() if path.exists() else ""
 
 
-@pytest.mark.parametrize("launch", ["exec srun ", "exec "])
-def test_a_time_limit_gives_the_container_its_grace(idle: Any, scripts: Path, launch: str) -> None:
+def test_a_time_limit_gives_the_container_its_grace(idle: Any, scripts: Path) -> None:
     """At the limit the step's `acbslurm run` gets SIGTERM twice, milliseconds apart
     (from its slurmstepd, and from srun passing on the batch step's): one stop request,
     so the container's TERM trap runs (KillWait=5 in the sandbox: grace 3 s).
 
     ``exec``, as the rendered script has it: a bash left waiting dies at the first
-    SIGTERM, and Slurm then kills the rest of the batch step at once."""
-    name = f"timelimit-{time.monotonic_ns()}"
-    trap = f'trap "echo trapped > /out/{name}; exit 0" TERM; while :; do sleep 0.2; done'
-    body = launch + in_container(scripts, trap, "--grace", "3")
-    job = submit(idle, scripts, body, "--gres=gpu:1", "--time=1")
-    f = wait_job(idle, job, ENDED, 150)
-    assert text(marker(scripts, name)) == "trapped\n", text(scripts / f"out-{job}.txt")
-    assert f["JobState"] == "TIMEOUT"
-    assert "137" not in f["ExitCode"]  # not killed
+    SIGTERM, and Slurm then kills the rest of the batch step at once. Both ways a script
+    starts it (``exec srun`` and ``exec``) as two jobs at once, one GPU each: a limit is
+    a minute and more of waiting (Slurm's smallest limit, checked every 30 s), once."""
+    jobs: dict[str, tuple[str, str]] = {}
+    for launch in ("exec srun ", "exec "):
+        name = f"timelimit-{time.monotonic_ns()}"
+        trap = f'trap "echo trapped > /out/{name}; exit 0" TERM; while :; do sleep 0.2; done'
+        body = launch + in_container(scripts, trap, "--grace", "3")
+        jobs[launch] = (submit(idle, scripts, body, "--gres=gpu:1", "--time=1"), name)
+    for launch, (job, name) in jobs.items():
+        f = wait_job(idle, job, ENDED, 150)
+        said = text(scripts / f"out-{job}.txt")
+        assert text(marker(scripts, name)) == "trapped\n", (launch, said)
+        assert f["JobState"] == "TIMEOUT", (launch, f)
+        assert "137" not in f["ExitCode"], (launch, f)  # not killed
 
 
 def test_usr1_reaches_a_trapping_container_and_the_job_keeps_running(

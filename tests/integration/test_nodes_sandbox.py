@@ -154,7 +154,8 @@ def _each_node_recorded_and_got_its_own(
         wait(f"record on {node}", record(sb, node, job).exists)
         rec = json.loads(record(sb, node, job).read_text())
         assert (rec["node"], set(rec["gpu_uuids"])) == (node, uuids)
-        assert (sb.layout.run / "job" / node / job).is_dir()
+        # The prolog makes the job's private directory after the record: both by its end.
+        wait(f"the job's directory on {node}", (sb.layout.run / "job" / node / job).is_dir)
     # One container per node, each handed exactly its node's GPUs.
     running_ = lambda: [c for c in job_containers(api, job) if c["State"] == "running"]  # noqa: E731
     containers = wait("a container on each node", lambda: len(running_()) == NODES and running_())
