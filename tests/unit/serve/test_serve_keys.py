@@ -1,17 +1,24 @@
-"""A pool's keys (serve/keys.py): the key file's checks, the constant-time check, when
-keys are required, the key made for a pool job."""
+"""A pool's keys (serve/keys.py, docs/serve.md *Keys*): the key file's checks, the
+constant-time check, when keys are required, and the gateway's 401s on a real pool
+driven over HTTP."""
 
 from __future__ import annotations
 
 import hmac
+import json
+import logging
 import os
 import stat
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
+from cli_run import acbslurm
 
 from acbslurm.errors import ConfigError
-from acbslurm.serve.errors import KeyFileError
+from acbslurm.serve.errors import KeyFileError, PoolError
 from acbslurm.serve.keys import (
     bearer,
     generate,
@@ -21,6 +28,8 @@ from acbslurm.serve.keys import (
     read_keys,
     user_name,
 )
+from acbslurm.serve.pool import load_pool, load_pool_text
+from acbslurm.serve.runner import PoolServer
 
 ALICE = "sk-alice-0123456789abcdef"
 BOB = "sk-bob-fedcba9876543210"
@@ -159,3 +168,180 @@ def test_a_made_key_is_private_and_a_key_file(tmp_path: Path) -> None:
     assert on_disk.names == (user_name(),) and on_disk.digests == again.digests
     assert ring.digests != again.digests
     assert sorted(p.name for p in tmp_path.iterdir()) == ["acbslurm-serve-7.keys"]
+
+
+def test_the_pool_file_names_its_key_file(tmp_path: Path, tiny_models: dict[str, Path]) -> None:
+    model = tiny_models["model-a"]
+    _key_file(tmp_path / "keys.txt", f"alice {ALICE}\n")
+    pool_file = tmp_path / "pool.yaml"
+    pool_file.write_text(f"api_keys: keys.txt\nmodels:\n  - {{name: a, path: {model}}}\n")
+    assert load_pool(pool_file).api_keys == str(tmp_path / "keys.txt")
+    assert load_pool_text(f"api_keys: none\nmodels: [{{name: a, path: {model}}}]\n", "p").api_keys
+    _key_file(tmp_path / "keys.txt", f"alice {ALICE}\nbob\n")
+    with pytest.raises(PoolError) as exc:
+        load_pool(pool_file)
+    keys = tmp_path / "keys.txt"
+    assert f"{pool_file}:1: api_keys: {keys}:2: not NAME KEY: 1 field(s)" in str(exc.value)
+    assert ALICE not in str(exc.value)
+    assert load_pool(pool_file, check_paths=False).api_keys == str(keys)  # --no-check
+
+
+def test_serve_check_refuses_a_bad_key_file(tmp_path: Path, tiny_models: dict[str, Path]) -> None:
+    """Exit 2 naming the file and line, no traceback, no key."""
+    keys = _key_file(tmp_path / "keys.txt", f"alice {ALICE}\nbob {BOB}\n", 0o644)
+    pool_file = tmp_path / "pool.yaml"
+    pool_file.write_text(
+        f"api_keys: {keys}\nmodels:\n  - {{name: a, path: {tiny_models['model-a']}}}\n"
+    )
+    ran = acbslurm("serve", "--check", str(pool_file))
+    assert ran.exit_code == 2, ran.output
+    assert f"{pool_file}:1: api_keys: key file '{keys}' has mode 0644" in ran.stderr
+    assert "Traceback" not in ran.output and ALICE not in ran.output
+    keys.chmod(0o600)
+    ran = acbslurm("serve", "--check", str(pool_file))
+    assert ran.exit_code == 0 and f"keys: alice, bob ({keys})" in ran.stdout
+    keys.write_text(f"alice {ALICE}\nalice {BOB}\n")
+    ran = acbslurm("serve", "--check", str(pool_file))
+    assert ran.exit_code == 2 and f"{keys}:2: the name 'alice' is already given" in ran.stderr
+    assert ALICE not in ran.output and BOB not in ran.output
+
+
+def test_keys_required_and_none_named_needs_a_place_for_the_key(
+    tiny_models: dict[str, Path],
+) -> None:
+    pool = load_pool_text(
+        f"devices: cpu:1\nmodels: [{{name: a, path: {tiny_models['model-a']}}}]\n", "p.yaml"
+    )
+    with pytest.raises(PoolError, match=r"p.yaml: the gateway on 0.0.0.0:0 asks for keys"):
+        PoolServer(pool, listen="0.0.0.0:0")
+
+
+# -- the gateway, on a real pool -------------------------------------------------------
+
+
+def _pool_text(model: Path, keys: str) -> str:
+    return (
+        f"listen: 127.0.0.1:0\ndevices: cpu:1\n{keys}models:\n"
+        f"  - {{name: a, path: {model}, max_tokens: 4, temperature: 0}}\n"
+    )
+
+
+@pytest.fixture(scope="module")
+def keyed(
+    tiny_models: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[PoolServer]:
+    """A pool of one model whose key file names alice and bob."""
+    folder = tmp_path_factory.mktemp("keyed")
+    keys = _key_file(folder / "keys.txt", f"alice {ALICE}\nbob {BOB}\n")
+    pool = load_pool_text(_pool_text(tiny_models["model-a"], f"api_keys: {keys}\n"), "p.yaml")
+    srv = PoolServer(pool)
+    srv.start(ready_timeout=240)
+    yield srv
+    srv.stop()
+
+
+def _http(server: PoolServer, key: str | None = None) -> httpx.Client:
+    headers = {"Authorization": f"Bearer {key}"} if key is not None else {}
+    return httpx.Client(base_url=f"http://127.0.0.1:{server.port}", headers=headers, timeout=60)
+
+
+def _refused(r: httpx.Response) -> dict[str, object]:
+    assert r.status_code == 401, r.text
+    assert r.headers["www-authenticate"] == 'Bearer realm="acbslurm"'
+    error = r.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert error["type"] == "invalid_request_error" and error["code"] == "invalid_api_key"
+    return dict(error)
+
+
+def test_a_request_without_a_valid_key_is_a_401(keyed: PoolServer) -> None:
+    body = {"model": "a", "prompt": "Hello"}
+    for key in (None, "sk-nobody-0123456789abcdef", ALICE + "x", "x"):
+        with _http(keyed, key) as c:
+            for r in (
+                c.post("/v1/completions", json=body),
+                c.post("/v1/chat/completions", json={"model": "a", "messages": []}),
+                c.get("/v1/models"),
+                c.get("/v1/models/a"),
+                c.get("/metrics"),
+                c.get("/v2/nothing"),  # not even which routes exist
+            ):
+                error = _refused(r)
+                assert "You didn't provide an API key" in str(error["message"]) or (
+                    "Incorrect API key provided" in str(error["message"])
+                )
+    with _http(keyed) as c:
+        r = c.get("/v1/models", headers={"Authorization": "Basic YWxpY2U6eA=="})
+        assert "You didn't provide an API key" in str(_refused(r)["message"])
+
+
+def test_each_name_is_served_and_counted(
+    keyed: PoolServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    import openai
+
+    caplog.set_level(logging.DEBUG)
+    url = f"http://127.0.0.1:{keyed.port}/v1"
+    for key, n in ((ALICE, 2), (BOB, 1)):
+        client = openai.OpenAI(base_url=url, api_key=key, max_retries=0, timeout=60)
+        assert [m.id for m in client.models.list()] == ["a"]
+        for _ in range(n):
+            done = client.completions.create(model="a", prompt="Hello")
+            assert done.usage is not None and done.usage.completion_tokens >= 1
+    stream = client.chat.completions.create(
+        model="a", messages=[{"role": "user", "content": "hi"}], stream=True
+    )
+    assert [c for c in stream]
+    nobody = openai.OpenAI(base_url=url, api_key="sk-nobody-0123456789", max_retries=0)
+    with pytest.raises(openai.AuthenticationError) as exc:
+        nobody.completions.create(model="a", prompt="Hello")
+    assert exc.value.status_code == 401 and exc.value.code == "invalid_api_key"
+    with _http(keyed, ALICE) as c:
+        metrics = c.get("/metrics").text
+    assert 'acbslurm_serve_requests_total{key="alice",model="a",status="200"} 2.0' in metrics
+    assert 'acbslurm_serve_requests_total{key="bob",model="a",status="200"} 2.0' in metrics
+    assert 'acbslurm_serve_tokens_total{key="bob",kind="completion",model="a"}' in metrics
+    assert 'acbslurm_serve_requests_total{key="-",model="-",status="401"}' in metrics
+    assert ALICE not in metrics and BOB not in metrics
+    logged = "\n".join(r.getMessage() for r in caplog.records)
+    assert ALICE not in logged and BOB not in logged
+
+
+def test_health_without_a_key_says_only_whether_it_serves(keyed: PoolServer) -> None:
+    with _http(keyed) as c:
+        r = c.get("/health")
+    assert r.status_code == 200 and r.json() == {"status": "ok"}
+    with _http(keyed, "sk-nobody-0123456789abcdef") as c:
+        assert c.get("/health").json() == {"status": "ok"}
+    with _http(keyed, BOB) as c:
+        r = c.get("/health")
+    assert r.status_code == 200 and r.json()["models"] == {"a": "ready"}
+
+
+def test_a_pool_on_a_reachable_address_makes_its_key(
+    tiny_models: dict[str, Path], tmp_path: Path
+) -> None:
+    """No api_keys: on 0.0.0.0 a key of the user's is made beside the address file,
+    0600, named there; requests need it; it is gone when the pool stops."""
+    pool = load_pool_text(_pool_text(tiny_models["model-a"], ""), "p.yaml")
+    address = tmp_path / "acbslurm-serve-9.json"
+    srv = PoolServer(pool, listen="0.0.0.0:0", address_file=str(address))
+    made = tmp_path / "acbslurm-serve-9.keys"
+    assert srv.keys_text == f"key: {user_name()}'s, made in {made}"
+    srv.start(ready_timeout=240)
+    try:
+        deadline = time.monotonic() + 10  # written once the workers are up
+        while not address.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert json.loads(address.read_text())["api_keys"] == str(made)
+        assert stat.S_IMODE(made.stat().st_mode) == 0o600
+        name, key = made.read_text().splitlines()[-1].split()
+        assert name == user_name() and key.startswith("sk-")
+        with _http(srv) as c:
+            _refused(c.post("/v1/completions", json={"model": "a", "prompt": "Hi"}))
+        with _http(srv, key) as c:
+            assert c.post("/v1/completions", json={"model": "a", "prompt": "Hi"}).status_code == 200
+            assert f'key="{name}"' in c.get("/metrics").text
+    finally:
+        srv.stop()
+    assert not made.exists() and not address.exists()
