@@ -11,6 +11,7 @@ import os
 import stat
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -103,6 +104,12 @@ def test_the_key_file_must_be_private_and_the_pools_users(tmp_path: Path) -> Non
             read_keys(str(path))
     with pytest.raises(KeyFileError, match="is a directory, not a regular file"):
         read_keys(str(tmp_path))
+    fifo = tmp_path / "fifo"  # an open that would block for a writer: refused at once
+    os.mkfifo(fifo, 0o600)
+    with pytest.raises(KeyFileError, match=r"is a FIFO \(named pipe\), not a regular file"):
+        read_keys(str(fifo))
+    with pytest.raises(KeyFileError, match="is a character device, not a regular file"):
+        read_keys("/dev/zero")  # endless: never read
     with pytest.raises(KeyFileError, match="cannot be read: No such file or directory"):
         read_keys(str(tmp_path / "none"))
     bad = tmp_path / "latin1"
@@ -214,6 +221,12 @@ def test_keys_required_and_none_named_needs_a_place_for_the_key(
     )
     with pytest.raises(PoolError, match=r"p.yaml: the gateway on 0.0.0.0:0 asks for keys"):
         PoolServer(pool, listen="0.0.0.0:0")
+    # where no key is asked, the pool says so (the first line `acbslurm serve` prints)
+    text = PoolServer(pool, listen="127.0.0.1:0").keys_text
+    assert text == "no key asked (loopback, outside Slurm): anyone on this machine may use it"
+    open_pool = replace(pool, api_keys="none")
+    text = PoolServer(open_pool, listen="0.0.0.0:0").keys_text
+    assert text == "no key asked (api_keys: none): anyone who reaches the gateway may use it"
 
 
 # -- the gateway, on a real pool -------------------------------------------------------
