@@ -187,6 +187,14 @@ def wait_for_pool(sb: Any, job_id: str, out: Path, timeout: float) -> dict[str, 
         raise AssertionError(f"{exc}\n{log()}") from None
 
 
+def pool_key(pool: dict[str, Any]) -> str:
+    """The key in a pool job's key file (docs/serve.md, *Keys*), read as root: the file
+    its address names, made for the job when its pool names none; private to its user."""
+    path = Path(pool["api_keys"])
+    assert path.stat().st_mode & 0o077 == 0, f"{path} is readable by others"
+    return path.read_text().split()[-1]
+
+
 def wait_until(what: str, cond: Any, timeout: float = 60) -> Any:
     """``cond()``'s first true value, asked every 0.2 s; AssertionError naming ``what``
     after ``timeout`` seconds."""

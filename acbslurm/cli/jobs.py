@@ -337,10 +337,16 @@ def status(
         click.echo(json.dumps(_status_json(jobs, pools), indent=2))
     else:
         _print_status([j for j in jobs if j.state != "UNKNOWN" or j.reason], long)
-        for jid, pool in pools.items():
-            click.echo(f"job {jid} serves {pool['url']} (bound {pool['bound']}; {pool['file']})")
+        _print_pools(pools)
     if _name_unknown(jobs):
         ctx.exit(1)
+
+
+def _print_pools(pools: dict[str, dict[str, Any]]) -> None:
+    """Where each pool job listens, and its key file (a path, never a key)."""
+    for jid, pool in pools.items():
+        keys = f"; keys in {pool['api_keys']}" if pool.get("api_keys") else ""
+        click.echo(f"job {jid} serves {pool['url']} (bound {pool['bound']}; {pool['file']}{keys})")
 
 
 def _status_json(jobs: list[JobInfo], pools: dict[str, dict[str, Any]]) -> dict[str, Any]:

@@ -88,6 +88,10 @@ def serve(
     if check:
         for m in pool.models:
             click.echo(f"{m.name}: {m.devices} device(s), {m.path}, engine {m.engine}")
+        if pool.api_keys not in ("", "none"):
+            from acbslurm.serve.keys import read_keys
+
+            click.echo(f"keys: {', '.join(read_keys(pool.api_keys).names)} ({pool.api_keys})")
         return
     from acbslurm.serve.runner import PoolServer
 
@@ -95,7 +99,7 @@ def serve(
     shown = server.listen[:-2] + ":<a free port>" if server.listen.endswith(":0") else server.listen
     click.echo(
         f"serving {', '.join(m.name for m in pool.models)} on http://{shown}/v1 "
-        f"(broker: {server.choice.source})"
+        f"(broker: {server.choice.source}); {server.keys_text}"
         + (f"; address in {address_file} once ready" if address_file else ""),
         err=True,
     )

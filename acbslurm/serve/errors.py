@@ -9,6 +9,18 @@ class PoolError(ConfigError):
     """The pool file is invalid (every message names ``file:line``)."""
 
 
+class KeyFileError(PoolError):
+    """A pool's key file (``api_keys:``) is unsafe or invalid: each problem names the
+    file (and line), never a key."""
+
+    def __init__(self, *problems: str) -> None:
+        self.problems = problems
+        if len(problems) == 1:
+            super().__init__(problems[0])
+        else:
+            super().__init__("invalid key file:\n  " + "\n  ".join(problems))
+
+
 class ListenError(ConfigError, ValueError):
     """An address to listen on is not HOST:PORT (``--listen``, a pool's ``listen:``).
 

@@ -2,6 +2,9 @@
 
 ``GET /v1/models``, ``POST /v1/completions``, ``POST /v1/chat/completions``
 (server-sent events with ``stream: true``), ``GET /health``, ``GET /metrics``.
+With keys (serve/keys.py) every route but ``/health`` answers 401 to a request without
+a valid ``Authorization: Bearer KEY`` before anything else is read, and ``/health``
+tells such a request only ``ok`` or ``degraded`` (a probe needs no more).
 Every error has OpenAI's body ``{"error": {"message", "type", "param", "code"}}``;
 overload and unavailable models answer 429/503 with ``Retry-After`` at once, and no
 request waits longer than the pool's ``request_timeout``. For a model on vLLM the
@@ -22,6 +25,7 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -34,6 +38,7 @@ from acbslurm.serve.api import (
     parse_completion,
     parse_passthrough,
 )
+from acbslurm.serve.keys import NO_KEY, KeyRing, bearer
 from acbslurm.serve.metrics import CONTENT_TYPE, Metrics
 from acbslurm.serve.supervisor import Overloaded, Pending, Unavailable, WorkerHandle
 from acbslurm.units import is_ascii_int
@@ -53,6 +58,63 @@ def _timing_headers(done: dict[str, Any]) -> dict[str, str]:
     return {f"x-acbslurm-{k.replace('_', '-')}": f"{float(v):.6f}" for k, v in timing.items()}
 
 
+def _caller(request: Request) -> str:
+    """The NAME of the request's key (``_KeyCheck``): who the request is billed to."""
+    return str(request.scope.get("state", {}).get("key") or NO_KEY)
+
+
+# OpenAI's answers to a request without a key and with a wrong one (the wrong key is
+# not repeated back, not even in part).
+NO_KEY_GIVEN = ApiError(
+    401,
+    "You didn't provide an API key. You need to provide your API key in an Authorization "
+    "header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY).",
+    code="invalid_api_key",
+)
+WRONG_KEY = ApiError(
+    401,
+    "Incorrect API key provided. Ask the pool's owner for a key (acbslurm status "
+    "names the pool job's key file).",
+    code="invalid_api_key",
+)
+
+
+class _KeyCheck:
+    """ASGI middleware: the request's key checked before any route runs. Its NAME goes
+    on the request (``scope["state"]["key"]``, read by ``_caller``); no key or a wrong
+    one is a 401 in OpenAI's shape, except on ``/health``, which then answers less."""
+
+    def __init__(self, app: Any, keys: KeyRing | None, metrics: Metrics) -> None:
+        self.app = app
+        self.keys = keys
+        self.metrics = metrics
+        self._no_key = json.dumps(NO_KEY_GIVEN.body()).encode()
+        self._wrong_key = json.dumps(WRONG_KEY.body()).encode()
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or self.keys is None:
+            await self.app(scope, receive, send)
+            return
+        presented = bearer(scope["headers"])
+        name = self.keys.check(presented) if presented is not None else None
+        scope.setdefault("state", {})["key"] = name
+        if name is None and scope["path"] != "/health":
+            self.metrics.request(NO_KEY, 401, NO_KEY)
+            await self._refuse(send, self._no_key if presented is None else self._wrong_key)
+            return
+        await self.app(scope, receive, send)
+
+    @staticmethod
+    async def _refuse(send: Any, body: bytes) -> None:
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+            (b"www-authenticate", b'Bearer realm="acbslurm"'),
+        ]
+        await send({"type": "http.response.start", "status": 401, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+
 def _error(e: ApiError) -> JSONResponse:
     headers = {"Retry-After": str(e.retry_after)} if e.retry_after is not None else None
     return JSONResponse(e.body(), status_code=e.status, headers=headers)
@@ -64,8 +126,10 @@ class Gateway:
         handles: Mapping[str, WorkerHandle],
         request_timeout: float = 300.0,
         on_ready: Callable[[], None] | None = None,
+        keys: KeyRing | None = None,
     ) -> None:
         self.handles = dict(handles)
+        self.keys = keys  # None: an open pool, no key asked
         self.on_ready = on_ready
         self._ready_task: asyncio.Task[None] | None = None
         self.request_timeout = request_timeout
@@ -82,6 +146,7 @@ class Gateway:
             ],
             exception_handlers={HTTPException: self._http_error},  # type: ignore[dict-item]
             lifespan=self._lifespan,
+            middleware=[Middleware(_KeyCheck, keys=keys, metrics=self.metrics)],
         )
 
     # Starlette's lifespan signature: the app is passed, and the gateway holds it already.
@@ -130,20 +195,24 @@ class Gateway:
             return _error(self._unknown(name))
         return JSONResponse(self._model_obj(name))
 
-    # Starlette's handler signature (the request is not needed).
-    async def health(self, request: Request) -> Response:  # noqa: ARG002
-        states = {n: h.state for n, h in self.handles.items()}
-        reasons = {n: h.reason for n, h in self.handles.items() if h.reason}
-        ok = all(s == "ready" for s in states.values())
-        body: dict[str, Any] = {
-            "status": "ok" if ok else "degraded",
-            "models": states,
-            "reasons": reasons,
+    async def health(self, request: Request) -> Response:
+        ok = all(h.state == "ready" for h in self.handles.values())
+        body: dict[str, Any] = {"status": "ok" if ok else "degraded"}
+        # A probe without a key learns whether the pool serves, not what it serves.
+        if self.keys is None or _caller(request) != NO_KEY:
+            body.update(self._health_detail())
+        return JSONResponse(body, status_code=200 if ok else 503)
+
+    def _health_detail(self) -> dict[str, Any]:
+        """Each model's state, why one is not ready, how often each hung."""
+        detail: dict[str, Any] = {
+            "models": {n: h.state for n, h in self.handles.items()},
+            "reasons": {n: h.reason for n, h in self.handles.items() if h.reason},
         }
         hangs = {n: h.hangs for n, h in self.handles.items() if h.hangs}
         if hangs:  # how often each model hung (supervisor's heartbeat), once it has
-            body["hangs"] = hangs
-        return JSONResponse(body, status_code=200 if ok else 503)
+            detail["hangs"] = hangs
+        return detail
 
     # Starlette's handler signature (the request is not needed).
     async def prometheus(self, request: Request) -> Response:  # noqa: ARG002
@@ -218,14 +287,14 @@ class Gateway:
             rid, pending = await self._start(request, handle, work, deadline)
             if body["stream"]:
                 gen = self._sse(handle, rid, pending, deadline, chat, body)
-                self.metrics.request(model, 200)
+                self.metrics.request(model, 200, pending.key)
                 return StreamingResponse(
                     gen, media_type="text/event-stream", headers={"Cache-Control": "no-cache"}
                 )
             async with self._cancel_when_gone(request, handle, rid, pending):
                 return await self._collect(handle, rid, pending, deadline, chat)
         except ApiError as e:
-            self.metrics.request(model or "-", e.status)
+            self.metrics.request(model or "-", e.status, _caller(request))
             return _error(e)
 
     async def _start(
@@ -235,7 +304,7 @@ class Gateway:
         its queue, or the worker's refusal raised (the request then forgotten). A client
         that goes away meanwhile cancels it: a non-streamed request on vLLM has its
         first answer only when the whole of it is computed."""
-        rid, pending = self._submit(handle, work)
+        rid, pending = self._submit(handle, work, _caller(request))
         try:
             async with self._cancel_when_gone(request, handle, rid, pending):
                 first = await self._next(handle, rid, pending, deadline)
@@ -246,10 +315,10 @@ class Gateway:
         return rid, pending
 
     @staticmethod
-    def _submit(handle: WorkerHandle, work: dict[str, Any]) -> tuple[str, Pending]:
-        """The request queued for the model's worker, or 429/503 at once."""
+    def _submit(handle: WorkerHandle, work: dict[str, Any], key: str) -> tuple[str, Pending]:
+        """The request queued for the model's worker (billed to ``key``), or 429/503 at once."""
         try:
-            return handle.submit(work)
+            return handle.submit(work, key)
         except Overloaded as exc:
             raise ApiError(
                 429, str(exc), None, "overloaded", "rate_limit_error", exc.retry_after
@@ -279,7 +348,7 @@ class Gateway:
         work = {"route": request.url.path, "body": raw, "chars": checked["chars"]}
         rid, pending = await self._start(request, handle, work, deadline)
         if checked["stream"]:
-            self.metrics.request(handle.spec.name, 200)
+            self.metrics.request(handle.spec.name, 200, pending.key)
             return StreamingResponse(
                 self._relay(handle, rid, pending, deadline),
                 media_type="text/event-stream",
@@ -301,13 +370,13 @@ class Gateway:
                     msg = await self._next(handle, rid, pending, deadline)
                     self._raise_if_error(msg)
                 except ApiError as e:
-                    self._stream_failed(handle, e)
+                    self._stream_failed(handle, pending, e)
                     yield _event(e.body())
                     return
                 if msg["type"] == "event":
                     yield b"data: " + str(msg["data"]).encode() + b"\n\n"
                 elif msg["type"] == "done":
-                    self._usage(handle, msg)
+                    self._usage(handle, pending, msg)
                     break
             yield b"data: [DONE]\n\n"
         finally:
@@ -329,13 +398,13 @@ class Gateway:
                     break
         finally:
             handle.finish(rid, cancel=True)
-        self._usage(handle, msg)
-        self.metrics.request(handle.spec.name, 200)
+        self._usage(handle, pending, msg)
+        self.metrics.request(handle.spec.name, 200, pending.key)
         return Response(data, media_type="application/json", headers=_timing_headers(msg))
 
-    def _stream_failed(self, handle: WorkerHandle, e: ApiError) -> None:
+    def _stream_failed(self, handle: WorkerHandle, pending: Pending, e: ApiError) -> None:
         """A stream answered 200 and then failed: counted by the error's status too."""
-        self.metrics.request(handle.spec.name, e.status)
+        self.metrics.request(handle.spec.name, e.status, pending.key)
 
     @contextlib.asynccontextmanager
     async def _cancel_when_gone(
@@ -419,7 +488,7 @@ class Gateway:
         finally:
             handle.finish(rid, cancel=True)
         text = "".join(parts)
-        usage = self._usage(handle, msg)
+        usage = self._usage(handle, pending, msg)
         out = self._envelope(rid, chat, handle.spec.name, chunk=False)
         choice: dict[str, Any] = {
             "index": 0,
@@ -432,12 +501,14 @@ class Gateway:
             choice["text"] = text
         out["choices"] = [choice]
         out["usage"] = usage
-        self.metrics.request(handle.spec.name, 200)
+        self.metrics.request(handle.spec.name, 200, pending.key)
         return JSONResponse(out, headers=_timing_headers(msg))
 
-    def _usage(self, handle: WorkerHandle, done: dict[str, Any]) -> dict[str, int]:
+    def _usage(
+        self, handle: WorkerHandle, pending: Pending, done: dict[str, Any]
+    ) -> dict[str, int]:
         p, c = int(done.get("prompt_tokens", 0)), int(done.get("completion_tokens", 0))
-        self.metrics.usage(handle.spec.name, p, c)
+        self.metrics.usage(handle.spec.name, p, c, pending.key)
         return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
 
     def _chunk(
@@ -478,14 +549,14 @@ class Gateway:
                     msg = await self._next(handle, rid, pending, deadline)
                     self._raise_if_error(msg)
                 except ApiError as e:  # as in _relay: an error event, no [DONE]
-                    self._stream_failed(handle, e)
+                    self._stream_failed(handle, pending, e)
                     yield _event(e.body())
                     return
                 if msg["type"] == "delta":
                     yield chunk(msg["text"], None)
                 elif msg["type"] == "done":
                     yield chunk(None, msg["finish_reason"])
-                    usage = self._usage(handle, msg)
+                    usage = self._usage(handle, pending, msg)
                     if body["include_usage"]:
                         tail = self._envelope(rid, chat, model, chunk=True)
                         tail["choices"] = []

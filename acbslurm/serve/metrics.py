@@ -1,6 +1,7 @@
 """``GET /metrics``: Prometheus text, per model.
 
-Counted by the gateway: requests (by HTTP status), prompt and completion tokens.
+Counted by the gateway, per key name (who is billed; ``-``: no key, an open pool or a
+refused request): requests (by HTTP status), prompt and completion tokens.
 Read from the workers' last report at scrape time (counters keep the totals of a
 restarted worker's earlier lives): queue length, seconds waiting for GPUs, swaps in
 and out and their seconds, resident and evicted bytes, worker restarts, hangs, and the state
@@ -99,24 +100,24 @@ class Metrics:
         self.registry = CollectorRegistry()
         self.requests = Counter(
             "acbslurm_serve_requests",
-            "HTTP requests by model and status",
-            ["model", "status"],
+            "HTTP requests by key name, model and status",
+            ["key", "model", "status"],
             registry=self.registry,
         )
         self.tokens = Counter(
             "acbslurm_serve_tokens",
-            "Tokens by model and kind (prompt, completion)",
-            ["model", "kind"],
+            "Tokens by key name, model and kind (prompt, completion)",
+            ["key", "model", "kind"],
             registry=self.registry,
         )
         self.registry.register(_Workers(handles))
 
-    def request(self, model: str, status: int) -> None:
-        self.requests.labels(model, str(status)).inc()
+    def request(self, model: str, status: int, key: str) -> None:
+        self.requests.labels(key, model, str(status)).inc()
 
-    def usage(self, model: str, prompt: int, completion: int) -> None:
-        self.tokens.labels(model, "prompt").inc(prompt)
-        self.tokens.labels(model, "completion").inc(completion)
+    def usage(self, model: str, prompt: int, completion: int, key: str) -> None:
+        self.tokens.labels(key, model, "prompt").inc(prompt)
+        self.tokens.labels(key, model, "completion").inc(completion)
 
     def render(self) -> bytes:
         return bytes(generate_latest(self.registry))

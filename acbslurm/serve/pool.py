@@ -8,6 +8,7 @@
     max_queue: 64               # per model: requests waiting beyond this get 429
     request_timeout: 300        # seconds before a request fails with 503
     hang_timeout: 60            # seconds a turn may make no progress before its model is hung
+    api_keys: keys.txt          # NAME KEY lines, mode 0600 (keys.py); none: no key asked
     models:
       - name: model-a
         path: /models/a         # Hugging Face-style directory (config.json, *.safetensors)
@@ -37,7 +38,7 @@ from typing import Any
 import yaml
 
 from acbslurm.errors import ConfigError, SpecError
-from acbslurm.serve.errors import ListenError, PoolError
+from acbslurm.serve.errors import KeyFileError, ListenError, PoolError
 from acbslurm.spec.yamlpos import Errors, Located, load_located, nearest_origin
 from acbslurm.units import cpu_device_spec, size_bytes
 from acbslurm.userfiles import MODEL_CONFIG_LIMIT, POOL_LIMIT, read_user_file, read_user_text
@@ -53,6 +54,7 @@ POOL_KEYS = (
     "request_timeout",
     "hang_timeout",
     "vllm_python",
+    "api_keys",
     "models",
 )
 MODEL_KEYS = (
@@ -160,6 +162,9 @@ class PoolSpec:
     request_timeout: float = 300.0
     hang_timeout: float = HANG_TIMEOUT
     vllm_python: str = ""  # the vLLM environment's python (empty: the checkout's .venv-vllm)
+    # The key file's absolute path; "none": no key asked; "": the default (keys.py:
+    # required in a Slurm job or off loopback, where a pool job's key is made for it).
+    api_keys: str = ""
     source: str = ""
     origins: dict[tuple[str, ...], str] = field(default_factory=dict, compare=False)
 
@@ -430,6 +435,25 @@ def _models(raw: dict[Any, Any], base: Path, e: Errors, check_paths: bool) -> li
     return models
 
 
+def _api_keys(value: Any, e: Errors, base: Path, check_paths: bool) -> str | None:
+    """``none``, or the key file's absolute path (relative to the pool file's folder);
+    with ``check_paths`` the file is read and checked (keys.read_keys)."""
+    text = _str(value, ("api_keys",), e)
+    if text is None or text == "none":
+        return text
+    path = Path(os.path.expanduser(text))
+    path = path if path.is_absolute() else base / path
+    if check_paths:
+        from acbslurm.serve.keys import read_keys
+
+        try:
+            read_keys(str(path))
+        except KeyFileError as exc:
+            for problem in exc.problems:
+                e.add(("api_keys",), problem)
+    return str(path)
+
+
 def validate(doc: Located, base: Path, check_paths: bool = True) -> PoolSpec:
     e = Errors(doc)
     raw = doc.value
@@ -437,6 +461,8 @@ def validate(doc: Located, base: Path, check_paths: bool = True) -> PoolSpec:
         raise PoolError(f"{doc.source}: a pool file is a mapping with a models: list")
     e.check_keys(raw, POOL_KEYS, ())
     kw = _checked(raw, POOL_CHECKS, (), e)
+    if "api_keys" in raw:
+        kw["api_keys"] = _api_keys(raw["api_keys"], e, base, check_paths)
     models = _models(raw, base, e, check_paths)
     if e.items:
         raise PoolError("invalid pool file:\n  " + "\n  ".join(e.items))

@@ -23,8 +23,9 @@ from typing import Any
 from acbslurm.broker.core import Device
 from acbslurm.serve.address import bind, describe, remove, write_private
 from acbslurm.serve.brokerhost import BrokerThread, summary
-from acbslurm.serve.errors import ServeError
+from acbslurm.serve.errors import PoolError, ServeError
 from acbslurm.serve.gateway import Gateway
+from acbslurm.serve.keys import KeyRing, generate, key_file_for, keys_required, read_keys, user_name
 from acbslurm.serve.placement import from_env as placement_from_env
 from acbslurm.serve.placement import large_enough, node_plan, placeable
 from acbslurm.serve.pool import PoolSpec, check_listen, per_device_need, weights_bytes
@@ -182,12 +183,42 @@ class PoolServer:
         self.env = env or {}
         self.address_file = address_file
         self.sock: socket.socket | None = None
+        # The keys: read now (a bad file stops the pool before anything starts), or,
+        # where keys are required and the pool names none, made in _build.
+        self.keys: KeyRing | None = None
+        self.make_key = ""
+        if pool.api_keys not in ("", "none"):
+            self.keys = read_keys(pool.api_keys)
+        elif not pool.api_keys and keys_required(self.listen, dict(os.environ)):
+            self.make_key = self._key_file(address_file)
         self.choice = choose_broker(pool)
         check_fits(pool, self.choice.devices, placement_from_env().nodes)
         self.broker = self.choice.own
         self.lease_summary: list[str] = []  # the own broker's, once stopped
         self.server: Any = None
         self._thread: threading.Thread | None = None
+
+    def _key_file(self, address_file: str) -> str:
+        """Where the key made for this pool goes: beside its address file."""
+        if not address_file:
+            raise PoolError(
+                f"{self.pool.source}: the gateway on {self.listen} asks for keys (inside "
+                "a Slurm job, or on an address others reach) and the pool names none: set "
+                "api_keys: (a file of NAME KEY lines, docs/serve.md), or give "
+                "--address-file (a key is made beside it)"
+            )
+        return key_file_for(os.path.abspath(address_file))  # status shows it from anywhere
+
+    @property
+    def keys_text(self) -> str:
+        """How requests are let in, said once at the start."""
+        if self.keys is not None:
+            return f"keys: {', '.join(self.keys.names)} ({self.keys.source})"
+        if self.make_key:
+            return f"key: {user_name()}'s, made in {self.make_key}"
+        if self.pool.api_keys == "none":
+            return "no key asked (api_keys: none): anyone who reaches the gateway may use it"
+        return "no key asked (loopback, outside Slurm): anyone on this machine may use it"
 
     def _build(self) -> Any:
         import uvicorn
@@ -196,6 +227,8 @@ class PoolServer:
         # is served, and the address file names the port actually bound. First, so that
         # an address in use stops the pool before its broker starts.
         self.sock = bind(self.listen)
+        if self.make_key:  # before anything is served: no request is let in without
+            self.keys = generate(self.make_key, user_name())
         if not self.choice.address:
             self.broker = BrokerThread(
                 self.choice.devices,
@@ -217,7 +250,9 @@ class PoolServer:
             )
             for m in self.pool.models
         }
-        self.gateway = Gateway(handles, self.pool.request_timeout, on_ready=self._ready)
+        self.gateway = Gateway(
+            handles, self.pool.request_timeout, on_ready=self._ready, keys=self.keys
+        )
         config = uvicorn.Config(
             self.gateway.app,
             log_level="warning",
@@ -235,7 +270,10 @@ class PoolServer:
         """Every worker is up (or refused): tell the user where the gateway listens."""
         if self.address_file and self.sock is not None:
             states = {name: h.state for name, h in self.gateway.handles.items()}
-            write_private(self.address_file, describe(self.sock, states))
+            data = describe(self.sock, states)
+            # the key file's path, never a key: `acbslurm status` shows it to the owner
+            data["api_keys"] = self.keys.source if self.keys is not None else None
+            write_private(self.address_file, data)
             log.info("gateway address written to %s", self.address_file)
 
     def run(self) -> None:
@@ -286,6 +324,8 @@ class PoolServer:
     def _stop_broker(self) -> None:
         if self.address_file:
             remove(self.address_file)  # a stopped pool has no address
+        if self.keys is not None and self.keys.generated:
+            remove(self.keys.source)  # nor a key
         if self.sock is not None:
             self.sock.close()
         if self.broker is not None:

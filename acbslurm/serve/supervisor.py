@@ -74,6 +74,7 @@ class Overloaded(Unavailable):
 @dataclass
 class Pending:
     queue: asyncio.Queue[dict[str, Any]] = field(default_factory=asyncio.Queue)
+    key: str = "-"  # the NAME of the request's key: who it is billed to (serve/keys.py)
 
 
 class WorkerHandle:
@@ -414,7 +415,7 @@ class WorkerHandle:
     def queue_length(self) -> int:
         return len(self.pending)
 
-    def submit(self, body: dict[str, Any]) -> tuple[str, Pending]:
+    def submit(self, body: dict[str, Any], key: str = "-") -> tuple[str, Pending]:
         if self.state == "refused":
             raise Unavailable(f"model {self.spec.name} cannot run: {self.reason}", retry_after=60)
         if self.state != "ready" or self.writer is None:
@@ -426,7 +427,7 @@ class WorkerHandle:
                 retry_after=1,
             )
         rid = f"{self.spec.name}-{next(self._ids)}"
-        p = Pending()
+        p = Pending(key=key)
         self.pending[rid] = p
         self.writer.write(encode({"type": "generate", "id": rid, **body}))
         return rid, p

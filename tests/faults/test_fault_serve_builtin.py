@@ -460,5 +460,8 @@ def test_non_streamed_request_is_cancelled_when_its_client_leaves(one_device: Po
         assert decoded < 300, decoded
         r = c.post("/v1/completions", json={"model": "b", "prompt": "Hi", "max_tokens": 3})
         assert r.status_code == 200, r.text
-        assert 'acbslurm_serve_requests_total{model="a",status="499"} 1.0' in c.get("/metrics").text
+        assert (
+            'acbslurm_serve_requests_total{key="-",model="a",status="499"} 1.0'
+            in c.get("/metrics").text
+        )
     print(f"a's turn ended {took:.2f} s after its client left, {decoded} of 450 tokens decoded")

@@ -1,17 +1,20 @@
 """A model pool as one Slurm job on the real sandbox (docs/serve.md, "Inside Slurm"),
 driven as user1 and user2: submitted with `acbslurm submit`, found through
-`acbslurm status`, called with the official `openai` client, cancelled, gone."""
+`acbslurm status`, called with the official `openai` client with the keys of two
+names (user2's requests without one refused), cancelled, gone."""
 
 from __future__ import annotations
 
 import json
 import os
+import pwd
 import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from sandboxtest import (
     ACBSLURM,
@@ -26,6 +29,9 @@ from sandboxtest import acbslurm_as as as_user
 
 from acbslurm.procfs import running
 from acbslurm.serve.modelmaker import TinyShape, make_model
+
+# The pool's keys (docs/serve.md, *Keys*): two names, in a file of user1's, mode 0600.
+KEYS = {"alice": "sk-alice-5b0e8d1f2a7c4e93", "ci-bot": "sk-ci-bot-c4a91e07d3f6b258"}
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +48,13 @@ def folder() -> Iterator[Path]:
             "listen: 127.0.0.1:auto\nhost_memory: 1G\nmodels:\n"
             "  - {name: model-a, path: models/a, devices: 2, max_tokens: 8, temperature: 0}\n"
             "  - {name: model-b, path: models/b, devices: 1, max_tokens: 8, temperature: 0}\n"
+            "api_keys: keys.txt\n"  # last: the bad pool's test names model-b's line
         )
+        keys = root / "keys.txt"
+        keys.write_text("".join(f"{name} {key}\n" for name, key in KEYS.items()))
+        user1 = pwd.getpwnam("user1")
+        os.chown(keys, user1.pw_uid, user1.pw_gid)  # the pool's user's, and private
+        keys.chmod(0o600)
         jobs = root / "jobs"
         jobs.mkdir(mode=0o777)
         jobs.chmod(0o777)  # user1 writes the job's output and address file here
@@ -94,6 +106,26 @@ def test_a_pool_that_does_not_fit_is_refused_before_it_queues(sb: Any, folder: P
     assert queued.strip() == ""
 
 
+def _user2_is_refused(sb: Any, url: str) -> None:
+    """user2 reaches the pool's port but is refused without a key of the pool or with
+    a wrong one (401, OpenAI's shape); /health tells user2 only that it serves."""
+    curl = ["curl", "-s", "-w", "\\n%{http_code}", "-H", "Content-Type: application/json"]
+    body = '{"model": "model-a", "prompt": "a GPU is", "max_tokens": 2}'
+    for extra in ([], ["-H", "Authorization: Bearer sk-user2-guess-0123456789"]):
+        for argv in (
+            [*extra, "-d", body, f"{url}/completions"],
+            [*extra, f"{url}/models"],
+            [*extra, url.removesuffix("/v1") + "/metrics"],
+        ):
+            res = sb.run_as("user2", [*curl, *argv], check=False)
+            answer, code = res.stdout.rsplit("\n", 1)
+            assert code == "401", (argv, res.stdout, res.stderr)
+            error = json.loads(answer)["error"]
+            assert (error["type"], error["code"]) == ("invalid_request_error", "invalid_api_key")
+    res = sb.run_as("user2", [*curl, url.removesuffix("/v1") + "/health"], check=False)
+    assert res.stdout.rsplit("\n", 1) == ['{"status":"ok"}', "200"], res.stdout
+
+
 def _nothing_left(sb: Any, job_id: str, jobs: Path) -> None:
     """No worker, no container, no address file; the GPUs free."""
     deadline = time.monotonic() + 30
@@ -131,21 +163,35 @@ def test_pool_job_as_user1_and_user2(sb: Any, folder: Path) -> None:
         assert {c["name"] for c in broker["clients"]} == {"serve:model-a", "serve:model-b"}
         text = as_user(sb, "user1", "status", job_id).stdout
         assert f"job {job_id} serves {pool['url']}" in text
+        assert pool["api_keys"] == str(folder / "keys.txt")
+        assert f"; keys in {folder / 'keys.txt'})" in text
 
         # user2 cannot read the file, and status shows user2 no address
         res = sb.run_as("user2", ["cat", str(path)], check=False)
         assert res.returncode != 0 and "Permission denied" in res.stderr
         assert job_status(sb, "user2", job_id)["serve"] is None
 
-        client = OpenAI(base_url=pool["url"], api_key="none", max_retries=0, timeout=120)
+        _user2_is_refused(sb, pool["url"])
+        client = OpenAI(base_url=pool["url"], api_key=KEYS["alice"], max_retries=0, timeout=120)
         assert sorted(m.id for m in client.models.list()) == ["model-a", "model-b"]
         for model in ("model-a", "model-b"):
             done = client.completions.create(model=model, prompt="a GPU is", max_tokens=4)
             assert done.usage is not None and done.usage.completion_tokens >= 1
-        chat = client.chat.completions.create(
+        bot = OpenAI(base_url=pool["url"], api_key=KEYS["ci-bot"], max_retries=0, timeout=120)
+        chat = bot.chat.completions.create(
             model="model-b", messages=[{"role": "user", "content": "hi"}], max_tokens=3
         )
         assert chat.choices[0].message.role == "assistant"
+        # each request is counted under its key's NAME, and no key is shown
+        root = pool["url"].removesuffix("/v1")
+        auth = {"Authorization": f"Bearer {KEYS['alice']}"}
+        metrics = httpx.get(f"{root}/metrics", headers=auth, timeout=30).text
+        for name, model in (("alice", "model-a"), ("alice", "model-b"), ("ci-bot", "model-b")):
+            line = f'acbslurm_serve_requests_total{{key="{name}",model="{model}",status="200"}} 1.0'
+            assert line in metrics, metrics
+        assert not [k for k in KEYS.values() if k in metrics]
+        log = (jobs / f"out-{job_id}.txt").read_text()
+        assert "keys: alice, ci-bot" in log and not [k for k in KEYS.values() if k in log]
         assert _worker_pids(job_id), "the workers run inside the job"
     finally:
         as_user(sb, "user1", "cancel", job_id)

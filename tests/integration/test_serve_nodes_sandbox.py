@@ -29,6 +29,7 @@ from sandboxtest import (
     job_containers,
     job_state,
     job_status,
+    pool_key,
     wait_for_pool,
 )
 from sandboxtest import wait_until as wait
@@ -157,7 +158,9 @@ def test_a_pool_job_on_two_nodes(two: Sandbox, folder: Path) -> None:
         assert res.returncode != 0 and "Permission denied" in res.stderr
         assert job_status(sb, "user2", job)["serve"] is None
 
-        client = OpenAI(base_url=pool["url"], api_key="none", max_retries=0, timeout=120)
+        # no api_keys: the key made for the job (user1's), beside the address file
+        key = pool_key(pool)
+        client = OpenAI(base_url=pool["url"], api_key=key, max_retries=0, timeout=120)
         assert sorted(m.id for m in client.models.list()) == ["model-a", "model-b", "model-c"]
         for prompt in PROMPTS:
             for model in ("model-a", "model-b"):
@@ -212,6 +215,7 @@ def _nothing_left(sb: Sandbox, job: str, jobs: Path) -> None:
     wait("the pool's processes gone", lambda: not [p for p in serve_pids(job) if running(p)], 30)
     assert job_containers(docker_api(sb), job) == []
     assert not (jobs / f"acbslurm-serve-{job}.json").exists()
+    assert not (jobs / f"acbslurm-serve-{job}.keys").exists()  # the key made for it
 
     def free() -> bool:
         res = as_user(sb, "user1", "status", "--gpus", "--json")

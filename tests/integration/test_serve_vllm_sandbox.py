@@ -33,6 +33,7 @@ from sandboxtest import (
     job_state,
     job_status,
     no_jobs,
+    pool_key,
     wait_for_pool,
 )
 from sandboxtest import acbslurm_as as as_user
@@ -207,7 +208,8 @@ def _complete(pool: dict[str, Any]) -> str:
     """A whole completion (every token, never cut off), streamed the same."""
     from openai import OpenAI
 
-    client = OpenAI(base_url=pool["url"], api_key="none", max_retries=0, timeout=300)
+    # no api_keys: the key made for the job (user1's), beside the address file
+    client = OpenAI(base_url=pool["url"], api_key=pool_key(pool), max_retries=0, timeout=300)
     assert [m.id for m in client.models.list()] == ["model-v"]
     done = client.completions.create(model="model-v", prompt="a GPU is")
     assert done.choices[0].finish_reason == "length" and done.choices[0].text

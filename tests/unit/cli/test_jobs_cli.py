@@ -369,6 +369,12 @@ def test_status_shows_the_address_of_my_running_pool_job(cwd: Path, fake_slurm: 
     assert len(asked) == 1 and asked[0][-1] == "--jobs=7,9"  # mine and running only
     text = acbslurm("status", "7").stdout
     assert f"job 7 serves {url} (bound 0.0.0.0:41327; {mine}/acbslurm-serve-7.json)" in text
+    # a pool that asks for keys names its key file (the path, never a key)
+    keys = str(mine / "acbslurm-serve-7.keys")
+    data = {"url": url, "bound": "0.0.0.0:41327", "api_keys": keys}
+    write_private(address_file(str(mine), "7"), data)
+    text = acbslurm("status", "7").stdout
+    assert f"(bound 0.0.0.0:41327; {mine}/acbslurm-serve-7.json; keys in {keys})" in text
     fake_slurm.clear_calls()
     acbslurm("status", "8")  # nobody else's folder is looked into
     assert not [a for a in fake_slurm.argvs("squeue") if "%i|%Z" in a]
