@@ -6,6 +6,7 @@
     quantum: 2                  # seconds
     host_memory: 64G            # budget for evicted weights in host memory
     max_queue: 64               # per model: requests waiting beyond this get 429
+    max_queue_per_key: 32       # per model and key (default: half of max_queue with 2+ keys)
     request_timeout: 300        # seconds before a request fails with 503
     hang_timeout: 60            # seconds a turn may make no progress before its model is hung
     api_keys: keys.txt          # NAME KEY lines, mode 0600 (keys.py); none: no key asked
@@ -51,6 +52,7 @@ POOL_KEYS = (
     "quantum",
     "host_memory",
     "max_queue",
+    "max_queue_per_key",
     "request_timeout",
     "hang_timeout",
     "vllm_python",
@@ -159,6 +161,8 @@ class PoolSpec:
     quantum: float = 2.0
     host_memory: int = 0  # 0 = no budget check
     max_queue: int = 64
+    # A key's share of each model's queue (0: the default, ``queue_share``).
+    max_queue_per_key: int = 0
     request_timeout: float = 300.0
     hang_timeout: float = HANG_TIMEOUT
     vllm_python: str = ""  # the vLLM environment's python (empty: the checkout's .venv-vllm)
@@ -167,6 +171,14 @@ class PoolSpec:
     api_keys: str = ""
     source: str = ""
     origins: dict[tuple[str, ...], str] = field(default_factory=dict, compare=False)
+
+    def queue_share(self, key_names: int) -> int:
+        """How many of a model's waiting requests one key may hold (0: no share): the
+        pool's ``max_queue_per_key``, else half of ``max_queue`` once two or more names
+        share the pool (one caller must not fill it for everyone), never above the queue."""
+        if self.max_queue_per_key:
+            return min(self.max_queue_per_key, self.max_queue)
+        return max(1, self.max_queue // 2) if key_names >= 2 else 0
 
     def model(self, name: str) -> ModelSpec | None:
         return next((m for m in self.models if m.name == name), None)
@@ -268,6 +280,7 @@ POOL_CHECKS: tuple[tuple[str, _Check], ...] = (
     ("hang_timeout", partial(_float, low=0.5, high=86400.0)),
     ("host_memory", _size),
     ("max_queue", _int),
+    ("max_queue_per_key", _int),
     ("vllm_python", _str),
 )
 MODEL_CHECKS: tuple[tuple[str, _Check], ...] = (

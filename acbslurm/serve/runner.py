@@ -247,6 +247,7 @@ class PoolServer:
                 self.pool.max_queue,
                 self.env,
                 hang_timeout=self.pool.hang_timeout,
+                queue_share=self.pool.queue_share(len(self.keys.names) if self.keys else 0),
             )
             for m in self.pool.models
         }

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from acbslurm.serve import procs
+from acbslurm.serve.keys import NO_KEY
 from acbslurm.serve.placement import Placement, from_env
 from acbslurm.serve.pool import HANG_TIMEOUT, ModelSpec
 from acbslurm.serve.protocol import MAX_LINE, decode, encode
@@ -74,7 +75,7 @@ class Overloaded(Unavailable):
 @dataclass
 class Pending:
     queue: asyncio.Queue[dict[str, Any]] = field(default_factory=asyncio.Queue)
-    key: str = "-"  # the NAME of the request's key: who it is billed to (serve/keys.py)
+    key: str = NO_KEY  # the NAME of the request's key: who it is billed to (serve/keys.py)
 
 
 class WorkerHandle:
@@ -88,9 +89,12 @@ class WorkerHandle:
         start_timeout: float = 300.0,
         placement: Placement | None = None,
         hang_timeout: float = HANG_TIMEOUT,
+        queue_share: int = 0,
     ) -> None:
         self.spec = spec
         self.hang_timeout = hang_timeout
+        # How many of ``max_queue`` one key's requests may take (0: no share; PoolSpec).
+        self.queue_share = queue_share
         self.broker = broker
         self.device = device
         self.max_queue = max_queue
@@ -415,7 +419,7 @@ class WorkerHandle:
     def queue_length(self) -> int:
         return len(self.pending)
 
-    def submit(self, body: dict[str, Any], key: str = "-") -> tuple[str, Pending]:
+    def submit(self, body: dict[str, Any], key: str = NO_KEY) -> tuple[str, Pending]:
         if self.state == "refused":
             raise Unavailable(f"model {self.spec.name} cannot run: {self.reason}", retry_after=60)
         if self.state != "ready" or self.writer is None:
@@ -426,11 +430,24 @@ class WorkerHandle:
                 f"(max_queue {self.max_queue}); retry later",
                 retry_after=1,
             )
+        self._check_share(key)
         rid = f"{self.spec.name}-{next(self._ids)}"
         p = Pending(key=key)
         self.pending[rid] = p
         self.writer.write(encode({"type": "generate", "id": rid, **body}))
         return rid, p
+
+    def _check_share(self, key: str) -> None:
+        """429 for a key that holds its share of the queue already; the others go on."""
+        if not self.queue_share or key == NO_KEY:
+            return
+        held = sum(1 for p in self.pending.values() if p.key == key)
+        if held >= self.queue_share:
+            raise Overloaded(
+                f"model {self.spec.name} has {held} requests of key {key} waiting "
+                f"(max_queue_per_key {self.queue_share}); retry later",
+                retry_after=1,
+            )
 
     def finish(self, rid: str, cancel: bool = False) -> None:
         if self.pending.pop(rid, None) is not None and cancel and self.writer is not None:

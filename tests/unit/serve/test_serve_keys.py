@@ -4,6 +4,7 @@ driven over HTTP."""
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 import logging
@@ -358,3 +359,42 @@ def test_a_pool_on_a_reachable_address_makes_its_key(
     finally:
         srv.stop()
     assert not made.exists() and not address.exists()
+
+
+def test_a_keys_share_of_the_queue(tiny_models: dict[str, Path]) -> None:
+    text = _pool_text(tiny_models["model-a"], "max_queue: 10\n")
+    pool = load_pool_text(text, "p.yaml")
+    assert (pool.queue_share(0), pool.queue_share(1), pool.queue_share(2)) == (0, 0, 5)
+    pool = load_pool_text(text + "max_queue_per_key: 3\n", "p.yaml")
+    assert (pool.queue_share(0), pool.queue_share(2)) == (3, 3)
+    pool = load_pool_text(text + "max_queue_per_key: 30\n", "p.yaml")
+    assert pool.queue_share(2) == 10  # never more than the queue
+    with pytest.raises(PoolError) as exc:
+        load_pool_text(text + "max_queue_per_key: -1\n", "p.yaml")
+    assert "p.yaml:" in str(exc.value) and "max_queue_per_key" in str(exc.value)
+
+
+def test_one_key_cannot_fill_the_queue_for_the_others(keyed: PoolServer) -> None:
+    """alice floods model a (max_queue 64: her share is 32 of it); bob, asking meanwhile,
+    is served every time, and alice's excess is a 429 naming her key's share."""
+    url = f"http://127.0.0.1:{keyed.port}/v1/completions"
+    body = {"model": "a", "prompt": "flood", "max_tokens": 4}
+
+    async def flood() -> tuple[list[httpx.Response], list[httpx.Response]]:
+        limits = httpx.Limits(max_connections=1000)
+        auth = {"Authorization": f"Bearer {ALICE}"}
+        async with httpx.AsyncClient(timeout=120, limits=limits, headers=auth) as a:
+            heavy = [asyncio.ensure_future(a.post(url, json=body)) for _ in range(400)]
+            await asyncio.sleep(0)  # alice's requests out first
+            b_auth = {"Authorization": f"Bearer {BOB}"}
+            async with httpx.AsyncClient(timeout=120, headers=b_auth) as b:
+                light = [await b.post(url, json=body) for _ in range(5)]
+            return list(await asyncio.gather(*heavy)), light
+
+    heavy, light = asyncio.run(flood())
+    assert [r.status_code for r in light] == [200] * 5, [r.text for r in light]
+    codes = [r.status_code for r in heavy]
+    assert set(codes) <= {200, 429} and codes.count(429) > 0, {c: codes.count(c) for c in codes}
+    refused = next(r for r in heavy if r.status_code == 429)
+    assert refused.headers["Retry-After"] and refused.json()["error"]["code"] == "overloaded"
+    assert "requests of key alice waiting (max_queue_per_key 32)" in refused.text
