@@ -10,6 +10,7 @@ such device or address"); one Slurm's device cgroup refuses fails with EPERM
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from pathlib import Path
@@ -18,6 +19,7 @@ from typing import Any
 import pytest
 from sandboxtest import (
     IMAGE,
+    acbslurm_as,
     acbslurm_run,
     job_status,
     submit,
@@ -115,6 +117,15 @@ def test_the_jobs_memory_limit_stops_its_container(idle: Any, scripts: Path) -> 
     wait_gone(sb, job)
     assert job_status(sb, "user1", job)["state"] == "OUT_OF_MEMORY"
 
+    def reported() -> str:
+        res = acbslurm_as(sb, "user1", "report", "--format", "json", "--start", "now-1h")
+        assert res.returncode == 0, res.stderr
+        rows = [j for j in json.loads(res.stdout)["jobs"] if str(j["job_id_raw"]) == job]
+        return str(rows[0]["state"]) if rows else ""
+
+    # The report reads slurmdbd's database, which gets the job's end a moment later.
+    wait_until(f"job {job} in the report", lambda: reported() == "OUT_OF_MEMORY", 60)
+
 
 def _seconds(text: str) -> float:
     """sacct's TotalCPU: [[DD-]HH:]MM:SS[.mmm]."""
@@ -126,22 +137,41 @@ def _seconds(text: str) -> float:
     return total + (int(days) * 86400 if days else 0)
 
 
-def test_sacct_counts_the_containers_cpu_time(idle: Any, scripts: Path) -> None:
-    """The container's CPU time is the step's: sacct's TotalCPU of the step that ran
-    `acbslurm run` holds the container's busy loop (about 6 s of one CPU; `acbslurm run`
-    itself uses well under one)."""
+def _kib(text: str) -> float:
+    """sacct's MaxRSS (``61234K``, ``58M``, ``0``) in KiB."""
+    m = re.match(r"^([0-9.]+)([KMGT]?)$", text.strip())
+    assert m, text
+    return float(m[1]) * 1024 ** " KMGT".index(m[2] or " ") / 1024
+
+
+def test_sacct_counts_the_containers_cpu_time_and_memory(idle: Any, scripts: Path) -> None:
+    """The container's CPU time and memory are the step's: sacct's TotalCPU of the step
+    that ran `acbslurm run` holds the container's busy loop (about 6 s of one CPU;
+    `acbslurm run` itself uses well under one), its MaxRSS the 60 MB string the
+    container's shell held for 4 s (sampled each second: ``--acctg-freq=1``; the
+    sandbox's JobAcctGatherFrequency is 30)."""
     sb = idle
-    loop = "timeout 6 sh -c 'while :; do :; done'; true"
-    job = submit(sb, scripts, "exec srun " + acbslurm_run(IMAGE, "sh", "-c", loop), "--gres=gpu:1")
-    assert finished(sb, job) == "COMPLETED", (scripts / f"out-{job}.txt").read_text()
+    work = (
+        "timeout 6 sh -c 'while :; do :; done' & "
+        "x=$(head -c 60000000 /dev/zero | tr '\\0' a); sleep 4; wait; echo held ${#x}"
+    )
+    body = "exec srun " + acbslurm_run(IMAGE, "sh", "-c", work)
+    job = submit(sb, scripts, body, "--gres=gpu:1", "--acctg-freq=1")
+    out = scripts / f"out-{job}.txt"
+    assert finished(sb, job) == "COMPLETED", out.read_text()
+    assert "held 60000000" in out.read_text(), out.read_text()
+
+    def step(field: str) -> str:
+        res = sb.run_slurm(["sacct", "-n", "-P", "-j", f"{job}.0", "-o", field], check=False)
+        return (res.stdout.strip().splitlines() or [""])[0]
 
     def step_cpu() -> float:
-        out = sb.run_slurm(
-            ["sacct", "-n", "-P", "-j", f"{job}.0", "-o", "TotalCPU"], check=False
-        ).stdout.strip()
-        return _seconds(out.splitlines()[0]) if re.match(r"^[0-9:.-]+$", out or "x") else 0.0
+        out = step("TotalCPU")
+        return _seconds(out) if re.match(r"^[0-9:.-]+$", out or "x") else 0.0
 
     assert wait_until(f"step {job}.0's TotalCPU", lambda: step_cpu() >= 2.0, 60)
+    # The string alone is 57 MiB; acbslurm run's own Python is about 30 MB.
+    assert _kib(step("MaxRSS") or "0") >= 50 * 1024, step("MaxRSS")
 
 
 def test_suspend_freezes_the_container_through_slurms_freezer(idle: Any, scripts: Path) -> None:
