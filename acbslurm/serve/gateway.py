@@ -58,6 +58,12 @@ def _timing_headers(done: dict[str, Any]) -> dict[str, str]:
     return {f"x-acbslurm-{k.replace('_', '-')}": f"{float(v):.6f}" for k, v in timing.items()}
 
 
+# What a request gets from a stopping pool (new, or still queued), and when to retry:
+# a requeued pool job, or the admin's restart, is back within a minute or so.
+STOPPING = "the pool is stopping; retry later"
+STOPPING_RETRY_AFTER = 30
+
+
 def _caller(request: Request) -> str:
     """The NAME of the request's key (``_KeyCheck``): who the request is billed to."""
     return str(request.scope.get("state", {}).get("key") or NO_KEY)
@@ -129,6 +135,7 @@ class Gateway:
         keys: KeyRing | None = None,
     ) -> None:
         self.handles = dict(handles)
+        self.stopping = False  # drain() began: no request is taken any more
         self.keys = keys  # None: an open pool, no key asked
         self.on_ready = on_ready
         self._ready_task: asyncio.Task[None] | None = None
@@ -148,6 +155,32 @@ class Gateway:
             lifespan=self._lifespan,
             middleware=[Middleware(_KeyCheck, keys=keys, metrics=self.metrics)],
         )
+
+    async def drain(self, grace: float) -> None:
+        """The pool stops: new requests and those still queued get 503 with Retry-After
+        (OpenAI's error shape); those being computed have ``grace`` seconds to finish,
+        then end with an error (an error event for a stream, never a cut that looks
+        whole); then the workers stop. One line says what it did."""
+        self.stopping = True
+        handles = list(self.handles.values())
+        queued = sum(
+            h.fail_queued(STOPPING, "pool_stopping", STOPPING_RETRY_AFTER) for h in handles
+        )
+        running = sum(len(h.pending) for h in handles)
+        deadline = time.monotonic() + grace
+        while any(h.pending for h in handles) and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        cut = sum(len(h.pending) for h in handles)
+        await asyncio.gather(*(h.stop() for h in handles))
+        if queued or running:
+            log.warning(
+                "stopping: %d queued request(s) answered 503; %d being computed, %d of "
+                "them ended with an error after the %gs grace",
+                queued,
+                running,
+                cut,
+                grace,
+            )
 
     # Starlette's lifespan signature: the app is passed, and the gateway holds it already.
     @asynccontextmanager
@@ -314,9 +347,12 @@ class Gateway:
             raise
         return rid, pending
 
-    @staticmethod
-    def _submit(handle: WorkerHandle, work: dict[str, Any], key: str) -> tuple[str, Pending]:
+    def _submit(self, handle: WorkerHandle, work: dict[str, Any], key: str) -> tuple[str, Pending]:
         """The request queued for the model's worker (billed to ``key``), or 429/503 at once."""
+        if self.stopping:
+            raise ApiError(
+                503, STOPPING, None, "pool_stopping", "server_error", STOPPING_RETRY_AFTER
+            )
         try:
             return handle.submit(work, key)
         except Overloaded as exc:
@@ -456,7 +492,7 @@ class Gateway:
         if msg.get("type") == "error":
             status = int(msg.get("status", 500))
             kind = "invalid_request_error" if status < 500 else "server_error"
-            retry = 1 if status in (429, 503) else None
+            retry = msg.get("retry_after") or (1 if status in (429, 503) else None)
             raise ApiError(
                 status, str(msg.get("message")), msg.get("param"), msg.get("code"), kind, retry
             )

@@ -168,6 +168,26 @@ def check_fits(
         raise ServeError("cannot serve this pool:\n  " + "\n  ".join(problems))
 
 
+# s: how long the requests being computed when the pool stops may take to finish; then
+# uvicorn's own graceful wait (timeout_graceful_shutdown) lets their answers go out.
+DRAIN_GRACE = 4.0
+
+
+def _gateway_server(config: Any, gateway: Gateway) -> Any:
+    """uvicorn's server whose shutdown drains the gateway first (``Gateway.drain``).
+    uvicorn alone would wait its graceful seconds and then cancel the tasks of requests
+    still waiting for a worker: each a plain-text 500 and a traceback in the log.
+    (uvicorn imported here, as in ``_build``: not for every command's start.)"""
+    import uvicorn
+
+    class GatewayServer(uvicorn.Server):
+        async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+            await gateway.drain(DRAIN_GRACE)
+            await super().shutdown(sockets)
+
+    return GatewayServer(config)
+
+
 class PoolServer:
     """The broker (own or the job's), the workers and the HTTP server of one pool."""
 
@@ -260,7 +280,7 @@ class PoolServer:
             timeout_graceful_shutdown=5,
             limit_concurrency=4096,
         )
-        self.server = uvicorn.Server(config)
+        self.server = _gateway_server(config, self.gateway)
         return self.server
 
     @property

@@ -76,6 +76,9 @@ class Overloaded(Unavailable):
 class Pending:
     queue: asyncio.Queue[dict[str, Any]] = field(default_factory=asyncio.Queue)
     key: str = NO_KEY  # the NAME of the request's key: who it is billed to (serve/keys.py)
+    # The worker has sent text of it (or its end): it is computed, no longer queued. A
+    # non-streamed request on vLLM has nothing to send before its end: queued till then.
+    started: bool = False
 
 
 class WorkerHandle:
@@ -325,6 +328,8 @@ class WorkerHandle:
                 self.deltas += 1
             p = self.pending.get(str(msg.get("id")))
             if p is not None:
+                # "accepted" comes on arrival, computed or queued in the worker alike.
+                p.started = p.started or kind != "accepted"
                 p.queue.put_nowait(msg)
 
     # -- the followers of a worker group -------------------------------------------------
@@ -394,9 +399,20 @@ class WorkerHandle:
             p.queue.put_nowait(err)
         self.pending.clear()
 
+    def fail_queued(self, message: str, code: str, retry_after: int) -> int:
+        """503 (with Retry-After) to the requests the worker has not begun, each cancelled
+        in the worker; those it computes go on. How many there were."""
+        queued = [rid for rid, p in self.pending.items() if not p.started]
+        for rid in queued:
+            err = {"type": "error", "status": 503, "message": message, "code": code}
+            err["retry_after"] = retry_after
+            self.pending[rid].queue.put_nowait(err)
+            self.finish(rid, cancel=True)
+        return len(queued)
+
     async def stop(self) -> None:
         self._stopping = True
-        self._fail_all(503, "the server is shutting down")
+        self._fail_all(503, "the pool is stopping; retry later", "pool_stopping")
         await self._stop_followers()  # first: a leader going away would alarm them
         self._drop_writer()
         proc = self.proc

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import logging
 import os
 import random
 import signal
@@ -18,6 +19,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import openai
@@ -318,3 +320,68 @@ def test_deeply_nested_json_is_a_400_not_a_500(server: PoolServer) -> None:
     url = f"http://127.0.0.1:{server.port}/v1/chat/completions"
     r = httpx.post(url, content=b"[" * 100_000)
     assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_json"
+
+
+def test_a_stopping_pool_answers_the_queued_503_and_lets_the_running_finish(
+    tiny_models: dict[str, Path], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The pool stops (as on SIGTERM: uvicorn's shutdown) with one stream being decoded
+    and four requests queued behind it (max_batch 1): the four get 503 `pool_stopping`
+    with Retry-After at once, in OpenAI's shape; the stream finishes whole within the
+    grace; one line says so, and nothing logs a traceback."""
+    text = f"""\
+listen: 127.0.0.1:0
+devices: cpu:1
+models:
+  - {{name: a, path: {tiny_models["model-a"]}, max_batch: 1, temperature: 0}}
+"""
+    srv = PoolServer(load_pool_text(text, "p.yaml"), env={"ACBSLURM_SERVE_TOKEN_DELAY": "0.05"})
+    srv.start(ready_timeout=240)
+    handle = srv.gateway.handles["a"]
+    url = f"http://127.0.0.1:{srv.port}/v1/completions"
+
+    async def until(what: str, pred: Any) -> None:
+        deadline = time.monotonic() + 30
+        while not pred():
+            assert time.monotonic() < deadline, what
+            await asyncio.sleep(0.01)
+
+    async def stop_with_requests() -> tuple[str, list[httpx.Response]]:
+        async with httpx.AsyncClient(timeout=60) as c:
+
+            async def stream() -> str:
+                body = {"model": "a", "prompt": "Hi", "max_tokens": 30, "stream": True}
+                async with c.stream("POST", url, json=body) as r:
+                    assert r.status_code == 200
+                    return "".join([t async for t in r.aiter_text()])
+
+            running = asyncio.ensure_future(stream())
+            await until(
+                "the stream decoded", lambda: any(p.started for p in handle.pending.values())
+            )
+            body = {"model": "a", "prompt": "Hi", "max_tokens": 30}
+            queued = [asyncio.ensure_future(c.post(url, json=body)) for _ in range(4)]
+            await until("four queued", lambda: len(handle.pending) == 5)
+            stopping = asyncio.get_running_loop().run_in_executor(None, srv.stop)
+            answers = list(await asyncio.gather(*queued))
+            streamed = await running
+            await stopping
+            return streamed, answers
+
+    caplog.set_level(logging.INFO)
+    try:
+        streamed, answers = asyncio.run(stop_with_requests())
+    finally:
+        srv.stop()
+    for r in answers:
+        assert r.status_code == 503 and r.headers["Retry-After"] == "30", r.text
+        assert r.json()["error"]["code"] == "pool_stopping", r.text
+    events = [e for e in streamed.split("\n\n") if e.startswith("data: ")]
+    assert events[-1] == "data: [DONE]", streamed
+    assert json.loads(events[-2][6:])["choices"][0]["finish_reason"] == "length", streamed
+    said = [r.getMessage() for r in caplog.records if r.name.startswith("acbslurm")]
+    assert [m for m in said if m.startswith("stopping:")] == [
+        "stopping: 4 queued request(s) answered 503; 1 being computed, 0 of them ended "
+        "with an error after the 4s grace"
+    ], said
+    assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR], said
