@@ -7,6 +7,9 @@ to a scratch directory so the running job's own record is untouched.
 
     python bench/hooks_bench.py [--dir SANDBOX_DIR] [-n 30] [--checkout OTHER_CHECKOUT]
 
+On a sandbox of several nodes (`sandbox up --nodes N`) the hooks run as the node the job
+landed on (its own inventory, records and runtime directories).
+
 ``--checkout`` times the hooks of another checkout of acbslurm (say, the commit before a
 change) against the same running job, through copies of the sandbox's wrappers.
 
@@ -97,8 +100,11 @@ def main() -> None:
             if time.monotonic() > deadline:
                 raise SystemExit(f"job {job} did not start")
             time.sleep(0.2)
-        idx = sb.run_slurm(["scontrol", "show", "job", "-d", job]).stdout
-        gpu_idx = idx.split("IDX:")[1].split(")")[0]
+        shown = sb.run_slurm(["scontrol", "show", "job", "-d", "-o", job]).stdout
+        gpu_idx = shown.split("IDX:")[1].split(")")[0]
+        # The node the job runs on, as slurmd names it to its prolog: on a sandbox of
+        # several nodes (vm-1, vm-2...) each has its own inventory (gpus-<node>.json).
+        node = shown.split(" NodeList=", 1)[1].split()[0]
         with tempfile.TemporaryDirectory() as records:
             env = {
                 "PATH": os.environ["PATH"],
@@ -109,7 +115,7 @@ def main() -> None:
                 "SLURM_JOB_USER": sb.user,
                 "SLURM_JOB_GPUS": gpu_idx,
                 "CUDA_VISIBLE_DEVICES": gpu_idx,
-                "SLURMD_NODENAME": sb.params.node,
+                "SLURMD_NODENAME": node,
                 "SLURM_SCRIPT_CONTEXT": "prolog_slurmd",
             }
             pro, epi = [], []

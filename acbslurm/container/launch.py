@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import json
 import os
 import signal
 import threading
 import time
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
+from urllib.parse import quote
 
 from acbslurm.cgroups.names import RUN_PID_ENV, RUNTIME_NAME, SOCKET_ENV
 from acbslurm.container.options import Limits
@@ -249,7 +251,7 @@ def run_container(
             tell(CANCELLED.format(signal.Signals(relay.first).name))
             return 128 + relay.first
         # A signal from here on stays pending until the wait below, then acts.
-        _start(api, cid, relay)
+        _start(api, cid, relay, sigs)
         gc.enable()  # off for the start only (cli/entry.py); the run may last days
         if spec.stdin:
             start_thread(copy_stdin, stream)
@@ -274,9 +276,19 @@ def run_container(
                 api.remove_container(cid)
 
 
-def _start(api: EngineApi, cid: str, relay: Relay) -> None:
+# A daemon working through a burst of starts (128 containers at once in one daemon)
+# answered some after more than the client's 30 s. One that still answers /_ping and
+# still lists the container is busy, not dead: the start is asked again (a container
+# already started answers 304) for up to this long in all, or until the job is
+# cancelled (Slurm's SIGTERM at its time limit included). A daemon that does not
+# answer fails as before, with the start's own error.
+START_PATIENCE = 600.0
+PING_TIMEOUT = 5.0
+
+
+def _start(api: EngineApi, cid: str, relay: Relay, sigs: Collection[int] = ()) -> None:
     try:
-        api.start(cid)
+        _start_patiently(api, cid, relay, sigs, time.monotonic())
     except EngineError as exc:
         raise DockerError(f"cannot start the container: {exc}") from None
     relay.cid = cid
@@ -285,6 +297,48 @@ def _start(api: EngineApi, cid: str, relay: Relay) -> None:
     relay.pid = api.container_pid(cid)
     if relay.tty:
         relay.resize()  # the tty starts at this terminal's size, not 80x24
+
+
+def _start_patiently(
+    api: EngineApi, cid: str, relay: Relay, sigs: Collection[int], since: float
+) -> None:
+    """``api.start``, asked again while the daemon is busy (``START_PATIENCE``), with
+    a line on stderr each time; the start's own error when it is not."""
+    while True:
+        try:
+            api.start(cid)
+            return
+        except (EngineError, DaemonUnreachable):
+            raise  # it answered (no such container...), or it is gone
+        except DockerError as exc:
+            waited = time.monotonic() - since
+            if waited > START_PATIENCE or not _busy(api, cid):
+                raise
+            _run_pending_handlers(sigs)  # scancel meanwhile: relay.first
+            if relay.first is not None:
+                raise DockerError(
+                    f"{exc}; the job was cancelled ({signal.Signals(relay.first).name}) "
+                    "while the daemon was busy: the container was removed unstarted"
+                ) from None
+            tell(
+                f"acbslurm: the Docker daemon at {api.host} has not started the container "
+                f"after {waited:.0f} s; it answers and has the container (busy, not "
+                f"dead): waiting, up to {START_PATIENCE:.0f} s"
+            )
+
+
+def _busy(api: EngineApi, cid: str) -> bool:
+    """The daemon answers /_ping and still lists ``cid``: it is working, not gone."""
+    if not api.pings(PING_TIMEOUT):
+        return False
+    try:
+        filters = json.dumps({"id": [cid]}, separators=(",", ":"))
+        listed = api.call("GET", f"/containers/json?all=1&filters={quote(filters)}")
+    except DockerError:
+        return False
+    return isinstance(listed, list) and any(
+        isinstance(c, dict) and c.get("Id") == cid for c in listed
+    )
 
 
 def daemon_stopped(host: str, code: int | None) -> str:

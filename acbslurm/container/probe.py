@@ -26,7 +26,9 @@ if TYPE_CHECKING:
     from typing import Any
 
 # s: the run's client's timeout per request (a create pulls nothing, a start of a GPU
-# container took 0.2 s here; a daemon that takes longer is stuck)
+# container took 0.2 s here). A start past it is asked again while the daemon answers
+# /_ping and has the container (a burst of starts: container/launch.py START_PATIENCE);
+# another request past it means a daemon that is stuck.
 API_TIMEOUT = 30.0
 
 

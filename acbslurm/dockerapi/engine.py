@@ -518,6 +518,16 @@ class EngineApi:
             sock.close()
         return pid or None
 
+    def pings(self, timeout: float) -> bool:
+        """Whether the daemon answers ``/_ping`` within ``timeout`` seconds: its API
+        serves, however long the containers' starts it works through take (the ping
+        waits for no container's lock, where an inspect waits for a starting one's)."""
+        try:
+            self._exchange("GET", "/_ping", None, timeout, timeout, self.version)
+        except DockerError:
+            return False
+        return True
+
     def answers(self) -> bool:
         """Whether the daemon answers at all now (``GET /version``)."""
         try:

@@ -188,14 +188,22 @@ def _fence_quietly(settings: Settings | None, env: Mapping[str, str], drop: str)
 
 def slurm_job_ref(env: Mapping[str, str], job_id: str, shown: str | None) -> str:
     """How ``scontrol update`` must name this job: ``ARRAYJOB_TASK`` for an array task
-    (``gpu_history.scontrol_name``), from SLURM_ARRAY_* where Slurm sets them in the
-    prolog, else from the job's ``scontrol show job`` line (22.05 sets none)."""
+    (``gpu_history.scontrol_name``), from SLURM_ARRAY_* where they are set, else from
+    the job's ``scontrol show job`` line; "" when neither is there.
+
+    slurmd gives the prolog no SLURM_ARRAY_* (22.05 to 25.11: only PrologSlurmctld and
+    the task prologs get them), so without scontrol's line the raw id is all there is,
+    and an array's last task to start has the array's own id: ``scontrol update
+    job=<it>`` would write every task of the array. A raw id that may be that is never
+    used to write."""
     from acbslurm.slurm.gpu_history import scontrol_name
 
     array_job = env.get("SLURM_ARRAY_JOB_ID", "").strip()
     task = env.get("SLURM_ARRAY_TASK_ID", "").strip()
     if is_ascii_int(array_job) and is_ascii_int(task):
         return f"{int(array_job)}_{int(task)}"
+    if shown is None:
+        return ""
     return scontrol_name(shown, job_id)
 
 
@@ -219,13 +227,24 @@ def _with_all_gpu_types(
 
 
 def _keep_gpu_history(rec: JobRecord, ref: str, shown: str | None, bin_dir: str) -> None:
-    """The job's GPUs into its AdminComment (``ref``: scontrol's name for the job), for
-    the report after the job is gone.
+    """The job's GPUs into its AdminComment (``ref``: scontrol's name for the job, ""
+    when it has none that names this job alone), for the report after the job is gone.
 
     History, not safety: a failure is said (slurmd's log, syslog) but fails no job.
     """
     from acbslurm.slurm.gpu_history import record_job_gpus
 
+    if not rec.gpu_uuids:
+        return
+    if not ref:
+        _say(
+            "warning",
+            f"job {rec.job_id}: GPUs {','.join(rec.gpu_uuids)} kept in its record on "
+            f"{rec.node} only, not in its AdminComment (the report will show none): "
+            "slurmctld did not answer, and without its answer the job's id may be an "
+            "array's, which would write every task of the array",
+        )
+        return
     try:
         record_job_gpus(ref, rec.node, rec.gpu_indices, rec.gpu_uuids, shown=shown, bin_dir=bin_dir)
     except AcbslurmError as exc:
@@ -236,10 +255,13 @@ def _allocation(job_id: str, node: str, bin_dir: str) -> tuple[Allocation, str, 
     """The job's CPUs/memory on this node, or why they could not be read (logged), and
     scontrol's line about the job (None when it did not answer)."""
     from acbslurm.errors import SlurmError
-    from acbslurm.slurm.allocation import Allocation, allocation_and_text
+    from acbslurm.slurm.allocation import Allocation, allocation_retried
+
+    def retrying(why: str) -> None:
+        _say("warning", f"job {job_id}: asking slurmctld again: {why}")
 
     try:
-        alloc, shown = allocation_and_text(job_id, node, bin_dir)
+        alloc, shown = allocation_retried(job_id, node, bin_dir, retrying=retrying)
         return alloc, "", shown
     except SlurmError as exc:
         why = str(exc).splitlines()[0]

@@ -7,10 +7,16 @@ Mem=2048``) and, for a one-node job without detail, ``NumCPUs`` and ``TRES mem=`
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import dataclass
 
 from acbslurm.slurm.hostlist import expand_hostlist
 from acbslurm.units import expand_ranges, is_ascii_int, size_bytes
+
+# On the hook path: no typing at run time (tests/unit/hooks/test_hooks_imports.py).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 # GRES items are split at a comma before a name (IDX lists hold commas too).
 _GRES_CHUNK = re.compile(r",(?=[A-Za-z])")
@@ -95,13 +101,49 @@ def own_line(text: str, job_id: str) -> str:
     The last task of an array to start keeps the array's id, and ``scontrol show job
     <that id>`` lists every task of the array: the first line may be another task's
     (its CPUs, its AdminComment). A task's own line has ``JobId=<its id>``.
+    Without one, "": never another task's line, whose CPUs and AdminComment the prolog
+    would take for its own job's.
     """
-    lines = [ln for ln in text.splitlines() if ln.strip()]
     mine = f"JobId={job_id}"
-    for ln in lines:
+    for ln in text.splitlines():
         if mine in ln.split():
             return ln
-    return lines[0] if lines else ""
+    return ""
+
+
+# The prolog's query of slurmctld: one timeout per attempt. A controller working
+# through a burst (128 prologs at once) answered in 5-11 s; one that timed out is asked
+# once more, for longer, so the job's record depends less on the controller's pace,
+# and the prolog (which the job waits for) stays bounded: 15 s of queries at most.
+QUERY_TIMEOUTS = (5.0, 10.0)
+# Before asking again after an answer that came back at once (a refused connection).
+_RETRY_PAUSE = 0.5
+
+
+def allocation_retried(
+    job_id: str,
+    node: str,
+    bin_dir: str = "",
+    timeouts: tuple[float, ...] = QUERY_TIMEOUTS,
+    retrying: Callable[[str], None] | None = None,
+) -> tuple[Allocation, str]:
+    """``allocation_and_text``, asked again (one attempt per item of ``timeouts``) when
+    scontrol did not answer or failed; an answer that cannot be read is not asked
+    again (it would read the same). ``retrying`` hears why before each new attempt."""
+    from acbslurm.errors import SlurmError
+
+    for timeout in timeouts[:-1]:
+        started = time.monotonic()
+        try:
+            return allocation_and_text(job_id, node, bin_dir, timeout)
+        except SlurmError as exc:
+            if exc.returncode == 0:
+                raise  # scontrol answered: what it said does not change on asking again
+            if retrying is not None:
+                retrying(str(exc).splitlines()[0])
+            if time.monotonic() - started < timeout / 2:
+                time.sleep(_RETRY_PAUSE)
+    return allocation_and_text(job_id, node, bin_dir, timeouts[-1])
 
 
 def job_allocation(job_id: str, node: str, bin_dir: str = "", timeout: float = 5.0) -> Allocation:

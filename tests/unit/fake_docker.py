@@ -307,6 +307,8 @@ class FakeDocker:
         if (method, route) == ("GET", "/version"):
             oldest, newest = self.min_api_version or "1.24", self.api_version or "1.47"
             return Answer(200, {"ApiVersion": newest, "MinAPIVersion": oldest, "Version": "fake"})
+        if (method, route) == ("GET", "/_ping"):
+            return Answer(200, b"OK")
         if (method, route) == ("GET", "/info"):
             return Answer(200, self.info)
         if (method, route) == ("GET", "/containers/json"):

@@ -303,7 +303,8 @@ def main():
         canned = state["responses"].get(cmd)
         done = state["counts"].get(cmd, 0)  # earlier calls of cmd
         state["counts"][cmd] = done + 1
-        if canned is not None and done >= canned["after"]:
+        until = canned.get("until", 0) if canned else 0
+        if canned is not None and done >= canned["after"] and not (until and done >= until):
             out, err, rc = canned["stdout"], canned["stderr"], canned["rc"]
         else:
             try:
@@ -487,14 +488,25 @@ class FakeSlurm:
     # canned answers
 
     def respond(
-        self, cmd: str, *, stdout: str = "", stderr: str = "", rc: int = 0, after: int = 0
+        self,
+        cmd: str,
+        *,
+        stdout: str = "",
+        stderr: str = "",
+        rc: int = 0,
+        after: int = 0,
+        times: int = 0,
     ) -> None:
         """From now on ``cmd`` prints this and exits ``rc``, whatever it is asked; with
         ``after``, only once that many calls of ``cmd`` (all so far counted) were answered
-        as usual (an sbatch that starts failing midway)."""
+        as usual (an sbatch that starts failing midway); with ``times``, for that many
+        calls only, then as usual again (a controller that answers the second time)."""
         assert cmd in COMMANDS
         data = self._load()
-        data["responses"][cmd] = {"stdout": stdout, "stderr": stderr, "rc": rc, "after": after}
+        until = max(after, data["counts"].get(cmd, 0)) + times if times else 0
+        data["responses"][cmd] = {
+            "stdout": stdout, "stderr": stderr, "rc": rc, "after": after, "until": until
+        }  # fmt: skip
         self._save(data)
 
     def simulate(self, cmd: str) -> None:

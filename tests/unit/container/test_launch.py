@@ -12,7 +12,7 @@ from pathlib import Path
 from types import FrameType
 
 import pytest
-from fake_docker import Answer, FakeDocker, Program, Request
+from fake_docker import Answer, FakeDocker, Hang, Program, Request
 
 from acbslurm.container.launch import LaunchSpec, run_container
 from acbslurm.container.options import Limits
@@ -333,3 +333,41 @@ def test_no_cdi_spec_dirs_means_gpus_as_before(fake_docker: FakeDocker) -> None:
         assert run_container(EngineApi(fake_docker.host, 5), spec()) == 0
     (create,) = fake_docker.calls("POST", "/containers/create")
     assert create.body["HostConfig"]["DeviceRequests"][0]["Driver"] == "nvidia"
+
+
+def test_a_busy_daemon_is_waited_for_and_a_dead_one_is_not(
+    fake_docker: FakeDocker, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A start the daemon does not answer within the client's timeout: while it answers
+    /_ping and lists the container (busy: a burst of starts), the start is asked again,
+    said on stderr; the run then goes on as usual."""
+    fake_docker.program = Program([(1, b"ran\n")], 0)
+    fake_docker.on("POST", "/containers/*/start", Hang(), times=2)
+    with deadline(30):
+        code = run(EngineApi(fake_docker.host, timeout=0.5), spec())
+    assert code == 0
+    out, err = capsys.readouterr()
+    assert out == "ran\n"
+    busy = [ln for ln in err.splitlines() if "busy, not dead" in ln]
+    assert len(busy) == 2 and "has not started the container after " in busy[0], err
+    assert len(fake_docker.calls("POST", "/containers/*/start")) == 3
+    assert fake_docker.containers == {}
+
+
+def test_a_daemon_that_does_not_ping_fails_the_start_at_once(fake_docker: FakeDocker) -> None:
+    fake_docker.on("POST", "/containers/*/start", Hang())
+    fake_docker.on("GET", "/_ping", Hang())
+    with (
+        deadline(30),
+        pytest.raises(DockerError, match=r"POST /containers/[0-9a-f]+/start: timed out"),
+    ):
+        run(EngineApi(fake_docker.host, timeout=0.5), spec())
+    assert len(fake_docker.calls("POST", "/containers/*/start")) == 1
+
+
+def test_a_start_whose_container_is_gone_is_not_waited_for(fake_docker: FakeDocker) -> None:
+    fake_docker.on("POST", "/containers/*/start", Hang())
+    fake_docker.on("GET", "/containers/json", Answer(200, []))
+    with deadline(30), pytest.raises(DockerError, match="timed out"):
+        run(EngineApi(fake_docker.host, timeout=0.5), spec())
+    assert len(fake_docker.calls("POST", "/containers/*/start")) == 1

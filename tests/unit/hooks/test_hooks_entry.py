@@ -441,6 +441,79 @@ def test_an_array_task_keeps_its_gpus_in_its_own_admin_comment(
     assert fake_slurm.jobs["40_2"]["admin_comment"] == "acbslurm:gpus=n1:2=GPU-0000"
 
 
+TIMED_OUT = "slurm_load_jobs error: Socket timed out on send/recv operation\n"
+
+
+def test_a_slow_controller_is_asked_again_within_a_bound(
+    node: Path,
+    fake_slurm: FakeSlurm,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """slurmctld under a burst: the prolog's first `scontrol show job` fails, the second
+    answers; the job is recorded with its allocation, its AdminComment written."""
+    from acbslurm.slurm import allocation
+
+    monkeypatch.setattr(allocation, "_RETRY_PAUSE", 0.0)
+    fake_slurm.respond("scontrol", stderr=TIMED_OUT, rc=1, times=1)
+    assert run_prolog(job_env(SLURM_JOB_GPUS="0,2")) == 0
+    err = capsys.readouterr().err
+    assert "job 77: asking slurmctld again: " in err and "Socket timed out" in err
+    rec = json.loads((node / "jobs" / "77.json").read_text())
+    assert (rec["cpus"], rec["mem_mb"], rec["alloc_error"]) == (2, 1024, "")
+    pairs = zip(rec["gpu_indices"], rec["gpu_uuids"], strict=True)
+    devices = ",".join(f"n1:{i}={u}" for i, u in pairs)
+    assert fake_slurm.jobs["77"]["admin_comment"] == f"acbslurm:gpus={devices}"
+    shows = [a for a in fake_slurm.argvs("scontrol") if a[1:3] == ["show", "job"]]
+    assert len(shows) == 2, shows
+
+
+def test_an_array_task_whose_controller_never_answers_writes_no_admin_comment(
+    node: Path,
+    fake_slurm: FakeSlurm,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The array's last task has the array's id (40); slurmctld never answers its
+    prolog. `scontrol update job=40` would write this task's GPUs into every task's
+    AdminComment, so nothing is written: the record on the node has the GPUs (from
+    SLURM_JOB_GPUS), the prolog says in one line why the report will show none, and
+    `acbslurm run` will refuse, as without an allocation before."""
+    from acbslurm.slurm import allocation
+
+    monkeypatch.setattr(allocation, "_RETRY_PAUSE", 0.0)
+    fake_slurm.add_job("40_1", "RUNNING", job_id="42", node="n1", cpu_ids="1", gpus=[0],
+                       admin_comment="acbslurm:gpus=n1:0=GPU-x")  # fmt: skip
+    fake_slurm.add_job("40_2", "RUNNING", job_id="40", node="n1", cpu_ids="2", gpus=[2])
+    fake_slurm.respond("scontrol", stderr=TIMED_OUT, rc=1)
+    assert run_prolog(job_env(SLURM_JOB_ID="40", SLURM_JOB_GPUS="2")) == 0
+    err = capsys.readouterr().err
+    rec = json.loads((node / "jobs" / "40.json").read_text())
+    assert rec["gpu_indices"] == [2] and "Socket timed out" in rec["alloc_error"]
+    assert [a for a in fake_slurm.argvs("scontrol") if a[1] == "update"] == []
+    jobs = fake_slurm.jobs
+    assert jobs["40_1"]["admin_comment"] == "acbslurm:gpus=n1:0=GPU-x"
+    assert jobs["40_2"]["admin_comment"] == ""
+    said = [ln for ln in err.splitlines() if "not in its AdminComment" in ln]
+    assert len(said) == 1, err
+    assert f"job 40: GPUs {rec['gpu_uuids'][0]} kept in its record on n1 only" in said[0]
+    assert len([a for a in fake_slurm.argvs("scontrol") if a[1:3] == ["show", "job"]]) == 2
+
+
+def test_a_cpu_only_job_without_an_answer_says_nothing_of_gpus(
+    node: Path,
+    fake_slurm: FakeSlurm,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from acbslurm.slurm import allocation
+
+    monkeypatch.setattr(allocation, "_RETRY_PAUSE", 0.0)
+    fake_slurm.respond("scontrol", stderr=TIMED_OUT, rc=1)
+    assert run_prolog(job_env()) == 0
+    assert "AdminComment" not in capsys.readouterr().err
+
+
 def test_prolog_records_every_type_of_a_mixed_typed_job(node: Path, fake_slurm: FakeSlurm) -> None:
     """`--gres=gpu:h200:1,gpu:a100:1` on 22.05: the prolog's SLURM_JOB_GPUS holds the
     last type's index only; scontrol's GRES= detail has both, and only ever adds GPUs

@@ -4,10 +4,12 @@ from fake_slurm import FakeSlurm
 from acbslurm.errors import SlurmError
 from acbslurm.slurm.allocation import (
     Allocation,
+    allocation_retried,
     count_cpu_ids,
     gres_gpu_indices,
     job_allocation,
     mem_to_mb,
+    own_line,
     parse_scontrol_job,
 )
 
@@ -78,3 +80,38 @@ def test_no_cpus_is_an_error(fake_slurm: FakeSlurm) -> None:
     fake_slurm.respond("scontrol", stdout="JobId=5 NumNodes=2 NumCPUs=2\n")
     with pytest.raises(SlurmError, match="names no CPUs of job 5 on n1"):
         job_allocation("5", "n1")
+
+
+def test_an_array_task_never_takes_another_tasks_line() -> None:
+    """`scontrol show job <array id>` lists every task: the task's own line, or none."""
+    text = (
+        "JobId=41 ArrayJobId=40 ArrayTaskId=0 NumNodes=1 NumCPUs=4\n"
+        "JobId=40 ArrayJobId=40 ArrayTaskId=1 NumNodes=1 NumCPUs=1\n"
+    )
+    assert own_line(text, "40").startswith("JobId=40 ")
+    assert own_line(text, "39") == ""
+
+
+def test_the_query_is_asked_again_only_when_scontrol_did_not_answer(
+    fake_slurm: FakeSlurm, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from acbslurm.slurm import allocation
+
+    monkeypatch.setattr(allocation, "_RETRY_PAUSE", 0.0)
+    fake_slurm.add_job("5", "RUNNING", node="n1", cpu_ids="0-1", mem="1024")
+    heard: list[str] = []
+    fake_slurm.respond("scontrol", stderr="Unable to contact slurm controller\n", rc=1, times=1)
+    alloc, line = allocation_retried("5", "n1", retrying=heard.append)
+    assert alloc.cpus == 2 and line.startswith("JobId=5 ")
+    assert len(heard) == 1 and "Unable to contact slurm controller" in heard[0]
+    # Never more attempts than timeouts; each attempt has its own.
+    fake_slurm.respond("scontrol", stderr="Unable to contact slurm controller\n", rc=1)
+    with pytest.raises(SlurmError, match="Unable to contact"):
+        allocation_retried("5", "n1", timeouts=(1.0, 2.0, 3.0), retrying=heard.append)
+    assert len(heard) == 3
+    # An answer that cannot be read is not asked again.
+    fake_slurm.clear_calls()
+    fake_slurm.respond("scontrol", stdout="JobId=5 NumNodes=1 Nodes=n1 CPU_IDs=0-x Mem=lots\n")
+    with pytest.raises(SlurmError, match="cannot parse"):
+        allocation_retried("5", "n1", retrying=heard.append)
+    assert len(fake_slurm.calls("scontrol")) == 1 and len(heard) == 3
