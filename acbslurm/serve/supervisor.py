@@ -324,13 +324,17 @@ class WorkerHandle:
         elif kind == "group_failed":
             self.reason = f"worker group failed: {msg.get('message', '')}"
         else:
-            if kind == "delta":
-                self.deltas += 1
-            p = self.pending.get(str(msg.get("id")))
-            if p is not None:
-                # "accepted" comes on arrival, computed or queued in the worker alike.
-                p.started = p.started or kind != "accepted"
-                p.queue.put_nowait(msg)
+            self._to_request(kind, msg)
+
+    def _to_request(self, kind: Any, msg: dict[str, Any]) -> None:
+        """A message about one request (accepted, text, its end, its error) to its waiter."""
+        if kind == "delta":
+            self.deltas += 1
+        p = self.pending.get(str(msg.get("id")))
+        if p is not None:
+            # "accepted" comes on arrival, computed or queued in the worker alike.
+            p.started = p.started or kind != "accepted"
+            p.queue.put_nowait(msg)
 
     # -- the followers of a worker group -------------------------------------------------
 
