@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,16 @@ def test_a_requeued_job_that_completed_shows_no_begin_time(sb: Any, idle: Any) -
         lambda: job_fields(sb, jid).get("Reason") == "BeginTime",
         timeout=60,
     )
+    # The first run's end revoked its credential on the node (slurmd, at the kill, before
+    # the epilog), and slurmd refuses a credential made in the second of a revocation
+    # ("Job credential revoked": the rerun FAILED). Once the node is idle the revocation
+    # is behind us: start the rerun in a later second than that.
+    wait_until(
+        "the node idle",
+        lambda: sb.run_slurm(["sinfo", "-h", "-o", "%T"]).stdout.split() == ["idle"],
+    )
+    idle_at = int(time.time())
+    wait_until("a second past the revocation", lambda: int(time.time()) > idle_at)
     # It would wait for its EligibleTime (about two minutes): let it start now.
     sb.run_slurm(["scontrol", "update", f"jobid={jid}", "StartTime=now"])
     done = wait_job(sb, jid, ("COMPLETED",), 90)
