@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -153,6 +154,22 @@ def acbslurm_as(
     if cwd:
         kw["cwd"] = str(cwd)
     return sb.run_as(user, [*ACBSLURM, *argv], timeout=timeout, **kw)
+
+
+def report_json(sb: Any, *args: str) -> dict[str, Any]:
+    """``acbslurm report --format json ARGS`` as root (every user's rows), which must succeed."""
+    env = {**os.environ, **sb.env(), "PYTHONPATH": str(REPO)}
+    res = subprocess.run(
+        [sys.executable, "-m", "acbslurm", "report", "--format", "json", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    doc: dict[str, Any] = json.loads(res.stdout)
+    return doc
 
 
 def job_status(sb: Any, user: str, job_id: str) -> dict[str, Any]:

@@ -14,10 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import shlex
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -25,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sandboxtest import IMAGE, REPO, acbslurm_run, submit, wait_job, wait_until
+from sandboxtest import IMAGE, acbslurm_run, report_json, submit, wait_job, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -70,21 +67,6 @@ def stalling_scontrol(sb: Any) -> Iterator[tuple[Path, Path]]:
             yield stall, log
         finally:
             conf.write_text(original)
-
-
-def report_json(sb: Any, *args: str) -> dict[str, Any]:
-    env = {**os.environ, **sb.env(), "PYTHONPATH": str(REPO)}
-    res = subprocess.run(
-        [sys.executable, "-m", "acbslurm", "report", "--format", "json", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        check=False,
-    )
-    assert res.returncode == 0, res.stdout + res.stderr
-    doc: dict[str, Any] = json.loads(res.stdout)
-    return doc
 
 
 def hooks_log_since(sb: Any) -> Any:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -27,6 +26,7 @@ from sandboxtest import (
     acbslurm_run,
     hook_devices,
     no_jobs,
+    report_json,
     requested_install,
     submit,
     wait_job,
@@ -212,21 +212,6 @@ def test_gpus_from_env_under_a_bare_srun(idle: Any) -> None:
     index = first.split("=", 1)[1]
     got = json.loads(rest)["gpus"]
     assert [(str(g["index"]), g["uuid"]) for g in got] == [(index, index_uuids(idle)[index])]
-
-
-def report_json(sb: Any, *args: str) -> dict[str, Any]:
-    env = {**os.environ, **sb.env(), "PYTHONPATH": str(REPO)}
-    res = subprocess.run(
-        [sys.executable, "-m", "acbslurm", "report", "--format", "json", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        check=False,
-    )
-    assert res.returncode == 0, res.stdout + res.stderr
-    doc: dict[str, Any] = json.loads(res.stdout)
-    return doc
 
 
 def test_array_tasks_are_reported_on_the_gpus_their_containers_got(
