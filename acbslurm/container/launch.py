@@ -12,17 +12,16 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import json
 import os
 import signal
 import threading
 import time
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
-from urllib.parse import quote
 
 from acbslurm.cgroups.names import RUN_PID_ENV, RUNTIME_NAME, SOCKET_ENV
 from acbslurm.container.options import Limits
+from acbslurm.container.patience import Patience, run_pending_handlers
 from acbslurm.container.probe import InfoProbe
 from acbslurm.container.signals import HANDLED, STOP_SIGNALS, Relay
 from acbslurm.container.streams import Pump, copy_stdin, raw_terminal, start_thread, tell
@@ -30,10 +29,13 @@ from acbslurm.dockerapi.daemon import start_hint
 from acbslurm.dockerapi.engine import (
     Conflict,
     DaemonGone,
+    DaemonTimeout,
     DaemonUnreachable,
     EngineApi,
     EngineError,
     NotFound,
+    pid_of,
+    started,
 )
 from acbslurm.errors import DockerError, SetupError
 from acbslurm.jobrecord import JOB_LABEL, USER_LABEL
@@ -44,6 +46,10 @@ from acbslurm.procfs import running
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
+
+
+# The label naming one `acbslurm run`'s container (its LaunchSpec.run_token).
+RUN_LABEL = "acbslurm.run"
 
 
 @dataclass(frozen=True)
@@ -71,6 +77,9 @@ class LaunchSpec:
     # The job's cgroup helper's socket: the container joins the cgroups of this
     # process's job step, through acbslurm's runtime (cgroups/runtime.py); "": it does not.
     cgroup_socket: str = ""
+    # This run's own: a create asked again after a timeout first looks for the one
+    # the first ask may have made by it (RUN_LABEL).
+    run_token: str = field(default_factory=lambda: os.urandom(8).hex())
 
 
 def device_request(uuids: Sequence[str], cdi_ids: Sequence[str] = ()) -> dict[str, Any]:
@@ -111,7 +120,7 @@ def container_config(
     config: dict[str, Any] = {
         "Image": spec.image,
         "Env": [f"{k}={v}" for k, v in env.items()],
-        "Labels": {JOB_LABEL: spec.job_id, USER_LABEL: spec.user},
+        "Labels": {JOB_LABEL: spec.job_id, USER_LABEL: spec.user, RUN_LABEL: spec.run_token},
         "AttachStdin": spec.stdin,
         "AttachStdout": True,
         "AttachStderr": True,
@@ -172,23 +181,20 @@ def _check_runtime(probe: InfoProbe, host: str) -> None:
         )
 
 
-def _run_pending_handlers(sigs: Iterable[int]) -> None:
-    """Run the handlers of the signals that came while ``sigs`` were blocked, and block
-    them again. CPython runs the handlers before pthread_sigmask returns."""
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, sigs)
-    signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
-
-
-def _create(api: EngineApi, spec: LaunchSpec, cdi_ids: Sequence[str]) -> tuple[str, bool]:
+def _create(
+    api: EngineApi, spec: LaunchSpec, cdi_ids: Sequence[str], patience: Patience
+) -> tuple[str, bool]:
     """Create the container; returns its id and whether limits were passed."""
     try:
         try:
-            return api.create(spec.name, container_config(spec, True, cdi_ids)), True
+            config = container_config(spec, True, cdi_ids)
+            return _create_once(api, spec.name, config, patience), True
         except EngineError as exc:
             if exc.status != 400 or not (spec.limits.nano_cpus or spec.limits.mem_bytes):
                 raise
             # A daemon without cgroups may refuse limits outright: run without them.
-            return api.create(spec.name, container_config(spec, False, cdi_ids)), False
+            config = container_config(spec, False, cdi_ids)
+            return _create_once(api, spec.name, config, patience), False
     except DaemonUnreachable:
         raise SetupError(start_hint(api.host)) from None
     except NotFound:
@@ -200,6 +206,35 @@ def _create(api: EngineApi, spec: LaunchSpec, cdi_ids: Sequence[str]) -> tuple[s
         raise DockerError(f"a container named {spec.name!r} already exists") from None
     except EngineError as exc:
         raise DockerError(f"cannot create the container: {exc}") from None
+
+
+def _create_once(
+    api: EngineApi, name: str | None, config: dict[str, Any], patience: Patience
+) -> str:
+    """``api.create``; one that timed out while the daemon is busy may have been made:
+    it is looked for by this run's own label before it is asked again."""
+    mine = f"{RUN_LABEL}={config['Labels'][RUN_LABEL]}"
+    while True:
+        try:
+            return api.create(name, config)
+        except DaemonTimeout as exc:
+            patience.again(exc, "the container's create")
+        except Conflict as exc:
+            if not (name and patience.used):
+                raise
+            # The name is taken by the create that timed out, still being made.
+            patience.again(DaemonTimeout(str(exc)), "the container's create")
+        found = patience.call("the list of containers", lambda: api.containers_with_label(mine))
+        if found:
+            return str(found[0].get("Id", ""))
+
+
+def _remove_twins(api: EngineApi, spec: LaunchSpec) -> None:
+    """After a create asked twice: any container the first made late (it carries the
+    run's label) goes too; the epilog would remove it, but only at the job's end."""
+    with contextlib.suppress(DockerError):
+        for c in api.containers_with_label(f"{RUN_LABEL}={spec.run_token}"):
+            api.remove_container(str(c.get("Id", "")))
 
 
 LIMITS_WARNING = (
@@ -238,20 +273,27 @@ def run_container(
     relay = Relay(api, spec.grace, tty=spec.tty)
     old_handlers = {s: signal.signal(s, relay.handle) for s in sigs}
     cid: str | None = None
+    patience: Patience | None = None
     try:
         probe = probe or InfoProbe(api)
+        patience = Patience(api, relay, sigs)
+        if spec.gpu_uuids or spec.cgroup_socket:
+            probe.wait(patience)
         if spec.cgroup_socket:
             _check_runtime(probe, api.host)
-        cid, with_limits = _create(api, spec, probe.cdi_ids(spec.gpu_uuids, spec.gpu_indices))
-        stream = api.attach(cid, stdin=spec.stdin, tty=spec.tty)
+        cdi_ids = probe.cdi_ids(spec.gpu_uuids, spec.gpu_indices)
+        cid, with_limits = _create(api, spec, cdi_ids, patience)
+        stream = patience.call(
+            "the attach", lambda: api.attach(cid, stdin=spec.stdin, tty=spec.tty)
+        )
         pump = Pump(stream)
         pump_thread = start_thread(pump.run)
-        _run_pending_handlers(sigs)  # one that came meanwhile sets relay.first
+        run_pending_handlers(sigs)  # one that came meanwhile sets relay.first
         if relay.first is not None:
             tell(CANCELLED.format(signal.Signals(relay.first).name))
             return 128 + relay.first
         # A signal from here on stays pending until the wait below, then acts.
-        _start(api, cid, relay, sigs)
+        _start(api, cid, relay, patience)
         gc.enable()  # off for the start only (cli/entry.py); the run may last days
         if spec.stdin:
             start_thread(copy_stdin, stream)
@@ -274,71 +316,37 @@ def run_container(
         if cid is not None:
             with contextlib.suppress(DockerError):  # else the epilog removes it
                 api.remove_container(cid)
+        if patience is not None and patience.used:
+            _remove_twins(api, spec)
 
 
-# A daemon working through a burst of starts (128 containers at once in one daemon)
-# answered some after more than the client's 30 s. One that still answers /_ping and
-# still lists the container is busy, not dead: the start is asked again (a container
-# already started answers 304) for up to this long in all, or until the job is
-# cancelled (Slurm's SIGTERM at its time limit included). A daemon that does not
-# answer fails as before, with the start's own error.
-START_PATIENCE = 600.0
-PING_TIMEOUT = 5.0
-
-
-def _start(api: EngineApi, cid: str, relay: Relay, sigs: Collection[int] = ()) -> None:
+def _start(api: EngineApi, cid: str, relay: Relay, patience: Patience) -> None:
     try:
-        _start_patiently(api, cid, relay, sigs, time.monotonic())
+        _start_patiently(api, cid, patience)
+        inspected = patience.call("the container's inspect", lambda: api.inspect(cid))
     except EngineError as exc:
         raise DockerError(f"cannot start the container: {exc}") from None
     relay.cid = cid
     # Known before any signal acts: what tells a daemon's stop from a crash, and whose
     # processes a suspend stops where the daemon cannot pause.
-    relay.pid = api.container_pid(cid)
+    relay.pid = pid_of(inspected)
     if relay.tty:
         relay.resize()  # the tty starts at this terminal's size, not 80x24
 
 
-def _start_patiently(
-    api: EngineApi, cid: str, relay: Relay, sigs: Collection[int], since: float
-) -> None:
-    """``api.start``, asked again while the daemon is busy (``START_PATIENCE``), with
-    a line on stderr each time; the start's own error when it is not."""
+def _start_patiently(api: EngineApi, cid: str, patience: Patience) -> None:
+    """``api.start``; one that timed out while the daemon is busy is asked again unless
+    the container started meanwhile (a second start of one that ran and ended would run
+    the command again)."""
     while True:
         try:
             api.start(cid)
             return
-        except (EngineError, DaemonUnreachable):
-            raise  # it answered (no such container...), or it is gone
-        except DockerError as exc:
-            waited = time.monotonic() - since
-            if waited > START_PATIENCE or not _busy(api, cid):
-                raise
-            _run_pending_handlers(sigs)  # scancel meanwhile: relay.first
-            if relay.first is not None:
-                raise DockerError(
-                    f"{exc}; the job was cancelled ({signal.Signals(relay.first).name}) "
-                    "while the daemon was busy: the container was removed unstarted"
-                ) from None
-            tell(
-                f"acbslurm: the Docker daemon at {api.host} has not started the container "
-                f"after {waited:.0f} s; it answers and has the container (busy, not "
-                f"dead): waiting, up to {START_PATIENCE:.0f} s"
-            )
-
-
-def _busy(api: EngineApi, cid: str) -> bool:
-    """The daemon answers /_ping and still lists ``cid``: it is working, not gone."""
-    if not api.pings(PING_TIMEOUT):
-        return False
-    try:
-        filters = json.dumps({"id": [cid]}, separators=(",", ":"))
-        listed = api.call("GET", f"/containers/json?all=1&filters={quote(filters)}")
-    except DockerError:
-        return False
-    return isinstance(listed, list) and any(
-        isinstance(c, dict) and c.get("Id") == cid for c in listed
-    )
+        except DaemonTimeout as exc:
+            patience.again(exc, "the container's start")
+        inspected = patience.call("the container's inspect", lambda: api.inspect(cid))
+        if started(inspected):
+            return
 
 
 def daemon_stopped(host: str, code: int | None) -> str:

@@ -11,12 +11,12 @@ module imports little for that reason.
 
 from __future__ import annotations
 
-import contextlib
 import signal
 import threading
+import time
 from collections.abc import Mapping, Sequence
 
-from acbslurm.dockerapi.engine import EngineApi
+from acbslurm.dockerapi.engine import DaemonTimeout, EngineApi
 from acbslurm.dockerapi.hosts import env_docker_host
 from acbslurm.errors import DockerError
 
@@ -25,10 +25,12 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+    from acbslurm.container.patience import Patience
+
 # s: the run's client's timeout per request (a create pulls nothing, a start of a GPU
-# container took 0.2 s here). A start past it is asked again while the daemon answers
-# /_ping and has the container (a burst of starts: container/launch.py START_PATIENCE);
-# another request past it means a daemon that is stuck.
+# container took 0.2 s here). A call past it is asked again while the daemon answers
+# its ping (a burst of starts: container/patience.py); past it without a ping, the
+# daemon is stuck.
 API_TIMEOUT = 30.0
 
 
@@ -49,8 +51,26 @@ class InfoProbe:
 
     def _get(self, api: EngineApi) -> None:
         self.daemon_pid = api.daemon_pid()
-        with contextlib.suppress(DockerError):
-            self.info = api.info()
+        since = time.monotonic()
+        while True:
+            try:
+                self.info = api.info()
+                return
+            except DaemonTimeout:  # busy: asked again while it pings
+                # Here, not above: the probe starts before the run's modules load.
+                from acbslurm.container.patience import PING_TIMEOUT, START_PATIENCE
+
+                if time.monotonic() - since > START_PATIENCE or not api.pings(PING_TIMEOUT):
+                    return
+            except DockerError:
+                return
+
+    def wait(self, patience: Patience) -> None:
+        """Until /info came or will not come, with the run's patience for a busy
+        daemon (a cancel meanwhile ends the wait with a DockerError)."""
+        while self.thread.is_alive():
+            self.thread.join(timeout=0.2)
+            patience.check_cancelled(DockerError(f"Docker at {self.api.host}: GET /info"))
 
     def limits_enforced(self) -> bool:
         self.thread.join(timeout=10)

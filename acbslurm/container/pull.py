@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 
+from acbslurm.container.patience import Patience
 from acbslurm.dockerapi.daemon import start_hint
 from acbslurm.dockerapi.engine import DaemonUnreachable, EngineApi, EngineError
 from acbslurm.errors import DockerError, SetupError
@@ -45,7 +46,8 @@ def image_known(api: EngineApi, ref: str) -> bool | None:
 
 def _missing(api: EngineApi, ref: str) -> bool:
     try:
-        api.image_inspect(ref)
+        # A busy daemon (a burst of starts) is asked again; SIGTERM still ends the run.
+        Patience(api).call("the image's look-up", lambda: api.image_inspect(ref))
     except EngineError as exc:
         if exc.status == 404:
             return True

@@ -46,6 +46,11 @@ class DaemonUnreachable(DockerError):
     """No daemon listens on the socket (missing socket file or connection refused)."""
 
 
+class DaemonTimeout(DockerError):
+    """The daemon did not answer within the client's timeout, or its socket's queue of
+    connections was full: busy with other work, or stuck (``pings`` tells which)."""
+
+
 class DaemonGone(DockerError):
     """The daemon went away while a container ran: its exit is not known.
 
@@ -274,6 +279,26 @@ def _error_message(body: bytes) -> str:
         return body[:300].decode(errors="replace")
 
 
+def pid_of(inspected: dict[str, Any]) -> int | None:
+    """The host pid of a container's first process from its inspect; None: not running."""
+    state = inspected.get("State")
+    pid = state.get("Pid") if isinstance(state, dict) else None
+    return pid if isinstance(pid, int) and pid > 0 else None
+
+
+def started(inspected: dict[str, Any]) -> bool:
+    """Whether a container was ever started: its status is past "created" (Docker's
+    StartedAt, the zero time until then, where a daemon sends no status)."""
+    state = inspected.get("State")
+    if not isinstance(state, dict):
+        return False
+    status = str(state.get("Status") or "")
+    if status:
+        return status != "created"
+    at = str(state.get("StartedAt") or "")
+    return bool(state.get("Running")) or (bool(at) and not at.startswith("0001-01-01"))
+
+
 class EngineApi:
     def __init__(self, docker_host: str, timeout: float) -> None:
         self.host = docker_host
@@ -290,6 +315,10 @@ class EngineApi:
         except (FileNotFoundError, ConnectionRefusedError) as exc:
             sock.close()
             raise DaemonUnreachable(f"no Docker daemon at {self.host}: {exc.strerror}") from None
+        except (TimeoutError, BlockingIOError) as exc:
+            # BlockingIOError: EAGAIN, a unix socket whose backlog of connections is full.
+            sock.close()
+            raise DaemonTimeout(f"Docker at {self.host}: {exc.strerror or 'timed out'}") from None
         except OSError as exc:
             sock.close()
             raise DockerError(f"Docker at {self.host}: {exc}") from None
@@ -356,6 +385,8 @@ class EngineApi:
         try:
             sock.sendall(self._request(method, f"/v{version}{url}", body))
             answer = _read_to_close(sock, total)
+        except TimeoutError as exc:
+            raise DaemonTimeout(f"{what}: {exc or 'timed out'}") from None
         except OSError as exc:
             raise DockerError(f"{what}: {exc}") from None
         finally:
@@ -464,6 +495,8 @@ class EngineApi:
                 raise http_error(status, f"{what}: HTTP {status}")
             sock.settimeout(None)  # output may pause for as long as the job runs
             attached = True
+        except TimeoutError as exc:
+            raise DaemonTimeout(f"{what}: {exc or 'timed out'}") from None
         except OSError as exc:
             raise DockerError(f"{what}: {exc}") from None
         finally:
@@ -493,15 +526,17 @@ class EngineApi:
             raise DaemonGone(f"{gone} (its answer to /wait had no exit code: {answer!r})")
         return code
 
+    def inspect(self, cid: str) -> dict[str, Any]:
+        """``GET /containers/<cid>/json``; ``NotFound`` when there is no such container."""
+        path = f"/containers/{_quote(cid)}/json"
+        return dict(_of_type(self.call("GET", path), dict, f"Docker at {self.host}: GET {path}"))
+
     def container_pid(self, cid: str) -> int | None:
         """The host pid of the container's first process; None when it cannot be told."""
         try:
-            answer = self.call("GET", f"/containers/{_quote(cid)}/json")
+            return pid_of(self.inspect(cid))
         except DockerError:
             return None
-        state = answer.get("State") if isinstance(answer, dict) else None
-        pid = state.get("Pid") if isinstance(state, dict) else None
-        return pid if isinstance(pid, int) and pid > 0 else None
 
     def daemon_pid(self) -> int | None:
         """The pid of the process serving the unix socket (SO_PEERCRED); None when it

@@ -2,11 +2,36 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from acbslurm.dockerapi.engine import DaemonUnreachable, EngineApi
+from acbslurm.dockerapi.engine import DaemonTimeout, DaemonUnreachable, EngineApi
 from acbslurm.errors import DockerError
 from acbslurm.jobrecord import JOB_LABEL
+
+# A daemon working through a burst of starts may answer a list or a removal after the
+# hook's timeout; one that still answers its ping is asked again, for this long in all
+# per daemon (s), rather than taken for stuck (the node would be drained for it).
+BUSY_PATIENCE = 60.0
+PING_TIMEOUT = 2.0
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import TypeVar
+
+    T = TypeVar("T")
+
+
+def _asked_again(api: EngineApi, fn: Callable[[str], T], arg: str, until: float) -> T:
+    """``fn(arg)`` (a list or a removal: both may be asked twice), again after a timeout
+    while the daemon pings and ``until`` (monotonic) has not passed."""
+    while True:
+        try:
+            return fn(arg)
+        except DaemonTimeout:
+            if time.monotonic() > until or not api.pings(PING_TIMEOUT):
+                raise
 
 
 @dataclass
@@ -20,13 +45,18 @@ class SweepResult:
     unreachable: list[str] = field(default_factory=list)
 
 
-def sweep_job_containers(job_id: str, docker_hosts: list[str], timeout: float) -> SweepResult:
-    """Force-remove containers labelled ``acbslurm.job_id=<job_id>``; never raises."""
+def sweep_job_containers(
+    job_id: str, docker_hosts: list[str], timeout: float, patience: float = BUSY_PATIENCE
+) -> SweepResult:
+    """Force-remove containers labelled ``acbslurm.job_id=<job_id>``; never raises.
+    ``patience``: how long a busy daemon (it pings) is asked again, per daemon."""
     result = SweepResult()
     for host in docker_hosts:
+        until = time.monotonic() + patience
         try:
             api = EngineApi(host, timeout)
-            containers = api.containers_with_label(f"{JOB_LABEL}={job_id}")
+            label = f"{JOB_LABEL}={job_id}"
+            containers = _asked_again(api, api.containers_with_label, label, until)
         except DaemonUnreachable:
             result.unreachable.append(host)
             continue
@@ -36,7 +66,7 @@ def sweep_job_containers(job_id: str, docker_hosts: list[str], timeout: float) -
         for c in containers:
             cid = str(c.get("Id", ""))
             try:
-                api.remove_container(cid)
+                _asked_again(api, api.remove_container, cid, until)
                 result.removed.append(cid[:12])
             except DockerError as exc:
                 result.failures.append(str(exc))

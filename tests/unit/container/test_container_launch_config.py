@@ -43,7 +43,9 @@ def test_container_config_has_exact_gpus_labels_limits_and_init() -> None:
     assert host["Init"] is True
     assert (host["NanoCpus"], host["Memory"]) == (2 * 10**9, 1024**3)
     assert host["Binds"] == ["/data:/d:ro"]
+    run = c["Labels"].pop("acbslurm.run")
     assert c["Labels"] == {"acbslurm.job_id": "12", "acbslurm.user": "user1"}
+    assert len(run) == 16 and run != spec().run_token  # each run its own
     assert c["Cmd"] == ["sh", "-c", "echo $X"]
     assert "X=1" in c["Env"] and "ACBSLURM_GPU_UUIDS=GPU-a,GPU-b" in c["Env"]
     assert c["WorkingDir"] == "/w"

@@ -43,12 +43,16 @@ def spec(**kw: object) -> LaunchSpec:
     return LaunchSpec(**base)  # type: ignore[arg-type]
 
 
+class Hung(BaseException):
+    """Not an OSError (a TimeoutError would be taken for the daemon's)."""
+
+
 @contextlib.contextmanager
 def deadline(seconds: float) -> Iterator[None]:
     """Fail instead of hanging: SIGALRM raises in the main thread after ``seconds``."""
 
     def expire(_signum: int, _frame: FrameType | None) -> None:
-        raise TimeoutError(f"still running after {seconds} s: it hangs")
+        raise Hung(f"still running after {seconds} s: it hangs")
 
     old = signal.signal(signal.SIGALRM, expire)
     signal.setitimer(signal.ITIMER_REAL, seconds)
@@ -339,8 +343,8 @@ def test_a_busy_daemon_is_waited_for_and_a_dead_one_is_not(
     fake_docker: FakeDocker, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A start the daemon does not answer within the client's timeout: while it answers
-    /_ping and lists the container (busy: a burst of starts), the start is asked again,
-    said on stderr; the run then goes on as usual."""
+    /_ping (busy: a burst of starts) and the container has not started, the start is
+    asked again, said on stderr; the run then goes on as usual."""
     fake_docker.program = Program([(1, b"ran\n")], 0)
     fake_docker.on("POST", "/containers/*/start", Hang(), times=2)
     with deadline(30):
@@ -349,9 +353,129 @@ def test_a_busy_daemon_is_waited_for_and_a_dead_one_is_not(
     out, err = capsys.readouterr()
     assert out == "ran\n"
     busy = [ln for ln in err.splitlines() if "busy, not dead" in ln]
-    assert len(busy) == 2 and "has not started the container after " in busy[0], err
+    assert len(busy) == 2 and "has not answered the container's start after " in busy[0], err
     assert len(fake_docker.calls("POST", "/containers/*/start")) == 3
     assert fake_docker.containers == {}
+
+
+def _made_late(fake: FakeDocker) -> Callable[[Request], Hang]:
+    """A script: the daemon does what was asked but answers only after the client
+    gave up (a burst: the create or start went through, its answer came too late)."""
+
+    def script(req: Request) -> Hang:
+        if req.route == "/containers/create":
+            fake._create(req)
+        else:
+            cid = req.route.split("/")[2]
+            with fake.cond:
+                c = fake._find(cid)
+                assert c is not None
+                fake._act(c, ("POST", "/start"), req)
+                fake.cond.notify_all()
+        return Hang()
+
+    return script
+
+
+@pytest.mark.parametrize("name", ["acbslurm-12-x", ""])
+def test_a_create_answered_too_late_is_found_not_made_twice(
+    fake_docker: FakeDocker, capsys: pytest.CaptureFixture[str], name: str
+) -> None:
+    """The create timed out but the daemon made the container: the run finds it by its
+    own label and runs it, once."""
+    fake_docker.program = Program([(1, b"ran\n")], 0)
+    made: list[str] = []
+    fake_docker.on("POST", "/containers/create", _made_late(fake_docker), times=1)
+    fake_docker.on("DELETE", "/containers/*", lambda req: made.append(req.route) and None)
+    with deadline(30):
+        code = run(EngineApi(fake_docker.host, timeout=0.5), spec(name=name))
+    out, err = capsys.readouterr()
+    assert (code, out) == (0, "ran\n"), err
+    assert "has not answered the container's create" in err
+    assert len(fake_docker.calls("POST", "/containers/create")) == 1
+    assert len(made) == 1 and fake_docker.containers == {}
+
+
+def test_a_named_create_still_in_flight_meets_its_own_name_and_finds_it(
+    fake_docker: FakeDocker,
+) -> None:
+    """The first create lands only after the run looked for it: the second meets the
+    name taken (409), and the run then finds the first by its label."""
+    fake_docker.program = Program([(1, b"ran\n")], 0)
+    first: list[Request] = []
+    fake_docker.on("POST", "/containers/create", lambda req: first.append(req) or Hang(), times=1)
+
+    def listed_before_it_landed(req: Request) -> Answer:
+        fake_docker._create(first[0])
+        return Answer(200, [])
+
+    fake_docker.on("GET", "/containers/json", listed_before_it_landed, times=1)
+    with deadline(30):
+        assert run(EngineApi(fake_docker.host, timeout=0.5), spec()) == 0
+    assert len(fake_docker.calls("POST", "/containers/create")) == 2
+    assert fake_docker.containers == {}
+
+
+def test_an_unnamed_twin_made_late_is_removed_with_the_run(fake_docker: FakeDocker) -> None:
+    """Unnamed, the second create makes a second container when the first lands late:
+    both carry the run's label, and the run removes both."""
+    fake_docker.program = Program([(1, b"ran\n")], 0)
+    first: list[Request] = []
+    fake_docker.on("POST", "/containers/create", lambda req: first.append(req) or Hang(), times=1)
+    fake_docker.on("GET", "/containers/json", Answer(200, []), times=1)
+    # It lands while the run starts its own.
+    fake_docker.on("POST", "/containers/*/start", lambda _: fake_docker._create(first[0]) and None)
+    with deadline(30):
+        assert run(EngineApi(fake_docker.host, timeout=0.5), spec(name="")) == 0
+    assert len(fake_docker.calls("POST", "/containers/create")) == 2
+    assert fake_docker.containers == {}
+
+
+def test_a_create_that_timed_out_unmade_is_asked_again(fake_docker: FakeDocker) -> None:
+    fake_docker.program = Program([(1, b"ran\n")], 0)
+    fake_docker.on("POST", "/containers/create", Hang(), times=1)
+    with deadline(30):
+        assert run(EngineApi(fake_docker.host, timeout=0.5), spec()) == 0
+    assert len(fake_docker.calls("POST", "/containers/create")) == 2
+    assert fake_docker.containers == {}
+
+
+def test_a_start_answered_too_late_is_not_started_again(
+    fake_docker: FakeDocker, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The start timed out but the container started (and ended): starting it again
+    would run the job's command twice. The inspect says it started: the run waits."""
+    fake_docker.program = Program([(1, b"ran\n")], 3)
+    fake_docker.on("POST", "/containers/*/start", _made_late(fake_docker), times=1)
+    with deadline(30):
+        code = run(EngineApi(fake_docker.host, timeout=0.5), spec())
+    out, _ = capsys.readouterr()
+    assert (code, out) == (3, "ran\n")
+    assert len(fake_docker.calls("POST", "/containers/*/start")) == 1
+
+
+def test_an_attach_and_an_inspect_that_time_out_are_asked_again(fake_docker: FakeDocker) -> None:
+    fake_docker.program = Program([(1, b"ran\n")], 0)
+    fake_docker.on("POST", "/containers/*/attach", Hang(), times=1)
+    fake_docker.on("GET", "/containers/*/json", Hang(), times=1)
+    fake_docker.on("GET", "/info", Hang(), times=1)
+    with deadline(30):
+        assert run(EngineApi(fake_docker.host, timeout=0.5), spec()) == 0
+    assert len(fake_docker.calls("POST", "/containers/*/attach")) == 2
+    assert len(fake_docker.calls("GET", "/info")) == 2
+
+
+def test_a_cancel_while_the_daemon_is_busy_removes_the_container_unstarted(
+    fake_docker: FakeDocker, sigterm_seen: list[int]
+) -> None:
+    def busy_then_cancelled(req: Request) -> Hang:
+        sigterm_self(req)
+        return Hang()
+
+    fake_docker.on("POST", "/containers/*/start", busy_then_cancelled)
+    with deadline(30), pytest.raises(DockerError, match=r"cancelled \(SIGTERM\) while the daemon"):
+        run(EngineApi(fake_docker.host, timeout=0.5), spec())
+    assert sigterm_seen == [] and fake_docker.containers == {}
 
 
 def test_a_daemon_that_does_not_ping_fails_the_start_at_once(fake_docker: FakeDocker) -> None:
@@ -367,7 +491,7 @@ def test_a_daemon_that_does_not_ping_fails_the_start_at_once(fake_docker: FakeDo
 
 def test_a_start_whose_container_is_gone_is_not_waited_for(fake_docker: FakeDocker) -> None:
     fake_docker.on("POST", "/containers/*/start", Hang())
-    fake_docker.on("GET", "/containers/json", Answer(200, []))
-    with deadline(30), pytest.raises(DockerError, match="timed out"):
+    fake_docker.on("GET", "/containers/*/json", Answer(404, {"message": "No such container"}))
+    with deadline(30), pytest.raises(DockerError, match=r"cannot start.*No such container"):
         run(EngineApi(fake_docker.host, timeout=0.5), spec())
     assert len(fake_docker.calls("POST", "/containers/*/start")) == 1

@@ -1,9 +1,10 @@
 """The epilog's sweep against the fake Docker daemon (tests/unit/fake_docker.py)."""
 
 import socket
+import time
 from pathlib import Path
 
-from fake_docker import Answer, FakeDocker, Raw
+from fake_docker import Answer, FakeDocker, Hang, Raw
 
 from acbslurm.hooks.sweep import sweep_job_containers
 
@@ -65,3 +66,32 @@ def test_a_truncated_answer_is_a_failure_not_a_crash(fake_docker: FakeDocker) ->
     assert result.removed == []
     assert len(result.failures) == 1
     assert "GET /containers/json: truncated or invalid answer" in result.failures[0]
+
+
+def test_a_busy_daemon_is_asked_again_and_a_stuck_one_is_a_failure(
+    fake_docker: FakeDocker,
+) -> None:
+    """A list or removal past the timeout while the daemon pings (a burst of starts):
+    asked again, the job's containers go. One that does not ping: a failure, at once."""
+    mine = fake_docker.add_container(JOB)
+    fake_docker.on("GET", "/containers/json", Hang(), times=1)
+    fake_docker.on("DELETE", "/containers/*", Hang(), times=1)
+    result = sweep_job_containers("7", [fake_docker.host], 0.5)
+    assert (result.removed, result.failures) == ([mine[:12]], [])
+    assert len(fake_docker.calls("DELETE")) == 2
+
+    fake_docker.add_container(JOB)
+    fake_docker.on("GET", "/containers/json", Hang())
+    fake_docker.on("GET", "/_ping", Hang())
+    t0 = time.monotonic()
+    result = sweep_job_containers("7", [fake_docker.host], 0.5)
+    assert len(result.failures) == 1 and "timed out" in result.failures[0]
+    assert time.monotonic() - t0 < 5
+
+
+def test_a_busy_daemon_is_asked_again_only_within_the_patience(fake_docker: FakeDocker) -> None:
+    fake_docker.add_container(JOB)
+    fake_docker.on("GET", "/containers/json", Hang())
+    result = sweep_job_containers("7", [fake_docker.host], 0.3, patience=1.0)
+    assert len(result.failures) == 1
+    assert 2 <= len(fake_docker.calls("GET", "/containers/json")) <= 5
