@@ -49,3 +49,9 @@ class FiniteFloat(click.FloatRange):
         except ValueError as exc:
             self.fail(f"{exc}.", param, ctx)
         return super().convert(number, param, ctx)
+
+    def _describe_range(self) -> str:
+        # click's FloatRange shows "[x<=None]" in --help when neither bound is set.
+        if self.min is None and self.max is None:
+            return ""
+        return str(super()._describe_range())

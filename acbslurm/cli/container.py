@@ -62,13 +62,28 @@ class _RunCommand(click.Command):
     "gpus",
     default="auto",
     show_default=True,
-    help="auto (the job's GPUs from Slurm), none, or a comma list of the job's GPU UUIDs.",
+    help="auto (the job's GPUs from Slurm; all means the same), none, or some of the "
+    "job's GPUs: device=0,1 (by index in the job) or a comma list of their UUIDs.",
 )
 @click.option(
     "--mount", "mounts", multiple=True, metavar="SRC:DST[:ro]", help="Bind-mount a host path."
 )
-@click.option("--env", "envs", multiple=True, metavar="KEY=VALUE", help="Set a variable.")
-@click.option("--workdir", default=None, help="Working directory inside the container.")
+@click.option(
+    "-e",
+    "--env",
+    "envs",
+    multiple=True,
+    metavar="KEY[=VALUE]",
+    help="Set a variable (KEY alone: its value here, as `docker run -e`).",
+)
+@click.option("-w", "--workdir", default=None, help="Working directory inside the container.")
+@click.option("--hostname", default=None, help="The container's host name.")
+@click.option(
+    "--rm",
+    "remove",
+    is_flag=True,
+    help="Accepted as `docker run` has it: the container is always removed when it ends.",
+)
 @click.option("--name", default=None, help="Container name (default acbslurm-<job>-<random>).")
 @click.option(
     "--grace",
@@ -99,6 +114,8 @@ def run(
     mounts: tuple[str, ...],
     envs: tuple[str, ...],
     workdir: str | None,
+    hostname: str | None,
+    remove: bool,
     name: str | None,
     grace: float | None,
     cpus: float | None,
@@ -120,6 +137,8 @@ def run(
         mounts=mounts,
         envs=envs,
         workdir=workdir,
+        hostname=hostname,
+        remove=remove,
         name=name,
         grace=grace,
         cpus=cpus,

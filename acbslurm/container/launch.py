@@ -71,6 +71,7 @@ class LaunchSpec:
     shm_bytes: int = 0  # --shm-size; 0: Docker's 64 MB
     entrypoint: str | None = None  # --entrypoint ("" resets the image's)
     read_only: bool = False  # --read-only root file system
+    hostname: str | None = None  # --hostname; None: Docker's (the container's id)
     # The node's index of each of gpu_uuids: the CDI name where a spec names GPUs by
     # index only.
     gpu_indices: list[int] = field(default_factory=list)
@@ -160,6 +161,8 @@ def _user_choices(config: dict[str, Any], spec: LaunchSpec) -> None:
         config["Cmd"] = list(spec.command)
     if spec.workdir:
         config["WorkingDir"] = spec.workdir
+    if spec.hostname:
+        config["Hostname"] = spec.hostname
     if spec.run_as:
         config["User"] = spec.run_as
     if spec.entrypoint is not None:

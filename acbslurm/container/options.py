@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from acbslurm.envrules import env_problem
@@ -69,13 +69,18 @@ def parse_mount(
     return Mount(real, os.path.normpath(parts[1]), mode == "ro")
 
 
-def parse_env(spec: str) -> tuple[str, str]:
+def parse_env(spec: str, environ: Mapping[str, str] | None = None) -> tuple[str, str] | None:
+    """``KEY=VALUE``; a bare ``KEY`` takes its value from ``environ`` (this process's
+    environment), and is left out where that has none, as `docker run -e KEY` does."""
     key, sep, value = spec.partition("=")
-    if not sep or not _ENV_KEY.match(key):
-        raise OptionError("--env", f"expected KEY=VALUE with a valid name, got {spec!r}")
+    if not _ENV_KEY.match(key):
+        raise OptionError("--env", f"expected KEY=VALUE or KEY with a valid name, got {spec!r}")
     problem = env_problem(key)
     if problem:
         raise OptionError("--env", problem)
+    if not sep:
+        here = os.environ if environ is None else environ
+        return (key, here[key]) if key in here else None
     return key, value
 
 
@@ -90,20 +95,37 @@ def parse_size(spec: str) -> int:
     return value
 
 
+_GPU_COUNT = re.compile(r"^[0-9]+$")
+
+
 def parse_gpus(spec: str) -> str | list[str]:
-    """``auto`` | ``none`` | a comma list of GPU/MIG UUIDs."""
+    """``auto`` (``all``: the same in a job) | ``none`` | a comma list of the job's GPUs,
+    by UUID (GPU or MIG) or by their index in the job (0 is its first), with or without
+    Docker's ``device=``."""
     if spec in ("auto", "none"):
         return spec
-    uuids = [t.strip() for t in spec.split(",") if t.strip()]
-    bad = [u for u in uuids if not is_uuid(u)]
-    if not uuids or bad:
+    if spec == "all":
+        return "auto"  # `docker run --gpus all`: in a job, all of the job's
+    if _GPU_COUNT.match(spec):
         raise OptionError(
             "--gpus",
-            f"expected auto, none or GPU UUIDs, got {spec!r}" + (f" ({bad[0]!r})" if bad else ""),
+            f"got a count ({spec!r}): in a job the container gets the job's (or this "
+            "task's) GPUs, --gpus auto, the default; to pick some, name them: "
+            "device=0,1 (the job's first two) or their UUIDs",
         )
-    if len(set(uuids)) != len(uuids):
+    body = spec.strip("\"'")
+    body = body.removeprefix("device=")
+    items = [t.strip() for t in body.split(",") if t.strip()]
+    bad = [u for u in items if not (is_uuid(u) or _GPU_COUNT.match(u))]
+    if not items or bad:
+        raise OptionError(
+            "--gpus",
+            "expected auto, all, none, or the job's GPUs by UUID or index in the job "
+            f"(device=0,1), got {spec!r}" + (f" ({bad[0]!r})" if bad else ""),
+        )
+    if len(set(items)) != len(items):
         raise OptionError("--gpus", f"a GPU is named twice in {spec!r}")
-    return uuids
+    return items
 
 
 def resolve_gpus(spec: str | list[str], record: JobRecord | None) -> list[str]:
@@ -116,13 +138,27 @@ def resolve_gpus(spec: str | list[str], record: JobRecord | None) -> list[str]:
     assert isinstance(spec, list)
     if record is None:
         raise GpuNotAllocated(f"--gpus {','.join(spec)}: no job record, so no GPU is allowed")
-    for u in spec:
+    uuids = [_by_index(u, given, record.job_id) if _GPU_COUNT.match(u) else u for u in spec]
+    for u in uuids:
         if u not in given:
             raise GpuNotAllocated(
                 f"--gpus: GPU {u} was not given to job {record.job_id} by Slurm "
                 f"(it has: {','.join(given) or 'no GPUs'})"
             )
-    return list(spec)
+    if len(set(uuids)) != len(uuids):
+        raise GpuNotAllocated(f"--gpus {','.join(spec)}: names one of the job's GPUs twice")
+    return uuids
+
+
+def _by_index(index: str, given: Sequence[str], job_id: str) -> str:
+    """The job's (or task's) GPU at ``index``, in the order CUDA numbers them in it."""
+    i = int(index)
+    if i >= len(given):
+        raise GpuNotAllocated(
+            f"--gpus: job {job_id} has {len(given)} GPU(s) here (indices "
+            f"{'0-' + str(len(given) - 1) if given else 'none'}), not {index}"
+        )
+    return given[i]
 
 
 @dataclass(frozen=True)
@@ -197,6 +233,18 @@ REFUSED: dict[str, str] = {
 }
 
 _RUN_AS = re.compile(r"^[A-Za-z0-9_.][A-Za-z0-9_.-]*(:[A-Za-z0-9_.][A-Za-z0-9_.-]*)?$")
+
+
+_HOST_LABEL = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
+
+
+def parse_hostname(name: str) -> str:
+    """``--hostname``: an RFC 1123 name (labels of letters, digits and inner dashes)."""
+    if len(name) > 253 or not all(_HOST_LABEL.match(p) for p in name.split(".")):
+        raise OptionError(
+            "--hostname", f"expected a host name (letters, digits, '-' and '.'), got {name!r}"
+        )
+    return name
 
 
 def parse_user(spec: str) -> str:

@@ -13,12 +13,14 @@ import sys
 from dataclasses import dataclass
 
 from acbslurm.config import DEFAULT_CONFIG_FILE, load_settings
+from acbslurm.container.job_env import job_env
 from acbslurm.container.options import (
     GpuNotAllocated,
     OptionError,
     parse_env,
     parse_env_file,
     parse_gpus,
+    parse_hostname,
     parse_mount,
     parse_shm_size,
     parse_user,
@@ -26,7 +28,7 @@ from acbslurm.container.options import (
     resolve_grace,
     resolve_limits,
 )
-from acbslurm.container.step_gpus import rank_env, step_record
+from acbslurm.container.step_gpus import step_record
 from acbslurm.errors import ConfigError, SetupError
 from acbslurm.jobrecord import JobRecord, check_job_id, read_trusted_record
 from acbslurm.mountrules import Mount
@@ -62,6 +64,8 @@ class RunArgs:
     entrypoint: str | None = None
     env_files: tuple[str, ...] = ()
     read_only: bool = False
+    hostname: str | None = None
+    remove: bool = False  # --rm: accepted; the container is always removed
 
 
 def _settings_source() -> str:
@@ -114,7 +118,7 @@ def _environment(args: RunArgs) -> dict[str, str]:
         except ConfigError as exc:  # missing, not a regular file, too large, not UTF-8
             raise OptionError("--env-file", str(exc)) from None
         env.update(parse_env_file(text, path, dict(os.environ)))
-    env.update(parse_env(e) for e in args.envs)
+    env.update(kv for kv in (parse_env(e) for e in args.envs) if kv is not None)
     return env
 
 
@@ -131,6 +135,8 @@ def _parsed(
     if args.workdir is not None and not args.workdir.startswith("/"):
         raise OptionError("--workdir", f"must be an absolute path, got {args.workdir!r}")
     run_as = None if args.user is None else parse_user(args.user)
+    if args.hostname is not None:
+        parse_hostname(args.hostname)
     return gpus_spec, mount_list, env, run_as
 
 
@@ -201,7 +207,7 @@ def execute(args: RunArgs, early: InfoProbe | None = None) -> int:
         name=args.name or f"acbslurm-{job_id or 'local'}-{os.urandom(3).hex()}",
         grace=grace,
         mounts=mount_list,
-        env=rank_env(os.environ, env),
+        env=job_env(os.environ, env),
         workdir=args.workdir,
         stdin=args.interactive,
         tty=args.tty,
@@ -209,6 +215,7 @@ def execute(args: RunArgs, early: InfoProbe | None = None) -> int:
         shm_bytes=shm,
         entrypoint=args.entrypoint,
         read_only=args.read_only,
+        hostname=args.hostname,
         gpu_indices=_indices_of(uuids, record),
         cgroup_socket=_cgroup_socket(settings.container_cgroups, settings.job_runtime_dir, job_id),
     )

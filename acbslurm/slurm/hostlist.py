@@ -69,3 +69,18 @@ def _bracket_numbers(part: str, item: str) -> list[str]:
     if is_ascii_int(part):
         return [part]
     raise ConfigError(f"bad range {part!r} in {item!r}")
+
+
+def first_host(expr: str) -> str:
+    """The first name of a hostlist (``vm-[1-2],x`` -> ``vm-1``) without expanding the
+    rest: a job's first node, as `scontrol show hostnames | head -1` prints it."""
+    items = _split_top_level(expr)
+    if not items:
+        raise ConfigError(f"no host in {expr!r}")
+    item = items[0]
+    while (m := _BRACKET.search(item)) is not None:
+        first = m.group(1).split(",")[0].strip()
+        item = (
+            item[: m.start()] + _bracket_numbers(first.partition("-")[0], item)[0] + item[m.end() :]
+        )
+    return item

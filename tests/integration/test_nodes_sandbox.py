@@ -54,6 +54,11 @@ def workdir() -> Iterator[Path]:
 as_user = functools.partial(acbslurm_as, timeout=120)
 
 
+# What each rank's container knows of the job (container/job_env.py).
+RANK_LINE = (
+    'echo "RANK $RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE $MASTER_ADDR $MASTER_PORT '
+    '$SLURM_JOB_NODELIST $SLURM_NNODES $SLURM_NODEID $SLURMD_NODENAME"'
+)
 # Under CDI NVIDIA_VISIBLE_DEVICES is void: the sandbox spec's SANDBOX_CDI_GPU<n> name them.
 CDI_GPUS = """$(env | sed -n "s/^SANDBOX_CDI_GPU[0-9]*=//p" | tr "\\n" ,)"""
 SPEC = f"""\
@@ -68,7 +73,7 @@ output: out-%j.txt
 container:
   image: {IMAGE}
   pull: never
-  command: [sh, -c, 'echo "GPUS $NVIDIA_VISIBLE_DEVICES {CDI_GPUS}"; exec sleep 600']
+  command: [sh, -c, 'echo "GPUS $NVIDIA_VISIBLE_DEVICES {CDI_GPUS}"; {RANK_LINE}; exec sleep 600']
 """
 
 
@@ -180,6 +185,23 @@ def _each_node_recorded_and_got_its_own(
         shown = out.read_text() if out.exists() else "(no file)"
         raise AssertionError(f"{exc}; {out}:\n{shown}") from None
     assert printed() == got
+    _each_rank_knows_the_job(job, out.read_text(), sb.params.node_names)
+
+
+def _each_rank_knows_the_job(job: str, text: str, nodes: list[str]) -> None:
+    """Each container has its rank, the job's nodes and one rendezvous: the first node,
+    one port, as torch.distributed's env:// reads them."""
+    from acbslurm.container.job_env import rendezvous_port
+    from acbslurm.slurm.hostlist import expand_hostlist
+
+    ranks = sorted(ln.split()[1:] for ln in text.splitlines() if ln.startswith("RANK "))
+    assert len(ranks) == NODES, text
+    port = str(rendezvous_port(job))
+    for i, r in enumerate(ranks):
+        rank, world, local, local_world, addr, mport, nodelist, nnodes, node_id, node = r
+        assert (rank, world, local, local_world) == (str(i), str(NODES), "0", "1"), r
+        assert (addr, mport, nnodes, node_id) == (nodes[0], port, str(NODES), str(i)), r
+        assert expand_hostlist(nodelist) == nodes and node == nodes[i], r
 
 
 def _status_shows_both_nodes(sb: Sandbox, job: str, given: dict[str, set[str]]) -> None:

@@ -50,6 +50,7 @@ def test_help(path: tuple[str, ...]) -> None:
     assert r.exit_code == 0, r.output
     assert r.stdout.startswith(f"Usage: acbslurm {' '.join(path)}"), r.stdout[:200]
     assert "Traceback" not in r.output
+    assert "None]" not in r.stdout  # a range without bounds shown as "[x<=None]"
 
 
 def test_top_level_help_lists_every_command() -> None:

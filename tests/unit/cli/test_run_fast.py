@@ -74,6 +74,10 @@ def click_parse(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> RunArgs | N
             ["--env-file", "a.env", "--env-file=b.env", "img"],
             RunArgs(image="img", env_files=("a.env", "b.env")),
         ),
+        (
+            ["-e", "A=1", "--env", "B", "-w", "/w", "--rm", "--hostname", "h", "img"],
+            RunArgs(image="img", envs=("A=1", "B"), workdir="/w", remove=True, hostname="h"),
+        ),
     ],
 )
 def test_parses_well_formed_lines(
@@ -116,6 +120,7 @@ TOKENS = [
     "--pull", "always", "--pull=never", "maybe", "1e-12", "\u0662", "1_0",
     "-i", "-t", "-it", "-ti", "-itx", "--tty", "--read-only", "--read-only=1", "--user",
     "--shm-size", "--entrypoint", "--env-file", "--bogus=1", "--privileged", "-v",
+    "-e", "-w", "--rm", "--rm=1", "--hostname", "A", "-eA=1",
 ]  # fmt: skip
 
 

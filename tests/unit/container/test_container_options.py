@@ -13,6 +13,7 @@ from acbslurm.container.options import (
     OptionError,
     parse_env,
     parse_gpus,
+    parse_hostname,
     parse_mount,
     parse_size,
     resolve_gpus,
@@ -28,6 +29,8 @@ from acbslurm.mountrules import (
     source_problem,
 )
 
+UUID_A = "GPU-aaaaaaaa-0000-0000-0000-000000000001"
+UUID_B = "GPU-bbbbbbbb-0000-0000-0000-000000000002"
 REC = JobRecord("9", "root", os.getuid(), "n1", [0], ["GPU-aaaa"], [0], 2, 1024)
 
 
@@ -318,3 +321,51 @@ def test_cli_refuses_acbslurm_job_id_with_exit_2(in_job: Path) -> None:
     assert res.exit_code == 2, res.output
     assert "Invalid value for '--env': ACBSLURM_JOB_ID is refused" in res.output
     assert "Traceback" not in res.output
+
+
+def test_a_bare_env_name_takes_its_value_here_or_is_left_out() -> None:
+    """As `docker run -e KEY`: a spec's job-level env reaches the container this way."""
+    assert parse_env("OMP_NUM_THREADS", {"OMP_NUM_THREADS": "8"}) == ("OMP_NUM_THREADS", "8")
+    assert parse_env("OMP_NUM_THREADS", {}) is None
+    with pytest.raises(OptionError, match="got '1A'"):
+        parse_env("1A", {})
+
+
+@pytest.mark.parametrize(
+    ("spec", "want"),
+    [
+        ("all", "auto"),
+        ("auto", "auto"),
+        ("device=0,1", ["0", "1"]),
+        ('"device=1"', ["1"]),
+        (f"device={UUID_A}", [UUID_A]),
+    ],
+)
+def test_dockers_gpu_words_mean_the_jobs_gpus(spec: str, want: object) -> None:
+    assert parse_gpus(spec) == want
+
+
+def test_a_gpu_count_says_what_a_job_gives() -> None:
+    with pytest.raises(OptionError, match=r"a count \('2'\).*--gpus auto.*device=0,1"):
+        parse_gpus("2")
+
+
+def test_gpus_by_index_are_the_jobs_in_order_and_never_more() -> None:
+    rec = JobRecord("5", "u", 1000, "n1", [0, 1], [UUID_A, UUID_B])
+    assert resolve_gpus(["1"], rec) == [UUID_B]
+    assert resolve_gpus(["1", "0"], rec) == [UUID_B, UUID_A]
+    with pytest.raises(GpuNotAllocated, match=r"has 2 GPU\(s\) here \(indices 0-1\), not 2"):
+        resolve_gpus(["2"], rec)
+    with pytest.raises(GpuNotAllocated, match="twice"):
+        resolve_gpus(["0", UUID_A], rec)
+
+
+@pytest.mark.parametrize("name", ["node-1", "a.b.c", "x" * 63])
+def test_a_hostname_is_checked(name: str) -> None:
+    assert parse_hostname(name) == name
+
+
+@pytest.mark.parametrize("name", ["-a", "a_b", "a..b", "x" * 64, "a b", ""])
+def test_a_bad_hostname_is_refused_quoted(name: str) -> None:
+    with pytest.raises(OptionError, match="expected a host name"):
+        parse_hostname(name)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from acbslurm.container.options import GpuNotAllocated, OptionError, resolve_gpus
-from acbslurm.container.step_gpus import rank_env, step_record
+from acbslurm.container.step_gpus import step_record
 from acbslurm.jobrecord import JobRecord
 
 REC = JobRecord(
@@ -71,9 +71,3 @@ def test_an_explicit_uuid_of_another_step_is_refused() -> None:
 
 def test_no_record_stays_none() -> None:
     assert step_record(None, {"SLURM_STEP_ID": "0", "SLURM_STEP_GPUS": "0"}) is None
-
-
-def test_the_rank_reaches_the_container_and_the_users_env_wins() -> None:
-    env = {"SLURM_PROCID": "1", "SLURM_LOCALID": "1", "SLURM_STEP_ID": "0", "HOME": "/h"}
-    got = rank_env(env, {"SLURM_LOCALID": "7", "X": "y"})
-    assert got == {"SLURM_PROCID": "1", "SLURM_STEP_ID": "0", "SLURM_LOCALID": "7", "X": "y"}

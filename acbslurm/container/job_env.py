@@ -1,0 +1,119 @@
+"""What a job's container learns of the job: Slurm's variables and the rendezvous of a
+distributed program.
+
+The container is the Docker daemon's child, so it inherits nothing of the task's
+environment: the variables a program in a job reads (its rank, the job's nodes, whether
+this run is a restart) are copied here, and the ones `torch.distributed`'s ``env://``
+rendezvous (and most launchers) read are derived from them, as pyxis' users get them
+from the task. The user's own ``--env``/``--env-file`` values always win.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping
+
+from acbslurm.errors import ConfigError
+from acbslurm.slurm.hostlist import first_host
+
+# Copied from the task's environment when set. Not SLURM_CONF or other paths into the
+# node's Slurm: the container has no Slurm of its own.
+SLURM_VARIABLES = (
+    "SLURM_JOB_ID",
+    "SLURM_JOB_NAME",
+    "SLURM_JOB_USER",
+    "SLURM_JOB_PARTITION",
+    "SLURM_JOB_ACCOUNT",
+    "SLURM_JOB_QOS",
+    "SLURM_CLUSTER_NAME",
+    "SLURM_JOB_NODELIST",
+    "SLURM_NODELIST",
+    "SLURM_JOB_NUM_NODES",
+    "SLURM_NNODES",
+    "SLURM_NTASKS",
+    "SLURM_NPROCS",
+    "SLURM_NTASKS_PER_NODE",
+    "SLURM_TASKS_PER_NODE",
+    "SLURM_CPUS_ON_NODE",
+    "SLURM_CPUS_PER_TASK",
+    "SLURM_JOB_CPUS_PER_NODE",
+    "SLURM_MEM_PER_NODE",
+    "SLURM_MEM_PER_CPU",
+    "SLURM_GPUS_ON_NODE",
+    "SLURM_RESTART_COUNT",
+    "SLURM_ARRAY_JOB_ID",
+    "SLURM_ARRAY_TASK_ID",
+    "SLURM_ARRAY_TASK_COUNT",
+    "SLURM_ARRAY_TASK_MIN",
+    "SLURM_ARRAY_TASK_MAX",
+    "SLURM_ARRAY_TASK_STEP",
+    "SLURMD_NODENAME",
+    # The step's and the task's: set by srun.
+    "SLURM_STEP_ID",
+    "SLURM_STEP_NODELIST",
+    "SLURM_STEP_NUM_NODES",
+    "SLURM_STEP_NUM_TASKS",
+    "SLURM_STEP_TASKS_PER_NODE",
+    "SLURM_PROCID",
+    "SLURM_LOCALID",
+    "SLURM_NODEID",
+)
+
+# torch.distributed's env:// rendezvous (and Lightning, Accelerate, DeepSpeed) reads
+# these. A port every rank agrees on without talking: from the job's id, below Linux's
+# ephemeral range (32768-60999), so that it is rarely a port some client holds.
+RENDEZVOUS_PORT_BASE = 10000
+RENDEZVOUS_PORTS = 20000
+
+
+def rendezvous_port(job_id: str) -> int:
+    return RENDEZVOUS_PORT_BASE + int(job_id) % RENDEZVOUS_PORTS
+
+
+def tasks_on_node(tasks_per_node: str, node_id: int) -> int | None:
+    """Slurm's ``2(x3),1`` (the step's tasks per node, in node order) at ``node_id``."""
+    nodes: list[int] = []
+    for part in tasks_per_node.split(","):
+        count, _, times = part.partition("(x")
+        try:
+            nodes += [int(count)] * (int(times.rstrip(")")) if times else 1)
+        except ValueError:
+            return None
+    return nodes[node_id] if 0 <= node_id < len(nodes) else None
+
+
+def rendezvous_env(env: Mapping[str, str]) -> dict[str, str]:
+    """RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR (the step's first
+    node) and MASTER_PORT, for a task of a step (srun); empty outside one."""
+    if "SLURM_PROCID" not in env or "SLURM_STEP_ID" not in env:
+        return {}
+    out = {"RANK": env["SLURM_PROCID"]}
+    world = env.get("SLURM_STEP_NUM_TASKS") or env.get("SLURM_NTASKS")
+    if world:
+        out["WORLD_SIZE"] = world
+    if "SLURM_LOCALID" in env:
+        out["LOCAL_RANK"] = env["SLURM_LOCALID"]
+    per_node = env.get("SLURM_STEP_TASKS_PER_NODE", "")
+    node_id = env.get("SLURM_NODEID", "")
+    if per_node and node_id.isdigit():
+        local = tasks_on_node(per_node, int(node_id))
+        if local is not None:
+            out["LOCAL_WORLD_SIZE"] = str(local)
+    nodes = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST")
+    if nodes:
+        # A list this parser does not know: the user sets MASTER_ADDR.
+        with contextlib.suppress(ConfigError):
+            out["MASTER_ADDR"] = first_host(nodes)
+    job_id = env.get("SLURM_JOB_ID", "")
+    if job_id.isdigit():
+        out["MASTER_PORT"] = str(rendezvous_port(job_id))
+    return out
+
+
+def job_env(env: Mapping[str, str], given: Mapping[str, str]) -> dict[str, str]:
+    """The container's environment: Slurm's variables of this task and the rendezvous
+    derived from them, then the user's ``given`` ones, which win."""
+    out = {k: env[k] for k in SLURM_VARIABLES if k in env}
+    out.update(rendezvous_env(env))
+    out.update(given)
+    return out
