@@ -16,7 +16,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from acbslurm.cgroups.names import RUN_PID_ENV, RUNTIME_NAME, SOCKET_ENV
@@ -273,7 +273,7 @@ def run_container(
     # signal reaches only this thread, and one that comes before the container runs
     # stays pending, neither lost nor killing this process between create and start.
     old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
-    relay = Relay(api, spec.grace, tty=spec.tty)
+    relay = Relay(api, spec.grace, tty=spec.tty, preempted=_preempted(spec.job_id))
     old_handlers = {s: signal.signal(s, relay.handle) for s in sigs}
     cid: str | None = None
     patience: Patience | None = None
@@ -308,6 +308,7 @@ def run_container(
             code = _wait(api, cid, old_mask, probe, relay.pid)
         pump_thread.join(timeout=2.0)
         pump.report()
+        code = relay.hold_while_preempted(code)
         if code >= 128 and relay.first is None and not api.answers():
             raise DaemonGone(daemon_stopped(api.host, code))
         return code
@@ -321,6 +322,19 @@ def run_container(
                 api.remove_container(cid)
         if patience is not None and patience.used:
             _remove_twins(api, spec)
+
+
+def _preempted(job_id: str) -> Callable[[], float | None] | None:
+    """How long the job has left if Slurm preempted it, asked at the stop only."""
+    if not job_id.isdigit():
+        return None
+
+    def left() -> float | None:
+        from acbslurm.slurm.preempt import grace_left
+
+        return grace_left(job_id)
+
+    return left
 
 
 def _start(api: EngineApi, cid: str, relay: Relay, patience: Patience) -> None:

@@ -46,6 +46,12 @@ from acbslurm.errors import DockerError
 
 # Slurm's repeats come milliseconds apart; a person's second Ctrl-C, seconds later.
 REPEAT_WINDOW = 1.0
+# s: a preempted container's stop ends this long before the job's end, when Slurm
+# signals the steps again and then kills them.
+PREEMPT_MARGIN = 2.0
+# s: how long after the job's end Slurm may take to requeue or end a preempted job:
+# slurmctld checks the jobs in their grace with its time limits, every 30 s.
+PREEMPT_SETTLE = 45.0
 
 STOP_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT})
 _PLAIN = [
@@ -92,8 +98,19 @@ class Relay:
     line on stderr: the program could not have set up its handler yet.
     """
 
-    def __init__(self, api: EngineApi, grace: float, tty: bool = False) -> None:
+    def __init__(
+        self,
+        api: EngineApi,
+        grace: float,
+        tty: bool = False,
+        preempted: Callable[[], float | None] | None = None,
+    ) -> None:
         self.api, self.grace, self.tty = api, grace, tty
+        # At a stop: the seconds the job has left when Slurm preempted it (its grace
+        # time), else None (slurm/preempt.py).
+        self.preempted = preempted
+        self.preempt_end: float | None = None  # monotonic: the job's end, once preempted
+        self.stop_again = threading.Event()  # a stop signal after the first
         self.first: int | None = None  # the first stop signal, if one came
         self.cid: str | None = None  # set once the container was started
         self.pid: int | None = None  # its first process, when the daemon told
@@ -138,6 +155,7 @@ class Relay:
             self._thread(self._stop)
         elif now - self.stop_at > REPEAT_WINDOW and not self.killed:
             self.killed = True
+            self.stop_again.set()
             self._thread(self._kill)
         # else: a repeat of the same request (Slurm's own): the grace goes on
 
@@ -147,10 +165,45 @@ class Relay:
     def _stop(self, cid: str) -> None:
         if self.paused:  # a frozen container cannot take its SIGTERM
             self._unpause()
+        grace = self._grace()
         try:
-            self.api.stop(cid, max(0, round(self.grace)))
+            self.api.stop(cid, max(0, round(grace)))
         except DockerError as exc:
             _say(f"stopping the container failed: {exc}")
+
+    def _grace(self) -> float:
+        """The stop's grace: a preempted job's whole grace time when it is longer (a
+        checkpoint may take it), else the run's."""
+        left = self.preempted() if self.preempted is not None else None
+        if left is None:
+            return self.grace
+        self.preempt_end = time.monotonic() + left
+        if left - PREEMPT_MARGIN <= self.grace:
+            return self.grace
+        _say(
+            f"the job was preempted: the container has its grace time, "
+            f"{left - PREEMPT_MARGIN:.0f} s, to stop"
+        )
+        return left - PREEMPT_MARGIN
+
+    def hold_while_preempted(self, code: int) -> int:
+        """After a preempted job's container ended: wait for Slurm to end the job (a
+        second SIGTERM, or its SIGKILL) until the job's end, so that the job ends as
+        Slurm's preemption says (requeued, or cancelled), not COMPLETED or FAILED by
+        the container's own exit within the grace. ``code``: returned after."""
+        if self.preempt_end is None:
+            return code
+        left = self.preempt_end - time.monotonic()
+        if left > 0:
+            _say(
+                f"the job was preempted and its container ended (exit code {code}): "
+                f"waiting for Slurm to requeue or end the job (its grace ends in {left:.0f} s)"
+            )
+            deadline = time.monotonic() + left + PREEMPT_SETTLE
+            # Short waits: the handler that sets the event runs between them.
+            while not self.stop_again.wait(0.2) and time.monotonic() < deadline:
+                pass
+        return code
 
     def _kill(self, cid: str) -> None:
         with contextlib.suppress(DockerError):  # already gone

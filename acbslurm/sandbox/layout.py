@@ -8,6 +8,7 @@ import re
 import socket
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from acbslurm.sandbox.dockerversions import HOST_VERSION, DockerInstall
 from acbslurm.slurm.versions import DEBIAN_PREFIX, DEBIAN_RELEASE, SlurmInstall
@@ -97,6 +98,10 @@ class Params:
         if not self.gpu_types:
             return f"gpu:{self.gpus}"
         return ",".join(f"gpu:{n}:{c}" for n, c in parse_gpu_types(self.gpu_types))
+
+    # s: p1's GraceTime, the time a preempted job has to checkpoint (above the run's
+    # stop_grace of 5 s, so that the difference shows).
+    preempt_grace: ClassVar[int] = 15
 
     @property
     def first_job_id(self) -> int:

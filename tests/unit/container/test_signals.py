@@ -238,3 +238,37 @@ def test_a_signal_before_the_start_is_not_passed_on_and_said(
     assert out == "ran\n"
     assert err == "acbslurm: SIGUSR1 came before the container started: not passed on\n"
     assert fake_docker.calls("POST", "/containers/*/kill") == []
+
+
+@pytest.mark.parametrize(("left", "want"), [(30.0, "28"), (None, "9"), (6.0, "9")])
+def test_a_preempted_jobs_container_gets_the_grace_time_when_longer(
+    fake_docker: FakeDocker,
+    no_stop_signals: None,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    left: float | None,
+    want: str,
+) -> None:
+    """Slurm preempts with GraceTime: the SIGTERM comes at once and the job ends at the
+    grace's end, so the container may use it all for its checkpoint (less a margin);
+    a cancel or a time limit (not preempted) keeps the run's grace."""
+    from acbslurm.slurm import preempt
+
+    asked: list[str] = []
+    monkeypatch.setattr(preempt, "grace_left", lambda job: asked.append(job) or left)
+    fake_docker.program = Program([], exit_code=None)
+    # Slurm's second SIGTERM: at the grace's end (here sooner), as it requeues the job.
+    when_running(fake_docker, (0.2, signal.SIGTERM), (1.5, signal.SIGTERM))
+    with deadline(20):
+        assert run(api(fake_docker), spec(grace=9.0)) == 143
+    (stop,) = fake_docker.calls("POST", "/containers/*/stop")
+    assert stop.query["t"] == want and asked == ["12"]
+    err = capsys.readouterr().err
+    preempted = left is not None
+    assert ("the job was preempted: the container has its grace time, 28 s" in err) == (
+        want == "28"
+    )
+    # Preempted, the run outlives its container until Slurm ends the job (the job is
+    # then requeued or cancelled as Slurm says, not ended by the container's exit): here
+    # the second SIGTERM ends the wait, long before the 30 s (the deadline).
+    assert ("waiting for Slurm to requeue or end the job" in err) == preempted, err

@@ -50,7 +50,12 @@ def test_slurm_conf_has_the_seed_settings(layout: Layout) -> None:
         "SlurmdPort=20001",
         "FirstJobId=10000001",
         "AccountingStoragePort=20002",
-        "PartitionName=p1 Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES",
+        "PartitionName=p1 Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES "
+        "PriorityTier=1 GraceTime=15",
+        "PartitionName=urgent Nodes=ALL MaxTime=INFINITE State=UP Hidden=YES PriorityTier=2 "
+        "PreemptMode=OFF",
+        "PreemptType=preempt/partition_prio",
+        "PreemptMode=REQUEUE",
     ):
         assert line in conf.splitlines(), line
     assert "Gres=gpu:3" in conf

@@ -1,0 +1,100 @@
+"""A preempted container job keeps its checkpoint and is requeued (issue 28, item 5), on
+the sandbox's real Slurm: p1 has GraceTime=15 (templates/sandbox/slurm.conf.j2), and a
+job of the hidden `urgent` partition preempts a p1 job with PreemptMode=REQUEUE.
+
+Slurm sends the preempted job's steps SIGTERM at once and ends the job 15 s later. The
+container's checkpoint takes 8 s, longer than the run's stop_grace (5 s): before, the
+container was killed mid-checkpoint (137) and the job ended FAILED, not requeued. Now
+the container has the grace, `acbslurm run` then waits for Slurm to requeue the job,
+and the second run (SLURM_RESTART_COUNT=1) resumes from the checkpoint.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sandboxtest import IMAGE, acbslurm_run, submit, wait_job, wait_until
+
+pytestmark = pytest.mark.integration
+
+# As a training script would: on SIGTERM, save (8 s), then end.
+TRAIN = (
+    'echo "run ${SLURM_RESTART_COUNT:-0}"; ckpt=/work/ckpt-$SLURM_JOB_ID; '
+    'if [ -f "$ckpt" ]; then echo "resumed from $(cat "$ckpt")"; exit 0; fi; '
+    'trap "sleep 8; echo step-42 > $ckpt; echo saved; exit 0" TERM; '
+    "while :; do sleep 1; done"
+)
+
+
+def test_a_preempted_job_checkpoints_in_its_grace_time_and_resumes(
+    idle: Any, scripts: Path
+) -> None:
+    sb = idle
+    run = acbslurm_run("--mount", f"{scripts}:/work", IMAGE, "--", "sh", "-c", TRAIN)
+    job = submit(
+        sb,
+        scripts,
+        f"exec srun {run}",
+        "--gres=gpu:2",
+        "--time=10",
+        "--requeue",
+        "--open-mode=append",
+    )
+    out = scripts / f"out-{job}.txt"
+    wait_job(sb, job, ("RUNNING",), 60)
+    wait_until("the container's first line", lambda: out.exists() and "run 0" in out.read_text())
+
+    try:
+        _preempt_and_rerun(sb, job, out)
+    except AssertionError as exc:
+        shown = out.read_text() if out.exists() else "(no output)"
+        raise AssertionError(f"{exc}\n{out}:\n{shown}") from None
+
+    text = out.read_text()
+    assert "the job was preempted: the container has its grace time" in text, text
+    assert "waiting for Slurm to requeue or end the job" in text, text
+    mine = ("run ", "saved", "resumed from ")  # the container's own lines, not Slurm's
+    lines = [ln for ln in text.splitlines() if ln.startswith(mine)]
+    assert lines[:2] == ["run 0", "saved"], text
+    assert lines[-2:] == ["run 1", "resumed from step-42"], text
+    states = sb.run_slurm(
+        ["sacct", "-D", "-X", "-n", "-P", "-j", job, "-o", "State"]
+    ).stdout.split()
+    assert states[0] in ("PREEMPTED", "REQUEUED") and states[-1] == "COMPLETED", states
+
+
+def _preempt_and_rerun(sb: Any, job: str, out: Path) -> None:
+    """Preempt the job from `urgent`, then start its rerun once it is requeued."""
+    # All GPUs are the p1 job's: a job of `urgent` takes them, as another user.
+    urgent = sb.run_as(
+        sb.params.user2,
+        [
+            "sbatch",
+            "--parsable",
+            "-o",
+            "/dev/null",
+            "-p",
+            "urgent",
+            "--gres=gpu:2",
+            "--wrap",
+            "sleep 2",
+        ],
+    ).stdout.strip()
+    wait_until("the checkpoint", lambda: "saved" in out.read_text(), timeout=40)
+    wait_job(sb, urgent, ("COMPLETED",), 90)
+    fields = wait_job(sb, job, ("PENDING",), 60)
+    assert fields.get("Restarts") == "1", fields
+    # The rerun would wait for its begin time (about two minutes): start it now, once
+    # the node is idle and past the second of the first run's revocation (slurmd
+    # refuses a credential of that second).
+    wait_until(
+        "the node idle",
+        lambda: sb.run_slurm(["sinfo", "-h", "-o", "%T"]).stdout.split() == ["idle"],
+    )
+    idle_at = int(time.time())
+    wait_until("a second past the revocation", lambda: int(time.time()) > idle_at)
+    sb.run_slurm(["scontrol", "update", f"jobid={job}", "StartTime=now"])
+    wait_job(sb, job, ("COMPLETED",), 90)
