@@ -279,6 +279,11 @@ class PoolServer:
             log_level="warning",
             timeout_graceful_shutdown=5,
             limit_concurrency=4096,
+            # Longer than any client pool keeps an idle connection (httpx, which the
+            # OpenAI SDK uses: 5 s, uvicorn's own default): the client always closes
+            # first. At equal times a request sent on a connection the server was
+            # closing was cut (httpx.ReadError), seen under load in CI.
+            timeout_keep_alive=75,
         )
         self.server = _gateway_server(config, self.gateway)
         return self.server

@@ -9,6 +9,7 @@ import hmac
 import json
 import logging
 import os
+import socket
 import stat
 import time
 from collections.abc import Iterator
@@ -398,3 +399,14 @@ def test_one_key_cannot_fill_the_queue_for_the_others(keyed: PoolServer) -> None
     refused = next(r for r in heavy if r.status_code == 429)
     assert refused.headers["Retry-After"] and refused.json()["error"]["code"] == "overloaded"
     assert "requests of key alice waiting (max_queue_per_key 32)" in refused.text
+
+
+def test_an_idle_connection_outlives_a_clients_pool(keyed: PoolServer) -> None:
+    """A client keeps an idle connection 5 s (httpx, the OpenAI SDK's); the gateway keeps
+    it longer, so a request sent on it at 6 s is served, never cut (httpx.ReadError)."""
+    with socket.create_connection(("127.0.0.1", keyed.port), timeout=30) as s:
+        for _ in range(2):
+            s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            head = s.recv(65536)
+            assert head.startswith(b"HTTP/1.1 200 "), head
+            time.sleep(6)  # idle past uvicorn's default keep-alive (5 s)
