@@ -285,9 +285,12 @@ def test_sigterm_leaves_no_worker_folders(tmp_path: Path, models: dict[str, Path
     tmp = tmp_path / "tmp"  # the gateway's and the workers' TMPDIR, this test's alone
     tmp.mkdir()
     env = {**os.environ, "PYTHONPATH": str(REPO), "TMPDIR": str(tmp)}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "acbslurm", "serve", str(pool)], env=env, stderr=subprocess.PIPE
-    )
+    # A file, not a pipe: an unread pipe could fill and stall the pool's logging.
+    log = tmp_path / "serve.log"
+    with log.open("wb") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "acbslurm", "serve", str(pool)], env=env, stderr=err
+        )
     try:
         _wait("the pool up", lambda: _health(port).get("status") == "ok", 240)
         # a worker killed and restarted on the way: each life had a folder
@@ -310,7 +313,7 @@ def test_sigterm_leaves_no_worker_folders(tmp_path: Path, models: dict[str, Path
             proc.wait()
     left = [p.name for p in tmp.iterdir() if p.name.startswith("acbslurm-w-")]
     assert not left, left
-    assert proc.stderr is not None and b"Traceback" not in proc.stderr.read()
+    assert b"Traceback" not in log.read_bytes()
 
 
 def test_health_reports_each_model(http: httpx.Client) -> None:
