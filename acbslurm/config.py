@@ -54,6 +54,9 @@ class Settings:
     hook_docker_timeout: float = 5.0
     # Seconds a container gets between SIGTERM and SIGKILL when its job is cancelled.
     stop_grace: float = 5.0
+    # The node's ports a job's container may publish (`acbslurm run -p`): a range
+    # LOW-HIGH; empty: none.
+    publish_ports: str = "1024-65535"
     # Accounting database (MySQL option file) and cluster name for `acbslurm report`.
     db_config: str = ""
     cluster: str = ""

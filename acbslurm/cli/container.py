@@ -79,6 +79,14 @@ class _RunCommand(click.Command):
 @click.option("-w", "--workdir", default=None, help="Working directory inside the container.")
 @click.option("--hostname", default=None, help="The container's host name.")
 @click.option(
+    "-p",
+    "--publish",
+    "publish",
+    multiple=True,
+    metavar="[IP:][HOST:]PORT",
+    help="Publish the container's PORT on the node's HOST port (as `docker run -p`).",
+)
+@click.option(
     "--rm",
     "remove",
     is_flag=True,
@@ -115,6 +123,7 @@ def run(
     envs: tuple[str, ...],
     workdir: str | None,
     hostname: str | None,
+    publish: tuple[str, ...],
     remove: bool,
     name: str | None,
     grace: float | None,
@@ -138,6 +147,7 @@ def run(
         envs=envs,
         workdir=workdir,
         hostname=hostname,
+        publish=publish,
         remove=remove,
         name=name,
         grace=grace,

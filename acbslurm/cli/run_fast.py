@@ -45,6 +45,8 @@ _OPTIONS: dict[str, tuple[str, Callable[[str], Any] | None, bool]] = {
     "-e": ("envs", str, True),
     "-w": ("workdir", str, False),
     "--hostname": ("hostname", str, False),
+    "-p": ("publish", str, True),
+    "--publish": ("publish", str, True),
     "--rm": ("remove", None, False),
     "--env-file": ("env_files", str, True),
     "--workdir": ("workdir", str, False),

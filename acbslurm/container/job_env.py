@@ -93,12 +93,25 @@ def rendezvous_env(env: Mapping[str, str]) -> dict[str, str]:
         out["WORLD_SIZE"] = world
     if "SLURM_LOCALID" in env:
         out["LOCAL_RANK"] = env["SLURM_LOCALID"]
+    local = _local_world(env)
+    if local is not None:
+        out["LOCAL_WORLD_SIZE"] = str(local)
+    out.update(_master(env))
+    return out
+
+
+def _local_world(env: Mapping[str, str]) -> int | None:
+    """This node's tasks of the step."""
     per_node = env.get("SLURM_STEP_TASKS_PER_NODE", "")
     node_id = env.get("SLURM_NODEID", "")
-    if per_node and node_id.isdigit():
-        local = tasks_on_node(per_node, int(node_id))
-        if local is not None:
-            out["LOCAL_WORLD_SIZE"] = str(local)
+    if not per_node or not node_id.isdigit():
+        return None
+    return tasks_on_node(per_node, int(node_id))
+
+
+def _master(env: Mapping[str, str]) -> dict[str, str]:
+    """MASTER_ADDR (the step's first node) and MASTER_PORT (from the job id)."""
+    out: dict[str, str] = {}
     nodes = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST")
     if nodes:
         # A list this parser does not know: the user sets MASTER_ADDR.

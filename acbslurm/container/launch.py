@@ -20,7 +20,7 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from acbslurm.cgroups.names import RUN_PID_ENV, RUNTIME_NAME, SOCKET_ENV
-from acbslurm.container.options import Limits
+from acbslurm.container.options import Limits, Publish
 from acbslurm.container.patience import Patience, run_pending_handlers
 from acbslurm.container.probe import InfoProbe
 from acbslurm.container.signals import HANDLED, STOP_SIGNALS, Relay
@@ -72,6 +72,7 @@ class LaunchSpec:
     entrypoint: str | None = None  # --entrypoint ("" resets the image's)
     read_only: bool = False  # --read-only root file system
     hostname: str | None = None  # --hostname; None: Docker's (the container's id)
+    publish: list[Publish] = field(default_factory=list)  # -p: the node's ports
     # The node's index of each of gpu_uuids: the CDI name where a spec names GPUs by
     # index only.
     gpu_indices: list[int] = field(default_factory=list)
@@ -152,7 +153,18 @@ def _host_config(spec: LaunchSpec, with_limits: bool, cdi_ids: Sequence[str]) ->
         host["ShmSize"] = spec.shm_bytes
     if spec.read_only:
         host["ReadonlyRootfs"] = True
+    if spec.publish:
+        host["PortBindings"] = _port_bindings(spec.publish)
     return host
+
+
+def _port_bindings(publish: Sequence[Publish]) -> dict[str, list[dict[str, str]]]:
+    """HostConfig.PortBindings of ``-p`` (HostPort "": one the daemon picks)."""
+    bindings: dict[str, list[dict[str, str]]] = {}
+    for p in publish:
+        port = str(p.host_port) if p.host_port else ""
+        bindings.setdefault(p.key, []).append({"HostIp": p.host_ip, "HostPort": port})
+    return bindings
 
 
 def _user_choices(config: dict[str, Any], spec: LaunchSpec) -> None:
@@ -163,6 +175,8 @@ def _user_choices(config: dict[str, Any], spec: LaunchSpec) -> None:
         config["WorkingDir"] = spec.workdir
     if spec.hostname:
         config["Hostname"] = spec.hostname
+    if spec.publish:
+        config["ExposedPorts"] = {p.key: {} for p in spec.publish}
     if spec.run_as:
         config["User"] = spec.run_as
     if spec.entrypoint is not None:

@@ -106,16 +106,7 @@ def parse_gpus(spec: str) -> str | list[str]:
         return spec
     if spec == "all":
         return "auto"  # `docker run --gpus all`: in a job, all of the job's
-    if _GPU_COUNT.match(spec):
-        raise OptionError(
-            "--gpus",
-            f"got a count ({spec!r}): in a job the container gets the job's (or this "
-            "task's) GPUs, --gpus auto, the default; to pick some, name them: "
-            "device=0,1 (the job's first two) or their UUIDs",
-        )
-    body = spec.strip("\"'")
-    body = body.removeprefix("device=")
-    items = [t.strip() for t in body.split(",") if t.strip()]
+    items = _gpu_items(spec)
     bad = [u for u in items if not (is_uuid(u) or _GPU_COUNT.match(u))]
     if not items or bad:
         raise OptionError(
@@ -126,6 +117,20 @@ def parse_gpus(spec: str) -> str | list[str]:
     if len(set(items)) != len(items):
         raise OptionError("--gpus", f"a GPU is named twice in {spec!r}")
     return items
+
+
+def _gpu_items(spec: str) -> list[str]:
+    """The names in ``device=A,B`` or ``A,B`` (quotes as a shell left them); a bare
+    count is refused with what a job gives instead."""
+    if _GPU_COUNT.match(spec):
+        raise OptionError(
+            "--gpus",
+            f"got a count ({spec!r}): in a job the container gets the job's (or this "
+            "task's) GPUs, --gpus auto, the default; to pick some, name them: "
+            "device=0,1 (the job's first two) or their UUIDs",
+        )
+    body = spec.strip("\"'").removeprefix("device=")
+    return [t.strip() for t in body.split(",") if t.strip()]
 
 
 def resolve_gpus(spec: str | list[str], record: JobRecord | None) -> list[str]:
@@ -139,15 +144,19 @@ def resolve_gpus(spec: str | list[str], record: JobRecord | None) -> list[str]:
     if record is None:
         raise GpuNotAllocated(f"--gpus {','.join(spec)}: no job record, so no GPU is allowed")
     uuids = [_by_index(u, given, record.job_id) if _GPU_COUNT.match(u) else u for u in spec]
-    for u in uuids:
-        if u not in given:
-            raise GpuNotAllocated(
-                f"--gpus: GPU {u} was not given to job {record.job_id} by Slurm "
-                f"(it has: {','.join(given) or 'no GPUs'})"
-            )
+    _check_given(uuids, given, record.job_id)
     if len(set(uuids)) != len(uuids):
         raise GpuNotAllocated(f"--gpus {','.join(spec)}: names one of the job's GPUs twice")
     return uuids
+
+
+def _check_given(uuids: Sequence[str], given: Sequence[str], job_id: str) -> None:
+    for u in uuids:
+        if u not in given:
+            raise GpuNotAllocated(
+                f"--gpus: GPU {u} was not given to job {job_id} by Slurm "
+                f"(it has: {','.join(given) or 'no GPUs'})"
+            )
 
 
 def _by_index(index: str, given: Sequence[str], job_id: str) -> str:
@@ -233,6 +242,84 @@ REFUSED: dict[str, str] = {
 }
 
 _RUN_AS = re.compile(r"^[A-Za-z0-9_.][A-Za-z0-9_.-]*(:[A-Za-z0-9_.][A-Za-z0-9_.-]*)?$")
+
+
+@dataclass(frozen=True)
+class Publish:
+    """``-p [IP:][HOST:]CONTAINER[/PROTO]``: a node's port to the container's."""
+
+    container_port: int
+    host_port: int  # 0: one the daemon picks
+    host_ip: str = ""  # "": every address of the node
+    proto: str = "tcp"
+
+    @property
+    def key(self) -> str:
+        return f"{self.container_port}/{self.proto}"
+
+
+_PUBLISH = re.compile(
+    r"^(?:(?P<ip>\d{1,3}(?:\.\d{1,3}){3}|\[[0-9a-fA-F:]+\]):)?"
+    r"(?:(?P<host>\d*):)?(?P<ctr>\d+)(?:/(?P<proto>tcp|udp))?$"
+)
+
+
+def port_range(text: str) -> tuple[int, int] | None:
+    """The setting ``publish_ports`` (``LOW-HIGH``); None: publishing is off."""
+    if not text.strip():
+        return None
+    low, _, high = text.strip().partition("-")
+    try:
+        lo, hi = int(low), int(high or low)
+    except ValueError:
+        raise ConfigError(f"publish_ports: expected LOW-HIGH, got {text!r}") from None
+    if not 1 <= lo <= hi <= 65535:
+        raise ConfigError(f"publish_ports: expected ports 1-65535, LOW <= HIGH, got {text!r}")
+    return lo, hi
+
+
+def parse_publish(spec: str, allowed: tuple[int, int] | None) -> Publish:
+    """``-p`` as `docker run` takes it, within the site's ``allowed`` range."""
+    m = _PUBLISH.match(spec)
+    if m is None:
+        raise OptionError(
+            "--publish", f"expected [IP:][HOST_PORT:]CONTAINER_PORT[/tcp|udp], got {spec!r}"
+        )
+    ctr, host = int(m["ctr"]), int(m["host"] or 0)
+    if not 1 <= ctr <= 65535 or host > 65535:
+        raise OptionError("--publish", f"ports are 1-65535, got {spec!r}")
+    _check_allowed(host, spec, allowed)
+    return Publish(ctr, host, (m["ip"] or "").strip("[]"), m["proto"] or "tcp")
+
+
+def _check_allowed(host: int, spec: str, allowed: tuple[int, int] | None) -> None:
+    if allowed is None:
+        raise OptionError(
+            "--publish", f"this site publishes no ports (setting publish_ports), got {spec!r}"
+        )
+    if host and not allowed[0] <= host <= allowed[1]:
+        raise OptionError(
+            "--publish",
+            f"port {host} (from {spec!r}) is outside this site's {allowed[0]}-{allowed[1]}"
+            + (": rootless Docker cannot bind ports below 1024" if host < 1024 else ""),
+        )
+
+
+def port_free(p: Publish) -> bool:
+    """Whether this node's ``p.host_port`` can be bound now (SO_REUSEADDR: a port in
+    TIME_WAIT is free, one that listens is not)."""
+    import socket
+
+    ip = p.host_ip or ("0.0.0.0" if ":" not in p.host_ip else "::")  # noqa: S104 - as Docker
+    kind = socket.SOCK_STREAM if p.proto == "tcp" else socket.SOCK_DGRAM
+    family = socket.AF_INET6 if ":" in ip else socket.AF_INET
+    with socket.socket(family, kind) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((ip, p.host_port))
+        except OSError:
+            return False
+    return True
 
 
 _HOST_LABEL = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")

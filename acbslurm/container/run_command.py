@@ -17,13 +17,17 @@ from acbslurm.container.job_env import job_env
 from acbslurm.container.options import (
     GpuNotAllocated,
     OptionError,
+    Publish,
     parse_env,
     parse_env_file,
     parse_gpus,
     parse_hostname,
     parse_mount,
+    parse_publish,
     parse_shm_size,
     parse_user,
+    port_free,
+    port_range,
     resolve_gpus,
     resolve_grace,
     resolve_limits,
@@ -65,6 +69,7 @@ class RunArgs:
     env_files: tuple[str, ...] = ()
     read_only: bool = False
     hostname: str | None = None
+    publish: tuple[str, ...] = ()
     remove: bool = False  # --rm: accepted; the container is always removed
 
 
@@ -140,6 +145,23 @@ def _parsed(
     return gpus_spec, mount_list, env, run_as
 
 
+def _published(specs: tuple[str, ...], setting: str) -> list[Publish]:
+    """``-p`` checked: in the site's range, and each host port free on this node now
+    (Docker's own error at the start, for a port taken meanwhile, is less clear)."""
+    if not specs:
+        return []
+    allowed = port_range(setting)
+    out = [parse_publish(p, allowed) for p in specs]
+    for p in out:
+        if p.host_port and not port_free(p):
+            raise OptionError(
+                "--publish",
+                f"port {p.host_port} of this node is taken (another job's, or a service's): "
+                "pick another, or -p PORT for one Docker picks",
+            )
+    return out
+
+
 def _check_in_job(job_id: str) -> None:
     """GPUs go only to a process of the job (a slurmstepd of it among its parents)."""
     from acbslurm.container.membership import in_job
@@ -184,6 +206,7 @@ def execute(args: RunArgs, early: InfoProbe | None = None) -> int:
         raise OptionError("--gpus", str(exc)) from None
     limits = resolve_limits(args.cpus, args.memory, record)
     shm = 0 if args.shm_size is None else parse_shm_size(args.shm_size, limits)
+    published = _published(args.publish, settings.publish_ports)
     user = record.user if record else os.environ.get("USER", str(os.getuid()))
     host = find_docker_host(os.environ, settings, os.getuid(), user)
     # /info goes now, if it has not already, while the job is checked and the rest is
@@ -216,6 +239,7 @@ def execute(args: RunArgs, early: InfoProbe | None = None) -> int:
         entrypoint=args.entrypoint,
         read_only=args.read_only,
         hostname=args.hostname,
+        publish=published,
         gpu_indices=_indices_of(uuids, record),
         cgroup_socket=_cgroup_socket(settings.container_cgroups, settings.job_runtime_dir, job_id),
     )

@@ -78,6 +78,10 @@ def click_parse(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> RunArgs | N
             ["-e", "A=1", "--env", "B", "-w", "/w", "--rm", "--hostname", "h", "img"],
             RunArgs(image="img", envs=("A=1", "B"), workdir="/w", remove=True, hostname="h"),
         ),
+        (
+            ["-p", "18888:8888", "--publish=9000", "img"],
+            RunArgs(image="img", publish=("18888:8888", "9000")),
+        ),
     ],
 )
 def test_parses_well_formed_lines(
@@ -120,7 +124,7 @@ TOKENS = [
     "--pull", "always", "--pull=never", "maybe", "1e-12", "\u0662", "1_0",
     "-i", "-t", "-it", "-ti", "-itx", "--tty", "--read-only", "--read-only=1", "--user",
     "--shm-size", "--entrypoint", "--env-file", "--bogus=1", "--privileged", "-v",
-    "-e", "-w", "--rm", "--rm=1", "--hostname", "A", "-eA=1",
+    "-e", "-w", "--rm", "--rm=1", "--hostname", "A", "-eA=1", "-p", "8888", "--publish",
 ]  # fmt: skip
 
 

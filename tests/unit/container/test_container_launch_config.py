@@ -82,3 +82,19 @@ def test_the_launcher_sets_its_own_variables_whatever_env_says() -> None:
     )
     acb = sorted(v for v in c["Env"] if v.startswith("ACBSLURM_"))
     assert acb == ["ACBSLURM_GPU_UUIDS=GPU-a,GPU-b", "ACBSLURM_JOB_ID=12"]
+
+
+def test_published_ports_are_exposed_and_bound() -> None:
+    from acbslurm.container.options import Publish
+
+    pub = [Publish(8888, 18888), Publish(8888, 0, "127.0.0.1"), Publish(53, 10053, "", "udp")]
+    c = container_config(spec(publish=pub), with_limits=True)
+    assert c["ExposedPorts"] == {"8888/tcp": {}, "53/udp": {}}
+    assert c["HostConfig"]["PortBindings"] == {
+        "8888/tcp": [
+            {"HostIp": "", "HostPort": "18888"},
+            {"HostIp": "127.0.0.1", "HostPort": ""},
+        ],
+        "53/udp": [{"HostIp": "", "HostPort": "10053"}],
+    }
+    assert "PortBindings" not in container_config(spec(), with_limits=True)["HostConfig"]

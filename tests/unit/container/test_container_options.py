@@ -1,6 +1,8 @@
 """`acbslurm run`'s argument handling (no Docker needed: it refuses before connecting)."""
 
 import os
+import re
+import socket
 from pathlib import Path
 
 import pytest
@@ -11,15 +13,20 @@ from acbslurm.container.options import (
     GpuNotAllocated,
     Limits,
     OptionError,
+    Publish,
     parse_env,
     parse_gpus,
     parse_hostname,
     parse_mount,
+    parse_publish,
     parse_size,
+    port_free,
+    port_range,
     resolve_gpus,
     resolve_grace,
     resolve_limits,
 )
+from acbslurm.errors import ConfigError
 from acbslurm.jobrecord import JobRecord, write_record
 from acbslurm.mountrules import (
     lexical,
@@ -369,3 +376,50 @@ def test_a_hostname_is_checked(name: str) -> None:
 def test_a_bad_hostname_is_refused_quoted(name: str) -> None:
     with pytest.raises(OptionError, match="expected a host name"):
         parse_hostname(name)
+
+
+@pytest.mark.parametrize(
+    ("spec", "want"),
+    [
+        ("8888", Publish(8888, 0)),
+        ("18888:8888", Publish(8888, 18888)),
+        ("127.0.0.1:18888:8888/udp", Publish(8888, 18888, "127.0.0.1", "udp")),
+        ("127.0.0.1::8888", Publish(8888, 0, "127.0.0.1")),
+        ("[::1]:18888:8888", Publish(8888, 18888, "::1")),
+    ],
+)
+def test_publish_as_docker_takes_it(spec: str, want: Publish) -> None:
+    assert parse_publish(spec, (1024, 65535)) == want
+
+
+@pytest.mark.parametrize(
+    ("spec", "allowed", "says"),
+    [
+        ("http", (1024, 65535), "expected [IP:][HOST_PORT:]CONTAINER_PORT"),
+        ("80:8888", (1024, 65535), "outside this site's 1024-65535: rootless Docker cannot"),
+        ("30000:80", (20000, 29999), "port 30000 (from '30000:80') is outside"),
+        ("0", (1024, 65535), "ports are 1-65535"),
+        ("18888:8888", None, "publishes no ports"),
+    ],
+)
+def test_a_bad_publish_is_refused_quoted(
+    spec: str, allowed: tuple[int, int] | None, says: str
+) -> None:
+    with pytest.raises(OptionError, match=re.escape(says)):
+        parse_publish(spec, allowed)
+
+
+def test_the_publish_range_setting() -> None:
+    assert port_range("1024-65535") == (1024, 65535)
+    assert port_range("") is None
+    with pytest.raises(ConfigError, match="publish_ports"):
+        port_range("high")
+
+
+def test_a_port_that_listens_is_taken() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(1)
+        port = s.getsockname()[1]
+        assert not port_free(Publish(80, port, "127.0.0.1"))
+    assert port_free(Publish(80, port, "127.0.0.1"))
