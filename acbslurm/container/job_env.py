@@ -15,6 +15,7 @@ from collections.abc import Mapping
 
 from acbslurm.errors import ConfigError
 from acbslurm.slurm.hostlist import first_host
+from acbslurm.units import is_ascii_int
 
 # Copied from the task's environment when set. Not SLURM_CONF or other paths into the
 # node's Slurm: the container has no Slurm of its own.
@@ -104,7 +105,7 @@ def _local_world(env: Mapping[str, str]) -> int | None:
     """This node's tasks of the step."""
     per_node = env.get("SLURM_STEP_TASKS_PER_NODE", "")
     node_id = env.get("SLURM_NODEID", "")
-    if not per_node or not node_id.isdigit():
+    if not per_node or not is_ascii_int(node_id):
         return None
     return tasks_on_node(per_node, int(node_id))
 
@@ -118,7 +119,7 @@ def _master(env: Mapping[str, str]) -> dict[str, str]:
         with contextlib.suppress(ConfigError):
             out["MASTER_ADDR"] = first_host(nodes)
     job_id = env.get("SLURM_JOB_ID", "")
-    if job_id.isdigit():
+    if is_ascii_int(job_id):
         out["MASTER_PORT"] = str(rendezvous_port(job_id))
     return out
 

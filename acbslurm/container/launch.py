@@ -41,6 +41,7 @@ from acbslurm.errors import DockerError, SetupError
 from acbslurm.jobrecord import JOB_LABEL, USER_LABEL
 from acbslurm.mountrules import Mount
 from acbslurm.procfs import running
+from acbslurm.units import is_ascii_int
 
 # On `acbslurm run`'s path: no typing at run time (tests/unit/cli/test_run_fast.py).
 TYPE_CHECKING = False
@@ -340,7 +341,7 @@ def run_container(
 
 def _preempted(job_id: str) -> Callable[[], float | None] | None:
     """How long the job has left if Slurm preempted it, asked at the stop only."""
-    if not job_id.isdigit():
+    if not is_ascii_int(job_id):
         return None
 
     def left() -> float | None:

@@ -259,8 +259,8 @@ class Publish:
 
 
 _PUBLISH = re.compile(
-    r"^(?:(?P<ip>\d{1,3}(?:\.\d{1,3}){3}|\[[0-9a-fA-F:]+\]):)?"
-    r"(?:(?P<host>\d*):)?(?P<ctr>\d+)(?:/(?P<proto>tcp|udp))?$"
+    r"^(?:(?P<ip>[0-9]{1,3}(?:\.[0-9]{1,3}){3}|\[[0-9a-fA-F:]+\]):)?"
+    r"(?:(?P<host>[0-9]*):)?(?P<ctr>[0-9]+)(?:/(?P<proto>tcp|udp))?$"
 )
 
 

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 
 from acbslurm.errors import SlurmError
 from acbslurm.slurm.commands import slurm
+from acbslurm.units import is_ascii_int
 
 # s: a stop must not wait long on a slow controller to learn its grace.
 QUERY_TIMEOUT = 3.0
@@ -68,5 +69,5 @@ def grace_left(job_id: str, env: Mapping[str, str] | None = None) -> float | Non
         # grace, preempt/qos, is not read: such a job keeps the run's stop_grace).
         part = _fields(_show("partition", fields.get("Partition", ""), env))
         value = part.get("GraceTime", "")
-        grace = int(value) if value.isdigit() else None
+        grace = int(value) if is_ascii_int(value) else None
     return parse_grace_left(shown, time.time(), grace)
