@@ -87,4 +87,7 @@ def test_run_phase_queries_with_the_slurm_env_and_asks_only_about_unfinished_job
     # Once 100 has ended (fourth poll) only 101 is asked about; scontrol once per job.
     asked = [c.value("--jobs") for c in fake_slurm.calls("squeue")]
     assert asked == ["100,101"] * 4 + ["101"] * 2
-    assert sorted(c.argv[-1] for c in fake_slurm.calls("scontrol")) == ["100", "101"]
+    # (A query slower than a second is followed by `scontrol ping`, the controller's
+    # watchdog: a loaded machine's, not the demo's own question.)
+    shown = [c.argv[-1] for c in fake_slurm.calls("scontrol") if c.argv[-1] != "ping"]
+    assert sorted(shown) == ["100", "101"]

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import http.client
 import json
 import logging
 import os
-import socket
 import stat
 import time
 from collections.abc import Iterator
@@ -404,9 +404,12 @@ def test_one_key_cannot_fill_the_queue_for_the_others(keyed: PoolServer) -> None
 def test_an_idle_connection_outlives_a_clients_pool(keyed: PoolServer) -> None:
     """A client keeps an idle connection 5 s (httpx, the OpenAI SDK's); the gateway keeps
     it longer, so a request sent on it at 6 s is served, never cut (httpx.ReadError)."""
-    with socket.create_connection(("127.0.0.1", keyed.port), timeout=30) as s:
+    conn = http.client.HTTPConnection("127.0.0.1", keyed.port, timeout=30)
+    try:
         for _ in range(2):
-            s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
-            head = s.recv(65536)
-            assert head.startswith(b"HTTP/1.1 200 "), head
+            conn.request("GET", "/health")  # the same connection: HTTP/1.1 keep-alive
+            r = conn.getresponse()
+            assert (r.status, r.read()) == (200, b'{"status":"ok"}')
             time.sleep(6)  # idle past uvicorn's default keep-alive (5 s)
+    finally:
+        conn.close()
