@@ -26,6 +26,7 @@ CASES = {
     "options": GOLDEN / "options.yaml",
     "per-task": GOLDEN / "per-task.yaml",
     "total": GOLDEN / "total.yaml",
+    "contract": GOLDEN / "contract.yaml",
 }
 
 

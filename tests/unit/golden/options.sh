@@ -14,7 +14,8 @@
 #SBATCH --comment="it's \"mine\""
 #SBATCH --hold
 
-# Each task's container gets exactly the GPUs Slurm gave its task (--gpus auto).
+# Each task's container gets exactly the GPUs Slurm gave its task (--gpus auto), and
+# the job's env (--env NAME: the value exported above) but what its own env sets.
 exec srun /usr/local/bin/acbslurm run --gpus auto \
   --pull always \
   busybox:latest -- sh -c 'echo hi'

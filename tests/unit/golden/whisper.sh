@@ -12,7 +12,8 @@
 #SBATCH --output=openai-whisper.out
 #SBATCH --error=openai-whisper.err
 
-# Each task's container gets exactly the GPUs Slurm gave its task (--gpus auto).
+# Each task's container gets exactly the GPUs Slurm gave its task (--gpus auto), and
+# the job's env (--env NAME: the value exported above) but what its own env sets.
 exec srun /usr/local/bin/acbslurm run --gpus auto \
   --mount /home/user1:/home/user1 \
   --workdir /home/user1 \
