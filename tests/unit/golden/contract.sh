@@ -10,7 +10,8 @@ export ACBSLURM_STOP_GRACE=60
 
 # Each task's container gets exactly the GPUs Slurm gave its task (--gpus auto), and
 # the job's env (--env NAME: the value exported above) but what its own env sets.
-exec srun /usr/local/bin/acbslurm run --gpus auto \
+# --kill-on-bad-exit: one task that fails ends the others (and the job) at once.
+exec srun --kill-on-bad-exit=1 /usr/local/bin/acbslurm run --gpus auto \
   --env OMP_NUM_THREADS \
   --env HF_HOME=/work/.hf \
   --env-file /scratch/user1/train.env \
