@@ -15,8 +15,11 @@ processes by ``ACBSLURM_JOB_ID=<job>`` in their environment (``hooks/orphans.py`
 user who set one could hide a container from its job's cleanup or point another job's
 cleanup at it, so none of them may come from a user for a container. A job's own
 environment (a spec's top-level ``env``, the job script's ``export`` lines) is the user's
-anyway and never reaches a container as such: there only the names acbslurm sets for the
-job are refused, so that settings such as ``ACBSLURM_SERVE_RENDEZVOUS_HOST`` still pass.
+anyway: there only the names acbslurm sets for the job are refused, so that settings
+such as ``ACBSLURM_SERVE_RENDEZVOUS_HOST`` or ``ACBSLURM_STOP_GRACE`` still pass. A
+container job passes its ``env`` on to the container by name, every name but the
+``ACBSLURM_*`` ones (``JobSpec.container_env_names``), and `acbslurm run` checks each
+again.
 """
 
 from __future__ import annotations

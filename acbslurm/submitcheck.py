@@ -2,8 +2,9 @@
 
 Before: the output and error directories (Slurm does not create them; a job that
 cannot open its output fails as ``JobLaunchFailure`` with no file anywhere), the
-partition and the account, and whether the user's Docker daemon knows the image (a
-warning only: the node's daemon may differ, and ``pull`` may fetch it there).
+partition and the account, and whether the user's Docker daemon knows the image and
+this host has the container's mount sources and env files (warnings only: the node's
+daemon and disks may differ, and ``pull`` may fetch the image there).
 
 After (``submit --wait``): the reason Slurm gives, the exit code, and the last lines of
 the job's error file.
@@ -165,6 +166,25 @@ def check_image(spec: JobSpec, *, user: str) -> str | None:
     )
 
 
+def check_sources(spec: JobSpec) -> list[str]:
+    """Warnings for the container's mount sources and env files this host does not have.
+
+    Warnings, not errors: they are the node's paths, which a node-local disk may hold
+    where the submit host has nothing (`acbslurm run` refuses a missing one on the node,
+    and the job fails at once there).
+    """
+    if spec.container is None:
+        return []
+    paths = [(m.source, "mount source") for m in spec.container.mounts]
+    paths += [(p, "env_file") for p in spec.container.env_files]
+    return [
+        f"{what} {path!r} does not exist here; the job fails at its start unless it exists "
+        "on the node"
+        for path, what in paths
+        if not os.path.exists(path)
+    ]
+
+
 def check_submission(
     spec: JobSpec, *, cwd: str, user: str, env: Mapping[str, str] | None = None
 ) -> Findings:
@@ -173,6 +193,7 @@ def check_submission(
     found.errors[:0] = check_paths(spec, cwd=cwd, user=user)
     if warning := check_image(spec, user=user):
         found.warnings.append(warning)
+    found.warnings.extend(check_sources(spec))
     return found
 
 

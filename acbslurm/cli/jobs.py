@@ -188,8 +188,9 @@ def _check(job: JobSpec) -> None:
 def _wait_for(
     job_ids: list[str], interval: float, as_json: bool, spec: JobSpec, backend: str
 ) -> int:
-    """Follow the jobs to their end; 1 if one did not complete, with the reasons."""
-    from acbslurm.cli.waiting import explain, follow, is_terminal
+    """Follow the jobs to their end; 1 if one did not complete, with the reasons (and
+    at once when the only ones left will never start: ``waiting.NEVER_CLEARS``)."""
+    from acbslurm.cli.waiting import explain, explain_stuck, follow, is_terminal, stuck
 
     final = follow(
         job_ids,
@@ -200,11 +201,13 @@ def _wait_for(
         backend=backend,
     )
     failed = [j for j in final if j.failed]
+    never = stuck(final)
     if as_json:
         click.echo(json.dumps({"job_ids": job_ids, "jobs": [j.as_json() for j in final]}))
-    if failed:
-        explain(failed, spec)
-        click.echo(f"{len(failed)} of {len(final)} jobs did not complete.", err=True)
+    explain(failed, spec)
+    explain_stuck(never, spec)
+    if failed or never:
+        click.echo(f"{len(failed) + len(never)} of {len(final)} jobs did not complete.", err=True)
         return 1
     return 0
 

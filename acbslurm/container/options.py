@@ -16,6 +16,7 @@ from acbslurm.errors import ConfigError, GpuMappingError, SetupError
 from acbslurm.gpu.mapping import is_uuid
 from acbslurm.jobrecord import JobRecord
 from acbslurm.mountrules import Mount, read_mounts, source_problem
+from acbslurm.runrules import run_as, shm_bytes
 from acbslurm.units import size_bytes
 
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -241,8 +242,6 @@ REFUSED: dict[str, str] = {
     "--volumes-from": "another container's mounts are not checked",
 }
 
-_RUN_AS = re.compile(r"^[A-Za-z0-9_.][A-Za-z0-9_.-]*(:[A-Za-z0-9_.][A-Za-z0-9_.-]*)?$")
-
 
 @dataclass(frozen=True)
 class Publish:
@@ -335,21 +334,21 @@ def parse_hostname(name: str) -> str:
 
 
 def parse_user(spec: str) -> str:
-    """``--user NAME|UID[:GROUP|GID]``, as `docker run` takes it."""
-    if not _RUN_AS.match(spec):
-        raise OptionError("--user", f"expected NAME or UID[:GROUP or GID], got {spec!r}")
-    return spec
+    """``--user NAME|UID[:GROUP|GID]``, as `docker run` takes it (runrules: a spec's
+    ``container.user`` is checked by the same rule)."""
+    try:
+        return run_as(spec)
+    except ValueError as exc:
+        raise OptionError("--user", str(exc)) from None
 
 
 def parse_shm_size(spec: str, limits: Limits) -> int:
     """``--shm-size`` in bytes, at most the container's memory limit: /dev/shm is a tmpfs
     whose pages count as the container's memory, so more could never be used."""
     try:
-        value = size_bytes(spec)
-    except ValueError:
-        raise OptionError("--shm-size", f"expected a size like 512m or 8g, got {spec!r}") from None
-    if value <= 0:
-        raise OptionError("--shm-size", f"must be positive, got {spec!r}")
+        value = shm_bytes(spec)
+    except ValueError as exc:
+        raise OptionError("--shm-size", str(exc)) from None
     if limits.mem_bytes and value > limits.mem_bytes:
         raise OptionError(
             "--shm-size",

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from acbslurm import units
+from acbslurm import runrules, units
 from acbslurm.envrules import env_problem
 from acbslurm.errors import SpecError, short_repr
 from acbslurm.mountrules import Mount, lexical, path_problem
@@ -49,7 +49,20 @@ JOB_KEYS = (
     "container",
     "serve",
 )
-CONTAINER_KEYS = ("image", "pull", "command", "mounts", "env", "workdir")
+CONTAINER_KEYS = (
+    "image",
+    "pull",
+    "command",
+    "mounts",
+    "env",
+    "env_file",
+    "workdir",
+    "user",
+    "entrypoint",
+    "shm_size",
+    "read_only",
+    "grace",
+)
 SERVE_KEYS = ("pool", "listen")
 PULL_POLICIES = ("missing", "always", "never")
 MAIL_TYPES = (
@@ -120,6 +133,13 @@ class ContainerSpec:
     mounts: tuple[Mount, ...] = ()
     env: tuple[tuple[str, str], ...] = ()
     workdir: str | None = None
+    # `acbslurm run`'s own options (runrules holds the rules both check)
+    env_files: tuple[str, ...] = ()  # absolute paths, read on the node
+    user: str | None = None
+    entrypoint: str | None = None  # "" clears the image's
+    shm_size: str | None = None
+    read_only: bool = False
+    grace: str | None = None  # seconds, the number's text
 
 
 @dataclass(frozen=True)
@@ -172,6 +192,15 @@ class JobSpec:
     @property
     def gres(self) -> str | None:
         return f"gpu:{self.gpus}" if self.gpus else None
+
+    @property
+    def container_env_names(self) -> tuple[str, ...]:
+        """The names of ``env`` a container job passes on to its container (``--env
+        NAME``): all but acbslurm's own ``ACBSLURM_*``, which configure the launcher in
+        the job (``ACBSLURM_STOP_GRACE``) and which a container may not be given, and
+        but those ``container.env`` sets (the container's own value wins)."""
+        own = {key for key, _ in self.container.env} if self.container else set()
+        return tuple(k for k, _ in self.env if k not in own and env_problem(k) is None)
 
     @property
     def gpu_count(self) -> int:
@@ -523,11 +552,87 @@ def _container(value: Any, path: tuple[str, ...], e: Errors) -> ContainerSpec | 
     mounts = _mounts(value.get("mounts"), (*path, "mounts"), e)
     env = _env(value.get("env"), (*path, "env"), e)
     workdir = _path(value.get("workdir"), (*path, "workdir"), e, absolute=True)
+    options = _run_options(value.get, path, e)
     if image is None:
         return None
     return ContainerSpec(
-        image=image, pull=pull, command=command, mounts=mounts, env=env, workdir=workdir
+        image=image, pull=pull, command=command, mounts=mounts, env=env, workdir=workdir, **options
     )
+
+
+def _run_options(get: Any, path: tuple[str, ...], e: Errors) -> dict[str, Any]:
+    """The container keys that are `acbslurm run` options of their own, each checked by
+    the rule `acbslurm run` applies to it (``runrules``), so a value it would refuse on
+    the node is refused here, before the job waits in the queue."""
+    return {
+        "env_files": _env_files(get("env_file"), (*path, "env_file"), e),
+        "user": _ruled(get("user"), runrules.run_as, (*path, "user"), e),
+        "entrypoint": _entrypoint(get("entrypoint"), (*path, "entrypoint"), e),
+        "shm_size": _ruled(get("shm_size"), runrules.shm_bytes, (*path, "shm_size"), e),
+        "read_only": bool(_bool(get("read_only"), (*path, "read_only"), e)),
+        "grace": _grace(get("grace"), (*path, "grace"), e),
+    }
+
+
+def _ruled(value: Any, rule: Any, path: tuple[str, ...], e: Errors) -> str | None:
+    """A text or whole-number value that ``rule`` accepts, as text (``user: 1000`` is
+    a UID, ``shm_size: 1073741824`` bytes)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        e.add(path, f"must be text or a whole number, got {value!r}")
+        return None
+    text = str(value).strip()
+    try:
+        rule(text)
+    except ValueError as exc:
+        e.add(path, str(exc))
+        return None
+    return text
+
+
+def _grace(value: Any, path: tuple[str, ...], e: Errors) -> str | None:
+    """Seconds as a number (``30``, ``2.5``) or its text, as `acbslurm run --grace` reads it."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        e.add(path, f"must be {runrules.GRACE_HELP}, got {value!r}")
+        return None
+    try:
+        runrules.grace_seconds(value)
+    except ValueError as exc:
+        e.add(path, str(exc))
+        return None
+    return str(value).strip()
+
+
+def _entrypoint(value: Any, path: tuple[str, ...], e: Errors) -> str | None:
+    """The program that replaces the image's entrypoint; ``""`` clears it."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        e.add(path, f'must be a program (text; "" clears the image\'s), got {value!r}')
+        return None
+    if _CONTROL.search(value):
+        e.add(path, f"must be one line without control characters, got {value!r}")
+        return None
+    return value
+
+
+def _env_files(value: Any, path: tuple[str, ...], e: Errors) -> tuple[str, ...]:
+    """``env_file: PATH`` or a list of them, in order; a relative path is relative to
+    the spec's folder (to the working directory when given with ``--set``), as for
+    ``serve``, since `acbslurm run` reads it on the node from the job's directory."""
+    if value is None:
+        return ()
+    if isinstance(value, list):
+        named = [(item, (*path, str(i))) for i, item in enumerate(value)]
+    else:
+        named = [(value, path)]
+    paths = [_path(item, ipath, e) for item, ipath in named]
+    where = e.doc.where(path)
+    base = os.getcwd() if where.startswith("--set") else os.path.dirname(e.doc.source)
+    return tuple(os.path.abspath(os.path.join(base, p)) for p in paths if p is not None)
 
 
 def _serve(value: Any, path: tuple[str, ...], e: Errors) -> ServeJob | None:
@@ -579,6 +684,21 @@ def _pool_shape(get: Any, e: Errors) -> None:
         e.add(("nodes",), "a pool job needs a fixed node count (nodes: 2, not a range)")
 
 
+def _shm_fits(spec: JobSpec, e: Errors) -> None:
+    """/dev/shm's pages count as the container's memory, whose limit is the job's memory
+    on the node: `acbslurm run` refuses a larger ``shm_size`` there, so it is refused
+    here already, before the job waits in the queue."""
+    c = spec.container
+    if c is None or c.shm_size is None or spec.mem is None:
+        return
+    if runrules.shm_bytes(c.shm_size) > units.mem_megabytes(spec.mem) * 1024**2:
+        e.add(
+            ("container", "shm_size"),
+            f"{c.shm_size!r} is more than the job's memory (mem: {spec.mem}): /dev/shm's "
+            "pages count as the container's memory",
+        )
+
+
 def validate(doc: Located) -> JobSpec:
     """Check a loaded spec; return the JobSpec or raise SpecError listing every problem."""
     e = Errors(doc)
@@ -616,6 +736,7 @@ def validate(doc: Located) -> JobSpec:
         source=doc.source,
     )
     _what_runs(get, e)
+    _shm_fits(spec, e)
     if e.items:
         raise SpecError("invalid job spec:\n  " + "\n  ".join(e.items))
     return spec

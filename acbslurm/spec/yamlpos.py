@@ -98,7 +98,19 @@ def _build(loader: Any, node: yaml.Node, path: tuple[str, ...], doc: Located) ->
         return out
     if isinstance(node, yaml.SequenceNode):
         return [_build(loader, n, (*path, str(i)), doc) for i, n in enumerate(node.value)]
+    if _sexagesimal(node):
+        return node.value
     return loader.construct_object(node, deep=True)
+
+
+_NUMBER_TAGS = ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
+
+
+def _sexagesimal(node: yaml.Node) -> bool:
+    """A YAML 1.1 base-60 number (``1:30`` is 90, ``1000:50`` is 60050), kept as its
+    text: in a spec it is a Slurm time (``time: 1:30``, a minute and a half) or a
+    ``UID:GID`` (``container.user: 1000:50``), never a count of seconds."""
+    return node.tag in _NUMBER_TAGS and ":" in str(node.value)
 
 
 def _too_many(doc: Located) -> str:

@@ -11,11 +11,13 @@ from fake_slurm import fake_slurm  # noqa: F401
 # What points a process at a live cluster, a Docker daemon or settings: `acbslurm sandbox
 # env` exported in the shell must not send unit tests' jobs to a real sandbox.
 LIVE = ("SLURM_CONF", "DOCKER_HOST", "SLURM_JOB_ID", "ACBSLURM_GPU_UUIDS")
+# The tests' own switch (test_render.py: regenerate the golden files), not a setting.
+KEPT = ("ACBSLURM_UPDATE_GOLDEN",)
 
 
 @pytest.fixture(autouse=True)
 def no_live_cluster(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     for key in list(os.environ):
-        if key in LIVE or key.startswith("ACBSLURM_"):
+        if key in LIVE or (key.startswith("ACBSLURM_") and key not in KEPT):
             monkeypatch.delenv(key)
     yield

@@ -54,7 +54,8 @@ def bin_dir(tmp_path: Path) -> Path:
     """A PATH folder with a pass-through ``srun`` and an argv recorder ``record``."""
     d = tmp_path / "bin"
     d.mkdir()
-    (d / "srun").write_text('#!/bin/sh\nexec "$@"\n')
+    # srun's own options (--kill-on-bad-exit=1) are dropped; the rest is its task.
+    (d / "srun").write_text('#!/bin/sh\nwhile [ "${1#--}" != "$1" ]; do shift; done\nexec "$@"\n')
     (d / "record").write_text(
         f"#!{sys.executable}\n"
         + textwrap.dedent(
@@ -101,6 +102,8 @@ def _container_doc(values: list[str]) -> dict[str, Any]:
             "env": {f"C{i}": v for i, v in enumerate(values)},
             "mounts": ["/src dir/ü'x$(y):/dst `z`;w"],
             "workdir": "/work dir/$(x)'\"",
+            "entrypoint": "/bin/e p $(x)'\"`y`;z",
+            "env_file": "/env dir/ü'x$(y)`z`;w.env",
         },
     }
 
@@ -117,7 +120,12 @@ def test_container_launch_gets_literal_values(tmp_path: Path, bin_dir: Path) -> 
     assert argv[sep + 1 :] == values
     assert argv[:3] == ["run", "--gpus", "auto"]
     envs = [argv[i + 1] for i, a in enumerate(argv[:sep]) if a == "--env"]
-    assert envs == [f"C{i}={v}" for i, v in enumerate(values)]
+    # the job's env by name (its values come from the environment), then the container's
+    assert envs == [f"HOSTILE_{i}" for i in range(len(values))] + [
+        f"C{i}={v}" for i, v in enumerate(values)
+    ]
+    assert argv[argv.index("--entrypoint") + 1] == "/bin/e p $(x)'\"`y`;z"
+    assert argv[argv.index("--env-file") + 1] == "/env dir/ü'x$(y)`z`;w.env"
     assert argv[argv.index("--mount") + 1] == "/src dir/ü'x$(y):/dst `z`;w"
     assert argv[argv.index("--workdir") + 1] == "/work dir/$(x)'\""
     assert argv[sep - 1] == "acbslurm/busybox:latest"

@@ -26,6 +26,7 @@ CASES = {
     "options": GOLDEN / "options.yaml",
     "per-task": GOLDEN / "per-task.yaml",
     "total": GOLDEN / "total.yaml",
+    "contract": GOLDEN / "contract.yaml",
 }
 
 
@@ -59,7 +60,7 @@ def test_whisper_has_seed_directives_and_gpu_container() -> None:
         "#SBATCH --account=user1",
     ]:
         assert line in text.splitlines()
-    assert f"exec srun {ACBSLURM} run --gpus auto" in text
+    assert f"exec srun --kill-on-bad-exit=1 {ACBSLURM} run --gpus auto" in text
     assert "openai-whisper:latest -- whisper --model turbo" in text
 
 
@@ -81,7 +82,7 @@ def test_acbslurm_command_words_are_quoted() -> None:
     text = render(
         load_spec(CASES["sandbox-gpu"]), acbslurm=["/opt/my env/python", "-m", "acbslurm"]
     )
-    assert "exec srun '/opt/my env/python' -m acbslurm run" in text
+    assert "exec srun --kill-on-bad-exit=1 '/opt/my env/python' -m acbslurm run" in text
 
 
 def test_site_template_can_extend_packaged_one(tmp_path: Path) -> None:

@@ -24,11 +24,13 @@ def test_node_acbslurm_setting_names_the_command(
     r = CliRunner().invoke(render, [SPEC])
     assert r.exit_code == 0, r.output
     assert _srun_line(r.output).startswith(
-        "exec srun /opt/acbslurm/venv/bin/python -m acbslurm run --gpus auto"
+        "exec srun --kill-on-bad-exit=1 /opt/acbslurm/venv/bin/python -m acbslurm run --gpus auto"
     )
     # the flag beats the setting; the environment beats the file
     r = CliRunner().invoke(render, [SPEC, "--acbslurm", "/x/acbslurm"])
-    assert _srun_line(r.output).startswith("exec srun /x/acbslurm run")
+    assert _srun_line(r.output).startswith("exec srun --kill-on-bad-exit=1 /x/acbslurm run")
     monkeypatch.setenv("ACBSLURM_NODE_ACBSLURM", "/shared/acbslurm/bin/acbslurm")
     r = CliRunner().invoke(render, [SPEC])
-    assert _srun_line(r.output).startswith("exec srun /shared/acbslurm/bin/acbslurm run")
+    assert _srun_line(r.output).startswith(
+        "exec srun --kill-on-bad-exit=1 /shared/acbslurm/bin/acbslurm run"
+    )

@@ -19,10 +19,14 @@
 export OMP_NUM_THREADS=4
 export GREETING='hello world'
 
-# Each task's container gets exactly the GPUs Slurm gave its task (--gpus auto).
-exec srun /usr/local/bin/acbslurm run --gpus auto \
+# Each task's container gets exactly the GPUs Slurm gave its task (--gpus auto), and
+# the job's env (--env NAME: the value exported above) but what its own env sets.
+# --kill-on-bad-exit: one task that fails ends the others (and the job) at once.
+exec srun --kill-on-bad-exit=1 /usr/local/bin/acbslurm run --gpus auto \
   --mount /data:/data:ro \
   --mount /scratch/user1:/work \
+  --env OMP_NUM_THREADS \
+  --env GREETING \
   --env HF_HOME=/work/.hf \
   --workdir /work \
   registry.example/team/train:1.2 -- python train.py --epochs 3

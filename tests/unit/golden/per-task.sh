@@ -4,6 +4,8 @@
 #SBATCH --ntasks=2
 #SBATCH --gpus-per-task=1
 
-# Each task's container gets exactly the GPUs Slurm gave its task (--gpus auto).
-exec srun /usr/local/bin/acbslurm run --gpus auto \
+# Each task's container gets exactly the GPUs Slurm gave its task (--gpus auto), and
+# the job's env (--env NAME: the value exported above) but what its own env sets.
+# --kill-on-bad-exit: one task that fails ends the others (and the job) at once.
+exec srun --kill-on-bad-exit=1 /usr/local/bin/acbslurm run --gpus auto \
   acbslurm/busybox:latest -- sh -c 'echo "rank $SLURM_PROCID: $ACBSLURM_GPU_UUIDS"'

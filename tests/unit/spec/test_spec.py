@@ -510,3 +510,13 @@ def test_gpus_per_task_and_in_total(lines: str, attr: str, value: str) -> None:
 )
 def test_gpu_request_shapes_are_checked(lines: str, message: str) -> None:
     assert message in errors_of(MINIMAL + lines + "\n")
+
+
+def test_base_60_numbers_stay_text() -> None:
+    """YAML 1.1 reads ``1:30`` as 90 and ``1000:50`` as 60050; in a spec they are a
+    Slurm time and a UID:GID, so they keep their text (quoted or not)."""
+    spec = parse_spec(
+        "command: [x]\ntime: 1:30\nenv: {A: 1:30, B: 190:20:30.5, C: 30, D: 1.5}\n", "job.yaml"
+    )
+    assert spec.time == "1:30"
+    assert dict(spec.env) == {"A": "1:30", "B": "190:20:30.5", "C": "30", "D": "1.5"}
