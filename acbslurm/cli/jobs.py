@@ -14,6 +14,8 @@ import click
 from acbslurm.clitypes import AsciiInt, FiniteFloat
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from acbslurm.slurm.cluster import GpuSlot
     from acbslurm.slurm.jobtypes import JobInfo, SubmitResult
     from acbslurm.spec import JobSpec
@@ -367,6 +369,8 @@ def _pool_addresses(jobs: list[JobInfo], backend: str) -> dict[str, dict[str, An
     A pool job writes ``acbslurm-serve-JOBID.json`` (mode 0600) in its working
     directory once its workers are up; only the job's user can read it, so only
     the caller's own running jobs are looked at (one more squeue call, for those).
+    Each working directory is listed once and only the files there are opened: many
+    jobs share one, and on NFS every open of a missing file is a round trip.
     """
     me = _user()
     mine = [j.job_id for j in jobs if j.state == "RUNNING" and j.user == me and not j.array_job_id]
@@ -376,12 +380,32 @@ def _pool_addresses(jobs: list[JobInfo], backend: str) -> dict[str, dict[str, An
     from acbslurm.slurm.jobs import work_dirs
 
     out = {}
+    listed: dict[str, frozenset[str] | None] = {}
     for jid, folder in work_dirs(mine, backend=backend).items():
+        if folder not in listed:
+            listed[folder] = _listing(folder)
         path = address_file(folder, jid)
-        data = read(path)
+        data = _read_listed(path, listed[folder], read)
         if data is not None and "url" in data:
             out[jid] = {**data, "file": path}
     return out
+
+
+def _listing(folder: str) -> frozenset[str] | None:
+    """The names in ``folder``; None when it cannot be listed (then each file is tried)."""
+    try:
+        return frozenset(os.listdir(folder))
+    except OSError:
+        return None
+
+
+def _read_listed(
+    path: str, names: frozenset[str] | None, read: Callable[[str], dict[str, Any] | None]
+) -> dict[str, Any] | None:
+    """``read(path)`` where the folder's listing has the file (or could not be made)."""
+    if names is not None and os.path.basename(path) not in names:
+        return None
+    return read(path)
 
 
 def _table(rows: list[tuple[Any, ...]]) -> None:

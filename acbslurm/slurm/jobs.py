@@ -1,16 +1,18 @@
 """Submit, query and cancel jobs through Slurm's CLI, batched.
 
 ``query_jobs`` answers for any number of jobs with one ``squeue`` call scoped to their
-ids, one ``sacct`` call for jobs that already left the controller's memory, and one
-``scontrol`` call per running job whose GPUs the caller's ``GpuCache`` lacks. Only an
-unscoped listing (every job, or a user's) asks scontrol for the whole queue.
+ids, one ``sacct`` call for jobs that already left the controller's memory, and
+``scontrol`` for the GPUs of running jobs the caller's ``GpuCache`` lacks: one call per
+job for a few of them, one listing of the queue for more, or for an unscoped listing
+(every job, or a user's). The number of Slurm calls never grows with the number of jobs.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeAlias
@@ -42,6 +44,14 @@ _INVALID_JOB_ID = "invalid job id specified"
 # scontrol takes one job id a call: this many calls at once, quick for a watcher and
 # gentle on slurmctld (each is a cheap single-job request).
 _SCONTROL_PARALLEL = 4
+# More running jobs than this to ask about: one listing of every job instead of a call
+# each. Each call is a fork, a munge credential and a request (about 10 ms here), so 256
+# jobs took over a second; squeue --jobs with several ids already has the controller
+# walk its whole table, and the listing's lines of other jobs are skipped unparsed.
+_SCONTROL_ONE_BY_ONE = 16
+# The start of every ``scontrol -o show job`` line: its JobId and, for one array task,
+# the id squeue shows it by (``ArrayJobId=12 ArrayTaskId=1``: 12_1).
+_LINE_KEYS = re.compile(r"JobId=([0-9]+) (?:ArrayJobId=([0-9]+) ArrayTaskId=([0-9]+) )?")
 
 
 def _clean_time(value: str) -> str:
@@ -153,8 +163,22 @@ def _devices_by_node(line: str) -> list[dict[str, Any]]:
     ]
 
 
-def parse_job_gpus(text: str) -> dict[str, JobGres]:
-    """GPU indices per job from ``scontrol -d -o show job`` (``GRES=gpu:1(IDX:0)``).
+def _unwanted(line: str, only: Collection[str] | None) -> bool:
+    """True for a line of a job ``only`` does not name (by JobId or squeue's task id):
+    a listing of the whole queue is read for a few of its jobs, and the rest is skipped
+    before any of the searches through its line."""
+    if only is None:
+        return False
+    m = _LINE_KEYS.match(line)
+    if m is None:
+        return False  # not the usual start: parsed in full
+    array, task = m.group(2), m.group(3)
+    return m.group(1) not in only and not (array and f"{array}_{task}" in only)
+
+
+def parse_job_gpus(text: str, only: Collection[str] | None = None) -> dict[str, JobGres]:
+    """GPU indices per job from ``scontrol -d -o show job`` (``GRES=gpu:1(IDX:0)``);
+    with ``only``, of those jobs alone (JobIds or squeue's ids).
 
     Keyed by ``JobId`` and, for an array task, also by ``ArrayJobId_ArrayTaskId``, the id
     squeue shows: task ``12_1`` is ``JobId=14 ArrayJobId=12 ArrayTaskId=1``, while
@@ -163,6 +187,8 @@ def parse_job_gpus(text: str) -> dict[str, JobGres]:
     """
     out: dict[str, JobGres] = {}
     for line in text.splitlines():
+        if _unwanted(line, only):
+            continue
         m = re.search(r"\bJobId=([0-9]+)", line)
         if not m:
             continue
@@ -188,12 +214,29 @@ def parse_gpu_indices(text: str) -> dict[str, list[int]]:
     return {key: job.indices for key, job in parse_job_gpus(text).items()}
 
 
-def _read_record(record_dir: str, job_id: str) -> JobRecord | None:
-    """The prolog's job record, if this node has a readable one (display only)."""
+def _record_names(record_dir: str) -> frozenset[str] | None:
+    """The file names in ``record_dir``, listed once for every job of a query (a submit
+    host has no records at all); None when it cannot be listed (each record is then
+    opened by its name, as before)."""
+    if not record_dir:
+        return frozenset()
+    try:
+        return frozenset(os.listdir(record_dir))
+    except FileNotFoundError:
+        return frozenset()
+    except OSError:  # searchable but not readable: the records may still be there
+        return None
+
+
+def _read_record(
+    record_dir: str, job_id: str, names: frozenset[str] | None = None
+) -> JobRecord | None:
+    """The prolog's job record, if this node has a readable one (display only);
+    ``names``: the directory's listing, so that a job without a record costs no open."""
     from acbslurm.errors import ConfigError
     from acbslurm.jobrecord import read_record
 
-    if not record_dir:
+    if not record_dir or (names is not None and f"{job_id}.json" not in names):
         return None
     try:
         return read_record(record_dir, job_id)
@@ -466,6 +509,7 @@ def _add_gpus(
 ) -> None:
     unknown = [j for j in jobs if (j.job_id, j.start_time) not in cache]
     shown = _ask_gpus(unknown, env, scoped=scoped) if unknown else {}
+    names = _record_names(record_dir)
     # Only what names GPUs is kept: a job that ended between squeue and scontrol shows
     # none (GRES=), which must not stick. A job without GPUs is asked again each time
     # (acbslurm's own jobs all have one).
@@ -476,15 +520,17 @@ def _add_gpus(
         found = cache.get((job.job_id, job.start_time))
         if found is None and job.job_id in shown:
             _moved_on(job, shown[job.job_id])
-        _set_gpus(job, found, record_dir)
+        _set_gpus(job, found, record_dir, names)
 
 
-def _set_gpus(job: JobInfo, found: JobGres | None, record_dir: str) -> None:
+def _set_gpus(
+    job: JobInfo, found: JobGres | None, record_dir: str, names: frozenset[str] | None
+) -> None:
     """``job``'s GPUs from scontrol's record (``found``) and the prolog's job record."""
     job.gpu_indices = list(found.indices) if found else []
     job.gpu_devices = [dict(d) for d in found.devices] if found else []
     # The prolog names the record after the JobId (SLURM_JOB_ID), 14 for task 12_1.
-    record = _read_record(record_dir, found.job_id if found else job.job_id)
+    record = _read_record(record_dir, found.job_id if found else job.job_id, names)
     if record:
         job.gpu_uuids = list(record.gpu_uuids)
         if not job.gpu_indices:
@@ -509,16 +555,20 @@ def _moved_on(job: JobInfo, later: JobGres) -> None:
 def _ask_gpus(
     jobs: list[JobInfo], env: Mapping[str, str] | None, *, scoped: bool
 ) -> dict[str, JobGres]:
-    """scontrol's records of running ``jobs`` by squeue's id: per job when scoped, else
-    all at once.
+    """scontrol's records of running ``jobs`` by squeue's id: per job when scoped and
+    few, else all at once (one listing, only these jobs' lines parsed).
 
     ``scontrol show job`` takes one id; an array's own id shows all its records, so
     the tasks a caller asked for by the array's id cost one call together.
     """
     targets = list(dict.fromkeys(j.array_job_id or j.job_id for j in jobs))
-    if not scoped:  # every job was listed anyway: one listing beats one call per job
-        texts = [slurm(["scontrol", "-d", "-o", "show", "job"], env=env, controller=True).stdout]
-    elif len(targets) == 1:
+    if not scoped or len(targets) > _SCONTROL_ONE_BY_ONE:
+        # Every job was listed anyway, or so many are asked about that one listing beats
+        # a call per job.
+        argv = ["scontrol", "-d", "-o", "show", "job"]
+        text = slurm(argv, env=env, controller=True).stdout
+        return parse_job_gpus(text, only={j.job_id for j in jobs})
+    if len(targets) == 1:
         texts = [_show_job(targets[0], env)]
     else:
         with ThreadPoolExecutor(max_workers=min(_SCONTROL_PARALLEL, len(targets))) as pool:
