@@ -9,13 +9,11 @@ job for a few of them, one listing of the queue for more, or for an unscoped lis
 
 from __future__ import annotations
 
-import logging
 import os
 import re
+import sys
 from collections.abc import Collection, Iterator, Mapping, Sequence
-from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeAlias
 
 from acbslurm.errors import ConfigError, SlurmError
 from acbslurm.jobrecord import JOB_ID
@@ -24,10 +22,27 @@ from acbslurm.slurm.jobtypes import JobGres, JobInfo, SubmitResult
 from acbslurm.slurm.states import HOLDING_STATES, LIVE_STATES, TERMINAL_STATES
 from acbslurm.units import expand_ranges
 
+# On status' path: no typing, logging or thread pool imported (each costs milliseconds of
+# every `acbslurm status`; tests/unit/cli/test_status_fast.py).
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from concurrent.futures import Future
+    from typing import Any
+
     from acbslurm.jobrecord import JobRecord
 
-log = logging.getLogger(__name__)
+
+def _warn(msg: str, *args: object) -> None:
+    import logging  # only for a line Slurm printed that was not expected
+
+    logging.getLogger(__name__).warning(msg, *args)
+
+
+def _debug(msg: str, *args: object) -> None:
+    # Only where an entry point configured logging: unconfigured, nobody would see it.
+    logging = sys.modules.get("logging")
+    if logging is not None:
+        logging.getLogger(__name__).debug(msg, *args)
 
 
 # squeue fields, '|'-separated; the name is last because it may contain '|'.
@@ -65,7 +80,7 @@ def _rows(text: str, fields: int, command: str) -> Iterator[list[str]]:
             continue
         parts = line.split("|", fields - 1)
         if len(parts) != fields:
-            log.warning("unexpected %s line: %r", command, line)
+            _warn("unexpected %s line: %r", command, line)
             continue
         yield parts
 
@@ -317,7 +332,7 @@ def drop_stale_reason(job: JobInfo) -> None:
 # start time: an allocation never changes while a job runs, and a requeued job starts
 # again (a new start time) on whichever GPUs are free then. A caller that polls keeps
 # one (JobWatcher does) so each job run is asked about once.
-GpuCache: TypeAlias = dict[tuple[str, str], JobGres]
+GpuCache = dict[tuple[str, str], JobGres]
 
 
 def query_jobs(
@@ -571,6 +586,8 @@ def _ask_gpus(
     if len(targets) == 1:
         texts = [_show_job(targets[0], env)]
     else:
+        from concurrent.futures import ThreadPoolExecutor
+
         with ThreadPoolExecutor(max_workers=min(_SCONTROL_PARALLEL, len(targets))) as pool:
             texts = list(pool.map(lambda target: _show_job(target, env), targets))
     shown: dict[str, JobGres] = {}
@@ -585,7 +602,7 @@ def _show_job(job_id: str, env: Mapping[str, str] | None) -> str:
         ["scontrol", "-d", "-o", "show", "job", job_id], env=env, check=False, controller=True
     )
     if res.returncode != 0:
-        log.debug("scontrol show job %s: %s", job_id, res.stderr.strip())
+        _debug("scontrol show job %s: %s", job_id, res.stderr.strip())
         return ""
     return res.stdout
 
@@ -641,6 +658,8 @@ def submit_script(
         except ValueError as exc:
             raise SlurmError(res.argv, res.returncode, res.stdout, res.stderr, str(exc)) from None
 
+    from concurrent.futures import ThreadPoolExecutor
+
     result = SubmitResult([], requested=count)
     with ThreadPoolExecutor(max_workers=max(1, min(parallel, count))) as pool:
         _collect_ids([pool.submit(one, i) for i in range(count)], result)
@@ -651,6 +670,8 @@ def submit_script(
 def _collect_ids(futures: list[Future[str]], result: SubmitResult) -> None:
     """The ids of the sbatch calls into ``result``, in order; the first failure cancels
     the calls not started yet."""
+    from concurrent.futures import CancelledError
+
     for fut in futures:
         try:
             result.job_ids.append(fut.result())

@@ -5,11 +5,15 @@ can build them without importing ``jobs`` back."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
 
 from acbslurm.errors import SlurmError
 from acbslurm.slurm.states import TERMINAL_STATES
 from acbslurm.units import is_ascii_int
+
+# On status' path: no typing at run time (tests/unit/cli/test_status_fast.py).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
 @dataclass
