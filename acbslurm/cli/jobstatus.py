@@ -75,9 +75,7 @@ def show(ids: Sequence[str], user: str | None, long: bool, as_json: bool) -> int
     jobs = query_jobs(list(ids), user=user, record_dir=record_dir(), backend=chosen)
     pools = _pool_addresses(jobs, chosen)
     if as_json:
-        import json
-
-        write(json.dumps(status_json(jobs, pools), indent=2))
+        write(json_text(status_json(jobs, pools)))
     else:
         print_status([j for j in jobs if j.state != "UNKNOWN" or j.reason], long)
         _print_pools(pools)
@@ -193,12 +191,97 @@ def _read_listed(
 def table(rows: list[tuple[Any, ...]]) -> None:
     """Columns padded to their widest value; the last one (a name) left as it is.
     Written at once: a line at a time was a write and a flush per job."""
-    cells = [[str(v) for v in r] for r in rows]
+    cells = [list(map(str, r)) for r in rows]
     widths = [max(map(len, column)) for column in list(zip(*cells, strict=True))[:-1]]
-    lines = [
-        "  ".join(v.ljust(w) for v, w in zip(r, widths, strict=False)) + "  " + r[-1] for r in cells
-    ]
+    lines = ["  ".join(map(str.ljust, r[:-1], widths)) + "  " + r[-1] for r in cells]
     write("\n".join(lines))
+
+
+class _Unusual(Exception):
+    """A value ``json_text`` leaves to the json module (a subclass, a key not a string)."""
+
+
+def json_text(value: object) -> str:
+    """``json.dumps(value, indent=2)``, the same text: the json module writes an indented
+    document in pure Python (its C encoder only writes one without indent), 0.35 s of
+    `status --json` on 10,000 jobs; this writes each string with its C escaper."""
+    out: list[str] = []
+    try:
+        _encode(value, "\n", out)
+    except _Unusual:
+        import json
+
+        return json.dumps(value, indent=2)
+    return "".join(out)
+
+
+def _json_float(x: float) -> str:
+    if x != x:
+        return "NaN"
+    if x in (float("inf"), float("-inf")):
+        return "Infinity" if x > 0 else "-Infinity"
+    return float.__repr__(x)
+
+
+def _scalars() -> dict[type, Callable[[Any], str]]:
+    from json.encoder import encode_basestring_ascii  # the C one where it is built
+
+    return {
+        str: encode_basestring_ascii,
+        int: int.__repr__,
+        float: _json_float,
+        bool: lambda b: "true" if b else "false",
+        type(None): lambda _: "null",
+    }
+
+
+_SCALARS: dict[type, Callable[[Any], str]] = {}
+
+
+def _encode(value: object, newline: str, out: list[str]) -> None:
+    """``value`` as json.dumps(indent=2) writes it, its lines starting with ``newline``."""
+    if not _SCALARS:
+        _SCALARS.update(_scalars())
+    kind = type(value)
+    scalar = _SCALARS.get(kind)
+    if scalar is not None:
+        out.append(scalar(value))
+    elif kind is dict:
+        _encode_dict(value, newline, out)  # type: ignore[arg-type]
+    elif kind is list or kind is tuple:
+        _encode_list(value, newline, out)  # type: ignore[arg-type]
+    else:
+        raise _Unusual
+
+
+def _encode_dict(value: dict[Any, Any], newline: str, out: list[str]) -> None:
+    if not value:
+        out.append("{}")
+        return
+    inner, sep, string = newline + "  ", "{", _SCALARS[str]
+    for key, item in value.items():
+        if type(key) is not str:
+            raise _Unusual
+        scalar = _SCALARS.get(type(item))  # most values: no call of _encode for them
+        if scalar is not None:
+            out.append(f"{sep}{inner}{string(key)}: {scalar(item)}")
+        else:
+            out.append(f"{sep}{inner}{string(key)}: ")
+            _encode(item, inner, out)
+        sep = ","
+    out.append(newline + "}")
+
+
+def _encode_list(value: list[Any] | tuple[Any, ...], newline: str, out: list[str]) -> None:
+    if not value:
+        out.append("[]")
+        return
+    inner, sep = newline + "  ", "["
+    for item in value:
+        out.append(sep + inner)
+        _encode(item, inner, out)
+        sep = ","
+    out.append(newline + "]")
 
 
 def print_status(jobs: list[JobInfo], long: bool) -> None:

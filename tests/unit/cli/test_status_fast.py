@@ -156,3 +156,32 @@ def test_a_failure_is_one_error_line_and_its_exit_code(jobs: FakeSlurm, tmp_path
     assert r.returncode == 1
     assert r.stderr.startswith("Error: ") and "Invalid user: nobody9" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(JSON)
+def test_status_json_text_is_what_json_dumps_with_indent_writes(value: object) -> None:
+    import json
+
+    from acbslurm.cli.jobstatus import json_text
+
+    assert json_text(value) == json.dumps(value, indent=2)
+
+
+def test_json_text_leaves_what_is_unusual_to_the_json_module() -> None:
+    import json
+
+    from acbslurm.cli.jobstatus import json_text
+
+    class Name(str):
+        pass
+
+    for value in ({1: "a"}, {"a": Name("b")}, [(1, 2)]):
+        assert json_text(value) == json.dumps(value, indent=2)
