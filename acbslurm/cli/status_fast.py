@@ -35,13 +35,13 @@ def _option(argv: list[str], i: int) -> tuple[str, str | bool, int] | None:
 def parse(argv: list[str]) -> tuple[list[str], str | None, bool, bool] | None:
     """``argv`` after ``status``: (job ids, user, long, as_json); None when click
     should handle the line."""
-    from acbslurm.jobrecord import JOB_ID
-
     ids: list[str] = []
     values: dict[str, str | bool] = {}
     i = 0
     while i < len(argv):
         if not argv[i].startswith("-"):
+            from acbslurm.jobrecord import JOB_ID  # only with ids: its import is 2-5 ms
+
             if not JOB_ID.match(argv[i]):
                 return None  # click says what a job id looks like
             ids.append(argv[i])

@@ -16,7 +16,6 @@ from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from acbslurm.errors import ConfigError, SlurmError
-from acbslurm.jobrecord import JOB_ID
 from acbslurm.slurm.commands import slurm
 from acbslurm.slurm.jobtypes import JobGres, JobInfo, SubmitResult
 from acbslurm.slurm.states import HOLDING_STATES, LIVE_STATES, TERMINAL_STATES
@@ -611,6 +610,8 @@ def parse_job_id(stdout: str) -> str:
     """``sbatch --parsable`` prints ``JOBID`` or ``JOBID;CLUSTER``."""
     first = stdout.strip().splitlines()[0] if stdout.strip() else ""
     jid = first.split(";")[0].strip()
+    from acbslurm.jobrecord import JOB_ID  # here: a status without records needs none of it
+
     if not JOB_ID.match(jid):  # the caller turns it into a SlurmError with sbatch's output
         raise ValueError(f"sbatch printed no job id: {stdout!r}")
     return jid
