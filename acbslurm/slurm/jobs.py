@@ -3,8 +3,8 @@
 ``query_jobs`` answers for any number of jobs with one ``squeue`` call scoped to their
 ids, one ``sacct`` call for jobs that already left the controller's memory, and
 ``scontrol`` for the GPUs of running jobs the caller's ``GpuCache`` lacks: one call per
-job for a few of them, one listing of the queue for more, or for an unscoped listing
-(every job, or a user's). The number of Slurm calls never grows with the number of jobs.
+job for a few of them, one listing of the controller's jobs for more. The number of
+Slurm calls never grows past that bound with the number of jobs.
 """
 
 from __future__ import annotations
@@ -59,9 +59,10 @@ _INVALID_JOB_ID = "invalid job id specified"
 # gentle on slurmctld (each is a cheap single-job request).
 _SCONTROL_PARALLEL = 4
 # More running jobs than this to ask about: one listing of every job instead of a call
-# each. Each call is a fork, a munge credential and a request (about 10 ms here), so 256
-# jobs took over a second; squeue --jobs with several ids already has the controller
-# walk its whole table, and the listing's lines of other jobs are skipped unparsed.
+# each. A call is a fork, a munge credential and a request (10-20 ms on the sandbox), so
+# 256 jobs took seconds; the listing costs what the controller's whole table does, ended
+# jobs included until MinJobAge (0.45 s for a table of 6,000), so a few jobs are asked
+# one by one, by `status` without ids too (bench/status_bench.py).
 _SCONTROL_ONE_BY_ONE = 16
 # The start of every ``scontrol -o show job`` line: its JobId and, for one array task,
 # the id squeue shows it by (``ArrayJobId=12 ArrayTaskId=1``: 12_1).
@@ -363,7 +364,7 @@ def query_jobs(
         jobs = _scoped_rows(wanted, found, env)
     running = [j for j in jobs if j.state in HOLDING_STATES]
     if running:
-        _add_gpus(running, record_dir, env, scoped=bool(wanted), cache=gpu_cache)
+        _add_gpus(running, record_dir, env, cache=gpu_cache)
     return jobs
 
 
@@ -518,11 +519,10 @@ def _add_gpus(
     record_dir: str,
     env: Mapping[str, str] | None,
     *,
-    scoped: bool,
     cache: GpuCache,
 ) -> None:
     unknown = [j for j in jobs if (j.job_id, j.start_time) not in cache]
-    shown = _ask_gpus(unknown, env, scoped=scoped) if unknown else {}
+    shown = _ask_gpus(unknown, env) if unknown else {}
     names = _record_names(record_dir)
     # Only what names GPUs is kept: a job that ended between squeue and scontrol shows
     # none (GRES=), which must not stick. A job without GPUs is asked again each time
@@ -566,19 +566,15 @@ def _moved_on(job: JobInfo, later: JobGres) -> None:
         job.state = "COMPLETING"
 
 
-def _ask_gpus(
-    jobs: list[JobInfo], env: Mapping[str, str] | None, *, scoped: bool
-) -> dict[str, JobGres]:
-    """scontrol's records of running ``jobs`` by squeue's id: per job when scoped and
-    few, else all at once (one listing, only these jobs' lines parsed).
+def _ask_gpus(jobs: list[JobInfo], env: Mapping[str, str] | None) -> dict[str, JobGres]:
+    """scontrol's records of running ``jobs`` by squeue's id: per job when few, else
+    all at once (one listing, only these jobs' lines parsed).
 
     ``scontrol show job`` takes one id; an array's own id shows all its records, so
     the tasks a caller asked for by the array's id cost one call together.
     """
     targets = list(dict.fromkeys(j.array_job_id or j.job_id for j in jobs))
-    if not scoped or len(targets) > _SCONTROL_ONE_BY_ONE:
-        # Every job was listed anyway, or so many are asked about that one listing beats
-        # a call per job.
+    if len(targets) > _SCONTROL_ONE_BY_ONE:
         argv = ["scontrol", "-d", "-o", "show", "job"]
         text = slurm(argv, env=env, controller=True).stdout
         return parse_job_gpus(text, only={j.job_id for j in jobs})
