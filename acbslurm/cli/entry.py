@@ -1,4 +1,5 @@
-"""The ``acbslurm`` console entry: `acbslurm run` first tries the click-free parser.
+"""The ``acbslurm`` console entry: `acbslurm run` and `acbslurm status` first try their
+click-free parsers.
 
 Every other command, and every `run` line the fast parser does not fully accept, goes
 to the click application in ``cli/main.py``.
@@ -27,6 +28,12 @@ def main(argv: list[str] | None = None) -> None:
         if code is not None:
             sys.exit(code)
         gc.enable()
+    if args[:1] == ["status"]:
+        from acbslurm.cli.status_fast import try_status
+
+        code = try_status(args[1:])
+        if code is not None:
+            sys.exit(code)
     from acbslurm.cli.main import main as click_main
 
     click_main(args)

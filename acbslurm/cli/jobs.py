@@ -11,11 +11,15 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from acbslurm.cli import jobstatus
+from acbslurm.cli.jobstatus import backend as _backend
+from acbslurm.cli.jobstatus import record_dir as _record_dir
+from acbslurm.cli.jobstatus import user_name as _user
 from acbslurm.clitypes import AsciiInt, FiniteFloat
 
 if TYPE_CHECKING:
     from acbslurm.slurm.cluster import GpuSlot
-    from acbslurm.slurm.jobtypes import JobInfo, SubmitResult
+    from acbslurm.slurm.jobtypes import SubmitResult
     from acbslurm.spec import JobSpec
 
 _SET_HELP = "Override a spec key, e.g. --set mem=4G or --set container.image=x:1 (repeatable)."
@@ -162,15 +166,6 @@ def submit(
     ctx.exit(_wait_for(result.job_ids, interval, as_json, job, backend))
 
 
-def _user() -> str:
-    import getpass
-
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):
-        return str(os.getuid())
-
-
 def _check(job: JobSpec) -> None:
     """Refuse a job that would fail at once; warn about what may still go wrong."""
     from acbslurm.submitcheck import SubmitCheckError, check_submission
@@ -212,15 +207,6 @@ def _wait_for(
     return 0
 
 
-def _backend() -> str:
-    """``cli`` or ``pyslurm``, from the ``slurm_backend`` setting (slurm/backend.py)."""
-    from acbslurm.config import load_settings
-    from acbslurm.slurm.backend import choose_backend
-
-    settings = load_settings()
-    return choose_backend(settings.slurm_backend, settings.slurm_conf)
-
-
 # Some jobs were submitted and some not: neither success (0) nor nothing happened (1).
 PARTIAL_EXIT = 4
 
@@ -246,12 +232,6 @@ def _report_submit_failure(result: SubmitResult, as_json: bool) -> None:
         )
 
 
-def _record_dir() -> str:
-    from acbslurm.config import load_settings
-
-    return load_settings().record_dir
-
-
 def _validate_ids(ids: tuple[str, ...]) -> list[str]:
     from acbslurm.jobrecord import JOB_ID
 
@@ -261,48 +241,6 @@ def _validate_ids(ids: tuple[str, ...]) -> list[str]:
                 f"{jid!r} is not a job id (e.g. 123 or 123_4)", param_hint="JOBID"
             )
     return list(ids)
-
-
-def _gpu_text(job: JobInfo, long: bool) -> str:
-    """``0,1`` (Slurm's indices); with ``long`` each with its UUID (``0=GPU-...``).
-    A job on several nodes: per node, ``vm-1:0,1 vm-2:0,1``."""
-    if job.gpu_devices:
-        return _per_node_text(job, long)
-    if not job.gpu_indices and not job.gpu_uuids:
-        return "-"
-    parts = []
-    for i, idx in enumerate(job.gpu_indices or [None] * len(job.gpu_uuids)):
-        uuid = job.gpu_uuids[i] if long and i < len(job.gpu_uuids) else ""
-        parts.append(f"{'' if idx is None else idx}{'=' + uuid if uuid else ''}")
-    return ",".join(parts)
-
-
-def _per_node_text(job: JobInfo, long: bool) -> str:
-    """``vm-1:0,1 vm-2:0,1``: a job's GPUs per node (each with its UUID if ``long``)."""
-    per_node: dict[str, list[str]] = {}
-    for d in job.gpu_devices:
-        uuid = f"={d['uuid']}" if long and d["uuid"] else ""
-        per_node.setdefault(d["node"], []).append(f"{d['index']}{uuid}")
-    return " ".join(f"{node}:{','.join(gpus)}" for node, gpus in per_node.items())
-
-
-def _exit_text(job: JobInfo) -> str:
-    from acbslurm.slurm.jobtypes import exit_status
-
-    code, sig = exit_status(job.exit_code)
-    if sig:
-        return f"sig{sig}"
-    return "-" if code is None or not job.finished else str(code)
-
-
-def _name_unknown(jobs: list[JobInfo]) -> bool:
-    """``Error: no such job: ...`` (or why Slurm cannot tell) on stderr; True if any."""
-    unknown = [j for j in jobs if j.state == "UNKNOWN"]
-    for why in dict.fromkeys(j.reason for j in unknown):
-        which = " ".join(j.job_id for j in unknown if j.reason == why)
-        what = f"cannot tell about job {which}: {why}" if why else f"no such job: {which}"
-        click.echo(f"Error: {what}", err=True)
-    return bool(unknown)
 
 
 @click.command()
@@ -330,91 +268,7 @@ def status(
             raise click.UsageError("--gpus shows every GPU: give no JOBID or --user with it")
         _gpu_status(as_json)
         return
-    from acbslurm.slurm.jobs import query_jobs
-
-    ids = _validate_ids(job_ids)
-    backend = _backend()
-    jobs = query_jobs(ids, user=user, record_dir=_record_dir(), backend=backend)
-    pools = _pool_addresses(jobs, backend)
-    if as_json:
-        click.echo(json.dumps(_status_json(jobs, pools), indent=2))
-    else:
-        _print_status([j for j in jobs if j.state != "UNKNOWN" or j.reason], long)
-        _print_pools(pools)
-    if _name_unknown(jobs):
-        ctx.exit(1)
-
-
-def _print_pools(pools: dict[str, dict[str, Any]]) -> None:
-    """Where each pool job listens, and its key file (a path, never a key)."""
-    for jid, pool in pools.items():
-        keys = f"; keys in {pool['api_keys']}" if pool.get("api_keys") else ""
-        click.echo(f"job {jid} serves {pool['url']} (bound {pool['bound']}; {pool['file']}{keys})")
-
-
-def _status_json(jobs: list[JobInfo], pools: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """``status --json``: the jobs Slurm knows (with their pool's address), the ids it
-    does not."""
-    unknown = [j.job_id for j in jobs if j.state == "UNKNOWN" and not j.reason]
-    return {
-        "jobs": [
-            {**j.as_json(), "serve": pools.get(j.job_id)} for j in jobs if j.job_id not in unknown
-        ],
-        "unknown": unknown,
-    }
-
-
-def _pool_addresses(jobs: list[JobInfo], backend: str) -> dict[str, dict[str, Any]]:
-    """The gateway addresses of the caller's running pool jobs (docs/serve.md).
-
-    A pool job writes ``acbslurm-serve-JOBID.json`` (mode 0600) in its working
-    directory once its workers are up; only the job's user can read it, so only
-    the caller's own running jobs are looked at (one more squeue call, for those).
-    """
-    me = _user()
-    mine = [j.job_id for j in jobs if j.state == "RUNNING" and j.user == me and not j.array_job_id]
-    if not mine:
-        return {}
-    from acbslurm.serve.address import address_file, read
-    from acbslurm.slurm.jobs import work_dirs
-
-    out = {}
-    for jid, folder in work_dirs(mine, backend=backend).items():
-        path = address_file(folder, jid)
-        data = read(path)
-        if data is not None and "url" in data:
-            out[jid] = {**data, "file": path}
-    return out
-
-
-def _table(rows: list[tuple[Any, ...]]) -> None:
-    """Columns padded to their widest value; the last one (a name) left as it is."""
-    widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]) - 1)]
-    for r in rows:
-        click.echo(
-            "  ".join(str(v).ljust(w) for v, w in zip(r, widths, strict=False)) + "  " + str(r[-1])
-        )
-
-
-def _print_status(jobs: list[JobInfo], long: bool) -> None:
-    header = ("JOBID", "USER", "PARTITION", "STATE", "REASON", "EXIT", "ELAPSED", "NODE", "GPUS")
-    rows: list[tuple[Any, ...]] = [(*header, "NAME")]
-    for j in jobs:
-        rows.append(
-            (
-                j.job_id,
-                j.user or "-",
-                j.partition or "-",
-                j.state,
-                j.reason or "-",
-                _exit_text(j),
-                j.elapsed or "-",
-                j.node or "-",
-                _gpu_text(j, long),
-                j.name,
-            )
-        )
-    _table(rows)
+    ctx.exit(jobstatus.show(_validate_ids(job_ids), user, long, as_json))
 
 
 def _slot_row(slot: GpuSlot) -> tuple[Any, ...]:
@@ -437,7 +291,7 @@ def _gpu_status(as_json: bool) -> None:
         return
     rows: list[tuple[Any, ...]] = [("NODE", "GPU", "JOBID", "USER", "ELAPSED", "NAME")]
     rows += [_slot_row(s) for s in slots]
-    _table(rows)
+    jobstatus.table(rows)
 
 
 @click.command()
@@ -465,5 +319,5 @@ def cancel(ctx: click.Context, job_ids: tuple[str, ...], as_json: bool) -> None:
             click.echo(f"Cancelled {' '.join(done.cancelled)}")
         for i, states in done.ended.items():
             click.echo(f"Job {i} had already ended ({', '.join(states)})")
-    if _name_unknown(done.unknown_rows):
+    if jobstatus.name_unknown(done.unknown_rows):
         ctx.exit(1)

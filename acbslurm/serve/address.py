@@ -13,9 +13,14 @@ import json
 import os
 import socket
 import stat
-from typing import Any
 
 from acbslurm.serve.errors import ServeError
+
+# `acbslurm status` reads these files: no typing at run time there
+# (tests/unit/cli/test_status_fast.py).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 FILE_NAME = "acbslurm-serve-{job_id}.json"
 

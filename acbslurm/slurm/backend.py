@@ -23,7 +23,6 @@ from collections.abc import Mapping
 
 from acbslurm.errors import ConfigError, SlurmError
 from acbslurm.slurm.commands import slurm
-from acbslurm.slurm.versions import major
 
 BACKENDS = ("auto", "cli", "pyslurm")
 
@@ -44,11 +43,14 @@ def running_release(env: Mapping[str, str] | None = None) -> str:
 
 def pyslurm_version() -> str:
     """The installed pyslurm's version ("" when none is installed), without importing it."""
-    import importlib.metadata
     import importlib.util
 
     if importlib.util.find_spec("pyslurm") is None:
         return ""
+    # Only now: importlib.metadata (with email.*) cost `acbslurm status` 30 ms on every
+    # run where slurm_backend is auto and no pyslurm is installed.
+    import importlib.metadata
+
     try:
         return importlib.metadata.version("pyslurm")
     except importlib.metadata.PackageNotFoundError:
@@ -68,6 +70,8 @@ def pyslurm_problem(slurm_conf: str, env: Mapping[str, str] | None = None) -> st
         running = running_release(env)
     except SlurmError as exc:
         return f"the running Slurm's release is unknown: {exc.reason or exc}"
+    from acbslurm.slurm.versions import major  # here: `acbslurm status` needs none of it
+
     try:
         same = major(have) == major(running)
     except ValueError:

@@ -1,31 +1,47 @@
 """Submit, query and cancel jobs through Slurm's CLI, batched.
 
 ``query_jobs`` answers for any number of jobs with one ``squeue`` call scoped to their
-ids, one ``sacct`` call for jobs that already left the controller's memory, and one
-``scontrol`` call per running job whose GPUs the caller's ``GpuCache`` lacks. Only an
-unscoped listing (every job, or a user's) asks scontrol for the whole queue.
+ids, one ``sacct`` call for jobs that already left the controller's memory, and
+``scontrol`` for the GPUs of running jobs the caller's ``GpuCache`` lacks: one call per
+job for a few of them, one listing of the controller's jobs for more. The number of
+Slurm calls never grows past that bound with the number of jobs.
 """
 
 from __future__ import annotations
 
-import logging
+import os
 import re
-from collections.abc import Iterator, Mapping, Sequence
-from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
+import sys
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeAlias
 
 from acbslurm.errors import ConfigError, SlurmError
-from acbslurm.jobrecord import JOB_ID
 from acbslurm.slurm.commands import slurm
 from acbslurm.slurm.jobtypes import JobGres, JobInfo, SubmitResult
 from acbslurm.slurm.states import HOLDING_STATES, LIVE_STATES, TERMINAL_STATES
 from acbslurm.units import expand_ranges
 
+# On status' path: no typing, logging or thread pool imported (each costs milliseconds of
+# every `acbslurm status`; tests/unit/cli/test_status_fast.py).
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from concurrent.futures import Future
+    from typing import Any
+
     from acbslurm.jobrecord import JobRecord
 
-log = logging.getLogger(__name__)
+
+def _warn(msg: str, *args: object) -> None:
+    import logging  # only for a line Slurm printed that was not expected
+
+    logging.getLogger(__name__).warning(msg, *args)
+
+
+def _debug(msg: str, *args: object) -> None:
+    # Only where an entry point configured logging: unconfigured, nobody would see it.
+    logging = sys.modules.get("logging")
+    if logging is not None:
+        logging.getLogger(__name__).debug(msg, *args)
 
 
 # squeue fields, '|'-separated; the name is last because it may contain '|'.
@@ -42,6 +58,15 @@ _INVALID_JOB_ID = "invalid job id specified"
 # scontrol takes one job id a call: this many calls at once, quick for a watcher and
 # gentle on slurmctld (each is a cheap single-job request).
 _SCONTROL_PARALLEL = 4
+# More running jobs than this to ask about: one listing of every job instead of a call
+# each. A call is a fork, a munge credential and a request (10-20 ms on the sandbox), so
+# 256 jobs took seconds; the listing costs what the controller's whole table does, ended
+# jobs included until MinJobAge (0.45 s for a table of 6,000), so a few jobs are asked
+# one by one, by `status` without ids too (bench/status_bench.py).
+_SCONTROL_ONE_BY_ONE = 16
+# The start of every ``scontrol -o show job`` line: its JobId and, for one array task,
+# the id squeue shows it by (``ArrayJobId=12 ArrayTaskId=1``: 12_1).
+_LINE_KEYS = re.compile(r"JobId=([0-9]+) (?:ArrayJobId=([0-9]+) ArrayTaskId=([0-9]+) )?")
 
 
 def _clean_time(value: str) -> str:
@@ -55,7 +80,7 @@ def _rows(text: str, fields: int, command: str) -> Iterator[list[str]]:
             continue
         parts = line.split("|", fields - 1)
         if len(parts) != fields:
-            log.warning("unexpected %s line: %r", command, line)
+            _warn("unexpected %s line: %r", command, line)
             continue
         yield parts
 
@@ -153,8 +178,22 @@ def _devices_by_node(line: str) -> list[dict[str, Any]]:
     ]
 
 
-def parse_job_gpus(text: str) -> dict[str, JobGres]:
-    """GPU indices per job from ``scontrol -d -o show job`` (``GRES=gpu:1(IDX:0)``).
+def _unwanted(line: str, only: Collection[str] | None) -> bool:
+    """True for a line of a job ``only`` does not name (by JobId or squeue's task id):
+    a listing of the whole queue is read for a few of its jobs, and the rest is skipped
+    before any of the searches through its line."""
+    if only is None:
+        return False
+    m = _LINE_KEYS.match(line)
+    if m is None:
+        return False  # not the usual start: parsed in full
+    array, task = m.group(2), m.group(3)
+    return m.group(1) not in only and not (array and f"{array}_{task}" in only)
+
+
+def parse_job_gpus(text: str, only: Collection[str] | None = None) -> dict[str, JobGres]:
+    """GPU indices per job from ``scontrol -d -o show job`` (``GRES=gpu:1(IDX:0)``);
+    with ``only``, of those jobs alone (JobIds or squeue's ids).
 
     Keyed by ``JobId`` and, for an array task, also by ``ArrayJobId_ArrayTaskId``, the id
     squeue shows: task ``12_1`` is ``JobId=14 ArrayJobId=12 ArrayTaskId=1``, while
@@ -163,6 +202,8 @@ def parse_job_gpus(text: str) -> dict[str, JobGres]:
     """
     out: dict[str, JobGres] = {}
     for line in text.splitlines():
+        if _unwanted(line, only):
+            continue
         m = re.search(r"\bJobId=([0-9]+)", line)
         if not m:
             continue
@@ -188,12 +229,29 @@ def parse_gpu_indices(text: str) -> dict[str, list[int]]:
     return {key: job.indices for key, job in parse_job_gpus(text).items()}
 
 
-def _read_record(record_dir: str, job_id: str) -> JobRecord | None:
-    """The prolog's job record, if this node has a readable one (display only)."""
+def _record_names(record_dir: str) -> frozenset[str] | None:
+    """The file names in ``record_dir``, listed once for every job of a query (a submit
+    host has no records at all); None when it cannot be listed (each record is then
+    opened by its name, as before)."""
+    if not record_dir:
+        return frozenset()
+    try:
+        return frozenset(os.listdir(record_dir))
+    except FileNotFoundError:
+        return frozenset()
+    except OSError:  # searchable but not readable: the records may still be there
+        return None
+
+
+def _read_record(
+    record_dir: str, job_id: str, names: frozenset[str] | None = None
+) -> JobRecord | None:
+    """The prolog's job record, if this node has a readable one (display only);
+    ``names``: the directory's listing, so that a job without a record costs no open."""
     from acbslurm.errors import ConfigError
     from acbslurm.jobrecord import read_record
 
-    if not record_dir:
+    if not record_dir or (names is not None and f"{job_id}.json" not in names):
         return None
     try:
         return read_record(record_dir, job_id)
@@ -274,7 +332,7 @@ def drop_stale_reason(job: JobInfo) -> None:
 # start time: an allocation never changes while a job runs, and a requeued job starts
 # again (a new start time) on whichever GPUs are free then. A caller that polls keeps
 # one (JobWatcher does) so each job run is asked about once.
-GpuCache: TypeAlias = dict[tuple[str, str], JobGres]
+GpuCache = dict[tuple[str, str], JobGres]
 
 
 def query_jobs(
@@ -306,7 +364,7 @@ def query_jobs(
         jobs = _scoped_rows(wanted, found, env)
     running = [j for j in jobs if j.state in HOLDING_STATES]
     if running:
-        _add_gpus(running, record_dir, env, scoped=bool(wanted), cache=gpu_cache)
+        _add_gpus(running, record_dir, env, cache=gpu_cache)
     return jobs
 
 
@@ -461,11 +519,11 @@ def _add_gpus(
     record_dir: str,
     env: Mapping[str, str] | None,
     *,
-    scoped: bool,
     cache: GpuCache,
 ) -> None:
     unknown = [j for j in jobs if (j.job_id, j.start_time) not in cache]
-    shown = _ask_gpus(unknown, env, scoped=scoped) if unknown else {}
+    shown = _ask_gpus(unknown, env) if unknown else {}
+    names = _record_names(record_dir)
     # Only what names GPUs is kept: a job that ended between squeue and scontrol shows
     # none (GRES=), which must not stick. A job without GPUs is asked again each time
     # (acbslurm's own jobs all have one).
@@ -476,15 +534,17 @@ def _add_gpus(
         found = cache.get((job.job_id, job.start_time))
         if found is None and job.job_id in shown:
             _moved_on(job, shown[job.job_id])
-        _set_gpus(job, found, record_dir)
+        _set_gpus(job, found, record_dir, names)
 
 
-def _set_gpus(job: JobInfo, found: JobGres | None, record_dir: str) -> None:
+def _set_gpus(
+    job: JobInfo, found: JobGres | None, record_dir: str, names: frozenset[str] | None
+) -> None:
     """``job``'s GPUs from scontrol's record (``found``) and the prolog's job record."""
     job.gpu_indices = list(found.indices) if found else []
     job.gpu_devices = [dict(d) for d in found.devices] if found else []
     # The prolog names the record after the JobId (SLURM_JOB_ID), 14 for task 12_1.
-    record = _read_record(record_dir, found.job_id if found else job.job_id)
+    record = _read_record(record_dir, found.job_id if found else job.job_id, names)
     if record:
         job.gpu_uuids = list(record.gpu_uuids)
         if not job.gpu_indices:
@@ -506,21 +566,23 @@ def _moved_on(job: JobInfo, later: JobGres) -> None:
         job.state = "COMPLETING"
 
 
-def _ask_gpus(
-    jobs: list[JobInfo], env: Mapping[str, str] | None, *, scoped: bool
-) -> dict[str, JobGres]:
-    """scontrol's records of running ``jobs`` by squeue's id: per job when scoped, else
-    all at once.
+def _ask_gpus(jobs: list[JobInfo], env: Mapping[str, str] | None) -> dict[str, JobGres]:
+    """scontrol's records of running ``jobs`` by squeue's id: per job when few, else
+    all at once (one listing, only these jobs' lines parsed).
 
     ``scontrol show job`` takes one id; an array's own id shows all its records, so
     the tasks a caller asked for by the array's id cost one call together.
     """
     targets = list(dict.fromkeys(j.array_job_id or j.job_id for j in jobs))
-    if not scoped:  # every job was listed anyway: one listing beats one call per job
-        texts = [slurm(["scontrol", "-d", "-o", "show", "job"], env=env, controller=True).stdout]
-    elif len(targets) == 1:
+    if len(targets) > _SCONTROL_ONE_BY_ONE:
+        argv = ["scontrol", "-d", "-o", "show", "job"]
+        text = slurm(argv, env=env, controller=True).stdout
+        return parse_job_gpus(text, only={j.job_id for j in jobs})
+    if len(targets) == 1:
         texts = [_show_job(targets[0], env)]
     else:
+        from concurrent.futures import ThreadPoolExecutor
+
         with ThreadPoolExecutor(max_workers=min(_SCONTROL_PARALLEL, len(targets))) as pool:
             texts = list(pool.map(lambda target: _show_job(target, env), targets))
     shown: dict[str, JobGres] = {}
@@ -535,7 +597,7 @@ def _show_job(job_id: str, env: Mapping[str, str] | None) -> str:
         ["scontrol", "-d", "-o", "show", "job", job_id], env=env, check=False, controller=True
     )
     if res.returncode != 0:
-        log.debug("scontrol show job %s: %s", job_id, res.stderr.strip())
+        _debug("scontrol show job %s: %s", job_id, res.stderr.strip())
         return ""
     return res.stdout
 
@@ -544,6 +606,8 @@ def parse_job_id(stdout: str) -> str:
     """``sbatch --parsable`` prints ``JOBID`` or ``JOBID;CLUSTER``."""
     first = stdout.strip().splitlines()[0] if stdout.strip() else ""
     jid = first.split(";")[0].strip()
+    from acbslurm.jobrecord import JOB_ID  # here: a status without records needs none of it
+
     if not JOB_ID.match(jid):  # the caller turns it into a SlurmError with sbatch's output
         raise ValueError(f"sbatch printed no job id: {stdout!r}")
     return jid
@@ -591,6 +655,8 @@ def submit_script(
         except ValueError as exc:
             raise SlurmError(res.argv, res.returncode, res.stdout, res.stderr, str(exc)) from None
 
+    from concurrent.futures import ThreadPoolExecutor
+
     result = SubmitResult([], requested=count)
     with ThreadPoolExecutor(max_workers=max(1, min(parallel, count))) as pool:
         _collect_ids([pool.submit(one, i) for i in range(count)], result)
@@ -601,6 +667,8 @@ def submit_script(
 def _collect_ids(futures: list[Future[str]], result: SubmitResult) -> None:
     """The ids of the sbatch calls into ``result``, in order; the first failure cancels
     the calls not started yet."""
+    from concurrent.futures import CancelledError
+
     for fut in futures:
         try:
             result.job_ids.append(fut.result())

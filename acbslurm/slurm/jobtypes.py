@@ -4,12 +4,17 @@ can build them without importing ``jobs`` back."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import asdict, dataclass, field
-from typing import Any
 
 from acbslurm.errors import SlurmError
 from acbslurm.slurm.states import TERMINAL_STATES
 from acbslurm.units import is_ascii_int
+
+# On status' path: no typing at run time (tests/unit/cli/test_status_fast.py).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
 @dataclass
@@ -79,6 +84,9 @@ def exit_status(text: str) -> tuple[int | None, int | None]:
     )
 
 
+# Cached: a queue's rows repeat the same few texts (every held job's 0:00, a burst's
+# submit second), and each parse was most of `status --json`'s time per job.
+@functools.lru_cache(maxsize=4096)
 def elapsed_seconds(text: str) -> int | None:
     """squeue's and sacct's elapsed time (``M:SS``, ``H:MM:SS``, ``D-HH:MM:SS``) in seconds."""
     from acbslurm.units import time_limit_seconds
@@ -91,6 +99,7 @@ def elapsed_seconds(text: str) -> int | None:
         return None
 
 
+@functools.lru_cache(maxsize=4096)
 def iso_local(text: str) -> str | None:
     """A Slurm time (``2024-05-01T10:00:00``, the host's local time) with its offset."""
     from datetime import datetime

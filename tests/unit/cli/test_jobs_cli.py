@@ -381,7 +381,7 @@ def test_status_shows_the_address_of_my_running_pool_job(cwd: Path, fake_slurm: 
 
 
 def test_status_names_the_node_of_each_gpu_of_a_job_on_several_nodes() -> None:
-    from acbslurm.cli.jobs import _gpu_text
+    from acbslurm.cli.jobstatus import gpu_text as _gpu_text
     from acbslurm.slurm.jobtypes import JobInfo
 
     devices = [

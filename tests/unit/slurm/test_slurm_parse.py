@@ -132,10 +132,12 @@ def test_status_shows_each_running_array_task_its_gpu(
         k: (j.gpu_indices, ",".join(j.gpu_uuids)) for k, j in shown.items() if j.state == "RUNNING"
     }
     assert running == want
-    # every job, so one listing each: squeue, then scontrol for all running jobs
-    assert fake_slurm.argvs() == [
-        ["squeue", "-h", "-o", "%i|%T|%r|%M|%N|%u|%V|%S|%e|%P|%j"],
-        ["scontrol", "-d", "-o", "show", "job"],
+    # every job: one squeue listing, then scontrol for each of the two running tasks (a
+    # listing only for more than 16: it costs what the controller's whole table does)
+    squeue, *scontrol = fake_slurm.argvs()
+    assert squeue == ["squeue", "-h", "-o", "%i|%T|%r|%M|%N|%u|%V|%S|%e|%P|%j"]
+    assert sorted(scontrol) == [
+        ["scontrol", "-d", "-o", "show", "job", task] for task in sorted(want)
     ]
     pending = [j for j in shown.values() if j.state == "PENDING"]
     assert all(not j.gpu_indices and not j.gpu_uuids for j in pending)
