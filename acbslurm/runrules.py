@@ -9,14 +9,35 @@ where it came from (a spec key, a ``--user`` option).
 from __future__ import annotations
 
 import re
+import resource
 
-from acbslurm.units import finite_float, size_bytes
+from acbslurm.units import finite_float, is_ascii_int, size_bytes
 
 # `docker run --user`: a name or id, and optionally a group name or id.
 _RUN_AS = re.compile(r"^[A-Za-z0-9_.][A-Za-z0-9_.-]*(:[A-Za-z0-9_.][A-Za-z0-9_.-]*)?$")
 USER_HELP = "NAME or UID[:GROUP or GID]"
 SHM_HELP = "a size like 512m or 8g"
 GRACE_HELP = "a finite number of seconds >= 0"
+ULIMIT_HELP = "NAME=SOFT[:HARD] (a whole number, or -1 or unlimited)"
+# `docker run --ulimit`'s names (docker/go-units' ulimit.go) and the limit each sets.
+ULIMITS: dict[str, int] = {
+    "core": resource.RLIMIT_CORE,
+    "cpu": resource.RLIMIT_CPU,
+    "data": resource.RLIMIT_DATA,
+    "fsize": resource.RLIMIT_FSIZE,
+    "locks": 10,  # RLIMIT_LOCKS of Linux's resource.h: Python's module does not name it
+    "memlock": resource.RLIMIT_MEMLOCK,
+    "msgqueue": resource.RLIMIT_MSGQUEUE,
+    "nice": resource.RLIMIT_NICE,
+    "nofile": resource.RLIMIT_NOFILE,
+    "nproc": resource.RLIMIT_NPROC,
+    "rss": resource.RLIMIT_RSS,
+    "rtprio": resource.RLIMIT_RTPRIO,
+    "rttime": resource.RLIMIT_RTTIME,
+    "sigpending": resource.RLIMIT_SIGPENDING,
+    "stack": resource.RLIMIT_STACK,
+}
+UNLIMITED = -1  # as Docker's API and getrlimit (RLIM_INFINITY) say it
 
 
 def run_as(text: str) -> str:
@@ -50,3 +71,26 @@ def grace_seconds(value: str | float) -> float:
     if seconds < 0:
         raise ValueError(f"must be {GRACE_HELP}, got {value!r}")
     return seconds
+
+
+def _limit_value(word: str, text: str) -> int:
+    if word == "unlimited" or word == "-1":
+        return UNLIMITED
+    if not is_ascii_int(word):
+        raise ValueError(f"expected {ULIMIT_HELP}, got {text!r}")
+    return int(word)
+
+
+def ulimit(text: str) -> tuple[str, int, int]:
+    """``NAME=SOFT[:HARD]`` as `docker run --ulimit` takes it (HARD: SOFT when not
+    given; -1 or ``unlimited``: no limit) -> (name, soft, hard), soft never above hard."""
+    name, eq, values = text.partition("=")
+    if not eq or name not in ULIMITS:
+        known = ", ".join(sorted(ULIMITS))
+        raise ValueError(f"expected {ULIMIT_HELP} with NAME one of {known}, got {text!r}")
+    soft_text, _, hard_text = values.partition(":")
+    soft = _limit_value(soft_text, text)
+    hard = _limit_value(hard_text, text) if hard_text else soft
+    if hard != UNLIMITED and (soft == UNLIMITED or soft > hard):
+        raise ValueError(f"the soft limit is above the hard one in {text!r}")
+    return name, soft, hard

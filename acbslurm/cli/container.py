@@ -87,6 +87,14 @@ class _RunCommand(click.Command):
     help="Publish the container's PORT on the node's HOST port (as `docker run -p`).",
 )
 @click.option(
+    "--ulimit",
+    "ulimits",
+    multiple=True,
+    metavar="NAME=SOFT[:HARD]",
+    help="A resource limit (memlock=-1, nofile=4096:8192), at most the job's own "
+    "hard limit on the node (-1 or unlimited: none).",
+)
+@click.option(
     "--rm",
     "remove",
     is_flag=True,
@@ -124,6 +132,7 @@ def run(
     workdir: str | None,
     hostname: str | None,
     publish: tuple[str, ...],
+    ulimits: tuple[str, ...],
     remove: bool,
     name: str | None,
     grace: float | None,
@@ -148,6 +157,7 @@ def run(
         workdir=workdir,
         hostname=hostname,
         publish=publish,
+        ulimits=ulimits,
         remove=remove,
         name=name,
         grace=grace,

@@ -47,6 +47,7 @@ _OPTIONS: dict[str, tuple[str, Callable[[str], Any] | None, bool]] = {
     "--hostname": ("hostname", str, False),
     "-p": ("publish", str, True),
     "--publish": ("publish", str, True),
+    "--ulimit": ("ulimits", str, True),
     "--rm": ("remove", None, False),
     "--env-file": ("env_files", str, True),
     "--workdir": ("workdir", str, False),

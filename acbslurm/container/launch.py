@@ -20,7 +20,7 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from acbslurm.cgroups.names import RUN_PID_ENV, RUNTIME_NAME, SOCKET_ENV
-from acbslurm.container.options import Limits, Publish
+from acbslurm.container.options import Limits, Publish, Ulimit
 from acbslurm.container.patience import Patience, run_pending_handlers
 from acbslurm.container.probe import InfoProbe
 from acbslurm.container.signals import HANDLED, STOP_SIGNALS, Relay
@@ -74,6 +74,7 @@ class LaunchSpec:
     read_only: bool = False  # --read-only root file system
     hostname: str | None = None  # --hostname; None: Docker's (the container's id)
     publish: list[Publish] = field(default_factory=list)  # -p: the node's ports
+    ulimits: list[Ulimit] = field(default_factory=list)  # --ulimit, within the job's
     # The node's index of each of gpu_uuids: the CDI name where a spec names GPUs by
     # index only.
     gpu_indices: list[int] = field(default_factory=list)
@@ -150,13 +151,19 @@ def _host_config(spec: LaunchSpec, with_limits: bool, cdi_ids: Sequence[str]) ->
         host.update({k: v for k, v in limits.items() if v})
     if spec.cgroup_socket:
         host["Runtime"] = RUNTIME_NAME
-    if spec.shm_bytes:
-        host["ShmSize"] = spec.shm_bytes
-    if spec.read_only:
-        host["ReadonlyRootfs"] = True
-    if spec.publish:
-        host["PortBindings"] = _port_bindings(spec.publish)
+    host.update(_user_host_choices(spec))
     return host
+
+
+def _user_host_choices(spec: LaunchSpec) -> dict[str, Any]:
+    """The HostConfig keys of the user's own options, where given."""
+    chosen: dict[str, Any] = {
+        "ShmSize": spec.shm_bytes,
+        "ReadonlyRootfs": spec.read_only,
+        "PortBindings": _port_bindings(spec.publish),
+        "Ulimits": [u.api() for u in spec.ulimits],
+    }
+    return {k: v for k, v in chosen.items() if v}
 
 
 def _port_bindings(publish: Sequence[Publish]) -> dict[str, list[dict[str, str]]]:
@@ -288,7 +295,13 @@ def run_container(
     # signal reaches only this thread, and one that comes before the container runs
     # stays pending, neither lost nor killing this process between create and start.
     old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
-    relay = Relay(api, spec.grace, tty=spec.tty, preempted=_preempted(spec.job_id))
+    relay = Relay(
+        api,
+        spec.grace,
+        tty=spec.tty,
+        preempted=_preempted(spec.job_id),
+        ends_as_preempted=_ends_as_preempted,
+    )
     old_handlers = {s: signal.signal(s, relay.handle) for s in sigs}
     cid: str | None = None
     patience: Patience | None = None
@@ -350,6 +363,12 @@ def _preempted(job_id: str) -> Callable[[], float | None] | None:
         return grace_left(job_id)
 
     return left
+
+
+def _ends_as_preempted() -> bool:
+    from acbslurm.slurm.preempt import ends_as_preempted
+
+    return ends_as_preempted()
 
 
 def _start(api: EngineApi, cid: str, relay: Relay, patience: Patience) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from acbslurm.envrules import env_problem
@@ -16,7 +16,7 @@ from acbslurm.errors import ConfigError, GpuMappingError, SetupError
 from acbslurm.gpu.mapping import is_uuid
 from acbslurm.jobrecord import JobRecord
 from acbslurm.mountrules import Mount, read_mounts, source_problem
-from acbslurm.runrules import run_as, shm_bytes
+from acbslurm.runrules import ULIMITS, UNLIMITED, run_as, shm_bytes, ulimit
 from acbslurm.units import size_bytes
 
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -319,6 +319,49 @@ def port_free(p: Publish) -> bool:
         except OSError:
             return False
     return True
+
+
+@dataclass(frozen=True)
+class Ulimit:
+    """``--ulimit NAME=SOFT[:HARD]``: one of the container's resource limits (-1: none)."""
+
+    name: str
+    soft: int
+    hard: int
+
+    def api(self) -> dict[str, str | int]:
+        """An entry of HostConfig.Ulimits, as Docker's API takes it."""
+        return {"Name": self.name, "Soft": self.soft, "Hard": self.hard}
+
+
+def _shown(value: int) -> str:
+    return "unlimited" if value == UNLIMITED else str(value)
+
+
+def parse_ulimits(
+    texts: Sequence[str], node_hard: Callable[[int], int] | None = None
+) -> list[Ulimit]:
+    """``--ulimit`` values, each within this job's own hard limit of that resource
+    (``node_hard``: the hard limit of an ``RLIMIT_*``; this process's by default, which
+    is what the node gives the job's steps): a container never gets more than the job."""
+    import resource
+
+    hard_of = node_hard or (lambda res: resource.getrlimit(res)[1])
+    out: dict[str, Ulimit] = {}
+    for text in texts:
+        try:
+            name, soft, hard = ulimit(text)
+        except ValueError as exc:
+            raise OptionError("--ulimit", str(exc)) from None
+        allowed = hard_of(ULIMITS[name])
+        if allowed != UNLIMITED and (hard == UNLIMITED or hard > allowed):
+            raise OptionError(
+                "--ulimit",
+                f"{name}'s hard limit {_shown(hard)} (from {text!r}) is above this job's "
+                f"{_shown(allowed)} on this node (`ulimit -H`): ask the site to raise it",
+            )
+        out[name] = Ulimit(name, soft, hard)  # a later one wins, as in `docker run`
+    return list(out.values())
 
 
 _HOST_LABEL = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")

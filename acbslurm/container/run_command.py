@@ -18,6 +18,7 @@ from acbslurm.container.options import (
     GpuNotAllocated,
     OptionError,
     Publish,
+    Ulimit,
     parse_env,
     parse_env_file,
     parse_gpus,
@@ -25,6 +26,7 @@ from acbslurm.container.options import (
     parse_mount,
     parse_publish,
     parse_shm_size,
+    parse_ulimits,
     parse_user,
     port_free,
     port_range,
@@ -70,6 +72,7 @@ class RunArgs:
     read_only: bool = False
     hostname: str | None = None
     publish: tuple[str, ...] = ()
+    ulimits: tuple[str, ...] = ()
     remove: bool = False  # --rm: accepted; the container is always removed
 
 
@@ -129,9 +132,9 @@ def _environment(args: RunArgs) -> dict[str, str]:
 
 def _parsed(
     args: RunArgs,
-) -> tuple[str | list[str], list[Mount], dict[str, str], str | None]:
+) -> tuple[str | list[str], list[Mount], dict[str, str], str | None, list[Ulimit]]:
     """The options of ``args`` checked and parsed, in the order they are checked: the
-    GPUs asked for, the mounts, the environment, the user to run as."""
+    GPUs asked for, the mounts, the environment, the user to run as, the ulimits."""
     if args.pull not in ("missing", "always", "never"):
         raise OptionError("--pull", f"must be missing, always or never, got {args.pull!r}")
     gpus_spec = parse_gpus(args.gpus)
@@ -142,7 +145,7 @@ def _parsed(
     run_as = None if args.user is None else parse_user(args.user)
     if args.hostname is not None:
         parse_hostname(args.hostname)
-    return gpus_spec, mount_list, env, run_as
+    return gpus_spec, mount_list, env, run_as, parse_ulimits(args.ulimits)
 
 
 def _published(specs: tuple[str, ...], setting: str) -> list[Publish]:
@@ -192,7 +195,7 @@ def execute(args: RunArgs, early: InfoProbe | None = None) -> int:
     from acbslurm.container.probe import probe_for
     from acbslurm.dockerapi.hosts import find_docker_host
 
-    gpus_spec, mount_list, env, run_as = _parsed(args)
+    gpus_spec, mount_list, env, run_as, ulimits = _parsed(args)
 
     settings = load_settings()
     grace = resolve_grace(args.grace, settings.stop_grace)
@@ -240,6 +243,7 @@ def execute(args: RunArgs, early: InfoProbe | None = None) -> int:
         read_only=args.read_only,
         hostname=args.hostname,
         publish=published,
+        ulimits=ulimits,
         gpu_indices=_indices_of(uuids, record),
         cgroup_socket=_cgroup_socket(settings.container_cgroups, settings.job_runtime_dir, job_id),
     )

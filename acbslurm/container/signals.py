@@ -104,11 +104,15 @@ class Relay:
         grace: float,
         tty: bool = False,
         preempted: Callable[[], float | None] | None = None,
+        ends_as_preempted: Callable[[], bool] = lambda: False,
     ) -> None:
         self.api, self.grace, self.tty = api, grace, tty
         # At a stop: the seconds the job has left when Slurm preempted it (its grace
         # time), else None (slurm/preempt.py).
         self.preempted = preempted
+        # Asked after a preempted job's container ended: whether Slurm ends the job as
+        # its preemption says when the run exits now (slurm/preempt.py).
+        self.ends_as_preempted = ends_as_preempted
         self.preempt_end: float | None = None  # monotonic: the job's end, once preempted
         self.stop_again = threading.Event()  # a stop signal after the first
         self.first: int | None = None  # the first stop signal, if one came
@@ -187,14 +191,18 @@ class Relay:
         return left - PREEMPT_MARGIN
 
     def hold_while_preempted(self, code: int) -> int:
-        """After a preempted job's container ended: wait for Slurm to end the job (a
-        second SIGTERM, or its SIGKILL) until the job's end, so that the job ends as
-        Slurm's preemption says (requeued, or cancelled), not COMPLETED or FAILED by
-        the container's own exit within the grace. ``code``: returned after."""
+        """After a preempted job's container ended: where Slurm would end the job
+        COMPLETED or FAILED by the run's exit within the grace (before 24.11), wait for
+        Slurm to end it (a second SIGTERM, or its SIGKILL) until the job's end, so that
+        it ends as the preemption says (requeued, or cancelled). Where Slurm does that
+        itself, return at once: a job held to its grace's end is requeued twice there.
+        ``code``: returned after."""
         if self.preempt_end is None:
             return code
         left = self.preempt_end - time.monotonic()
-        if left > 0:
+        if left > 0 and self.ends_as_preempted():
+            _say(f"the job was preempted and its container ended (exit code {code})")
+        elif left > 0:
             _say(
                 f"the job was preempted and its container ended (exit code {code}): "
                 f"waiting for Slurm to requeue or end the job (its grace ends in {left:.0f} s)"

@@ -14,10 +14,17 @@ from collections.abc import Mapping
 
 from acbslurm.errors import SlurmError
 from acbslurm.slurm.commands import slurm
+from acbslurm.slurm.versions import parse_release
 from acbslurm.units import is_ascii_int
 
 # s: a stop must not wait long on a slow controller to learn its grace.
 QUERY_TIMEOUT = 3.0
+# From this release (24.11's source has it, 23.11's not) a preempted job whose batch
+# script ends within its grace is ended as the preemption says, requeued or PREEMPTED
+# (GRACE_PREEMPT in slurmctld's proc_req.c), and one whose grace runs out first keeps
+# that flag: its next run, ending, is requeued once more (seen on 25.11.7). Before it,
+# such a job ended COMPLETED or FAILED by its own exit.
+ENDS_AS_PREEMPTED_FROM = (24, 11)
 
 
 def _epoch(value: str) -> float | None:
@@ -71,3 +78,23 @@ def grace_left(job_id: str, env: Mapping[str, str] | None = None) -> float | Non
         value = part.get("GraceTime", "")
         grace = int(value) if is_ascii_int(value) else None
     return parse_grace_left(shown, time.time(), grace)
+
+
+def release_ends_as_preempted(said: str) -> bool:
+    """Whether the release ``scontrol --version`` says (``slurm 25.11.7``) ends a
+    preempted job whose batch script exits within its grace as the preemption says
+    (``ENDS_AS_PREEMPTED_FROM``); False when it cannot be read."""
+    try:
+        return parse_release(said)[:2] >= ENDS_AS_PREEMPTED_FROM
+    except ValueError:
+        return False
+
+
+def ends_as_preempted(env: Mapping[str, str] | None = None) -> bool:
+    """``release_ends_as_preempted`` of the Slurm clients here; False when unknown (the
+    run then holds, which is right on every release but for one extra requeue)."""
+    try:
+        said = slurm(["scontrol", "--version"], env=env, timeout=QUERY_TIMEOUT).stdout
+    except SlurmError:
+        return False
+    return release_ends_as_preempted(said)

@@ -62,6 +62,7 @@ CONTAINER_KEYS = (
     "shm_size",
     "read_only",
     "grace",
+    "ulimits",
 )
 SERVE_KEYS = ("pool", "listen")
 PULL_POLICIES = ("missing", "always", "never")
@@ -140,6 +141,7 @@ class ContainerSpec:
     shm_size: str | None = None
     read_only: bool = False
     grace: str | None = None  # seconds, the number's text
+    ulimits: tuple[str, ...] = ()  # NAME=SOFT[:HARD], as `acbslurm run --ulimit`
 
 
 @dataclass(frozen=True)
@@ -571,7 +573,32 @@ def _run_options(get: Any, path: tuple[str, ...], e: Errors) -> dict[str, Any]:
         "shm_size": _ruled(get("shm_size"), runrules.shm_bytes, (*path, "shm_size"), e),
         "read_only": bool(_bool(get("read_only"), (*path, "read_only"), e)),
         "grace": _grace(get("grace"), (*path, "grace"), e),
+        "ulimits": _ulimits(get("ulimits"), (*path, "ulimits"), e),
     }
+
+
+def _ulimits(value: Any, path: tuple[str, ...], e: Errors) -> tuple[str, ...]:
+    """``ulimits: {memlock: -1, nofile: "4096:8192"}`` -> ``--ulimit`` values, each
+    checked by its rule; the job's hard limits are known only on the node."""
+    if value is None:
+        return ()
+    if not isinstance(value, dict):
+        e.add(path, f"must be a mapping of NAME: SOFT[:HARD], got {value!r}")
+        return ()
+    out: list[str] = []
+    for name, raw in value.items():
+        kpath = (*path, str(name))
+        if isinstance(raw, bool) or not isinstance(raw, str | int):
+            e.add(kpath, f"must be SOFT[:HARD] (whole numbers, -1 or unlimited), got {raw!r}")
+            continue
+        text = f"{name}={str(raw).strip()}"
+        try:
+            runrules.ulimit(text)
+        except ValueError as exc:
+            e.add(kpath, str(exc))
+            continue
+        out.append(text)
+    return tuple(out)
 
 
 def _ruled(value: Any, rule: Any, path: tuple[str, ...], e: Errors) -> str | None:

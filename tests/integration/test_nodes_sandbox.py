@@ -124,7 +124,7 @@ def test_each_node_has_its_own_slurmd_and_gpus(two: Sandbox) -> None:
         assert status[f"slurmd-{node}"].ready, status[f"slurmd-{node}"]
     # One munged per node: the second node's own (see Layout.node_munge_socket).
     assert all(status[f"munged-{n}"].ready for n in nodes[1:]), status
-    shown = sb.run_slurm(["sinfo", "-h", "-N", "-o", "%N %G"]).stdout.split("\n")
+    shown = sb.run_slurm(["sinfo", "-h", "-N", "-p", "p1", "-o", "%N %G"]).stdout.split("\n")
     assert sorted(ln.strip() for ln in shown if ln.strip()) == [f"{n} gpu:{GPUS}" for n in nodes]
     uuids = [g.uuid for gpus in sb_gpus(sb).values() for g in gpus]
     assert len(uuids) == len(set(uuids)) == NODES * GPUS  # no two nodes share a GPU

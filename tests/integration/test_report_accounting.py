@@ -109,7 +109,10 @@ def history(sandbox: Sandbox) -> dict[str, Any]:
     """Real jobs of every kind the acceptance names; returns their ids and the start."""
     sb = sandbox
     sb.wait_idle()
-    t0 = int(time.time()) - 2
+    # The window opens at the next whole second: every earlier test's job (one of
+    # test_publish_sandbox failed a second before `one` was submitted) ended before it.
+    t0 = int(time.time()) + 1
+    wait_for(lambda: time.time() >= t0, timeout=5, what="the window's first second")
     ids: dict[str, Any] = {}
     ids["one"] = sbatch(sb, "--gres=gpu:1", "--wrap", "sleep 2")
     ids["two"] = sbatch(sb, "--gres=gpu:2", "--wrap", "sleep 3")

@@ -140,3 +140,37 @@ def test_one_failed_task_ends_the_job(sb: Any, idle: Any, workdir: Path) -> None
     assert "FAILED" in res.stderr, res.stderr
     assert took < 120, f"the job took {took:.0f} s: rank 0 was not ended with rank 1"
     print(f"the job ended {took:.1f} s after its submit")
+
+
+ULIMIT_JOB = f"""\
+name: limits
+partition: p1
+time: "2"
+output: out-%j.txt
+container:
+  image: {IMAGE}
+  pull: never
+  ulimits:
+    nofile: "256:512"
+    memlock: 65536
+  command: ["sh", "-c", "echo \\"nofile=$(ulimit -Sn):$(ulimit -Hn) memlock=$(ulimit -l)\\""]
+"""
+
+
+def test_ulimits_reach_the_container_within_the_jobs_own(sb: Any, idle: Any, workdir: Path) -> None:
+    """A spec's `ulimits:` set the container's limits (memlock in bytes, `ulimit -l` in
+    KiB); one above the job's own hard limit on the node is refused there, exit 2, with
+    the value quoted, and no container starts."""
+    res = as_user(sb, "user1", "submit", spec(workdir, "limits", ULIMIT_JOB), "--wait", cwd=workdir)
+    assert res.returncode == 0, res.stderr
+    out = next(workdir.glob("out-*.txt")).read_text()
+    assert "nofile=256:512 memlock=64" in out, out
+    for old in workdir.glob("out-*.txt"):
+        old.unlink()
+    # No Linux allows this many open files (fs.nr_open is at most 2**30 - 64).
+    too_many = ULIMIT_JOB.replace('"256:512"', '"256:2000000000"')
+    res = as_user(sb, "user1", "submit", spec(workdir, "many", too_many), "--wait", cwd=workdir)
+    assert res.returncode == 1, (res.stdout, res.stderr)
+    out = next(workdir.glob("out-*.txt")).read_text()
+    assert "nofile's hard limit 2000000000 (from 'nofile=256:2000000000') is above" in out, out
+    assert "nofile=" not in out.replace("'nofile=", ""), out  # the container never ran

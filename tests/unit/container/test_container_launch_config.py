@@ -98,3 +98,15 @@ def test_published_ports_are_exposed_and_bound() -> None:
         "53/udp": [{"HostIp": "", "HostPort": "10053"}],
     }
     assert "PortBindings" not in container_config(spec(), with_limits=True)["HostConfig"]
+
+
+def test_ulimits_go_to_the_host_config() -> None:
+    from acbslurm.container.options import Ulimit
+
+    limits = [Ulimit("memlock", -1, -1), Ulimit("nofile", 4096, 8192)]
+    c = container_config(spec(ulimits=limits), with_limits=True)
+    assert c["HostConfig"]["Ulimits"] == [
+        {"Name": "memlock", "Soft": -1, "Hard": -1},
+        {"Name": "nofile", "Soft": 4096, "Hard": 8192},
+    ]
+    assert "Ulimits" not in container_config(spec(), with_limits=True)["HostConfig"]

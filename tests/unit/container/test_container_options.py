@@ -2,6 +2,7 @@
 
 import os
 import re
+import resource
 import socket
 from pathlib import Path
 
@@ -423,3 +424,51 @@ def test_a_port_that_listens_is_taken() -> None:
         port = s.getsockname()[1]
         assert not port_free(Publish(80, port, "127.0.0.1"))
     assert port_free(Publish(80, port, "127.0.0.1"))
+
+
+@pytest.mark.parametrize(
+    ("texts", "want"),
+    [
+        (["memlock=-1"], [("memlock", -1, -1)]),
+        (["memlock=unlimited"], [("memlock", -1, -1)]),
+        (["nofile=1024:4096"], [("nofile", 1024, 4096)]),
+        (["nofile=64"], [("nofile", 64, 64)]),
+        (["nofile=10", "nofile=20"], [("nofile", 20, 20)]),  # the last wins, as in docker
+        (["stack=8388608:-1"], [("stack", 8388608, -1)]),
+    ],
+)
+def test_ulimits_within_the_jobs_hard_limits(texts: list[str], want: list[tuple]) -> None:
+    from acbslurm.container.options import parse_ulimits
+
+    got = parse_ulimits(texts, node_hard=lambda res: -1)
+    assert [(u.name, u.soft, u.hard) for u in got] == want
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("memlock", "expected NAME=SOFT[:HARD]"),
+        ("memlok=1", "with NAME one of core, cpu, data"),
+        ("nofile=", "got 'nofile='"),
+        ("nofile=1k", "got 'nofile=1k'"),
+        ("nofile=-2", "got 'nofile=-2'"),
+        ("nofile=\uff11\uff12", "got 'nofile=\uff11\uff12'"),  # not ASCII digits
+        ("nofile=9:8", "the soft limit is above the hard one in 'nofile=9:8'"),
+        ("nofile=-1:8", "the soft limit is above the hard one in 'nofile=-1:8'"),
+        (
+            "memlock=-1",
+            "memlock's hard limit unlimited (from 'memlock=-1') is above this job's "
+            "8388608 on this node",
+        ),
+        ("nofile=4096:5000", "nofile's hard limit 5000 (from 'nofile=4096:5000') is above"),
+    ],
+)
+def test_bad_ulimits_name_the_value(text: str, message: str) -> None:
+    """Refused before anything starts: a container never gets more than the job."""
+    from acbslurm.container.options import parse_ulimits
+
+    hard = {resource.RLIMIT_MEMLOCK: 8388608, resource.RLIMIT_NOFILE: 4096}
+    with pytest.raises(OptionError) as info:
+        parse_ulimits([text], node_hard=lambda res: hard.get(res, -1))
+    assert info.value.option == "--ulimit"
+    assert message in str(info.value), str(info.value)

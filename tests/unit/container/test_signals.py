@@ -256,6 +256,7 @@ def test_a_preempted_jobs_container_gets_the_grace_time_when_longer(
 
     asked: list[str] = []
     monkeypatch.setattr(preempt, "grace_left", lambda job: asked.append(job) or left)
+    monkeypatch.setattr(preempt, "ends_as_preempted", lambda: False)  # 22.05 to 24.05
     fake_docker.program = Program([], exit_code=None)
     # Slurm's second SIGTERM: at the grace's end (here sooner), as it requeues the job.
     # Only then: a signal after the run returned would reach pytest itself.
@@ -274,3 +275,25 @@ def test_a_preempted_jobs_container_gets_the_grace_time_when_longer(
     # then requeued or cancelled as Slurm says, not ended by the container's exit): here
     # the second SIGTERM ends the wait, long before the 30 s (the deadline).
     assert ("waiting for Slurm to requeue or end the job" in err) == preempted, err
+
+
+def test_where_slurm_ends_a_preempted_job_itself_the_run_returns_at_once(
+    fake_docker: FakeDocker,
+    no_stop_signals: None,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """From 24.11 Slurm ends (requeues) a preempted job whose batch script exits within
+    the grace, and requeues once more a job it had to end itself: the run returns as its
+    container ends, with no second SIGTERM (the 30 s grace would pass the deadline)."""
+    from acbslurm.slurm import preempt
+
+    monkeypatch.setattr(preempt, "grace_left", lambda job: 30.0)
+    monkeypatch.setattr(preempt, "ends_as_preempted", lambda: True)
+    fake_docker.program = Program([], exit_code=None)
+    when_running(fake_docker, (0.2, signal.SIGTERM))
+    with deadline(10):
+        assert run(api(fake_docker), spec(grace=9.0)) == 143
+    err = capsys.readouterr().err
+    assert "the job was preempted and its container ended (exit code 143)" in err, err
+    assert "waiting for Slurm" not in err, err

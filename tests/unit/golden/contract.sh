@@ -21,4 +21,7 @@ exec srun --kill-on-bad-exit=1 /usr/local/bin/acbslurm run --gpus auto \
   --shm-size 2g \
   --read-only \
   --grace 30 \
+  --ulimit memlock=-1 \
+  --ulimit nofile=4096:8192 \
+  --ulimit stack=unlimited \
   trainer:1 -- sh -c 'python train.py'

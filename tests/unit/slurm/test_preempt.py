@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from acbslurm.slurm.preempt import parse_grace_left
+from acbslurm.slurm.preempt import parse_grace_left, release_ends_as_preempted
 
 NOW = time.mktime(time.strptime("2026-12-04T06:00:00", "%Y-%m-%dT%H:%M:%S"))
 LINE = (
@@ -40,3 +40,20 @@ def test_a_job_without_a_time_limit_has_its_partitions_grace() -> None:
     assert parse_grace_left(line, NOW, partition_grace=20) == 10.0
     assert parse_grace_left(line, NOW, partition_grace=0) is None
     assert parse_grace_left(LINE.format(end="Unknown", preempt="None"), NOW, 20) is None
+
+
+@pytest.mark.parametrize(
+    ("said", "want"),
+    [
+        ("slurm 22.05.8", False),
+        ("slurm 23.11.11", False),
+        ("slurm 24.11.7", True),
+        ("slurm 25.11.7", True),
+        ("slurm 26.05.3", True),
+        ("", False),
+        ("scontrol: command not found", False),
+    ],
+)
+def test_which_releases_end_a_preempted_job_as_its_preemption_says(said: str, want: bool) -> None:
+    """From 24.11 (23.11's source lacks it); what is not a release: held (False)."""
+    assert release_ends_as_preempted(said) is want

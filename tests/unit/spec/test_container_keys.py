@@ -71,6 +71,11 @@ def test_left_out_keys_render_nothing() -> None:
         ("env_file: ''", "container.env_file: must not be empty"),
         ("env_file: [/a, '']", "container.env_file.1: must not be empty"),
         ("envfile: /a", "container.envfile: unknown key (did you mean 'env_file'?)"),
+        ("ulimits: [memlock]", "container.ulimits: must be a mapping of NAME: SOFT[:HARD]"),
+        ("ulimits: {memlok: -1}", "container.ulimits.memlok: expected NAME=SOFT[:HARD]"),
+        ("ulimits: {nofile: lots}", "container.ulimits.nofile: expected NAME=SOFT[:HARD] (a"),
+        ("ulimits: {nofile: '9:8'}", "container.ulimits.nofile: the soft limit is above the"),
+        ("ulimits: {nofile: true}", "container.ulimits.nofile: must be SOFT[:HARD]"),
     ],
 )
 def test_bad_values_name_line_and_key(line: str, message: str) -> None:
@@ -134,3 +139,14 @@ def test_job_env_names_reach_the_container() -> None:
     # acbslurm's own settings stay in the job; the container's B wins over the job's
     assert spec.container_env_names == ("A",)
     assert parse_spec("env: {A: 1}\ncommand: [x]\n", "job.yaml").container_env_names == ("A",)
+
+
+def test_ulimits_render_as_run_options() -> None:
+    """A mapping, as `docker compose` writes ulimits; each value checked by `acbslurm
+    run`'s rule (runrules.ulimit), rendered as --ulimit NAME=SOFT[:HARD]."""
+    c = parse_spec(
+        HEAD + "  ulimits:\n    memlock: -1\n    nofile: '4096:8192'\n    stack: unlimited\n",
+        "job.yaml",
+    ).container
+    assert c is not None
+    assert c.ulimits == ("memlock=-1", "nofile=4096:8192", "stack=unlimited")
