@@ -38,6 +38,7 @@ ULIMITS: dict[str, int] = {
     "stack": resource.RLIMIT_STACK,
 }
 UNLIMITED = -1  # as Docker's API and getrlimit (RLIM_INFINITY) say it
+REQUEUE_EXIT_HELP = "an exit code 1-255 other than Docker's own 125, 126 and 127"
 
 
 def run_as(text: str) -> str:
@@ -94,3 +95,13 @@ def ulimit(text: str) -> tuple[str, int, int]:
     if hard != UNLIMITED and (soft == UNLIMITED or soft > hard):
         raise ValueError(f"the soft limit is above the hard one in {text!r}")
     return name, soft, hard
+
+
+def requeue_exit(text: str | int) -> int:
+    """The container's exit code that asks for the job to be requeued: 1-255, not 0
+    (success) nor 125-127 (Docker's own: the daemon failed, the command could not be
+    run, or found), which no checkpoint would mean."""
+    word = str(text).strip()
+    if not is_ascii_int(word) or not 1 <= int(word) <= 255 or int(word) in (125, 126, 127):
+        raise ValueError(f"must be {REQUEUE_EXIT_HELP}, got {text!r}")
+    return int(word)

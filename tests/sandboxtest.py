@@ -232,3 +232,8 @@ def wait_gone(sb: Any, job_id: str, timeout: float = 60) -> None:
         lambda: not sb.run_slurm(["squeue", "-h", "-j", job_id], check=False).stdout.strip(),
         timeout,
     )
+
+
+# s: how long a requeued job waits before it may start again on the sandbox (its
+# slurm.conf's AuthInfo cred_expire), plus the scheduler's passes: it starts on its own.
+RERUN_WAIT = 90

@@ -95,6 +95,14 @@ class _RunCommand(click.Command):
     "hard limit on the node (-1 or unlimited: none).",
 )
 @click.option(
+    "--requeue-exit",
+    "requeue_exit",
+    default=None,
+    metavar="CODE",
+    help="When the container exits with CODE (a checkpoint saved), requeue the job: "
+    "Slurm runs it again, SLURM_RESTART_COUNT one higher.",
+)
+@click.option(
     "--rm",
     "remove",
     is_flag=True,
@@ -133,6 +141,7 @@ def run(
     hostname: str | None,
     publish: tuple[str, ...],
     ulimits: tuple[str, ...],
+    requeue_exit: str | None,
     remove: bool,
     name: str | None,
     grace: float | None,
@@ -158,6 +167,7 @@ def run(
         hostname=hostname,
         publish=publish,
         ulimits=ulimits,
+        requeue_exit=requeue_exit,
         remove=remove,
         name=name,
         grace=grace,

@@ -48,6 +48,7 @@ _OPTIONS: dict[str, tuple[str, Callable[[str], Any] | None, bool]] = {
     "-p": ("publish", str, True),
     "--publish": ("publish", str, True),
     "--ulimit": ("ulimits", str, True),
+    "--requeue-exit": ("requeue_exit", str, False),
     "--rm": ("remove", None, False),
     "--env-file": ("env_files", str, True),
     "--workdir": ("workdir", str, False),

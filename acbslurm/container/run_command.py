@@ -38,6 +38,7 @@ from acbslurm.container.step_gpus import step_record
 from acbslurm.errors import ConfigError, SetupError
 from acbslurm.jobrecord import JobRecord, check_job_id, read_trusted_record
 from acbslurm.mountrules import Mount
+from acbslurm.runrules import requeue_exit
 from acbslurm.userfiles import ENV_FILE_LIMIT, read_user_text
 
 TYPE_CHECKING = False
@@ -73,6 +74,7 @@ class RunArgs:
     hostname: str | None = None
     publish: tuple[str, ...] = ()
     ulimits: tuple[str, ...] = ()
+    requeue_exit: str | None = None  # the container's exit code that requeues the job
     remove: bool = False  # --rm: accepted; the container is always removed
 
 
@@ -105,6 +107,9 @@ def _job_record(
     if rec is None:
         if gpus_spec == "none":
             return None
+        restarts = os.environ.get("SLURM_RESTART_COUNT", "0")
+        if restarts not in ("", "0"):
+            raise SetupError(_skipped_prolog(job_id, restarts, record_dir))
         raise SetupError(
             f"no acbslurm record for job {job_id} in {record_dir} on this node: the acbslurm "
             "prolog is not configured (Prolog= and PrologFlags=Alloc in slurm.conf), or it "
@@ -115,6 +120,20 @@ def _job_record(
     if rec.uid != os.getuid():
         raise GpuNotAllocated(f"job {job_id} belongs to {rec.user}, not to you")
     return rec
+
+
+def _skipped_prolog(job_id: str, restarts: str, record_dir: str) -> str:
+    """Why a requeued job's run has no record, when its first run had one."""
+    return (
+        f"no acbslurm record for job {job_id} in {record_dir} on this node, and this is "
+        f"run {restarts} of a requeued job: Slurm ran no prolog for it. Slurm skips the "
+        "prolog of a requeued job started before its last run's launch credential "
+        "expired (`scontrol update jobid=N StartTime=now` or a lowered requeue_delay, "
+        "sooner than AuthInfo's cred_expire, 120 s by default, after the requeue; "
+        'slurmd\'s log says "reissued job credential"). No GPU is given without the '
+        f"record: requeue it (`scontrol requeue {job_id}`) and let it start at its own "
+        "EligibleTime, or use --gpus none to run without GPUs"
+    )
 
 
 def _environment(args: RunArgs) -> dict[str, str]:
@@ -145,7 +164,38 @@ def _parsed(
     run_as = None if args.user is None else parse_user(args.user)
     if args.hostname is not None:
         parse_hostname(args.hostname)
+    _requeue_code(args)
     return gpus_spec, mount_list, env, run_as, parse_ulimits(args.ulimits)
+
+
+def _requeue_code(args: RunArgs) -> int | None:
+    """``--requeue-exit`` checked; None when not given."""
+    if args.requeue_exit is None:
+        return None
+    try:
+        return requeue_exit(args.requeue_exit)
+    except ValueError as exc:
+        raise OptionError("--requeue-exit", str(exc)) from None
+
+
+def _requeue_if_asked(args: RunArgs, code: int, job_id: str | None) -> int:
+    """The container ended with ``--requeue-exit``'s code: ask Slurm to run the job
+    again (its checkpoint is the program's). ``code``: returned as it was."""
+    from acbslurm.container.streams import tell
+
+    if job_id is None or code != _requeue_code(args):
+        return code
+    from acbslurm.slurm.requeue import requeue
+
+    # Said first: Slurm ends what is left of the job's steps as it requeues it.
+    tell(
+        f"acbslurm: the container exited {code} (--requeue-exit): requeueing job {job_id}; "
+        "it runs again with SLURM_RESTART_COUNT one higher"
+    )
+    why = requeue(job_id)
+    if why:
+        tell(f"acbslurm: job {job_id} could not be requeued: {why}")
+    return code
 
 
 def _published(specs: tuple[str, ...], setting: str) -> list[Publish]:
@@ -251,4 +301,4 @@ def execute(args: RunArgs, early: InfoProbe | None = None) -> int:
         tell(OUTSIDE_A_JOB)
     sys.stdout.flush()
     ensure_image(api, args.image, args.pull)
-    return run_container(api, spec, probe=probe)
+    return _requeue_if_asked(args, run_container(api, spec, probe=probe), job_id)

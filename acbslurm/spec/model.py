@@ -63,6 +63,7 @@ CONTAINER_KEYS = (
     "read_only",
     "grace",
     "ulimits",
+    "requeue_exit",
 )
 SERVE_KEYS = ("pool", "listen")
 PULL_POLICIES = ("missing", "always", "never")
@@ -142,6 +143,7 @@ class ContainerSpec:
     read_only: bool = False
     grace: str | None = None  # seconds, the number's text
     ulimits: tuple[str, ...] = ()  # NAME=SOFT[:HARD], as `acbslurm run --ulimit`
+    requeue_exit: str | None = None  # the exit code that requeues the job
 
 
 @dataclass(frozen=True)
@@ -574,6 +576,9 @@ def _run_options(get: Any, path: tuple[str, ...], e: Errors) -> dict[str, Any]:
         "read_only": bool(_bool(get("read_only"), (*path, "read_only"), e)),
         "grace": _grace(get("grace"), (*path, "grace"), e),
         "ulimits": _ulimits(get("ulimits"), (*path, "ulimits"), e),
+        "requeue_exit": _ruled(
+            get("requeue_exit"), runrules.requeue_exit, (*path, "requeue_exit"), e
+        ),
     }
 
 
@@ -726,6 +731,17 @@ def _shm_fits(spec: JobSpec, e: Errors) -> None:
         )
 
 
+def _requeue_allowed(spec: JobSpec, e: Errors) -> None:
+    """``container.requeue_exit`` asks Slurm to requeue the job, which Slurm refuses
+    for a job submitted ``--no-requeue``: refused here, before the job runs."""
+    c = spec.container
+    if c is not None and c.requeue_exit is not None and spec.requeue is False:
+        e.add(
+            ("container", "requeue_exit"),
+            "requeues the job, but the spec says requeue: false; remove one of them",
+        )
+
+
 def validate(doc: Located) -> JobSpec:
     """Check a loaded spec; return the JobSpec or raise SpecError listing every problem."""
     e = Errors(doc)
@@ -764,6 +780,7 @@ def validate(doc: Located) -> JobSpec:
     )
     _what_runs(get, e)
     _shm_fits(spec, e)
+    _requeue_allowed(spec, e)
     if e.items:
         raise SpecError("invalid job spec:\n  " + "\n  ".join(e.items))
     return spec

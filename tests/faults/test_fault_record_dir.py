@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sandboxtest import job_fields, submit, wait_job, wait_until
+from sandboxtest import RERUN_WAIT, job_fields, submit, wait_job, wait_until
 
 from acbslurm.config import load_settings
 
@@ -144,11 +144,10 @@ def test_the_prolog_fails_on_the_record_dir_and_the_admin_resumes(
         assert f"acbslurm-prolog: error: job {job}: {strerror}: '{rd}/.{job}." in said, said
         assert sorted(os.listdir(rd)) == before, "a temporary file was left behind"
     # What the admin does: the directory is fixed (unmounted), resume the node, release
-    # the job, now (a requeued job may start only some time later: its BeginTime).
+    # the job; it starts once eligible (the sandbox's cred_expire after the requeue).
     sb.run_slurm(["scontrol", "update", f"nodename={n['NodeName']}", "state=resume"])
     sb.run_slurm(["scontrol", "release", job])
-    sb.run_slurm(["scontrol", "update", f"jobid={job}", "StartTime=now"])
-    f = wait_job(sb, job, ("COMPLETED",), 60)
+    f = wait_job(sb, job, ("COMPLETED",), RERUN_WAIT)
     assert f["ExitCode"] == "0:0", f
     assert "job ran" in (scripts / f"out-{job}.txt").read_text()
     wait_until(f"job {job} to leave the queue", lambda: not in_queue(sb, job))

@@ -7,13 +7,12 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sandboxtest import REPO, acbslurm_as, job_fields, no_jobs, wait_job, wait_until
+from sandboxtest import REPO, RERUN_WAIT, acbslurm_as, job_fields, no_jobs, wait_job, wait_until
 
 from acbslurm import proc
 from acbslurm.slurm.jobs import job_order
@@ -43,19 +42,8 @@ def test_a_requeued_job_that_completed_shows_no_begin_time(sb: Any, idle: Any) -
         lambda: job_fields(sb, jid).get("Reason") == "BeginTime",
         timeout=60,
     )
-    # The first run's end revoked its credential on the node (slurmd, at the kill, before
-    # the epilog), and slurmd refuses a credential made in the second of a revocation
-    # ("Job credential revoked": the rerun FAILED). Once the node is idle the revocation
-    # is behind us: start the rerun in a later second than that.
-    wait_until(
-        "the node idle",
-        lambda: sb.run_slurm(["sinfo", "-h", "-o", "%T"]).stdout.split() == ["idle"],
-    )
-    idle_at = int(time.time())
-    wait_until("a second past the revocation", lambda: int(time.time()) > idle_at)
-    # It would wait for its EligibleTime (about two minutes): let it start now.
-    sb.run_slurm(["scontrol", "update", f"jobid={jid}", "StartTime=now"])
-    done = wait_job(sb, jid, ("COMPLETED",), 90)
+    # It starts again once eligible (the sandbox's cred_expire after the requeue).
+    done = wait_job(sb, jid, ("COMPLETED",), RERUN_WAIT)
     raw = sb.run_slurm(["squeue", "-h", "-t", "all", "-o", "%r", f"--jobs={jid}"]).stdout
     print(f"Slurm's own reason for the completed job: scontrol {done.get('Reason')}, squeue {raw}")
     (job,) = status_json(sb, jid)

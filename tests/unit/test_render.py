@@ -21,6 +21,7 @@ ACBSLURM = "/usr/local/bin/acbslurm"
 CASES = {
     "whisper": REPO / "conf/examples/whisper.yaml",
     "sandbox-gpu": REPO / "conf/examples/sandbox-gpu.yaml",
+    "checkpoint": REPO / "conf/examples/checkpoint.yaml",
     "full": GOLDEN / "full.yaml",
     "direct": GOLDEN / "direct.yaml",
     "options": GOLDEN / "options.yaml",

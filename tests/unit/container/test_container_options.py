@@ -472,3 +472,13 @@ def test_bad_ulimits_name_the_value(text: str, message: str) -> None:
         parse_ulimits([text], node_hard=lambda res: hard.get(res, -1))
     assert info.value.option == "--ulimit"
     assert message in str(info.value), str(info.value)
+
+
+@pytest.mark.parametrize("code", ["0", "125", "126", "127", "256", "-1", "x", "\uff18\uff15"])
+def test_requeue_exit_is_a_code_a_program_chooses(code: str) -> None:
+    """Not success, nor Docker's own codes (the daemon failed, the command could not be
+    run or found): refused before anything starts, exit 2, the value quoted."""
+    res = CliRunner().invoke(run, ["--requeue-exit", code, "busybox"])
+    assert res.exit_code == 2, res.output
+    assert "Invalid value for '--requeue-exit'" in res.output, res.output
+    assert repr(code) in res.output, res.output

@@ -18,6 +18,7 @@ def test_no_record_names_the_dir_and_the_settings(
     # The prolog's wrapper named a settings file the job's environment did not: the
     # record exists elsewhere, and "the prolog is not configured" alone misleads.
     monkeypatch.delenv("ACBSLURM_CONFIG", raising=False)
+    monkeypatch.delenv("SLURM_RESTART_COUNT", raising=False)
     monkeypatch.setattr(run_command, "DEFAULT_CONFIG_FILE", str(tmp_path / "none.yaml"))
     with pytest.raises(SetupError) as exc:
         run_command._job_record(str(tmp_path / "jobs"), "42", "auto")
@@ -27,6 +28,22 @@ def test_no_record_names_the_dir_and_the_settings(
     monkeypatch.setenv("ACBSLURM_CONFIG", "/site/acbslurm.json")
     with pytest.raises(SetupError, match=re.escape("ACBSLURM_CONFIG=/site/acbslurm.json gave")):
         run_command._job_record(str(tmp_path / "jobs"), "42", "auto")
+    assert run_command._job_record(str(tmp_path / "jobs"), "42", "none") is None
+
+
+def test_a_requeued_runs_missing_record_names_the_skipped_prolog(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rerun started before the first run's credential expired gets no prolog from
+    slurmd (seen on 22.05): the message names that, not the configuration, which the
+    first run proved right."""
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
+    with pytest.raises(SetupError) as exc:
+        run_command._job_record(str(tmp_path / "jobs"), "42", "auto")
+    text = str(exc.value)
+    assert "this is run 1 of a requeued job: Slurm ran no prolog for it" in text, text
+    assert "reissued job credential" in text and "scontrol requeue 42" in text, text
+    assert "prolog is not configured" not in text, text
     assert run_command._job_record(str(tmp_path / "jobs"), "42", "none") is None
 
 

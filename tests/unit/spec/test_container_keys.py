@@ -71,6 +71,10 @@ def test_left_out_keys_render_nothing() -> None:
         ("env_file: ''", "container.env_file: must not be empty"),
         ("env_file: [/a, '']", "container.env_file.1: must not be empty"),
         ("envfile: /a", "container.envfile: unknown key (did you mean 'env_file'?)"),
+        ("requeue_exit: 0", "container.requeue_exit: must be an exit code 1-255 other than"),
+        ("requeue_exit: 126", "container.requeue_exit: must be an exit code 1-255 other"),
+        ("requeue_exit: 256", "container.requeue_exit: must be an exit code 1-255 other"),
+        ("requeue_exit: '8x'", "container.requeue_exit: must be an exit code 1-255 other"),
         ("ulimits: [memlock]", "container.ulimits: must be a mapping of NAME: SOFT[:HARD]"),
         ("ulimits: {memlok: -1}", "container.ulimits.memlok: expected NAME=SOFT[:HARD]"),
         ("ulimits: {nofile: lots}", "container.ulimits.nofile: expected NAME=SOFT[:HARD] (a"),
@@ -150,3 +154,15 @@ def test_ulimits_render_as_run_options() -> None:
     ).container
     assert c is not None
     assert c.ulimits == ("memlock=-1", "nofile=4096:8192", "stack=unlimited")
+
+
+def test_requeue_exit_requeues_and_refuses_no_requeue() -> None:
+    """``requeue_exit`` makes the job requeueable (#SBATCH --requeue); with ``requeue:
+    false`` Slurm would refuse the requeue after the checkpoint: refused at once."""
+    c = parse_spec(HEAD + "  requeue_exit: 85\n", "job.yaml").container
+    assert c is not None and c.requeue_exit == "85"
+    message = errors_of("requeue: false\n" + HEAD + "  requeue_exit: 85\n")
+    assert (
+        "job.yaml:5: container.requeue_exit: requeues the job, but the spec says "
+        "requeue: false" in message
+    ), message
