@@ -95,6 +95,15 @@ class _RunCommand(click.Command):
     "hard limit on the node (-1 or unlimited: none).",
 )
 @click.option(
+    "--network",
+    "--net",
+    "network",
+    default=None,
+    metavar="NETWORK",
+    help="bridge (Docker's default), none, host (only where it is the node's network: "
+    "the default for a step on several nodes there), or a network of your daemon.",
+)
+@click.option(
     "--requeue-exit",
     "requeue_exit",
     default=None,
@@ -141,6 +150,7 @@ def run(
     hostname: str | None,
     publish: tuple[str, ...],
     ulimits: tuple[str, ...],
+    network: str | None,
     requeue_exit: str | None,
     remove: bool,
     name: str | None,
@@ -167,6 +177,7 @@ def run(
         hostname=hostname,
         publish=publish,
         ulimits=ulimits,
+        network=network,
         requeue_exit=requeue_exit,
         remove=remove,
         name=name,

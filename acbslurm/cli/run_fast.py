@@ -48,6 +48,8 @@ _OPTIONS: dict[str, tuple[str, Callable[[str], Any] | None, bool]] = {
     "-p": ("publish", str, True),
     "--publish": ("publish", str, True),
     "--ulimit": ("ulimits", str, True),
+    "--network": ("network", str, False),
+    "--net": ("network", str, False),
     "--requeue-exit": ("requeue_exit", str, False),
     "--rm": ("remove", None, False),
     "--env-file": ("env_files", str, True),

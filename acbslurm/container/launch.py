@@ -14,6 +14,7 @@ import contextlib
 import gc
 import os
 import signal
+import socket
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Sequence
@@ -75,6 +76,7 @@ class LaunchSpec:
     hostname: str | None = None  # --hostname; None: Docker's (the container's id)
     publish: list[Publish] = field(default_factory=list)  # -p: the node's ports
     ulimits: list[Ulimit] = field(default_factory=list)  # --ulimit, within the job's
+    network: str | None = None  # HostConfig.NetworkMode; None: Docker's default
     # The node's index of each of gpu_uuids: the CDI name where a spec names GPUs by
     # index only.
     gpu_indices: list[int] = field(default_factory=list)
@@ -162,6 +164,7 @@ def _user_host_choices(spec: LaunchSpec) -> dict[str, Any]:
         "ReadonlyRootfs": spec.read_only,
         "PortBindings": _port_bindings(spec.publish),
         "Ulimits": [u.api() for u in spec.ulimits],
+        "NetworkMode": spec.network,
     }
     return {k: v for k, v in chosen.items() if v}
 
@@ -324,7 +327,7 @@ def run_container(
             tell(CANCELLED.format(signal.Signals(relay.first).name))
             return 128 + relay.first
         # A signal from here on stays pending until the wait below, then acts.
-        _start(api, cid, relay, patience)
+        _start(api, cid, relay, patience, published=bool(spec.publish))
         gc.enable()  # off for the start only (cli/entry.py); the run may last days
         if spec.stdin:
             start_thread(copy_stdin, stream)
@@ -371,12 +374,40 @@ def _ends_as_preempted() -> bool:
     return ends_as_preempted()
 
 
-def _start(api: EngineApi, cid: str, relay: Relay, patience: Patience) -> None:
+def published_lines(inspected: dict[str, Any], node: str) -> list[str]:
+    """Where each published port of a started container is reached: ``published
+    8080/tcp at vm-1:32768`` (the node's port, the daemon's pick for ``-p 8080``), one
+    line per container port; an address other than every one's is named."""
+    ports = (inspected.get("NetworkSettings") or {}).get("Ports") or {}
+    lines = []
+    for key in sorted(ports):
+        seen: list[str] = []
+        for b in ports[key] or []:
+            ip = b.get("HostIp") or ""
+            where = (
+                f"{node}:{b.get('HostPort')}"
+                if ip in ("", "0.0.0.0", "::")  # noqa: S104 - Docker's "every address"
+                else f"{ip}:{b.get('HostPort')} of {node}"
+            )
+            if where not in seen:  # IPv4 and IPv6 of one port: one place
+                seen.append(where)
+        if seen:
+            lines.append(f"acbslurm: published {key} at {', '.join(seen)}")
+    return lines
+
+
+def _start(
+    api: EngineApi, cid: str, relay: Relay, patience: Patience, published: bool = False
+) -> None:
     try:
         _start_patiently(api, cid, patience)
         inspected = patience.call("the container's inspect", lambda: api.inspect(cid))
     except EngineError as exc:
         raise DockerError(f"cannot start the container: {exc}") from None
+    if published:
+        node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+        for line in published_lines(inspected, node):
+            tell(line)
     relay.cid = cid
     # Known before any signal acts: what tells a daemon's stop from a crash, and whose
     # processes a suspend stops where the daemon cannot pause.

@@ -364,6 +364,24 @@ def parse_ulimits(
     return list(out.values())
 
 
+_NETWORK_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+NETWORK_HELP = "bridge (Docker's default), host, none, or a network of your daemon"
+
+
+def parse_network(name: str) -> str:
+    """``--network``: Docker's modes and the user's own networks; never another
+    container's namespace (``container:NAME``), which is not the job's."""
+    if name.startswith("container:") or name.startswith("ns:"):
+        raise OptionError(
+            "--network",
+            f"{name!r} joins another container's network namespace, which is not this "
+            f"job's; expected {NETWORK_HELP}",
+        )
+    if not _NETWORK_NAME.match(name):
+        raise OptionError("--network", f"expected {NETWORK_HELP}, got {name!r}")
+    return name
+
+
 _HOST_LABEL = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
 
 

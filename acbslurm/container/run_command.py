@@ -24,6 +24,7 @@ from acbslurm.container.options import (
     parse_gpus,
     parse_hostname,
     parse_mount,
+    parse_network,
     parse_publish,
     parse_shm_size,
     parse_ulimits,
@@ -39,6 +40,7 @@ from acbslurm.errors import ConfigError, SetupError
 from acbslurm.jobrecord import JobRecord, check_job_id, read_trusted_record
 from acbslurm.mountrules import Mount
 from acbslurm.runrules import requeue_exit
+from acbslurm.units import is_ascii_int
 from acbslurm.userfiles import ENV_FILE_LIMIT, read_user_text
 
 TYPE_CHECKING = False
@@ -74,6 +76,7 @@ class RunArgs:
     hostname: str | None = None
     publish: tuple[str, ...] = ()
     ulimits: tuple[str, ...] = ()
+    network: str | None = None  # --network: bridge, host, none, a network of the user's
     requeue_exit: str | None = None  # the container's exit code that requeues the job
     remove: bool = False  # --rm: accepted; the container is always removed
 
@@ -165,7 +168,65 @@ def _parsed(
     if args.hostname is not None:
         parse_hostname(args.hostname)
     _requeue_code(args)
+    _network_conflicts(args)
     return gpus_spec, mount_list, env, run_as, parse_ulimits(args.ulimits)
+
+
+def _network_conflicts(args: RunArgs) -> None:
+    """``--network`` checked, and the options it leaves no sense in refused (Docker's
+    daemon refuses a host name with the host network itself, less clearly)."""
+    if args.network is None:
+        return
+    mode = parse_network(args.network)
+    if mode in ("host", "none") and args.publish:
+        raise OptionError(
+            "--publish",
+            f"with --network {mode} there is nothing to publish: "
+            + ("the container's ports are the node's own" if mode == "host" else "no network"),
+        )
+    if mode == "host" and args.hostname is not None:
+        raise OptionError("--hostname", "the host network keeps the node's own host name")
+
+
+HOST_NOT_NODE = (
+    "this node's Docker daemon runs in a network namespace of its own (rootless Docker "
+    "without rootlesskit's --detach-netns, as Docker 20.10 to 28.5 are set up): its host "
+    "network is not the node's, and neither the node nor other nodes reach it; publish "
+    "ports with -p, or ask the site for rootless Docker with "
+    "DOCKERD_ROOTLESS_ROOTLESSKIT_DETACH_NETNS=true (the default from Docker 29.5)"
+)
+
+
+def _step_nodes() -> int:
+    raw = os.environ.get("SLURM_STEP_NUM_NODES") or os.environ.get("SLURM_NNODES") or "1"
+    return int(raw) if is_ascii_int(raw) else 1
+
+
+def _network(asked: str | None, host: str) -> str | None:
+    """The container's network mode: ``--network`` (host only where it is the node's),
+    else the node's network for a step on several nodes where the daemon has it (the
+    ranks then reach each other as processes of the nodes would), else Docker's own."""
+    from acbslurm.container.streams import tell
+    from acbslurm.dockerapi.netns import shares_node_network
+
+    nodes = _step_nodes()
+    if asked != "host" and (asked is not None or nodes < 2):
+        return asked
+    shares = shares_node_network(host)
+    if asked == "host":
+        if shares is False:
+            raise OptionError("--network", f"--network host: {HOST_NOT_NODE}")
+        if shares is None:
+            tell("acbslurm: cannot tell whether this Docker daemon's host network is the node's")
+        return "host"
+    if shares:
+        return "host"
+    if os.environ.get("SLURM_PROCID", "0") == "0":
+        tell(
+            f"acbslurm: this step spans {nodes} nodes, but its containers cannot reach each "
+            f"other by the nodes' network: {HOST_NOT_NODE}"
+        )
+    return None
 
 
 def _requeue_code(args: RunArgs) -> int | None:
@@ -266,6 +327,7 @@ def execute(args: RunArgs, early: InfoProbe | None = None) -> int:
     # imported (probe.py); it only reads, and nothing is created before the check below.
     probe = probe_for(host, early)
     api = probe.api
+    network = _network(args.network, host)
     if uuids and job_id is not None:
         _check_in_job(job_id)
 
@@ -294,6 +356,7 @@ def execute(args: RunArgs, early: InfoProbe | None = None) -> int:
         hostname=args.hostname,
         publish=published,
         ulimits=ulimits,
+        network=network,
         gpu_indices=_indices_of(uuids, record),
         cgroup_socket=_cgroup_socket(settings.container_cgroups, settings.job_runtime_dir, job_id),
     )

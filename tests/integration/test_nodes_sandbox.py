@@ -186,6 +186,10 @@ def _each_node_recorded_and_got_its_own(
         raise AssertionError(f"{exc}; {out}:\n{shown}") from None
     assert printed() == got
     _each_rank_knows_the_job(job, out.read_text(), sb.params.node_names)
+    # The sandbox's daemons keep their containers in rootlesskit's network, not the
+    # node's: rank 0 says so once for the step (the ranks cannot reach each other).
+    said = out.read_text().count("acbslurm: this step spans 2 nodes, but its containers")
+    assert said == 1, out.read_text()
 
 
 def _each_rank_knows_the_job(job: str, text: str, nodes: list[str]) -> None:

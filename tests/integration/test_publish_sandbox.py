@@ -5,6 +5,7 @@ job's traffic. Driven as user1."""
 
 from __future__ import annotations
 
+import re
 import socket
 import urllib.request
 from pathlib import Path
@@ -57,3 +58,49 @@ def test_a_published_port_reaches_the_jobs_service_and_is_its_own(idle: Any, scr
     sb.run_slurm(["scancel", job])
     wait_job(sb, job, ("CANCELLED",), 60)
     wait_until("the port freed", lambda: not _get(port), timeout=30)
+
+
+def test_a_port_the_daemon_picks_is_told_in_the_jobs_output(idle: Any, scripts: Path) -> None:
+    """`-p 8080` alone: the daemon picks the node's port, and the job's output says which
+    (`acbslurm: published 8080/tcp at vm:PORT`), which reaches the service."""
+    sb = idle
+    run = acbslurm_run("-p", "8080", IMAGE, "--", "sh", "-c", SERVE)
+    job = submit(sb, scripts, f"exec {run}", "--gres=gpu:1")
+    out = scripts / f"out-{job}.txt"
+    said = wait_until(
+        "the published line",
+        lambda: (
+            out.exists() and re.search(r"published 8080/tcp at ([^:\s]+):([0-9]+)", out.read_text())
+        ),
+        timeout=60,
+    )
+    assert said.group(1) == sb.params.node, out.read_text()
+    got = wait_until("the job's page", lambda: _get(int(said.group(2))), timeout=30)
+    assert got.strip() == f"hello-from-job-{job}"
+    sb.run_slurm(["scancel", job])
+    wait_job(sb, job, ("CANCELLED",), 60)
+
+
+def test_the_daemons_own_network_is_refused_as_host_and_none_has_no_network(
+    idle: Any, scripts: Path
+) -> None:
+    """The sandbox's rootless daemons run without --detach-netns, as Docker 20.10 to 28.5
+    are set up: their host network is rootlesskit's namespace, not the node's, so
+    `--network host` is refused there with what to do (exit 2); `--network none` leaves
+    the container only its loopback."""
+    sb = idle
+    host = acbslurm_run("--network", "host", IMAGE, "--", "true")
+    job = submit(sb, scripts, f"exec {host}", "--gres=gpu:1")
+    done = wait_job(sb, job, ("FAILED", "COMPLETED"), 60)
+    out = (scripts / f"out-{job}.txt").read_text()
+    assert done["ExitCode"] == "2:0", (done, out)
+    assert "--network host: this node's Docker daemon runs in a network namespace" in out, out
+    assert "DOCKERD_ROOTLESS_ROOTLESSKIT_DETACH_NETNS=true" in out, out
+
+    none = acbslurm_run("--network", "none", IMAGE, "--", "cat", "/proc/net/dev")
+    job = submit(sb, scripts, f"exec {none}", "--gres=gpu:1")
+    done = wait_job(sb, job, ("FAILED", "COMPLETED"), 60)
+    out = (scripts / f"out-{job}.txt").read_text()
+    assert done["JobState"] == "COMPLETED", (done, out)
+    devices = [ln.split(":")[0].strip() for ln in out.splitlines() if ":" in ln]
+    assert devices == ["lo"], out

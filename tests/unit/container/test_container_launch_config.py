@@ -110,3 +110,35 @@ def test_ulimits_go_to_the_host_config() -> None:
         {"Name": "nofile", "Soft": 4096, "Hard": 8192},
     ]
     assert "Ulimits" not in container_config(spec(), with_limits=True)["HostConfig"]
+
+
+def test_published_lines_name_where_each_port_is_reached() -> None:
+    """After the start: the daemon's pick for `-p 8080` is told in the job's output,
+    IPv4 and IPv6 of one port once, an address of the user's named."""
+    from acbslurm.container.launch import published_lines
+
+    inspected = {
+        "NetworkSettings": {
+            "Ports": {
+                "8080/tcp": [
+                    {"HostIp": "0.0.0.0", "HostPort": "32768"},
+                    {"HostIp": "::", "HostPort": "32768"},
+                ],
+                "9090/tcp": [{"HostIp": "127.0.0.1", "HostPort": "19090"}],
+                "22/tcp": None,  # exposed by the image, not published
+            }
+        }
+    }
+    assert published_lines(inspected, "vm-1") == [
+        "acbslurm: published 8080/tcp at vm-1:32768",
+        "acbslurm: published 9090/tcp at 127.0.0.1:19090 of vm-1",
+    ]
+    assert published_lines({}, "vm-1") == []
+
+
+def test_the_network_mode_goes_to_the_host_config() -> None:
+    assert (
+        container_config(spec(network="host"), with_limits=True)["HostConfig"]["NetworkMode"]
+        == "host"
+    )
+    assert "NetworkMode" not in container_config(spec(), with_limits=True)["HostConfig"]

@@ -482,3 +482,29 @@ def test_requeue_exit_is_a_code_a_program_chooses(code: str) -> None:
     assert res.exit_code == 2, res.output
     assert "Invalid value for '--requeue-exit'" in res.output, res.output
     assert repr(code) in res.output, res.output
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--network", "container:web"], "'container:web' joins another container's network"),
+        (["--net", "ns:/proc/1/ns/net"], "'ns:/proc/1/ns/net' joins another container's"),
+        (["--network", "a b"], "expected bridge (Docker's default), host, none, or a network"),
+        (["--network", "host", "-p", "8080"], "with --network host there is nothing to publish"),
+        (["--network", "none", "-p", "8080"], "with --network none there is nothing to publish"),
+        (["--network", "host", "--hostname", "h"], "the host network keeps the node's own"),
+    ],
+)
+def test_networks_that_are_not_the_jobs_are_refused(argv: list[str], message: str) -> None:
+    """Refused before anything starts (exit 2), the value quoted: never another
+    container's namespace, nor options the network leaves no sense in."""
+    res = CliRunner().invoke(run, [*argv, "busybox"])
+    assert res.exit_code == 2, res.output
+    assert message in " ".join(res.output.split()), res.output
+
+
+def test_the_networks_a_job_may_use() -> None:
+    from acbslurm.container.options import parse_network
+
+    for name in ("bridge", "host", "none", "my-net_2.a"):
+        assert parse_network(name) == name

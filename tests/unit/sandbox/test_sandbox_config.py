@@ -262,7 +262,9 @@ def test_several_nodes_each_have_a_port_spool_log_and_gpus(layout: Layout) -> No
     assert f"AuthInfo=socket={layout.munge_socket},cred_expire=30" in conf
     two = (layout.etc / "slurm-vm-2.conf").read_text().splitlines()
     sock = layout.run / "munge-vm-2" / "munge.socket.2"
-    assert f"AuthInfo=socket={sock},cred_expire=30" in two and f"AccountingStoragePass={sock}" in two
+    assert (
+        f"AuthInfo=socket={sock},cred_expire=30" in two and f"AccountingStoragePass={sock}" in two
+    )
     assert [ln for ln in two if "munge" not in ln] == [ln for ln in conf if "munge" not in ln]
     gres = [ln for ln in layout.gres_conf.read_text().splitlines() if ln.startswith("NodeName")]
     assert gres[2:4] == [
