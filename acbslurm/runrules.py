@@ -38,6 +38,14 @@ ULIMITS: dict[str, int] = {
     "stack": resource.RLIMIT_STACK,
 }
 UNLIMITED = -1  # as Docker's API and getrlimit (RLIM_INFINITY) say it
+PUBLISH_HELP = "[IP:][HOST_PORT:]CONTAINER_PORT[/tcp|udp]"
+# `docker run -p`'s form (the site's port range is known only on the node).
+PUBLISH = re.compile(
+    r"^(?:(?P<ip>[0-9]{1,3}(?:\.[0-9]{1,3}){3}|\[[0-9a-fA-F:]+\]):)?"
+    r"(?:(?P<host>[0-9]*):)?(?P<ctr>[0-9]+)(?:/(?P<proto>tcp|udp))?$"
+)
+_NETWORK_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+NETWORK_HELP = "bridge (Docker's default), host, none, or a network of your daemon"
 REQUEUE_EXIT_HELP = "an exit code 1-255 other than Docker's own 125, 126 and 127"
 
 
@@ -105,3 +113,26 @@ def requeue_exit(text: str | int) -> int:
     if not is_ascii_int(word) or not 1 <= int(word) <= 255 or int(word) in (125, 126, 127):
         raise ValueError(f"must be {REQUEUE_EXIT_HELP}, got {text!r}")
     return int(word)
+
+
+def publish(text: str) -> str:
+    """``-p`` in `docker run`'s form, ports 1-65535."""
+    m = PUBLISH.match(text)
+    if m is None:
+        raise ValueError(f"expected {PUBLISH_HELP}, got {text!r}")
+    if not 1 <= int(m["ctr"]) <= 65535 or int(m["host"] or 0) > 65535:
+        raise ValueError(f"ports are 1-65535, got {text!r}")
+    return text
+
+
+def network_mode(name: str) -> str:
+    """``--network``: Docker's modes and the user's own networks; never another
+    container's namespace (``container:NAME``), which is not the job's."""
+    if name.startswith("container:") or name.startswith("ns:"):
+        raise ValueError(
+            f"{name!r} joins another container's network namespace, which is not this "
+            f"job's; expected {NETWORK_HELP}"
+        )
+    if not _NETWORK_NAME.match(name):
+        raise ValueError(f"expected {NETWORK_HELP}, got {name!r}")
+    return name

@@ -16,7 +16,16 @@ from acbslurm.errors import ConfigError, GpuMappingError, SetupError
 from acbslurm.gpu.mapping import is_uuid
 from acbslurm.jobrecord import JobRecord
 from acbslurm.mountrules import Mount, read_mounts, source_problem
-from acbslurm.runrules import ULIMITS, UNLIMITED, run_as, shm_bytes, ulimit
+from acbslurm.runrules import (
+    PUBLISH,
+    PUBLISH_HELP,
+    ULIMITS,
+    UNLIMITED,
+    network_mode,
+    run_as,
+    shm_bytes,
+    ulimit,
+)
 from acbslurm.units import size_bytes
 
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -257,12 +266,6 @@ class Publish:
         return f"{self.container_port}/{self.proto}"
 
 
-_PUBLISH = re.compile(
-    r"^(?:(?P<ip>[0-9]{1,3}(?:\.[0-9]{1,3}){3}|\[[0-9a-fA-F:]+\]):)?"
-    r"(?:(?P<host>[0-9]*):)?(?P<ctr>[0-9]+)(?:/(?P<proto>tcp|udp))?$"
-)
-
-
 def port_range(text: str) -> tuple[int, int] | None:
     """The setting ``publish_ports`` (``LOW-HIGH``); None: publishing is off."""
     if not text.strip():
@@ -279,11 +282,9 @@ def port_range(text: str) -> tuple[int, int] | None:
 
 def parse_publish(spec: str, allowed: tuple[int, int] | None) -> Publish:
     """``-p`` as `docker run` takes it, within the site's ``allowed`` range."""
-    m = _PUBLISH.match(spec)
+    m = PUBLISH.match(spec)
     if m is None:
-        raise OptionError(
-            "--publish", f"expected [IP:][HOST_PORT:]CONTAINER_PORT[/tcp|udp], got {spec!r}"
-        )
+        raise OptionError("--publish", f"expected {PUBLISH_HELP}, got {spec!r}")
     ctr, host = int(m["ctr"]), int(m["host"] or 0)
     if not 1 <= ctr <= 65535 or host > 65535:
         raise OptionError("--publish", f"ports are 1-65535, got {spec!r}")
@@ -364,22 +365,12 @@ def parse_ulimits(
     return list(out.values())
 
 
-_NETWORK_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
-NETWORK_HELP = "bridge (Docker's default), host, none, or a network of your daemon"
-
-
 def parse_network(name: str) -> str:
-    """``--network``: Docker's modes and the user's own networks; never another
-    container's namespace (``container:NAME``), which is not the job's."""
-    if name.startswith("container:") or name.startswith("ns:"):
-        raise OptionError(
-            "--network",
-            f"{name!r} joins another container's network namespace, which is not this "
-            f"job's; expected {NETWORK_HELP}",
-        )
-    if not _NETWORK_NAME.match(name):
-        raise OptionError("--network", f"expected {NETWORK_HELP}, got {name!r}")
-    return name
+    """``--network`` as ``runrules.network_mode`` takes it."""
+    try:
+        return network_mode(name)
+    except ValueError as exc:
+        raise OptionError("--network", str(exc)) from None
 
 
 _HOST_LABEL = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")

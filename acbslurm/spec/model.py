@@ -64,6 +64,8 @@ CONTAINER_KEYS = (
     "grace",
     "ulimits",
     "requeue_exit",
+    "publish",
+    "network",
 )
 SERVE_KEYS = ("pool", "listen")
 PULL_POLICIES = ("missing", "always", "never")
@@ -144,6 +146,8 @@ class ContainerSpec:
     grace: str | None = None  # seconds, the number's text
     ulimits: tuple[str, ...] = ()  # NAME=SOFT[:HARD], as `acbslurm run --ulimit`
     requeue_exit: str | None = None  # the exit code that requeues the job
+    publish: tuple[str, ...] = ()  # -p [IP:][HOST:]PORT, the site's range checked on the node
+    network: str | None = None  # --network
 
 
 @dataclass(frozen=True)
@@ -579,7 +583,23 @@ def _run_options(get: Any, path: tuple[str, ...], e: Errors) -> dict[str, Any]:
         "requeue_exit": _ruled(
             get("requeue_exit"), runrules.requeue_exit, (*path, "requeue_exit"), e
         ),
+        "publish": _publish(get("publish"), (*path, "publish"), e),
+        "network": _ruled(get("network"), runrules.network_mode, (*path, "network"), e),
     }
+
+
+def _publish(value: Any, path: tuple[str, ...], e: Errors) -> tuple[str, ...]:
+    """``publish: [8888, "18888:8888"]``: each as `acbslurm run -p` takes it."""
+    if value is None:
+        return ()
+    items = value if isinstance(value, list) else [value]
+    out: list[str] = []
+    for i, item in enumerate(items):
+        ipath = (*path, str(i)) if isinstance(value, list) else path
+        text = _ruled(item, runrules.publish, ipath, e)
+        if text is not None:
+            out.append(text)
+    return tuple(out)
 
 
 def _ulimits(value: Any, path: tuple[str, ...], e: Errors) -> tuple[str, ...]:

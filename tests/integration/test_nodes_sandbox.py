@@ -163,13 +163,19 @@ def _each_node_recorded_and_got_its_own(
         wait(f"the job's directory on {node}", (sb.layout.run / "job" / node / job).is_dir)
     # One container per node, each handed exactly its node's GPUs.
     running_ = lambda: [c for c in job_containers(api, job) if c["State"] == "running"]  # noqa: E731
-    containers = wait("a container on each node", lambda: len(running_()) == NODES and running_())
+    out = workdir / f"out-{job}.txt"
+    try:
+        containers = wait(
+            "a container on each node", lambda: len(running_()) == NODES and running_()
+        )
+    except AssertionError as exc:
+        shown = out.read_text() if out.exists() else "(no file)"
+        raise AssertionError(f"{exc}; {out}:\n{shown}") from None
     seen = hook_devices(sb)
     got = sorted(sorted(seen[c["Id"]]) for c in containers)
     assert got == sorted(sorted(u) for u in given.values())
     # What each container printed: its node's GPUs, each line once (an attach with
     # logs=1 replayed a line it also streamed: printed twice in 2 of 16 runs).
-    out = workdir / f"out-{job}.txt"
 
     def printed() -> list[list[str]]:
         text = out.read_text() if out.exists() else ""
@@ -270,7 +276,14 @@ def test_a_killed_dockerd_is_swept_on_both_nodes(two: Sandbox, workdir: Path) ->
     job = submit_two_node_job(sb, workdir)
     wait(f"job {job} running", lambda: state(sb, job) == "RUNNING")
     running_ = lambda: [c for c in job_containers(api, job) if c["State"] == "running"]  # noqa: E731
-    containers = wait("a container on each node", lambda: len(running_()) == NODES and running_())
+    out = workdir / f"out-{job}.txt"
+    try:
+        containers = wait(
+            "a container on each node", lambda: len(running_()) == NODES and running_()
+        )
+    except AssertionError as exc:
+        shown = out.read_text() if out.exists() else "(no file)"
+        raise AssertionError(f"{exc}; {out}:\n{shown}") from None
     pids = [int(api.inspect_container(c["Id"])["State"]["Pid"]) for c in containers]
     os.kill(dockerd_pid(sb), signal.SIGKILL)
     try:

@@ -24,4 +24,7 @@ exec srun --kill-on-bad-exit=1 /usr/local/bin/acbslurm run --gpus auto \
   --ulimit memlock=-1 \
   --ulimit nofile=4096:8192 \
   --ulimit stack=unlimited \
+  --publish 8888 \
+  --publish 127.0.0.1:16006:6006 \
+  --network bridge \
   trainer:1 -- sh -c 'python train.py'

@@ -75,6 +75,9 @@ def test_left_out_keys_render_nothing() -> None:
         ("requeue_exit: 126", "container.requeue_exit: must be an exit code 1-255 other"),
         ("requeue_exit: 256", "container.requeue_exit: must be an exit code 1-255 other"),
         ("requeue_exit: '8x'", "container.requeue_exit: must be an exit code 1-255 other"),
+        ("publish: 'a:b'", "container.publish: expected [IP:][HOST_PORT:]CONTAINER_PORT"),
+        ("publish: [8888, 70000]", "container.publish.1: ports are 1-65535, got '70000'"),
+        ("network: 'container:db'", "container.network: 'container:db' joins another"),
         ("ulimits: [memlock]", "container.ulimits: must be a mapping of NAME: SOFT[:HARD]"),
         ("ulimits: {memlok: -1}", "container.ulimits.memlok: expected NAME=SOFT[:HARD]"),
         ("ulimits: {nofile: lots}", "container.ulimits.nofile: expected NAME=SOFT[:HARD] (a"),
@@ -166,3 +169,13 @@ def test_requeue_exit_requeues_and_refuses_no_requeue() -> None:
         "job.yaml:5: container.requeue_exit: requeues the job, but the spec says "
         "requeue: false" in message
     ), message
+
+
+def test_publish_and_network_render_as_run_options() -> None:
+    c = parse_spec(
+        HEAD + "  publish: [8888, '18888:8888/udp']\n  network: none\n", "job.yaml"
+    ).container
+    assert c is not None
+    assert (c.publish, c.network) == (("8888", "18888:8888/udp"), "none")
+    one = parse_spec(HEAD + "  publish: 8888\n", "job.yaml").container
+    assert one is not None and one.publish == ("8888",)
