@@ -57,6 +57,10 @@ class Settings:
     # The node's ports a job's container may publish (`acbslurm run -p`): a range
     # LOW-HIGH; empty: none.
     publish_ports: str = "1024-65535"
+    # Device files a job's container may get with `acbslurm run --device` (InfiniBand's
+    # /dev/infiniband for NCCL over RDMA): comma-separated paths, a directory allowing
+    # the devices in it; never a GPU's (those come only as the job's GPUs). Empty: none.
+    container_devices: str = ""
     # Accounting database (MySQL option file) and cluster name for `acbslurm report`.
     db_config: str = ""
     cluster: str = ""

@@ -95,6 +95,14 @@ class _RunCommand(click.Command):
     "hard limit on the node (-1 or unlimited: none).",
 )
 @click.option(
+    "--device",
+    "devices",
+    multiple=True,
+    metavar="/HOST[:/CONTAINER][:rwm]",
+    help="A device file the site lists (setting container_devices, e.g. InfiniBand's); "
+    "never a GPU's: those are the job's (--gpus).",
+)
+@click.option(
     "--network",
     "--net",
     "network",
@@ -150,6 +158,7 @@ def run(
     hostname: str | None,
     publish: tuple[str, ...],
     ulimits: tuple[str, ...],
+    devices: tuple[str, ...],
     network: str | None,
     requeue_exit: str | None,
     remove: bool,
@@ -177,6 +186,7 @@ def run(
         hostname=hostname,
         publish=publish,
         ulimits=ulimits,
+        devices=devices,
         network=network,
         requeue_exit=requeue_exit,
         remove=remove,

@@ -49,6 +49,7 @@ _OPTIONS: dict[str, tuple[str, Callable[[str], Any] | None, bool]] = {
     "--publish": ("publish", str, True),
     "--ulimit": ("ulimits", str, True),
     "--network": ("network", str, False),
+    "--device": ("devices", str, True),
     "--net": ("network", str, False),
     "--requeue-exit": ("requeue_exit", str, False),
     "--rm": ("remove", None, False),

@@ -21,7 +21,7 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from acbslurm.cgroups.names import RUN_PID_ENV, RUNTIME_NAME, SOCKET_ENV
-from acbslurm.container.options import Limits, Publish, Ulimit
+from acbslurm.container.options import Device, Limits, Publish, Ulimit
 from acbslurm.container.patience import Patience, run_pending_handlers
 from acbslurm.container.probe import InfoProbe
 from acbslurm.container.signals import HANDLED, STOP_SIGNALS, Relay
@@ -77,6 +77,7 @@ class LaunchSpec:
     publish: list[Publish] = field(default_factory=list)  # -p: the node's ports
     ulimits: list[Ulimit] = field(default_factory=list)  # --ulimit, within the job's
     network: str | None = None  # HostConfig.NetworkMode; None: Docker's default
+    devices: list[Device] = field(default_factory=list)  # --device, of the site's list
     # The node's index of each of gpu_uuids: the CDI name where a spec names GPUs by
     # index only.
     gpu_indices: list[int] = field(default_factory=list)
@@ -165,6 +166,7 @@ def _user_host_choices(spec: LaunchSpec) -> dict[str, Any]:
         "PortBindings": _port_bindings(spec.publish),
         "Ulimits": [u.api() for u in spec.ulimits],
         "NetworkMode": spec.network,
+        "Devices": [d.api() for d in spec.devices],
     }
     return {k: v for k, v in chosen.items() if v}
 

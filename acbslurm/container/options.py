@@ -237,7 +237,6 @@ def resolve_grace(grace: float | None, default: float) -> float:
 # the job's GPUs, its cgroup or the node's devices. Named in the usage error.
 REFUSED: dict[str, str] = {
     "--privileged": "a privileged container sees every device of the node, every GPU",
-    "--device": "devices come only as the job's GPUs (--gpus)",
     "--device-cgroup-rule": "devices come only as the job's GPUs (--gpus)",
     "--cap-add": "capabilities beyond Docker's defaults reach past the container",
     "--security-opt": "it turns off the confinement (seccomp, AppArmor) of the container",
@@ -363,6 +362,93 @@ def parse_ulimits(
             )
         out[name] = Ulimit(name, soft, hard)  # a later one wins, as in `docker run`
     return list(out.values())
+
+
+@dataclass(frozen=True)
+class Device:
+    """``--device HOST[:CONTAINER][:PERMS]``: a device file the site lists."""
+
+    host: str  # its real path
+    container: str
+    perms: str = "rwm"
+
+    def api(self) -> dict[str, str]:
+        """An entry of HostConfig.Devices."""
+        return {
+            "PathOnHost": self.host,
+            "PathInContainer": self.container,
+            "CgroupPermissions": self.perms,
+        }
+
+
+# Device majors of GPUs: NVIDIA's character devices (nvidia0..., nvidiactl), DRM's.
+_GPU_MAJORS = frozenset({195, 226})
+
+
+def _is_gpu_device(real: str, rdev: int, gpu_files: Sequence[str]) -> bool:
+    name = os.path.basename(real)
+    return (
+        os.major(rdev) in _GPU_MAJORS
+        or name.startswith("nvidia")
+        or real.startswith("/dev/dri/")
+        or real in {os.path.realpath(f) for f in gpu_files}
+    )
+
+
+def allowed_devices(setting: str) -> list[str]:
+    """The setting ``container_devices``: its paths, resolved."""
+    return [os.path.realpath(p.strip()) for p in setting.split(",") if p.strip()]
+
+
+def _device_parts(text: str) -> tuple[str, str, str]:
+    """``HOST[:CONTAINER][:PERMS]`` split as `docker run --device` reads it."""
+    host, _, rest = text.partition(":")
+    target, _, perms = rest.partition(":")
+    if rest and not target.startswith("/") and not perms and set(target) <= set("rwm"):
+        target, perms = "", target  # HOST:PERMS
+    if not host.startswith("/") or (target and not target.startswith("/")):
+        raise OptionError("--device", f"expected /HOST[:/CONTAINER][:rwm], got {text!r}")
+    _check_perms(perms, text)
+    return host, target or host, perms or "rwm"
+
+
+def _check_perms(perms: str, text: str) -> None:
+    if perms and (not set(perms) <= set("rwm") or len(set(perms)) != len(perms)):
+        raise OptionError("--device", f"permissions are some of r, w, m, got {text!r}")
+
+
+def _device_file(host: str, text: str) -> tuple[str, int]:
+    """The real path of ``host`` and its device number; refused unless a device file."""
+    import stat
+
+    real = os.path.realpath(host)
+    try:
+        st = os.stat(real)
+    except OSError:
+        raise OptionError("--device", f"{host!r} (from {text!r}) does not exist") from None
+    if not (stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)):
+        raise OptionError("--device", f"{real!r} (from {text!r}) is not a device file")
+    return real, st.st_rdev
+
+
+def parse_device(text: str, allowed: Sequence[str], gpu_files: Sequence[str] = ()) -> Device:
+    """``--device`` as `docker run` takes it, for a device file of the site's list
+    (``allowed_devices``) only, and never a GPU's (``gpu_files``: the node's, as the
+    fence knows them): the job's GPUs come only from Slurm."""
+    host, target, perms = _device_parts(text)
+    real, rdev = _device_file(host, text)
+    if _is_gpu_device(real, rdev, gpu_files):
+        raise OptionError(
+            "--device", f"{real!r} (from {text!r}) is a GPU's: GPUs come only as the job's (--gpus)"
+        )
+    if not any(real == a or real.startswith(a.rstrip("/") + "/") for a in allowed):
+        listed = ", ".join(allowed) if allowed else "none"
+        raise OptionError(
+            "--device",
+            f"{real!r} (from {text!r}) is not among this site's devices (setting "
+            f"container_devices: {listed})",
+        )
+    return Device(real, target, perms)
 
 
 def parse_network(name: str) -> str:

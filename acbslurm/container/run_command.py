@@ -12,13 +12,16 @@ import os
 import sys
 from dataclasses import dataclass
 
-from acbslurm.config import DEFAULT_CONFIG_FILE, load_settings
+from acbslurm.config import DEFAULT_CONFIG_FILE, Settings, load_settings, this_node
 from acbslurm.container.job_env import job_env
 from acbslurm.container.options import (
+    Device,
     GpuNotAllocated,
     OptionError,
     Publish,
     Ulimit,
+    allowed_devices,
+    parse_device,
     parse_env,
     parse_env_file,
     parse_gpus,
@@ -76,6 +79,7 @@ class RunArgs:
     hostname: str | None = None
     publish: tuple[str, ...] = ()
     ulimits: tuple[str, ...] = ()
+    devices: tuple[str, ...] = ()  # --device, of the site's container_devices
     network: str | None = None  # --network: bridge, host, none, a network of the user's
     requeue_exit: str | None = None  # the container's exit code that requeues the job
     remove: bool = False  # --rm: accepted; the container is always removed
@@ -229,6 +233,17 @@ def _network(asked: str | None, host: str) -> str | None:
     return None
 
 
+def _devices(specs: tuple[str, ...], settings: Settings) -> list[Device]:
+    """``--device`` checked against the site's list and the node's GPU device files."""
+    if not specs:
+        return []
+    from acbslurm.gpu.fence import node_gpu_files
+
+    gpu_files = list(node_gpu_files(settings, this_node()))
+    allowed = allowed_devices(settings.container_devices)
+    return [parse_device(d, allowed, gpu_files) for d in specs]
+
+
 def _requeue_code(args: RunArgs) -> int | None:
     """``--requeue-exit`` checked; None when not given."""
     if args.requeue_exit is None:
@@ -321,6 +336,7 @@ def execute(args: RunArgs, early: InfoProbe | None = None) -> int:
     limits = resolve_limits(args.cpus, args.memory, record)
     shm = 0 if args.shm_size is None else parse_shm_size(args.shm_size, limits)
     published = _published(args.publish, settings.publish_ports)
+    devices = _devices(args.devices, settings)
     user = record.user if record else os.environ.get("USER", str(os.getuid()))
     host = find_docker_host(os.environ, settings, os.getuid(), user)
     # /info goes now, if it has not already, while the job is checked and the rest is
@@ -357,6 +373,7 @@ def execute(args: RunArgs, early: InfoProbe | None = None) -> int:
         publish=published,
         ulimits=ulimits,
         network=network,
+        devices=devices,
         gpu_indices=_indices_of(uuids, record),
         cgroup_socket=_cgroup_socket(settings.container_cgroups, settings.job_runtime_dir, job_id),
     )

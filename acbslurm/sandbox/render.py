@@ -121,6 +121,9 @@ def write_acbslurm_settings(layout: Layout, params: Params) -> None:
         "container_cgroups": "join",
         # installed as an admin would: gpus.fence makes the device files 0660 root:root
         "gpu_fence": True,
+        # A device a site might list for its jobs' containers (InfiniBand's on a GPU
+        # site): the TUN device stands in, as every Linux machine has it.
+        "container_devices": "/dev/net/tun",
     }
     # JSON (which is YAML): the hooks read it without importing PyYAML.
     _write(layout.acbslurm_conf, json.dumps(settings, indent=2) + "\n")

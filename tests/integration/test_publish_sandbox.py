@@ -104,3 +104,26 @@ def test_the_daemons_own_network_is_refused_as_host_and_none_has_no_network(
     assert done["JobState"] == "COMPLETED", (done, out)
     devices = [ln.split(":")[0].strip() for ln in out.splitlines() if ":" in ln]
     assert devices == ["lo"], out
+
+
+def test_a_device_the_site_lists_reaches_the_container_and_a_gpus_never(
+    idle: Any, scripts: Path
+) -> None:
+    """The sandbox's settings list /dev/net/tun (container_devices), as a site lists
+    /dev/infiniband: `--device` gives it to the container. An emulated GPU's device
+    file, even by its own path, is refused before anything starts (exit 2)."""
+    sb = idle
+    ok = acbslurm_run("--device", "/dev/net/tun", IMAGE, "--", "ls", "-l", "/dev/net/tun")
+    job = submit(sb, scripts, f"exec {ok}", "--gres=gpu:1")
+    done = wait_job(sb, job, ("FAILED", "COMPLETED"), 60)
+    out = (scripts / f"out-{job}.txt").read_text()
+    assert done["JobState"] == "COMPLETED", (done, out)
+    assert re.search(r"^c.* 10, +200 .*/dev/net/tun$", out, re.MULTILINE), out
+
+    gpu = str(sb.layout.dev / "nvidia0")
+    bad = acbslurm_run("--device", gpu, IMAGE, "--", "true")
+    job = submit(sb, scripts, f"exec {bad}", "--gres=gpu:1")
+    done = wait_job(sb, job, ("FAILED", "COMPLETED"), 60)
+    out = (scripts / f"out-{job}.txt").read_text()
+    assert done["ExitCode"] == "2:0", (done, out)
+    assert f"'{gpu}' (from '{gpu}') is a GPU's: GPUs come only as the job's" in out, out

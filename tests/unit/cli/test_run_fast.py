@@ -224,7 +224,7 @@ def test_both_front_ends_refuse_acbslurm_variables_in_env(
         (["-it", "--bogus=1", "img"], "No such option '--bogus'"),
         (["--privileged", "img"], "--privileged is refused: a privileged container sees every"),
         (["-v", "/dev:/dev", "img"], "-v is refused: use --mount SRC:DST[:ro]"),
-        (["--device", "/dev/nvidia0", "img"], "--device is refused"),
+        (["--device-cgroup-rule", "c 195:* rwm", "img"], "--device-cgroup-rule is refused"),
     ],
 )
 def test_an_unknown_or_refused_option_is_a_usage_error_naming_it(

@@ -142,3 +142,13 @@ def test_the_network_mode_goes_to_the_host_config() -> None:
         == "host"
     )
     assert "NetworkMode" not in container_config(spec(), with_limits=True)["HostConfig"]
+
+
+def test_devices_go_to_the_host_config() -> None:
+    from acbslurm.container.options import Device
+
+    c = container_config(spec(devices=[Device("/dev/null", "/dev/x", "r")]), with_limits=True)
+    assert c["HostConfig"]["Devices"] == [
+        {"PathOnHost": "/dev/null", "PathInContainer": "/dev/x", "CgroupPermissions": "r"}
+    ]
+    assert "Devices" not in container_config(spec(), with_limits=True)["HostConfig"]

@@ -508,3 +508,73 @@ def test_the_networks_a_job_may_use() -> None:
 
     for name in ("bridge", "host", "none", "my-net_2.a"):
         assert parse_network(name) == name
+
+
+@pytest.mark.parametrize(
+    ("text", "allowed", "want"),
+    [
+        ("/dev/null", ["/dev/null"], ("/dev/null", "/dev/null", "rwm")),
+        ("/dev/null:/dev/x:r", ["/dev/null"], ("/dev/null", "/dev/x", "r")),
+        ("/dev/null:rw", ["/dev/null"], ("/dev/null", "/dev/null", "rw")),
+        ("/dev/zero", ["/dev"], ("/dev/zero", "/dev/zero", "rwm")),  # a directory's devices
+    ],
+)
+def test_a_device_the_site_lists(text: str, allowed: list[str], want: tuple) -> None:
+    from acbslurm.container.options import parse_device
+
+    d = parse_device(text, allowed)
+    assert (d.host, d.container, d.perms) == want
+    assert d.api() == {
+        "PathOnHost": want[0],
+        "PathInContainer": want[1],
+        "CgroupPermissions": want[2],
+    }
+
+
+@pytest.mark.parametrize(
+    ("text", "allowed", "gpus", "message"),
+    [
+        (
+            "/dev/zero",
+            ["/dev/null"],
+            [],
+            "'/dev/zero' (from '/dev/zero') is not among this site's devices (setting "
+            "container_devices: /dev/null)",
+        ),
+        ("/dev/zero", [], [], "(setting container_devices: none)"),
+        ("/etc/passwd", ["/etc"], [], "'/etc/passwd' (from '/etc/passwd') is not a device file"),
+        ("/nope", ["/"], [], "'/nope' (from '/nope') does not exist"),
+        ("dev/null", ["/dev"], [], "expected /HOST[:/CONTAINER][:rwm], got 'dev/null'"),
+        (
+            "/dev/null:/x:rwx",
+            ["/dev"],
+            [],
+            "permissions are some of r, w, m, got '/dev/null:/x:rwx'",
+        ),
+        ("/dev/null:/x:rr", ["/dev"], [], "permissions are some of r, w, m"),
+        (
+            "/dev/null",
+            ["/dev"],
+            ["/dev/null"],
+            "'/dev/null' (from '/dev/null') is a GPU's: GPUs come only as the job's (--gpus)",
+        ),
+    ],
+)
+def test_a_device_outside_the_list_or_a_gpus_is_refused(
+    text: str, allowed: list[str], gpus: list[str], message: str
+) -> None:
+    """A GPU's device file is refused whatever the site lists: the job's GPUs come
+    only from Slurm (here /dev/null stands for one the fence knows)."""
+    from acbslurm.container.options import parse_device
+
+    with pytest.raises(OptionError) as info:
+        parse_device(text, allowed, gpus)
+    assert info.value.option == "--device"
+    assert message in str(info.value), str(info.value)
+
+
+def test_the_sites_device_list_is_resolved() -> None:
+    from acbslurm.container.options import allowed_devices
+
+    assert allowed_devices("") == []
+    assert allowed_devices(" /dev/infiniband , /dev/null,") == ["/dev/infiniband", "/dev/null"]
