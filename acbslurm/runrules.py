@@ -136,3 +136,22 @@ def network_mode(name: str) -> str:
     if not _NETWORK_NAME.match(name):
         raise ValueError(f"expected {NETWORK_HELP}, got {name!r}")
     return name
+
+
+def device_parts(text: str) -> tuple[str, str, str]:
+    """``/HOST[:/CONTAINER][:PERMS]`` as `docker run --device` reads it -> (host,
+    container, permissions); whether HOST is a device the site lists is known only on
+    the node."""
+    host, _, rest = text.partition(":")
+    target, _, perms = rest.partition(":")
+    if rest and not target.startswith("/") and not perms and set(target) <= set("rwm"):
+        target, perms = "", target  # HOST:PERMS
+    if not host.startswith("/") or (target and not target.startswith("/")):
+        raise ValueError(f"expected /HOST[:/CONTAINER][:rwm], got {text!r}")
+    _device_perms(perms, text)
+    return host, target or host, perms or "rwm"
+
+
+def _device_perms(perms: str, text: str) -> None:
+    if perms and (not set(perms) <= set("rwm") or len(set(perms)) != len(perms)):
+        raise ValueError(f"permissions are some of r, w, m, got {text!r}")

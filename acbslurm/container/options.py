@@ -5,6 +5,7 @@ Pure functions: every bad value raises ``OptionError`` naming the option and the
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import re
@@ -21,6 +22,7 @@ from acbslurm.runrules import (
     PUBLISH_HELP,
     ULIMITS,
     UNLIMITED,
+    device_parts,
     network_mode,
     run_as,
     shm_bytes,
@@ -401,20 +403,10 @@ def allowed_devices(setting: str) -> list[str]:
 
 
 def _device_parts(text: str) -> tuple[str, str, str]:
-    """``HOST[:CONTAINER][:PERMS]`` split as `docker run --device` reads it."""
-    host, _, rest = text.partition(":")
-    target, _, perms = rest.partition(":")
-    if rest and not target.startswith("/") and not perms and set(target) <= set("rwm"):
-        target, perms = "", target  # HOST:PERMS
-    if not host.startswith("/") or (target and not target.startswith("/")):
-        raise OptionError("--device", f"expected /HOST[:/CONTAINER][:rwm], got {text!r}")
-    _check_perms(perms, text)
-    return host, target or host, perms or "rwm"
-
-
-def _check_perms(perms: str, text: str) -> None:
-    if perms and (not set(perms) <= set("rwm") or len(set(perms)) != len(perms)):
-        raise OptionError("--device", f"permissions are some of r, w, m, got {text!r}")
+    try:
+        return device_parts(text)
+    except ValueError as exc:
+        raise OptionError("--device", str(exc)) from None
 
 
 def _device_file(host: str, text: str) -> tuple[str, int]:
@@ -431,13 +423,10 @@ def _device_file(host: str, text: str) -> tuple[str, int]:
     return real, st.st_rdev
 
 
-def parse_device(text: str, allowed: Sequence[str], gpu_files: Sequence[str] = ()) -> Device:
-    """``--device`` as `docker run` takes it, for a device file of the site's list
-    (``allowed_devices``) only, and never a GPU's (``gpu_files``: the node's, as the
-    fence knows them): the job's GPUs come only from Slurm."""
-    host, target, perms = _device_parts(text)
-    real, rdev = _device_file(host, text)
-    if _is_gpu_device(real, rdev, gpu_files):
+def _one_device(
+    real: str, rdev: int, text: str, allowed: Sequence[str], gpus: Sequence[str]
+) -> None:
+    if _is_gpu_device(real, rdev, gpus):
         raise OptionError(
             "--device", f"{real!r} (from {text!r}) is a GPU's: GPUs come only as the job's (--gpus)"
         )
@@ -448,7 +437,42 @@ def parse_device(text: str, allowed: Sequence[str], gpu_files: Sequence[str] = (
             f"{real!r} (from {text!r}) is not among this site's devices (setting "
             f"container_devices: {listed})",
         )
-    return Device(real, target, perms)
+
+
+def _devices_under(folder: str) -> list[tuple[str, int]]:
+    """The device files under ``folder`` (real paths, sorted), as `docker run --device
+    DIR` gives them all."""
+    import stat
+
+    found: list[tuple[str, int]] = []
+    for root, _dirs, names in os.walk(folder):
+        for name in sorted(names):
+            path = os.path.join(root, name)
+            with contextlib.suppress(OSError):
+                st = os.lstat(path)
+                if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode):
+                    found.append((path, st.st_rdev))
+    return sorted(found)
+
+
+def parse_device(text: str, allowed: Sequence[str], gpu_files: Sequence[str] = ()) -> list[Device]:
+    """``--device`` as `docker run` takes it (a directory: every device file in it),
+    for device files of the site's list (``allowed_devices``) only, and never a GPU's
+    (``gpu_files``: the node's, as the fence knows them): the job's GPUs come only from
+    Slurm."""
+    host, target, perms = _device_parts(text)
+    real = os.path.realpath(host)
+    if os.path.isdir(real):
+        found = _devices_under(real)
+        if not found:
+            raise OptionError("--device", f"{real!r} (from {text!r}) holds no device file")
+        for path, rdev in found:
+            _one_device(path, rdev, text, allowed, gpu_files)
+        inside = target.rstrip("/")
+        return [Device(p, inside + p[len(real) :], perms) for p, _ in found]
+    real, rdev = _device_file(host, text)
+    _one_device(real, rdev, text, allowed, gpu_files)
+    return [Device(real, target, perms)]
 
 
 def parse_network(name: str) -> str:

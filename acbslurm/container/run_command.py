@@ -241,7 +241,7 @@ def _devices(specs: tuple[str, ...], settings: Settings) -> list[Device]:
 
     gpu_files = list(node_gpu_files(settings, this_node()))
     allowed = allowed_devices(settings.container_devices)
-    return [parse_device(d, allowed, gpu_files) for d in specs]
+    return [d for text in specs for d in parse_device(text, allowed, gpu_files)]
 
 
 def _requeue_code(args: RunArgs) -> int | None:

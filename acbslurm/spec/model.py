@@ -66,6 +66,7 @@ CONTAINER_KEYS = (
     "requeue_exit",
     "publish",
     "network",
+    "devices",
 )
 SERVE_KEYS = ("pool", "listen")
 PULL_POLICIES = ("missing", "always", "never")
@@ -148,6 +149,7 @@ class ContainerSpec:
     requeue_exit: str | None = None  # the exit code that requeues the job
     publish: tuple[str, ...] = ()  # -p [IP:][HOST:]PORT, the site's range checked on the node
     network: str | None = None  # --network
+    devices: tuple[str, ...] = ()  # --device, of the site's list (checked on the node)
 
 
 @dataclass(frozen=True)
@@ -583,20 +585,22 @@ def _run_options(get: Any, path: tuple[str, ...], e: Errors) -> dict[str, Any]:
         "requeue_exit": _ruled(
             get("requeue_exit"), runrules.requeue_exit, (*path, "requeue_exit"), e
         ),
-        "publish": _publish(get("publish"), (*path, "publish"), e),
+        "publish": _each(get("publish"), runrules.publish, (*path, "publish"), e),
+        "devices": _each(get("devices"), runrules.device_parts, (*path, "devices"), e),
         "network": _ruled(get("network"), runrules.network_mode, (*path, "network"), e),
     }
 
 
-def _publish(value: Any, path: tuple[str, ...], e: Errors) -> tuple[str, ...]:
-    """``publish: [8888, "18888:8888"]``: each as `acbslurm run -p` takes it."""
+def _each(value: Any, rule: Any, path: tuple[str, ...], e: Errors) -> tuple[str, ...]:
+    """One value or a list of them (``publish: [8888, "18888:8888"]``), each checked by
+    ``rule`` as `acbslurm run` checks its option."""
     if value is None:
         return ()
     items = value if isinstance(value, list) else [value]
     out: list[str] = []
     for i, item in enumerate(items):
         ipath = (*path, str(i)) if isinstance(value, list) else path
-        text = _ruled(item, runrules.publish, ipath, e)
+        text = _ruled(item, rule, ipath, e)
         if text is not None:
             out.append(text)
     return tuple(out)

@@ -522,7 +522,7 @@ def test_the_networks_a_job_may_use() -> None:
 def test_a_device_the_site_lists(text: str, allowed: list[str], want: tuple) -> None:
     from acbslurm.container.options import parse_device
 
-    d = parse_device(text, allowed)
+    (d,) = parse_device(text, allowed)
     assert (d.host, d.container, d.perms) == want
     assert d.api() == {
         "PathOnHost": want[0],
@@ -578,3 +578,16 @@ def test_the_sites_device_list_is_resolved() -> None:
 
     assert allowed_devices("") == []
     assert allowed_devices(" /dev/infiniband , /dev/null,") == ["/dev/infiniband", "/dev/null"]
+
+
+def test_a_folder_of_devices_gives_each_of_them(tmp_path: Path) -> None:
+    """As `docker run --device /dev/infiniband`: every device file in the folder, each
+    checked (here /dev/net, whose tun every Linux machine has)."""
+    from acbslurm.container.options import parse_device
+
+    got = parse_device("/dev/net:/dev/n", ["/dev/net"])
+    assert [(d.host, d.container) for d in got] == [("/dev/net/tun", "/dev/n/tun")]
+    with pytest.raises(OptionError, match="is not among this site's devices"):
+        parse_device("/dev/net", ["/dev/null"])
+    with pytest.raises(OptionError, match="holds no device file"):
+        parse_device(str(tmp_path), [str(tmp_path)])

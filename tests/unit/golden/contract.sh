@@ -26,5 +26,7 @@ exec srun --kill-on-bad-exit=1 /usr/local/bin/acbslurm run --gpus auto \
   --ulimit stack=unlimited \
   --publish 8888 \
   --publish 127.0.0.1:16006:6006 \
+  --device /dev/infiniband/uverbs0 \
+  --device /dev/infiniband/rdma_cm:/dev/infiniband/rdma_cm:rw \
   --network bridge \
   trainer:1 -- sh -c 'python train.py'

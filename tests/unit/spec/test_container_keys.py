@@ -77,6 +77,8 @@ def test_left_out_keys_render_nothing() -> None:
         ("requeue_exit: '8x'", "container.requeue_exit: must be an exit code 1-255 other"),
         ("publish: 'a:b'", "container.publish: expected [IP:][HOST_PORT:]CONTAINER_PORT"),
         ("publish: [8888, 70000]", "container.publish.1: ports are 1-65535, got '70000'"),
+        ("devices: dev/x", "container.devices: expected /HOST[:/CONTAINER][:rwm], got 'dev/x'"),
+        ("devices: ['/dev/x:/y:rwx']", "container.devices.0: permissions are some of r, w, m"),
         ("network: 'container:db'", "container.network: 'container:db' joins another"),
         ("ulimits: [memlock]", "container.ulimits: must be a mapping of NAME: SOFT[:HARD]"),
         ("ulimits: {memlok: -1}", "container.ulimits.memlok: expected NAME=SOFT[:HARD]"),
@@ -177,5 +179,6 @@ def test_publish_and_network_render_as_run_options() -> None:
     ).container
     assert c is not None
     assert (c.publish, c.network) == (("8888", "18888:8888/udp"), "none")
-    one = parse_spec(HEAD + "  publish: 8888\n", "job.yaml").container
-    assert one is not None and one.publish == ("8888",)
+    one = parse_spec(HEAD + "  publish: 8888\n  devices: /dev/infiniband/uverbs0\n", "job.yaml")
+    assert one.container is not None and one.container.publish == ("8888",)
+    assert one.container.devices == ("/dev/infiniband/uverbs0",)
