@@ -206,15 +206,18 @@ def _step_nodes() -> int:
     return int(raw) if is_ascii_int(raw) else 1
 
 
-def _network(asked: str | None, host: str) -> str | None:
+def _network(args: RunArgs, host: str) -> str | None:
     """The container's network mode: ``--network`` (host only where it is the node's),
     else the node's network for a step on several nodes where the daemon has it (the
-    ranks then reach each other as processes of the nodes would), else Docker's own."""
+    ranks then reach each other as processes of the nodes would; not with ``-p`` or
+    ``--hostname``, which the host network has no use for), else Docker's own."""
     from acbslurm.container.streams import tell
     from acbslurm.dockerapi.netns import shares_node_network
 
+    asked = args.network
     nodes = _step_nodes()
-    if asked != "host" and (asked is not None or nodes < 2):
+    own_network = bool(args.publish) or args.hostname is not None
+    if asked != "host" and (asked is not None or nodes < 2 or own_network):
         return asked
     shares = shares_node_network(host)
     if asked == "host":
@@ -343,7 +346,7 @@ def execute(args: RunArgs, early: InfoProbe | None = None) -> int:
     # imported (probe.py); it only reads, and nothing is created before the check below.
     probe = probe_for(host, early)
     api = probe.api
-    network = _network(args.network, host)
+    network = _network(args, host)
     if uuids and job_id is not None:
         _check_in_job(job_id)
 
