@@ -206,6 +206,12 @@ def _step_nodes() -> int:
     return int(raw) if is_ascii_int(raw) else 1
 
 
+def _may_take_the_nodes_network(args: RunArgs, nodes: int) -> bool:
+    """No ``--network``, a step on several nodes, and no ``-p`` or ``--hostname``."""
+    own_network = bool(args.publish) or args.hostname is not None
+    return args.network is None and nodes >= 2 and not own_network
+
+
 def _network(args: RunArgs, host: str) -> str | None:
     """The container's network mode: ``--network`` (host only where it is the node's),
     else the node's network for a step on several nodes where the daemon has it (the
@@ -216,8 +222,7 @@ def _network(args: RunArgs, host: str) -> str | None:
 
     asked = args.network
     nodes = _step_nodes()
-    own_network = bool(args.publish) or args.hostname is not None
-    if asked != "host" and (asked is not None or nodes < 2 or own_network):
+    if asked != "host" and not _may_take_the_nodes_network(args, nodes):
         return asked
     shares = shares_node_network(host)
     if asked == "host":
