@@ -87,6 +87,20 @@ def submit_two_node_job(sb: Sandbox, workdir: Path) -> str:
     return str(job)
 
 
+def running_per_node(api: Any, job: str, out: Path) -> list[dict[str, Any]]:
+    """The job's running containers, once there is one per node; the job's output in
+    the error when they do not come."""
+    running_ = lambda: [c for c in job_containers(api, job) if c["State"] == "running"]  # noqa: E731
+    try:
+        found: list[dict[str, Any]] = wait(
+            "a container on each node", lambda: len(running_()) == NODES and running_()
+        )
+    except AssertionError as exc:
+        shown = out.read_text() if out.exists() else "(no file)"
+        raise AssertionError(f"{exc}; {out}:\n{shown}") from None
+    return found
+
+
 def state(sb: Sandbox, job: str) -> str:
     out = sb.run_slurm(["scontrol", "-o", "show", "job", job], check=False).stdout
     return next((f[9:] for f in out.split() if f.startswith("JobState=")), "")
@@ -162,15 +176,8 @@ def _each_node_recorded_and_got_its_own(
         # The prolog makes the job's private directory after the record: both by its end.
         wait(f"the job's directory on {node}", (sb.layout.run / "job" / node / job).is_dir)
     # One container per node, each handed exactly its node's GPUs.
-    running_ = lambda: [c for c in job_containers(api, job) if c["State"] == "running"]  # noqa: E731
     out = workdir / f"out-{job}.txt"
-    try:
-        containers = wait(
-            "a container on each node", lambda: len(running_()) == NODES and running_()
-        )
-    except AssertionError as exc:
-        shown = out.read_text() if out.exists() else "(no file)"
-        raise AssertionError(f"{exc}; {out}:\n{shown}") from None
+    containers = running_per_node(api, job, out)
     seen = hook_devices(sb)
     got = sorted(sorted(seen[c["Id"]]) for c in containers)
     assert got == sorted(sorted(u) for u in given.values())
@@ -275,15 +282,8 @@ def test_a_killed_dockerd_is_swept_on_both_nodes(two: Sandbox, workdir: Path) ->
     api = docker_api(sb)
     job = submit_two_node_job(sb, workdir)
     wait(f"job {job} running", lambda: state(sb, job) == "RUNNING")
-    running_ = lambda: [c for c in job_containers(api, job) if c["State"] == "running"]  # noqa: E731
     out = workdir / f"out-{job}.txt"
-    try:
-        containers = wait(
-            "a container on each node", lambda: len(running_()) == NODES and running_()
-        )
-    except AssertionError as exc:
-        shown = out.read_text() if out.exists() else "(no file)"
-        raise AssertionError(f"{exc}; {out}:\n{shown}") from None
+    containers = running_per_node(api, job, out)
     pids = [int(api.inspect_container(c["Id"])["State"]["Pid"]) for c in containers]
     os.kill(dockerd_pid(sb), signal.SIGKILL)
     try:
