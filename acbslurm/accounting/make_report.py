@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, TextIO
 
+from acbslurm.accounting.bykey import write_by_key
 from acbslurm.accounting.connection import connect
 from acbslurm.accounting.dbconfig import resolve_db_config
 from acbslurm.accounting.grouping import Aggregator
@@ -128,6 +129,10 @@ def run_report(
         meta = metadata(opts, sel, schema, now)
         if rights is not None:
             meta["visible"] = rights.describe()
+        if opts.by == "key":
+            write_by_key(opts.fmt, out, meta, iter_jobs(conn, schema, req))
+            out.flush()
+            return
         agg = Aggregator(opts.by, opts.definition)
         jobs: Iterable[JobUsage]
         if server_summable(req) and opts.fmt != "html":  # the page draws every job

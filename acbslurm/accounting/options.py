@@ -20,7 +20,7 @@ from acbslurm.slurm.states import normalize_state
 from acbslurm.units import parse_instant
 
 DEFAULT_START = "now-30d"
-BY_CHOICES = ("job", *GROUP_KEYS)
+BY_CHOICES = ("job", *GROUP_KEYS, "key")
 
 
 class OptionError(ConfigError):
@@ -114,6 +114,8 @@ def resolve(opts: ReportOptions, now: int) -> Selection:
     _check_choice("--by", opts.by, BY_CHOICES)
     _check_choice("--format", opts.fmt, FORMATS)
     _check_choice("--definition", opts.definition, DEFINITIONS)
+    if opts.by == "key" and opts.fmt == "html":
+        raise OptionError("--by", "'key' is a table, csv or json report (not html)")
     win_start, win_end = parse_window(opts.start, opts.end, now)
     uids = resolve_users(opts.users)
     states = parse_states(opts.states)

@@ -71,7 +71,38 @@ def job_record(job: JobUsage) -> dict[str, Any]:
         "gpu_hours": hours(job.gpu_seconds),
         "gpu_util": util,
         "gpu_devices": devices(job.gpu_devices),
+        "pool": pool_record(job),
     }
+
+
+def pool_record(job: JobUsage) -> dict[str, Any] | None:
+    """A pool job's usage: allocated, leased and idle GPU-seconds, and each key name's
+    share per model (None for a job that ran no pool)."""
+    p = job.pool
+    if p is None:
+        return None
+    return {
+        "allocated_gpu_seconds": job.gpu_seconds,
+        "leased_gpu_seconds": round(p.leased, 3),
+        "idle_gpu_seconds": round(max(0.0, job.gpu_seconds - p.leased), 3),
+        "lost_lines": p.lost,
+        "usage": [dict(u) for u in p.use],
+    }
+
+
+def pool_line(job: JobUsage) -> str:
+    """The table's line under a pool job: leased and idle, and each name's share."""
+    rec = pool_record(job)
+    assert rec is not None
+    names: dict[str, float] = {}
+    for u in rec["usage"]:
+        names[u["key"]] = names.get(u["key"], 0.0) + u["gpu_seconds"]
+    shares = ", ".join(f"{k} {v:.1f}" for k, v in sorted(names.items(), key=lambda kv: -kv[1]))
+    lost = f"; {rec['lost_lines']} ledger lines lost" if rec["lost_lines"] else ""
+    return (
+        f"  pool: {rec['leased_gpu_seconds']:.1f} of {rec['allocated_gpu_seconds']} GPU-seconds "
+        f"leased, {rec['idle_gpu_seconds']:.1f} idle; by key: {shares or '-'}{lost}"
+    )
 
 
 def devices(text: str) -> list[dict[str, Any]]:
@@ -110,6 +141,7 @@ def job_json(job: JobUsage) -> str:
         f'"gpu_hours": {hours(job.gpu_seconds)!r}, "gpu_seconds": {job.gpu_seconds}, '
         f'"gpu_util": {util}, "gpus": {job.gpus}, "job_id": {_str(job.job_id)}, '
         f'"job_id_raw": {job.job_id_raw}, "partition": {_str(job.partition)}, '
+        f'"pool": {"null" if job.pool is None else _dump(pool_record(job))}, '
         f'"running": {"true" if job.running else "false"}, '
         f'"start": {"null" if start is None else _str(start)}, '
         f'"start_unix": {job.start or "null"}, "state": {_str(job.state)}, '
@@ -297,6 +329,8 @@ def write_table(
                 )
                 + "\n"
             )
+            if job.pool is not None:
+                out.write(pool_line(job) + "\n")
     else:
         for job in jobs:
             agg.add(job)

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from acbslurm.accounting.tres import tres_count
 from acbslurm.slurm.gpu_history import PREFIX, parse_gpus
 from acbslurm.slurm.states import JOB_RESIZING, state_name
+from acbslurm.slurm.usage_history import PREFIX as USAGE_PREFIX
+from acbslurm.slurm.usage_history import parse_usage
 
 DEFINITIONS = ("sacct", "sreport")
 DEFINITION_TEXT = {
@@ -85,6 +87,32 @@ class JobUsage:
     # The exact devices, from the prolog's AdminComment token ("" when not recorded):
     # ``vm:0=GPU-...,vm:1=GPU-...``.
     gpu_devices: str = ""
+    # What a pool in the job kept (the epilog's AdminComment word): None for most jobs.
+    pool: PoolUsage | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class PoolUsage:
+    """A pool job's usage: its leased GPU-seconds, the ledger lines its pool could not
+    write (0: complete), and per key name and model its requests, tokens and share."""
+
+    leased: float
+    lost: int
+    use: tuple[dict[str, Any], ...]
+
+
+def pool_usage(comment: str | None) -> PoolUsage | None:
+    """The usage words of every node of the job, added up (None without any: fast)."""
+    if not comment or USAGE_PREFIX not in comment:
+        return None
+    words = parse_usage(comment)
+    if not words:
+        return None
+    return PoolUsage(
+        leased=sum(float(w["leased"]) for w in words),
+        lost=sum(int(w["lost"]) for w in words),
+        use=tuple(u for w in words for u in w["use"]),
+    )
 
 
 def devices_text(comment: str | None) -> str:
@@ -183,4 +211,5 @@ def compute(
         span_start=s0,
         span_end=s1,
         gpu_devices=devices_text(row.admin_comment),
+        pool=pool_usage(row.admin_comment),
     )

@@ -42,7 +42,8 @@ from acbslurm.clitypes import AsciiInt
     type=click.Choice(BY_CHOICES),
     default="job",
     show_default=True,
-    help="One line per job, or totals per user/account/partition/day.",
+    help="One line per job, or totals per user/account/partition/day, or per key name of "
+    "the pools' keys (requests, tokens, GPU-seconds: docs/serve.md, Usage).",
 )
 @click.option(
     "--format",

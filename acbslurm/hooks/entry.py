@@ -350,6 +350,7 @@ def run_epilog(env: Mapping[str, str]) -> int:
     from acbslurm.jobsockets import remove_job_dir
 
     _stop_cgroup_helper(settings, job_id)
+    _keep_pool_usage(job_id, uid, settings, env)
 
     try:
         remove_job_dir(settings.job_runtime_dir, job_id)
@@ -372,6 +373,21 @@ def run_epilog(env: Mapping[str, str]) -> int:
         _drain(env, settings, f"acbslurm: job {job_id}: a container may still hold its GPUs")
         return 1
     return 0
+
+
+def _keep_pool_usage(job_id: str, uid: int, settings: Settings, env: Mapping[str, str]) -> None:
+    """A pool's usage (who used the job's GPUs) from the job's runtime folder into the
+    job's AdminComment, before the folder goes; and what earlier epilogs here kept."""
+    from acbslurm.gpu.node import node_name
+    from acbslurm.hooks.usage import keep_usage, send_pending
+    from acbslurm.jobsockets import job_dir
+
+    bin_dir = _bin_dir(settings, env)
+    send_pending(settings.record_dir, bin_dir, _say)
+    if uid < 0:
+        return
+    folder = job_dir(job_id, settings.job_runtime_dir)
+    keep_usage(job_id, uid, node_name(env), folder, settings.record_dir, bin_dir, _say)
 
 
 def _fence_at_end(

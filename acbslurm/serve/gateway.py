@@ -1,7 +1,9 @@
 """The HTTP gateway: OpenAI's API (Starlette, an ASGI app served by uvicorn).
 
 ``GET /v1/models``, ``POST /v1/completions``, ``POST /v1/chat/completions``
-(server-sent events with ``stream: true``), ``GET /health``, ``GET /metrics``.
+(server-sent events with ``stream: true``), ``GET /health``, ``GET /metrics``,
+``GET /usage`` (GPU-seconds, requests and tokens per key name and model: all of them
+for the pool's owner or an open pool, the caller's own otherwise).
 With keys (serve/keys.py) every route but ``/health`` answers 401 to a request without
 a valid ``Authorization: Bearer KEY`` before anything else is read, and ``/health``
 tells such a request only ``ok`` or ``degraded`` (a probe needs no more).
@@ -42,6 +44,7 @@ from acbslurm.serve.keys import NO_KEY, KeyRing, bearer
 from acbslurm.serve.metrics import CONTENT_TYPE, Metrics
 from acbslurm.serve.supervisor import Overloaded, Pending, Unavailable, WorkerHandle
 from acbslurm.units import is_ascii_int
+from acbslurm.usagebook import Book, UsageFiles
 
 log = logging.getLogger(__name__)
 MAX_BODY = 8 << 20  # bytes; a 100k-token prompt is well below
@@ -133,14 +136,25 @@ class Gateway:
         request_timeout: float = 300.0,
         on_ready: Callable[[], None] | None = None,
         keys: KeyRing | None = None,
+        owner: str = "",
+        usage_folder: str = "",
     ) -> None:
         self.handles = dict(handles)
+        # Who used the GPUs (usagebook): one book for every model, written to the job's
+        # runtime folder in a Slurm job (``usage_folder``) for the epilog to keep.
+        self.book = Book()
+        self.usage_files = UsageFiles(usage_folder, self.book, log) if usage_folder else None
+        if self.usage_files is not None:
+            self.book.write = self.usage_files.line
+        for h in self.handles.values():
+            h.book = self.book
+        self.owner = owner  # the key name that sees every name's usage
         self.stopping = False  # drain() began: no request is taken any more
         self.keys = keys  # None: an open pool, no key asked
         self.on_ready = on_ready
         self._ready_task: asyncio.Task[None] | None = None
         self.request_timeout = request_timeout
-        self.metrics = Metrics(list(self.handles.values()))
+        self.metrics = Metrics(list(self.handles.values()), self.book)
         self.created = int(time.time())
         self.app = Starlette(
             routes=[
@@ -150,6 +164,7 @@ class Gateway:
                 Route("/v1/chat/completions", self.chat, methods=["POST"]),
                 Route("/health", self.health, methods=["GET"]),
                 Route("/metrics", self.prometheus, methods=["GET"]),
+                Route("/usage", self.usage, methods=["GET"]),
             ],
             exception_handlers={HTTPException: self._http_error},  # type: ignore[dict-item]
             lifespan=self._lifespan,
@@ -189,12 +204,28 @@ class Gateway:
             h.start()
         if self.on_ready is not None:
             self._ready_task = asyncio.get_running_loop().create_task(self._when_ready())
+        keeper = asyncio.get_running_loop().create_task(self._keep_usage())
         try:
             yield
         finally:
             if self._ready_task is not None:
                 self._ready_task.cancel()
+            keeper.cancel()
             await asyncio.gather(*(h.stop() for h in self.handles.values()))
+            if self.usage_files is not None:
+                self.usage_files.close()  # the totals, with every lease the stop ended
+
+    async def _keep_usage(self) -> None:
+        """The usage totals written once a second while they change: the epilog then
+        replays at most a second of the ledger's lines."""
+        if self.usage_files is None:
+            return
+        seen = -1
+        while True:
+            await asyncio.sleep(1.0)
+            if self.book.events != seen:
+                seen = self.book.events
+                self.usage_files.flush()
 
     async def _when_ready(self) -> None:
         """Call ``on_ready`` once every worker is ready or refused (its first start)."""
@@ -250,6 +281,30 @@ class Gateway:
     # Starlette's handler signature (the request is not needed).
     async def prometheus(self, request: Request) -> Response:  # noqa: ARG002
         return Response(self.metrics.render(), media_type=CONTENT_TYPE)
+
+    async def usage(self, request: Request) -> Response:
+        """GPU-seconds, requests and tokens per key name and model, and the leased
+        GPU-seconds per model: every name's for the pool's owner (or an open pool), the
+        caller's own name's otherwise."""
+        caller = _caller(request)
+        everyone = self.keys is None or (bool(self.owner) and caller == self.owner)
+        totals = self.book.totals
+        rows = [
+            {
+                "key": name,
+                "model": model,
+                "requests": int(row[0]),
+                "prompt_tokens": int(row[1]),
+                "completion_tokens": int(row[2]),
+                "gpu_seconds": round(row[3], 3),
+            }
+            for (name, model), row in sorted(totals.use.items())
+            if everyone or name == caller
+        ]
+        body: dict[str, Any] = {"object": "acbslurm.usage", "usage": rows}
+        if everyone:
+            body["leased_gpu_seconds"] = {m: round(v, 3) for m, v in sorted(totals.leased.items())}
+        return JSONResponse(body)
 
     def _unknown(self, name: str) -> ApiError:
         return ApiError(

@@ -7,6 +7,8 @@ restarted worker's earlier lives): queue length, seconds waiting for GPUs, swaps
 and out and their seconds, resident and evicted bytes, worker restarts, hangs, and the state
 each worker is in (a model that cannot serve now reads ``worker_up 0`` and its state,
 e.g. ``restarting``).
+GPU-seconds (``usagebook``): those each model's leases held, and each key name's share
+of them (``-`` for leases with no request in hand).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from acbslurm.serve.supervisor import WorkerHandle
+from acbslurm.usagebook import Book
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -95,8 +98,31 @@ class _Workers(Collector):
         yield from (hangs, state)
 
 
+class _Usage(Collector):
+    def __init__(self, book: Book) -> None:
+        self.book = book
+
+    def collect(self) -> Iterator[Any]:
+        leased = CounterMetricFamily(
+            "acbslurm_serve_leased_gpu_seconds",
+            "Device-seconds of the model's leases (grant to release, as its worker saw them)",
+            labels=["model"],
+        )
+        billed = CounterMetricFamily(
+            "acbslurm_serve_gpu_seconds",
+            "The leases' device-seconds shared among the requests in hand, by key name",
+            labels=["key", "model"],
+        )
+        totals = self.book.totals
+        for model, seconds in sorted(totals.leased.items()):
+            leased.add_metric([model], seconds)
+        for (name, model), row in sorted(totals.use.items()):
+            billed.add_metric([name, model], row[3])
+        yield from (leased, billed)
+
+
 class Metrics:
-    def __init__(self, handles: Sequence[WorkerHandle]) -> None:
+    def __init__(self, handles: Sequence[WorkerHandle], book: Book | None = None) -> None:
         self.registry = CollectorRegistry()
         self.requests = Counter(
             "acbslurm_serve_requests",
@@ -111,6 +137,8 @@ class Metrics:
             registry=self.registry,
         )
         self.registry.register(_Workers(handles))
+        if book is not None:
+            self.registry.register(_Usage(book))
 
     def request(self, model: str, status: int, key: str) -> None:
         self.requests.labels(key, model, str(status)).inc()

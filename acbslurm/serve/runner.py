@@ -92,6 +92,25 @@ def _job_address(env: dict[str, str]) -> str:
     return address if path is not None and os.path.isdir(os.path.dirname(path)) else ""
 
 
+def usage_folder(env: dict[str, str]) -> str:
+    """Where the pool's usage goes for the epilog to keep: inside a Slurm job, the job's
+    runtime folder when the prolog made it for this user; "" otherwise (a pool outside
+    Slurm keeps its usage in memory: ``/usage``, ``/metrics``)."""
+    from acbslurm.config import load_settings
+    from acbslurm.jobrecord import JOB_ID
+    from acbslurm.jobsockets import job_dir
+
+    job_id = env.get("SLURM_JOB_ID", "")
+    if not JOB_ID.match(job_id):
+        return ""
+    folder = job_dir(job_id, load_settings().job_runtime_dir)
+    try:
+        st = os.stat(folder)
+    except OSError:
+        return ""
+    return folder if st.st_uid == os.getuid() else ""
+
+
 def device_kind(devices: list[Device]) -> str:
     """``cuda``, or ``cpu`` when every device is a CPU stand-in or an emulated GPU.
 
@@ -272,7 +291,12 @@ class PoolServer:
             for m in self.pool.models
         }
         self.gateway = Gateway(
-            handles, self.pool.request_timeout, on_ready=self._ready, keys=self.keys
+            handles,
+            self.pool.request_timeout,
+            on_ready=self._ready,
+            keys=self.keys,
+            owner=user_name(),
+            usage_folder=usage_folder(dict(os.environ)),
         )
         config = uvicorn.Config(
             self.gateway.app,

@@ -46,6 +46,7 @@ from acbslurm.serve.keys import NO_KEY
 from acbslurm.serve.placement import Placement, from_env
 from acbslurm.serve.pool import HANG_TIMEOUT, ModelSpec
 from acbslurm.serve.protocol import MAX_LINE, decode, encode
+from acbslurm.usagebook import Book
 
 log = logging.getLogger(__name__)
 
@@ -76,9 +77,12 @@ class Overloaded(Unavailable):
 class Pending:
     queue: asyncio.Queue[dict[str, Any]] = field(default_factory=asyncio.Queue)
     key: str = NO_KEY  # the NAME of the request's key: who it is billed to (serve/keys.py)
+    rid: str = ""
+    submitted: float = 0.0  # monotonic: when it was queued for the worker
     # The worker has sent text of it (or its end): it is computed, no longer queued. A
     # non-streamed request on vLLM has nothing to send before its end: queued till then.
     started: bool = False
+    queued: float = 0.0  # seconds from submitted to the worker's first answer of it
 
 
 class WorkerHandle:
@@ -132,6 +136,10 @@ class WorkerHandle:
         self.progress = 0.0
         self.server_pid = 0
         self.hangs = 0
+        # Who used the model's leases (usagebook): the gateway's book, one per pool, and
+        # the lease the worker computes in now (devices, granted), from its busy message.
+        self.book = Book()
+        self._lease_open: tuple[int, float] | None = None
 
     # -- life ---------------------------------------------------------------------------
 
@@ -211,6 +219,7 @@ class WorkerHandle:
             self.busy = False
             if not self._stopping:
                 self.state = "restarting"
+            self._lease_lost()
             self._fail_all(503, f"the worker of model {self.spec.name} stopped; retry")
             self._drop_writer()
             self.ready_event.clear()
@@ -297,6 +306,8 @@ class WorkerHandle:
         self.progress = time.monotonic()
         if kind == "busy":
             self.busy = bool(msg.get("busy", True))
+            if self.busy and "granted" in msg:
+                self._lease_open = (len(msg.get("devices", ())), float(msg["granted"]))
         elif kind == "server":
             self.server_pid = int(msg.get("pid", 0))
         return kind in ("busy", "progress", "server")
@@ -319,6 +330,10 @@ class WorkerHandle:
             self.stats = msg
         elif kind == "lease":
             self.lease_log.append((tuple(msg["devices"]), msg["granted"], msg["released"]))
+            self._lease_open = None
+            self.book.lease(
+                self.spec.name, len(msg["devices"]), float(msg["granted"]), msg["released"]
+            )
         elif kind == "rendezvous":
             await self._start_followers(str(msg["address"]))
         elif kind == "group_failed":
@@ -333,8 +348,25 @@ class WorkerHandle:
         p = self.pending.get(str(msg.get("id")))
         if p is not None:
             # "accepted" comes on arrival, computed or queued in the worker alike.
-            p.started = p.started or kind != "accepted"
+            if not p.started and kind != "accepted":
+                p.started = True
+                p.queued = time.monotonic() - p.submitted
+            if kind == "done":
+                self._count_tokens(p, msg)
             p.queue.put_nowait(msg)
+
+    def _count_tokens(self, p: Pending, done: dict[str, Any]) -> None:
+        prompt, completion = done.get("prompt_tokens", 0), done.get("completion_tokens", 0)
+        if isinstance(prompt, int) and isinstance(completion, int):
+            self.book.tokens(p.rid, prompt, completion, p.queued)
+
+    def _lease_lost(self) -> None:
+        """The worker is gone in the middle of a turn: its lease ended with it (the broker
+        takes it back when the worker's session ends), and is counted to now."""
+        if self._lease_open is not None:
+            devices, granted = self._lease_open
+            self._lease_open = None
+            self.book.lease(self.spec.name, devices, granted, time.monotonic())
 
     # -- the followers of a worker group -------------------------------------------------
 
@@ -398,9 +430,11 @@ class WorkerHandle:
             self.writer = None
 
     def _fail_all(self, status: int, message: str, code: str = "worker_restarted") -> None:
-        for p in self.pending.values():
+        now = time.monotonic()
+        for rid, p in self.pending.items():
             err = {"type": "error", "status": status, "message": message, "code": code}
             p.queue.put_nowait(err)
+            self.book.closed(rid, now)
         self.pending.clear()
 
     def fail_queued(self, message: str, code: str, retry_after: int) -> int:
@@ -452,8 +486,10 @@ class WorkerHandle:
             )
         self._check_share(key)
         rid = f"{self.spec.name}-{next(self._ids)}"
-        p = Pending(key=key)
+        now = time.monotonic()
+        p = Pending(key=key, rid=rid, submitted=now)
         self.pending[rid] = p
+        self.book.opened(self.spec.name, rid, key, now)
         self.writer.write(encode({"type": "generate", "id": rid, **body}))
         return rid, p
 
@@ -470,7 +506,10 @@ class WorkerHandle:
             )
 
     def finish(self, rid: str, cancel: bool = False) -> None:
-        if self.pending.pop(rid, None) is not None and cancel and self.writer is not None:
+        if self.pending.pop(rid, None) is None:
+            return
+        self.book.closed(rid, time.monotonic())
+        if cancel and self.writer is not None:
             with contextlib.suppress(Exception):
                 self.writer.write(encode({"type": "cancel", "id": rid}))
 

@@ -221,7 +221,9 @@ class Worker:
                 restore = self.bring_in(devices)
                 # The gateway's heartbeat: from here to the end of compute, a worker
                 # that sends nothing for its hang_timeout is hung (supervisor).
-                self.send({"type": "busy", "busy": True})
+                # The lease goes with it: a worker that dies mid-turn has its lease
+                # counted to its death (usagebook).
+                self.send({"type": "busy", "busy": True, "granted": granted, "devices": devices})
                 try:
                     self.compute(lease, granted, restore)
                 finally:

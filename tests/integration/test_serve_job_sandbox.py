@@ -24,6 +24,7 @@ from sandboxtest import (
     job_status,
     no_jobs,
     wait_for_pool,
+    wait_until,
 )
 from sandboxtest import acbslurm_as as as_user
 
@@ -163,8 +164,10 @@ def test_pool_job_as_user1_and_user2(sb: Any, folder: Path) -> None:
         assert {c["name"] for c in broker["clients"]} == {"serve:model-a", "serve:model-b"}
         text = as_user(sb, "user1", "status", job_id).stdout
         assert f"job {job_id} serves {pool['url']}" in text
-        assert pool["api_keys"] == str(folder / "keys.txt")
-        assert f"; keys in {folder / 'keys.txt'})" in text
+        assert (
+            pool["api_keys"] == str(folder / "keys.txt")
+            and f"; keys in {folder / 'keys.txt'})" in text
+        )
 
         # user2 cannot read the file, and status shows user2 no address
         res = sb.run_as("user2", ["cat", str(path)], check=False)
@@ -190,6 +193,7 @@ def test_pool_job_as_user1_and_user2(sb: Any, folder: Path) -> None:
             line = f'acbslurm_serve_requests_total{{key="{name}",model="{model}",status="200"}} 1.0'
             assert line in metrics, metrics
         assert not [k for k in KEYS.values() if k in metrics]
+        _usage_endpoint(root)
         log = (jobs / f"out-{job_id}.txt").read_text()
         assert "keys: alice, ci-bot" in log and not [k for k in KEYS.values() if k in log]
         assert _worker_pids(job_id), "the workers run inside the job"
@@ -197,3 +201,47 @@ def test_pool_job_as_user1_and_user2(sb: Any, folder: Path) -> None:
         as_user(sb, "user1", "cancel", job_id)
         no_jobs(sb)
     _nothing_left(sb, job_id, jobs)
+    _usage_in_the_report(sb, job_id)
+
+
+def _usage_endpoint(root: str) -> None:
+    """/usage: each name sees its own rows only (user1, the owner, has no key here)."""
+    for name in KEYS:
+        own = {"Authorization": f"Bearer {KEYS[name]}"}
+        rows = httpx.get(f"{root}/usage", headers=own, timeout=30).json()["usage"]
+        assert rows and {r["key"] for r in rows} == {name}, rows
+    assert httpx.get(f"{root}/usage", timeout=30).status_code == 401
+
+
+def _usage_in_the_report(sb: Any, job_id: str) -> None:
+    """After the job: `acbslurm report` shows user1 the pool's allocated, leased and
+    idle GPU-seconds and each name's share (adding up); user2 sees none of it."""
+
+    def pool_of_job() -> dict[str, Any] | None:
+        res = as_user(sb, "user1", "report", "--json", "--start", "now-1h")
+        assert res.returncode == 0, res.stderr
+        job = [j for j in json.loads(res.stdout)["jobs"] if j["job_id"] == job_id]
+        return job[0]["pool"] if job and job[0]["pool"] else None
+
+    pool = wait_until(f"job {job_id}'s pool usage in the report", pool_of_job, 60)
+    leased = pool["leased_gpu_seconds"]
+    assert 0 < leased <= pool["allocated_gpu_seconds"], pool
+    assert pool["idle_gpu_seconds"] == pytest.approx(pool["allocated_gpu_seconds"] - leased)
+    assert sum(u["gpu_seconds"] for u in pool["usage"]) == pytest.approx(leased, abs=0.01)
+    requests = {(u["key"], u["model"]): u["requests"] for u in pool["usage"] if u["requests"]}
+    assert requests == {("alice", "model-a"): 1, ("alice", "model-b"): 1, ("ci-bot", "model-b"): 1}
+    assert pool["lost_lines"] == 0
+
+    res = as_user(sb, "user1", "report", "--by", "key", "--json", "--start", "now-1h")
+    assert res.returncode == 0, res.stderr
+    by_key = json.loads(res.stdout)
+    names = {r["key"] for r in by_key["keys"]}
+    assert {"alice", "ci-bot"} <= names, by_key
+    totals = by_key["totals"]
+    assert totals["keys_gpu_seconds"] == pytest.approx(totals["leased_gpu_seconds"], abs=0.05)
+    table = as_user(sb, "user1", "report", "--start", "now-1h").stdout
+    assert f"leased, {pool['idle_gpu_seconds']:.1f} idle; by key: " in table, table
+    # user2 sees no row of user1's pool
+    res = as_user(sb, "user2", "report", "--by", "key", "--json", "--start", "now-1h")
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["keys"] == []

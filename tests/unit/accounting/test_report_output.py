@@ -15,12 +15,25 @@ from hypothesis import strategies as st
 
 from acbslurm.accounting.grouping import Aggregator
 from acbslurm.accounting.output import job_json, job_record, write_json
-from acbslurm.accounting.usage import JobUsage
+from acbslurm.accounting.usage import JobUsage, PoolUsage
 from acbslurm.units import iso
 
 text = st.text(max_size=12)  # any characters: quotes, backslashes, control, non-ASCII
 secs = st.integers(min_value=0, max_value=4_000_000_000)
 maybe_float = st.none() | st.floats(allow_nan=False, allow_infinity=False, width=32)
+
+
+@st.composite
+def pools(draw: st.DrawFn) -> PoolUsage:
+    use = {
+        "key": draw(st.sampled_from(["alice", "ci-bot", "-"])),
+        "model": draw(st.sampled_from(["m", "org/m:1"])),
+        "requests": draw(st.integers(0, 10**6)),
+        "prompt_tokens": draw(st.integers(0, 10**9)),
+        "completion_tokens": draw(st.integers(0, 10**9)),
+        "gpu_seconds": draw(st.floats(0, 1e9)),
+    }
+    return PoolUsage(leased=draw(st.floats(0, 1e9)), lost=draw(st.integers(0, 9)), use=(use,))
 
 
 @st.composite
@@ -47,6 +60,7 @@ def jobs(draw: st.DrawFn) -> JobUsage:
         gpu_util_ave=draw(maybe_float),
         gpu_util_max=draw(maybe_float),
         gpu_mem_max=draw(maybe_float),
+        pool=draw(st.none() | pools()),
     )
 
 

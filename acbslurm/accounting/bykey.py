@@ -1,0 +1,143 @@
+"""`acbslurm report --by key`: who used the pools' GPUs, per key name and model.
+
+Each pool job's epilog kept, in the job's AdminComment, the GPU-seconds its models'
+leases held and each key name's share of them (docs/serve.md, *Usage*). This adds
+them up over the pool jobs of the window that the viewer may see (their own jobs, or
+every job for an admin or through the service's rights): per name and model, the
+requests, tokens and GPU-seconds; and over the pools, the allocated GPU-seconds (Slurm's),
+the leased ones, and the idle rest. The names' GPU-seconds add up to the leased ones.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+from acbslurm.accounting.usage import JobUsage
+
+KEY_CSV_FIELDS = (
+    "key",
+    "model",
+    "jobs",
+    "requests",
+    "prompt_tokens",
+    "completion_tokens",
+    "gpu_seconds",
+    "share",
+)
+
+
+@dataclass
+class KeyRow:
+    key: str
+    model: str
+    jobs: set[str] = field(default_factory=set)
+    requests: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    gpu_seconds: float = 0.0
+
+
+@dataclass
+class KeyTotals:
+    pools: int = 0
+    allocated: int = 0
+    leased: float = 0.0
+    lost: int = 0
+    rows: dict[tuple[str, str], KeyRow] = field(default_factory=dict)
+
+    def add(self, job: JobUsage) -> None:
+        p = job.pool
+        if p is None:
+            return
+        self.pools += 1
+        self.allocated += job.gpu_seconds
+        self.leased += p.leased
+        self.lost += p.lost
+        for u in p.use:
+            row = self.rows.setdefault((u["key"], u["model"]), KeyRow(u["key"], u["model"]))
+            row.jobs.add(job.job_id)
+            row.requests += u["requests"]
+            row.prompt_tokens += u["prompt_tokens"]
+            row.completion_tokens += u["completion_tokens"]
+            row.gpu_seconds += u["gpu_seconds"]
+
+    def records(self) -> list[dict[str, Any]]:
+        out = []
+        for r in sorted(self.rows.values(), key=lambda r: (-r.gpu_seconds, r.key, r.model)):
+            out.append(
+                {
+                    "key": r.key,
+                    "model": r.model,
+                    "jobs": len(r.jobs),
+                    "requests": r.requests,
+                    "prompt_tokens": r.prompt_tokens,
+                    "completion_tokens": r.completion_tokens,
+                    "gpu_seconds": round(r.gpu_seconds, 3),
+                    "share": round(r.gpu_seconds / self.leased, 6) if self.leased else 0.0,
+                }
+            )
+        return out
+
+    def totals(self) -> dict[str, Any]:
+        return {
+            "pool_jobs": self.pools,
+            "allocated_gpu_seconds": self.allocated,
+            "leased_gpu_seconds": round(self.leased, 3),
+            "idle_gpu_seconds": round(max(0.0, self.allocated - self.leased), 3),
+            "keys_gpu_seconds": round(sum(r.gpu_seconds for r in self.rows.values()), 3),
+            "lost_lines": self.lost,
+        }
+
+
+_ROW = "{:<20} {:<24} {:>5} {:>9} {:>11} {:>11} {:>12} {:>7}"
+
+
+def write_by_key(fmt: str, out: TextIO, meta: dict[str, Any], jobs: Iterable[JobUsage]) -> None:
+    """The report by key name in ``fmt`` (table, csv or json)."""
+    t = KeyTotals()
+    for job in jobs:
+        t.add(job)
+    if fmt == "json":
+        body = {"report": meta, "keys": t.records(), "totals": t.totals()}
+        out.write(json.dumps(body, sort_keys=True) + "\n")
+    elif fmt == "csv":
+        w = csv.writer(out, lineterminator="\n")
+        w.writerow(KEY_CSV_FIELDS)
+        for r in t.records():
+            w.writerow([r[k] for k in KEY_CSV_FIELDS])
+    else:
+        _table(out, meta, t)
+
+
+def _table(out: TextIO, meta: dict[str, Any], t: KeyTotals) -> None:
+    win = meta["window"]
+    out.write(f"# cluster {meta['cluster']}, {win['start']} .. {win['end']}: pool jobs by key\n")
+    if "visible" in meta:
+        out.write(f"# shown: {meta['visible']}\n")
+    heads = ("KEY", "MODEL", "JOBS", "REQUESTS", "PROMPT-TOK", "COMPL-TOK", "GPU-SECONDS")
+    out.write(_ROW.format(*heads, "SHARE") + "\n")
+    for r in t.records():
+        out.write(
+            _ROW.format(
+                r["key"][:20],
+                r["model"][:24],
+                r["jobs"],
+                r["requests"],
+                r["prompt_tokens"],
+                r["completion_tokens"],
+                f"{r['gpu_seconds']:.1f}",
+                f"{100 * r['share']:.1f}%",
+            )
+            + "\n"
+        )
+    s = t.totals()
+    lost = f"; {s['lost_lines']} ledger lines lost" if s["lost_lines"] else ""
+    out.write(
+        f"# total: {s['pool_jobs']} pool jobs, {s['allocated_gpu_seconds']} GPU-seconds "
+        f"allocated, {s['leased_gpu_seconds']:.1f} leased ({s['keys_gpu_seconds']:.1f} "
+        f"by key), {s['idle_gpu_seconds']:.1f} idle{lost}\n"
+    )

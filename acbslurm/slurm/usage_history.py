@@ -1,0 +1,103 @@
+"""Who used a pool job's GPUs, kept by Slurm itself after the job is gone.
+
+A pool (``acbslurm serve`` in a job) writes its usage to the job's runtime folder
+(``usagebook``); the epilog reads it, bounds it by the job's allocation and adds one
+word per node to the job's ``AdminComment`` in slurmdbd, beside the prolog's
+``acbslurm:gpus=`` (``slurm/gpu_history.py``)::
+
+    acbslurm:usage=NODE;leased=SECONDS[;lost=N];NAME,MODEL=REQUESTS,PROMPT,COMPLETION,GPU_S;...
+
+``leased``: the device-seconds the pool's models held leases (as their workers saw
+them); each ``NAME,MODEL`` entry: that key name's requests, tokens and share of those
+GPU-seconds; ``lost``: ledger lines the pool could not write (the report says so).
+
+slurmctld refuses to change a job that has ended, so the epilog writes it through
+slurmdbd (``sacctmgr modify job``), once the job's end is recorded there: the end's
+own record carries the AdminComment slurmctld has, and would otherwise overwrite it.
+
+On the hook path: no typing at run time (tests/unit/hooks/test_hooks_imports.py).
+"""
+
+from __future__ import annotations
+
+import re
+
+from acbslurm.usagebook import Totals, valid_name
+
+# On the hook path: no typing at run time (tests/unit/hooks/test_hooks_imports.py).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+PREFIX = "acbslurm:usage="
+MAX_ENTRIES = 200  # NAME,MODEL pairs in one word; the rest are summed under "-"
+_NODE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+def usage_token(node: str, totals: Totals, lost: int = 0) -> str:
+    """The AdminComment word of ``node``'s usage (names checked: never a space)."""
+    if not _NODE.match(node):
+        raise ValueError(f"not a node name: {node[:40]!r}")
+    parts = [f"{PREFIX}{node}", f"leased={totals.leased_total:.3f}"]
+    if lost:
+        parts.append(f"lost={int(lost)}")
+    rows = sorted(totals.use.items(), key=lambda kv: -kv[1][3])
+    kept, rest = rows[:MAX_ENTRIES], rows[MAX_ENTRIES:]
+    if rest:
+        other = [sum(v[i] for _, v in rest) for i in range(4)]
+        kept.append((("-", "-"), other))
+    for (name, model), (req, ptok, ctok, gpu_s) in kept:
+        if not (valid_name(name) and valid_name(model)):
+            raise ValueError(f"not a name: {name[:40]!r}, {model[:40]!r}")
+        parts.append(f"{name},{model}={int(req)},{int(ptok)},{int(ctok)},{gpu_s:.3f}")
+    return ";".join(parts)
+
+
+def with_usage(comment: str, node: str, token: str) -> str:
+    """``comment`` with ``node``'s usage word replaced by ``token`` (the rest kept)."""
+    mine = f"{PREFIX}{node};"
+    words = [w for w in comment.split() if not w.startswith(mine)]
+    return " ".join([*words, token])
+
+
+def parse_usage(comment: str | None) -> list[dict[str, Any]]:
+    """Every node's usage in a stored AdminComment: ``[{"node", "leased", "lost",
+    "use": [{"key", "model", "requests", "prompt_tokens", "completion_tokens",
+    "gpu_seconds"}]}]``; words that do not parse are skipped."""
+    out = []
+    for word in (comment or "").split():
+        if word.startswith(PREFIX):
+            parsed = _parse_word(word[len(PREFIX) :])
+            if parsed is not None:
+                out.append(parsed)
+    return out
+
+
+def _parse_word(text: str) -> dict[str, Any] | None:
+    node, *fields = text.split(";")
+    got: dict[str, Any] = {"node": node, "leased": None, "lost": 0, "use": []}
+    try:
+        for f in fields:
+            k, _, v = f.partition("=")
+            if k == "leased":
+                got["leased"] = float(v)
+            elif k == "lost":
+                got["lost"] = int(v)
+            else:
+                got["use"].append(_entry(k, v))
+    except ValueError:
+        return None
+    return got if got["leased"] is not None else None
+
+
+def _entry(key: str, value: str) -> dict[str, Any]:
+    name, _, model = key.partition(",")
+    req, ptok, ctok, gpu_s = value.split(",")
+    return {
+        "key": name,
+        "model": model,
+        "requests": int(req),
+        "prompt_tokens": int(ptok),
+        "completion_tokens": int(ctok),
+        "gpu_seconds": float(gpu_s),
+    }

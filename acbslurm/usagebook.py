@@ -1,0 +1,399 @@
+"""Who used a pool's GPUs: each request's share of the leases its model held.
+
+The gateway keeps a ``Book``. A request is *in hand* from the moment the gateway queues
+it for its model's worker until its answer ends (or it fails, or its client leaves).
+A lease (a model's turn on its devices, as its worker saw it: from the grant to the
+release) is worth ``devices x seconds``; that is shared among the requests of that model
+in hand during the lease, in proportion to how long each was in hand within it. A lease
+with no request in hand (all of them cancelled before the turn) goes to ``UNBILLED``.
+So the requests' GPU-seconds add up to the leased ones exactly (up to float rounding),
+whatever the engine batches together.
+
+In a Slurm job the book is written to the job's private runtime folder, which the
+prolog made for the job's user (``jobsockets.job_dir``): ``usage.jsonl``, one line per
+request and per lease, appended as they happen, and ``usage.json``, the totals and the
+ledger's length they cover, replaced atomically at most once a second. The epilog reads
+the totals and replays the ledger's lines after them (``read_job_usage``), so a pool
+killed with SIGKILL loses nothing it had written, and the epilog never parses more than
+a second's worth of lines.
+
+On the hook path (the epilog reads the files): standard library only, no typing at run
+time (tests/unit/hooks/test_hooks_imports.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import re
+import stat
+
+# On the hook path: no typing at run time (tests/unit/hooks/test_hooks_imports.py).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+LEDGER = "usage.jsonl"
+SUMMARY = "usage.json"
+UNBILLED = "-"  # the name a lease with no request in hand is counted under
+# What a name and a model may be when read back (serve/keys.py's NAME and serve/pool.py's
+# model names are narrower): never a space, quote, comma or semicolon, so that a total
+# can go into Slurm's AdminComment as one word (slurm/usage_history.py).
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@+:/-]{0,127}$|^-$")
+MAX_SUMMARY = 4 << 20  # bytes: a few hundred names x models in fact
+MAX_TAIL = 64 << 20  # bytes of ledger after the totals the epilog will replay
+# A request that ended is kept (for the leases still to come that it was in hand for)
+# until a lease of its model released after its end is counted, or this long.
+KEEP_ENDED = 3600.0
+
+
+def valid_name(name: object) -> bool:
+    return isinstance(name, str) and bool(_NAME.match(name))
+
+
+class Totals:
+    """Leased GPU-seconds per model, and per (name, model): requests, prompt tokens,
+    completion tokens, GPU-seconds. Plain numbers, so that the epilog can rebuild it."""
+
+    def __init__(self) -> None:
+        self.leased: dict[str, float] = {}
+        self.use: dict[tuple[str, str], list[float]] = {}
+
+    def _row(self, name: str, model: str) -> list[float]:
+        return self.use.setdefault((name, model), [0, 0, 0, 0.0])
+
+    def add_request(self, name: str, model: str, prompt: int, completion: int) -> None:
+        row = self._row(name, model)
+        row[0] += 1
+        row[1] += prompt
+        row[2] += completion
+
+    def add_lease(self, model: str, seconds: float, shares: dict[str, float]) -> None:
+        self.leased[model] = self.leased.get(model, 0.0) + seconds
+        for name, gpu_s in shares.items():
+            self._row(name, model)[3] += gpu_s
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "leased": self.leased,
+            "use": [[n, m, *v] for (n, m), v in sorted(self.use.items())],
+        }
+
+    @classmethod
+    def from_dict(cls, data: object) -> Totals:
+        """The totals of ``as_dict``; ValueError when anything in it is not what it writes."""
+        if not isinstance(data, dict):
+            raise ValueError("not an object")
+        t = cls()
+        leased = data.get("leased", {})
+        if not isinstance(leased, dict):
+            raise ValueError("leased: not an object")
+        for model, seconds in leased.items():
+            t.leased[_model(model)] = _seconds(seconds)
+        for row in _list(data.get("use", [])):
+            if not isinstance(row, list) or len(row) != 6:
+                raise ValueError("use: a row is not [name, model, 4 numbers]")
+            counts = [_count(v) for v in row[2:5]]
+            t.use[(_model(row[0]), _model(row[1]))] = [*counts, _seconds(row[5])]
+        return t
+
+    def replay(self, line: object) -> None:
+        """One ledger line (``Book``'s ``request`` or ``lease``) added; ValueError when bad."""
+        if not isinstance(line, dict):
+            raise ValueError("not an object")
+        kind = line.get("t")
+        if kind == "request":
+            self.add_request(
+                _model(line.get("key")),
+                _model(line.get("model")),
+                _count(line.get("prompt_tokens", 0)),
+                _count(line.get("completion_tokens", 0)),
+            )
+        elif kind == "lease":
+            shares = line.get("by_key", {})
+            if not isinstance(shares, dict):
+                raise ValueError("by_key: not an object")
+            checked = {_model(k): _seconds(v) for k, v in shares.items()}
+            self.add_lease(_model(line.get("model")), _seconds(line.get("gpu_seconds")), checked)
+        else:
+            raise ValueError(f"unknown line type {kind!r}")
+
+    @property
+    def leased_total(self) -> float:
+        return sum(self.leased.values())
+
+    def scaled(self, factor: float) -> None:
+        """Every GPU-second times ``factor`` (the epilog's bound by the allocation)."""
+        self.leased = {m: s * factor for m, s in self.leased.items()}
+        for row in self.use.values():
+            row[3] *= factor
+
+
+def _list(v: object) -> list[Any]:
+    if not isinstance(v, list):
+        raise ValueError("use: not a list")
+    return v
+
+
+def _model(v: object) -> str:
+    if not valid_name(v):
+        raise ValueError(f"not a name: {str(v)[:40]!r}")
+    return str(v)
+
+
+def _count(v: object) -> int:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 or v != int(v):
+        raise ValueError(f"not a count: {str(v)[:40]!r}")
+    return int(v)
+
+
+def _seconds(v: object) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise ValueError(f"not seconds: {str(v)[:40]!r}")
+    f = float(v)
+    if not math.isfinite(f) or f < 0 or f > 1e12:
+        raise ValueError(f"not seconds: {f!r}")
+    return f
+
+
+class _InHand:
+    __slots__ = ("completion", "done", "end", "gpu_s", "key", "model", "prompt", "queued", "start")
+
+    def __init__(self, model: str, key: str, start: float) -> None:
+        self.model = model
+        self.key = key
+        self.start = start
+        self.end: float | None = None
+        self.prompt = 0
+        self.completion = 0
+        self.queued = 0.0
+        self.gpu_s = 0.0
+        self.done = False
+
+
+class Book:
+    """A pool's requests and leases, on one clock (``time.monotonic``: the workers' too).
+
+    ``write`` takes each ledger line (a dict) as it is made: the gateway's ``UsageFiles``
+    in a Slurm job, nothing otherwise. The totals are kept whatever ``write`` does."""
+
+    def __init__(self, write: Any = None) -> None:
+        self.totals = Totals()
+        self.write = write
+        self._in_hand: dict[str, _InHand] = {}
+        self.requests_seen = 0
+        self.events = 0  # ledger lines made: the totals changed
+
+    def opened(self, model: str, rid: str, key: str, now: float) -> None:
+        self._in_hand[rid] = _InHand(model, key, now)
+        self.requests_seen += 1
+
+    def tokens(self, rid: str, prompt: int, completion: int, queued: float) -> None:
+        r = self._in_hand.get(rid)
+        if r is not None:
+            r.prompt, r.completion, r.queued, r.done = prompt, completion, queued, True
+
+    def closed(self, rid: str, now: float) -> None:
+        """The request's answer ended (``done``: its usage came, else it failed or was
+        cancelled): its tokens counted now, its GPU-seconds as its leases end."""
+        r = self._in_hand.get(rid)
+        if r is None or r.end is not None:
+            return
+        r.end = now
+        self.totals.add_request(r.key, r.model, r.prompt, r.completion)
+        self._emit(
+            {
+                "t": "request",
+                "id": rid,
+                "model": r.model,
+                "key": r.key,
+                "done": r.done,
+                "prompt_tokens": r.prompt,
+                "completion_tokens": r.completion,
+                "queued_s": round(r.queued, 4),
+                "seconds": round(now - r.start, 4),
+            }
+        )
+
+    def lease(self, model: str, devices: int, granted: float, released: float) -> None:
+        """A lease of ``model`` on ``devices`` devices ended: its GPU-seconds shared out."""
+        span = max(0.0, released - granted)
+        gpu_s = devices * span
+        weights = self._in_hand_during(model, granted, released)
+        whole = sum(weights.values())
+        per_request = {rid: gpu_s * w / whole for rid, w in weights.items()} if whole > 0 else {}
+        by_key: dict[str, float] = {}
+        for rid, share in per_request.items():
+            r = self._in_hand[rid]
+            r.gpu_s += share
+            by_key[r.key] = by_key.get(r.key, 0.0) + share
+        if not per_request and gpu_s > 0:
+            by_key[UNBILLED] = gpu_s
+        self.totals.add_lease(model, gpu_s, by_key)
+        self._emit(
+            {
+                "t": "lease",
+                "model": model,
+                "devices": devices,
+                "seconds": round(span, 6),
+                "gpu_seconds": gpu_s,
+                "by_key": by_key,
+                "requests": {rid: round(s, 6) for rid, s in per_request.items()},
+            }
+        )
+        self._forget(model, released)
+
+    def _in_hand_during(self, model: str, granted: float, released: float) -> dict[str, float]:
+        """Seconds each request of ``model`` was in hand within [granted, released]."""
+        weights: dict[str, float] = {}
+        for rid, r in self._in_hand.items():
+            if r.model != model:
+                continue
+            end = r.end if r.end is not None else released
+            overlap = min(released, end) - max(granted, r.start)
+            if overlap > 0:
+                weights[rid] = overlap
+        return weights
+
+    def _forget(self, model: str, released: float) -> None:
+        """Requests that ended before this lease's release cannot be in a later one."""
+        gone = [
+            rid
+            for rid, r in self._in_hand.items()
+            if r.end is not None
+            and ((r.model == model and r.end <= released) or released - r.end > KEEP_ENDED)
+        ]
+        for rid in gone:
+            del self._in_hand[rid]
+
+    def gpu_seconds(self, rid: str) -> float | None:
+        """The GPU-seconds counted to a request still known (tests, the usage answer)."""
+        r = self._in_hand.get(rid)
+        return None if r is None else r.gpu_s
+
+    def _emit(self, line: dict[str, Any]) -> None:
+        self.events += 1
+        if self.write is not None:
+            self.write(line)
+
+
+# -- the files in the job's runtime folder --------------------------------------------
+
+
+def _open_own(path: str, uid: int, limit: int) -> int | None:
+    """A descriptor of ``path`` when it is a regular file of ``uid`` no larger than
+    ``limit`` (never through a link, never blocking on a FIFO); None when absent."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+    except FileNotFoundError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != uid or st.st_size > limit:
+            raise ValueError(f"{path}: not a regular file of uid {uid} under {limit} bytes")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_job_usage(folder: str, uid: int) -> tuple[Totals, int, int] | None:
+    """The usage a pool of user ``uid`` wrote in ``folder``: its totals, how many ledger
+    lines were replayed after them, and how many lines the pool could not write (its
+    ``lost``); None when it wrote none. OSError or ValueError (with the file named)
+    when what is there cannot be trusted or read."""
+    totals = Totals()
+    offset = lost = 0
+    fd = _open_own(os.path.join(folder, SUMMARY), uid, MAX_SUMMARY)
+    if fd is not None:
+        with os.fdopen(fd, "rb") as fh:
+            data = json.loads(fh.read())
+        if not isinstance(data, dict) or not isinstance(data.get("offset"), int):
+            raise ValueError(f"{SUMMARY}: no offset")
+        totals = Totals.from_dict(data.get("totals"))
+        offset = int(data["offset"])
+        lost = _count(data.get("lost", 0))
+    path = os.path.join(folder, LEDGER)
+    had_summary = fd is not None
+    fd = _open_own(path, uid, offset + MAX_TAIL)
+    if fd is None:
+        return (totals, 0, lost) if had_summary else None
+    replayed = 0
+    with os.fdopen(fd, "rb") as fh:
+        fh.seek(offset)
+        for raw in fh:
+            if not raw.endswith(b"\n"):
+                break  # the line a killed pool was writing: never counted by anyone
+            totals.replay(json.loads(raw))
+            replayed += 1
+    return totals, replayed, lost
+
+
+class UsageFiles:
+    """The ledger and totals of one pool in its job's runtime folder (mode 0600).
+
+    A write that fails (the folder gone, the file system full) is said once in the log,
+    and the totals file says from then on that the ledger is short (``lost`` lines),
+    so that what reads it can say so too."""
+
+    def __init__(self, folder: str, book: Book, log: Any) -> None:
+        self.folder = folder
+        self.book = book
+        self.log = log
+        self.lost = 0
+        self.offset = 0
+        self._fd = -1
+        self._said = False
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0)
+        try:
+            self._fd = os.open(os.path.join(folder, LEDGER), flags, 0o600)
+            self.offset = os.fstat(self._fd).st_size
+        except OSError as exc:
+            self._failed(exc)
+
+    def line(self, data: dict[str, Any]) -> None:
+        raw = (json.dumps(data, separators=(",", ":")) + "\n").encode()
+        if self._fd < 0:
+            self.lost += 1
+            return
+        try:
+            n = os.write(self._fd, raw)
+            if n != len(raw):
+                raise OSError(28, "short write")
+        except OSError as exc:
+            self.lost += 1
+            self._failed(exc)
+            return
+        self.offset += n
+
+    def flush(self) -> None:
+        """The totals and the ledger length they cover, replaced atomically."""
+        data = {"offset": self.offset, "lost": self.lost, "totals": self.book.totals.as_dict()}
+        path = os.path.join(self.folder, SUMMARY)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+            with os.fdopen(fd, "w") as fh:
+                json.dump(data, fh, separators=(",", ":"))
+            os.replace(tmp, path)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            self._failed(exc)
+
+    def _failed(self, exc: OSError) -> None:
+        if not self._said:
+            self._said = True
+            self.log.error(
+                "usage: cannot write %s: %s; GPU-seconds from here on are not kept for the report",
+                self.folder,
+                exc.strerror or exc,
+            )
+
+    def close(self) -> None:
+        self.flush()
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1

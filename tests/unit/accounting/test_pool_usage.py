@@ -1,0 +1,105 @@
+"""A pool job's usage in the AdminComment (the epilog's word) and the report's views of
+it: per job (allocated, leased, idle, each name's share) and `--by key`."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+
+from acbslurm.accounting.bykey import write_by_key
+from acbslurm.accounting.output import pool_line, pool_record
+from acbslurm.accounting.usage import JobUsage, pool_usage
+from acbslurm.slurm.usage_history import MAX_ENTRIES, parse_usage, usage_token, with_usage
+from acbslurm.usagebook import Totals
+
+META = {"cluster": "c", "window": {"start": "s", "end": "e"}}
+
+
+def _totals() -> Totals:
+    t = Totals()
+    t.add_request("alice", "model-a", 3, 4)
+    t.add_request("ci-bot", "org/m:1", 5, 6)
+    t.add_lease("model-a", 6.0, {"alice": 6.0})
+    t.add_lease("org/m:1", 4.0, {"ci-bot": 3.0, "-": 1.0})
+    return t
+
+
+def _job(comment: str, gpu_seconds: int = 100, job_id: str = "7") -> JobUsage:
+    return JobUsage(
+        job_id=job_id, job_id_raw=7, job_db_inx=1, uid=1001, user="user1", account="a",
+        partition="p1", state="COMPLETED", running=False, gpus=2, submit=1, start=2, end=52,
+        wait=1, elapsed=50, gpu_seconds=gpu_seconds, span_start=2, span_end=52,
+        pool=pool_usage(comment),
+    )  # fmt: skip
+
+
+def test_the_word_is_one_word_and_reads_back() -> None:
+    token = usage_token("vm-0", _totals(), lost=2)
+    assert " " not in token and "'" not in token
+    comment = with_usage("acbslurm:gpus=vm-0:0=GPU-a admins-note", "vm-0", token)
+    (word,) = parse_usage(comment)
+    assert word["node"] == "vm-0" and word["leased"] == 10.0 and word["lost"] == 2
+    assert {(u["key"], u["model"]): u["gpu_seconds"] for u in word["use"]} == {
+        ("alice", "model-a"): 6.0,
+        ("ci-bot", "org/m:1"): 3.0,
+        ("-", "org/m:1"): 1.0,
+    }
+    # written again (a retry): replaced, never twice; the other words kept
+    again = with_usage(comment, "vm-0", token)
+    assert again.split().count(token) == 1 and again.startswith("acbslurm:gpus=vm-0:0=GPU-a")
+
+
+def test_more_names_than_a_word_holds_are_summed_under_a_dash() -> None:
+    t = Totals()
+    for i in range(MAX_ENTRIES + 5):
+        t.add_request(f"n{i}", "m", 1, 1)
+        t.add_lease("m", 1.0, {f"n{i}": 1.0})
+    (word,) = parse_usage(usage_token("n", t))
+    assert len(word["use"]) == MAX_ENTRIES + 1
+    assert sum(u["gpu_seconds"] for u in word["use"]) == pytest.approx(t.leased_total)
+
+
+def test_a_bad_name_is_refused_and_a_bad_word_skipped() -> None:
+    t = Totals()
+    t.use[("a b", "m")] = [1, 0, 0, 1.0]
+    with pytest.raises(ValueError, match="not a name"):
+        usage_token("n", t)
+    assert parse_usage("acbslurm:usage=n;leased=x acbslurm:usage=n;leased=1;a,m=1") == []
+    assert pool_usage("acbslurm:gpus=n:0=GPU-a") is None
+
+
+def test_a_pool_job_shows_allocated_leased_idle_and_the_shares() -> None:
+    job = _job(usage_token("vm-0", _totals()))
+    rec = pool_record(job)
+    assert rec is not None
+    assert rec["allocated_gpu_seconds"] == 100 and rec["leased_gpu_seconds"] == 10.0
+    assert rec["idle_gpu_seconds"] == 90.0
+    assert sum(u["gpu_seconds"] for u in rec["usage"]) == rec["leased_gpu_seconds"]
+    line = pool_line(job)
+    assert "10.0 of 100 GPU-seconds leased, 90.0 idle; by key: alice 6.0, ci-bot 3.0, - 1.0" in line
+    assert pool_record(_job("")) is None
+
+
+def test_by_key_adds_up_over_pool_jobs_and_skips_the_others() -> None:
+    jobs = [
+        _job(usage_token("vm-0", _totals()), job_id="7"),
+        _job(usage_token("vm-0", _totals()), job_id="8"),
+        _job("", job_id="9"),
+    ]
+    out = io.StringIO()
+    write_by_key("json", out, META, jobs)
+    body = json.loads(out.getvalue())
+    assert body["totals"]["pool_jobs"] == 2
+    assert body["totals"]["leased_gpu_seconds"] == 20.0
+    assert body["totals"]["idle_gpu_seconds"] == 180.0
+    alice = next(r for r in body["keys"] if r["key"] == "alice")
+    assert alice["jobs"] == 2 and alice["requests"] == 2 and alice["gpu_seconds"] == 12.0
+    assert sum(r["share"] for r in body["keys"]) == pytest.approx(1.0)
+    table = io.StringIO()
+    write_by_key("table", table, META, jobs)
+    assert "# total: 2 pool jobs, 200 GPU-seconds allocated, 20.0 leased" in table.getvalue()
+    text = io.StringIO()
+    write_by_key("csv", text, META, jobs)
+    assert text.getvalue().splitlines()[0].startswith("key,model,jobs,requests")

@@ -1,0 +1,117 @@
+"""The usage book: a lease's GPU-seconds shared among the requests in hand, the ledger
+and totals files, and the epilog's reading of them (acbslurm/usagebook.py)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+
+import pytest
+
+from acbslurm.usagebook import (
+    LEDGER,
+    SUMMARY,
+    UNBILLED,
+    Book,
+    Totals,
+    UsageFiles,
+    read_job_usage,
+)
+
+
+def test_a_lease_is_shared_by_the_time_each_request_was_in_hand() -> None:
+    lines: list[dict[str, object]] = []
+    book = Book(lines.append)
+    book.opened("m", "a", "alice", 0.0)
+    book.opened("m", "b", "bob", 5.0)
+    book.tokens("a", 10, 20, 0.5)
+    book.closed("a", 10.0)
+    # 2 devices from 0 to 10: 20 GPU-seconds; alice in hand 10 s, bob 5 s.
+    book.lease("m", 2, 0.0, 10.0)
+    assert book.totals.leased == {"m": 20.0}
+    assert book.totals.use[("alice", "m")][3] == pytest.approx(20 * 10 / 15)
+    assert book.totals.use[("bob", "m")][3] == pytest.approx(20 * 5 / 15)
+    # bob goes on into the next lease, alone.
+    book.lease("m", 2, 12.0, 14.0)
+    assert book.gpu_seconds("b") == pytest.approx(20 * 5 / 15 + 4)
+    book.closed("b", 14.0)
+    shares = sum(row[3] for row in book.totals.use.values())
+    assert shares == pytest.approx(book.totals.leased_total)
+    assert book.totals.use[("alice", "m")][:3] == [1, 10, 20]
+    assert [line["t"] for line in lines] == ["request", "lease", "lease", "request"]
+    assert lines[0]["done"] is True and lines[3]["done"] is False
+
+
+def test_a_lease_with_no_request_in_hand_is_unbilled_and_other_models_do_not_share() -> None:
+    book = Book()
+    book.opened("other", "x", "alice", 0.0)
+    book.lease("m", 4, 1.0, 2.0)
+    assert book.totals.use == {(UNBILLED, "m"): [0, 0, 0, 4.0]}
+    assert book.gpu_seconds("x") == 0.0
+
+
+def test_ended_requests_are_forgotten_once_a_later_lease_is_counted() -> None:
+    book = Book()
+    book.opened("m", "a", "alice", 0.0)
+    book.closed("a", 1.0)
+    book.lease("m", 1, 0.0, 2.0)
+    assert book.gpu_seconds("a") is None  # counted and gone: memory stays bounded
+
+
+def test_the_epilog_reads_the_totals_and_replays_the_lines_after_them(tmp_path) -> None:
+    book = Book()
+    files = UsageFiles(str(tmp_path), book, logging.getLogger("t"))
+    book.write = files.line
+    book.opened("m", "a", "alice", 0.0)
+    book.closed("a", 1.0)
+    book.lease("m", 1, 0.0, 2.0)
+    files.flush()
+    book.opened("m", "b", "bob", 3.0)
+    book.closed("b", 4.0)
+    book.lease("m", 2, 3.0, 4.0)  # after the totals: only in the ledger
+    with open(tmp_path / LEDGER, "ab") as fh:
+        fh.write(b'{"t":"lease","model":"m"')  # a killed pool's half line
+    got = read_job_usage(str(tmp_path), os.getuid())
+    assert got is not None
+    totals, replayed, lost = got
+    assert (replayed, lost) == (2, 0)
+    assert totals.leased == book.totals.leased
+    assert totals.use == book.totals.use
+    assert os.stat(tmp_path / SUMMARY).st_mode & 0o777 == 0o600
+    assert os.stat(tmp_path / LEDGER).st_mode & 0o777 == 0o600
+
+
+def test_no_files_is_no_usage_and_a_foreign_or_bad_file_is_refused(tmp_path) -> None:
+    assert read_job_usage(str(tmp_path), os.getuid()) is None
+    (tmp_path / SUMMARY).write_text('{"offset": 0, "totals": {"leased": {"m": -1}}}')
+    with pytest.raises(ValueError, match="not seconds"):
+        read_job_usage(str(tmp_path), os.getuid())
+    (tmp_path / SUMMARY).write_text('{"offset": 0, "totals": {"use": [["a b", "m", 1, 0, 0, 1]]}}')
+    with pytest.raises(ValueError, match="not a name"):
+        read_job_usage(str(tmp_path), os.getuid())
+    with pytest.raises(ValueError, match="regular file of uid"):
+        read_job_usage(str(tmp_path), os.getuid() + 1)
+    os.unlink(tmp_path / SUMMARY)
+    os.symlink("/etc/passwd", tmp_path / LEDGER)
+    with pytest.raises(OSError):
+        read_job_usage(str(tmp_path), os.getuid())
+
+
+def test_a_write_that_fails_is_said_once_and_counted(tmp_path, caplog) -> None:
+    book = Book()
+    files = UsageFiles(str(tmp_path / "gone"), book, logging.getLogger("t"))
+    book.write = files.line
+    book.opened("m", "a", "alice", 0.0)
+    book.closed("a", 1.0)
+    book.lease("m", 1, 0.0, 1.0)
+    assert files.lost == 2
+    assert len([r for r in caplog.records if "usage: cannot write" in r.message]) == 1
+    assert book.totals.leased == {"m": 1.0}  # the totals are kept in memory all the same
+
+
+def test_totals_round_trip() -> None:
+    t = Totals()
+    t.add_request("alice", "org/m:1", 3, 4)
+    t.add_lease("org/m:1", 2.5, {"alice": 2.5})
+    assert json.loads(json.dumps(Totals.from_dict(t.as_dict()).as_dict())) == t.as_dict()
