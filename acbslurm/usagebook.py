@@ -37,6 +37,10 @@ if TYPE_CHECKING:
 
 LEDGER = "usage.jsonl"
 SUMMARY = "usage.json"
+# A job's broker (agarun programs, a pool's workers) writes the device-seconds each of
+# its clients held, by client name, beside its socket (broker/server.py).
+BROKER_USAGE = "broker-usage.json"
+_UNSAFE = re.compile(r"[^A-Za-z0-9._@+:/-]")
 UNBILLED = "-"  # the name a lease with no request in hand is counted under
 # What a name and a model may be when read back (serve/keys.py's NAME and serve/pool.py's
 # model names are narrower): never a space, quote, comma or semicolon, so that a total
@@ -280,6 +284,48 @@ class Book:
 
 
 # -- the files in the job's runtime folder --------------------------------------------
+
+
+def client_name(name: str) -> str:
+    """A broker client's name as a usage name: what ``valid_name`` takes (others
+    replaced by ``_``), "-" for none."""
+    safe = _UNSAFE.sub("_", name)[:128]
+    if safe and not safe[0].isalnum():
+        safe = ("x" + safe)[:128]
+    return safe if valid_name(safe) else "-"
+
+
+def write_broker_usage(folder: str, held: dict[str, float]) -> None:
+    """The device-seconds per client name, replaced atomically (mode 0600)."""
+    path = os.path.join(folder, BROKER_USAGE)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            json.dump({"held": held}, fh, separators=(",", ":"))
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def read_broker_usage(folder: str, uid: int) -> Totals | None:
+    """A job's broker's device-seconds per client as totals (model ``-``: a client is a
+    program, not a model); None when the broker wrote none."""
+    fd = _open_own(os.path.join(folder, BROKER_USAGE), uid, MAX_SUMMARY)
+    if fd is None:
+        return None
+    with os.fdopen(fd, "rb") as fh:
+        data = json.loads(fh.read())
+    held = data.get("held") if isinstance(data, dict) else None
+    if not isinstance(held, dict):
+        raise ValueError(f"{BROKER_USAGE}: no held")
+    totals = Totals()
+    for name, seconds in held.items():
+        who = client_name(str(name))
+        totals.add_lease("-", _seconds(seconds), {who: _seconds(seconds)})
+    return totals
 
 
 def _open_own(path: str, uid: int, limit: int) -> int | None:

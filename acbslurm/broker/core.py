@@ -138,6 +138,9 @@ class Broker:
         # device -> clients asked to evict that have not answered yet.
         self.evicting: dict[str, set[int]] = {d.id: set() for d in devices}
         self.counters = Counters()
+        # Device-seconds of the leases that ended, per client name (who held the GPUs:
+        # kept for the report by a job's broker, server.BrokerService.keep_usage).
+        self.held: dict[str, float] = {}
         self._next_client = 1
         self._next_lease = 1
         # Recovery: no grants until the previous broker's sessions are back (``expected``
@@ -209,6 +212,7 @@ class Broker:
             return []
         self.counters.disconnects += 1
         for lease in info.leases.values():
+            self._count(info.name, lease, now)
             for dev in lease.devices:
                 self.holder[dev] = None
         self.queue = [w for w in self.queue if w.client != client]
@@ -306,6 +310,7 @@ class Broker:
         lease = info.leases.pop(lease_id, None)
         if lease is None:
             return []
+        self._count(info.name, lease, now)
         for dev in lease.devices:
             self.holder[dev] = None
             self.resident[dev].pop(client, None)
@@ -313,6 +318,20 @@ class Broker:
             if nbytes > 0:
                 self.resident[dev][client] = nbytes  # most recently used goes last
         return self._schedule(now)
+
+    def _count(self, name: str, lease: Lease, now: float) -> None:
+        seconds = len(lease.devices) * max(0.0, now - lease.since)
+        self.held[name] = self.held.get(name, 0.0) + seconds
+
+    def held_until(self, now: float) -> dict[str, float]:
+        """Device-seconds per client name, the leases still held counted up to ``now``."""
+        out = dict(self.held)
+        for info in self.clients.values():
+            for lease in info.leases.values():
+                out[info.name] = out.get(info.name, 0.0) + len(lease.devices) * max(
+                    0.0, now - lease.since
+                )
+        return out
 
     def evict_done(self, client: int, devices: tuple[str, ...], now: float) -> list[Event]:
         for dev in devices:

@@ -41,7 +41,7 @@ from acbslurm.broker.address import parse_address, socket_path
 from acbslurm.broker.lane_server import LaneServer, token_matches
 from acbslurm.broker.proto import pb, pb_grpc
 from acbslurm.errors import BrokerError
-from acbslurm.jobsockets import check_socket, free_socket_path, lane_path
+from acbslurm.jobsockets import BROKER_SOCKET, check_socket, free_socket_path, lane_path
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +74,32 @@ class BrokerService(pb_grpc.GpuBrokerServicer):  # type: ignore[misc]
         self.lane_tokens: dict[int, bytes] = {}
         self.state_path: str | None = None  # the state file (unix sockets only)
         self._saved_sessions: set[str] | None = None
+        # A job's broker (its socket in the job's runtime folder) keeps there who held
+        # the GPUs for how long, for the epilog (usagebook.BROKER_USAGE).
+        self.usage_folder: str | None = None
+        self._usage_said = False
+
+    def keep_usage(self) -> None:
+        """The device-seconds per client name, the leases held now counted to now."""
+        if self.usage_folder is None:
+            return
+        from acbslurm.usagebook import write_broker_usage
+
+        try:
+            write_broker_usage(self.usage_folder, self.broker.held_until(time.monotonic()))
+        except OSError as exc:
+            if not self._usage_said:  # once: the GPU-seconds of this job are not kept
+                self._usage_said = True
+                log.warning("cannot keep the GPU usage in %s: %s", self.usage_folder, exc)
+
+    async def keep_usage_forever(self) -> None:
+        """Once a second while a lease is held or one ended since the last write."""
+        written: dict[str, float] = {}
+        while True:
+            await asyncio.sleep(1.0)
+            if self.broker.held != written or any(c.leases for c in self.broker.clients.values()):
+                written = dict(self.broker.held)
+                self.keep_usage()
 
     def save_state(self) -> None:
         """Write the sessions that may hold device memory; a clean stop removes the file."""
@@ -349,6 +375,7 @@ class RunningBroker:
         self.source = source
         self.service = BrokerService(broker, source)
         self._tick: asyncio.Task[None] | None = None
+        self._usage: asyncio.Task[None] | None = None
         self.server: Any = None
 
     async def start(self, socket_mode: int = 0o600) -> None:
@@ -385,11 +412,19 @@ class RunningBroker:
             raise
         if self.broker.policy == "quantum":
             self._tick = asyncio.get_running_loop().create_task(self.service.tick_forever())
+        self._keep_usage()
         if self.broker.recovering:
             self._recovery_timer = asyncio.get_running_loop().call_later(
                 self.recovery_grace, self.service.end_recovery
             )
         log.info("broker listening on %s with %d device(s)", self.address, len(self.broker.devices))
+
+    def _keep_usage(self) -> None:
+        """A job's broker (on the job's ``broker.sock``) keeps its usage beside it."""
+        if self.path and os.path.basename(self.path) == BROKER_SOCKET:
+            self.service.usage_folder = os.path.dirname(self.path)
+            loop = asyncio.get_running_loop()
+            self._usage = loop.create_task(self.service.keep_usage_forever())
 
     def _recover(self, state: str) -> None:
         """A state file left behind: the previous broker died; wait for its sessions."""
@@ -437,6 +472,9 @@ class RunningBroker:
     async def stop(self, grace: float = 0.5) -> None:
         if self._tick is not None:
             self._tick.cancel()
+        if self._usage is not None:
+            self._usage.cancel()
+            self.service.keep_usage()  # the leases still held, counted to the stop
         if self._recovery_timer is not None:
             self._recovery_timer.cancel()
         for box in self.service.outboxes.values():

@@ -1,10 +1,12 @@
-"""The epilog keeps a pool job's usage in Slurm (``slurm/usage_history.py``).
+"""The epilog keeps a pool job's usage (or its broker's) in Slurm (``slurm/usage_history.py``).
 
 The pool wrote its totals and ledger in the job's runtime folder (``usagebook``), which
-the epilog removes next. Here they are read (as the job's user's files: never through a
-link, bounded), bounded by the job's allocation (the GPUs Slurm gave it times its
-elapsed time: a pool cannot claim more than that), and written to the job's
-AdminComment through slurmdbd once the job's end is recorded there.
+the epilog removes next; a job without a pool whose broker lent GPUs (``agarun``
+programs) has the broker's device-seconds per program there instead. Here they are
+read (as the job's user's files: never through a link, bounded), bounded by the job's
+allocation (the GPUs Slurm gave it times its elapsed time: a pool cannot claim more
+than that), and written to the job's AdminComment through slurmdbd once the job's end
+is recorded there.
 
 When that cannot be done now (slurmdbd or its database down, the end not recorded in
 time), the word is kept in ``<record_dir>/usage-pending/`` and the next epilog on the
@@ -23,7 +25,7 @@ import time
 
 from acbslurm.errors import AcbslurmError
 from acbslurm.slurm.usage_history import usage_token, with_usage
-from acbslurm.usagebook import Totals, read_job_usage
+from acbslurm.usagebook import Totals, read_broker_usage, read_job_usage
 
 # On the hook path: no typing at run time (tests/unit/hooks/test_hooks_imports.py).
 TYPE_CHECKING = False
@@ -53,8 +55,11 @@ def keep_usage(
     the pending folder when slurmdbd cannot take it now (said as a warning)."""
     try:
         got = read_job_usage(folder, uid)
+        if got is None:  # no pool: the job's broker's clients (agarun programs), if any
+            broker = read_broker_usage(folder, uid)
+            got = None if broker is None else (broker, 0, 0)
     except (OSError, ValueError) as exc:
-        say("warning", f"job {job_id}: its pool's usage in {folder} cannot be read: {exc}")
+        say("warning", f"job {job_id}: its GPU usage in {folder} cannot be read: {exc}")
         return
     if got is None:
         return
@@ -84,6 +89,8 @@ def send(
 
     fields = _ended(job_id, bin_dir, wait)
     bound = _gpus(fields[3]) * max(0, int(fields[2] or 0))
+    if bound == 0:
+        return  # no GPU of Slurm's (a broker on CPU stand-ins): nothing to account
     if totals.leased_total > bound + 1:
         say(
             "warning",

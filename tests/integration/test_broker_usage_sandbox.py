@@ -1,0 +1,53 @@
+"""A job that shares its GPUs through its broker (docs/broker.md, "Inside Slurm"): after
+the job, `acbslurm report` shows user1 its allocated GPU-seconds, those its broker's
+clients held (per program) and the idle rest; user2 sees none of it (docs/serve.md,
+*Usage*)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sandboxtest import acbslurm_as, submit, wait_gone, wait_until
+
+pytestmark = pytest.mark.integration
+
+PY = shlex.quote(sys.executable)
+# One program of the job takes both GPUs for about 2 s, then another takes one for about 1 s.
+CLIENT = (
+    "import sys, time; from acbslurm.broker.client import BrokerClient; "
+    "c = BrokerClient(name=sys.argv[1]); lease = c.acquire(int(sys.argv[2])); "
+    "time.sleep(float(sys.argv[3])); c.release(lease); c.close()"
+)
+
+
+def test_a_broker_jobs_gpu_seconds_per_program_in_the_report(idle: Any, scripts: Path) -> None:
+    body = f"""
+{PY} -m acbslurm broker serve 2>"{scripts}/broker-$SLURM_JOB_ID.err" &
+until {PY} -m acbslurm broker status >/dev/null 2>&1; do sleep 0.1; done
+{PY} -c {shlex.quote(CLIENT)} train 2 2
+{PY} -c {shlex.quote(CLIENT)} eval 1 1
+kill %1; wait
+"""
+    job = submit(idle, scripts, body, "--gres=gpu:2", "-t", "5")
+    wait_gone(idle, job, 120)
+
+    def pool() -> dict[str, Any] | None:
+        res = acbslurm_as(idle, "user1", "report", "--json", "--start", "now-1h")
+        assert res.returncode == 0, res.stderr
+        rows = [j for j in json.loads(res.stdout)["jobs"] if j["job_id"] == job]
+        return rows[0]["pool"] if rows and rows[0]["pool"] else None
+
+    got = wait_until(f"job {job}'s broker usage in the report", pool, 60)
+    held = {u["key"]: u["gpu_seconds"] for u in got["usage"]}
+    assert set(held) == {"train", "eval"}, got
+    assert 4.0 <= held["train"] < 4.0 + 3, held  # 2 GPUs x 2 s, plus the calls' time
+    assert 1.0 <= held["eval"] < 1.0 + 2, held
+    assert got["leased_gpu_seconds"] == pytest.approx(sum(held.values()), abs=0.01)
+    assert got["leased_gpu_seconds"] <= got["allocated_gpu_seconds"]
+    res = acbslurm_as(idle, "user2", "report", "--by", "key", "--json", "--start", "now-1h")
+    assert res.returncode == 0 and json.loads(res.stdout)["keys"] == [], res.stdout
