@@ -9,12 +9,20 @@ none overlaps another. Recorded jobs that overlap on one GPU (a data error, see
 ``overlaps.py``) are outlined in red under a banner that counts them. 10,000 jobs draw
 as 10,000 rectangles of at least one pixel: a browser shows that at once, and <title>
 tooltips name each job.
+
+The page fits its window: every chart is a scalable SVG (``viewBox``, width 100%), so a
+narrow window shrinks the timeline instead of cutting off its newest minutes. Each bar
+links to the job's row in the table of the window's jobs below it; a bar's outline
+tells its state (failed, preempted or requeued, cancelled, running), and a pool job's
+bar (``acbslurm serve``, or a broker's programs) has a dark band whose length is the
+share of its allocation that its leases held.
 """
 
 from __future__ import annotations
 
 import hashlib
 import html
+import re
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -137,7 +145,7 @@ def _timeline(jobs: list[JobUsage], t0: int, t1: int, now: int) -> str:
     row = {lane: i for i, lane in enumerate(lanes)}
     height = 30 + LANE * len(lanes)
     out = [
-        f'<svg class="timeline" width="{LEFT + WIDTH + 10}" height="{height}" '
+        f'<svg class="timeline" viewBox="0 0 {LEFT + WIDTH + 10} {height}" width="100%" '
         f'xmlns="http://www.w3.org/2000/svg" role="img" aria-label="GPU timeline">'
     ]
     for lane, i in row.items():
@@ -153,26 +161,111 @@ def _timeline(jobs: list[JobUsage], t0: int, t1: int, now: int) -> str:
         x = LEFT + (t - t0) * scale
         out.append(
             f'<line x1="{x:.1f}" y1="14" x2="{x:.1f}" y2="{height}" class="tick"/>'
-            f'<text x="{x:.1f}" y="11" class="ticklabel">{html.escape(_when(t, t1 - t0))}</text>'
+            f'<text x="{x:.1f}" y="11" class="ticklabel"{_end_anchor(x)}>'
+            f"{html.escape(_when(t, t1 - t0))}</text>"
         )
     for b in bars:
         x0 = LEFT + (max(b.start, t0) - t0) * scale
         w = max(1.0, (min(b.end, t1) - max(b.start, t0)) * scale)
-        j = b.job
-        tip = (
-            f"job {j.job_id} ({j.user}, {j.state}) {iso(j.start)} .. "
-            f"{iso(j.end) if j.end else 'running'}, {j.gpus} GPU(s) {j.gpu_devices}"
-        )
-        mark = ' class="overlap"' if j.job_id in flagged else ""
-        if mark:
-            tip += " - DATA ERROR: overlaps another job on this GPU"
-        out.append(
-            f'<rect x="{x0:.1f}" y="{20 + row[b.lane] * LANE}" width="{w:.1f}" '
-            f'height="{LANE - 2}" fill="{colour(j.user)}"{mark}>'
-            f"<title>{html.escape(tip)}</title></rect>"
-        )
+        out.append(_bar(b.job, x0, 20 + row[b.lane] * LANE, w, b.job.job_id in flagged))
     out.append("</svg>")
     return _overlap_note(check.found) + "".join(out)
+
+
+_STATE_CLASS = {
+    "FAILED": "st-fail",
+    "NODE_FAIL": "st-fail",
+    "OUT_OF_MEMORY": "st-fail",
+    "TIMEOUT": "st-fail",
+    "BOOT_FAIL": "st-fail",
+    "DEADLINE": "st-fail",
+    "PREEMPTED": "st-preempt",
+    "REQUEUED": "st-preempt",
+    "CANCELLED": "st-cancel",
+}
+
+
+def anchor(job_id: str) -> str:
+    """The job's row id in the table (``12_[1-3]`` is ``job-12_-1-3-``)."""
+    return "job-" + re.sub(r"[^A-Za-z0-9_]", "-", job_id)
+
+
+def _bar(j: JobUsage, x0: float, y: int, w: float, flagged: bool) -> str:
+    """One job's bar on one GPU lane: linked to its row, outlined by its state, with
+    a pool job's leased share as a dark band."""
+    tip = (
+        f"job {j.job_id} ({j.user}, {j.state}) {iso(j.start)} .. "
+        f"{iso(j.end) if j.end else 'running'}, {j.gpus} GPU(s) {j.gpu_devices}"
+    )
+    classes = [_STATE_CLASS.get(j.state.split()[0] if j.state else "", "")]
+    if j.running:
+        classes.append("st-run")
+    if flagged:
+        classes.append("overlap")
+        tip += " - DATA ERROR: overlaps another job on this GPU"
+    cls = " ".join(c for c in classes if c)
+    band = ""
+    if j.pool is not None and j.gpu_seconds > 0:
+        share = min(1.0, j.pool.leased / j.gpu_seconds)
+        tip += f"; leases held {j.pool.leased:.1f} of {j.gpu_seconds} GPU-seconds"
+        band = (
+            f'<rect x="{x0:.1f}" y="{y + LANE - 7}" width="{w * share:.1f}" height="5" '
+            'class="leased"/>'
+        )
+    return (
+        f'<a href="#{anchor(j.job_id)}"><rect x="{x0:.1f}" y="{y}" width="{w:.1f}" '
+        f'height="{LANE - 2}" fill="{colour(j.user)}"' + (f' class="{cls}"' if cls else "") + ">"
+        f"<title>{html.escape(tip)}</title></rect>{band}</a>"
+    )
+
+
+def _job_table(jobs: list[JobUsage]) -> str:
+    """Every job of the window, linked from its bars."""
+    if not jobs:
+        return ""
+    rows = []
+    for j in jobs:
+        pool = ""
+        if j.pool is not None:
+            idle = max(0.0, j.gpu_seconds - j.pool.leased)
+            pool = f"{j.pool.leased:.1f} leased, {idle:.1f} idle"
+        cells = (
+            j.job_id,
+            j.user,
+            j.state + (" (running)" if j.running else ""),
+            str(j.gpus),
+            iso(j.start) or "-",
+            iso(j.end) or "-",
+            f"{j.gpu_seconds / 3600:.2f}",
+            j.gpu_devices or "-",
+            pool or "-",
+        )
+        tds = "".join(f"<td>{html.escape(c)}</td>" for c in cells)
+        rows.append(f'<tr id="{anchor(j.job_id)}">{tds}</tr>')
+    heads = ("job", "user", "state", "GPUs", "start", "end", "GPU-h", "devices", "pool GPU-s")
+    th = "".join(f"<th>{h}</th>" for h in heads)
+    return (
+        f'<h2>Jobs</h2><div class="jobs"><table><thead><tr>{th}</tr></thead>'
+        f"<tbody>{''.join(rows)}</tbody></table></div>"
+    )
+
+
+STATES_LEGEND = (
+    '<div class="legend states"><span><svg width="14" height="12"><rect width="14" '
+    'height="12" class="st-fail" fill="#aaa"/></svg>failed, timed out, out of memory</span>'
+    '<span><svg width="14" height="12"><rect width="14" height="12" class="st-preempt" '
+    'fill="#aaa"/></svg>preempted or requeued</span><span><svg width="14" height="12">'
+    '<rect width="14" height="12" class="st-cancel" fill="#aaa"/></svg>cancelled</span>'
+    '<span><svg width="14" height="12"><rect width="14" height="12" class="st-run" '
+    'fill="#aaa"/></svg>running</span><span><svg width="14" height="12"><rect width="14" '
+    'height="12" fill="#aaa"/><rect y="7" width="9" height="5" class="leased"/></svg>'
+    "a pool's leases: their share of its allocation</span></div>"
+)
+
+
+def _end_anchor(x: float) -> str:
+    """A tick label near the right edge ends at its tick (it would be cut otherwise)."""
+    return ' text-anchor="end"' if x > LEFT + WIDTH - 70 else ""
 
 
 def _when(t: int, span: int) -> str:
@@ -185,7 +278,11 @@ def _bars(title: str, values: list[tuple[str, float]], colours: dict[str, str]) 
         return ""
     widest = max(v for _, v in values) or 1.0
     height = 20 * len(values) + 10
-    out = [f"<h2>{html.escape(title)}</h2>", f'<svg class="bars" width="900" height="{height}">']
+    out = [
+        f"<h2>{html.escape(title)}</h2>",
+        f'<svg class="bars" viewBox="0 0 900 {height}" width="900" '
+        'xmlns="http://www.w3.org/2000/svg">',
+    ]
     for i, (key, v) in enumerate(values):
         y = 5 + 20 * i
         w = 560 * v / widest
@@ -208,6 +305,16 @@ h1{font-size:20px}h2{font-size:16px;margin-top:28px}
 .overlap{stroke:#d00;stroke-width:2}
 .dataerror{border:2px solid #d00;padding:0 8px;margin:8px 0;color:#900}
 .legend i{display:inline-block;width:12px;height:12px;margin-right:4px;vertical-align:-1px}
+.legend svg{margin-right:4px;vertical-align:-1px}
+svg.timeline{width:100%;height:auto}svg.bars{max-width:100%;height:auto}
+.st-fail{stroke:#000;stroke-width:1.5;stroke-dasharray:3 2}
+.st-preempt{fill-opacity:.55;stroke:#333;stroke-width:1;stroke-dasharray:1 2}
+.st-cancel{fill-opacity:.4}.st-run{stroke:#000;stroke-width:1}
+.leased{fill:#000;fill-opacity:.45}
+.jobs{max-height:420px;overflow:auto;border:1px solid #ddd}
+.jobs table{border-collapse:collapse;font:12px monospace}
+.jobs th{position:sticky;top:0;background:#eee;text-align:left}
+.jobs td,.jobs th{padding:2px 8px;white-space:nowrap}.jobs tr:target{background:#ffe9a8}
 """
 
 
@@ -241,8 +348,9 @@ def write_html(
         f'<p class="meta">{html.escape(str(win["start"]))} .. {html.escape(str(win["end"]))}; '
         f"{len(listed)} jobs, {agg.total.gpu_seconds / 3600:.2f} GPU-hours "
         f"({html.escape(meta['definition'])} definition).{shown}</p>"
-        f'<h2>Who used which GPU when</h2><div class="legend">{legend}</div>'
+        f'<h2>Who used which GPU when</h2><div class="legend">{legend}</div>{STATES_LEGEND}'
         f"{_timeline(listed, t0, t1, now)}"
+        + _job_table(listed)
         + _bars("GPU-hours per user", sorted(per_user.items(), key=lambda kv: -kv[1]), colours)
         + _bars("GPU-hours per day", sorted(per_day.items()), {})
         + "</body></html>\n"

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from acbslurm.accounting.grouping import Aggregator, Group
+from acbslurm.accounting.live import LiveDevices
 from acbslurm.accounting.queries import (
     GROUP_COLUMNS,
     Filters,
@@ -130,6 +131,7 @@ def iter_jobs(conn: Any, schema: Schema, req: ReportRequest) -> Iterator[JobUsag
     f = req.filters
     util = gpu_utilization(conn, schema, f)
     names = UserNames()
+    live = LiveDevices()
     sql, params = job_query(schema, f)
     rows: Iterator[JobRow] = (JobRow(*r) for r in _stream(conn, sql, params))
     if req.definition == "sacct":
@@ -146,6 +148,8 @@ def iter_jobs(conn: Any, schema: Schema, req: ReportRequest) -> Iterator[JobUsag
         )
         if req.states and job.state not in req.states:
             continue
+        if job.running and job.gpus and not job.gpu_devices:
+            job.gpu_devices = live.devices(row.id_job)
         u = util.get(row.job_db_inx)
         if u is not None:
             job.gpu_util_ave, job.gpu_util_max, job.gpu_mem_max = u

@@ -226,6 +226,8 @@ def test_per_job_gpu_seconds_equal_sacct(sandbox: Sandbox, history: dict[str, An
     assert mine[int(history["pending_cancelled"])]["state"] == "CANCELLED"
     assert int(history["not_eligible"]) not in mine
     assert mine[int(history["running"])]["running"] is True
+    # its devices, not in slurmdbd until it ends, come from slurmctld
+    assert len(mine[int(history["running"])]["gpu_devices"]) == 2, mine[int(history["running"])]
     arrays = [j for j in doc["jobs"] if j["job_id"].startswith(f"{history['array']}_")]
     assert sorted(j["job_id"] for j in arrays) == [f"{history['array']}_{i}" for i in range(3)]
     # Per-user sums.

@@ -12,7 +12,7 @@ from fake_slurm import fake_slurm  # noqa: F401
 # env` exported in the shell must not send unit tests' jobs to a real sandbox.
 LIVE = ("SLURM_CONF", "DOCKER_HOST", "SLURM_JOB_ID", "ACBSLURM_GPU_UUIDS")
 # The tests' own switch (test_render.py: regenerate the golden files), not a setting.
-KEPT = ("ACBSLURM_UPDATE_GOLDEN",)
+KEPT = ("ACBSLURM_UPDATE_GOLDEN", "ACBSLURM_SCREENSHOTS")
 
 
 @pytest.fixture(autouse=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import itertools
+import os
 import re
 import shutil
 import subprocess
@@ -155,3 +156,74 @@ def test_chromium_renders_the_page(tmp_path: Path) -> None:
     assert _png_size(data) == (1640, 900)
     # Lanes in six users' colours, the grey lane backgrounds, text: far more than a blank.
     assert _distinct_colours(data) >= 8
+
+
+def _rgb(hsl: str) -> tuple[int, int, int]:
+    import colorsys
+
+    h, s, lum = (float(v.rstrip("%")) for v in hsl[4:-1].split(","))
+    r, g, b = colorsys.hls_to_rgb(h / 360, lum / 100, s / 100)
+    return round(r * 255), round(g * 255), round(b * 255)
+
+
+def _columns_with(data: bytes, rgb: tuple[int, int, int]) -> list[int]:
+    """x of every pixel of colour ``rgb`` (within 3 per channel) in the screenshot."""
+    bpp = {2: 3, 6: 4}[data[25]]
+    xs = []
+    for row in _pixels(data):
+        for x in range(0, len(row) - bpp + 1, bpp):
+            if all(abs(row[x + i] - rgb[i]) <= 3 for i in range(3)):
+                xs.append(x // bpp)
+    return xs
+
+
+def window_page() -> str:
+    """Two hours on 4 GPUs: failed, preempted, cancelled, running and pool jobs, and the
+    newest job of a user of its own, ending at the window's end."""
+    from acbslurm.accounting.usage import PoolUsage
+
+    jobs = [
+        job(i, T0 + i * 600, T0 + i * 600 + 500, f"n1:{i % 4}=GPU-{i % 4:08d}") for i in range(11)
+    ]
+    jobs[1].state, jobs[2].state, jobs[3].state = "FAILED", "PREEMPTED", "CANCELLED by 1001"
+    jobs[4].pool = PoolUsage(leased=200.0, lost=0, use=())
+    newest = job(99, T0 + 6600, T0 + 7200, "n1:3=GPU-00000003")
+    newest.user, newest.job_id = "newest", "4242_[1-3]"
+    meta = dict(META, now_unix=T0 + 7200)
+    meta["window"] = dict(META["window"], start_unix=T0, end_unix=T0 + 7200)
+    out = io.StringIO()
+    write_html(out, meta, [*jobs, newest], Aggregator("job", "sacct"))
+    return out.getvalue()
+
+
+def test_the_page_fits_its_window_and_links_every_bar_to_its_row(tmp_path: Path) -> None:
+    """At 1400x900 and 800x1200 the newest job's bar is on the screen (the timeline
+    scales, never cut), in the right part of it; every bar links to its job's row."""
+    text = window_page()
+    assert 'viewBox="0 0 ' in text and 'width="100%"' in text
+    assert text.count('<a href="#job-') == 12 and 'id="job-4242_-1-3-"' in text
+    for cls in ("st-fail", "st-preempt", "st-cancel", 'class="leased"'):
+        assert cls in text, cls
+    html = tmp_path / "window.html"
+    html.write_text(text)
+    chromium = shutil.which("chromium")
+    assert chromium, "Debian's chromium is needed (scripts/setup.sh installs it)"
+    for width, height in ((1400, 900), (800, 1200)):
+        shot = tmp_path / f"window-{width}x{height}.png"
+        subprocess.run(
+            [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+             "--no-first-run", "--disable-background-networking", "--disable-component-update",
+             "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}", "--hide-scrollbars",
+             f"--window-size={width},{height}", f"--screenshot={shot}", f"file://{html}"],
+            check=True, capture_output=True, timeout=120,
+        )  # fmt: skip
+        keep = Path(os.environ.get("ACBSLURM_SCREENSHOTS", ""))
+        if keep.name:  # to look at them
+            keep.mkdir(parents=True, exist_ok=True)
+            shutil.copy(shot, keep / shot.name)
+        data = shot.read_bytes()
+        assert _png_size(data) == (width, height)
+        # The user's colour is in the legend too (left); its bar ends at the window's end.
+        right = [x for x in _columns_with(data, _rgb(colour("newest"))) if x > width // 2]
+        assert right, f"the newest job's bar is not on the {width}x{height} screenshot"
+        assert max(right) > width * 0.85, (width, max(right))
