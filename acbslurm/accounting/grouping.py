@@ -52,6 +52,17 @@ def split_by_day(job: JobUsage, definition: str) -> Iterator[tuple[str, int]]:
         t = stop
 
 
+@dataclass(slots=True)
+class LeftOut:
+    """Earlier runs of requeued or preempted jobs that sacct's definition leaves out
+    (it counts a job's newest run only), and their GPU-seconds; known when the report
+    read the window's jobs one by one (``counted``), not when MariaDB summed groups."""
+
+    runs: int = 0
+    gpu_seconds: int = 0
+    counted: bool = False
+
+
 class Aggregator:
     """Running totals, and per-group totals when ``by`` names a grouping."""
 
@@ -60,6 +71,7 @@ class Aggregator:
         self.definition = definition
         self.total = Group("total")
         self.groups: dict[str, Group] = {}
+        self.left_out = LeftOut()
 
     def _group(self, key: str) -> Group:
         g = self.groups.get(key)

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from acbslurm.accounting.grouping import Aggregator
-from acbslurm.accounting.output import MAX_OVERLAPS_SHOWN
+from acbslurm.accounting.output import MAX_OVERLAPS_SHOWN, left_out_note
 from acbslurm.accounting.overlaps import Overlap, OverlapCheck
 from acbslurm.accounting.usage import JobUsage
 from acbslurm.units import iso
@@ -225,10 +225,6 @@ def _job_table(jobs: list[JobUsage]) -> str:
         return ""
     rows = []
     for j in jobs:
-        pool = ""
-        if j.pool is not None:
-            idle = max(0.0, j.gpu_seconds - j.pool.leased)
-            pool = f"{j.pool.leased:.1f} leased, {idle:.1f} idle"
         cells = (
             j.job_id,
             j.user,
@@ -238,7 +234,7 @@ def _job_table(jobs: list[JobUsage]) -> str:
             iso(j.end) or "-",
             f"{j.gpu_seconds / 3600:.2f}",
             j.gpu_devices or "-",
-            pool or "-",
+            _pool_cell(j),
         )
         tds = "".join(f"<td>{html.escape(c)}</td>" for c in cells)
         rows.append(f'<tr id="{anchor(j.job_id)}">{tds}</tr>')
@@ -248,6 +244,13 @@ def _job_table(jobs: list[JobUsage]) -> str:
         f'<h2>Jobs</h2><div class="jobs"><table><thead><tr>{th}</tr></thead>'
         f"<tbody>{''.join(rows)}</tbody></table></div>"
     )
+
+
+def _pool_cell(j: JobUsage) -> str:
+    if j.pool is None:
+        return "-"
+    idle = max(0.0, j.gpu_seconds - j.pool.leased)
+    return f"{j.pool.leased:.1f} leased, {idle:.1f} idle"
 
 
 STATES_LEGEND = (
@@ -340,6 +343,9 @@ def write_html(
         for u, c in sorted(colours.items())
     )
     shown = f" Shown: {html.escape(meta['visible'])}." if "visible" in meta else ""
+    note = left_out_note(agg)
+    if note:
+        shown += f" <b>{html.escape(note[0].upper() + note[1:])}.</b>"
     out.write(
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
         f"<title>GPU usage {html.escape(str(meta['cluster']))}</title><style>{STYLE}</style>"

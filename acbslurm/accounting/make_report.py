@@ -140,7 +140,7 @@ def run_report(
             fill_groups(conn, schema, req, agg, lambda: connect(cfg))
             jobs = ()
         else:
-            jobs = iter_jobs(conn, schema, req)
+            jobs = iter_jobs(conn, schema, req, agg.left_out)
         _write(opts.fmt, out, meta, jobs, agg)
         out.flush()
     finally:

@@ -165,13 +165,48 @@ def group_record(g: Group, agg: Aggregator) -> dict[str, Any]:
 
 def totals_record(agg: Aggregator) -> dict[str, Any]:
     t = agg.total
+    lo = agg.left_out
     return {
         "jobs": t.jobs,
         "running": t.running,
         "gpu_seconds": t.gpu_seconds,
         "gpu_hours": hours(t.gpu_seconds),
         "mean_wait_s": None if t.mean_wait is None else round(t.mean_wait, 1),
+        # sacct's definition: earlier runs of requeued jobs (null: not counted, the
+        # groups were summed by the database)
+        "left_out_runs": lo.runs if lo.counted else None,
+        "left_out_gpu_seconds": lo.gpu_seconds if lo.counted else None,
     }
+
+
+def _write_total(out: TextIO, agg: Aggregator) -> None:
+    t = agg.total
+    out.write(
+        f"# total: {t.jobs} jobs ({t.running} running, marked *), "
+        f"{hours(t.gpu_seconds):.2f} GPU-hours, mean wait {_dur(t.mean_wait)}\n"
+    )
+    note = left_out_note(agg)
+    if note:
+        out.write(f"# {note}\n")
+
+
+def left_out_note(agg: Aggregator) -> str:
+    """What sacct's definition left out, said plainly ("" with sreport's, or nothing)."""
+    if agg.definition != "sacct":
+        return ""
+    lo = agg.left_out
+    if not lo.counted:
+        return (
+            "earlier runs of requeued or preempted jobs are not counted (sacct counts a "
+            "job's newest run only); --by job shows how much, --definition sreport counts them"
+        )
+    if not lo.runs:
+        return ""
+    return (
+        f"left out: {lo.runs} earlier run(s) of requeued or preempted jobs, "
+        f"{hours(lo.gpu_seconds):.2f} GPU-hours (sacct counts a job's newest run only; "
+        "--definition sreport counts every run)"
+    )
 
 
 def write_json(
@@ -356,11 +391,7 @@ def write_table(
                 ).rstrip()
                 + "\n"
             )
-    t = agg.total
-    out.write(
-        f"# total: {t.jobs} jobs ({t.running} running, marked *), "
-        f"{hours(t.gpu_seconds):.2f} GPU-hours, mean wait {_dur(t.mean_wait)}\n"
-    )
+    _write_total(out, agg)
     _write_overlaps(out, check.found)
 
 

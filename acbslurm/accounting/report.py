@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from acbslurm.accounting.grouping import Aggregator, Group
+from acbslurm.accounting.grouping import Aggregator, Group, LeftOut
 from acbslurm.accounting.live import LiveDevices
 from acbslurm.accounting.queries import (
     GROUP_COLUMNS,
@@ -30,8 +30,8 @@ from acbslurm.accounting.queries import (
     step_util_query,
 )
 from acbslurm.accounting.schema import Schema
-from acbslurm.accounting.tres import tres_value
-from acbslurm.accounting.usage import JobRow, JobUsage, compute, newest_rows
+from acbslurm.accounting.tres import tres_count, tres_value
+from acbslurm.accounting.usage import JobRow, JobUsage, compute, newest_rows, sacct_elapsed
 from acbslurm.errors import AccountingError, short_repr
 from acbslurm.units import is_ascii_int
 
@@ -126,8 +126,11 @@ def gpu_utilization(
     return out
 
 
-def iter_jobs(conn: Any, schema: Schema, req: ReportRequest) -> Iterator[JobUsage]:
-    """JobUsage records in job id order, filtered by state."""
+def iter_jobs(
+    conn: Any, schema: Schema, req: ReportRequest, left_out: LeftOut | None = None
+) -> Iterator[JobUsage]:
+    """JobUsage records in job id order, filtered by state; with sacct's definition, the
+    earlier runs it leaves out are counted into ``left_out``."""
     f = req.filters
     util = gpu_utilization(conn, schema, f)
     names = UserNames()
@@ -135,7 +138,7 @@ def iter_jobs(conn: Any, schema: Schema, req: ReportRequest) -> Iterator[JobUsag
     sql, params = job_query(schema, f)
     rows: Iterator[JobRow] = (JobRow(*r) for r in _stream(conn, sql, params))
     if req.definition == "sacct":
-        rows = newest_rows(rows)
+        rows = newest_rows(rows, _counter(left_out, schema.gpu_tres_id, req.now))
     for row in rows:
         job = compute(
             row,
@@ -154,6 +157,21 @@ def iter_jobs(conn: Any, schema: Schema, req: ReportRequest) -> Iterator[JobUsag
         if u is not None:
             job.gpu_util_ave, job.gpu_util_max, job.gpu_mem_max = u
         yield job
+
+
+def _counter(
+    left_out: LeftOut | None, gpu_tres_id: int | None, now: int
+) -> Callable[[JobRow], None] | None:
+    """What ``newest_rows`` calls for each earlier run it drops: counted in ``left_out``."""
+    if left_out is None:
+        return None
+    left_out.counted = True
+
+    def count(row: JobRow) -> None:
+        left_out.runs += 1
+        left_out.gpu_seconds += tres_count(row.tres_alloc, gpu_tres_id) * sacct_elapsed(row, now)[0]
+
+    return count
 
 
 def server_summable(req: ReportRequest) -> bool:

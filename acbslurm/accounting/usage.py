@@ -10,7 +10,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -135,15 +135,20 @@ def display_id(row: JobRow) -> str:
     return str(row.id_job)
 
 
-def newest_rows(rows: Iterable[JobRow]) -> Iterator[JobRow]:
+def newest_rows(
+    rows: Iterable[JobRow], dropped: Callable[[JobRow], None] | None = None
+) -> Iterator[JobRow]:
     """sacct's de-duplication of rows ordered by (id_job, time_submit DESC).
 
     The first row of each id_job is the newest; later ones are earlier runs of a
-    requeued job and are dropped, except rows closed by a resize, which sacct keeps.
+    requeued job and are dropped (each handed to ``dropped``), except rows closed by a
+    resize, which sacct keeps.
     """
     last = -1
     for row in rows:
         if row.id_job == last and row.state != JOB_RESIZING:
+            if dropped is not None:
+                dropped(row)
             continue
         last = row.id_job
         yield row

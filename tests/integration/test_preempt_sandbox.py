@@ -15,7 +15,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sandboxtest import IMAGE, RERUN_WAIT, acbslurm_run, submit, wait_job, wait_until
+from sandboxtest import (
+    IMAGE,
+    RERUN_WAIT,
+    acbslurm_run,
+    report_json,
+    submit,
+    wait_job,
+    wait_until,
+)
 
 from acbslurm.slurm.preempt import release_ends_as_preempted
 
@@ -72,6 +80,11 @@ def test_a_preempted_job_checkpoints_in_its_grace_time_and_resumes(
     # Two runs: the preempted one and the one that completed, never a third.
     assert len(states) == 2, states
     assert states[0] in ("PREEMPTED", "REQUEUED") and states[-1] == "COMPLETED", states
+    # The report (sacct's definition: the newest run) says it left the first run out.
+    doc = report_json(sb, "--start", "now-1h", "--user", "user1")
+    (row,) = [j for j in doc["jobs"] if j["job_id"] == job]
+    assert row["state"] == "COMPLETED", row
+    assert doc["totals"]["left_out_runs"] >= 1 and doc["totals"]["left_out_gpu_seconds"] > 0
 
 
 def _preempt_and_rerun(sb: Any, job: str, out: Path) -> None:

@@ -262,6 +262,18 @@ def test_requeued_job_has_two_rows_sreport_counts_both(
         report(sandbox, "--format", "json", "--definition", "sreport", "--start", start).stdout
     )
     assert [j["job_id_raw"] for j in sacct_doc["jobs"]].count(rq) == 1
+    # ... and says what it left out: the earlier run, with its GPU-seconds
+    # (the new row, not eligible yet, is outside the window: the earlier run is then
+    # the job's row, and nothing is left out)
+    left = sacct_doc["totals"]
+    (row,) = [j for j in sacct_doc["jobs"] if j["job_id_raw"] == rq]
+    if row["state"] == "REQUEUED":
+        assert row["gpu_seconds"] == first_run and left["left_out_runs"] == 0, (row, left)
+    else:
+        assert left["left_out_runs"] >= 1, (row, left)
+        assert left["left_out_gpu_seconds"] >= first_run, (row, left)
+        table = report(sandbox, "--start", start).stdout
+        assert "# left out: " in table and "earlier run(s) of requeued" in table, table
     rows = [j for j in srep_doc["jobs"] if j["job_id_raw"] == rq]
     # The requeued run is its own row, counted whole (it lies inside the window); the
     # new row may still wait for its begin time, i.e. not be eligible in the window yet.

@@ -106,7 +106,9 @@ class _Db:
         self.calls.append(f"detect {cluster}")
         return self.schema
 
-    def iter_jobs(self, conn: Any, schema: Schema, req: ReportRequest) -> Iterator[JobUsage]:
+    def iter_jobs(
+        self, conn: Any, schema: Schema, req: ReportRequest, left_out: Any = None
+    ) -> Iterator[JobUsage]:
         self.calls.append("iter_jobs")
         return (_job(n) for n in range(3))
 
