@@ -40,6 +40,7 @@ from acbslurm.serve.api import (
     parse_completion,
     parse_passthrough,
 )
+from acbslurm.serve.engines import engine_kind
 from acbslurm.serve.keys import NO_KEY, KeyRing, bearer
 from acbslurm.serve.metrics import CONTENT_TYPE, Metrics
 from acbslurm.serve.supervisor import Overloaded, Pending, Unavailable, WorkerHandle
@@ -425,7 +426,8 @@ class Gateway:
         """The handle of the model ``raw`` names when that model runs on vLLM."""
         name = raw.get("model") if isinstance(raw, dict) else None
         handle = self.handles.get(name) if isinstance(name, str) else None
-        return handle if handle is not None and handle.spec.engine == "vllm" else None
+        passes = handle is not None and engine_kind(handle.spec.engine).passes_through
+        return handle if passes else None
 
     async def _pass_through(
         self, request: Request, raw: dict[str, Any], handle: WorkerHandle, chat: bool

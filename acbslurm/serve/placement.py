@@ -25,6 +25,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+from acbslurm.serve.engines import engine_kind
 from acbslurm.slurm.hostlist import expand_hostlist
 from acbslurm.slurm.steps import overlap_step_argv
 
@@ -44,12 +45,18 @@ class Placement:
         return None if node == self.nodes[0] else node
 
     def follower_argv(
-        self, rank: int, spec_json: str, rendezvous: str, device: str, python: str = ""
+        self,
+        rank: int,
+        spec_json: str,
+        rendezvous: str,
+        device: str,
+        python: str = "",
+        engine: str = "builtin",
     ) -> list[str]:
         cmd = [
             python or sys.executable,
             "-m",
-            "acbslurm.serve.engines.builtin.follower",
+            engine_kind(engine).follower,
             "--spec",
             spec_json,
             "--rank",

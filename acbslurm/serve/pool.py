@@ -39,6 +39,7 @@ from typing import Any
 import yaml
 
 from acbslurm.errors import ConfigError, SpecError
+from acbslurm.serve.engines import ENGINES as ENGINE_TABLE
 from acbslurm.serve.errors import KeyFileError, ListenError, PoolError
 from acbslurm.spec.yamlpos import Errors, Located, load_located, nearest_origin
 from acbslurm.units import cpu_device_spec, size_bytes
@@ -75,7 +76,7 @@ MODEL_KEYS = (
     "engine_args",
     "sleep_level",
 )
-ENGINES = ("builtin", "vllm")  # a model's engine: (acbslurm.serve.engines)
+ENGINES = tuple(ENGINE_TABLE)  # a model's engine: (acbslurm.serve.engines)
 # vLLM options acbslurm sets itself (engines/vllm.py): an engine_args entry naming one
 # is refused, with what acbslurm does instead.
 OWNED_VLLM_ARGS = {

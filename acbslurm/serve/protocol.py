@@ -16,12 +16,166 @@ vLLM server, whose session the gateway kills when the model hangs).
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Literal, TypedDict
 
 MAX_LINE = 64 << 20  # a 100k-token prompt is far below this; the gateway limits bodies
 
 
-def encode(msg: dict[str, Any]) -> bytes:
+# -- gateway to worker ------------------------------------------------------------------
+
+
+class Generate(TypedDict, total=False):
+    type: Literal["generate"]
+    id: str
+    # the built-in engine: prompt or messages, max_tokens, temperature, top_p, seed, stop;
+    # vLLM: route, body (the client's, whole), chars
+    prompt: Any
+    messages: Any
+    route: str
+    body: dict[str, Any]
+
+
+class Cancel(TypedDict):
+    type: Literal["cancel"]
+    id: str
+
+
+# -- worker to gateway ------------------------------------------------------------------
+
+
+class Ready(TypedDict):
+    type: Literal["ready"]
+    weights_bytes: int
+    max_context: int
+    max_prompt_chars: int
+
+
+class Fatal(TypedDict):
+    type: Literal["fatal"]
+    exit: int
+    message: str
+
+
+class Accepted(TypedDict, total=False):
+    type: Literal["accepted"]
+    id: str
+    prompt_tokens: int
+
+
+class Error(TypedDict, total=False):
+    type: Literal["error"]
+    id: str
+    status: int
+    message: str
+    param: str | None
+    code: str
+    retry_after: int
+
+
+class Delta(TypedDict):
+    type: Literal["delta"]
+    id: str
+    text: str
+
+
+class Event(TypedDict):
+    type: Literal["event"]
+    id: str
+    data: str
+
+
+class Body(TypedDict):
+    type: Literal["body"]
+    id: str
+    data: str
+
+
+class Timing(TypedDict):
+    wait_s: float
+    restore_s: float
+    compute_s: float | None
+
+
+class Done(TypedDict):
+    type: Literal["done"]
+    id: str
+    finish_reason: str | None
+    prompt_tokens: int
+    completion_tokens: int
+    timing: Timing
+
+
+class Busy(TypedDict, total=False):
+    type: Literal["busy"]
+    busy: bool
+    granted: float  # with busy: the lease the turn computes in (usagebook)
+    devices: list[str]
+
+
+class Progress(TypedDict):
+    type: Literal["progress"]
+
+
+class Server(TypedDict):
+    type: Literal["server"]
+    pid: int
+
+
+class Lease(TypedDict):
+    type: Literal["lease"]
+    devices: list[str]
+    granted: float
+    released: float
+
+
+class Rendezvous(TypedDict):
+    type: Literal["rendezvous"]
+    address: str
+
+
+class GroupFailed(TypedDict):
+    type: Literal["group_failed"]
+    message: str
+
+
+class Stats(TypedDict, total=False):
+    """The worker's counters (supervisor.STATS_COUNTERS) and bytes, for /metrics."""
+
+    type: Literal["stats"]
+    gpu_wait_seconds: float
+    turns: int
+    swaps_in: int
+    swaps_out: int
+    swap_in_seconds: float
+    swap_out_seconds: float
+    resident_bytes: int
+    evicted_bytes: int
+    weights_bytes: int
+    sleep_residue_bytes: int
+    queued: int
+
+
+ToWorker = Generate | Cancel
+ToGateway = (
+    Ready
+    | Fatal
+    | Accepted
+    | Error
+    | Delta
+    | Event
+    | Body
+    | Done
+    | Busy
+    | Progress
+    | Server
+    | Lease
+    | Rendezvous
+    | GroupFailed
+    | Stats
+)
+
+
+def encode(msg: ToWorker | ToGateway) -> bytes:
     return (json.dumps(msg, separators=(",", ":")) + "\n").encode()
 
 

@@ -39,13 +39,14 @@ import tempfile
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from acbslurm.serve import procs
+from acbslurm.serve.engines import engine_kind
 from acbslurm.serve.keys import NO_KEY
 from acbslurm.serve.placement import Placement, from_env
 from acbslurm.serve.pool import HANG_TIMEOUT, ModelSpec
-from acbslurm.serve.protocol import MAX_LINE, decode, encode
+from acbslurm.serve.protocol import MAX_LINE, Generate, decode, encode
 from acbslurm.usagebook import Book
 
 log = logging.getLogger(__name__)
@@ -375,7 +376,9 @@ class WorkerHandle:
         env = {**os.environ, **self.env}
         spec = json.dumps(self.spec.as_dict())
         for rank in range(1, self.spec.procs):
-            argv = self.placement.follower_argv(rank, spec, rendezvous, self.device)
+            argv = self.placement.follower_argv(
+                rank, spec, rendezvous, self.device, engine=self.spec.engine
+            )
             try:
                 proc = await asyncio.create_subprocess_exec(
                     *argv, env=env, stdin=asyncio.subprocess.DEVNULL
@@ -490,7 +493,8 @@ class WorkerHandle:
         p = Pending(key=key, rid=rid, submitted=now)
         self.pending[rid] = p
         self.book.opened(self.spec.name, rid, key, now)
-        self.writer.write(encode({"type": "generate", "id": rid, **body}))
+        # The body's fields are the engine's (Generate lists them); checked by the gateway.
+        self.writer.write(encode(cast(Generate, {"type": "generate", "id": rid, **body})))
         return rid, p
 
     def _check_share(self, key: str) -> None:
@@ -516,7 +520,7 @@ class WorkerHandle:
 
 def worker_module(engine: str) -> str:
     """The module a model's worker process runs, by its ``engine:``."""
-    return f"acbslurm.serve.engines.{'vllm' if engine == 'vllm' else 'builtin.worker'}"
+    return engine_kind(engine).worker
 
 
 async def _wait_or_kill(proc: asyncio.subprocess.Process, seconds: float) -> None:

@@ -34,7 +34,7 @@ from acbslurm.config import env_float
 from acbslurm.serve.api import prompt_chars
 from acbslurm.serve.errors import TurnBroken
 from acbslurm.serve.modelproc import prepare_model_process
-from acbslurm.serve.protocol import MAX_LINE, decode, encode
+from acbslurm.serve.protocol import MAX_LINE, Ready, ToGateway, decode, encode
 
 log = logging.getLogger("acbslurm.serve.worker")
 
@@ -46,7 +46,7 @@ BIG_PROMPT = 1 << 20  # characters: after tokenizing more, the heap is trimmed
 
 
 # Says the worker's last words to the gateway (the Worker's send, once connected).
-_last_words: list[Callable[[dict[str, Any]], None]] = []
+_last_words: list[Callable[[ToGateway], None]] = []
 
 
 def die(reason: str) -> NoReturn:
@@ -113,7 +113,7 @@ class Worker:
 
     # -- I/O ----------------------------------------------------------------------------
 
-    def last_words(self, msg: dict[str, Any]) -> None:
+    def last_words(self, msg: ToGateway) -> None:
         """``msg`` sent on the way out (``die``): never blocking for long, even when the
         thread that failed held the socket's lock, and never exiting by itself."""
         if self.wlock.acquire(timeout=1.0):
@@ -129,7 +129,7 @@ class Worker:
         """End the process now (an engine with a server of its own stops it first)."""
         os._exit(code)
 
-    def send(self, msg: dict[str, Any]) -> None:
+    def send(self, msg: ToGateway) -> None:
         data = encode(msg)
         with self.wlock:
             try:
@@ -161,7 +161,7 @@ class Worker:
         """0 when the model fits the broker's devices, else EXIT_REFUSED (gateway told)."""
         raise NotImplementedError
 
-    def ready_message(self) -> dict[str, Any]:
+    def ready_message(self) -> Ready:
         """The ``ready`` message: weights, context, the prompt's bound in characters."""
         raise NotImplementedError
 

@@ -12,30 +12,37 @@ acbslurm.serve.engines.vllm``: ``supervisor.worker_module``), a subclass of
 client's bodies and vLLM's answers through).
 
 Both workers' turns are ``Worker.turn``, one loop over each engine's steps
-(``acquire``, ``bring_in``, ``compute``, ``on_yield``, ``resident``). ``Engine`` is
-the five steps a worker drives a server through; ``VllmServer`` is one. The built-in
-engine has no server: its steps are its gang's (``Gang.bring_in``/``evict``) and its
-decoding loop's (``Decoding.step``), in ``BuiltinWorker``.
+(``acquire``, ``bring_in``, ``compute``, ``on_yield``, ``resident``). The built-in
+engine's steps are its gang's (``Gang.bring_in``/``evict``) and its decoding loop's
+(``Decoding.step``), in ``BuiltinWorker``; vLLM's drive a ``VllmServer`` (start, wake,
+sleep, forward, stop).
+
+``ENGINES`` is the one table of what differs by engine: the worker's module, the
+follower's (a process of a ``procs: N`` group on another node), and whether the
+client's body goes to the engine whole (``passes_through``: the gateway's own checks,
+then vLLM validates the rest).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any, Protocol
+from dataclasses import dataclass
 
 
-class Engine(Protocol):
-    def start(self, devices: list[Any]) -> None:
-        """Start serving on ``devices`` (the first lease's)."""
+@dataclass(frozen=True)
+class EngineKind:
+    name: str
+    worker: str  # the worker process's module (python -m)
+    follower: str  # a group follower's module; it runs the engine's own follower
+    passes_through: bool  # the client's body whole to the engine, its answer back whole
 
-    def wake(self, level: int = 1) -> None:
-        """A grant: the model's memory back on its devices."""
 
-    def sleep(self, level: int = 1, timeout: float = 600) -> None:
-        """Nothing in flight (a yield, an eviction): the devices' memory given up."""
+_FOLLOWER = "acbslurm.serve.engines.builtin.follower"  # it starts vLLM's for engine vllm
+ENGINES: dict[str, EngineKind] = {
+    "builtin": EngineKind("builtin", "acbslurm.serve.engines.builtin.worker", _FOLLOWER, False),
+    "vllm": EngineKind("vllm", "acbslurm.serve.engines.vllm", _FOLLOWER, True),
+}
 
-    def forward(self, path: str, body: dict[str, Any]) -> Iterator[bytes]:
-        """One request (an OpenAI route and body): its answer, chunk by chunk."""
 
-    def stop(self, grace: float = 15.0) -> None:
-        """Stop the server and free what it holds."""
+def engine_kind(name: str) -> EngineKind:
+    """The table's row for a model's ``engine:`` (the pool file checked it is one)."""
+    return ENGINES[name]

@@ -47,6 +47,7 @@ from acbslurm.config import env_float
 from acbslurm.serve import procs, worker
 from acbslurm.serve.engines import vllm_nodes
 from acbslurm.serve.pool import weights_bytes
+from acbslurm.serve.protocol import Ready
 from acbslurm.serve.worker import EXIT_BROKER, EXIT_REFUSED, EXIT_THREAD, Worker, longest_token
 from acbslurm.units import is_ascii_int
 
@@ -727,7 +728,7 @@ class VllmWorker(Worker):
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         self.exit(0)
 
-    def ready_message(self) -> dict[str, Any]:
+    def ready_message(self) -> Ready:
         return {
             "type": "ready",
             "weights_bytes": self.weights,

@@ -29,6 +29,7 @@ from acbslurm.serve import worker
 from acbslurm.serve.engines.builtin.gang import Gang
 from acbslurm.serve.modelproc import load_causal_lm
 from acbslurm.serve.placement import large_enough
+from acbslurm.serve.protocol import Ready
 from acbslurm.serve.worker import EXIT_BROKER, EXIT_GROUP, EXIT_REFUSED, Worker, longest_token
 
 log = logging.getLogger("acbslurm.serve.engines.builtin.worker")
@@ -39,7 +40,7 @@ class BuiltinWorker(Worker):
 
     # -- start --------------------------------------------------------------------------
 
-    def ready_message(self) -> dict[str, Any]:
+    def ready_message(self) -> Ready:
         return {
             "type": "ready",
             "weights_bytes": self.gang.weights,
