@@ -362,7 +362,7 @@ def start_direct(path: Path, args: argparse.Namespace, tmp: Path) -> Target:
     """vLLM alone, with the engine's own command line (a loopback port for its socket)."""
     from acbslurm.serve.engines.vllm import VllmServer
 
-    spec = load_pool_text(single_pool(path, "vllm", args), "<bench>").models[0].as_dict()
+    spec = load_pool_text(single_pool(path, "vllm", args), "<bench>").models[0]
     server = VllmServer(spec, "cpu")
     folder = tmp / "direct"
     folder.mkdir()

@@ -170,7 +170,7 @@ class Server:
             f"  - {{name: {name}, path: {model}, devices: 1, engine: vllm, "
             f"dtype: bfloat16, headroom: {int(args.kv_gb * 2**30)}}}\n"
         )
-        spec = load_pool_text(text, "<vllm_gpu_check>").models[0].as_dict()
+        spec = load_pool_text(text, "<vllm_gpu_check>").models[0]
         self.name = name
         self.engine = VllmServer(spec, "cuda", python=args.vllm_python)
         self.device = Device(f"gpu{args.gpu}", "GPU", total_bytes(args.gpu), args.gpu, args.gpu)

@@ -10,6 +10,7 @@ import warnings
 from typing import Any
 
 from acbslurm.config import env_int
+from acbslurm.serve.pool import ModelSpec
 
 
 def prepare_model_process() -> None:
@@ -25,12 +26,12 @@ def prepare_model_process() -> None:
     warnings.filterwarnings("ignore", category=FutureWarning)
 
 
-def load_causal_lm(spec: dict[str, Any]) -> tuple[Any, Any]:
+def load_causal_lm(spec: ModelSpec) -> tuple[Any, Any]:
     """``(model, dtype)``: the spec's model in its dtype, in eval mode, on the host, with
     ``ACBSLURM_SERVE_THREADS`` torch threads (1 by default: processes share the cores)."""
     import torch
     from transformers import AutoModelForCausalLM
 
     torch.set_num_threads(env_int("ACBSLURM_SERVE_THREADS", 1, minimum=1))
-    dtype = getattr(torch, spec["dtype"])
-    return AutoModelForCausalLM.from_pretrained(spec["path"], dtype=dtype).eval(), dtype
+    dtype = getattr(torch, spec.dtype)
+    return AutoModelForCausalLM.from_pretrained(spec.path, dtype=dtype).eval(), dtype

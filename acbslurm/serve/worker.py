@@ -34,6 +34,7 @@ from acbslurm.config import env_float
 from acbslurm.serve.api import prompt_chars
 from acbslurm.serve.errors import TurnBroken
 from acbslurm.serve.modelproc import prepare_model_process
+from acbslurm.serve.pool import ModelSpec
 from acbslurm.serve.protocol import MAX_LINE, Ready, ToGateway, decode, encode
 
 log = logging.getLogger("acbslurm.serve.worker")
@@ -84,7 +85,7 @@ def trim_heap() -> None:
 
 
 class Worker:
-    def __init__(self, spec: dict[str, Any], conn: socket.socket, broker: str, device: str) -> None:
+    def __init__(self, spec: ModelSpec, conn: socket.socket, broker: str, device: str) -> None:
         self.spec = spec
         self.conn = conn
         self.broker_address = broker
@@ -99,7 +100,7 @@ class Worker:
         self.turns = 0
         self.requests = 0
         self.pin: list[str] | None = None
-        self.procs = int(spec.get("procs", 1))
+        self.procs = spec.procs
         self.leader: Any = None  # group.Leader of a built-in worker group
         # Held while a turn brings the memory in and computes (an engine whose eviction
         # must wait for that sets its own lock).
@@ -273,7 +274,7 @@ class Worker:
         from acbslurm.errors import BrokerError
 
         try:
-            self.client = BrokerClient(self.broker_address, name=f"serve:{self.spec['name']}")
+            self.client = BrokerClient(self.broker_address, name=f"serve:{self.spec.name}")
         except BrokerError as exc:
             self.send({"type": "fatal", "message": str(exc), "exit": EXIT_BROKER})
             return EXIT_BROKER
@@ -357,7 +358,7 @@ def start(w: Worker, store: Any) -> int:
             {
                 "type": "fatal",
                 "exit": EXIT_REFUSED,
-                "message": f"cannot load {w.spec['path']}: {exc}",
+                "message": f"cannot load {w.spec.path}: {exc}",
             }
         )
         return EXIT_REFUSED
@@ -382,7 +383,7 @@ def main(argv: list[str] | None, cls: type[Worker]) -> int:
     )
     args = p.parse_args(argv)
     prepare_model_process()
-    spec = json.loads(args.spec)
+    spec = ModelSpec.from_dict(json.loads(args.spec))
     srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     srv.bind(args.socket)
     srv.listen(1)

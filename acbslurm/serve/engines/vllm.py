@@ -46,7 +46,7 @@ from typing import Any, NoReturn
 from acbslurm.config import env_float
 from acbslurm.serve import procs, worker
 from acbslurm.serve.engines import vllm_nodes
-from acbslurm.serve.pool import weights_bytes
+from acbslurm.serve.pool import ModelSpec, weights_bytes
 from acbslurm.serve.protocol import Ready
 from acbslurm.serve.worker import EXIT_BROKER, EXIT_REFUSED, EXIT_THREAD, Worker, longest_token
 from acbslurm.units import is_ascii_int
@@ -111,10 +111,10 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child before e
 class VllmServer:
     """One vLLM OpenAI server: start, ready, wake, sleep, forward, stop."""
 
-    def __init__(self, spec: dict[str, Any], kind: str, python: str = "") -> None:
+    def __init__(self, spec: ModelSpec, kind: str, python: str = "") -> None:
         self.spec = spec
         self.kind = kind  # cpu | cuda
-        self.python = python or spec.get("vllm_python") or default_python()
+        self.python = python or spec.vllm_python or default_python()
         self.folder = tempfile.mkdtemp(prefix="acbslurm-vllm-")  # 0700
         self.uds = os.path.join(self.folder, "v.sock")
         self.log_path = os.path.join(self.folder, "vllm.log")
@@ -133,9 +133,9 @@ class VllmServer:
     def _model_args(self) -> list[str]:
         """The context length, and a chat template for a model folder without one."""
         spec, args = self.spec, []
-        if spec.get("max_context"):
-            args += ["--max-model-len", str(spec["max_context"])]
-        if not _has_chat_template(spec["path"]):
+        if spec.max_context:
+            args += ["--max-model-len", str(spec.max_context)]
+        if not _has_chat_template(spec.path):
             template = os.path.join(self.folder, "chat.jinja")
             Path(template).write_text(FALLBACK_TEMPLATE)
             args += ["--chat-template", template]
@@ -149,15 +149,15 @@ class VllmServer:
             "-m",
             "vllm.entrypoints.openai.api_server",
             "--model",
-            spec["path"],
+            spec.path,
             "--served-model-name",
-            spec["name"],
+            spec.name,
             "--uds",
             self.uds,
             "--tensor-parallel-size",
             str(gang),
             "--dtype",
-            spec.get("dtype", "float32"),
+            spec.dtype,
             "--disable-uvicorn-access-log",
         ]
         argv += self._model_args()
@@ -167,19 +167,17 @@ class VllmServer:
         env.setdefault("VLLM_NO_USAGE_STATS", "1")  # vLLM reports usage home otherwise
         if self.kind == "cuda":
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(d.index) for d in devices)
-            argv += ["--kv-cache-memory-bytes", str(spec["headroom"]), "--enable-sleep-mode"]
+            argv += ["--kv-cache-memory-bytes", str(spec.headroom), "--enable-sleep-mode"]
         else:
             env["CUDA_VISIBLE_DEVICES"] = ""
             # vLLM refuses --enable-sleep-mode on CPU; its /sleep and /wake_up answer
             # there (dev mode) and free nothing. Eager: CUDA graphs' warm-up is moot.
             argv += vllm_nodes.eager(self.group)
             # vLLM's CPU KV cache is host memory, in GiB (at least 1).
-            env.setdefault(
-                "VLLM_CPU_KVCACHE_SPACE", str(max(1, math.ceil(spec["headroom"] / 2**30)))
-            )
+            env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(max(1, math.ceil(spec.headroom / 2**30))))
             # Several servers share the host's cores: none pins its threads to them.
             env.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
-        for key, value in (spec.get("engine_args") or {}).items():
+        for key, value in spec.engine_args.items():
             flag = "--" + key.replace("_", "-")
             if value is True:
                 argv.append(flag)
@@ -193,7 +191,7 @@ class VllmServer:
 
     def start(self, devices: list[Any]) -> None:
         argv, env = self.command(devices)
-        log.info("model %s: starting vLLM: %s", self.spec["name"], " ".join(argv))
+        log.info("model %s: starting vLLM: %s", self.spec.name, " ".join(argv))
         with open(self.log_path, "ab") as out:
             self.proc = subprocess.Popen(
                 argv,
@@ -487,16 +485,16 @@ class VllmWorker(Worker):
         from transformers import AutoConfig, AutoTokenizer
 
         spec = self.spec
-        self.tokenizer = AutoTokenizer.from_pretrained(spec["path"])
-        cfg = AutoConfig.from_pretrained(spec["path"])
+        self.tokenizer = AutoTokenizer.from_pretrained(spec.path)
+        cfg = AutoConfig.from_pretrained(spec.path)
         own = getattr(cfg, "max_position_embeddings", 0) or getattr(cfg, "n_positions", 0) or 2048
-        self.max_context = min(spec["max_context"] or own, own)
+        self.max_context = min(spec.max_context or own, own)
         self.max_prompt_chars = self.max_context * longest_token(self.tokenizer)
-        self.weights = weights_bytes(spec["path"], spec["dtype"])
+        self.weights = weights_bytes(spec.path, spec.dtype)
         # Per device, as the built-in engine and the pool's fit check count it.
-        self.share = -(-self.weights // spec["devices"])
+        self.share = -(-self.weights // spec.devices)
         self.server = VllmServer(spec, self.device)
-        self.level = int(spec.get("sleep_level") or 1)
+        self.level = int(spec.sleep_level or 1)
         self.sleep_timeout = env_float(SLEEP_TIMEOUT_ENV, SLEEP_TIMEOUT)
         self.residue_limit = env_float(RESIDUE_LIMIT_ENV, RESIDUE_LIMIT)
         self.memory = threading.Lock()
@@ -525,8 +523,8 @@ class VllmWorker(Worker):
     def check_fit(self) -> int:
         from acbslurm.serve.placement import large_enough
 
-        count = self.spec["devices"]
-        need = self.share + self.spec["headroom"]
+        count = self.spec.devices
+        need = self.share + self.spec.headroom
         devs = self.client.devices
         fitting = large_enough(devs, need)
         if len(fitting) < count:
@@ -535,7 +533,7 @@ class VllmWorker(Worker):
                     "type": "fatal",
                     "exit": EXIT_REFUSED,
                     "message": (
-                        f"model {self.spec['name']} needs {count} device(s) with "
+                        f"model {self.spec.name} needs {count} device(s) with "
                         f"{need / 2**20:.1f} MiB each; the broker has {len(devs)} "
                         f"device(s), {len(fitting)} large enough"
                     ),
@@ -548,7 +546,7 @@ class VllmWorker(Worker):
                     "type": "fatal",
                     "exit": EXIT_REFUSED,
                     "message": (
-                        f"model {self.spec['name']}: engine vllm: no vLLM environment at "
+                        f"model {self.spec.name}: engine vllm: no vLLM environment at "
                         f"{self.server.python} (scripts/setup.sh makes .venv-vllm; or set "
                         "vllm_python: in the pool file)"
                     ),
@@ -560,12 +558,12 @@ class VllmWorker(Worker):
 
     def footprint(self) -> int:
         """Bytes per device of an awake server: its weights' share and its KV cache."""
-        return int(self.share + self.spec["headroom"])
+        return int(self.share + self.spec.headroom)
 
     def first_start(self) -> int:
         """Start the server inside the model's first lease; release it awake, its memory
         resident (the broker evicts it when another model needs the devices)."""
-        lease = self.client.acquire(self.spec["devices"], memory=self.footprint())
+        lease = self.client.acquire(self.spec.devices, memory=self.footprint())
         resident: dict[str, int] = {}
         try:
             self.server.start(lease.devices)
@@ -616,9 +614,7 @@ class VllmWorker(Worker):
             self.server_died(code)
 
     def server_died(self, code: int) -> None:
-        log.error(
-            "model %s: vLLM exited (%s):\n%s", self.spec["name"], code, self.server.log_tail()
-        )
+        log.error("model %s: vLLM exited (%s):\n%s", self.spec.name, code, self.server.log_tail())
         self.server.stop()
         for h in logging.getLogger().handlers:
             h.flush()
@@ -681,7 +677,7 @@ class VllmWorker(Worker):
         return gpu_residue(self.pin, self.server.pids())
 
     def sleep_failed(self, reason: str) -> NoReturn:
-        message = f"model {self.spec['name']}: {reason}; vLLM killed, restarting"
+        message = f"model {self.spec.name}: {reason}; vLLM killed, restarting"
         log.error("%s", message)
         self.server.kill()
         self.send({"type": "fatal", "exit": EXIT_THREAD, "message": message})
@@ -773,11 +769,11 @@ class VllmWorker(Worker):
         (the gateway counts tokens); with whether the client asked for it itself."""
         spec = self.spec
         body = dict(msg.get("body") or {})
-        body["model"] = spec["name"]
+        body["model"] = spec.name
         if "max_tokens" not in body and "max_completion_tokens" not in body:
-            body["max_tokens"] = spec["max_tokens"]
-        body.setdefault("temperature", spec["temperature"])
-        body.setdefault("top_p", spec["top_p"])
+            body["max_tokens"] = spec.max_tokens
+        body.setdefault("temperature", spec.temperature)
+        body.setdefault("top_p", spec.top_p)
         asked = True
         if body.get("stream"):
             opts = body.get("stream_options")
@@ -827,7 +823,7 @@ class VllmWorker(Worker):
     def engine_failed(self, d: Request, exc: Exception) -> None:
         """``d`` lost its server (it died, or cut the answer): 503, never a partial
         answer passed on as whole."""
-        self.fail(d.rid, 503, f"model {self.spec['name']}: vLLM: {exc}", code="engine_failed")
+        self.fail(d.rid, 503, f"model {self.spec.name}: vLLM: {exc}", code="engine_failed")
 
     def relay(
         self, d: Request, answer: Iterator[bytes], started: float, stream: bool, asked: bool
@@ -886,13 +882,13 @@ class VllmWorker(Worker):
             while True:
                 awake = self.awake
                 hint = AWAKE_HINT if awake else self.footprint()
-                lease = self.client.acquire(self.spec["devices"], memory=hint, pin=self.pin)
+                lease = self.client.acquire(self.spec.devices, memory=hint, pin=self.pin)
                 if self.awake or not awake:
                     break
                 self.client.release(lease, resident={})
         except BrokerError as exc:
             for d in self.take(len(self.queue)):
-                self.fail(d.rid, 503, f"model {self.spec['name']}: GPU broker: {exc}")
+                self.fail(d.rid, 503, f"model {self.spec.name}: GPU broker: {exc}")
             self.server.stop()
             os._exit(EXIT_BROKER)
         granted = time.monotonic()
@@ -915,7 +911,7 @@ class VllmWorker(Worker):
         ).start()
 
     def compute(self, lease: Any, granted: float, restore: float) -> None:
-        limit = self.spec["max_batch"]
+        limit = self.spec.max_batch
         first = True
         while True:
             with self.cond:

@@ -13,9 +13,10 @@ from typing import Any
 
 from acbslurm.serve.engines.vllm import VllmServer, _die_with_parent
 from acbslurm.serve.engines.vllm_nodes import STOP_GRACE, headless_argv
+from acbslurm.serve.pool import ModelSpec
 
 
-def follow(spec: dict[str, Any], rank: int, rendezvous: str, device: str) -> int:
+def follow(spec: ModelSpec, rank: int, rendezvous: str, device: str) -> int:
     """A follower of an ``engine: vllm`` group: vLLM's headless node ``rank``, until it
     exits or this process gets SIGTERM (the gateway stopping the group)."""
     host, port = rendezvous.rsplit(":", 1)

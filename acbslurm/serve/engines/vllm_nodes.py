@@ -29,6 +29,8 @@ import json
 import socket
 from typing import Any
 
+from acbslurm.serve.pool import ModelSpec
+
 # vLLM's headless node, as ``vllm serve --headless`` runs it (vllm/entrypoints/cli/
 # serve.py), without the console script's version lookup. The guard: vLLM starts its
 # workers with multiprocessing's spawn, which must not run this again.
@@ -55,10 +57,10 @@ def free_port(host: str) -> int:
         return int(s.getsockname()[1])
 
 
-def group_args(spec: dict[str, Any], kind: str, group: tuple[str, int, int]) -> list[str]:
+def group_args(spec: ModelSpec, kind: str, group: tuple[str, int, int]) -> list[str]:
     """The flags of node ``rank`` of the group whose master is ``host:port``."""
     host, port, rank = group
-    procs = int(spec["procs"])
+    procs = int(spec.procs)
     args = [
         "--pipeline-parallel-size",
         str(procs),
@@ -81,7 +83,7 @@ Group = tuple[str, int, int] | None  # (master host, master port, node rank) or 
 
 
 def local_gang(
-    spec: dict[str, Any], kind: str, devices: list[Any], group: Group
+    spec: ModelSpec, kind: str, devices: list[Any], group: Group
 ) -> tuple[list[Any], int]:
     """(this server's devices, its tensor parallelism): the whole lease on CUDA (1 on
     CPU); in a group, its node's share of the gang (the lease's first node is the head's)."""
@@ -89,7 +91,7 @@ def local_gang(
         return devices, 1
     if group is None:
         return devices, len(devices)
-    per = int(spec["devices"]) // int(spec["procs"])
+    per = int(spec.devices) // int(spec.procs)
     return devices[:per], per
 
 
@@ -99,7 +101,7 @@ def eager(group: Group) -> list[str]:
 
 
 def with_group(
-    spec: dict[str, Any], kind: str, group: Group, argv: list[str], env: dict[str, str]
+    spec: ModelSpec, kind: str, group: Group, argv: list[str], env: dict[str, str]
 ) -> tuple[list[str], dict[str, str]]:
     """A server's command line and environment, plus the group's flags, and without
     ``VLLM_CPU_CI_ENV`` (it skips the warm-up later stages need)."""

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
 from acbslurm.serve.engines.vllm import VllmServer, default_python
 from acbslurm.serve.errors import PoolError
-from acbslurm.serve.pool import load_pool_text
+from acbslurm.serve.pool import ModelSpec, load_pool_text
 
 
 def _pool(model: str, extra: str = "") -> str:
@@ -65,8 +66,8 @@ def test_engine_refused(model: str, words: str) -> None:
     assert "p.yaml:" in str(info.value) and words in str(info.value)
 
 
-def _spec(**kw: object) -> dict[str, object]:
-    spec: dict[str, object] = {
+def _spec(**kw: object) -> ModelSpec:
+    spec: dict[str, Any] = {
         "name": "m",
         "path": "/models/m",
         "dtype": "bfloat16",
@@ -76,7 +77,7 @@ def _spec(**kw: object) -> dict[str, object]:
         "vllm_python": "/v/bin/python",
     }
     spec.update(kw)
-    return spec
+    return ModelSpec.from_dict(spec)
 
 
 def test_command_on_cuda() -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from acbslurm.serve.modelproc import load_causal_lm, prepare_model_process
+from acbslurm.serve.pool import ModelSpec
 
 SETTINGS = {
     "TORCH_CPP_LOG_LEVEL": "ERROR",
@@ -43,7 +44,9 @@ def test_load_causal_lm_in_eval_mode_with_the_threads_asked_for(
     before = torch.get_num_threads()
     monkeypatch.setenv("ACBSLURM_SERVE_THREADS", "2")
     try:
-        model, dtype = load_causal_lm({"path": str(tiny_models["model-a"]), "dtype": "bfloat16"})
+        model, dtype = load_causal_lm(
+            ModelSpec(name="model-a", path=str(tiny_models["model-a"]), dtype="bfloat16")
+        )
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)

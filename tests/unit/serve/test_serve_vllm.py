@@ -39,7 +39,7 @@ from servehelp import _get
 from acbslurm.broker.client import BrokerClient
 from acbslurm.serve import procs
 from acbslurm.serve.engines.vllm import VllmWorker, default_python
-from acbslurm.serve.pool import load_pool_text
+from acbslurm.serve.pool import ModelSpec, load_pool_text
 from acbslurm.serve.runner import PoolServer
 
 pytestmark = pytest.mark.skipif(
@@ -163,23 +163,25 @@ def metric(srv: PoolServer, name: str, model: str) -> float:
     raise AssertionError(f"no {name} for {model} in /metrics")
 
 
-def worker_spec(tiny_models: dict[str, Path]) -> dict[str, Any]:
-    return {
-        "name": "model-a",
-        "path": str(tiny_models["model-a"]),
-        "devices": 1,
-        "dtype": "float32",
-        "max_batch": 2,
-        "max_tokens": 5,
-        "max_context": 0,
-        "temperature": 0.0,
-        "top_p": 1.0,
-        "headroom": 64 << 20,
-        "engine": "vllm",
-        "engine_args": {},
-        "sleep_level": 1,
-        "vllm_python": "",
-    }
+def worker_spec(tiny_models: dict[str, Path]) -> ModelSpec:
+    return ModelSpec.from_dict(
+        {
+            "name": "model-a",
+            "path": str(tiny_models["model-a"]),
+            "devices": 1,
+            "dtype": "float32",
+            "max_batch": 2,
+            "max_tokens": 5,
+            "max_context": 0,
+            "temperature": 0.0,
+            "top_p": 1.0,
+            "headroom": 64 << 20,
+            "engine": "vllm",
+            "engine_args": {},
+            "sleep_level": 1,
+            "vllm_python": "",
+        }
+    )
 
 
 @pytest.fixture(scope="module")

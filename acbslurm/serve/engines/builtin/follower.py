@@ -15,27 +15,28 @@ import sys
 from typing import Any
 
 from acbslurm.serve.modelproc import load_causal_lm, prepare_model_process
+from acbslurm.serve.pool import ModelSpec
 from acbslurm.units import ascii_int
 
 EXIT_REFUSED = 3  # this stage cannot run (the leader tells the gateway why)
 EXIT_GROUP = 5  # the leader went away or failed
 
 
-def load_stage(spec: dict[str, Any], rank: int, device: str) -> tuple[Any, Any]:
+def load_stage(spec: ModelSpec, rank: int, device: str) -> tuple[Any, Any]:
     """(stage, residency) of ``rank``: the model cut to its stage, weights off
     the device (host memory) until the leader's first RESTORE."""
     from acbslurm.serve.engines.builtin.residency import Residency
     from acbslurm.serve.engines.builtin.stages import make_stage
 
     model, _dtype = load_causal_lm(spec)
-    stage = make_stage(model, rank, int(spec["procs"]))
+    stage = make_stage(model, rank, int(spec.procs))
     return stage, Residency(stage.model, device)
 
 
-def run(spec: dict[str, Any], rank: int, rendezvous: str, device: str) -> int:
+def run(spec: ModelSpec, rank: int, rendezvous: str, device: str) -> int:
     from acbslurm.serve.engines.builtin import group as pipeline
 
-    procs = int(spec["procs"])
+    procs = int(spec.procs)
     host, port = rendezvous.rsplit(":", 1)
     store = pipeline.rendezvous(host.strip("[]"), int(port), rank, procs)
     pipeline.join(store, rank, procs)
@@ -59,8 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rendezvous", required=True, help="HOST:PORT of the leader's store")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     args = p.parse_args(argv)
-    spec = json.loads(args.spec)
-    if spec.get("engine") == "vllm":  # a headless vLLM node of the model's group
+    spec = ModelSpec.from_dict(json.loads(args.spec))
+    if spec.engine == "vllm":  # a headless vLLM node of the model's group
         from acbslurm.serve.engines.vllm_follower import follow
 
         return follow(spec, args.rank, args.rendezvous, args.device)

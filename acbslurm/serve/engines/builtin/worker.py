@@ -54,14 +54,14 @@ class BuiltinWorker(Worker):
         from acbslurm.serve.engines.builtin.decoding import local_forward
         from acbslurm.serve.engines.builtin.residency import Residency
 
-        self.tokenizer = AutoTokenizer.from_pretrained(self.spec["path"])
+        self.tokenizer = AutoTokenizer.from_pretrained(self.spec.path)
         # The tokenizing thread's own copy: a fast tokenizer is one Rust object, and
         # the decoding loop's detokenizing must not share it with a concurrent encode.
-        self.encoder = AutoTokenizer.from_pretrained(self.spec["path"])
+        self.encoder = AutoTokenizer.from_pretrained(self.spec.path)
         model, self.dtype = load_causal_lm(self.spec)
         cfg = model.config
         own = getattr(cfg, "max_position_embeddings", 0) or getattr(cfg, "n_positions", 0) or 2048
-        self.max_context = min(self.spec["max_context"] or own, own)
+        self.max_context = min(self.spec.max_context or own, own)
         self.eos_id = self.tokenizer.eos_token_id
         self.max_prompt_chars = self.max_context * longest_token(self.tokenizer)
         self.vocab = int(model.get_output_embeddings().weight.shape[0])
@@ -73,7 +73,7 @@ class BuiltinWorker(Worker):
         self.residency = Residency(model, self.device)
         self.turn_lock = self.residency.lock  # an eviction waits for the turn's compute
         self.forward = local_forward(model)
-        self.gang = Gang(self.residency, self.spec["devices"], self.procs, self.device)
+        self.gang = Gang(self.residency, self.spec.devices, self.procs, self.device)
 
     # -- the worker group (procs > 1) ----------------------------------------------------
 
@@ -108,7 +108,7 @@ class BuiltinWorker(Worker):
         """A follower died or hung: its requests fail (503 from the gateway), the
         process exits so that the broker frees the lease and the gateway restarts
         the whole group."""
-        log.error("model %s: worker group failed: %s", self.spec["name"], reason)
+        log.error("model %s: worker group failed: %s", self.spec.name, reason)
         self.send({"type": "group_failed", "message": reason})
         os._exit(EXIT_GROUP)
 
@@ -116,8 +116,8 @@ class BuiltinWorker(Worker):
         """0 when the gang fits the broker's devices, else EXIT_REFUSED (gateway told)."""
         from acbslurm.serve.placement import from_env
 
-        count = self.spec["devices"]
-        need = self.gang.share + self.spec["headroom"]
+        count = self.spec.devices
+        need = self.gang.share + self.spec.headroom
         devs = self.client.devices
         self.gang.plan([d.node for d in devs], from_env().nodes)
         fitting = large_enough(devs, need)
@@ -130,7 +130,7 @@ class BuiltinWorker(Worker):
                     "type": "fatal",
                     "exit": EXIT_REFUSED,
                     "message": (
-                        f"model {self.spec['name']} needs {count} device(s) with "
+                        f"model {self.spec.name} needs {count} device(s) with "
                         f"{need / 2**20:.1f} MiB each{where} (weights "
                         f"{self.gang.weights / 2**20:.1f} MiB / {count} + headroom); "
                         f"the broker has {len(devs)} device(s), "
@@ -175,7 +175,7 @@ class BuiltinWorker(Worker):
         ids = self.tokenize(rid, msg)
         if ids is None:
             return
-        max_tokens = int(msg.get("max_tokens") or self.spec["max_tokens"])
+        max_tokens = int(msg.get("max_tokens") or self.spec.max_tokens)
         field = "messages" if "messages" in msg else "prompt"
         if len(ids) + max_tokens > self.max_context:
             if len(ids) < self.max_context:
@@ -210,8 +210,8 @@ class BuiltinWorker(Worker):
         try:
             params = Params(
                 max_tokens=max_tokens,
-                temperature=float(spec["temperature"] if temp is None else temp),
-                top_p=float(spec["top_p"] if top_p is None else top_p),
+                temperature=float(spec.temperature if temp is None else temp),
+                top_p=float(spec.top_p if top_p is None else top_p),
                 seed=msg.get("seed"),
                 stop=tuple(msg.get("stop") or ()),
             )
@@ -281,11 +281,11 @@ class BuiltinWorker(Worker):
         from acbslurm.errors import BrokerError
 
         spec = self.spec
-        hint = spec["headroom"] + (0 if self.residency.resident else self.gang.share)
+        hint = spec.headroom + (0 if self.residency.resident else self.gang.share)
         t0 = time.monotonic()
         try:
             lease = self.client.acquire(
-                spec["devices"],
+                spec.devices,
                 memory=hint,
                 pin=self.pin or self.gang.pin(self.client.devices),
                 per_node=self.gang.per_node,
@@ -295,7 +295,7 @@ class BuiltinWorker(Worker):
                 self.fail(
                     d.rid,
                     503,
-                    f"model {spec['name']}: GPU broker: {exc}",
+                    f"model {spec.name}: GPU broker: {exc}",
                     code="broker_unavailable",
                 )
             os._exit(EXIT_BROKER)
@@ -309,7 +309,7 @@ class BuiltinWorker(Worker):
 
         dev = self.residency.torch_device
         assert dev is not None
-        limit = self.spec["max_batch"]
+        limit = self.spec.max_batch
         active = self.take(limit)
         for d in active:
             d.timing = {
