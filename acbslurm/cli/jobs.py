@@ -294,28 +294,75 @@ def _gpu_status(as_json: bool) -> None:
     jobstatus.table(rows)
 
 
+def _signal_name(ctx: click.Context, param: click.Parameter, value: str | None) -> str:
+    """``--signal``: a signal's name (``USR1``, ``SIGUSR1``) or number, as scancel's."""
+    import signal
+
+    from acbslurm.units import is_ascii_int
+
+    if value is None:
+        return ""
+    text = value.strip().upper()
+    if is_ascii_int(text) and 0 < int(text) < signal.NSIG:
+        return str(int(text))
+    name = text if text.startswith("SIG") else f"SIG{text}"
+    if name in signal.Signals.__members__:
+        return name[3:]
+    raise click.BadParameter(
+        f"{value!r} is not a signal (a name such as USR1, TERM or INT, or a number)",
+        ctx,
+        param,
+    )
+
+
 @click.command()
 @click.argument("job_ids", nargs=-1, required=True, metavar="JOBID...")
+@click.option(
+    "-s",
+    "--signal",
+    "signal_name",
+    metavar="NAME",
+    callback=_signal_name,
+    help="Send this signal (USR1, TERM, 10...) instead of cancelling: to the job's steps, "
+    "so a container started with `acbslurm run` gets it (scancel --signal).",
+)
+@click.option(
+    "--full",
+    is_flag=True,
+    help="With --signal: the batch script too, not only its steps (scancel --full).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_context
-def cancel(ctx: click.Context, job_ids: tuple[str, ...], as_json: bool) -> None:
-    """Cancel jobs (their containers are stopped by the job's own cleanup).
+def cancel(
+    ctx: click.Context, job_ids: tuple[str, ...], signal_name: str, full: bool, as_json: bool
+) -> None:
+    """Cancel jobs (their containers are stopped by the job's own cleanup), or signal
+    them (--signal: a checkpoint before a requeue, a reload).
 
     An array's id cancels all its tasks. Exits 1 if a job id is unknown to Slurm
     (scancel itself says nothing then), as `status` does.
     """
     from acbslurm.slurm.jobs import cancel_known
+    from acbslurm.units import is_ascii_int
 
-    done = cancel_known(_validate_ids(job_ids), backend=_backend())
+    if full and not signal_name:
+        raise click.BadParameter("--full goes with --signal", ctx, param_hint="'--full'")
+    done = cancel_known(_validate_ids(job_ids), backend=_backend(), signal=signal_name, full=full)
+    did = "signalled" if signal_name else "cancelled"
     if as_json:
-        out = {
-            "cancelled": done.cancelled,
+        out: dict[str, Any] = {
+            did: done.cancelled,
             "ended": [{"job_id": i, "states": s} for i, s in done.ended.items()],
             "unknown": done.unknown,
         }
+        if signal_name:
+            out["signal"] = signal_name
         click.echo(json.dumps(out, indent=2))
     else:
-        if done.cancelled:
+        if done.cancelled and signal_name:
+            what = f"signal {signal_name}" if is_ascii_int(signal_name) else f"SIG{signal_name}"
+            click.echo(f"Sent {what} to {' '.join(done.cancelled)}")
+        elif done.cancelled:
             click.echo(f"Cancelled {' '.join(done.cancelled)}")
         for i, states in done.ended.items():
             click.echo(f"Job {i} had already ended ({', '.join(states)})")

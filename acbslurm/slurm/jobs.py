@@ -698,16 +698,24 @@ class CancelOutcome:
     unknown_rows: list[JobInfo]  # the UNKNOWN rows of ``unknown`` (their reasons)
 
 
-def cancel_known(job_ids: Sequence[str], *, backend: str = "cli") -> CancelOutcome:
-    """Cancel those of ``job_ids`` that still run or wait; an array's id stands for all
-    its tasks. One batched query first, so an id that ended or that Slurm forgot is
-    told apart (scancel says nothing about either) and never sent to scancel."""
+def cancel_known(
+    job_ids: Sequence[str], *, backend: str = "cli", signal: str = "", full: bool = False
+) -> CancelOutcome:
+    """Cancel those of ``job_ids`` that still run or wait (or, with ``signal``, send
+    them that signal: their steps', with ``full`` the batch script's too); an array's
+    id stands for all its tasks. One batched query first, so an id that ended or that
+    Slurm forgot is told apart (scancel says nothing about either) and never sent to
+    scancel."""
     ids = list(dict.fromkeys(job_ids))
     rows: dict[str, list[JobInfo]] = {i: [] for i in ids}
     for job in query_jobs(ids, backend=backend):
         rows[job.array_job_id or job.job_id].append(job)
     unknown, ended, live = _by_liveness(ids, rows)
-    cancel_jobs(live, backend=backend)
+    if signal:
+        if live:
+            slurm(["scancel", f"--signal={signal}", *(["--full"] if full else []), *live])
+    else:
+        cancel_jobs(live, backend=backend)
     return CancelOutcome(
         cancelled=live,
         ended={i: sorted({j.state for j in rows[i]}) for i in ended},

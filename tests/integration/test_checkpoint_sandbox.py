@@ -2,7 +2,7 @@
 "Checkpoint and requeue") on the sandbox, as user1 (issue 28, item 5).
 
 Slurm sends the example's USR1 120 s before the time limit; here user1 sends it early
-(`scancel --signal=USR1`, which signals the job's steps as `--signal` does). The
+(`acbslurm cancel --signal USR1`, which signals the job's steps as `--signal` does). The
 container saves its step count and exits 85, `acbslurm run` requeues the job, and the
 second run (SLURM_RESTART_COUNT=1) resumes from the saved step.
 """
@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sandboxtest import REPO, RERUN_WAIT, no_jobs, wait_job, wait_until
+from sandboxtest import REPO, RERUN_WAIT, acbslurm_as, no_jobs, wait_job, wait_until
 from sandboxtest import acbslurm_as as as_user
 
 pytestmark = pytest.mark.integration
@@ -56,7 +56,8 @@ def test_the_checkpoint_example_requeues_and_resumes(sb: Any, idle: Any, workdir
         # least 2, so the second run's step tells that it read the checkpoint.
         started = time.monotonic()
         wait_until("three steps", lambda: time.monotonic() - started > 3, timeout=10)
-        sb.run_as("user1", ["scancel", "--signal=USR1", job])
+        sent = acbslurm_as(sb, "user1", "cancel", "--signal", "usr1", job)
+        assert sent.returncode == 0 and sent.stdout.strip() == f"Sent SIGUSR1 to {job}", sent
         wait_until("the checkpoint", lambda: "saved at step" in out.read_text(), timeout=30)
         saved = (workdir / "ckpt" / "state").read_text().strip()
         fields = wait_job(sb, job, ("PENDING",), 60)

@@ -393,3 +393,34 @@ def test_status_names_the_node_of_each_gpu_of_a_job_on_several_nodes() -> None:
     assert _gpu_text(job, long=False) == "vm-1:0,1 vm-2:1"
     assert _gpu_text(job, long=True) == "vm-1:0=GPU-a,1=GPU-b vm-2:1"
     assert job.as_json()["gpu_devices"] == devices
+
+
+def test_cancel_signal_sends_it_to_the_steps_and_keeps_the_job(
+    cwd: Path, fake_slurm: FakeSlurm
+) -> None:
+    fake_slurm.add_job("7", "RUNNING", node="vm", start=T0, gpus=[0])
+    fake_slurm.add_job("8", "COMPLETED", end=T0)
+    res = CliRunner().invoke(jobs_cli.cancel, ["--signal", "sigusr1", "7", "8"])
+    assert res.exit_code == 0, res.output
+    assert res.stdout.splitlines() == ["Sent SIGUSR1 to 7", "Job 8 had already ended (COMPLETED)"]
+    assert fake_slurm.argvs("scancel")[-1] == ["scancel", "--signal=USR1", "7"]
+    res = CliRunner().invoke(jobs_cli.cancel, ["--json", "-s", "10", "--full", "7"])
+    assert json.loads(res.stdout)["signalled"] == ["7"] and json.loads(res.stdout)["signal"] == "10"
+    assert fake_slurm.argvs("scancel")[-1] == ["scancel", "--signal=10", "--full", "7"]
+    assert "RUNNING" in status("7").stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--signal", "HUPP", "7"], "'HUPP' is not a signal"),
+        (["--signal", "99", "7"], "'99' is not a signal"),
+        (["--full", "7"], "--full goes with --signal"),
+    ],
+)
+def test_cancel_signal_bad_input_exits_2(
+    cwd: Path, fake_slurm: FakeSlurm, args: list[str], says: str
+) -> None:
+    res = CliRunner().invoke(jobs_cli.cancel, args)
+    assert res.exit_code == 2 and says in res.output, res.output
+    assert fake_slurm.argvs("scancel") == []
