@@ -237,3 +237,17 @@ def wait_gone(sb: Any, job_id: str, timeout: float = 60) -> None:
 # s: how long a requeued job waits before it may start again on the sandbox (its
 # slurm.conf's AuthInfo cred_expire), plus the scheduler's passes: it starts on its own.
 RERUN_WAIT = 90
+
+
+def wait_for_pool_usage(sb: Any, job_id: str, timeout: float = 60) -> dict[str, Any]:
+    """The ``pool`` of ``job_id``'s row in user1's `acbslurm report --json` (what the
+    job's epilog kept of its pool's or broker's usage), once it is there."""
+
+    def pool() -> dict[str, Any] | None:
+        res = acbslurm_as(sb, "user1", "report", "--json", "--start", "now-1h")
+        assert res.returncode == 0, res.stderr
+        rows = [j for j in json.loads(res.stdout)["jobs"] if j["job_id"] == job_id]
+        return rows[0]["pool"] if rows and rows[0]["pool"] else None
+
+    got: dict[str, Any] = wait_until(f"job {job_id}'s usage in the report", pool, timeout)
+    return got

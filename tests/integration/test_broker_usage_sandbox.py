@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sandboxtest import acbslurm_as, submit, wait_gone, wait_until
+from sandboxtest import acbslurm_as, submit, wait_for_pool_usage, wait_gone
 
 pytestmark = pytest.mark.integration
 
@@ -36,13 +36,7 @@ kill %1; wait
     job = submit(idle, scripts, body, "--gres=gpu:2", "-t", "5")
     wait_gone(idle, job, 120)
 
-    def pool() -> dict[str, Any] | None:
-        res = acbslurm_as(idle, "user1", "report", "--json", "--start", "now-1h")
-        assert res.returncode == 0, res.stderr
-        rows = [j for j in json.loads(res.stdout)["jobs"] if j["job_id"] == job]
-        return rows[0]["pool"] if rows and rows[0]["pool"] else None
-
-    got = wait_until(f"job {job}'s broker usage in the report", pool, 60)
+    got = wait_for_pool_usage(idle, job)
     held = {u["key"]: u["gpu_seconds"] for u in got["usage"]}
     assert set(held) == {"train", "eval"}, got
     assert 4.0 <= held["train"] < 4.0 + 3, held  # 2 GPUs x 2 s, plus the calls' time

@@ -24,7 +24,7 @@ from sandboxtest import (
     job_status,
     no_jobs,
     wait_for_pool,
-    wait_until,
+    wait_for_pool_usage,
 )
 from sandboxtest import acbslurm_as as as_user
 
@@ -217,13 +217,7 @@ def _usage_in_the_report(sb: Any, job_id: str) -> None:
     """After the job: `acbslurm report` shows user1 the pool's allocated, leased and
     idle GPU-seconds and each name's share (adding up); user2 sees none of it."""
 
-    def pool_of_job() -> dict[str, Any] | None:
-        res = as_user(sb, "user1", "report", "--json", "--start", "now-1h")
-        assert res.returncode == 0, res.stderr
-        job = [j for j in json.loads(res.stdout)["jobs"] if j["job_id"] == job_id]
-        return job[0]["pool"] if job and job[0]["pool"] else None
-
-    pool = wait_until(f"job {job_id}'s pool usage in the report", pool_of_job, 60)
+    pool = wait_for_pool_usage(sb, job_id)
     leased = pool["leased_gpu_seconds"]
     assert 0 < leased <= pool["allocated_gpu_seconds"], pool
     assert pool["idle_gpu_seconds"] == pytest.approx(pool["allocated_gpu_seconds"] - leased)
