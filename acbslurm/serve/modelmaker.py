@@ -100,7 +100,7 @@ def make_model(dest: str | os.PathLike[str], shape: TinyShape = TinyShape(), see
 
 
 DEMO_SHAPES = {
-    # Shaped like the seed's demo: C is the big one on 8 devices.
+    # Shaped like the ACB demo (A:4, B:4, C:8 on two 4-GPU servers): C is the big one.
     "model-a": (TinyShape(layers=2, width=128, heads=4), 4),
     "model-b": (TinyShape(layers=2, width=128, heads=4), 4),
     "model-c": (TinyShape(layers=4, width=192, heads=4), 8),
@@ -132,7 +132,7 @@ def demo_pool_yaml(
     ``engine``: every model's (``serve --demo --engine vllm``)."""
     models = demo_models(root)
     lines = [
-        "# acbslurm serve --demo: the seed's shape (A:4, B:4, C:8) on 8 CPU stand-in devices",
+        "# acbslurm serve --demo: models of 4, 4 and 8 devices (A:4, B:4, C:8) on 8 CPU stand-ins",
         f"listen: {listen}",
         "devices: cpu:8:1536K",
         "policy: quantum",

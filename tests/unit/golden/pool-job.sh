@@ -11,6 +11,6 @@
 # A model pool (acbslurm serve) on exactly this job's GPUs. Once its workers are up,
 # the gateway's address is in acbslurm-serve-$SLURM_JOB_ID.json in the job's working
 # directory (readable by the job's user only); `acbslurm status` shows it.
-exec /usr/local/bin/acbslurm serve <repo>/conf/examples/pool-seed.yaml \
+exec /usr/local/bin/acbslurm serve <repo>/conf/examples/pool-4-4-8.yaml \
   --listen 0.0.0.0:auto \
   --address-file "acbslurm-serve-$SLURM_JOB_ID.json"

@@ -1,6 +1,6 @@
 """A real pool on 127.0.0.1 driven by the official ``openai`` client (and curl for SSE).
 
-One pool for the module: the seed's shape A:4 + B:4 + C:8 on 8 CPU stand-in devices
+One pool for the module: A:4 + B:4 + C:8 (the ACB demo's shape) on 8 CPU stand-in devices
 of 256 KiB, so that C's turn evicts A and B and theirs evict C. The fault tests
 (worker killed mid-batch) run last.
 """

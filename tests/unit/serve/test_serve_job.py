@@ -37,7 +37,7 @@ def test_golden_pool_job_script() -> None:
 
 
 def test_golden_two_node_pool_job_script() -> None:
-    """The seed's two servers: 4 GPUs per node (C: 8 in 2 processes, 4 on each node)."""
+    """Two 4-GPU servers: 4 GPUs per node (C: 8 in 2 processes, 4 on each node)."""
     spec = pool_job(load_spec(REPO / "conf/examples/pool-job-2nodes.yaml"), check_paths=False)
     assert spec.gpus == "4"
     text = render(spec, acbslurm=ACBSLURM).replace(str(REPO), "<repo>")

@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parents[3]
 
 
 def test_seed_example_is_valid_and_seed_shaped() -> None:
-    pool = load_pool(REPO / "conf/examples/pool-seed.yaml", check_paths=False)
+    pool = load_pool(REPO / "conf/examples/pool-4-4-8.yaml", check_paths=False)
     assert [(m.name, m.devices) for m in pool.models] == [
         ("model-a", 4),
         ("model-b", 4),
@@ -24,7 +24,7 @@ def test_seed_example_is_valid_and_seed_shaped() -> None:
     ]
     assert pool.host_memory == 100 << 30  # binary units
     assert pool.models[2].headroom == 8 << 30
-    assert [m.procs for m in pool.models] == [1, 1, 2]  # C spans the seed's two servers
+    assert [m.procs for m in pool.models] == [1, 1, 2]  # C spans two 4-GPU servers
     assert pool.policy == "quantum"
 
 
