@@ -34,7 +34,7 @@ from acbslurm.dockerapi.engine import (
     DaemonUnreachable,
     EngineApi,
     EngineError,
-    NotFound,
+    ImageNotFound,
     pid_of,
     started,
 )
@@ -227,7 +227,7 @@ def _create(
             return _create_once(api, spec.name, config, patience), False
     except DaemonUnreachable:
         raise SetupError(start_hint(api.host)) from None
-    except NotFound:
+    except ImageNotFound:
         raise DockerError(
             f"image {spec.image!r} is not in your Docker daemon: `docker pull` or "
             "`docker load` it first"

@@ -77,6 +77,11 @@ class NotFound(EngineError):
     """HTTP 404: no such container (or image, for a create)."""
 
 
+class ImageNotFound(NotFound):
+    """HTTP 404 naming the image (``No such image``): a create whose image is not in
+    the daemon, told apart from a 404 for another thing it names (a network)."""
+
+
 class Conflict(EngineError):
     """HTTP 409: e.g. a container name in use, or a container that is not running."""
 
@@ -87,7 +92,9 @@ _REMOVING = "is already in progress"
 
 
 def http_error(status: int, message: str, api_version: str = "") -> EngineError:
-    """The EngineError subclass for ``status``."""
+    """The EngineError subclass for ``status`` (and, for a 404, what it names)."""
+    if status == 404 and "no such image" in message.lower():
+        return ImageNotFound(status, message, api_version)
     return _BY_STATUS.get(status, EngineError)(status, message, api_version)
 
 

@@ -135,6 +135,10 @@ def test_create_errors_name_the_fix(fake_docker: FakeDocker) -> None:
     fake_docker.on("POST", "/containers/create", Answer(500, {"message": "disk full"}))
     with pytest.raises(DockerError, match=r"cannot create the container: .*disk full"):
         run(d, spec(name="another"))
+    # a 404 that names a network, not the image, is not told as a missing image
+    fake_docker.on("POST", "/containers/create", Answer(404, {"message": "network n1 not found"}))
+    with pytest.raises(DockerError, match=r"cannot create the container: .*network n1 not found"):
+        run(d, spec(name="third"))
 
 
 def test_no_daemon_says_how_to_start_one(tmp_path: Path) -> None:

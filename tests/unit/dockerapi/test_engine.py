@@ -16,7 +16,9 @@ from acbslurm.dockerapi.engine import (
     DaemonUnreachable,
     EngineApi,
     EngineError,
+    ImageNotFound,
     NotFound,
+    http_error,
     negotiate,
 )
 from acbslurm.errors import DockerError
@@ -49,13 +51,14 @@ def test_an_error_without_a_json_message_keeps_its_text(fake_docker: FakeDocker)
 def test_the_model_answers_with_the_typed_errors(fake_docker: FakeDocker) -> None:
     d = api(fake_docker)
     fake_docker.images = {"there:1"}
-    with pytest.raises(NotFound, match="No such image: missing:1"):
+    with pytest.raises(ImageNotFound, match="No such image: missing:1"):
         d.create("c1", {"Image": "missing:1"})
     d.create("c1", {"Image": "there:1"})
     with pytest.raises(Conflict, match="is in use"):
         d.create("c1", {"Image": "there:1"})
-    with pytest.raises(NotFound):
+    with pytest.raises(NotFound) as gone:
         d.attach("nosuchcontainer")
+    assert not isinstance(gone.value, ImageNotFound)  # a 404 naming no image
     with pytest.raises(Conflict):
         d.kill("c1")  # not running
     d.remove_container("c1")
@@ -335,3 +338,9 @@ def test_an_image_answer_that_is_no_object_is_a_docker_error(
     assert str(exc.value).startswith(
         f"Docker at {fake_docker.host}: GET /images/img:1/json: truncated or invalid answer"
     )
+
+
+def test_a_404_is_image_not_found_only_when_it_names_the_image() -> None:
+    assert type(http_error(404, "POST /containers/create: No such image: x:1")) is ImageNotFound
+    assert type(http_error(404, "POST /containers/create: network n1 not found")) is NotFound
+    assert type(http_error(409, "no such image here")) is Conflict
