@@ -166,7 +166,7 @@ def check_sharing(device: str, gb: float, steps: int, compute_ms: float, smoke: 
         ]
         codes = [p.wait() for p in procs]
         together = time.perf_counter() - t0
-        from acbslurm.cli.broker import fetch_status
+        from acbslurm.broker.status import fetch_status
 
         st = fetch_status(f"unix:{sock}")
     finally:

@@ -120,68 +120,6 @@ def serve(
     )
 
 
-def _status_dict(reply: Any) -> dict[str, Any]:
-    return {
-        "policy": reply.policy,
-        "quantum_seconds": reply.quantum_seconds,
-        "source": reply.source,
-        "grants": reply.grants,
-        "evictions": reply.evictions,
-        "yields_asked": reply.yields_asked,
-        "disconnects": reply.disconnects,
-        "recovering": reply.recovering,
-        "recovery_seconds_left": round(reply.recovery_seconds_left, 3),
-        "sessions_expected": reply.sessions_expected,
-        "devices": [
-            {
-                "id": d.device.id,
-                "name": d.device.name,
-                "memory_total": d.device.memory_total,
-                "node": d.device.node or None,
-                "holder": d.holder or None,
-                "lease_id": d.lease_id or None,
-                "held_seconds": round(d.held_seconds, 3),
-                "residents": {str(r.client_id): r.bytes for r in d.residents},
-            }
-            for d in reply.devices
-        ],
-        "clients": [
-            {
-                "id": c.client_id,
-                "name": c.name,
-                "pid": c.pid,
-                "waiting_count": c.waiting_count,
-                "waiting_seconds": round(c.waiting_seconds, 3),
-                "on_lane": c.on_lane,
-                "rejoined": c.rejoined,
-            }
-            for c in reply.clients
-        ],
-    }
-
-
-def fetch_status(address: str, timeout: float = 5.0) -> dict[str, Any]:
-    """The broker's state as a plain dict (also used by tests and benchmarks)."""
-    import grpc
-
-    from acbslurm.broker.address import check_address
-    from acbslurm.broker.proto import pb, pb_grpc
-    from acbslurm.errors import BrokerError
-
-    check_address(address)  # another user's socket: "permission denied", not a time-out
-    with grpc.insecure_channel(address) as channel:
-        try:
-            reply = pb_grpc.GpuBrokerStub(channel).Status(
-                pb.StatusRequest(), timeout=timeout, wait_for_ready=True
-            )
-        except grpc.RpcError as exc:
-            raise BrokerError(
-                f"no GPU broker answers at {address} ({exc.code().name}); "
-                "start one with `acbslurm broker serve`"
-            ) from None
-    return _status_dict(reply)
-
-
 def _device_line(d: dict[str, Any], names: dict[int, str]) -> str:
     """One device of ``broker status``: its holder (or free), for how long, residents."""
     holder = names.get(d["holder"], "free") if d["holder"] else "free"
@@ -202,6 +140,8 @@ def _device_line(d: dict[str, Any], names: dict[int, str]) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print the state as JSON.")
 def status(address: str | None, timeout: float, as_json: bool) -> None:
     """Show the broker's devices, holders, waiting clients and counters."""
+    from acbslurm.broker.status import fetch_status
+
     st = fetch_status(_address(address), timeout)
     if as_json:
         click.echo(json.dumps(st, indent=2))

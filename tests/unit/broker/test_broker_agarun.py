@@ -10,7 +10,7 @@ from pathlib import Path
 
 from brokertest_util import ROOT, child_env
 
-from acbslurm.cli.broker import fetch_status
+from acbslurm.broker.status import fetch_status
 
 APP = str(Path(__file__).with_name("train_app.py"))
 STEPS = "15"

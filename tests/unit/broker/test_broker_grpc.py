@@ -19,7 +19,7 @@ import pytest
 from brokertest_util import ROOT, child_env
 
 from acbslurm.broker.client import BrokerClient
-from acbslurm.cli.broker import fetch_status
+from acbslurm.broker.status import fetch_status
 from acbslurm.errors import BrokerError
 
 

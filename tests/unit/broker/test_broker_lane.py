@@ -11,7 +11,7 @@ import pytest
 
 from acbslurm.broker.client import BrokerClient
 from acbslurm.broker.proto import pb
-from acbslurm.cli.broker import fetch_status
+from acbslurm.broker.status import fetch_status
 from acbslurm.errors import BrokerError
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from brokertest_util import ROOT, child_env, spans
 from test_broker_agarun import agarun_argv
 
-from acbslurm.cli.broker import fetch_status
+from acbslurm.broker.status import fetch_status
 
 APP = str(Path(__file__).with_name("busy_app.py"))
 BROKER = ("--devices", "cpu:1:64M", "--policy", "quantum", "--quantum", "0.2")
