@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-import socket
+import stat
 import subprocess
 import sys
 import time
@@ -157,10 +157,18 @@ def test_no_service_no_credentials_is_a_clear_error(sandbox: Sandbox) -> None:
     assert "is not readable by this user" in r.stderr
 
 
-def test_socket_is_a_socket(sandbox: Sandbox) -> None:
-    s = socket.socket(socket.AF_UNIX)
-    s.connect(str(sandbox.layout.run / "report.sock"))
-    s.close()
+def test_the_service_socket_is_roots_and_every_user_reaches_it(sandbox: Sandbox) -> None:
+    """What the service's rights rest on: the socket is root's, in a folder only root
+    may write (nobody can put another socket there), open to every user (who asks is
+    read from the connection, SO_PEERCRED), and user2 connects to it."""
+    path = sandbox.layout.run / "report.sock"
+    st = os.lstat(path)
+    assert stat.S_ISSOCK(st.st_mode) and st.st_uid == 0, oct(st.st_mode)
+    folder = os.stat(path.parent)
+    assert folder.st_uid == 0 and not folder.st_mode & 0o022, oct(folder.st_mode)
+    probe = f"import socket; s = socket.socket(socket.AF_UNIX); s.connect({str(path)!r})"
+    res = sandbox.run_as("user2", [sys.executable, "-c", probe], check=False)
+    assert res.returncode == 0, res.stderr
 
 
 def test_which_gpu_a_job_used_stays_known_after_it_ended(sandbox: Sandbox) -> None:
