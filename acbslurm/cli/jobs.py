@@ -343,28 +343,36 @@ def cancel(
     (scancel itself says nothing then), as `status` does.
     """
     from acbslurm.slurm.jobs import cancel_known
-    from acbslurm.units import is_ascii_int
 
     if full and not signal_name:
         raise click.BadParameter("--full goes with --signal", ctx, param_hint="'--full'")
     done = cancel_known(_validate_ids(job_ids), backend=_backend(), signal=signal_name, full=full)
-    did = "signalled" if signal_name else "cancelled"
     if as_json:
-        out: dict[str, Any] = {
-            did: done.cancelled,
-            "ended": [{"job_id": i, "states": s} for i, s in done.ended.items()],
-            "unknown": done.unknown,
-        }
-        if signal_name:
-            out["signal"] = signal_name
-        click.echo(json.dumps(out, indent=2))
+        click.echo(json.dumps(_cancel_json(done, signal_name), indent=2))
     else:
-        if done.cancelled and signal_name:
-            what = f"signal {signal_name}" if is_ascii_int(signal_name) else f"SIG{signal_name}"
-            click.echo(f"Sent {what} to {' '.join(done.cancelled)}")
-        elif done.cancelled:
-            click.echo(f"Cancelled {' '.join(done.cancelled)}")
-        for i, states in done.ended.items():
-            click.echo(f"Job {i} had already ended ({', '.join(states)})")
+        _say_cancelled(done, signal_name)
     if jobstatus.name_unknown(done.unknown_rows):
         ctx.exit(1)
+
+
+def _cancel_json(done: Any, signal_name: str) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "signalled" if signal_name else "cancelled": done.cancelled,
+        "ended": [{"job_id": i, "states": s} for i, s in done.ended.items()],
+        "unknown": done.unknown,
+    }
+    if signal_name:
+        out["signal"] = signal_name
+    return out
+
+
+def _say_cancelled(done: Any, signal_name: str) -> None:
+    from acbslurm.units import is_ascii_int
+
+    if done.cancelled and signal_name:
+        what = f"signal {signal_name}" if is_ascii_int(signal_name) else f"SIG{signal_name}"
+        click.echo(f"Sent {what} to {' '.join(done.cancelled)}")
+    elif done.cancelled:
+        click.echo(f"Cancelled {' '.join(done.cancelled)}")
+    for i, states in done.ended.items():
+        click.echo(f"Job {i} had already ended ({', '.join(states)})")

@@ -712,8 +712,7 @@ def cancel_known(
         rows[job.array_job_id or job.job_id].append(job)
     unknown, ended, live = _by_liveness(ids, rows)
     if signal:
-        if live:
-            slurm(["scancel", f"--signal={signal}", *(["--full"] if full else []), *live])
+        signal_jobs(live, signal, full)
     else:
         cancel_jobs(live, backend=backend)
     return CancelOutcome(
@@ -740,6 +739,12 @@ def _by_liveness(
         else:
             live.append(i)
     return unknown, ended, live
+
+
+def signal_jobs(job_ids: Sequence[str], signal: str, full: bool = False) -> None:
+    """``signal`` to the steps of ``job_ids`` (with ``full``, their batch scripts too)."""
+    if job_ids:
+        slurm(["scancel", f"--signal={signal}", *(["--full"] if full else []), *job_ids])
 
 
 def cancel_jobs(
