@@ -1,0 +1,62 @@
+"""Faults: who used a job's GPUs is never lost silently (docs/serve.md, "Usage").
+
+slurmdbd down when a job that lent its GPUs through its broker ends: the epilog cannot
+write the usage into the job's AdminComment, so it keeps it in
+``<record_dir>/usage-pending/`` (and says so); once slurmdbd is back, a later epilog on
+the node sends it, and `acbslurm report` shows the job's usage as if nothing happened.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sandboxtest import submit, wait_for_pool_usage, wait_gone, wait_until
+
+pytestmark = pytest.mark.integration
+
+PY = shlex.quote(sys.executable)
+CLIENT = (
+    "import sys, time; from acbslurm.broker.client import BrokerClient; "
+    "c = BrokerClient(name='train'); lease = c.acquire(1); time.sleep(1); c.release(lease); "
+    "c.close(); open(sys.argv[1], 'w').close()"
+)
+
+
+def test_usage_waits_for_slurmdbd_and_is_sent_by_a_later_epilog(idle: Any, scripts: Path) -> None:
+    sb = idle
+    d = scripts / f"usage-{id(sb)}"
+    d.mkdir(exist_ok=True)
+    d.chmod(0o777)
+    body = f"""
+{PY} -m acbslurm broker serve 2>"{d}/broker.err" &
+until {PY} -m acbslurm broker status >/dev/null 2>&1; do sleep 0.1; done
+{PY} -c {shlex.quote(CLIENT)} "{d}/released"
+until [ -e "{d}/go" ]; do sleep 0.2; done
+kill %1; wait
+"""
+    job = submit(sb, scripts, body, "--gres=gpu:1", "-t", "5")
+    wait_until("the program's lease released", (d / "released").exists, 60)
+    pending = sb.layout.records / "usage-pending"
+    sb.stop_component("slurmdbd")
+    try:
+        (d / "go").touch()
+        wait_gone(sb, job, 60)
+        kept = wait_until("the usage kept for later", lambda: list(pending.glob(f"{job}.*.json")))
+        assert len(kept) == 1, kept
+    finally:
+        sb.restart("slurmdbd")
+    # A later job's epilog on the node sends it, once slurmdbd has the job's end.
+    for _ in range(6):
+        if not list(pending.glob(f"{job}.*.json")):
+            break
+        other = submit(sb, scripts, "true", "--gres=gpu:1", "-t", "1")
+        wait_gone(sb, other, 60)
+    assert not list(pending.glob(f"{job}.*.json")), "the usage was never sent"
+    assert not list(pending.glob("*.failed"))
+    got = wait_for_pool_usage(sb, job)
+    (row,) = got["usage"]
+    assert row["key"] == "train" and 1.0 <= row["gpu_seconds"] < 3.0, got
