@@ -378,11 +378,18 @@ def run_epilog(env: Mapping[str, str]) -> int:
 def _keep_pool_usage(job_id: str, uid: int, settings: Settings, env: Mapping[str, str]) -> None:
     """A pool's usage (who used the job's GPUs) from the job's runtime folder into the
     job's AdminComment, before the folder goes; and what earlier epilogs here kept."""
+    import functools
+
     from acbslurm.gpu.node import node_name
     from acbslurm.hooks.usage import keep_usage, send_pending
     from acbslurm.jobsockets import job_dir
 
-    bin_dir = _bin_dir(settings, env)
+    # Which Slurm clients to run is looked up only when there is something to send (and
+    # once): most jobs ran no pool, and their epilog pays one failed open and a listdir.
+    @functools.cache
+    def bin_dir() -> str:
+        return _bin_dir(settings, env)
+
     send_pending(settings.record_dir, bin_dir, _say)
     if uid < 0:
         return

@@ -48,7 +48,7 @@ def keep_usage(
     node: str,
     folder: str,
     record_dir: str,
-    bin_dir: str,
+    bin_dir: Callable[[], str],
     say: Callable[[str, str], None],
 ) -> None:
     """The usage the job's pool left in ``folder`` into the job's AdminComment, or into
@@ -65,7 +65,7 @@ def keep_usage(
         return
     totals, _, lost = got
     try:
-        send(job_id, node, totals, lost, bin_dir, END_WAIT, say)
+        send(job_id, node, totals, lost, bin_dir(), END_WAIT, say)
     except (AcbslurmError, ValueError) as exc:
         path = _keep_pending(record_dir, job_id, node, totals, lost)
         say(
@@ -156,7 +156,9 @@ def _keep_pending(record_dir: str, job_id: str, node: str, totals: Totals, lost:
     return path
 
 
-def send_pending(record_dir: str, bin_dir: str, say: Callable[[str, str], None]) -> None:
+def send_pending(
+    record_dir: str, bin_dir: Callable[[], str], say: Callable[[str, str], None]
+) -> None:
     """The usage words earlier epilogs of this node could not send, sent now (a few)."""
     folder = os.path.join(record_dir, PENDING)
     try:
@@ -169,7 +171,9 @@ def send_pending(record_dir: str, bin_dir: str, say: Callable[[str, str], None])
             with open(path, encoding="utf-8") as fh:
                 data = json.load(fh)
             totals = Totals.from_dict(data["totals"])
-            send(str(data["job_id"]), str(data["node"]), totals, int(data["lost"]), bin_dir, 0, say)
+            send(
+                str(data["job_id"]), str(data["node"]), totals, int(data["lost"]), bin_dir(), 0, say
+            )
         except NotYet:
             return  # slurmdbd still away: the rest would wait as long
         except (AcbslurmError, OSError, ValueError, KeyError, TypeError) as exc:
