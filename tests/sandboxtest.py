@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -251,3 +252,29 @@ def wait_for_pool_usage(sb: Any, job_id: str, timeout: float = 60) -> dict[str, 
 
     got: dict[str, Any] = wait_until(f"job {job_id}'s usage in the report", pool, timeout)
     return got
+
+
+# A job's broker started as docs/broker.md shows (the job's socket), waited for; then
+# programs that each hold a lease: `broker_program(name, gpus, seconds[, marker])`.
+_PY = shlex.quote(sys.executable)
+_PROGRAM = (
+    "import sys, time; from acbslurm.broker.client import BrokerClient; "
+    "c = BrokerClient(name=sys.argv[1]); lease = c.acquire(int(sys.argv[2])); "
+    "time.sleep(float(sys.argv[3])); c.release(lease); c.close(); "
+    "sys.argv[4:] and open(sys.argv[4], 'w').close()"
+)
+
+
+def broker_start(err: str) -> str:
+    """Job script lines: the job's broker in the background (its stderr to ``err``)."""
+    return (
+        f'{_PY} -m acbslurm broker serve 2>"{err}" &\n'
+        f"until {_PY} -m acbslurm broker status >/dev/null 2>&1; do sleep 0.1; done\n"
+    )
+
+
+def broker_program(name: str, gpus: int, seconds: float, marker: str = "") -> str:
+    """A job script line: a program that holds ``gpus`` of the broker's GPUs for
+    ``seconds``, then releases them (and touches ``marker``, if given)."""
+    extra = f' "{marker}"' if marker else ""
+    return f"{_PY} -c {shlex.quote(_PROGRAM)} {name} {gpus} {seconds}{extra}"

@@ -8,22 +8,20 @@ the node sends it, and `acbslurm report` shows the job's usage as if nothing hap
 
 from __future__ import annotations
 
-import shlex
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sandboxtest import submit, wait_for_pool_usage, wait_gone, wait_until
+from sandboxtest import (
+    broker_program,
+    broker_start,
+    submit,
+    wait_for_pool_usage,
+    wait_gone,
+    wait_until,
+)
 
 pytestmark = pytest.mark.integration
-
-PY = shlex.quote(sys.executable)
-CLIENT = (
-    "import sys, time; from acbslurm.broker.client import BrokerClient; "
-    "c = BrokerClient(name='train'); lease = c.acquire(1); time.sleep(1); c.release(lease); "
-    "c.close(); open(sys.argv[1], 'w').close()"
-)
 
 
 def test_usage_waits_for_slurmdbd_and_is_sent_by_a_later_epilog(idle: Any, scripts: Path) -> None:
@@ -32,9 +30,8 @@ def test_usage_waits_for_slurmdbd_and_is_sent_by_a_later_epilog(idle: Any, scrip
     d.mkdir(exist_ok=True)
     d.chmod(0o777)
     body = f"""
-{PY} -m acbslurm broker serve 2>"{d}/broker.err" &
-until {PY} -m acbslurm broker status >/dev/null 2>&1; do sleep 0.1; done
-{PY} -c {shlex.quote(CLIENT)} "{d}/released"
+{broker_start(f"{d}/broker.err")}
+{broker_program("train", 1, 1, f"{d}/released")}
 until [ -e "{d}/go" ]; do sleep 0.2; done
 kill %1; wait
 """

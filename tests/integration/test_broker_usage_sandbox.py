@@ -6,31 +6,28 @@ clients held (per program) and the idle rest; user2 sees none of it (docs/serve.
 from __future__ import annotations
 
 import json
-import shlex
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sandboxtest import acbslurm_as, submit, wait_for_pool_usage, wait_gone
+from sandboxtest import (
+    acbslurm_as,
+    broker_program,
+    broker_start,
+    submit,
+    wait_for_pool_usage,
+    wait_gone,
+)
 
 pytestmark = pytest.mark.integration
 
-PY = shlex.quote(sys.executable)
-# One program of the job takes both GPUs for about 2 s, then another takes one for about 1 s.
-CLIENT = (
-    "import sys, time; from acbslurm.broker.client import BrokerClient; "
-    "c = BrokerClient(name=sys.argv[1]); lease = c.acquire(int(sys.argv[2])); "
-    "time.sleep(float(sys.argv[3])); c.release(lease); c.close()"
-)
-
 
 def test_a_broker_jobs_gpu_seconds_per_program_in_the_report(idle: Any, scripts: Path) -> None:
+    # One program of the job takes both GPUs for about 2 s, then another one for 1 s.
     body = f"""
-{PY} -m acbslurm broker serve 2>"{scripts}/broker-$SLURM_JOB_ID.err" &
-until {PY} -m acbslurm broker status >/dev/null 2>&1; do sleep 0.1; done
-{PY} -c {shlex.quote(CLIENT)} train 2 2
-{PY} -c {shlex.quote(CLIENT)} eval 1 1
+{broker_start(f"{scripts}/broker-$SLURM_JOB_ID.err")}
+{broker_program("train", 2, 2)}
+{broker_program("eval", 1, 1)}
 kill %1; wait
 """
     job = submit(idle, scripts, body, "--gres=gpu:2", "-t", "5")
