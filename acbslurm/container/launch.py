@@ -35,6 +35,7 @@ from acbslurm.dockerapi.engine import (
     EngineApi,
     EngineError,
     ImageNotFound,
+    NotFound,
     pid_of,
     started,
 )
@@ -255,8 +256,36 @@ def _create_once(
             # The name is taken by the create that timed out, still being made.
             patience.again(DaemonTimeout(str(exc)), "the container's create")
         found = patience.call("the list of containers", lambda: api.containers_with_label(mine))
-        if found:
+        if found and _registered(api, str(found[0].get("Id", "")), mine, patience):
             return str(found[0].get("Id", ""))
+
+
+REGISTER_POLL = 0.1  # s between looks at a container the daemon is still creating
+
+
+def _registered(api: EngineApi, cid: str, mine: str, patience: Patience) -> bool:
+    """Whether the daemon can act on ``cid``, found by its label after a create timed out.
+
+    dockerd lists a container before its create has finished: until then an attach or
+    an inspect answers 404 (seen in a burst of 64 starts: "attach: HTTP 404"). Waited
+    for while the list still shows it; False when it left the list (its create failed,
+    so it is asked again); a DockerError past the run's patience."""
+    until = time.monotonic() + patience.limit
+    while True:
+        try:
+            patience.call("the container's inspect", lambda: api.inspect(cid))
+            return True
+        except NotFound:
+            listed = patience.call(
+                "the list of containers", lambda: api.containers_with_label(mine)
+            )
+            if all(c.get("Id") != cid for c in listed):
+                return False
+            unready = DockerError(f"container {cid[:12]} is still being created")
+            if time.monotonic() > until:
+                raise unready from None
+            patience.check_cancelled(unready)
+            time.sleep(REGISTER_POLL)
 
 
 def _remove_twins(api: EngineApi, spec: LaunchSpec) -> None:

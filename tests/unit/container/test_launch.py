@@ -400,6 +400,45 @@ def test_a_create_answered_too_late_is_found_not_made_twice(
     assert len(made) == 1 and fake_docker.containers == {}
 
 
+NO_SUCH = Answer(404, {"message": "No such container"})
+
+
+def test_a_container_listed_before_its_create_ends_is_waited_for(
+    fake_docker: FakeDocker,
+) -> None:
+    """dockerd lists a container before its create has finished, and until then
+    answers 404 for it (CI's burst of 64: "attach: HTTP 404"). The run found by its
+    label waits until the daemon knows it, then attaches once."""
+    fake_docker.program = Program([(1, b"ran\n")], 0)
+    fake_docker.on("POST", "/containers/create", _made_late(fake_docker), times=1)
+    fake_docker.on("GET", "/containers/*/json", NO_SUCH, times=2)
+    with deadline(30):
+        assert run(EngineApi(fake_docker.host, timeout=0.5), spec(name="")) == 0
+    assert len(fake_docker.calls("POST", "/containers/create")) == 1
+    assert len(fake_docker.calls("POST", "/containers/*/attach")) == 1
+    assert fake_docker.containers == {}
+
+
+def test_a_listed_container_whose_create_then_fails_is_created_again(
+    fake_docker: FakeDocker,
+) -> None:
+    """Listed, then gone from the list: the create failed in the daemon, and the run
+    asks for it again rather than attaching to nothing."""
+    fake_docker.program = Program([(1, b"ran\n")], 0)
+    fake_docker.on("POST", "/containers/create", _made_late(fake_docker), times=1)
+
+    def create_failed(req: Request) -> Answer:
+        with fake_docker.cond:
+            fake_docker.containers.clear()
+        return NO_SUCH
+
+    fake_docker.on("GET", "/containers/*/json", create_failed, times=1)
+    with deadline(30):
+        assert run(EngineApi(fake_docker.host, timeout=0.5), spec(name="")) == 0
+    assert len(fake_docker.calls("POST", "/containers/create")) == 2
+    assert fake_docker.containers == {}
+
+
 def test_a_named_create_still_in_flight_meets_its_own_name_and_finds_it(
     fake_docker: FakeDocker,
 ) -> None:
