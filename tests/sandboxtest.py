@@ -87,6 +87,14 @@ def wait_job(sb: Any, job_id: str, states: tuple[str, ...], timeout: float) -> d
     raise AssertionError(f"job {job_id} not in {states} after {timeout} s: {f.get('JobState')}")
 
 
+def reach_time_limit(sb: Any, job_id: str, after: int = 2) -> None:
+    """The running job's time limit, ended ``after`` s from now (``scontrol update
+    EndTime=``, which shortens a running job's limit): Slurm then ends it as at any
+    limit (TIMEOUT, SIGTERM, KillWait, SIGKILL) at its next time-limit check, which runs
+    every 30 s. A ``--time=1`` job waits a minute and that check (60-90 s in all)."""
+    sb.run_slurm(["scontrol", "update", f"jobid={job_id}", f"EndTime=now+{after}"])
+
+
 def docker_api(sb: Any) -> Any:
     import docker
 

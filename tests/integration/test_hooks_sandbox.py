@@ -20,6 +20,7 @@ from sandboxtest import (
     docker_api,
     hook_devices,
     job_containers,
+    reach_time_limit,
     submit,
     wait_container,
     wait_gone,
@@ -96,19 +97,20 @@ def _run_alone_after(sb: Any, scripts: Path, api: Any, gres: int) -> None:
 def test_no_container_survives_its_job(idle: Any, scripts: Path, how: str) -> None:
     api = docker_api(idle)
     gres = len(idle.gpus)  # all GPUs: the next job must get one of this job's
-    extra = ["--time=1"] if how == "time-limit" else []
     # The container ignores SIGTERM: only the hooks' forced removal can end it in time.
     body = acbslurm_run("--grace", "30", IMAGE, "sh", "-c", "trap '' TERM; sleep 600 & wait")
     if how == "scancel-srun":
         body = "exec srun " + body  # as rendered job scripts call it: in a job step
-    job = submit(idle, scripts, body, f"--gres=gpu:{gres}", *extra)
+    job = submit(idle, scripts, body, f"--gres=gpu:{gres}", "--time=10")
     wait_container(api, job)
-    if how in ("scancel", "scancel-srun"):
+    if how == "time-limit":
+        reach_time_limit(idle, job)
+    elif how in ("scancel", "scancel-srun"):
         idle.run_slurm(["scancel", job])
     elif how == "scancel-KILL":
         idle.run_slurm(["scancel", "-s", "KILL", job])
     states = ("CANCELLED", "TIMEOUT", "FAILED", "COMPLETED")
-    f = wait_job(idle, job, states, 150 if how == "time-limit" else 30)
+    f = wait_job(idle, job, states, 60 if how == "time-limit" else 30)
     if how == "time-limit":
         assert f["JobState"] == "TIMEOUT"
     wait_gone(idle, job)  # its epilog ran

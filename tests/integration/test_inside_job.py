@@ -26,6 +26,7 @@ from sandboxtest import (
     acbslurm_run,
     docker_api,
     job_containers,
+    reach_time_limit,
     submit,
     wait_container,
     wait_job,
@@ -57,16 +58,23 @@ def test_a_time_limit_gives_the_container_its_grace(idle: Any, scripts: Path) ->
 
     ``exec``, as the rendered script has it: a bash left waiting dies at the first
     SIGTERM, and Slurm then kills the rest of the batch step at once. Both ways a script
-    starts it (``exec srun`` and ``exec``) as two jobs at once, one GPU each: a limit is
-    a minute and more of waiting (Slurm's smallest limit, checked every 30 s), once."""
+    starts it (``exec srun`` and ``exec``) as two jobs at once, one GPU each, each
+    ended by its limit once its container's trap is set (Slurm checks limits every
+    30 s: waited for once)."""
     jobs: dict[str, tuple[str, str]] = {}
     for launch in ("exec srun ", "exec "):
         name = f"timelimit-{time.monotonic_ns()}"
-        trap = f'trap "echo trapped > /out/{name}; exit 0" TERM; while :; do sleep 0.2; done'
+        trap = (
+            f'trap "echo trapped > /out/{name}; exit 0" TERM; touch /out/{name}.ready; '
+            "while :; do sleep 0.2; done"
+        )
         body = launch + in_container(scripts, trap, "--grace", "3")
-        jobs[launch] = (submit(idle, scripts, body, "--gres=gpu:1", "--time=1"), name)
+        jobs[launch] = (submit(idle, scripts, body, "--gres=gpu:1", "--time=10"), name)
+    for job, name in jobs.values():
+        wait_until(f"job {job}'s trap set", (scripts / f"{name}.ready").exists)
+        reach_time_limit(idle, job)
     for launch, (job, name) in jobs.items():
-        f = wait_job(idle, job, ENDED, 150)
+        f = wait_job(idle, job, ENDED, 60)
         said = text(scripts / f"out-{job}.txt")
         assert text(marker(scripts, name)) == "trapped\n", (launch, said)
         assert f["JobState"] == "TIMEOUT", (launch, f)
