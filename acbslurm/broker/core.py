@@ -13,6 +13,12 @@ Rules:
   node); a model of N processes, one per node, asks ``count / N``.
 - Requests are served in arrival order (FIFO); the head of the queue is never passed
   by a later request, so nobody starves behind a stream of small requests.
+- With ``backfill``: while the head waits for devices a lease holds, later requests
+  that can be placed at once on free devices get them (a backfill lease), so free
+  devices do not idle behind a head that needs more. The head is not starved: its
+  devices are chosen (``_reserve``); once the only leases still holding them are
+  backfill leases, those are asked to yield and no other request gets one of them.
+  A backfill never asks the head's resident memory to be evicted.
 - A device is leased to at most one client at a time.
 - A client may leave data on a device after releasing it (it is "resident"). Before a
   device is granted, residents of other clients are asked to evict until the
@@ -86,6 +92,7 @@ class Lease:
     devices: tuple[str, ...]
     since: float
     yield_asked: bool = False
+    backfill: bool = False  # granted past a waiting head: yields to it (``_backfill``)
 
 
 @dataclass
@@ -115,10 +122,17 @@ class Counters:
     evictions: int = 0
     yields_asked: int = 0
     disconnects: int = 0
+    backfills: int = 0  # grants past a waiting head
 
 
 class Broker:
-    def __init__(self, devices: list[Device], policy: str = "fifo", quantum: float = 1.0) -> None:
+    def __init__(
+        self,
+        devices: list[Device],
+        policy: str = "fifo",
+        quantum: float = 1.0,
+        backfill: bool = False,
+    ) -> None:
         # Both come from what a user gives (a pool's policy:, a job's GPU list that names
         # one GPU twice), so they are the tree's ConfigError, not a bug's ValueError.
         if policy not in POLICIES:
@@ -130,6 +144,7 @@ class Broker:
         self.devices: dict[str, Device] = {d.id: d for d in devices}
         self.policy = policy
         self.quantum = quantum
+        self.backfill = backfill
         self.clients: dict[int, ClientInfo] = {}
         self.queue: list[Waiting] = []
         self.holder: dict[str, Lease | None] = {d.id: None for d in devices}
@@ -371,45 +386,118 @@ class Broker:
     # -- scheduling --------------------------------------------------------------------
 
     def _schedule(self, now: float) -> list[Event]:
-        """Grant from the head of the queue while its gang can be placed."""
+        """Grant from the head of the queue while its gang can be placed; then, with
+        ``backfill``, to later requests that do not delay the head."""
         events: list[Event] = []
         while self.queue and not self.recovering:
             head = self.queue[0]
             chosen = self._place(head)
-            if chosen is None:
-                break
-            blocked = False
-            for dev in chosen:
-                asks = self._evictions_needed(dev, head)
-                for victim in asks:
-                    self.evicting[dev].add(victim)
-                    self.counters.evictions += 1
-                    events.append(EvictAsked(victim, (dev,)))
-                if self._others_evicting(dev, head.client):
-                    blocked = True
-            if blocked:
+            if chosen is None or not self._clear(chosen, head, events):
                 break
             self.queue.pop(0)
-            lease = Lease(self._next_lease, head.client, chosen, now)
-            self._next_lease += 1
-            for dev in chosen:
-                self.holder[dev] = lease
-            self.clients[head.client].leases[lease.lease_id] = lease
-            self.counters.grants += 1
-            events.append(Granted(head.client, head.request_id, lease.lease_id, chosen))
+            events.append(self._grant(head, chosen, now))
+        if self.backfill and len(self.queue) > 1 and not self.recovering:
+            events.extend(self._backfill(now))
         return events
 
-    def _place(self, w: Waiting) -> tuple[str, ...] | None:
-        """Free devices for ``w``: its own residency first, then least occupied ones."""
-        candidates = self._free_for(w)
+    def _grant(
+        self, w: Waiting, chosen: tuple[str, ...], now: float, backfill: bool = False
+    ) -> Granted:
+        lease = Lease(self._next_lease, w.client, chosen, now, backfill=backfill)
+        self._next_lease += 1
+        for dev in chosen:
+            self.holder[dev] = lease
+        self.clients[w.client].leases[lease.lease_id] = lease
+        self.counters.grants += 1
+        return Granted(w.client, w.request_id, lease.lease_id, chosen)
+
+    def _backfill(self, now: float) -> list[Event]:
+        """The head waits: later requests that can be placed on free devices now get
+        them. While a lease that is not a backfill still holds one of the head's
+        devices, its free ones may be lent too (the head waits anyway); once only
+        backfill leases hold them, these are asked to yield and the head's free devices
+        are kept for it."""
+        head = self.queue[0]
+        events: list[Event] = []
+        keep = self._keep_for(head, events)
+        passed = {head.client}  # a client's requests stay in its own order
+        for w in list(self.queue[1:]):
+            chosen = None if w.client in passed else self._place(w, keep)
+            # The head's resident memory stays: a backfill that needs it gone waits.
+            if (
+                chosen is None
+                or any(head.client in self._evictions_needed(d, w) for d in chosen)
+                or not self._clear(chosen, w, events)
+            ):
+                passed.add(w.client)
+                continue
+            self.queue.remove(w)
+            self.counters.backfills += 1
+            events.append(self._grant(w, chosen, now, backfill=True))
+        return events
+
+    def _keep_for(self, head: Waiting, events: list[Event]) -> frozenset[str]:
+        """The devices no backfill may have: none while a lease that is not a backfill
+        holds one of the head's (it waits for that anyway), else all of the head's, and
+        the backfills holding them are asked to yield (into ``events``)."""
+        reserved = self._reserve(head)
+        holders = {id(h): h for d in reserved if (h := self.holder[d]) is not None}
+        if any(not h.backfill for h in holders.values()):
+            return frozenset()
+        events.extend(self._ask_to_yield(holders.values(), head))
+        return frozenset(reserved)
+
+    def _clear(self, chosen: tuple[str, ...], w: Waiting, events: list[Event]) -> bool:
+        """Residents in ``w``'s way on ``chosen`` asked to evict (into ``events``);
+        whether ``w`` may have them now (no one else still evicting there)."""
+        for dev in chosen:
+            for victim in self._evictions_needed(dev, w):
+                self.evicting[dev].add(victim)
+                self.counters.evictions += 1
+                events.append(EvictAsked(victim, (dev,)))
+        return not any(self._others_evicting(d, w.client) for d in chosen)
+
+    def _ask_to_yield(self, leases: Iterable[Lease], head: Waiting) -> list[Event]:
+        """Each of ``leases`` (backfills holding the head's devices) asked once to yield."""
+        events: list[Event] = []
+        for lease in leases:
+            if not lease.yield_asked and lease.client != head.client:
+                lease.yield_asked = True
+                self.counters.yields_asked += 1
+                events.append(YieldAsked(lease.client, lease.lease_id))
+        return events
+
+    def _reserve(self, head: Waiting) -> tuple[str, ...]:
+        """The devices the head will have: free ones first, then those held (by backfill
+        leases before others), each kind placed as ``_place`` would."""
+
+        def ready(dev: str) -> int:
+            h = self.holder[dev]
+            return 0 if h is None else 1 if h.backfill else 2
+
+        fitting = [
+            d for d in (head.pin or tuple(self.devices)) if self._fits(self.devices[d], head.memory)
+        ]
+        return self._choose(head, fitting, ready) or ()
+
+    def _place(self, w: Waiting, keep: frozenset[str] = frozenset()) -> tuple[str, ...] | None:
+        """Free devices for ``w`` (none of ``keep``): its own residency first, then least
+        occupied ones."""
+        return self._choose(w, [d for d in self._free_for(w) if d not in keep])
+
+    def _choose(
+        self, w: Waiting, candidates: list[str], first: Callable[[str], int] = lambda _: 0
+    ) -> tuple[str, ...] | None:
+        """``w``'s gang among ``candidates``: by ``first``, then its own residency, then
+        the least occupied; None when they cannot hold it."""
         if len(candidates) < w.count:
             return None
         order = {d: i for i, d in enumerate(self.devices)}
 
-        def cost(dev: str) -> tuple[int, int, int]:
+        def cost(dev: str) -> tuple[int, int, int, int]:
             mine = 0 if w.client in self.resident[dev] else 1
             others = sum(b for c, b in self.resident[dev].items() if c != w.client)
-            return (mine, others, order[dev])
+            return (first(dev), mine, others, order[dev])
 
         if w.per_node == 0:
             return tuple(sorted(candidates, key=cost)[: w.count])
@@ -418,9 +506,14 @@ class Broker:
         if len(groups) < w.count // w.per_node:
             return None
 
-        def group_cost(g: list[str]) -> tuple[int, int, int]:
-            costs = [cost(d) for d in g]
-            return (sum(c[0] for c in costs), sum(c[1] for c in costs), min(c[2] for c in costs))
+        def group_cost(g: list[str]) -> tuple[int, int, int, int]:
+            c = [cost(d) for d in g]
+            return (
+                sum(x[0] for x in c),
+                sum(x[1] for x in c),
+                sum(x[2] for x in c),
+                min(x[3] for x in c),
+            )
 
         best = sorted(groups, key=group_cost)[: w.count // w.per_node]
         best.sort(key=lambda g: min(order[d] for d in g))
@@ -435,7 +528,10 @@ class Broker:
         ]
 
     def _node_groups(
-        self, candidates: list[str], per_node: int, cost: Callable[[str], tuple[int, int, int]]
+        self,
+        candidates: list[str],
+        per_node: int,
+        cost: Callable[[str], tuple[int, int, int, int]],
     ) -> list[list[str]]:
         """Each node's ``per_node`` cheapest ``candidates``, of the nodes that have so many."""
         return [

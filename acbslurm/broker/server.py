@@ -281,6 +281,8 @@ class BrokerService(pb_grpc.GpuBrokerServicer):  # type: ignore[misc]
             evictions=c.evictions,
             yields_asked=c.yields_asked,
             disconnects=c.disconnects,
+            backfill=b.backfill,
+            backfills=c.backfills,
             source=self.source,
             recovering=b.recovering,
             recovery_seconds_left=max(0.0, b.recovery_until - now) if b.recovering else 0.0,

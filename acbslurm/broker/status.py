@@ -15,6 +15,8 @@ def _status_dict(reply: Any) -> dict[str, Any]:
         "evictions": reply.evictions,
         "yields_asked": reply.yields_asked,
         "disconnects": reply.disconnects,
+        "backfill": reply.backfill,
+        "backfills": reply.backfills,
         "recovering": reply.recovering,
         "recovery_seconds_left": round(reply.recovery_seconds_left, 3),
         "sessions_expected": reply.sessions_expected,

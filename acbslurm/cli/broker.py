@@ -49,6 +49,13 @@ def broker() -> None:
     help="Seconds a waiter waits before the holder is asked to yield (policy quantum).",
 )
 @click.option(
+    "--backfill/--no-backfill",
+    default=False,
+    show_default=True,
+    help="While the first waiter waits for devices a lease holds, lend free devices to "
+    "later requests that fit; they are asked to yield once only they stand in its way.",
+)
+@click.option(
     "--devices",
     "device_spec",
     default="auto",
@@ -78,6 +85,7 @@ def serve(
     listen: str | None,
     policy: str,
     quantum: float,
+    backfill: bool,
     device_spec: str,
     socket_mode: str,
     recovery_grace: float,
@@ -106,7 +114,7 @@ def serve(
         if device_spec.startswith("cpu") or "device spec" in str(exc):
             raise click.BadParameter(str(exc), param_hint="'--devices'") from None
         raise
-    state = core.Broker(found.devices, policy=policy, quantum=quantum)
+    state = core.Broker(found.devices, policy=policy, quantum=quantum, backfill=backfill)
     ids = ", ".join(d.id for d in found.devices)
     click.echo(f"broker: {len(found.devices)} device(s) from {found.source}: {ids}", err=True)
     run_server(
@@ -116,7 +124,10 @@ def serve(
         socket_mode=mode,
         recovery_grace=recovery_grace,
         # Said only once the socket accepts connections: scripts may wait for this line.
-        on_ready=lambda: click.echo(f"broker: listening on {address} (policy {policy})", err=True),
+        on_ready=lambda: click.echo(
+            f"broker: listening on {address} (policy {policy}{', backfill' if backfill else ''})",
+            err=True,
+        ),
     )
 
 
@@ -150,6 +161,7 @@ def status(address: str | None, timeout: float, as_json: bool) -> None:
         f"policy {st['policy']} (quantum {st['quantum_seconds']:g}s), devices from "
         f"{st['source']}; grants {st['grants']}, evictions {st['evictions']}, "
         f"yields asked {st['yields_asked']}, disconnects {st['disconnects']}"
+        + (f", backfills {st['backfills']}" if st["backfill"] else "")
     )
     if st["recovering"]:
         click.echo(

@@ -46,8 +46,9 @@ class RecordingBroker(core.Broker):
         policy: str = "fifo",
         quantum: float = 1.0,
         keep: int = RECORD_LIMIT,
+        backfill: bool = False,
     ) -> None:
-        super().__init__(devices, policy, quantum)
+        super().__init__(devices, policy, quantum, backfill)
         self.record: collections.deque[LeaseRecord] = collections.deque(maxlen=keep)
         self._open: dict[int, LeaseRecord] = {}
         self.violations: list[str] = []
@@ -154,10 +155,11 @@ class BrokerThread:
         quantum: float,
         source: str,
         address: str | None = None,
+        backfill: bool = False,
     ) -> None:
         self.dir = "" if address else tempfile.mkdtemp(prefix="acbslurm-serve-")
         self.address = address or f"unix:{os.path.join(self.dir, 'broker.sock')}"
-        self.broker = RecordingBroker(devices, policy, quantum)
+        self.broker = RecordingBroker(devices, policy, quantum, backfill=backfill)
         self.source = source
         self.loop = asyncio.new_event_loop()
         self._ready = threading.Event()
@@ -202,6 +204,7 @@ class BrokerThread:
                 "evictions": b.counters.evictions,
                 "yields_asked": b.counters.yields_asked,
                 "disconnects": b.counters.disconnects,
+                "backfills": b.counters.backfills,
                 "clients": {c.client_id: c.name for c in b.clients.values()},
             }
 

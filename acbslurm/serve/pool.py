@@ -4,6 +4,7 @@
     devices: auto               # own broker: auto (the job's / node's GPUs) or cpu:N[:SIZE]
     policy: quantum             # fifo | quantum (how long a model keeps GPUs others wait for)
     quantum: 2                  # seconds
+    backfill: true              # free devices go to later requests while the first waits
     host_memory: 64G            # budget for evicted weights in host memory
     max_queue: 64               # per model: requests waiting beyond this get 429
     max_queue_per_key: 32       # per model and key (default: half of max_queue with 2+ keys)
@@ -51,6 +52,7 @@ POOL_KEYS = (
     "devices",
     "policy",
     "quantum",
+    "backfill",
     "host_memory",
     "max_queue",
     "max_queue_per_key",
@@ -160,6 +162,8 @@ class PoolSpec:
     devices: str = "auto"
     policy: str = "quantum"
     quantum: float = 2.0
+    # Free devices lent to a later model while the first in line waits (broker/core.py).
+    backfill: bool = True
     host_memory: int = 0  # 0 = no budget check
     max_queue: int = 64
     # A key's share of each model's queue (0: the default, ``queue_share``).
@@ -214,6 +218,13 @@ def _size(value: Any, at: tuple[str, ...], e: Errors) -> int | None:
     except (ValueError, TypeError) as exc:
         e.add(at, str(exc))
         return None
+
+
+def _bool(value: Any, at: tuple[str, ...], e: Errors) -> bool | None:
+    if not isinstance(value, bool):
+        e.add(at, f"must be true or false, got {value!r}")
+        return None
+    return value
 
 
 def _str(value: Any, at: tuple[str, ...], e: Errors) -> str | None:
@@ -277,6 +288,7 @@ POOL_CHECKS: tuple[tuple[str, _Check], ...] = (
     ("devices", _devices),
     ("policy", _policy),
     ("quantum", partial(_float, low=0.01, high=3600.0)),
+    ("backfill", _bool),
     ("request_timeout", partial(_float, low=0.1, high=86400.0)),
     ("hang_timeout", partial(_float, low=0.5, high=86400.0)),
     ("host_memory", _size),

@@ -275,6 +275,7 @@ class PoolServer:
                 self.pool.quantum,
                 self.choice.source,
                 address=self.choice.own_address or None,
+                backfill=self.pool.backfill,
             )
             self.broker.start()
             self.choice.address = self.broker.address

@@ -213,7 +213,7 @@ class ClientState(_message.Message):
     def __init__(self, client_id: _Optional[int] = ..., name: _Optional[str] = ..., pid: _Optional[int] = ..., waiting_count: _Optional[int] = ..., waiting_seconds: _Optional[float] = ..., on_lane: _Optional[bool] = ..., rejoined: _Optional[bool] = ...) -> None: ...
 
 class StatusReply(_message.Message):
-    __slots__ = ("policy", "quantum_seconds", "devices", "clients", "grants", "evictions", "yields_asked", "disconnects", "source", "recovering", "recovery_seconds_left", "sessions_expected")
+    __slots__ = ("policy", "quantum_seconds", "devices", "clients", "grants", "evictions", "yields_asked", "disconnects", "source", "recovering", "recovery_seconds_left", "sessions_expected", "backfill", "backfills")
     POLICY_FIELD_NUMBER: _ClassVar[int]
     QUANTUM_SECONDS_FIELD_NUMBER: _ClassVar[int]
     DEVICES_FIELD_NUMBER: _ClassVar[int]
@@ -226,6 +226,8 @@ class StatusReply(_message.Message):
     RECOVERING_FIELD_NUMBER: _ClassVar[int]
     RECOVERY_SECONDS_LEFT_FIELD_NUMBER: _ClassVar[int]
     SESSIONS_EXPECTED_FIELD_NUMBER: _ClassVar[int]
+    BACKFILL_FIELD_NUMBER: _ClassVar[int]
+    BACKFILLS_FIELD_NUMBER: _ClassVar[int]
     policy: str
     quantum_seconds: float
     devices: _containers.RepeatedCompositeFieldContainer[DeviceState]
@@ -238,4 +240,6 @@ class StatusReply(_message.Message):
     recovering: bool
     recovery_seconds_left: float
     sessions_expected: int
-    def __init__(self, policy: _Optional[str] = ..., quantum_seconds: _Optional[float] = ..., devices: _Optional[_Iterable[_Union[DeviceState, _Mapping]]] = ..., clients: _Optional[_Iterable[_Union[ClientState, _Mapping]]] = ..., grants: _Optional[int] = ..., evictions: _Optional[int] = ..., yields_asked: _Optional[int] = ..., disconnects: _Optional[int] = ..., source: _Optional[str] = ..., recovering: _Optional[bool] = ..., recovery_seconds_left: _Optional[float] = ..., sessions_expected: _Optional[int] = ...) -> None: ...
+    backfill: bool
+    backfills: int
+    def __init__(self, policy: _Optional[str] = ..., quantum_seconds: _Optional[float] = ..., devices: _Optional[_Iterable[_Union[DeviceState, _Mapping]]] = ..., clients: _Optional[_Iterable[_Union[ClientState, _Mapping]]] = ..., grants: _Optional[int] = ..., evictions: _Optional[int] = ..., yields_asked: _Optional[int] = ..., disconnects: _Optional[int] = ..., source: _Optional[str] = ..., recovering: _Optional[bool] = ..., recovery_seconds_left: _Optional[float] = ..., sessions_expected: _Optional[int] = ..., backfill: _Optional[bool] = ..., backfills: _Optional[int] = ...) -> None: ...

@@ -192,3 +192,70 @@ def test_per_node_requests_that_can_never_fit_are_rejected() -> None:
     b1 = Broker(devs(2))
     [g] = b1.request(b1.register("x", 1), 1, 2, now=0, per_node=2)
     assert isinstance(g, Granted)
+
+
+def test_backfill_lends_free_devices_while_the_head_waits_then_the_head_goes_next() -> None:
+    """The write-up's pool on one 8-device node: model-a holds 4, model-c (8) waits;
+    model-b (4) gets the 4 free devices rather than wait behind model-c. Once model-a
+    lets go, model-b is asked to yield and model-a cannot take its devices back: model-c
+    goes next, then model-a."""
+    b = Broker(devs(8), backfill=True)
+    a, c, m = b.register("model-a", 1), b.register("model-c", 2), b.register("model-b", 3)
+    [ga] = b.request(a, 1, 4, now=0)
+    assert b.request(c, 1, 8, now=1) == []
+    [gb] = b.request(m, 1, 4, now=2)
+    assert isinstance(gb, Granted) and set(gb.devices) == {f"d{i}" for i in range(4, 8)}
+    assert b.clients[m].leases[gb.lease_id].backfill and b.counters.backfills == 1
+    assert b.request(a, 2, 4, now=3) == []  # model-a again: behind model-c
+    assert b.release(a, ga.lease_id, now=4) == [YieldAsked(m, gb.lease_id)]
+    assert b.holder["d0"] is None  # kept for model-c, though model-a waits for 4
+    [gc] = b.release(m, gb.lease_id, now=5)
+    assert gc.client == c and len(gc.devices) == 8
+    [ga2] = b.release(c, gc.lease_id, now=6)
+    assert ga2.client == a and ga2.request_id == 2
+    b.check_invariants()
+
+
+def test_without_backfill_a_request_waits_behind_the_head() -> None:
+    b = Broker(devs(8))
+    a, c, m = b.register("model-a", 1), b.register("model-c", 2), b.register("model-b", 3)
+    b.request(a, 1, 4, now=0)
+    assert b.request(c, 1, 8, now=1) == []
+    assert b.request(m, 1, 4, now=2) == []
+    assert b.counters.backfills == 0
+
+
+def test_a_backfill_never_evicts_the_heads_memory() -> None:
+    """The free device holds the head's memory: a backfill there would evict it, so the
+    later request waits (the head would only have to bring it back)."""
+    b = Broker(devs(2, mem=100), backfill=True)
+    x, c, m = b.register("x", 1), b.register("c", 2), b.register("m", 3)
+    [gc] = b.request(c, 1, 1, now=0, memory=80, pin=("d1",))
+    b.release(c, gc.lease_id, now=1, resident={"d1": 80})
+    b.request(x, 1, 1, now=2, pin=("d0",))
+    assert b.request(c, 2, 2, now=3, memory=80) == []  # the head: d0 is x's
+    assert b.request(m, 1, 1, now=4, memory=50) == []  # d1 has c's 80 bytes
+    assert b.resident["d1"] == {c: 80} and not b.evicting["d1"]
+
+
+def test_a_backfill_never_passes_its_own_clients_earlier_request() -> None:
+    b = Broker(devs(3), backfill=True)
+    x, c, m = b.register("x", 1), b.register("c", 2), b.register("m", 3)
+    b.request(x, 1, 1, now=0)
+    assert b.request(c, 1, 3, now=1) == []  # the head
+    assert b.request(m, 1, 3, now=2) == []  # does not fit: waits
+    assert b.request(m, 2, 1, now=3) == []  # would fit, but m's first waits
+    [g] = b.request(x, 2, 1, now=4)  # another client's does
+    assert g.client == x and g.request_id == 2 and b.clients[x].leases[g.lease_id].backfill
+
+
+def test_a_backfill_evicts_another_models_memory_as_any_grant() -> None:
+    b = Broker(devs(2, mem=100), backfill=True)
+    x, c, m = b.register("x", 1), b.register("c", 2), b.register("m", 3)
+    [gx] = b.request(x, 1, 1, now=0, memory=80, pin=("d1",))
+    b.release(x, gx.lease_id, now=1, resident={"d1": 80})
+    b.request(x, 2, 1, now=2, pin=("d0",))
+    assert b.request(c, 1, 2, now=3) == []  # the head: d0 is x's
+    assert b.request(m, 1, 1, now=4, memory=50) == [EvictAsked(x, ("d1",))]
+    [g] = b.evict_done(x, ("d1",), now=5)
+    assert g.client == m and g.devices == ("d1",) and b.counters.backfills == 1

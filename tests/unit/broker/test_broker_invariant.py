@@ -29,9 +29,11 @@ def devices() -> list[Device]:
 
 
 class BrokerMachine(RuleBasedStateMachine):
+    backfill = False
+
     def __init__(self) -> None:
         super().__init__()
-        self.b = Broker(devices(), policy="quantum", quantum=1.0)
+        self.b = Broker(devices(), policy="quantum", quantum=1.0, backfill=self.backfill)
         self.now = 0.0
         self.leases: dict[int, dict[int, tuple[str, ...]]] = {}  # client -> lease -> devices
         self.evict_asks: list[tuple[int, tuple[str, ...]]] = []
@@ -43,6 +45,7 @@ class BrokerMachine(RuleBasedStateMachine):
         self.unnoticed: dict[str, tuple[frozenset[str], dict[str, int]]] = {}
         self.per_node: dict[tuple[int, int], int] = {}  # (client, request) -> per_node
         self.still_using: dict[int, frozenset[str]] = {}
+        self.yield_asks: set[tuple[int, int]] = set()  # (client, lease) asked to yield
 
     def users(self) -> dict[str, set[str]]:
         """Device -> every program using it: holders, and old clients not stopped yet."""
@@ -64,6 +67,7 @@ class BrokerMachine(RuleBasedStateMachine):
             if isinstance(ev, Granted):
                 held = {d for ls in self.leases.values() for devs in ls.values() for d in devs}
                 assert not held & set(ev.devices), f"{ev.devices} granted while held"
+                self.check_order(ev)
                 k = self.per_node.get((ev.client, ev.request_id), 0)
                 if k:  # groups of k, each on one node, no node twice, in node order
                     nodes = [NODE[d] for d in ev.devices]
@@ -75,6 +79,17 @@ class BrokerMachine(RuleBasedStateMachine):
                 self.evict_asks.append((ev.client, ev.devices))
             elif isinstance(ev, YieldAsked):
                 assert ev.lease_id in self.leases.get(ev.client, {})
+                self.yield_asks.add((ev.client, ev.lease_id))
+
+    def check_order(self, ev: Granted) -> None:
+        """Only a backfill passes an earlier request; never one of its own client's."""
+        lease = self.b.clients[ev.client].leases[ev.lease_id]
+        earlier = [w for w in self.b.queue if w.request_id < ev.request_id]
+        if not lease.backfill:
+            assert not earlier, f"{ev} passed {earlier}"
+        else:
+            assert self.backfill and earlier, ev
+            assert all(w.client != ev.client for w in earlier), ev
 
     @rule(name=st.text(max_size=3))
     def register(self, name: str) -> None:
@@ -87,6 +102,9 @@ class BrokerMachine(RuleBasedStateMachine):
     @rule(data=st.data(), count=st.integers(1, 4), memory=st.sampled_from([0, 30, 60, 120]))
     def request(self, data: st.DataObject, count: int, memory: int) -> None:
         cid = data.draw(st.sampled_from(sorted(self.leases)))
+        # A client asks at its next device call: one still running from before a
+        # restart has ended (``stop``).
+        self.still_using.pop(cid, None)
         per_node = data.draw(st.sampled_from([0, 1, count]))
         self.next_req += 1
         self.per_node[(cid, self.next_req)] = per_node
@@ -133,7 +151,7 @@ class BrokerMachine(RuleBasedStateMachine):
             self.unnoticed[self.keys[cid]] = (devs, {})
         expected = self.b.sessions()
         assert set(self.unnoticed) <= expected, "an old session is missing from the state"
-        self.b = Broker(devices(), policy="quantum", quantum=1.0)
+        self.b = Broker(devices(), policy="quantum", quantum=1.0, backfill=self.backfill)
         self.b.start_recovery(expected, until=self.now + GRACE)
         self.leases, self.keys, self.evict_asks, self.still_using = {}, {}, [], {}
 
@@ -232,3 +250,38 @@ BrokerMachine.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow],
 )
 TestBrokerInvariant = BrokerMachine.TestCase
+
+
+class BackfillMachine(BrokerMachine):
+    """The same with backfill: later requests take free devices while the head waits."""
+
+    backfill = True
+
+    # More of what lets a backfill happen: small requests, releases that leave nothing.
+    @precondition(lambda self: self.leases)
+    @rule(data=st.data())
+    def small_request(self, data: st.DataObject) -> None:
+        cid = data.draw(st.sampled_from(sorted(self.leases)))
+        self.still_using.pop(cid, None)  # as in ``request``
+        self.next_req += 1
+        self.apply(self.b.request(cid, self.next_req, 1, self.now, 30))
+
+    @precondition(lambda self: any(self.leases.values()))
+    @rule(data=st.data())
+    def release_all(self, data: st.DataObject) -> None:
+        self.release(data, 0)
+
+    def asked(self) -> list[tuple[int, int]]:
+        return sorted((c, lid) for c, lid in self.yield_asks if lid in self.leases.get(c, {}))
+
+    @precondition(lambda self: self.asked())
+    @rule(data=st.data())
+    def honour_yield(self, data: st.DataObject) -> None:
+        """A lease asked to yield is given back, as a pool's worker does after its turn."""
+        cid, lid = data.draw(st.sampled_from(self.asked()))
+        devs = self.leases[cid].pop(lid)
+        self.apply(self.b.release(cid, lid, self.now, {d: 10 for d in devs}))
+
+
+BackfillMachine.TestCase.settings = BrokerMachine.TestCase.settings
+TestBrokerInvariantWithBackfill = BackfillMachine.TestCase
