@@ -1,7 +1,10 @@
 """What `acbslurm run` does with its step's signals and terminal, against the fake daemon.
 
 A script hook on the container's /wait (the run is under way) sends this process the
-signal Slurm would; the fake daemon records what reached the container.
+signals Slurm would, each once the fake daemon has seen what the one before did (two
+signals pending at once would merge, or be taken in the kernel's order, not the
+sender's); the fake daemon records what reached the container. The time between two
+stop signals is set on the run's clock (``signals.clock``), not slept.
 """
 
 import os
@@ -10,7 +13,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -31,18 +35,60 @@ def the_container(fake: FakeDocker) -> object:
     return c
 
 
-def when_running(fake: FakeDocker, *sends: tuple[float, int]) -> None:
-    """Once the run waits on its container: each (delay, signal) in turn, to this process."""
+# What the fake daemon is asked when the run takes each signal.
+EFFECT = {
+    signal.SIGTERM: "/containers/*/stop",
+    signal.SIGINT: "/containers/*/stop",
+    signal.SIGTSTP: "/containers/*/pause",
+    signal.SIGCONT: "/containers/*/unpause",
+}
+
+
+class Clock:
+    """The run's clock (``signals.clock``), moved on by hand."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    c = Clock()
+    monkeypatch.setattr(signals, "clock", c)
+    return c
+
+
+def send(fake: FakeDocker, signum: int, effect: str = "") -> None:
+    """``signum`` to this process; returns once the fake daemon got the call it causes
+    (``effect``, by default the stop, pause, unpause or kill it means)."""
+    route = effect or EFFECT.get(signum, "/containers/*/kill")
+    before = len(fake.calls("POST", route))
+    os.kill(os.getpid(), signum)
+    deadline = time.monotonic() + 10
+    while len(fake.calls("POST", route)) <= before:
+        assert time.monotonic() < deadline, f"{signal.Signals(signum).name}: no {route}"
+        time.sleep(0.005)
+
+
+def when_running(fake: FakeDocker, *steps: Callable[[], object]) -> None:
+    """Once the run waits on its container: each step in turn, on a thread."""
 
     def hook(_req: Request) -> None:
         def go() -> None:
-            for delay, signum in sends:
-                time.sleep(delay)
-                os.kill(os.getpid(), signum)
+            for step in steps:
+                step()
 
         threading.Thread(target=go, daemon=True).start()
 
     fake.on("POST", "/containers/*/wait", hook)
+
+
+def sending(fake: FakeDocker, *signums: int) -> list[Callable[[], object]]:
+    """Steps: each signal sent once the one before has acted."""
+    return [partial(send, fake, s) for s in signums]
 
 
 @pytest.fixture
@@ -55,13 +101,22 @@ def no_stop_signals() -> Iterator[None]:
 
 
 def test_slurms_repeated_sigterm_at_a_time_limit_keeps_the_grace(
-    fake_docker: FakeDocker, no_stop_signals: None
+    fake_docker: FakeDocker, no_stop_signals: None, clock: Clock
 ) -> None:
     """Two SIGTERMs 9 ms apart (slurmstepd at a time limit) are one stop request."""
     fake_docker.program = Program([], exit_code=None)
-    # The program takes a while to stop (its trap), so both signals come during the run.
-    fake_docker.on("POST", "/containers/*/stop", lambda _r: time.sleep(0.3))
-    when_running(fake_docker, (0.2, signal.SIGTERM), (0.009, signal.SIGTERM))
+    # The program stops once the second SIGTERM was taken (its trap takes a while).
+    taken = threading.Event()
+    fake_docker.on("POST", "/containers/*/stop", lambda _r: taken.wait(10) and None)
+
+    def second() -> None:
+        clock.now += 0.009
+        os.kill(os.getpid(), signal.SIGTERM)
+        # Taken: a second stop would be asked, or a kill, at once; neither may come.
+        time.sleep(0.2)
+        taken.set()
+
+    when_running(fake_docker, partial(send, fake_docker, signal.SIGTERM), second)
     with deadline(20):
         assert run(api(fake_docker), spec(grace=9.0)) == 143
     (stop,) = fake_docker.calls("POST", "/containers/*/stop")
@@ -70,13 +125,17 @@ def test_slurms_repeated_sigterm_at_a_time_limit_keeps_the_grace(
 
 
 def test_a_second_stop_after_the_window_kills_at_once(
-    fake_docker: FakeDocker, no_stop_signals: None, monkeypatch: pytest.MonkeyPatch
+    fake_docker: FakeDocker, no_stop_signals: None, clock: Clock
 ) -> None:
-    monkeypatch.setattr(signals, "REPEAT_WINDOW", 0.1)
     fake_docker.program = Program([], exit_code=None)
     stopping = threading.Event()
     fake_docker.on("POST", "/containers/*/stop", lambda _r: stopping.wait(10) and None)
-    when_running(fake_docker, (0.2, signal.SIGINT), (0.3, signal.SIGINT))
+
+    def later() -> None:
+        clock.now += signals.REPEAT_WINDOW + 0.5  # a person's second Ctrl-C
+        send(fake_docker, signal.SIGINT, "/containers/*/kill")
+
+    when_running(fake_docker, partial(send, fake_docker, signal.SIGINT), later)
     with deadline(20):
         code = run(api(fake_docker), spec(grace=30.0))
     stopping.set()
@@ -92,36 +151,22 @@ def test_other_signals_reach_the_container_and_the_run_goes_on(
     signum = getattr(signal, name)
     # The program's trap: it checkpoints, then ends with 0 on SIGUSR2 (sent after).
     fake_docker.program = Program([], exit_code=None, exits_on={signal.SIGUSR2: 0})
-    sends = [(0.2, signum)] + ([] if signum == signal.SIGUSR2 else [(0.3, signal.SIGUSR2)])
-    when_running(fake_docker, *sends)
+    sends = [signum] + ([] if signum == signal.SIGUSR2 else [signal.SIGUSR2])
+    when_running(fake_docker, *sending(fake_docker, *sends))
     with deadline(20):
         assert run(api(fake_docker), spec()) == 0
     kills = fake_docker.calls("POST", "/containers/*/kill")
-    assert [int(k.query["signal"]) for k in kills] == [s for _d, s in sends]
+    assert [int(k.query["signal"]) for k in kills] == sends
     assert fake_docker.calls("POST", "/containers/*/stop") == []
 
 
 def test_suspend_pauses_and_resume_unpauses_the_container(fake_docker: FakeDocker) -> None:
     fake_docker.program = Program([], exit_code=None, exits_on={signal.SIGUSR1: 4})
-    paused = threading.Event()
-
-    def pause_seen(_r: Request) -> None:
-        threading.Timer(0.05, paused.set).start()
-
-    fake_docker.on("POST", "/containers/*/pause", pause_seen)
-
-    def hook(_req: Request) -> None:
-        def go() -> None:
-            time.sleep(0.2)
-            os.kill(os.getpid(), signal.SIGTSTP)
-            assert paused.wait(10)
-            os.kill(os.getpid(), signal.SIGCONT)
-            time.sleep(0.2)
-            os.kill(os.getpid(), signal.SIGUSR1)
-
-        threading.Thread(target=go, daemon=True).start()
-
-    fake_docker.on("POST", "/containers/*/wait", hook)
+    # SIGCONT's effect is its unpause and then its own kill: wait for the kill.
+    steps = sending(fake_docker, signal.SIGTSTP)
+    steps.append(partial(send, fake_docker, signal.SIGCONT, "/containers/*/kill"))
+    steps += sending(fake_docker, signal.SIGUSR1)
+    when_running(fake_docker, *steps)
     with deadline(20):
         assert run(api(fake_docker), spec()) == 4
     routes = [r.route.rsplit("/", 1)[-1] for r in fake_docker.calls("POST")]
@@ -137,7 +182,13 @@ def test_a_pause_the_daemon_refuses_is_said_and_the_run_goes_on(
 
     fake_docker.program = Program([], exit_code=None, exits_on={signal.SIGUSR1: 0})
     fake_docker.on("POST", "/containers/*/pause", Answer(500, {"message": "no freezer"}))
-    when_running(fake_docker, (0.2, signal.SIGTSTP), (0.2, signal.SIGCONT), (0.2, signal.SIGUSR1))
+    # Refused, the pause is followed by no unpause: SIGCONT's effect is its own kill.
+    when_running(
+        fake_docker,
+        partial(send, fake_docker, signal.SIGTSTP),
+        partial(send, fake_docker, signal.SIGCONT, "/containers/*/kill"),
+        partial(send, fake_docker, signal.SIGUSR1),
+    )
     with deadline(20):
         assert run(api(fake_docker), spec()) == 0
     err = capsys.readouterr().err
@@ -240,10 +291,17 @@ def test_a_signal_before_the_start_is_not_passed_on_and_said(
     assert fake_docker.calls("POST", "/containers/*/kill") == []
 
 
+def later_sigterm(clock: Clock) -> None:
+    """Slurm's SIGTERM at a preempted job's end: past the window of the first one."""
+    clock.now += signals.REPEAT_WINDOW + 0.5
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
 @pytest.mark.parametrize(("left", "want"), [(30.0, "28"), (None, "9"), (6.0, "9")])
 def test_a_preempted_jobs_container_gets_the_grace_time_when_longer(
     fake_docker: FakeDocker,
     no_stop_signals: None,
+    clock: Clock,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
     left: float | None,
@@ -260,8 +318,8 @@ def test_a_preempted_jobs_container_gets_the_grace_time_when_longer(
     fake_docker.program = Program([], exit_code=None)
     # Slurm's second SIGTERM: at the grace's end (here sooner), as it requeues the job.
     # Only then: a signal after the run returned would reach pytest itself.
-    again = [(1.5, signal.SIGTERM)] if left is not None else []
-    when_running(fake_docker, (0.2, signal.SIGTERM), *again)
+    again = [partial(later_sigterm, clock)] if left is not None else []
+    when_running(fake_docker, partial(send, fake_docker, signal.SIGTERM), *again)
     with deadline(20):
         assert run(api(fake_docker), spec(grace=9.0)) == 143
     (stop,) = fake_docker.calls("POST", "/containers/*/stop")
@@ -291,7 +349,7 @@ def test_where_slurm_ends_a_preempted_job_itself_the_run_returns_at_once(
     monkeypatch.setattr(preempt, "grace_left", lambda job: 30.0)
     monkeypatch.setattr(preempt, "ends_as_preempted", lambda: True)
     fake_docker.program = Program([], exit_code=None)
-    when_running(fake_docker, (0.2, signal.SIGTERM))
+    when_running(fake_docker, partial(send, fake_docker, signal.SIGTERM))
     with deadline(10):
         assert run(api(fake_docker), spec(grace=9.0)) == 143
     err = capsys.readouterr().err
