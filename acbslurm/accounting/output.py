@@ -313,6 +313,22 @@ def _where(devices: str) -> str:
 def write_table(
     out: TextIO, meta: dict[str, Any], jobs: Iterable[JobUsage], agg: Aggregator
 ) -> None:
+    """The report as a table: its head, a row per job (or per group), the totals, and
+    the overlaps found."""
+    _write_head(out, meta)
+    check = OverlapCheck(_now(meta))
+    if agg.by == "job":
+        _write_job_rows(out, jobs, agg, check)
+    else:
+        for job in jobs:
+            agg.add(job)
+            check.add(job)
+        _write_group_rows(out, agg)
+    _write_total(out, agg)
+    _write_overlaps(out, check.found)
+
+
+def _write_head(out: TextIO, meta: dict[str, Any]) -> None:
     win = meta["window"]
     out.write(
         f"# cluster {meta['cluster']}, slurmdbd schema {meta['schema_version']} "
@@ -322,77 +338,79 @@ def write_table(
     )
     if "visible" in meta:  # through the report service: what this user may see
         out.write(f"# shown: {meta['visible']}\n")
-    check = OverlapCheck(_now(meta))
-    if agg.by == "job":
+
+
+_JOB_HEADER = (
+    "JOBID",
+    "USER",
+    "ACCOUNT",
+    "PARTITION",
+    "STATE",
+    "GPUS",
+    "SUBMIT",
+    "START",
+    "END",
+    "WAIT",
+    "ELAPSED",
+    "GPU-HOURS",
+    "DEVICES",
+)
+
+
+def _write_job_rows(
+    out: TextIO, jobs: Iterable[JobUsage], agg: Aggregator, check: OverlapCheck
+) -> None:
+    """A row per job as it streams by (a pool job's usage on a line under it)."""
+    out.write(_JOB_ROW.format(*_JOB_HEADER) + "\n")
+    for job in jobs:
+        agg.add(job)
+        found = check.add(job)
+        state = job.state + ("*" if job.running else "")
         out.write(
             _JOB_ROW.format(
-                "JOBID",
-                "USER",
-                "ACCOUNT",
-                "PARTITION",
-                "STATE",
-                "GPUS",
-                "SUBMIT",
-                "START",
-                "END",
-                "WAIT",
-                "ELAPSED",
-                "GPU-HOURS",
-                "DEVICES",
+                job.job_id[:16],
+                job.user[:10],
+                job.account[:10],
+                job.partition[:10],
+                state[:11],
+                job.gpus,
+                _short_time(job.submit),
+                _short_time(job.start),
+                "running" if job.running else _short_time(job.end),
+                _dur(job.wait),
+                _dur(job.elapsed),
+                f"{hours(job.gpu_seconds):.2f}",
+                _where(job.gpu_devices) + _overlap_mark(found),
             )
             + "\n"
         )
-        for job in jobs:
-            agg.add(job)
-            found = check.add(job)
-            state = job.state + ("*" if job.running else "")
-            out.write(
-                _JOB_ROW.format(
-                    job.job_id[:16],
-                    job.user[:10],
-                    job.account[:10],
-                    job.partition[:10],
-                    state[:11],
-                    job.gpus,
-                    _short_time(job.submit),
-                    _short_time(job.start),
-                    "running" if job.running else _short_time(job.end),
-                    _dur(job.wait),
-                    _dur(job.elapsed),
-                    f"{hours(job.gpu_seconds):.2f}",
-                    _where(job.gpu_devices) + _overlap_mark(found),
-                )
-                + "\n"
-            )
-            if job.pool is not None:
-                out.write(pool_line(job) + "\n")
-    else:
-        for job in jobs:
-            agg.add(job)
-            check.add(job)
+        if job.pool is not None:
+            out.write(pool_line(job) + "\n")
+
+
+def _write_group_rows(out: TextIO, agg: Aggregator) -> None:
+    """A row per group, the largest first, with a bar of its share."""
+    out.write(
+        _GROUP_ROW.format(
+            agg.by.upper(), "JOBS", "RUNNING", "GPU-HOURS", "MEAN-WAIT", "SHARE", "GPU-HOURS"
+        ).rstrip()
+        + "\n"
+    )
+    groups = agg.sorted_groups()
+    widest = max((g.gpu_seconds for g in groups), default=0)
+    for g in groups:
         out.write(
             _GROUP_ROW.format(
-                agg.by.upper(), "JOBS", "RUNNING", "GPU-HOURS", "MEAN-WAIT", "SHARE", "GPU-HOURS"
+                g.key[:20],
+                g.jobs,
+                g.running,
+                f"{hours(g.gpu_seconds):.2f}",
+                _dur(g.mean_wait),
+                f"{100 * agg.share(g):.1f}%",
+                bar(g.gpu_seconds, widest),
             ).rstrip()
             + "\n"
         )
-        groups = agg.sorted_groups()
-        widest = max((g.gpu_seconds for g in groups), default=0)
-        for g in groups:
-            out.write(
-                _GROUP_ROW.format(
-                    g.key[:20],
-                    g.jobs,
-                    g.running,
-                    f"{hours(g.gpu_seconds):.2f}",
-                    _dur(g.mean_wait),
-                    f"{100 * agg.share(g):.1f}%",
-                    bar(g.gpu_seconds, widest),
-                ).rstrip()
-                + "\n"
-            )
-    _write_total(out, agg)
-    _write_overlaps(out, check.found)
 
 
 # A report names this many overlaps at most (the count is always whole).
