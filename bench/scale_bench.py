@@ -14,8 +14,10 @@ an array of ``--tasks`` one-GPU jobs each way:
 * ``acbslurm``: ``acbslurm run IMAGE -- true`` (the job's GPU from the prolog's record).
 
 Each array runs unthrottled and at ``%throttle``. For each it prints the wall time from
-the submit to the last task's end, jobs per minute, and the ratio to the plain-docker
-array. Then the checks: every task COMPLETED, no container and no job record left, no
+the submit to the last task's end, jobs per minute, the prolog's and the epilog's times
+(median, 95th percentile and largest, from the sandbox's hook-times log, which its hook
+wrappers write: the hook's own time, without the interpreter's start), and the ratio
+to the plain-docker array. Then the checks: every task COMPLETED, no container and no job record left, no
 node drained, and the report's GPU overlaps (none expected). Last, the memory of the
 sandbox's daemons (their resident set) and the machine's load.
 
@@ -78,8 +80,37 @@ def job_body(way: str, sb: Sandbox, folder: Path) -> str:
     return shlex.join([sys.executable, "-m", "acbslurm", "run", "--pull", "never", IMAGE, "true"])
 
 
+def hook_times(sb: Sandbox, offset: int) -> tuple[dict[str, list[float]], int]:
+    """Milliseconds per hook (prolog, epilog) from the hook-times log past ``offset``,
+    and the log's new end."""
+    path = sb.layout.log_file("hook-times")
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            text = f.read().decode()
+    except FileNotFoundError:
+        return {}, offset
+    out: dict[str, list[float]] = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 4:
+            out.setdefault(parts[0].removeprefix("acbslurm-"), []).append(float(parts[3]))
+    return out, offset + len(text.encode())
+
+
+def spread(ms: list[float]) -> str:
+    """``median/p95/max ms (n)`` of ``ms``."""
+    if not ms:
+        return "-"
+    s = sorted(ms)
+    p95 = s[min(len(s) - 1, round(0.95 * (len(s) - 1)))]
+    return f"{s[len(s) // 2]:.0f}/{p95:.0f}/{s[-1]:.0f} ms ({len(s)})"
+
+
 def run_array(sb: Sandbox, way: str, tasks: int, throttle: int, folder: Path) -> dict[str, object]:
-    """Submit the array, wait until no task is left in the queue; its wall time."""
+    """Submit the array, wait until no task is left in the queue; its wall time and
+    the hooks' times meanwhile."""
+    _, offset = hook_times(sb, 0)
     script = folder / f"{way}.sh"
     script.write_text("#!/bin/bash\n" + job_body(way, sb, folder) + "\n")
     script.chmod(0o755)
@@ -97,7 +128,8 @@ def run_array(sb: Sandbox, way: str, tasks: int, throttle: int, folder: Path) ->
     states = sb.run_slurm(
         ["sacct", "-X", "-n", "-P", "-j", array, "-o", "State"], check=False
     ).stdout.split()
-    return {"array": array, "wall": wall, "states": states}
+    times, _ = hook_times(sb, offset)
+    return {"array": array, "wall": wall, "states": states, "hooks": times}
 
 
 def leftovers(sb: Sandbox) -> dict[str, int]:
@@ -178,9 +210,13 @@ def main() -> None:
                     bad = len(states) - states.count("COMPLETED")
                     wall = float(r["wall"])  # type: ignore[arg-type]
                     label = "unthrottled" if not throttle else f"%{throttle}"
+                    hooks = r["hooks"]
+                    assert isinstance(hooks, dict)
                     print(
                         f"{way:9s} {label:12s} {args.tasks} tasks in {wall:6.1f} s: "
-                        f"{args.tasks / wall * 60:6.0f} jobs/min; {bad} not COMPLETED",
+                        f"{args.tasks / wall * 60:6.0f} jobs/min; {bad} not COMPLETED; "
+                        f"prolog {spread(hooks.get('prolog', []))}, "
+                        f"epilog {spread(hooks.get('epilog', []))} (median/p95/max)",
                         flush=True,
                     )
         for throttle in (0, args.throttle):

@@ -74,6 +74,7 @@ def write_hook_wrappers(layout: Layout, params: Params) -> None:
             hook=name,
             func=func,
             hook_log=str(layout.log_file("hooks")),
+            times_log=str(layout.log_file("hook-times")),
         )
         _write(layout.libexec / name, text, 0o755)
 

@@ -100,6 +100,9 @@ def test_hook_wrapper_runs_the_named_hook(layout: Layout, tmp_path: Path) -> Non
     # stderr as slurmd sees it, and also in the hooks log (the sandbox has no syslog).
     assert r.stderr == "acbslurm-prolog: error: job 5: why\n"
     assert layout.log_file("hooks").read_text() == "acbslurm-prolog: error: job 5: why\n"
+    # Its time, for bench/scale_bench.py: hook, job (none here), exit code, milliseconds.
+    hook, job, code, ms = layout.log_file("hook-times").read_text().split()
+    assert (hook, job, code) == ("acbslurm-prolog", "-", "7") and 0 < float(ms) < 10_000
 
 
 def _run_standin_hook(
