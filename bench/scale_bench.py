@@ -17,9 +17,9 @@ Each array runs unthrottled and at ``%throttle``. For each it prints the wall ti
 the submit to the last task's end, jobs per minute, the prolog's and the epilog's times
 (median, 95th percentile and largest, from the sandbox's hook-times log, which its hook
 wrappers write: the hook's own time, without the interpreter's start), and the ratio
-to the plain-docker array. Then the checks: every task COMPLETED, no container and no job record left, no
-node drained, and the report's GPU overlaps (none expected). Last, the memory of the
-sandbox's daemons (their resident set) and the machine's load.
+to the plain-docker array. Then the checks: every task COMPLETED, no container and no
+job record left, no node drained, and the report's GPU overlaps (none expected).
+Last, the memory of the sandbox's daemons (their resident set) and the machine's load.
 
 All the sandbox's nodes share one rootless daemon of user1, so every container start
 of the array meets every other in one daemon: harder than a real cluster, whose nodes
