@@ -296,10 +296,28 @@ def bench_model(which: str) -> Path:
     return d
 
 
-def single_pool(path: Path, engine: str, args: argparse.Namespace) -> str:
+# The gateway's key (``--keys``: a site's pool asks every request for one) and the
+# headers each target is asked with (base URL -> headers).
+HEADERS: dict[str, dict[str, str]] = {}
+
+
+def key_file(tmp: Path) -> tuple[Path, str]:
+    """A key file of one key (``bench``), mode 0600, and the key."""
+    import secrets
+
+    key = secrets.token_urlsafe(32)
+    path = tmp / "keys.txt"
+    path.write_text(f"bench {key}\n")
+    path.chmod(0o600)
+    return path, key
+
+
+def single_pool(path: Path, engine: str, args: argparse.Namespace, keys: Path | None) -> str:
     return (
         "listen: 127.0.0.1:0\ndevices: cpu:1:4G\npolicy: quantum\nquantum: 1\n"
-        "max_queue: 1024\nrequest_timeout: 600\nmodels:\n"
+        "max_queue: 1024\nrequest_timeout: 600\n"
+        + (f"api_keys: {keys}\n" if keys else "")
+        + "models:\n"
         f"  - {{name: bench, path: {path}, devices: 1, engine: {engine}, temperature: 0, "
         f"headroom: 1G, max_tokens: {args.tokens}, max_batch: {max(args.levels)}}}\n"
     )
@@ -338,9 +356,13 @@ class Target:
             self.proc.wait(5)
 
 
-def start_gateway(path: Path, engine: str, args: argparse.Namespace, tmp: Path) -> Target:
+def start_gateway(
+    path: Path, engine: str, args: argparse.Namespace, tmp: Path
+) -> tuple[Target, dict[str, str]]:
+    """The gateway's server and the headers its requests carry (its key, ``--keys``)."""
+    keys, key = key_file(tmp) if args.keys else (None, "")
     pool = tmp / f"pool-{engine}.yaml"
-    pool.write_text(single_pool(path, engine, args))
+    pool.write_text(single_pool(path, engine, args, keys))
     address = tmp / f"address-{engine}.json"
     env = {**os.environ, **server_env(args), "PYTHONPATH": str(REPO)}
     log = tmp / f"gateway-{engine}.log"
@@ -355,7 +377,7 @@ def start_gateway(path: Path, engine: str, args: argparse.Namespace, tmp: Path) 
         )
     t = Target(f"acbslurm serve ({engine})", proc, log)
     t.url = str(address)  # until ready: where the address comes
-    return t
+    return t, ({"Authorization": f"Bearer {key}"} if key else {})
 
 
 def start_direct(path: Path, args: argparse.Namespace, tmp: Path) -> Target:
@@ -440,7 +462,8 @@ async def level_run(url: str, model: str, args: argparse.Namespace, level: int) 
         tokens += int(out["usage"]["completion_tokens"])
         texts.append(out["choices"][0]["text"])
 
-    async with httpx.AsyncClient(timeout=600, limits=limits) as http:
+    headers = HEADERS.get(url, {})
+    async with httpx.AsyncClient(timeout=600, limits=limits, headers=headers) as http:
         t0 = time.monotonic()
         await asyncio.gather(*(one(http, k) for k in range(args.requests)))
         wall = time.monotonic() - t0
@@ -474,7 +497,7 @@ def measure(targets: dict[str, str], args: argparse.Namespace) -> dict[str, dict
 def turns(url: str) -> float | None:
     """The gateway's count of leases taken (``/metrics``); None for vLLM alone."""
     try:
-        r = httpx.get(f"{url}/metrics", timeout=30)
+        r = httpx.get(f"{url}/metrics", timeout=30, headers=HEADERS.get(url, {}))
     except httpx.HTTPError:
         return None
     for line in r.text.splitlines() if r.status_code == 200 else ():
@@ -487,13 +510,15 @@ def gateway_part(engine: str, args: argparse.Namespace) -> dict[str, Any]:
     say(f"\n== gateway against alone, engine {engine} ({load_now()})")
     path = bench_model(args.model)
     tmp = Path(tempfile.mkdtemp(prefix="serve-bench-"))
-    targets = [start_gateway(path, engine, args, tmp)]
+    gateway, headers = start_gateway(path, engine, args, tmp)
+    targets = [gateway]
     if engine == "vllm":
         targets.append(start_direct(path, args, tmp))
     try:
         wait_ready(targets)
         for t in targets:
             say(f"  {t.name}: ready in {t.ready_s:.0f} s at {t.url}")
+        HEADERS[targets[0].url] = headers
         names = {f"gateway ({engine})": targets[0].url}
         if engine == "vllm":
             names["vLLM alone"] = targets[1].url
@@ -589,6 +614,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--levels", default="1,4,16", help="gateway: concurrency levels (comma)")
     p.add_argument("--model", choices=("gpt2-8x512", "demo"), default="gpt2-8x512")
     p.add_argument("--threads", type=int, default=1, help="compute threads per server")
+    p.add_argument(
+        "--keys",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="gateway: ask every request for a key, as a site's pool does (default: on)",
+    )
     args = p.parse_args(argv)
     args.parts = {x.strip() for x in args.parts.split(",") if x.strip()}
     if not args.parts <= {"pool", "gateway"}:
