@@ -73,12 +73,13 @@ def show(ids: Sequence[str], user: str | None, long: bool, as_json: bool) -> int
 
     chosen = backend()
     jobs = query_jobs(list(ids), user=user, record_dir=record_dir(), backend=chosen)
-    pools = _pool_addresses(jobs, chosen)
+    pools, ports = _job_files(jobs, chosen)
     if as_json:
-        write(json_text(status_json(jobs, pools)))
+        write(json_text(status_json(jobs, pools, ports)))
     else:
         print_status([j for j in jobs if j.state != "UNKNOWN" or j.reason], long)
         _print_pools(pools)
+        _print_ports(ports)
     return 1 if name_unknown(jobs) else 0
 
 
@@ -131,44 +132,75 @@ def _print_pools(pools: dict[str, dict[str, Any]]) -> None:
         write(f"job {jid} serves {pool['url']} (bound {pool['bound']}; {pool['file']}{keys})")
 
 
-def status_json(jobs: list[JobInfo], pools: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """``status --json``: the jobs Slurm knows (with their pool's address), the ids it
-    does not."""
+def _print_ports(ports: dict[str, list[dict[str, str]]]) -> None:
+    """Where each job's containers publish their ports (`acbslurm run -p`)."""
+    for jid, entries in ports.items():
+        for e in entries:
+            write(f"job {jid} publishes {e['port']} at {e['address']}")
+
+
+def status_json(
+    jobs: list[JobInfo],
+    pools: dict[str, dict[str, Any]],
+    ports: dict[str, list[dict[str, str]]] | None = None,
+) -> dict[str, Any]:
+    """``status --json``: the jobs Slurm knows (with their pool's address and their
+    containers' published ports), the ids it does not."""
     unknown = [j.job_id for j in jobs if j.state == "UNKNOWN" and not j.reason]
+    published = ports or {}
     return {
         "jobs": [
-            {**j.as_json(), "serve": pools.get(j.job_id)} for j in jobs if j.job_id not in unknown
+            {**j.as_json(), "serve": pools.get(j.job_id), "published": published.get(j.job_id, [])}
+            for j in jobs
+            if j.job_id not in unknown
         ],
         "unknown": unknown,
     }
 
 
-def _pool_addresses(jobs: list[JobInfo], backend: str) -> dict[str, dict[str, Any]]:
-    """The gateway addresses of the caller's running pool jobs (docs/serve.md).
+def _job_files(
+    jobs: list[JobInfo], backend: str
+) -> tuple[dict[str, dict[str, Any]], dict[str, list[dict[str, str]]]]:
+    """What the caller's running jobs keep in their working directories (jobfiles.py):
+    each pool job's gateway address (docs/serve.md) and the ports each job's
+    containers publish (`acbslurm run -p`).
 
-    A pool job writes ``acbslurm-serve-JOBID.json`` (mode 0600) in its working
-    directory once its workers are up; only the job's user can read it, so only
-    the caller's own running jobs are looked at (one more squeue call, for those).
-    Each working directory is listed once and only the files there are opened: many
-    jobs share one, and on NFS every open of a missing file is a round trip.
+    Only the job's user can read those files (mode 0600), so only the caller's own
+    running jobs are looked at (one more squeue call, for those). Each working
+    directory is listed once and only the files there are opened: many jobs share
+    one, and on NFS every open of a missing file is a round trip.
     """
-    me = user_name()
-    mine = [j.job_id for j in jobs if j.state == "RUNNING" and j.user == me and not j.array_job_id]
+    mine = _own_running(jobs)
     if not mine:
-        return {}
-    from acbslurm.serve.address import address_file, read
+        return {}, {}
+    from acbslurm.container.ports import of_job
     from acbslurm.slurm.jobs import work_dirs
 
-    out = {}
+    pools: dict[str, dict[str, Any]] = {}
+    ports: dict[str, list[dict[str, str]]] = {}
     listed: dict[str, frozenset[str] | None] = {}
     for jid, folder in work_dirs(mine, backend=backend).items():
         if folder not in listed:
             listed[folder] = _listing(folder)
-        path = address_file(folder, jid)
-        data = _read_listed(path, listed[folder], read)
-        if data is not None and "url" in data:
-            out[jid] = {**data, "file": path}
-    return out
+        if pool := _pool_of(jid, folder, listed[folder]):
+            pools[jid] = pool
+        if found := of_job(jid, listed[folder], folder):
+            ports[jid] = found
+    return pools, ports
+
+
+def _own_running(jobs: list[JobInfo]) -> list[str]:
+    me = user_name()
+    return [j.job_id for j in jobs if j.state == "RUNNING" and j.user == me and not j.array_job_id]
+
+
+def _pool_of(jid: str, folder: str, names: frozenset[str] | None) -> dict[str, Any] | None:
+    """The pool job's address file's content (and its path), if it has one."""
+    from acbslurm.serve.address import address_file, read
+
+    path = address_file(folder, jid)
+    data = _read_listed(path, names, read)
+    return {**data, "file": path} if data is not None and "url" in data else None
 
 
 def _listing(folder: str) -> frozenset[str] | None:

@@ -21,6 +21,7 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from acbslurm.cgroups.names import RUN_PID_ENV, RUNTIME_NAME, SOCKET_ENV
+from acbslurm.container import ports
 from acbslurm.container.options import Device, Limits, Publish, Ulimit
 from acbslurm.container.patience import Patience, run_pending_handlers
 from acbslurm.container.probe import InfoProbe
@@ -339,6 +340,7 @@ def run_container(
     old_handlers = {s: signal.signal(s, relay.handle) for s in sigs}
     cid: str | None = None
     patience: Patience | None = None
+    kept: str | None = None  # the published ports' file for `status`
     try:
         probe = probe or InfoProbe(api)
         patience = Patience(api, relay, sigs)
@@ -358,7 +360,7 @@ def run_container(
             tell(CANCELLED.format(signal.Signals(relay.first).name))
             return 128 + relay.first
         # A signal from here on stays pending until the wait below, then acts.
-        _start(api, cid, relay, patience, published=bool(spec.publish))
+        kept = _start(api, cid, relay, patience, spec)
         gc.enable()  # off for the start only (cli/entry.py); the run may last days
         if spec.stdin:
             start_thread(copy_stdin, stream)
@@ -384,6 +386,7 @@ def run_container(
                 api.remove_container(cid)
         if patience is not None and patience.used:
             _remove_twins(api, spec)
+        ports.forget(kept)
 
 
 def _preempted(job_id: str) -> Callable[[], float | None] | None:
@@ -405,46 +408,33 @@ def _ends_as_preempted() -> bool:
     return ends_as_preempted()
 
 
-def published_lines(inspected: dict[str, Any], node: str) -> list[str]:
-    """Where each published port of a started container is reached: ``published
-    8080/tcp at vm-1:32768`` (the node's port, the daemon's pick for ``-p 8080``), one
-    line per container port; an address other than every one's is named."""
-    ports = (inspected.get("NetworkSettings") or {}).get("Ports") or {}
-    lines = []
-    for key in sorted(ports):
-        seen: list[str] = []
-        for b in ports[key] or []:
-            ip = b.get("HostIp") or ""
-            where = (
-                f"{node}:{b.get('HostPort')}"
-                if ip in ("", "0.0.0.0", "::")  # noqa: S104 - Docker's "every address"
-                else f"{ip}:{b.get('HostPort')} of {node}"
-            )
-            if where not in seen:  # IPv4 and IPv6 of one port: one place
-                seen.append(where)
-        if seen:
-            lines.append(f"acbslurm: published {key} at {', '.join(seen)}")
-    return lines
-
-
 def _start(
-    api: EngineApi, cid: str, relay: Relay, patience: Patience, published: bool = False
-) -> None:
+    api: EngineApi, cid: str, relay: Relay, patience: Patience, spec: LaunchSpec
+) -> str | None:
+    """Start the container; where its ports are published is said (and kept: the
+    file's path, None when none is kept)."""
     try:
         _start_patiently(api, cid, patience)
         inspected = patience.call("the container's inspect", lambda: api.inspect(cid))
     except EngineError as exc:
         raise DockerError(f"cannot start the container: {exc}") from None
-    if published:
-        node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
-        for line in published_lines(inspected, node):
-            tell(line)
     relay.cid = cid
     # Known before any signal acts: what tells a daemon's stop from a crash, and whose
     # processes a suspend stops where the daemon cannot pause.
     relay.pid = pid_of(inspected)
     if relay.tty:
         relay.resize()  # the tty starts at this terminal's size, not 80x24
+    return _published(inspected, spec.job_id) if spec.publish else None
+
+
+def _published(inspected: dict[str, Any], job_id: str) -> str | None:
+    """Where the container's ports are published, said on stderr and kept for `acbslurm
+    status` (container/ports.py); the kept file's path (None: none kept)."""
+    node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+    entries = ports.published(inspected, node)
+    for line in ports.lines(entries):
+        tell(line)
+    return ports.keep(job_id, node, entries) if entries and job_id else None
 
 
 def _start_patiently(api: EngineApi, cid: str, patience: Patience) -> None:

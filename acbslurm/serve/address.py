@@ -8,12 +8,10 @@ reader never sees half a file). The file is removed when the pool stops.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
 import socket
-import stat
 
+from acbslurm import jobfiles
 from acbslurm.serve.errors import ServeError
 
 # `acbslurm status` reads these files: no typing at run time there
@@ -71,59 +69,21 @@ def describe(sock: socket.socket, models: dict[str, str]) -> dict[str, Any]:
 
 
 def write_private(path: str, data: dict[str, Any]) -> None:
-    """Write ``data`` as JSON to ``path``, mode 0600, replacing the file atomically.
-
-    The temporary file is created new (O_EXCL, never through a link someone planted)
-    with mode 0600 from the start, so no other user can open it at any moment.
-    """
-    tmp = f"{path}.{os.getpid()}.tmp"
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+    """``jobfiles.write_private``: JSON, mode 0600, replaced atomically; a ServeError
+    naming the file when it cannot be written."""
     try:
-        fd = os.open(tmp, flags, 0o600)
-    except OSError as exc:
-        raise ServeError(f"cannot write the address file {path}: {exc.strerror}") from None
-    try:
-        os.fchmod(fd, 0o600)  # independent of the umask
-        with os.fdopen(fd, "w") as fh:
-            json.dump(data, fh, indent=2)
-            fh.write("\n")
-        os.replace(tmp, path)
-    except OSError as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise ServeError(f"cannot write the address file {path}: {exc.strerror}") from None
-
-
-_MAX_ADDRESS_FILE = 64 * 1024  # a few hundred bytes of JSON in fact
+        jobfiles.write_private(path, data)
+    except jobfiles.JobFileError as exc:
+        raise ServeError(
+            str(exc).replace("cannot write ", "cannot write the address file ")
+        ) from None
 
 
 def read(path: str) -> dict[str, Any] | None:
-    """The address file's content, or None when it is not there (yet), not readable,
-    or not trustworthy: it must be the caller's own and writable by nobody else (in a
-    folder others may write, someone could have put an address of theirs there)."""
-    try:
-        # O_NONBLOCK: a FIFO put there must not hang `acbslurm status`; only a small
-        # regular file is an address file.
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
-    except OSError:
-        return None
-    try:
-        st = os.fstat(fd)
-        if st.st_uid != os.getuid() or st.st_mode & 0o022:
-            return None
-        if not stat.S_ISREG(st.st_mode) or st.st_size > _MAX_ADDRESS_FILE:
-            return None
-        with os.fdopen(fd, encoding="utf-8") as fh:
-            fd = -1
-            data = json.load(fh)
-    except (OSError, ValueError):
-        return None
-    finally:
-        if fd >= 0:
-            os.close(fd)
-    return data if isinstance(data, dict) else None
+    """The address file's content (``jobfiles.read_private``: None when it is not there,
+    not the caller's own, or writable by others)."""
+    return jobfiles.read_private(path)
 
 
 def remove(path: str) -> None:
-    with contextlib.suppress(OSError):
-        os.unlink(path)
+    jobfiles.remove(path)

@@ -5,6 +5,8 @@ job's traffic. Driven as user1."""
 
 from __future__ import annotations
 
+import json
+import pwd
 import re
 import socket
 import urllib.request
@@ -12,7 +14,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sandboxtest import IMAGE, acbslurm_run, submit, wait_container, wait_job, wait_until
+from sandboxtest import (
+    IMAGE,
+    acbslurm_as,
+    acbslurm_run,
+    job_status,
+    submit,
+    wait_container,
+    wait_job,
+    wait_until,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -77,8 +88,21 @@ def test_a_port_the_daemon_picks_is_told_in_the_jobs_output(idle: Any, scripts: 
     assert said.group(1) == sb.params.node, out.read_text()
     got = wait_until("the job's page", lambda: _get(int(said.group(2))), timeout=30)
     assert got.strip() == f"hello-from-job-{job}"
+    # `acbslurm status` shows the job's user where it is published (a file the run
+    # keeps in the job's working directory, user1's home), and user2 nothing of it.
+    where = f"{said.group(1)}:{said.group(2)}"
+    row = job_status(sb, "user1", job)
+    assert row["published"] == [{"node": sb.params.node, "port": "8080/tcp", "address": where}]
+    table = acbslurm_as(sb, "user1", "status", job)
+    assert f"job {job} publishes 8080/tcp at {where}" in table.stdout, table.stdout
+    theirs = acbslurm_as(sb, "user2", "status", "--json", job)
+    assert all(j["published"] == [] for j in json.loads(theirs.stdout or '{"jobs": []}')["jobs"])
+    kept = list(Path(pwd.getpwnam(sb.user).pw_dir).glob(f"acbslurm-ports-{job}.*"))
+    assert len(kept) == 1 and kept[0].stat().st_mode & 0o777 == 0o600, kept
     sb.run_slurm(["scancel", job])
     wait_job(sb, job, ("CANCELLED",), 60)
+    # The run removed it as it ended.
+    wait_until("the ports file gone", lambda: not kept[0].exists(), timeout=30)
 
 
 def test_the_daemons_own_network_is_refused_as_host_and_none_has_no_network(

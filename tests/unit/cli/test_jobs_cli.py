@@ -342,6 +342,38 @@ def test_status_gpus_shows_a_drained_nodes_gpus_as_unavailable(
     assert gpus[2]["unavailable"] is None and gpus[2]["node_reason"] is None
 
 
+def test_status_shows_where_my_running_jobs_publish_their_ports(
+    cwd: Path, fake_slurm: FakeSlurm
+) -> None:
+    """What each `acbslurm run -p` of the job keeps in its working directory (a run on
+    each of two nodes here), for the caller's running jobs only."""
+    from acbslurm import jobfiles
+    from acbslurm.container import ports
+
+    mine, other = cwd / "mine", cwd / "other"
+    mine.mkdir()
+    other.mkdir()
+    runs = ((mine, "7", "node1"), (mine, "7", "node2"), (other, "8", "node1"))
+    for pid, (folder, jid, node) in enumerate(runs, start=100):
+        entries = [{"port": "8888/tcp", "address": f"{node}:18888"}]
+        data = {"job_id": jid, "node": node, "ports": entries}
+        jobfiles.write_private(ports.ports_file(str(folder), jid, node, pid), data)
+    fake_slurm.add_job("7", "RUNNING", user=ME, start=T0, workdir=str(mine))
+    fake_slurm.add_job("8", "RUNNING", user="user2", start=T0, workdir=str(other))
+    data = json.loads(acbslurm("status", "--json", "7", "8").stdout)
+    published = {j["job_id"]: j["published"] for j in data["jobs"]}
+    assert published == {
+        "7": [
+            {"node": "node1", "port": "8888/tcp", "address": "node1:18888"},
+            {"node": "node2", "port": "8888/tcp", "address": "node2:18888"},
+        ],
+        "8": [],
+    }
+    text = acbslurm("status", "7").stdout
+    assert "job 7 publishes 8888/tcp at node1:18888" in text
+    assert "job 7 publishes 8888/tcp at node2:18888" in text
+
+
 def test_status_shows_the_address_of_my_running_pool_job(cwd: Path, fake_slurm: FakeSlurm) -> None:
     """Only the caller's running jobs are looked at, in their working directory."""
     from acbslurm.serve.address import address_file, write_private

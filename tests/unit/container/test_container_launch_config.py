@@ -1,9 +1,12 @@
 """The container `acbslurm run` creates, and the output stream framing (no daemon)."""
 
+import os
 import socket
 import struct
+from pathlib import Path
 
 import docker.types
+import pytest
 
 from acbslurm.container.launch import LaunchSpec, container_config, device_request
 from acbslurm.container.options import Limits
@@ -112,28 +115,66 @@ def test_ulimits_go_to_the_host_config() -> None:
     assert "Ulimits" not in container_config(spec(), with_limits=True)["HostConfig"]
 
 
+INSPECTED = {
+    "NetworkSettings": {
+        "Ports": {
+            "8080/tcp": [
+                {"HostIp": "0.0.0.0", "HostPort": "32768"},
+                {"HostIp": "::", "HostPort": "32768"},
+            ],
+            "9090/tcp": [{"HostIp": "127.0.0.1", "HostPort": "19090"}],
+            "22/tcp": None,  # exposed by the image, not published
+        }
+    }
+}
+
+
 def test_published_lines_name_where_each_port_is_reached() -> None:
     """After the start: the daemon's pick for `-p 8080` is told in the job's output,
     IPv4 and IPv6 of one port once, an address of the user's named."""
-    from acbslurm.container.launch import published_lines
+    from acbslurm.container import ports
 
-    inspected = {
-        "NetworkSettings": {
-            "Ports": {
-                "8080/tcp": [
-                    {"HostIp": "0.0.0.0", "HostPort": "32768"},
-                    {"HostIp": "::", "HostPort": "32768"},
-                ],
-                "9090/tcp": [{"HostIp": "127.0.0.1", "HostPort": "19090"}],
-                "22/tcp": None,  # exposed by the image, not published
-            }
-        }
-    }
-    assert published_lines(inspected, "vm-1") == [
+    assert ports.lines(ports.published(INSPECTED, "vm-1")) == [
         "acbslurm: published 8080/tcp at vm-1:32768",
         "acbslurm: published 9090/tcp at 127.0.0.1:19090 of vm-1",
     ]
-    assert published_lines({}, "vm-1") == []
+    assert ports.published({}, "vm-1") == []
+
+
+def test_the_published_ports_are_kept_for_status_while_the_run_lasts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file per run in the working directory, 0600, found by the job's id (and not
+    another's, nor one that is not the caller's own or that others may write)."""
+    from acbslurm.container import ports
+
+    monkeypatch.chdir(tmp_path)
+    path = ports.keep("12", "vm-1", ports.published(INSPECTED, "vm-1"))
+    assert path is not None and os.stat(path).st_mode & 0o777 == 0o600
+    (tmp_path / "acbslurm-ports-123.vm-1.1.json").write_text('{"job_id": "123", "ports": []}')
+    names = frozenset(os.listdir(tmp_path))
+    assert ports.of_job("12", names, str(tmp_path)) == [
+        {"node": "vm-1", "port": "8080/tcp", "address": "vm-1:32768"},
+        {"node": "vm-1", "port": "9090/tcp", "address": "127.0.0.1:19090 of vm-1"},
+    ]
+    os.chmod(path, 0o666)  # writable by others: someone could have put it there
+    assert ports.of_job("12", names, str(tmp_path)) == []
+    ports.forget(path)
+    assert not os.path.exists(path) and ports.of_job("12", names, str(tmp_path)) == []
+
+
+def test_a_working_directory_the_run_cannot_write_is_said_and_the_run_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from acbslurm.container import ports
+
+    monkeypatch.chdir(tmp_path)
+    # Its temporary file cannot be made (root writes any folder: a folder of that name).
+    blocked = ports.ports_file(str(tmp_path), "12", "vm-1", os.getpid())
+    os.mkdir(f"{blocked}.{os.getpid()}.tmp")
+    assert ports.keep("12", "vm-1", ports.published(INSPECTED, "vm-1")) is None
+    err = capsys.readouterr().err
+    assert "`acbslurm status` will not show the published ports: cannot write" in err, err
 
 
 def test_the_network_mode_goes_to_the_host_config() -> None:
