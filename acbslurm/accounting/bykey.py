@@ -48,6 +48,8 @@ class KeyTotals:
     leased: float = 0.0
     lost: int = 0
     rows: dict[tuple[str, str], KeyRow] = field(default_factory=dict)
+    # Other users' pools the viewer used with a key of their own name (their rows only).
+    others: int = 0
 
     def add(self, job: JobUsage) -> None:
         p = job.pool
@@ -57,7 +59,18 @@ class KeyTotals:
         self.allocated += job.gpu_seconds
         self.leased += p.leased
         self.lost += p.lost
-        for u in p.use:
+        self._add_rows(job, p.use)
+
+    def add_theirs(self, job: JobUsage, name: str) -> None:
+        """Another user's pool job: only the rows of key name ``name`` (the viewer's
+        login), nothing of the pool's own totals."""
+        mine = [u for u in (job.pool.use if job.pool else ()) if u["key"] == name]
+        if mine:
+            self.others += 1
+            self._add_rows(job, mine)
+
+    def _add_rows(self, job: JobUsage, use: Iterable[dict[str, Any]]) -> None:
+        for u in use:
             row = self.rows.setdefault((u["key"], u["model"]), KeyRow(u["key"], u["model"]))
             row.jobs.add(job.job_id)
             row.requests += u["requests"]
@@ -90,17 +103,28 @@ class KeyTotals:
             "idle_gpu_seconds": round(max(0.0, self.allocated - self.leased), 3),
             "keys_gpu_seconds": round(sum(r.gpu_seconds for r in self.rows.values()), 3),
             "lost_lines": self.lost,
+            "others_pool_jobs": self.others,
         }
 
 
 _ROW = "{:<20} {:<24} {:>5} {:>9} {:>11} {:>11} {:>12} {:>7}"
 
 
-def write_by_key(fmt: str, out: TextIO, meta: dict[str, Any], jobs: Iterable[JobUsage]) -> None:
-    """The report by key name in ``fmt`` (table, csv or json)."""
+def write_by_key(
+    fmt: str,
+    out: TextIO,
+    meta: dict[str, Any],
+    jobs: Iterable[JobUsage],
+    theirs: Iterable[JobUsage] = (),
+    name: str = "",
+) -> None:
+    """The report by key name in ``fmt`` (table, csv or json): every row of the pool
+    jobs of ``jobs``, and of ``theirs`` (other users' pools) the rows of key ``name``."""
     t = KeyTotals()
     for job in jobs:
         t.add(job)
+    for job in theirs:
+        t.add_theirs(job, name)
     if fmt == "json":
         body = {"report": meta, "keys": t.records(), "totals": t.totals()}
         out.write(json.dumps(body, sort_keys=True) + "\n")
@@ -136,8 +160,13 @@ def _table(out: TextIO, meta: dict[str, Any], t: KeyTotals) -> None:
         )
     s = t.totals()
     lost = f"; {s['lost_lines']} ledger lines lost" if s["lost_lines"] else ""
+    theirs = (
+        f"; and your key's rows in {s['others_pool_jobs']} other user(s)' pool jobs"
+        if s["others_pool_jobs"]
+        else ""
+    )
     out.write(
         f"# total: {s['pool_jobs']} pool jobs, {s['allocated_gpu_seconds']} GPU-seconds "
         f"allocated, {s['leased_gpu_seconds']:.1f} leased ({s['keys_gpu_seconds']:.1f} "
-        f"by key), {s['idle_gpu_seconds']:.1f} idle{lost}\n"
+        f"by key), {s['idle_gpu_seconds']:.1f} idle{lost}{theirs}\n"
     )

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TextIO
 
 from acbslurm.accounting.bykey import write_by_key
@@ -52,6 +52,41 @@ def report_request(
     )
     return ReportRequest(
         filters=filters, now=now, definition=opts.definition, by=opts.by, states=sel.states
+    )
+
+
+def _by_key(
+    conn: Any,
+    schema: Schema,
+    req: ReportRequest,
+    rights: Rights | None,
+    fmt: str,
+    out: TextIO,
+    meta: dict[str, Any],
+) -> None:
+    """``--by key``: the viewer's pools, and their own key's rows in others' pools."""
+    theirs = _others_pools(conn, schema, req, rights)
+    if theirs is not None and rights is not None:
+        meta["visible"] += f"; in other users' pool jobs, the rows of key {rights.user}"
+    name = rights.user if rights else ""
+    write_by_key(fmt, out, meta, iter_jobs(conn, schema, req), theirs or (), name)
+    out.flush()
+
+
+def _others_pools(
+    conn: Any, schema: Schema, req: ReportRequest, rights: Rights | None
+) -> Iterable[JobUsage] | None:
+    """For a viewer who sees only some jobs: the other pool jobs of the window (their
+    rows of the viewer's key name are theirs to see, the rest is not read out); None
+    when the viewer sees every job anyway."""
+    if rights is None or rights.all_jobs or not rights.user:
+        return None
+    f = replace(req.filters, visible_uid=None, visible_accounts=(), pool_usage_only=True)
+    seen = set(rights.accounts)
+    return (
+        j
+        for j in iter_jobs(conn, schema, replace(req, filters=f))
+        if j.uid != rights.uid and j.account not in seen
     )
 
 
@@ -130,8 +165,7 @@ def run_report(
         if rights is not None:
             meta["visible"] = rights.describe()
         if opts.by == "key":
-            write_by_key(opts.fmt, out, meta, iter_jobs(conn, schema, req))
-            out.flush()
+            _by_key(conn, schema, req, rights, opts.fmt, out, meta)
             return
         agg = Aggregator(opts.by, opts.definition)
         jobs: Iterable[JobUsage]

@@ -15,6 +15,7 @@ from typing import Any
 
 from acbslurm.accounting.schema import Schema
 from acbslurm.slurm.states import JOB_RESIZING, JOB_REVOKED
+from acbslurm.slurm.usage_history import PREFIX as USAGE_WORD
 
 # Order matters: usage.JobRow is built positionally from these.
 JOB_SELECT = (
@@ -49,6 +50,8 @@ class Filters:
     # and of these accounts. Applied in SQL, so other rows never leave the database.
     visible_uid: int | None = None
     visible_accounts: tuple[str, ...] = ()
+    # Only jobs whose AdminComment has a pool's or broker's usage (report --by key).
+    pool_usage_only: bool = False
 
 
 def _in(column: str, values: tuple[Any, ...], params: list[Any]) -> str:
@@ -84,6 +87,9 @@ def where_clause(f: Filters, part: Slice | None = None) -> tuple[str, list[Any]]
         sql += _in("t1.account", f.accounts, params)
     if f.partitions:
         sql += _in("t1.`partition`", f.partitions, params)
+    if f.pool_usage_only:
+        sql += " AND t1.admin_comment LIKE %s"
+        params.append(f"%{USAGE_WORD}%")
     if f.visible_uid is not None:
         sql += " AND (t1.id_user = %s"
         params.append(f.visible_uid)

@@ -32,7 +32,8 @@ from acbslurm.procfs import running
 from acbslurm.serve.modelmaker import TinyShape, make_model
 
 # The pool's keys (docs/serve.md, *Keys*): two names, in a file of user1's, mode 0600.
-KEYS = {"alice": "sk-alice-5b0e8d1f2a7c4e93", "ci-bot": "sk-ci-bot-c4a91e07d3f6b258"}
+# user2 calls user1's pool with a key named after its login: its rows are its own.
+KEYS = {"user2": "sk-user2-5b0e8d1f2a7c4e93", "ci-bot": "sk-ci-bot-c4a91e07d3f6b258"}
 
 
 @pytest.fixture(scope="module")
@@ -175,7 +176,7 @@ def test_pool_job_as_user1_and_user2(sb: Any, folder: Path) -> None:
         assert job_status(sb, "user2", job_id)["serve"] is None
 
         _user2_is_refused(sb, pool["url"])
-        client = OpenAI(base_url=pool["url"], api_key=KEYS["alice"], max_retries=0, timeout=120)
+        client = OpenAI(base_url=pool["url"], api_key=KEYS["user2"], max_retries=0, timeout=120)
         assert sorted(m.id for m in client.models.list()) == ["model-a", "model-b"]
         for model in ("model-a", "model-b"):
             done = client.completions.create(model=model, prompt="a GPU is", max_tokens=4)
@@ -187,15 +188,15 @@ def test_pool_job_as_user1_and_user2(sb: Any, folder: Path) -> None:
         assert chat.choices[0].message.role == "assistant"
         # each request is counted under its key's NAME, and no key is shown
         root = pool["url"].removesuffix("/v1")
-        auth = {"Authorization": f"Bearer {KEYS['alice']}"}
+        auth = {"Authorization": f"Bearer {KEYS['user2']}"}
         metrics = httpx.get(f"{root}/metrics", headers=auth, timeout=30).text
-        for name, model in (("alice", "model-a"), ("alice", "model-b"), ("ci-bot", "model-b")):
+        for name, model in (("user2", "model-a"), ("user2", "model-b"), ("ci-bot", "model-b")):
             line = f'acbslurm_serve_requests_total{{key="{name}",model="{model}",status="200"}} 1.0'
             assert line in metrics, metrics
         assert not [k for k in KEYS.values() if k in metrics]
         _usage_endpoint(root)
         log = (jobs / f"out-{job_id}.txt").read_text()
-        assert "keys: alice, ci-bot" in log and not [k for k in KEYS.values() if k in log]
+        assert "keys: user2, ci-bot" in log and not [k for k in KEYS.values() if k in log]
         assert _worker_pids(job_id), "the workers run inside the job"
     finally:
         as_user(sb, "user1", "cancel", job_id)
@@ -223,19 +224,28 @@ def _usage_in_the_report(sb: Any, job_id: str) -> None:
     assert pool["idle_gpu_seconds"] == pytest.approx(pool["allocated_gpu_seconds"] - leased)
     assert sum(u["gpu_seconds"] for u in pool["usage"]) == pytest.approx(leased, abs=0.01)
     requests = {(u["key"], u["model"]): u["requests"] for u in pool["usage"] if u["requests"]}
-    assert requests == {("alice", "model-a"): 1, ("alice", "model-b"): 1, ("ci-bot", "model-b"): 1}
+    assert requests == {("user2", "model-a"): 1, ("user2", "model-b"): 1, ("ci-bot", "model-b"): 1}
     assert pool["lost_lines"] == 0
 
     res = as_user(sb, "user1", "report", "--by", "key", "--json", "--start", "now-1h")
     assert res.returncode == 0, res.stderr
     by_key = json.loads(res.stdout)
     names = {r["key"] for r in by_key["keys"]}
-    assert {"alice", "ci-bot"} <= names, by_key
+    assert {"user2", "ci-bot"} <= names, by_key
     totals = by_key["totals"]
     assert totals["keys_gpu_seconds"] == pytest.approx(totals["leased_gpu_seconds"], abs=0.05)
     table = as_user(sb, "user1", "report", "--start", "now-1h").stdout
     assert f"leased, {pool['idle_gpu_seconds']:.1f} idle; by key: " in table, table
-    # user2 sees no row of user1's pool
+    # user2 sees its own key's rows of user1's pool, and nothing else of it
     res = as_user(sb, "user2", "report", "--by", "key", "--json", "--start", "now-1h")
     assert res.returncode == 0, res.stderr
-    assert json.loads(res.stdout)["keys"] == []
+    theirs = json.loads(res.stdout)
+    rows = {(r["key"], r["model"]): r["requests"] for r in theirs["keys"] if r["requests"]}
+    assert rows == {("user2", "model-a"): 1, ("user2", "model-b"): 1}, theirs
+    mine = [r for r in by_key["keys"] if r["key"] == "user2"]
+    assert sum(r["gpu_seconds"] for r in theirs["keys"]) == pytest.approx(
+        sum(r["gpu_seconds"] for r in mine), abs=0.01
+    )
+    t = theirs["totals"]
+    assert (t["pool_jobs"], t["allocated_gpu_seconds"], t["others_pool_jobs"]) == (0, 0, 1), t
+    assert "the rows of key user2" in theirs["report"]["visible"]

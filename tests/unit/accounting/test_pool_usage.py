@@ -103,3 +103,22 @@ def test_by_key_adds_up_over_pool_jobs_and_skips_the_others() -> None:
     text = io.StringIO()
     write_by_key("csv", text, META, jobs)
     assert text.getvalue().splitlines()[0].startswith("key,model,jobs,requests")
+
+
+def test_in_another_users_pool_a_viewer_gets_only_their_own_keys_rows() -> None:
+    """user2 called user1's pool with a key named ``alice`` (as if alice were user2's
+    login): alice's rows only, none of the pool's totals and no other name."""
+    out = io.StringIO()
+    theirs = [_job(usage_token("vm-0", _totals()), job_id="7"), _job("", job_id="9")]
+    write_by_key("json", out, META, [], theirs, "alice")
+    body = json.loads(out.getvalue())
+    assert [(r["key"], r["model"], r["gpu_seconds"]) for r in body["keys"]] == [
+        ("alice", "model-a", 6.0)
+    ]
+    t = body["totals"]
+    assert (t["pool_jobs"], t["allocated_gpu_seconds"], t["leased_gpu_seconds"]) == (0, 0, 0)
+    assert t["others_pool_jobs"] == 1 and t["keys_gpu_seconds"] == 6.0
+    table = io.StringIO()
+    write_by_key("table", table, META, [], theirs, "nobody")  # no row of theirs is nobody's
+    assert "other user(s)' pool jobs" not in table.getvalue()
+    assert "alice" not in table.getvalue() and "ci-bot" not in table.getvalue()
