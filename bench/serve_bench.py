@@ -312,7 +312,7 @@ def key_file(tmp: Path) -> tuple[Path, str]:
     return path, key
 
 
-def single_pool(path: Path, engine: str, args: argparse.Namespace, keys: Path | None) -> str:
+def single_pool(path: Path, engine: str, args: argparse.Namespace, keys: Path | None = None) -> str:
     return (
         "listen: 127.0.0.1:0\ndevices: cpu:1:4G\npolicy: quantum\nquantum: 1\n"
         "max_queue: 1024\nrequest_timeout: 600\n"
