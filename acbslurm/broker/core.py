@@ -424,11 +424,7 @@ class Broker:
         for w in list(self.queue[1:]):
             chosen = None if w.client in passed else self._place(w, keep)
             # The head's resident memory stays: a backfill that needs it gone waits.
-            if (
-                chosen is None
-                or any(head.client in self._evictions_needed(d, w) for d in chosen)
-                or not self._clear(chosen, w, events)
-            ):
+            if chosen is None or not self._clear(chosen, w, events, spare=head.client):
                 passed.add(w.client)
                 continue
             self.queue.remove(w)
@@ -441,17 +437,23 @@ class Broker:
         holds one of the head's (it waits for that anyway), else all of the head's, and
         the backfills holding them are asked to yield (into ``events``)."""
         reserved = self._reserve(head)
-        holders = {id(h): h for d in reserved if (h := self.holder[d]) is not None}
+        holders = {h.lease_id: h for d in reserved if (h := self.holder[d]) is not None}
         if any(not h.backfill for h in holders.values()):
             return frozenset()
         events.extend(self._ask_to_yield(holders.values(), head))
         return frozenset(reserved)
 
-    def _clear(self, chosen: tuple[str, ...], w: Waiting, events: list[Event]) -> bool:
+    def _clear(
+        self, chosen: tuple[str, ...], w: Waiting, events: list[Event], spare: int = 0
+    ) -> bool:
         """Residents in ``w``'s way on ``chosen`` asked to evict (into ``events``);
-        whether ``w`` may have them now (no one else still evicting there)."""
-        for dev in chosen:
-            for victim in self._evictions_needed(dev, w):
+        whether ``w`` may have them now (no one else still evicting there). False, and
+        nobody asked, when client ``spare`` (0: none; ids start at 1) is in the way."""
+        asks = {dev: self._evictions_needed(dev, w) for dev in chosen}
+        if spare and any(spare in victims for victims in asks.values()):
+            return False
+        for dev, victims in asks.items():
+            for victim in victims:
                 self.evicting[dev].add(victim)
                 self.counters.evictions += 1
                 events.append(EvictAsked(victim, (dev,)))
@@ -475,10 +477,7 @@ class Broker:
             h = self.holder[dev]
             return 0 if h is None else 1 if h.backfill else 2
 
-        fitting = [
-            d for d in (head.pin or tuple(self.devices)) if self._fits(self.devices[d], head.memory)
-        ]
-        return self._choose(head, fitting, ready) or ()
+        return self._choose(head, self._fitting_for(head), ready) or ()
 
     def _place(self, w: Waiting, keep: frozenset[str] = frozenset()) -> tuple[str, ...] | None:
         """Free devices for ``w`` (none of ``keep``): its own residency first, then least
@@ -519,13 +518,13 @@ class Broker:
         best.sort(key=lambda g: min(order[d] for d in g))
         return tuple(d for g in best for d in g)
 
+    def _fitting_for(self, w: Waiting) -> list[str]:
+        """The devices ``w`` may have (its pins, else all) that fit it, held or not."""
+        return [d for d in (w.pin or tuple(self.devices)) if self._fits(self.devices[d], w.memory)]
+
     def _free_for(self, w: Waiting) -> list[str]:
-        """The devices ``w`` may have (its pins, else all) that are free and fit it."""
-        return [
-            d
-            for d in (w.pin or tuple(self.devices))
-            if self.holder[d] is None and self._fits(self.devices[d], w.memory)
-        ]
+        """The devices ``w`` may have that fit it and are free."""
+        return [d for d in self._fitting_for(w) if self.holder[d] is None]
 
     def _node_groups(
         self,

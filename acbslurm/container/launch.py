@@ -257,8 +257,9 @@ def _create_once(
             # The name is taken by the create that timed out, still being made.
             patience.again(DaemonTimeout(str(exc)), "the container's create")
         found = patience.call("the list of containers", lambda: api.containers_with_label(mine))
-        if found and _registered(api, str(found[0].get("Id", "")), mine, patience):
-            return str(found[0].get("Id", ""))
+        cid = str(found[0].get("Id", "")) if found else None
+        if cid is not None and _registered(api, cid, mine, patience):
+            return cid
 
 
 REGISTER_POLL = 0.1  # s between looks at a container the daemon is still creating

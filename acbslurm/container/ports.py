@@ -68,9 +68,10 @@ def keep(job_id: str, node: str, entries: list[dict[str, str]]) -> str | None:
     try:
         jobfiles.write_private(path, data)
     except jobfiles.JobFileError as exc:
+        # Imported here: `acbslurm status` imports this module, and needs none of it.
         from acbslurm.container.streams import tell
 
-        tell(f"acbslurm: warning: `acbslurm status` will not show the published ports: {exc}\n")
+        tell(f"acbslurm: warning: `acbslurm status` will not show the published ports: {exc}")
         return None
     return path
 

@@ -13,6 +13,19 @@ from typing import Any
 from acbslurm.serve.runner import PoolServer
 
 
+def openai_client(server: PoolServer, timeout: float = 60) -> Any:
+    """The official client of ``server``'s pool (no key, no retries: a test sees every
+    answer as it came)."""
+    import openai
+
+    return openai.OpenAI(
+        base_url=f"http://127.0.0.1:{server.port}/v1",
+        api_key="none",
+        max_retries=0,
+        timeout=timeout,
+    )
+
+
 def _get(server: PoolServer, path: str) -> tuple[int, str]:
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{server.port}{path}", timeout=10) as r:

@@ -18,7 +18,7 @@ from typing import Any
 
 import openai
 import pytest
-from servehelp import long_request_in_flight
+from servehelp import long_request_in_flight, openai_client
 
 from acbslurm.serve.brokerhost import LeaseRecord, overlaps
 from acbslurm.serve.pool import load_pool_text
@@ -45,9 +45,7 @@ def server(tiny_models: dict[str, Path]) -> Iterator[PoolServer]:
 
 @pytest.fixture
 def client(server: PoolServer) -> openai.OpenAI:
-    return openai.OpenAI(
-        base_url=f"http://127.0.0.1:{server.port}/v1", api_key="none", max_retries=0, timeout=120
-    )
+    return openai_client(server, timeout=120)
 
 
 def waiting(server: PoolServer) -> list[str]:

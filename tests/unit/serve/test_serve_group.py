@@ -20,7 +20,7 @@ from typing import Any
 
 import openai
 import pytest
-from servehelp import _get, _metric, long_request_in_flight, reference
+from servehelp import _get, _metric, long_request_in_flight, openai_client, reference
 
 from acbslurm.serve.brokerhost import overlaps
 from acbslurm.serve.pool import load_pool_text
@@ -58,9 +58,7 @@ models:
 
 @pytest.fixture
 def client(server: PoolServer) -> openai.OpenAI:
-    return openai.OpenAI(
-        base_url=f"http://127.0.0.1:{server.port}/v1", api_key="none", max_retries=0, timeout=60
-    )
+    return openai_client(server)
 
 
 def group(server: PoolServer) -> WorkerHandle:
