@@ -143,11 +143,8 @@ def _nothing_left(sb: Any, job_id: str, jobs: Path) -> None:
 def test_pool_job_as_user1_and_user2(sb: Any, folder: Path) -> None:
     from openai import OpenAI
 
-    no_jobs(sb)
     jobs = folder / "jobs"
-    res = as_user(sb, "user1", "submit", str(jobs / "pool-job.yaml"), cwd=str(jobs))
-    assert res.returncode == 0, res.stderr
-    job_id = res.stdout.strip()
+    job_id, since = _submit_pool(sb, jobs)
     try:
         pool = wait_for_pool(sb, job_id, jobs / f"out-{job_id}.txt", 240)
         job = job_status(sb, "user1", job_id)
@@ -202,7 +199,17 @@ def test_pool_job_as_user1_and_user2(sb: Any, folder: Path) -> None:
         as_user(sb, "user1", "cancel", job_id)
         no_jobs(sb)
     _nothing_left(sb, job_id, jobs)
-    _usage_in_the_report(sb, job_id)
+    _usage_in_the_report(sb, job_id, since)
+
+
+def _submit_pool(sb: Any, jobs: Path) -> tuple[str, int]:
+    """The pool job, submitted by user1 on an idle sandbox; its id, and when its window
+    starts (no earlier run's pool is in it)."""
+    no_jobs(sb)
+    since = int(time.time())
+    res = as_user(sb, "user1", "submit", str(jobs / "pool-job.yaml"), cwd=str(jobs))
+    assert res.returncode == 0, res.stderr
+    return res.stdout.strip(), since
 
 
 def _usage_endpoint(root: str) -> None:
@@ -214,7 +221,7 @@ def _usage_endpoint(root: str) -> None:
     assert httpx.get(f"{root}/usage", timeout=30).status_code == 401
 
 
-def _usage_in_the_report(sb: Any, job_id: str) -> None:
+def _usage_in_the_report(sb: Any, job_id: str, since: int) -> None:
     """After the job: `acbslurm report` shows user1 the pool's allocated, leased and
     idle GPU-seconds and each name's share (adding up); user2 sees none of it."""
 
@@ -236,8 +243,11 @@ def _usage_in_the_report(sb: Any, job_id: str) -> None:
     assert totals["keys_gpu_seconds"] == pytest.approx(totals["leased_gpu_seconds"], abs=0.05)
     table = as_user(sb, "user1", "report", "--start", "now-1h").stdout
     assert f"leased, {pool['idle_gpu_seconds']:.1f} idle; by key: " in table, table
-    # user2 sees its own key's rows of user1's pool, and nothing else of it
-    res = as_user(sb, "user2", "report", "--by", "key", "--json", "--start", "now-1h")
+    # user2 sees its own key's rows of user1's pool, and nothing else of it; in this
+    # job's window (a run of this test within the hour would add its pool's rows).
+    window = ("--start", f"@{since}")
+    by_key = json.loads(as_user(sb, "user1", "report", "--by", "key", "--json", *window).stdout)
+    res = as_user(sb, "user2", "report", "--by", "key", "--json", *window)
     assert res.returncode == 0, res.stderr
     theirs = json.loads(res.stdout)
     rows = {(r["key"], r["model"]): r["requests"] for r in theirs["keys"] if r["requests"]}
