@@ -150,6 +150,13 @@ def history(sandbox: Sandbox) -> dict[str, Any]:
     # 2-GPU job that is still running when the report is made.
     ids["running"] = sbatch(sb, "--gres=gpu:2", "--wrap", "sleep 600")
     wait_for(lambda: squeue_state(sb, ids["running"]) == "RUNNING", what="running to run")
+    # Its devices reach its AdminComment when the prolog on its node has run, which may
+    # be after slurmctld shows it RUNNING (a CI run read the report in that gap).
+    wait_for(
+        lambda: "acbslurm:gpus="
+        in sb.run_slurm(["scontrol", "show", "job", "-o", ids["running"]]).stdout,
+        what="the running job's prolog to record its GPUs",
+    )
 
     # slurmctld hands records to slurmdbd asynchronously: wait until they are stored.
     def stored() -> bool:
