@@ -153,8 +153,10 @@ def history(sandbox: Sandbox) -> dict[str, Any]:
     # Its devices reach its AdminComment when the prolog on its node has run, which may
     # be after slurmctld shows it RUNNING (a CI run read the report in that gap).
     wait_for(
-        lambda: "acbslurm:gpus="
-        in sb.run_slurm(["scontrol", "show", "job", "-o", ids["running"]]).stdout,
+        lambda: (
+            "acbslurm:gpus="
+            in sb.run_slurm(["scontrol", "show", "job", "-o", ids["running"]]).stdout
+        ),
         what="the running job's prolog to record its GPUs",
     )
 
