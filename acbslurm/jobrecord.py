@@ -3,6 +3,11 @@ the labels of the job's containers: what the hooks write and `acbslurm run` trus
 
 ``<record_dir>/<jobid>.json``, root-owned, mode 0644 (jobs and ``acbslurm status`` read it;
 only root writes it, so it is what ``acbslurm run`` trusts).
+
+The record is a contract between the prolog and ``acbslurm run`` of the same node, which
+an upgrade in the middle of a job splits between two releases: it carries a
+``version``, a reader takes every earlier version (the first had none: three parallel
+GPU lists), and refuses a later one by name rather than guess at its GPUs.
 """
 
 from __future__ import annotations
@@ -12,9 +17,10 @@ import json
 import os
 import re
 import stat
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 from acbslurm.errors import ConfigError
+from acbslurm.gpuvalue import Gpu, from_lists
 
 # On the hook path: no typing at run time (tests/unit/hooks/test_hooks_imports.py).
 TYPE_CHECKING = False
@@ -28,6 +34,9 @@ JOB_ID = re.compile(r"^[0-9]+(_[0-9]+)?$")
 JOB_LABEL = "acbslurm.job_id"
 USER_LABEL = "acbslurm.user"
 
+# What write_record writes; read_record reads this and every earlier version.
+RECORD_VERSION = 2
+
 
 @dataclass(frozen=True)
 class JobRecord:
@@ -35,9 +44,7 @@ class JobRecord:
     user: str
     uid: int
     node: str
-    gpu_indices: list[int] = field(default_factory=list)
-    gpu_uuids: list[str] = field(default_factory=list)
-    gpu_minors: list[int] = field(default_factory=list)
+    gpus: tuple[Gpu, ...] = ()  # Slurm's order (its indices'); each with this node
     cpus: int = 0  # 0: unknown, no limit
     mem_mb: int = 0  # 0: unknown, no limit
     created: float = 0.0
@@ -49,18 +56,21 @@ class JobRecord:
     # either has nothing to sweep later (a user without Docker). True when unknown.
     docker_socket: bool = True
 
-    def gpu_rows(self) -> list[dict[str, int | str | None]]:
-        """The job's GPUs on this node, in Slurm's order: index (None when Slurm gave
-        UUIDs), device minor, UUID (`acbslurm gpus`)."""
-        return gpu_rows(self.gpu_indices, self.gpu_minors, self.gpu_uuids)
+    @property
+    def uuids(self) -> list[str]:
+        return [g.uuid for g in self.gpus]
+
+    def as_json(self) -> dict[str, Any]:
+        """What ``write_record`` writes (``RECORD_VERSION``)."""
+        out = asdict(self)
+        out["gpus"] = [g.as_json() for g in self.gpus]
+        return {"version": RECORD_VERSION, **out}
 
 
-def gpu_rows(
-    indices: list[int], minors: list[int], uuids: list[str]
-) -> list[dict[str, int | str | None]]:
-    """index/minor/uuid rows of one job's GPUs; no index when Slurm named none."""
-    idx: list[int | None] = list(indices) or [None] * len(uuids)
-    return [{"index": i, "minor": m, "uuid": u} for i, m, u in zip(idx, minors, uuids, strict=True)]
+def gpu_rows(gpus: tuple[Gpu, ...] | list[Gpu]) -> list[dict[str, int | str | None]]:
+    """index/minor/uuid rows of one job's GPUs (`acbslurm gpus`); index None when Slurm
+    named UUIDs."""
+    return [{"index": g.index, "minor": g.minor, "uuid": g.uuid} for g in gpus]
 
 
 def check_job_id(job_id: str) -> str:
@@ -86,7 +96,7 @@ def write_record(record_dir: str, rec: JobRecord) -> str:
     try:
         try:
             os.fchmod(fd, 0o644)  # independent of the umask slurmd gives us
-            data = (json.dumps(asdict(rec)) + "\n").encode()
+            data = (json.dumps(rec.as_json()) + "\n").encode()
             if os.write(fd, data) != len(data):
                 raise OSError(f"short write to {tmp}")
         finally:
@@ -119,15 +129,25 @@ def _decode(path: str, text: str) -> JobRecord:
         data: Any = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ConfigError(f"job record {path} is unreadable: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"job record {path} is invalid (not an object)")
+    version = data.get("version", 1)
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise ConfigError(f"job record {path} is invalid (version {version!r})")
+    if version > RECORD_VERSION:
+        raise ConfigError(
+            f"job record {path} was written by a newer acbslurm (record version {version}; "
+            f"this one reads up to {RECORD_VERSION}): run the same release on the node's "
+            "hooks and in its jobs"
+        )
     try:
+        node = str(data.get("node", ""))
         return JobRecord(
             job_id=str(data["job_id"]),
             user=str(data["user"]),
             uid=int(data["uid"]),
-            node=str(data.get("node", "")),
-            gpu_indices=[int(i) for i in data.get("gpu_indices", [])],
-            gpu_uuids=[str(u) for u in data.get("gpu_uuids", [])],
-            gpu_minors=[int(m) for m in data.get("gpu_minors", [])],
+            node=node,
+            gpus=_gpus(data, node, version),
             cpus=int(data.get("cpus", 0)),
             mem_mb=int(data.get("mem_mb", 0)),
             created=float(data.get("created", 0.0)),
@@ -136,6 +156,20 @@ def _decode(path: str, text: str) -> JobRecord:
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise ConfigError(f"job record {path} is invalid ({exc})") from None
+
+
+def _gpus(data: dict[str, Any], node: str, version: int) -> tuple[Gpu, ...]:
+    if version == 1:
+        return from_lists(
+            node,
+            [int(i) for i in data.get("gpu_indices", [])],
+            [str(u) for u in data.get("gpu_uuids", [])],
+            [int(m) for m in data.get("gpu_minors", [])],
+        )
+    gpus = data.get("gpus", [])
+    if not isinstance(gpus, list):
+        raise TypeError("gpus is not a list")
+    return tuple(Gpu.from_json(g) for g in gpus)
 
 
 def _untrusted(st: os.stat_result) -> bool:

@@ -119,11 +119,7 @@ def devices_text(comment: str | None) -> str:
     """``node:index=uuid,...`` of the prolog's token, "" without one (most rows: fast)."""
     if not comment or PREFIX not in comment:
         return ""
-    return ",".join(f"{d['node']}:{_idx(d['index'])}={d['uuid']}" for d in parse_gpus(comment))
-
-
-def _idx(index: object) -> str:
-    return "-" if index is None else str(index)
+    return ",".join(g.token() for g in parse_gpus(comment))
 
 
 def display_id(row: JobRow) -> str:

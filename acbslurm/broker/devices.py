@@ -25,7 +25,7 @@ from acbslurm.gpu.nvml import nvml_inventory
 from acbslurm.units import cpu_device_spec
 
 if TYPE_CHECKING:
-    from acbslurm.slurm.jobgpus import NodeGpu
+    from acbslurm.gpuvalue import Gpu
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,7 @@ def slurm_job_gpus(env: Mapping[str, str], settings: Settings) -> list[GpuInfo]:
         known = load_static(settings.gpu_inventory) if settings.gpu_inventory else []
         by_uuid = {g.uuid: g for g in known}
         return [by_uuid.get(u) or GpuInfo(index=-1, minor=-1, uuid=u) for u in uuids]
-    gpus = job_gpus(env, settings).gpus
+    gpus = list(job_gpus(env, settings).info)
     if not gpus:
         raise GpuMappingError(
             f"job {env.get('SLURM_JOB_ID', '?')} has no GPUs (no ACBSLURM_GPU_UUIDS, "
@@ -109,7 +109,7 @@ def all_nodes_devices(env: Mapping[str, str], settings: Settings) -> DeviceSet:
     return DeviceSet(out, f"Slurm job {job} on {len(nodes)} nodes: {','.join(nodes)}")
 
 
-def _on_their_nodes(gpus: list[NodeGpu], mine: list[Device]) -> list[Device]:
+def _on_their_nodes(gpus: list[Gpu], mine: list[Device]) -> list[Device]:
     """The job's ``gpus`` as devices with their nodes: this node's as ``mine`` has them,
     the others' with this node's GPU name and smallest size."""
     by_uuid = {d.id: d for d in mine}
@@ -118,7 +118,7 @@ def _on_their_nodes(gpus: list[NodeGpu], mine: list[Device]) -> list[Device]:
     return [
         dataclasses.replace(by_uuid[g.uuid], node=g.node)
         if g.uuid in by_uuid
-        else Device(g.uuid, name, size, -1, g.index, g.node)
+        else Device(g.uuid, name, size, -1, -1 if g.index is None else g.index, g.node)
         for g in gpus
     ]
 

@@ -80,7 +80,7 @@ def gpus(job_id: str | None, from_env: bool, as_json: bool) -> None:
         from acbslurm.gpu.node import job_gpus
 
         mapped = job_gpus(os.environ, settings)
-        rows = gpu_rows(mapped.indices, mapped.minors, mapped.uuids)
+        rows = gpu_rows(mapped.gpus)
     else:
         if not jid:
             raise click.UsageError("not inside a Slurm job: give --job ID or --from-env")
@@ -93,7 +93,7 @@ def gpus(job_id: str | None, from_env: bool, as_json: bool) -> None:
                 f"no record of job {jid!r} in {settings.record_dir} on this node",
                 param_hint="'--job'",
             )
-        rows = rec.gpu_rows()
+        rows = gpu_rows(rec.gpus)
     if as_json:
         click.echo(json.dumps({"job_id": jid, "gpus": rows}, indent=2))
         return

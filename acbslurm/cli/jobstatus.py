@@ -86,23 +86,14 @@ def show(ids: Sequence[str], user: str | None, long: bool, as_json: bool) -> int
 def gpu_text(job: JobInfo, long: bool) -> str:
     """``0,1`` (Slurm's indices); with ``long`` each with its UUID (``0=GPU-...``).
     A job on several nodes: per node, ``vm-1:0,1 vm-2:0,1``."""
-    if job.gpu_devices:
-        return _per_node_text(job, long)
-    if not job.gpu_indices and not job.gpu_uuids:
+    if not job.gpus:
         return "-"
-    parts = []
-    for i, idx in enumerate(job.gpu_indices or [None] * len(job.gpu_uuids)):
-        uuid = job.gpu_uuids[i] if long and i < len(job.gpu_uuids) else ""
-        parts.append(f"{'' if idx is None else idx}{'=' + uuid if uuid else ''}")
-    return ",".join(parts)
-
-
-def _per_node_text(job: JobInfo, long: bool) -> str:
-    """``vm-1:0,1 vm-2:0,1``: a job's GPUs per node (each with its UUID if ``long``)."""
     per_node: dict[str, list[str]] = {}
-    for d in job.gpu_devices:
-        uuid = f"={d['uuid']}" if long and d["uuid"] else ""
-        per_node.setdefault(d["node"], []).append(f"{d['index']}{uuid}")
+    for g in job.gpus:
+        uuid = f"={g.uuid}" if long and g.uuid else ""
+        per_node.setdefault(g.node, []).append(f"{'' if g.index is None else g.index}{uuid}")
+    if len(per_node) == 1:
+        return ",".join(next(iter(per_node.values())))
     return " ".join(f"{node}:{','.join(gpus)}" for node, gpus in per_node.items())
 
 

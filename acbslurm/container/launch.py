@@ -41,6 +41,7 @@ from acbslurm.dockerapi.engine import (
     started,
 )
 from acbslurm.errors import DockerError, SetupError
+from acbslurm.gpuvalue import Gpu, uuids
 from acbslurm.jobrecord import JOB_LABEL, USER_LABEL
 from acbslurm.mountrules import Mount
 from acbslurm.procfs import running
@@ -60,7 +61,7 @@ RUN_LABEL = "acbslurm.run"
 class LaunchSpec:
     image: str
     command: list[str]
-    gpu_uuids: list[str]
+    gpus: tuple[Gpu, ...]  # the job's (or task's) that the container gets
     limits: Limits
     job_id: str
     user: str
@@ -80,9 +81,6 @@ class LaunchSpec:
     ulimits: list[Ulimit] = field(default_factory=list)  # --ulimit, within the job's
     network: str | None = None  # HostConfig.NetworkMode; None: Docker's default
     devices: list[Device] = field(default_factory=list)  # --device, of the site's list
-    # The node's index of each of gpu_uuids: the CDI name where a spec names GPUs by
-    # index only.
-    gpu_indices: list[int] = field(default_factory=list)
     # The job's cgroup helper's socket: the container joins the cgroups of this
     # process's job step, through acbslurm's runtime (cgroups/runtime.py); "": it does not.
     cgroup_socket: str = ""
@@ -120,7 +118,7 @@ def container_config(
     # (options.parse_env refuses these names already; this holds for any other caller).
     env = {k: v for k, v in spec.env.items() if not k.upper().startswith("ACBSLURM_")}
     env["ACBSLURM_JOB_ID"] = spec.job_id
-    env["ACBSLURM_GPU_UUIDS"] = ",".join(spec.gpu_uuids)
+    env["ACBSLURM_GPU_UUIDS"] = ",".join(uuids(spec.gpus))
     if spec.cgroup_socket:
         # Read by the runtime at create, before the container's command runs.
         env[SOCKET_ENV] = spec.cgroup_socket
@@ -149,8 +147,8 @@ def _host_config(spec: LaunchSpec, with_limits: bool, cdi_ids: Sequence[str]) ->
         "Init": True,  # docker-init as PID 1 forwards signals to the command
         "Binds": [m.bind() for m in spec.mounts],
     }
-    if spec.gpu_uuids:
-        host["DeviceRequests"] = [device_request(spec.gpu_uuids, cdi_ids)]
+    if spec.gpus:
+        host["DeviceRequests"] = [device_request(uuids(spec.gpus), cdi_ids)]
     limits = {"NanoCpus": spec.limits.nano_cpus, "Memory": spec.limits.mem_bytes}
     if with_limits:
         host.update({k: v for k, v in limits.items() if v})
@@ -345,11 +343,11 @@ def run_container(
     try:
         probe = probe or InfoProbe(api)
         patience = Patience(api, relay, sigs)
-        if spec.gpu_uuids or spec.cgroup_socket:
+        if spec.gpus or spec.cgroup_socket:
             probe.wait(patience)
         if spec.cgroup_socket:
             _check_runtime(probe, api.host)
-        cdi_ids = probe.cdi_ids(spec.gpu_uuids, spec.gpu_indices)
+        cdi_ids = probe.cdi_ids(spec.gpus)
         cid, with_limits = _create(api, spec, cdi_ids, patience)
         stream = patience.call(
             "the attach", lambda: api.attach(cid, stdin=spec.stdin, tty=spec.tty)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from acbslurm.envrules import env_problem
 from acbslurm.errors import ConfigError, GpuMappingError, SetupError
 from acbslurm.gpu.mapping import is_uuid
+from acbslurm.gpuvalue import Gpu
 from acbslurm.jobrecord import JobRecord
 from acbslurm.mountrules import Mount, read_mounts, source_problem
 from acbslurm.runrules import (
@@ -145,33 +146,36 @@ def _gpu_items(spec: str) -> list[str]:
     return [t.strip() for t in body.split(",") if t.strip()]
 
 
-def resolve_gpus(spec: str | list[str], record: JobRecord | None) -> list[str]:
-    """The UUIDs to pass to Docker; refuses any the job's record does not hold."""
+def resolve_gpus(spec: str | list[str], record: JobRecord | None) -> tuple[Gpu, ...]:
+    """The GPUs to give the container; refuses any the job's record does not hold."""
     if spec == "none":
-        return []
-    given = record.gpu_uuids if record else []
+        return ()
+    given = record.gpus if record else ()
     if spec == "auto":
-        return list(given)
+        return given
     assert isinstance(spec, list)
     if record is None:
         raise GpuNotAllocated(f"--gpus {','.join(spec)}: no job record, so no GPU is allowed")
-    uuids = [_by_index(u, given, record.job_id) if _GPU_COUNT.match(u) else u for u in spec]
-    _check_given(uuids, given, record.job_id)
-    if len(set(uuids)) != len(uuids):
+    gpus = tuple(
+        _by_index(u, given, record.job_id) if _GPU_COUNT.match(u) else _by_uuid(u, given, record)
+        for u in spec
+    )
+    if len(set(gpus)) != len(gpus):
         raise GpuNotAllocated(f"--gpus {','.join(spec)}: names one of the job's GPUs twice")
-    return uuids
+    return gpus
 
 
-def _check_given(uuids: Sequence[str], given: Sequence[str], job_id: str) -> None:
-    for u in uuids:
-        if u not in given:
-            raise GpuNotAllocated(
-                f"--gpus: GPU {u} was not given to job {job_id} by Slurm "
-                f"(it has: {','.join(given) or 'no GPUs'})"
-            )
+def _by_uuid(uuid: str, given: Sequence[Gpu], record: JobRecord) -> Gpu:
+    for g in given:
+        if g.uuid == uuid:
+            return g
+    raise GpuNotAllocated(
+        f"--gpus: GPU {uuid} was not given to job {record.job_id} by Slurm "
+        f"(it has: {','.join(record.uuids) or 'no GPUs'})"
+    )
 
 
-def _by_index(index: str, given: Sequence[str], job_id: str) -> str:
+def _by_index(index: str, given: Sequence[Gpu], job_id: str) -> Gpu:
     """The job's (or task's) GPU at ``index``, in the order CUDA numbers them in it."""
     i = int(index)
     if i >= len(given):

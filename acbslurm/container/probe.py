@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from acbslurm.container.patience import Patience
+    from acbslurm.gpuvalue import Gpu
 
 # s: the run's client's timeout per request (a create pulls nothing, a start of a GPU
 # container took 0.2 s here). A call past it is asked again while the daemon answers
@@ -83,10 +84,10 @@ class InfoProbe:
             return None
         return set((self.info.get("Runtimes") or {}).keys())
 
-    def cdi_ids(self, uuids: Sequence[str], indices: Sequence[int]) -> list[str]:
+    def cdi_ids(self, gpus: Sequence[Gpu]) -> list[str]:
         """The GPUs as CDI names when the daemon has CDI (empty: `--gpus` as before).
         Waits for /info: which request to send depends on it."""
-        if not uuids:
+        if not gpus:
             return []
         from acbslurm.dockerapi import cdi  # not before the thread: it imports dataclasses
 
@@ -94,7 +95,7 @@ class InfoProbe:
         dirs = cdi.spec_dirs(self.info)
         if not dirs:
             return []
-        return cdi.device_ids(uuids, indices, cdi.gpu_names(dirs))
+        return cdi.device_ids(gpus, cdi.gpu_names(dirs))
 
 
 def probe_daemon(api: EngineApi) -> InfoProbe:

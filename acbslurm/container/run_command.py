@@ -95,15 +95,6 @@ def _settings_source() -> str:
     return f"the defaults (no {DEFAULT_CONFIG_FILE}, no ACBSLURM_CONFIG)"
 
 
-def _indices_of(uuids: list[str], record: JobRecord | None) -> list[int]:
-    """The node's index of each GPU, from the prolog's record (for CDI specs that name
-    GPUs by index only); empty when a record does not pair them."""
-    if record is None or len(record.gpu_indices) != len(record.gpu_uuids):
-        return []
-    index = dict(zip(record.gpu_uuids, record.gpu_indices, strict=True))
-    return [index[u] for u in uuids] if all(u in index for u in uuids) else []
-
-
 def _job_record(
     record_dir: str, job_id: str | None, gpus_spec: str | list[str]
 ) -> JobRecord | None:
@@ -338,7 +329,7 @@ def execute(args: RunArgs, early: InfoProbe | None = None) -> int:
     # Resources stay the job's; GPUs are this step's and task's only (step_gpus.py).
     gpu_record = step_record(record, os.environ, settings.gpu_inventory)
     try:
-        uuids = resolve_gpus(gpus_spec, gpu_record)
+        gpus = resolve_gpus(gpus_spec, gpu_record)
     except GpuNotAllocated as exc:
         raise OptionError("--gpus", str(exc)) from None
     limits = resolve_limits(args.cpus, args.memory, record)
@@ -352,7 +343,7 @@ def execute(args: RunArgs, early: InfoProbe | None = None) -> int:
     probe = probe_for(host, early)
     api = probe.api
     network = _network(args, host)
-    if uuids and job_id is not None:
+    if gpus and job_id is not None:
         _check_in_job(job_id)
 
     from acbslurm.container.launch import LaunchSpec, command_of, run_container
@@ -362,7 +353,7 @@ def execute(args: RunArgs, early: InfoProbe | None = None) -> int:
     spec = LaunchSpec(
         image=args.image,
         command=command_of(args.command),
-        gpu_uuids=uuids,
+        gpus=gpus,
         limits=limits,
         job_id=job_id or "",
         user=user,
@@ -382,7 +373,6 @@ def execute(args: RunArgs, early: InfoProbe | None = None) -> int:
         ulimits=ulimits,
         network=network,
         devices=devices,
-        gpu_indices=_indices_of(uuids, record),
         cgroup_socket=_cgroup_socket(settings.container_cgroups, settings.job_runtime_dir, job_id),
     )
     if job_id is None:

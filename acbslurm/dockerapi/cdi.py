@@ -23,6 +23,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+    from acbslurm.gpuvalue import Gpu
+
 GPU_KIND = "nvidia.com/gpu"
 SPEC_SUFFIXES = (".json", ".yaml", ".yml")
 # The toolkit's spec of a node with 8 GPUs is ~30 KiB.
@@ -105,12 +107,12 @@ def gpu_names(dirs: Iterable[str]) -> set[str] | None:
         return None
 
 
-def device_ids(uuids: Sequence[str], indices: Sequence[int], names: set[str] | None) -> list[str]:
+def device_ids(gpus: Sequence[Gpu], names: set[str] | None) -> list[str]:
     """``nvidia.com/gpu=<name>`` for each GPU: its UUID, or its index where the spec
-    names GPUs by index only (``indices[i]`` belongs to ``uuids[i]``)."""
+    names GPUs by index only."""
     out = []
-    for i, uuid in enumerate(uuids):
-        by_index = names is not None and uuid not in names and i < len(indices)
-        name = str(indices[i]) if by_index and str(indices[i]) in (names or ()) else uuid
+    for g in gpus:
+        by_index = names is not None and g.uuid not in names and g.index is not None
+        name = str(g.index) if by_index and str(g.index) in (names or ()) else g.uuid
         out.append(f"{GPU_KIND}={name}")
     return out

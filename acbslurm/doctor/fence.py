@@ -17,6 +17,7 @@ from acbslurm.doctor.context import Context
 from acbslurm.doctor.result import Check, fail, ok, skip, warn
 from acbslurm.gpu.acl import AclError, show
 from acbslurm.gpu.fence import node_gpu_files, node_records, read_acl
+from acbslurm.gpuvalue import minors as known_minors
 
 NAME = "gpu-fence"
 PARAMS = "/proc/driver/nvidia/params"
@@ -92,7 +93,7 @@ def file_problems(ctx: Context, files: dict[str, int]) -> list[str]:
     records, _ = node_records(ctx.settings.record_dir, ctx.node)
     holders: dict[int, set[int]] = {}
     for rec in records:
-        for minor in rec.gpu_minors:
+        for minor in known_minors(rec.gpus):
             holders.setdefault(minor, set()).add(rec.uid)
     out = []
     for path, minor in sorted(files.items()):

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 from acbslurm.errors import AcbslurmError
 from acbslurm.gpu.acl import XATTR, Acl, AclError, decode, encode, from_mode
+from acbslurm.gpuvalue import minors as known_minors
 from acbslurm.jobrecord import JOB_ID, JobRecord, read_trusted_record
 
 # On the hook path: no typing at run time (tests/unit/hooks/test_hooks_imports.py).
@@ -187,8 +188,8 @@ def allowed_users(
     """Each GPU file's users: those of the live records holding its minor."""
     by_minor: dict[int, set[int]] = {}
     for rec in records:
-        if rec.gpu_minors and alive(rec.job_id):
-            for minor in rec.gpu_minors:
+        if rec.gpus and alive(rec.job_id):
+            for minor in known_minors(rec.gpus):
                 by_minor.setdefault(minor, set()).add(rec.uid)
     return {path: by_minor.get(minor, set()) for path, minor in files.items()}
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from acbslurm.errors import GpuMappingError
 from acbslurm.gpu.inventory import GpuInfo
+from acbslurm.gpuvalue import Gpu
 from acbslurm.units import is_ascii_int
 
 _UUID = re.compile(r"^(GPU|MIG)-[0-9A-Za-z][0-9A-Za-z/-]*$")
@@ -23,18 +24,25 @@ _UUID = re.compile(r"^(GPU|MIG)-[0-9A-Za-z][0-9A-Za-z/-]*$")
 
 @dataclass(frozen=True)
 class JobGpus:
-    """The GPUs of one job on this node, in Slurm's order."""
+    """The GPUs of one job on this node, in Slurm's order, and the inventory's entry of
+    each (its name and memory, for a broker that lends them)."""
 
-    indices: list[int]  # Slurm's GRES indices (empty when Slurm gave UUIDs)
-    gpus: list[GpuInfo]
+    gpus: tuple[Gpu, ...] = ()
+    info: tuple[GpuInfo, ...] = ()
 
     @property
     def uuids(self) -> list[str]:
         return [g.uuid for g in self.gpus]
 
-    @property
-    def minors(self) -> list[int]:
-        return [g.minor for g in self.gpus]
+
+def _job_gpus(indices: list[int] | None, found: list[GpuInfo], node: str) -> JobGpus:
+    """``found`` (the inventory's, in Slurm's order) as the job's GPUs; ``indices``:
+    Slurm's, None where it named UUIDs."""
+    gpus = tuple(
+        Gpu(g.uuid, None if indices is None else indices[i], g.minor, node)
+        for i, g in enumerate(found)
+    )
+    return JobGpus(gpus, tuple(found))
 
 
 def device_minor(path: str) -> int:
@@ -67,25 +75,27 @@ def map_job_gpus(
     devices: Sequence[str],
     inventory: Sequence[GpuInfo],
     minor_of: Callable[[str], int] = device_minor,
+    node: str = "",
 ) -> JobGpus:
     """Map the job's allocation found in ``env`` (Slurm's prolog/job environment).
 
     In a step's task (``srun``, ``acbslurm gpus --from-env``) ``SLURM_STEP_GPUS``, the
     absolute indices of the task's GPUs, stands for ``SLURM_JOB_GPUS``: a bare ``srun``
     outside a batch job sets no ``SLURM_JOB_GPUS`` at all. The prolog has neither of
-    the step's variables."""
+    the step's variables. ``node``: the node the GPUs are on, as each value names it."""
     source = index_variable(env)
     job_gpus = comma_tokens(env.get(source, ""))
     cvd = comma_tokens(env.get("CUDA_VISIBLE_DEVICES", ""))
     cvd_uuids = cvd if cvd and all(is_uuid(t) for t in cvd) else []
 
     if job_gpus and all(is_uuid(t) for t in job_gpus):
-        result = JobGpus([], _by_uuid(job_gpus, inventory, source))
+        result = _job_gpus(None, _by_uuid(job_gpus, inventory, source), node)
     elif job_gpus:
         indices = _indices(job_gpus, source)
-        result = JobGpus(indices, _by_index(indices, devices, inventory, minor_of, source))
+        found = _by_index(indices, devices, inventory, minor_of, source)
+        result = _job_gpus(indices, found, node)
     elif cvd_uuids:
-        result = JobGpus([], _by_uuid(cvd_uuids, inventory, "CUDA_VISIBLE_DEVICES"))
+        result = _job_gpus(None, _by_uuid(cvd_uuids, inventory, "CUDA_VISIBLE_DEVICES"), node)
     elif cvd:
         # Plain numbers in CUDA_VISIBLE_DEVICES are relative to the step: unusable alone.
         raise GpuMappingError(
@@ -93,7 +103,7 @@ def map_job_gpus(
             "nor SLURM_STEP_GPUS is set"
         )
     else:
-        return JobGpus([], [])
+        return JobGpus()
     _check_mapped(result, cvd_uuids)
     return result
 

@@ -29,10 +29,9 @@ def job_gpus(env: Mapping[str, str], settings: Settings) -> JobGpus:
     """Map the allocation in ``env`` to GPUs; reads gres.conf and the inventory only if needed."""
     source = index_variable(env)
     if not (env.get(source) or env.get("CUDA_VISIBLE_DEVICES")):
-        return JobGpus([], [])
+        return JobGpus()
     inventory = node_inventory(settings)
     uses_indices = any(is_ascii_int(t) for t in comma_tokens(env.get(source, "")))
-    devices = []
-    if uses_indices:
-        devices = node_gpu_devices(settings.gres_conf, node_name(env), inventory)
-    return map_job_gpus(env, devices, inventory)
+    node = node_name(env)
+    devices = node_gpu_devices(settings.gres_conf, node, inventory) if uses_indices else []
+    return map_job_gpus(env, devices, inventory, node=node)

@@ -32,6 +32,7 @@ from collections.abc import Mapping, Sequence
 
 from acbslurm.errors import GpuMappingError
 from acbslurm.gpu.mapping import comma_tokens, is_uuid
+from acbslurm.gpuvalue import minors as known_minors
 from acbslurm.jobrecord import JobRecord
 from acbslurm.units import is_ascii_int
 
@@ -42,9 +43,9 @@ class NotTheJobsGpu(GpuMappingError):
 
 def _positions(tokens: list[str], rec: JobRecord, raw: str) -> list[int]:
     """Where each token of ``SLURM_STEP_GPUS`` is in the record (refusing the others)."""
-    by_uuid = {u: i for i, u in enumerate(rec.gpu_uuids)}
-    by_index = {str(x): i for i, x in enumerate(rec.gpu_indices)}
-    has = ",".join(str(x) for x in rec.gpu_indices) or ",".join(rec.gpu_uuids) or "no GPUs"
+    by_uuid = {g.uuid: i for i, g in enumerate(rec.gpus)}
+    by_index = {str(g.index): i for i, g in enumerate(rec.gpus) if g.index is not None}
+    has = _names(rec)
     out: list[int] = []
     for t in tokens:
         pos = by_uuid.get(t) if is_uuid(t) else _index_position(t, by_index, raw)
@@ -57,6 +58,12 @@ def _positions(tokens: list[str], rec: JobRecord, raw: str) -> list[int]:
             raise NotTheJobsGpu(f"SLURM_STEP_GPUS={raw} names GPU {t} twice")
         out.append(pos)
     return out
+
+
+def _names(rec: JobRecord) -> str:
+    """The record's GPUs as Slurm named them: by index, else by UUID."""
+    indices = [str(g.index) for g in rec.gpus if g.index is not None]
+    return ",".join(indices) or ",".join(rec.uuids) or "no GPUs"
 
 
 def _index_position(t: str, by_index: dict[str, int], raw: str) -> int | None:
@@ -95,7 +102,7 @@ def _as_the_task_may_open(
 ) -> list[int]:
     """``positions`` as they are when every GPU so named opens; else ``tokens`` read as
     positions among the GPUs this task may open (ConstrainDevices' numbering)."""
-    if len(device_files) != len(rec.gpu_uuids) or all(can_open(device_files[p]) for p in positions):
+    if len(device_files) != len(rec.gpus) or all(can_open(device_files[p]) for p in positions):
         return positions
     if not all(is_ascii_int(t) for t in tokens):
         return positions
@@ -115,21 +122,14 @@ def step_record(
     tokens = comma_tokens(raw)
     positions = _positions(tokens, rec, raw)
     positions = _as_the_task_may_open(positions, tokens, device_files, raw, rec)
-    indices = [rec.gpu_indices[p] for p in positions] if rec.gpu_indices else []
-    minors = [rec.gpu_minors[p] for p in positions if p < len(rec.gpu_minors)]
-    return dataclasses.replace(
-        rec,
-        gpu_indices=indices,
-        gpu_uuids=[rec.gpu_uuids[p] for p in positions],
-        gpu_minors=minors,
-    )
+    return dataclasses.replace(rec, gpus=tuple(rec.gpus[p] for p in positions))
 
 
 def record_device_files(rec: JobRecord, inventory: str) -> list[str]:
     """The device file of each of the record's GPUs: the static inventory's where it
     names one (the sandbox's emulated GPUs), else ``/dev/nvidia<minor>``; empty when the
     record pairs no minors with its GPUs."""
-    if len(rec.gpu_minors) != len(rec.gpu_uuids):
+    if any(g.minor is None for g in rec.gpus):
         return []
     named: dict[int, str] = {}
     if inventory:
@@ -139,4 +139,4 @@ def record_device_files(rec: JobRecord, inventory: str) -> list[str]:
             named = {g.minor: g.device for g in load_static(inventory) if g.device}
         except (OSError, ValueError, GpuMappingError):
             named = {}
-    return [named.get(m, f"/dev/nvidia{m}") for m in rec.gpu_minors]
+    return [named.get(m, f"/dev/nvidia{m}") for m in known_minors(rec.gpus)]

@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Mapping
 
 from acbslurm.errors import AcbslurmError, ConfigError
+from acbslurm.gpuvalue import minors as known_minors
 from acbslurm.units import is_ascii_int
 
 # On the hook path: no typing at run time (tests/unit/hooks/test_hooks_imports.py).
@@ -100,9 +101,7 @@ def run_prolog(env: Mapping[str, str]) -> int:
             user=user,
             uid=uid,
             node=node,
-            gpu_indices=gpus.indices,
-            gpu_uuids=gpus.uuids,
-            gpu_minors=gpus.minors,
+            gpus=gpus.gpus,
             cpus=alloc.cpus,
             mem_mb=alloc.mem_mb,
             created=time.time(),
@@ -118,7 +117,7 @@ def run_prolog(env: Mapping[str, str]) -> int:
         if job_id:
             _fence_quietly(_settings_or_none(), env, drop=job_id)
         return 1
-    _say("info", f"job {job_id}: GPUs {','.join(rec.gpu_uuids) or '-'} recorded in {path}")
+    _say("info", f"job {job_id}: GPUs {','.join(rec.uuids) or '-'} recorded in {path}")
     _keep_gpu_history(rec, slurm_job_ref(env, job_id, shown), shown, bin_dir)
     _sweep_earlier_if_any(uid, user, settings)
     return 0
@@ -139,7 +138,8 @@ class FenceError(AcbslurmError):
 
 
 def _own_files(rec: JobRecord, settings: Settings, env: Mapping[str, str]) -> list[str]:
-    return _gpu_files(settings, env, rec.gpu_minors) if rec.gpu_minors else []
+    own = known_minors(rec.gpus)
+    return _gpu_files(settings, env, own) if own else []
 
 
 def _fence(
@@ -234,19 +234,19 @@ def _keep_gpu_history(rec: JobRecord, ref: str, shown: str | None, bin_dir: str)
     """
     from acbslurm.slurm.gpu_history import record_job_gpus
 
-    if not rec.gpu_uuids:
+    if not rec.gpus:
         return
     if not ref:
         _say(
             "warning",
-            f"job {rec.job_id}: GPUs {','.join(rec.gpu_uuids)} kept in its record on "
+            f"job {rec.job_id}: GPUs {','.join(rec.uuids)} kept in its record on "
             f"{rec.node} only, not in its AdminComment (the report will show none): "
             "slurmctld did not answer, and without its answer the job's id may be an "
             "array's, which would write every task of the array",
         )
         return
     try:
-        record_job_gpus(ref, rec.node, rec.gpu_indices, rec.gpu_uuids, shown=shown, bin_dir=bin_dir)
+        record_job_gpus(ref, rec.gpus, shown=shown, bin_dir=bin_dir)
     except AcbslurmError as exc:
         _say("warning", f"job {ref}: GPUs not kept in its AdminComment: {exc}")
 
@@ -343,10 +343,10 @@ def run_epilog(env: Mapping[str, str]) -> int:
         _say("warning", f"job {job_id}: {exc}")
         rec = None
     uid, user = (rec.uid, rec.user) if rec else _user_of(env)
-    minors = rec.gpu_minors if rec else []
+    own = known_minors(rec.gpus) if rec else []
     had_socket = rec.docker_socket if rec else True
-    problems = _clean_up_containers(job_id, uid, user, minors, settings, env, had_socket)
-    problems += _fence_at_end(job_id, uid, user, minors, settings, env)
+    problems = _clean_up_containers(job_id, uid, user, own, settings, env, had_socket)
+    problems += _fence_at_end(job_id, uid, user, own, settings, env)
     from acbslurm.jobsockets import remove_job_dir
 
     _stop_cgroup_helper(settings, job_id)
@@ -644,7 +644,7 @@ def _task_uuids(rec: JobRecord, env: Mapping[str, str], inventory: str = "") -> 
     except NotTheJobsGpu as exc:  # said; `acbslurm run` refuses it the same way
         print(f"print acbslurm: {exc}")
         return []
-    return narrowed.gpu_uuids if narrowed else []
+    return narrowed.uuids if narrowed else []
 
 
 # A hook never hangs: past this many seconds it gives up with a message (before Slurm's

@@ -141,13 +141,12 @@ class GpuSlot:
     def uuid(self) -> str | None:
         """The UUID of this GPU as its job's record (or AdminComment devices) names it;
         None when no job holds it or nothing recorded it."""
-        job, node, idx = self.job, self.node, self.index
-        if job is not None and job.gpu_devices:
-            mine = [d for d in job.gpu_devices if (d["node"], d["index"]) == (node, idx)]
-            return mine[0]["uuid"] if mine else None
-        if job is not None and idx in job.gpu_indices:
-            pos = job.gpu_indices.index(idx)
-            return job.gpu_uuids[pos] if pos < len(job.gpu_uuids) else None
+        job = self.job
+        if job is None:
+            return None
+        for g in job.gpus:
+            if g.index == self.index and g.node in ("", self.node):
+                return g.uuid or None
         return None
 
     def as_json(self) -> dict[str, Any]:
@@ -196,11 +195,10 @@ def _held_gpus(jobs: list[JobInfo]) -> dict[tuple[str, int], JobInfo]:
     for job in jobs:
         if job.state not in HOLDING_STATES or not job.node:
             continue
-        for d in job.gpu_devices:  # a job on several nodes: exactly its GPUs on each
-            held[(d["node"], d["index"])] = job
-        for node in expand_hostlist(job.node) if not job.gpu_devices else []:
-            for idx in job.gpu_indices:
-                held[(node, idx)] = job
+        for g in job.gpus:  # a job on several nodes: exactly its GPUs on each
+            for node in [g.node] if g.node else expand_hostlist(job.node):
+                if g.index is not None:
+                    held[(node, g.index)] = job
     return held
 
 

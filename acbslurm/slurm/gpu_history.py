@@ -26,12 +26,13 @@ import re
 import time
 
 from acbslurm.errors import SlurmError
+from acbslurm.gpuvalue import Gpu
 from acbslurm.units import is_ascii_int
 
 # On the hook path: no typing at run time (tests/unit/hooks/test_hooks_imports.py).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
 
 PREFIX = "acbslurm:gpus="
 _TOKEN = re.compile(r"acbslurm:gpus=(\S+)")
@@ -64,11 +65,10 @@ def scontrol_name(show_job: str | None, job_id: str) -> str:
     return job_id
 
 
-def gpu_token(node: str, indices: list[int], uuids: list[str]) -> str:
+def gpu_token(gpus: Sequence[Gpu]) -> str:
     """``acbslurm:gpus=vm:0=GPU-a,vm:1=GPU-b`` (Slurm's index, or ``-`` when Slurm gave
     UUIDs only)."""
-    idx: list[str] = [str(i) for i in indices] or ["-"] * len(uuids)
-    return PREFIX + ",".join(f"{node}:{i}={u}" for i, u in zip(idx, uuids, strict=True))
+    return PREFIX + ",".join(g.token() for g in gpus)
 
 
 def merged_comment(current: str, node: str, token: str) -> str:
@@ -88,41 +88,35 @@ def admin_comment(show_job: str) -> str:
     return "" if value in ("(null)", "") else value
 
 
-def parse_gpus(comment: str | None) -> list[dict[str, str | int | None]]:
-    """The devices in a stored ``admin_comment``: ``[{"node", "index", "uuid"}]``."""
-    out: list[dict[str, str | int | None]] = []
+def parse_gpus(comment: str | None) -> list[Gpu]:
+    """The devices in a stored ``admin_comment`` (no minors: they are not kept there)."""
+    out: list[Gpu] = []
     for token in _TOKEN.findall(comment or ""):
         for item in token.split(","):
             where, _, uuid = item.partition("=")
             node, _, index = where.rpartition(":")
             if node and uuid:
-                out.append(
-                    {
-                        "node": node,
-                        "index": int(index) if is_ascii_int(index) else None,
-                        "uuid": uuid,
-                    }
-                )
+                out.append(Gpu(uuid, int(index) if is_ascii_int(index) else None, node=node))
     return out
 
 
 def record_job_gpus(
     job_id: str,
-    node: str,
-    indices: list[int],
-    uuids: list[str],
+    gpus: Sequence[Gpu],
     *,
     shown: str | None = None,
     bin_dir: str = "",
     timeout: float = 5.0,
 ) -> None:
-    """Add this node's GPUs to the job's AdminComment. ``shown``: the job's
-    ``scontrol show job -o`` line when the caller has it already (the prolog does)."""
+    """Add this node's GPUs (each names the node) to the job's AdminComment. ``shown``:
+    the job's ``scontrol show job -o`` line when the caller has it already (the prolog
+    does)."""
     from acbslurm.slurm.commands import slurm
 
-    if not uuids:
+    if not gpus:
         return
-    token = gpu_token(node, indices, uuids)
+    node = gpus[0].node
+    token = gpu_token(gpus)
 
     def read() -> str:
         argv = ["scontrol", "show", "job", "-o", job_id]
@@ -153,7 +147,7 @@ def _num_nodes(show_job: str) -> int:
 
 def _token_nodes(tokens: list[str]) -> set[str]:
     """The nodes that have a token among ``tokens`` (a comment's words)."""
-    return {str(d["node"]) for t in tokens if t.startswith(PREFIX) for d in parse_gpus(t)}
+    return {d.node for t in tokens if t.startswith(PREFIX) for d in parse_gpus(t)}
 
 
 def _settled(read: Callable[[], str], token: str, nodes: int) -> bool:

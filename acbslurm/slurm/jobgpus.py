@@ -13,21 +13,14 @@ reader still waits a little for a token that is missing (a prolog retrying its w
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 
 from acbslurm.errors import SlurmError
+from acbslurm.gpuvalue import Gpu
 from acbslurm.slurm.gpu_history import admin_comment, parse_gpus
 from acbslurm.slurm.hostlist import expand_hostlist
 
 WAIT = 30.0  # seconds for every node's token to appear
 _POLL = 0.25
-
-
-@dataclass(frozen=True)
-class NodeGpu:
-    node: str
-    index: int  # Slurm's index on its node; -1 when the prolog had UUIDs only
-    uuid: str
 
 
 def job_nodes(show_job: str) -> list[str]:
@@ -39,21 +32,17 @@ def job_nodes(show_job: str) -> list[str]:
     return []
 
 
-def recorded_gpus(show_job: str, nodes: list[str]) -> list[NodeGpu]:
+def recorded_gpus(show_job: str, nodes: list[str]) -> list[Gpu]:
     """The GPUs the prologs of ``nodes`` wrote into the job's AdminComment, in the order
     of ``nodes`` (Slurm's index within a node): the one reader of those tokens, for
     ``job_gpus_by_node`` and for ``jobs.parse_job_gpus`` (status' ``gpu_devices``)."""
     rank = {n: i for i, n in enumerate(nodes)}
-    gpus = [
-        NodeGpu(str(g["node"]), g["index"] if isinstance(g["index"], int) else -1, str(g["uuid"]))
-        for g in parse_gpus(admin_comment(show_job))
-        if g["node"] in rank
-    ]
-    gpus.sort(key=lambda g: (rank[g.node], g.index))
+    gpus = [g for g in parse_gpus(admin_comment(show_job)) if g.node in rank]
+    gpus.sort(key=lambda g: (rank[g.node], -1 if g.index is None else g.index))
     return gpus
 
 
-def parse_node_gpus(show_job: str) -> tuple[list[str], list[NodeGpu]]:
+def parse_node_gpus(show_job: str) -> tuple[list[str], list[Gpu]]:
     """The job's nodes (``NodeList``), and its GPUs in node order."""
     nodes = job_nodes(show_job)
     return nodes, recorded_gpus(show_job, nodes)
@@ -61,7 +50,7 @@ def parse_node_gpus(show_job: str) -> tuple[list[str], list[NodeGpu]]:
 
 def job_gpus_by_node(
     job_id: str, bin_dir: str = "", timeout: float = 5.0, wait: float = WAIT
-) -> list[NodeGpu]:
+) -> list[Gpu]:
     """Ask slurmctld for the GPUs of job ``job_id`` on all its nodes.
 
     Raises ``SlurmError`` naming the nodes whose GPUs are not recorded after ``wait``

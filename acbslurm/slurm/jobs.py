@@ -9,6 +9,7 @@ Slurm calls never grows past that bound with the number of jobs.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import sys
@@ -16,7 +17,9 @@ from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from acbslurm.errors import ConfigError, SlurmError
+from acbslurm.gpuvalue import Gpu
 from acbslurm.slurm.commands import slurm
+from acbslurm.slurm.gpu_history import PREFIX
 from acbslurm.slurm.jobtypes import JobGres, JobInfo, SubmitResult
 from acbslurm.slurm.states import HOLDING_STATES, LIVE_STATES, TERMINAL_STATES
 from acbslurm.units import expand_ranges
@@ -26,7 +29,6 @@ from acbslurm.units import expand_ranges
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from concurrent.futures import Future
-    from typing import Any
 
     from acbslurm.jobrecord import JobRecord
 
@@ -50,6 +52,7 @@ _SACCT_FIELDS = (
     "JobID,State,Elapsed,NodeList,User,Submit,Start,End,ExitCode,Partition,Reason,JobName"
 )
 _IDX = re.compile(r"IDX:([0-9,\-]+)")
+_GRES = re.compile(r"\bGRES=(\S+)")
 _ARRAY_JOB = re.compile(r"\bArrayJobId=([0-9]+)")
 _ARRAY_TASK = re.compile(r"\bArrayTaskId=([0-9]+)(?=\s|$)")  # one task, not 2-3 or 2,5
 _JOB_STATE = re.compile(r"\bJobState=([A-Z_]+)")
@@ -159,23 +162,28 @@ def _gpu_indices(gres: str) -> list[int]:
     return indices
 
 
-def _devices_by_node(line: str) -> list[dict[str, Any]]:
-    """Each GPU of a job on several nodes, with the UUID its node's prolog recorded."""
+def _line_gpus(line: str) -> list[Gpu]:
+    """Each GPU of one ``scontrol -d -o show job`` line, on its node (scontrol -d's
+    groups; node "" without them), with the UUID its node's prolog recorded."""
     from acbslurm.slurm.hostlist import expand_hostlist
-    from acbslurm.slurm.jobgpus import recorded_gpus
 
     groups = _NODE_GROUP.findall(line)
-    nodes = [(n, seg) for expr, seg in groups for n in expand_hostlist(expr)]
-    if len(nodes) < 2:
-        return []
-    recorded = recorded_gpus(line, [n for n, _ in nodes])
-    known = {(g.node, g.index): g.uuid for g in recorded}
-    return [
-        {"node": node, "index": i, "uuid": known.get((node, i))}
-        for node, seg in nodes
-        for gres in re.findall(r"\bGRES=(\S+)", seg)
-        for i in sorted(set(_gpu_indices(gres)))
-    ]
+    nodes = [(n, seg) for expr, seg in groups for n in expand_hostlist(expr)] or [("", line)]
+    gpus = [Gpu("", i, node=node) for node, seg in nodes for i in _segment_indices(seg)]
+    return _with_recorded(line, [n for n, _ in nodes], gpus) if PREFIX in line else gpus
+
+
+def _with_recorded(line: str, nodes: list[str], gpus: list[Gpu]) -> list[Gpu]:
+    """``gpus`` with the UUIDs the nodes' prologs wrote into the line's AdminComment."""
+    from acbslurm.slurm.jobgpus import recorded_gpus
+
+    known = {(g.node, g.index): g.uuid for g in recorded_gpus(line, nodes)}
+    return [dataclasses.replace(g, uuid=known.get((g.node, g.index), "")) for g in gpus]
+
+
+def _segment_indices(segment: str) -> list[int]:
+    """The GPU indices of every ``GRES=`` of ``segment``, sorted, once each."""
+    return sorted({i for gres in _GRES.findall(segment) for i in _gpu_indices(gres)})
 
 
 def _unwanted(line: str, only: Collection[str] | None) -> bool:
@@ -207,16 +215,8 @@ def parse_job_gpus(text: str, only: Collection[str] | None = None) -> dict[str, 
         m = re.search(r"\bJobId=([0-9]+)", line)
         if not m:
             continue
-        indices: list[int] = []
-        for gres in re.findall(r"\bGRES=(\S+)", line):
-            indices.extend(_gpu_indices(gres))
         state = _JOB_STATE.search(line)
-        job = JobGres(
-            m.group(1),
-            sorted(set(indices)),
-            _devices_by_node(line),
-            state.group(1) if state else "",
-        )
+        job = JobGres(m.group(1), _line_gpus(line), state.group(1) if state else "")
         out[job.job_id] = job
         array, task = _ARRAY_JOB.search(line), _ARRAY_TASK.search(line)
         if array and task:
@@ -541,14 +541,27 @@ def _set_gpus(
     job: JobInfo, found: JobGres | None, record_dir: str, names: frozenset[str] | None
 ) -> None:
     """``job``'s GPUs from scontrol's record (``found``) and the prolog's job record."""
-    job.gpu_indices = list(found.indices) if found else []
-    job.gpu_devices = [dict(d) for d in found.devices] if found else []
+    job.gpus = list(found.gpus) if found else []
     # The prolog names the record after the JobId (SLURM_JOB_ID), 14 for task 12_1.
     record = _read_record(record_dir, found.job_id if found else job.job_id, names)
     if record:
-        job.gpu_uuids = list(record.gpu_uuids)
-        if not job.gpu_indices:
-            job.gpu_indices = list(record.gpu_indices)
+        job.gpus = with_record(job.gpus, record)
+
+
+def with_record(gpus: list[Gpu], record: JobRecord) -> list[Gpu]:
+    """``gpus`` (slurmctld's) with the UUIDs of those the record of their node holds;
+    the record's own when slurmctld named none (a job just ended)."""
+    if not gpus:
+        return list(record.gpus)
+    if all(g.index is None for g in record.gpus) and len(record.gpus) == len(gpus):
+        return [dataclasses.replace(g, uuid=r.uuid) for g, r in zip(gpus, record.gpus, strict=True)]
+    mine = {g.index: g.uuid for g in record.gpus}
+    return [
+        dataclasses.replace(g, uuid=mine[g.index])
+        if g.node in ("", record.node) and g.index in mine
+        else g
+        for g in gpus
+    ]
 
 
 def _has_gpus(shown: Mapping[str, JobGres], job: JobInfo) -> bool:

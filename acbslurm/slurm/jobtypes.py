@@ -5,9 +5,10 @@ can build them without importing ``jobs`` back."""
 from __future__ import annotations
 
 import functools
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 from acbslurm.errors import SlurmError
+from acbslurm.gpuvalue import Gpu
 from acbslurm.slurm.states import TERMINAL_STATES
 from acbslurm.units import is_ascii_int
 
@@ -31,11 +32,9 @@ class JobInfo:
     end_time: str = ""
     exit_code: str = ""  # Slurm's CODE:SIGNAL
     partition: str = ""
-    gpu_indices: list[int] = field(default_factory=list)
-    gpu_uuids: list[str] = field(default_factory=list)
-    # Per node, for a job on several nodes: ``{"node", "index", "uuid"}`` per GPU (the
-    # UUID from the prolog's AdminComment token; None when it has none).
-    gpu_devices: list[dict[str, Any]] = field(default_factory=list)
+    # Its GPUs, each with its node and Slurm's index there, and the UUID its node's
+    # prolog recorded ("" where this host cannot read it yet).
+    gpus: list[Gpu] = field(default_factory=list)
     # Set on the task rows (12_1, 12_[2-3]) an array's own id (12) was expanded to.
     array_job_id: str = ""
 
@@ -47,8 +46,19 @@ class JobInfo:
     def failed(self) -> bool:
         return self.finished and self.state != "COMPLETED"
 
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    @property
+    def gpu_indices(self) -> list[int]:
+        """Slurm's indices of its GPUs, of all its nodes together."""
+        return gpu_indices(self.gpus)
+
+    @property
+    def gpu_uuids(self) -> list[str]:
+        return [g.uuid for g in self.gpus if g.uuid]
+
+    @property
+    def gpu_devices(self) -> list[Gpu]:
+        """Its GPUs when they are on several nodes (empty on one: the indices say it)."""
+        return list(self.gpus) if len({g.node for g in self.gpus}) > 1 else []
 
     def as_json(self) -> dict[str, Any]:
         """The JSON style of every command (docs/cli.md): null for what is not known,
@@ -69,10 +79,16 @@ class JobInfo:
             "submit": iso_local(self.submit_time),
             "start": iso_local(self.start_time),
             "end": iso_local(self.end_time),
-            "gpu_indices": list(self.gpu_indices),
-            "gpu_uuids": list(self.gpu_uuids),
-            "gpu_devices": [dict(d) for d in self.gpu_devices],
+            "gpu_indices": self.gpu_indices,
+            "gpu_uuids": self.gpu_uuids,
+            "gpu_devices": [
+                {"node": g.node, "index": g.index, "uuid": g.uuid or None} for g in self.gpu_devices
+            ],
         }
+
+
+def gpu_indices(gpus: list[Gpu]) -> list[int]:
+    return sorted({g.index for g in gpus if g.index is not None})
 
 
 def exit_status(text: str) -> tuple[int | None, int | None]:
@@ -114,15 +130,20 @@ def iso_local(text: str) -> str | None:
 
 @dataclass(frozen=True)
 class JobGres:
-    """One job of ``scontrol -d -o show job``: its own JobId and GPU indices."""
+    """One job of ``scontrol -d -o show job``: its own JobId and GPUs."""
 
     job_id: str  # the JobId: an array task's own id, the name of its record file
-    indices: list[int]  # of all its nodes together
-    # A job on several nodes: each GPU as {"node", "index", "uuid"} (empty for one node).
-    devices: list[dict[str, Any]] = field(default_factory=list)
+    # Each node's, with Slurm's index there (node "" where scontrol named no node) and
+    # the UUID the node's prolog wrote into the job's AdminComment ("" before that).
+    gpus: list[Gpu] = field(default_factory=list)
     # scontrol's JobState when asked (later than squeue's row); empty when not known
     # (pyslurm's rows come with their own state).
     state: str = ""
+
+    @property
+    def indices(self) -> list[int]:
+        """Slurm's indices of its GPUs, of all its nodes together."""
+        return gpu_indices(self.gpus)
 
 
 @dataclass

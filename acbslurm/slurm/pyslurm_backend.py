@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from acbslurm.errors import ConfigError, SlurmError
+from acbslurm.gpuvalue import Gpu
 from acbslurm.slurm.jobtypes import JobGres, JobInfo, SubmitResult
 from acbslurm.slurm.states import HOLDING_STATES, TERMINAL_STATES
 
@@ -176,16 +177,19 @@ def display_id(job: Any) -> str:
     return f"{job.array_id}_{job.array_task_id or 0}"
 
 
-def gpu_indices(job: Any) -> list[int]:
-    """The GPU indices of a running job on all its nodes (scontrol's ``GRES=gpu(IDX:..)``)."""
+def job_gpus(job: Any) -> list[Gpu]:
+    """The GPUs of a running job on each of its nodes (scontrol's ``GRES=gpu(IDX:..)``),
+    without UUIDs (the job's records add those)."""
     from acbslurm.units import expand_ranges
 
-    found: set[int] = set()
-    for node in (job.get_resource_layout_per_node() or {}).values():
-        for name, gres in (node.get("gres") or {}).items():
+    out: list[Gpu] = []
+    for node, layout in (job.get_resource_layout_per_node() or {}).items():
+        found: set[int] = set()
+        for name, gres in (layout.get("gres") or {}).items():
             if name.split(":", 1)[0] == "gpu" and gres.get("indexes"):
                 found.update(expand_ranges(str(gres["indexes"])))
-    return sorted(found)
+        out += [Gpu("", i, node=str(node)) for i in sorted(found)]
+    return out
 
 
 # complexity: one field per line; each `or ""` and conditional is that field's default,
@@ -272,9 +276,9 @@ def controller_jobs(
             continue  # squeue without ids lists what is queued or running, as here
         rows.append(info)
         if info.state in HOLDING_STATES:
-            indices = gpu_indices(job)
-            if indices:
-                gres[info.job_id] = JobGres(str(job.id), indices)
+            gpus = job_gpus(job)
+            if gpus:
+                gres[info.job_id] = JobGres(str(job.id), gpus)
     return rows, gres
 
 

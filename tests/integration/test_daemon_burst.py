@@ -33,7 +33,7 @@ from acbslurm.container.options import Limits
 from acbslurm.dockerapi.engine import EngineApi
 from acbslurm.errors import AcbslurmError
 
-spec = LaunchSpec(image=sys.argv[2], command=["true"], gpu_uuids=[], limits=Limits(),
+spec = LaunchSpec(image=sys.argv[2], command=["true"], gpus=(), limits=Limits(),
                   job_id="burst-test", user="user1", name=None, grace=5.0)
 try:
     sys.exit(run_container(EngineApi(sys.argv[1], timeout=2.0), spec))

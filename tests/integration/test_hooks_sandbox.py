@@ -53,7 +53,7 @@ def test_prolog_records_the_allocation_through_the_sandboxs_own_scontrol(
     out = (scripts / f"out-{job}.txt").read_text()
     rec = json.loads(out.splitlines()[0])
     assert (rec["cpus"], rec["mem_mb"], rec["alloc_error"]) == (2, 1000, ""), rec
-    assert len(rec["gpu_uuids"]) == 1 and rec["gpu_uuids"][0] in {g.uuid for g in idle.gpus}
+    assert len(rec["gpus"]) == 1 and rec["gpus"][0]["uuid"] in {g.uuid for g in idle.gpus}
     assert f"uid={rec['uid']}" in out and rec["user"] == idle.user
 
 

@@ -172,7 +172,7 @@ def _each_node_recorded_and_got_its_own(
     for node, uuids in given.items():
         wait(f"record on {node}", record(sb, node, job).exists)
         rec = json.loads(record(sb, node, job).read_text())
-        assert (rec["node"], set(rec["gpu_uuids"])) == (node, uuids)
+        assert (rec["node"], {g["uuid"] for g in rec["gpus"]}) == (node, uuids)
         # The prolog makes the job's private directory after the record: both by its end.
         wait(f"the job's directory on {node}", (sb.layout.run / "job" / node / job).is_dir)
     # One container per node, each handed exactly its node's GPUs.

@@ -227,10 +227,13 @@ def status(*args: str) -> object:
 
 
 def test_status_has_user_partition_exit_and_compact_gpus(cwd: Path, fake_slurm: FakeSlurm) -> None:
+    from acbslurm.gpuvalue import from_lists
     from acbslurm.jobrecord import JobRecord, write_record
 
     uuid = "GPU-0a1b2c3d-0000-1111-2222-333344445555"
-    write_record(str(cwd / "records"), JobRecord("7", "user1", 1001, "vm", [1], [uuid]))
+    write_record(
+        str(cwd / "records"), JobRecord("7", "user1", 1001, "vm", from_lists("vm", [1], [uuid], []))
+    )
     fake_slurm.add_job("7", "RUNNING", node="vm", start=T0, gpus=[1], partition="gpu")
     fake_slurm.add_job(
         "8", "FAILED", user="user2", end=T0, exit_code="2:0", reason="NonZeroExitCode"
@@ -414,6 +417,7 @@ def test_status_shows_the_address_of_my_running_pool_job(cwd: Path, fake_slurm: 
 
 def test_status_names_the_node_of_each_gpu_of_a_job_on_several_nodes() -> None:
     from acbslurm.cli.jobstatus import gpu_text as _gpu_text
+    from acbslurm.gpuvalue import Gpu
     from acbslurm.slurm.jobtypes import JobInfo
 
     devices = [
@@ -421,10 +425,14 @@ def test_status_names_the_node_of_each_gpu_of_a_job_on_several_nodes() -> None:
         {"node": "vm-1", "index": 1, "uuid": "GPU-b"},
         {"node": "vm-2", "index": 1, "uuid": None},
     ]
-    job = JobInfo("7", "RUNNING", gpu_indices=[0, 1], gpu_devices=devices)
+    gpus = [Gpu("GPU-a", 0, node="vm-1"), Gpu("GPU-b", 1, node="vm-1"), Gpu("", 1, node="vm-2")]
+    job = JobInfo("7", "RUNNING", gpus=gpus)
     assert _gpu_text(job, long=False) == "vm-1:0,1 vm-2:1"
     assert _gpu_text(job, long=True) == "vm-1:0=GPU-a,1=GPU-b vm-2:1"
     assert job.as_json()["gpu_devices"] == devices
+    assert job.as_json()["gpu_indices"] == [0, 1]
+    one = JobInfo("8", "RUNNING", gpus=[Gpu("GPU-a", 0, node="vm-1"), Gpu("", 2, node="vm-1")])
+    assert (_gpu_text(one, long=False), _gpu_text(one, long=True)) == ("0,2", "0=GPU-a,2")
 
 
 def test_cancel_signal_sends_it_to_the_steps_and_keeps_the_job(

@@ -77,12 +77,15 @@ def test_a_few_running_jobs_by_id_are_still_asked_one_by_one(
 def test_records_and_address_files_are_listed_once_not_opened_per_job(
     cwd: Path, fake_slurm: FakeSlurm, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from acbslurm.gpuvalue import from_lists
     from acbslurm.jobrecord import JobRecord, write_record
     from acbslurm.serve.address import address_file, write_private
 
     uuid = "GPU-0a1b2c3d-0000-1111-2222-333344445555"
     ids = queue(fake_slurm, cwd, 40)
-    write_record(str(cwd / "records"), JobRecord(ids[2], ME, 1001, "vm", [2], [uuid]))
+    write_record(
+        str(cwd / "records"), JobRecord(ids[2], ME, 1001, "vm", from_lists("vm", [2], [uuid], []))
+    )
     url = "http://vm:41327/v1"
     write_private(address_file(str(cwd), ids[4]), {"url": url, "bound": "0.0.0.0:41327"})
     opened: list[str] = []

@@ -11,6 +11,7 @@ import pytest
 from acbslurm.container.launch import LaunchSpec, container_config, device_request
 from acbslurm.container.options import Limits
 from acbslurm.dockerapi.engine import AttachStream, _quote
+from acbslurm.gpuvalue import Gpu
 from acbslurm.mountrules import Mount
 
 
@@ -18,7 +19,7 @@ def spec(**kw: object) -> LaunchSpec:
     base: dict[str, object] = {
         "image": "img:1",
         "command": ["sh", "-c", "echo $X"],
-        "gpu_uuids": ["GPU-a", "GPU-b"],
+        "gpus": (Gpu("GPU-a", 0), Gpu("GPU-b", 1)),
         "limits": Limits(2 * 10**9, 1024**3),
         "job_id": "12",
         "user": "user1",
@@ -55,7 +56,7 @@ def test_container_config_has_exact_gpus_labels_limits_and_init() -> None:
 
 
 def test_no_gpus_means_no_device_request_and_limits_can_be_left_out() -> None:
-    c = container_config(spec(gpu_uuids=[], command=[]), with_limits=False)
+    c = container_config(spec(gpus=(), command=[]), with_limits=False)
     assert "DeviceRequests" not in c["HostConfig"]
     assert "NanoCpus" not in c["HostConfig"] and "Memory" not in c["HostConfig"]
     assert "Cmd" not in c  # the image's default command

@@ -28,6 +28,7 @@ from acbslurm.container.options import (
     resolve_limits,
 )
 from acbslurm.errors import ConfigError
+from acbslurm.gpuvalue import Gpu, from_lists
 from acbslurm.jobrecord import JobRecord, write_record
 from acbslurm.mountrules import (
     lexical,
@@ -39,7 +40,7 @@ from acbslurm.mountrules import (
 
 UUID_A = "GPU-aaaaaaaa-0000-0000-0000-000000000001"
 UUID_B = "GPU-bbbbbbbb-0000-0000-0000-000000000002"
-REC = JobRecord("9", "root", os.getuid(), "n1", [0], ["GPU-aaaa"], [0], 2, 1024)
+REC = JobRecord("9", "root", os.getuid(), "n1", from_lists("n1", [0], ["GPU-aaaa"], [0]), 2, 1024)
 
 
 def test_parse_mount(tmp_path: Path) -> None:
@@ -180,14 +181,14 @@ def test_parse_env_size_gpus() -> None:
 
 
 def test_resolve_gpus_refuses_what_slurm_did_not_give() -> None:
-    assert resolve_gpus("auto", REC) == ["GPU-aaaa"]
-    assert resolve_gpus("none", REC) == []
-    assert resolve_gpus(["GPU-aaaa"], REC) == ["GPU-aaaa"]
+    assert resolve_gpus("auto", REC) == REC.gpus == (Gpu("GPU-aaaa", 0, 0, "n1"),)
+    assert resolve_gpus("none", REC) == ()
+    assert resolve_gpus(["GPU-aaaa"], REC) == REC.gpus
     with pytest.raises(GpuNotAllocated, match="GPU-bbbb was not given to job 9"):
         resolve_gpus(["GPU-bbbb"], REC)
     with pytest.raises(GpuNotAllocated, match="no job record"):
         resolve_gpus(["GPU-aaaa"], None)
-    assert resolve_gpus("auto", None) == []
+    assert resolve_gpus("auto", None) == ()
 
 
 def test_limits_default_to_the_allocation_and_never_exceed_it() -> None:
@@ -359,9 +360,10 @@ def test_a_gpu_count_says_what_a_job_gives() -> None:
 
 
 def test_gpus_by_index_are_the_jobs_in_order_and_never_more() -> None:
-    rec = JobRecord("5", "u", 1000, "n1", [0, 1], [UUID_A, UUID_B])
-    assert resolve_gpus(["1"], rec) == [UUID_B]
-    assert resolve_gpus(["1", "0"], rec) == [UUID_B, UUID_A]
+    rec = JobRecord("5", "u", 1000, "n1", from_lists("n1", [0, 1], [UUID_A, UUID_B], []))
+    assert [g.uuid for g in resolve_gpus(["1"], rec)] == [UUID_B]
+    assert [g.uuid for g in resolve_gpus(["1", "0"], rec)] == [UUID_B, UUID_A]
+    assert [g.index for g in resolve_gpus(["1", "0"], rec)] == [1, 0]
     with pytest.raises(GpuNotAllocated, match=r"has 2 GPU\(s\) here \(indices 0-1\), not 2"):
         resolve_gpus(["2"], rec)
     with pytest.raises(GpuNotAllocated, match="twice"):

@@ -19,6 +19,7 @@ from acbslurm.container.options import Limits
 from acbslurm.container.signals import HANDLED
 from acbslurm.dockerapi.engine import DaemonGone, EngineApi
 from acbslurm.errors import DockerError, SetupError
+from acbslurm.gpuvalue import Gpu
 
 # The deadline below times tests by SIGALRM: run_container must not take it over.
 NO_ALRM = HANDLED - {signal.SIGALRM}
@@ -32,7 +33,7 @@ def spec(**kw: object) -> LaunchSpec:
     base: dict[str, object] = {
         "image": "img:1",
         "command": ["train"],
-        "gpu_uuids": ["GPU-a"],
+        "gpus": (Gpu("GPU-a"),),
         "limits": Limits(),
         "job_id": "12",
         "user": "user1",
@@ -296,18 +297,18 @@ def test_a_signal_before_the_container_starts_means_it_never_starts(
 
 
 @pytest.mark.parametrize(
-    ("names", "indices", "want"),
+    ("names", "index", "want"),
     [
-        (["GPU-a", "GPU-b", "0", "1", "all"], [0, 1], ["nvidia.com/gpu=GPU-a"]),
-        (["0", "1", "all"], [1], ["nvidia.com/gpu=1"]),  # a spec of index names only
-        (None, [], ["nvidia.com/gpu=GPU-a"]),  # no spec file: the toolkit's UUID names
+        (["GPU-a", "GPU-b", "0", "1", "all"], 0, ["nvidia.com/gpu=GPU-a"]),
+        (["0", "1", "all"], 1, ["nvidia.com/gpu=1"]),  # a spec of index names only
+        (None, None, ["nvidia.com/gpu=GPU-a"]),  # no spec file: the toolkit's UUID names
     ],
 )
 def test_a_daemon_with_cdi_gets_cdi_devices(
     fake_docker: FakeDocker,
     tmp_path: Path,
     names: list[str] | None,
-    indices: list[int],
+    index: int | None,
     want: list[str],
 ) -> None:
     """GET /info lists CDISpecDirs: the GPUs go as Driver "cdi", as the docker CLI sends
@@ -322,7 +323,7 @@ def test_a_daemon_with_cdi_gets_cdi_devices(
     fake_docker.info["CDISpecDirs"] = [str(specs)]
     fake_docker.program = Program([], 0)
     with deadline(20):
-        assert run_container(EngineApi(fake_docker.host, 5), spec(gpu_indices=indices)) == 0
+        assert run_container(EngineApi(fake_docker.host, 5), spec(gpus=(Gpu("GPU-a", index),))) == 0
     (create,) = fake_docker.calls("POST", "/containers/create")
     (req,) = create.body["HostConfig"]["DeviceRequests"]
     assert req == {

@@ -7,6 +7,7 @@ import pytest
 
 from acbslurm.container.options import GpuNotAllocated, OptionError, resolve_gpus
 from acbslurm.container.step_gpus import step_record
+from acbslurm.gpuvalue import Gpu, from_lists
 from acbslurm.jobrecord import JobRecord
 
 REC = JobRecord(
@@ -14,27 +15,25 @@ REC = JobRecord(
     user="u",
     uid=1000,
     node="vm",
-    gpu_indices=[0, 1, 3],
-    gpu_uuids=["GPU-a", "GPU-b", "GPU-d"],
-    gpu_minors=[0, 1, 3],
+    gpus=from_lists("vm", [0, 1, 3], ["GPU-a", "GPU-b", "GPU-d"], [0, 1, 3]),
 )
 
 
 def uuids(env: dict[str, str]) -> list[str]:
-    return resolve_gpus("auto", step_record(REC, env))
+    return [g.uuid for g in resolve_gpus("auto", step_record(REC, env))]
 
 
 def test_the_batch_script_gets_every_gpu_of_the_job() -> None:
     # No SLURM_STEP_ID: the batch step, whose GPUs are the job's (CUDA_VISIBLE_DEVICES
     # there is the job's too; it is never read).
-    assert uuids({"SLURM_JOB_GPUS": "0,1,3", "CUDA_VISIBLE_DEVICES": "0"}) == REC.gpu_uuids
+    assert uuids({"SLURM_JOB_GPUS": "0,1,3", "CUDA_VISIBLE_DEVICES": "0"}) == REC.uuids
 
 
 def test_a_step_or_task_gets_its_slurm_step_gpus_only() -> None:
     env = {"SLURM_STEP_ID": "1", "SLURM_STEP_GPUS": "3", "CUDA_VISIBLE_DEVICES": "0"}
     rec = step_record(REC, env)
     assert rec is not None
-    assert (rec.gpu_indices, rec.gpu_uuids, rec.gpu_minors) == ([3], ["GPU-d"], [3])
+    assert rec.gpus == (Gpu("GPU-d", 3, 3, "vm"),)
     # --gpu-bind=map_gpu:1,0: Slurm's order is kept.
     assert uuids({"SLURM_STEP_ID": "0", "SLURM_STEP_GPUS": "1,0"}) == ["GPU-b", "GPU-a"]
 

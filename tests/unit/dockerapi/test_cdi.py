@@ -8,6 +8,7 @@ import pytest
 
 from acbslurm.dockerapi import cdi
 from acbslurm.errors import ConfigError
+from acbslurm.gpuvalue import Gpu
 
 TOOLKIT_YAML = """\
 ---
@@ -48,12 +49,14 @@ def test_spec_dirs_from_info() -> None:
 
 
 def test_device_ids_uuid_first_then_index() -> None:
-    assert cdi.device_ids(["GPU-a", "GPU-b"], [0, 1], {"GPU-a", "1"}) == [
+    assert cdi.device_ids([Gpu("GPU-a", 0), Gpu("GPU-b", 1)], {"GPU-a", "1"}) == [
         "nvidia.com/gpu=GPU-a",
         "nvidia.com/gpu=1",
     ]
     # unknown names: the UUID (Docker's error then names it)
-    assert cdi.device_ids(["GPU-c"], [5], {"0"}) == ["nvidia.com/gpu=GPU-c"]
+    assert cdi.device_ids([Gpu("GPU-c", 5)], {"0"}) == ["nvidia.com/gpu=GPU-c"]
+    # Slurm named UUIDs only: no index to fall back on
+    assert cdi.device_ids([Gpu("GPU-c")], {"0"}) == ["nvidia.com/gpu=GPU-c"]
 
 
 @pytest.mark.parametrize("text", ["[1, 2]", "kind: x\n", "{a: [b"])

@@ -12,6 +12,7 @@ from acbslurm.doctor.context import Context
 from acbslurm.doctor.fence import check_fence, param_problems, udev_problems
 from acbslurm.gpu.acl import Acl
 from acbslurm.gpu.fence import write_acl
+from acbslurm.gpuvalue import Gpu
 from acbslurm.jobrecord import JobRecord, write_record
 
 PARAMS_OK = "DeviceFileUID: 0\nDeviceFileGID: 0\nDeviceFileMode: 432\nModifyDeviceFiles: 0\n"
@@ -39,7 +40,9 @@ def test_a_world_open_file_and_a_stray_acl_user_fail_with_a_fix(
     node: Path, make_ctx: Callable[..., Context]
 ) -> None:
     os.chmod(node / "dev" / "nvidia0", 0o666)
-    write_record(str(node / "jobs"), JobRecord("5", "user1", 1001, "n1", gpu_minors=[1]))
+    write_record(
+        str(node / "jobs"), JobRecord("5", "user1", 1001, "n1", (Gpu("GPU-b", 1, 1, "n1"),))
+    )
     write_acl(str(node / "dev" / "nvidia1"), Acl(6, 0, 0, users=((1001, 6), (1002, 6))))
     c = check_fence(make_ctx(gpu_fence=True), str(node / "no-params"))
     assert c.status == "fail"

@@ -17,13 +17,15 @@ from acbslurm.gpu.fence import (
     reconcile,
     stepd_jobs,
 )
+from acbslurm.gpuvalue import Gpu
 from acbslurm.jobrecord import JobRecord, write_record
 
 FILES = {"/d/nvidia0": 0, "/d/nvidia1": 1, "/d/nvidia2": 2}
 
 
 def rec(job: str, uid: int, minors: list[int], node: str = "n1") -> JobRecord:
-    return JobRecord(job_id=job, user=f"u{uid}", uid=uid, node=node, gpu_minors=minors)
+    gpus = tuple(Gpu(f"GPU-{m}", m, m, node) for m in minors)
+    return JobRecord(job_id=job, user=f"u{uid}", uid=uid, node=node, gpus=gpus)
 
 
 def test_each_gpu_gets_exactly_the_users_of_its_live_jobs() -> None:

@@ -99,7 +99,9 @@ def test_prolog_mapping_with_autodetect(tmp_path: Path, monkeypatch: pytest.Monk
     real_map = node.map_job_gpus
     minors = {"/x/nvidia0": 0, "/x/nvidia1": 1}
     monkeypatch.setattr(
-        node, "map_job_gpus", lambda e, d, i: real_map(e, d, i, minor_of=minors.__getitem__)
+        node,
+        "map_job_gpus",
+        lambda e, d, i, node: real_map(e, d, i, minor_of=minors.__getitem__, node=node),
     )
     env = {"SLURM_JOB_GPUS": "1", "SLURMD_NODENAME": "n"}
     assert node.job_gpus(env, settings).uuids == ["GPU-b"]

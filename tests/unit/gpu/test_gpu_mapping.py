@@ -6,6 +6,7 @@ import pytest
 from acbslurm.errors import GpuMappingError
 from acbslurm.gpu.inventory import GpuInfo
 from acbslurm.gpu.mapping import device_minor, map_job_gpus
+from acbslurm.gpuvalue import Gpu
 
 # NVML's index deliberately differs from the minor number: mapping must use the minor.
 INVENTORY = [
@@ -24,16 +25,17 @@ def suffix_minor(path: str) -> int:
 
 def test_indices_map_through_device_minor_not_nvml_index() -> None:
     got = map_job_gpus({"SLURM_JOB_GPUS": "0,2"}, DEVICES, INVENTORY, suffix_minor)
-    assert got.indices == [0, 2]
-    assert got.minors == [0, 2]
-    assert got.uuids == ["GPU-bbbb", "GPU-aaaa"]
+    assert got.gpus == (Gpu("GPU-bbbb", 0, 0), Gpu("GPU-aaaa", 2, 2))
+    assert [g.index for g in got.info] == [1, 0]  # NVML's, kept apart
+    got = map_job_gpus({"SLURM_JOB_GPUS": "2"}, DEVICES, INVENTORY, suffix_minor, node="n1")
+    assert got.gpus == (Gpu("GPU-aaaa", 2, 2, "n1"),)
 
 
 def test_uuids_in_cuda_visible_devices_are_accepted() -> None:
     env = {"CUDA_VISIBLE_DEVICES": "GPU-cccc,MIG-1111"}
     got = map_job_gpus(env, [], INVENTORY, suffix_minor)
     assert got.uuids == ["GPU-cccc", "MIG-1111"]
-    assert got.indices == []
+    assert [g.index for g in got.gpus] == [None, None]
 
 
 def test_uuids_in_slurm_job_gpus_are_accepted() -> None:
@@ -95,6 +97,6 @@ def test_a_step_maps_its_own_gpus_even_without_slurm_job_gpus() -> None:
     assert map_job_gpus(env, DEVICES, INVENTORY, suffix_minor).uuids == ["GPU-aaaa"]
     # In a step of a batch job the step's GPUs win over the job's.
     env = {"SLURM_JOB_GPUS": "0,2", "SLURM_STEP_GPUS": "0"}
-    assert map_job_gpus(env, DEVICES, INVENTORY, suffix_minor).indices == [0]
+    assert [g.index for g in map_job_gpus(env, DEVICES, INVENTORY, suffix_minor).gpus] == [0]
     with pytest.raises(GpuMappingError, match="SLURM_STEP_GPUS names GPU index 7"):
         map_job_gpus({"SLURM_STEP_GPUS": "7"}, DEVICES, INVENTORY, suffix_minor)

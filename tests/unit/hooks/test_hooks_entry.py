@@ -3,6 +3,7 @@
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fake_slurm import FakeSlurm
@@ -47,15 +48,22 @@ def job_env(**extra: str) -> dict[str, str]:
     return env
 
 
+def indices(rec: dict[str, Any]) -> list[int]:
+    """Slurm's indices of the GPUs of a record as written on disk."""
+    return [g["index"] for g in rec["gpus"]]
+
+
 def test_prolog_records_uuids_task_prolog_exports_epilog_removes(
     node: Path, capsys: pytest.CaptureFixture[str], fake_slurm: FakeSlurm
 ) -> None:
     assert run_prolog(job_env(SLURM_JOB_GPUS="0,2")) == 0
     rec = json.loads((node / "jobs" / "77.json").read_text())
     # index 0 -> nvidia0 -> minor 0 -> inventory entry with minor 0 (NVML index 2)
-    assert rec["gpu_uuids"] == ["GPU-2222", "GPU-0000"]
-    assert rec["gpu_minors"] == [0, 2]
-    assert rec["gpu_indices"] == [0, 2]
+    assert rec["version"] == 2
+    assert rec["gpus"] == [
+        {"node": "n1", "index": 0, "minor": 0, "uuid": "GPU-2222"},
+        {"node": "n1", "index": 2, "minor": 2, "uuid": "GPU-0000"},
+    ]
     assert (rec["user"], rec["uid"], rec["node"]) == ("user1", 1001, "n1")
     assert (rec["cpus"], rec["mem_mb"], rec["alloc_error"]) == (2, 1024, "")
     # ... and wrote them into the job's AdminComment (status, report).
@@ -94,7 +102,7 @@ def test_prolog_fails_only_when_gpus_cannot_be_mapped(node: Path) -> None:
     assert run_prolog(job_env(SLURM_JOB_GPUS="5")) == 1
     assert not (node / "jobs" / "77.json").exists()
     assert run_prolog(job_env()) == 0  # a job without GPUs
-    assert json.loads((node / "jobs" / "77.json").read_text())["gpu_uuids"] == []
+    assert json.loads((node / "jobs" / "77.json").read_text())["gpus"] == []
 
 
 def test_epilog_drains_when_a_daemon_fails(node: Path, fake_slurm: FakeSlurm) -> None:
@@ -461,8 +469,7 @@ def test_a_slow_controller_is_asked_again_within_a_bound(
     assert "job 77: asking slurmctld again: " in err and "Socket timed out" in err
     rec = json.loads((node / "jobs" / "77.json").read_text())
     assert (rec["cpus"], rec["mem_mb"], rec["alloc_error"]) == (2, 1024, "")
-    pairs = zip(rec["gpu_indices"], rec["gpu_uuids"], strict=True)
-    devices = ",".join(f"n1:{i}={u}" for i, u in pairs)
+    devices = ",".join(f"n1:{g['index']}={g['uuid']}" for g in rec["gpus"])
     assert fake_slurm.jobs["77"]["admin_comment"] == f"acbslurm:gpus={devices}"
     shows = [a for a in fake_slurm.argvs("scontrol") if a[1:3] == ["show", "job"]]
     assert len(shows) == 2, shows
@@ -489,14 +496,14 @@ def test_an_array_task_whose_controller_never_answers_writes_no_admin_comment(
     assert run_prolog(job_env(SLURM_JOB_ID="40", SLURM_JOB_GPUS="2")) == 0
     err = capsys.readouterr().err
     rec = json.loads((node / "jobs" / "40.json").read_text())
-    assert rec["gpu_indices"] == [2] and "Socket timed out" in rec["alloc_error"]
+    assert indices(rec) == [2] and "Socket timed out" in rec["alloc_error"]
     assert [a for a in fake_slurm.argvs("scontrol") if a[1] == "update"] == []
     jobs = fake_slurm.jobs
     assert jobs["40_1"]["admin_comment"] == "acbslurm:gpus=n1:0=GPU-x"
     assert jobs["40_2"]["admin_comment"] == ""
     said = [ln for ln in err.splitlines() if "not in its AdminComment" in ln]
     assert len(said) == 1, err
-    assert f"job 40: GPUs {rec['gpu_uuids'][0]} kept in its record on n1 only" in said[0]
+    assert f"job 40: GPUs {rec['gpus'][0]['uuid']} kept in its record on n1 only" in said[0]
     assert len([a for a in fake_slurm.argvs("scontrol") if a[1:3] == ["show", "job"]]) == 2
 
 
@@ -521,11 +528,11 @@ def test_prolog_records_every_type_of_a_mixed_typed_job(node: Path, fake_slurm: 
     fake_slurm.update("77", gpus=[0, 2])
     assert run_prolog(job_env(SLURM_JOB_GPUS="2")) == 0
     rec = json.loads((node / "jobs" / "77.json").read_text())
-    assert rec["gpu_indices"] == [0, 2]
+    assert indices(rec) == [0, 2]
     # A SLURM_JOB_GPUS index slurmctld does not list is not replaced: mapped (or
     # refused) as before.
     assert run_prolog(job_env(SLURM_JOB_GPUS="1")) == 0
-    assert json.loads((node / "jobs" / "77.json").read_text())["gpu_indices"] == [1]
+    assert indices(json.loads((node / "jobs" / "77.json").read_text())) == [1]
 
 
 def test_task_prolog_exports_the_tasks_gpus_only(

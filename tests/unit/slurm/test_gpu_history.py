@@ -11,29 +11,34 @@ from fake_slurm import FakeSlurm
 import acbslurm.slurm.gpu_history as history
 from acbslurm.accounting.output import bar, devices
 from acbslurm.accounting.usage import devices_text
+from acbslurm.gpuvalue import Gpu, from_lists
 from acbslurm.slurm.gpu_history import admin_comment, gpu_token, merged_comment, parse_gpus
 
 A, B = "GPU-11111111-2222-3333-4444-555555555555", "MIG-aaaa/1/0"
 
 
+def on(node: str, indices: list[int], uuids: list[str]) -> list[Gpu]:
+    return list(from_lists(node, indices, uuids, []))
+
+
 def test_token_and_back() -> None:
-    token = gpu_token("n1", [0, 2], [A, B])
+    token = gpu_token(on("n1", [0, 2], [A, B]))
     assert token == f"acbslurm:gpus=n1:0={A},n1:2={B}"
     assert parse_gpus(f"an admin's note {token}") == [
-        {"node": "n1", "index": 0, "uuid": A},
-        {"node": "n1", "index": 2, "uuid": B},
+        Gpu(A, 0, node="n1"),
+        Gpu(B, 2, node="n1"),
     ]
-    assert gpu_token("n1", [], [A]) == f"acbslurm:gpus=n1:-={A}"  # Slurm gave UUIDs only
-    assert parse_gpus(gpu_token("n1", [], [A])) == [{"node": "n1", "index": None, "uuid": A}]
+    assert gpu_token(on("n1", [], [A])) == f"acbslurm:gpus=n1:-={A}"  # Slurm gave UUIDs only
+    assert parse_gpus(gpu_token(on("n1", [], [A]))) == [Gpu(A, None, node="n1")]
     assert parse_gpus(None) == [] and parse_gpus("nothing of ours") == []
 
 
 def test_an_admins_comment_is_kept_and_a_requeued_run_replaces_its_own_token() -> None:
-    first = merged_comment("", "n1", gpu_token("n1", [0], [A]))
+    first = merged_comment("", "n1", gpu_token(on("n1", [0], [A])))
     assert first == f"acbslurm:gpus=n1:0={A}"
-    again = merged_comment(f"keep me {first}", "n1", gpu_token("n1", [1], [B]))
+    again = merged_comment(f"keep me {first}", "n1", gpu_token(on("n1", [1], [B])))
     assert again == f"keep me acbslurm:gpus=n1:1={B}"
-    other = merged_comment(again, "n2", gpu_token("n2", [0], [A]))
+    other = merged_comment(again, "n2", gpu_token(on("n2", [0], [A])))
     assert other.endswith(f"acbslurm:gpus=n1:1={B} acbslurm:gpus=n2:0={A}")
 
 
@@ -45,7 +50,7 @@ def test_admin_comment_of_scontrol_output() -> None:
 
 
 def test_the_report_shows_devices_in_each_format() -> None:
-    text = devices_text(f"note {gpu_token('vm', [0, 1], [A, B])}")
+    text = devices_text(f"note {gpu_token(on('vm', [0, 1], [A, B]))}")
     assert text == f"vm:0={A},vm:1={B}"
     assert devices(text) == [
         {"index": 0, "node": "vm", "uuid": A},
@@ -67,14 +72,14 @@ def test_a_token_another_nodes_prolog_overwrote_is_written_again(
     import acbslurm.slurm.gpu_history as history
 
     # n2's prolog read the comment before our first write and lands just after it.
-    stale = {"admin_comment": gpu_token("n2", [0], [B])}
+    stale = {"admin_comment": gpu_token(on("n2", [0], [B]))}
     fake_slurm.add_job("7", "RUNNING", node="n[1-2]", num_nodes=2, update_next=[stale])
     monkeypatch.setattr(history.time, "sleep", lambda _s: None)
-    history.record_job_gpus("7", "n1", [1], [A])
+    history.record_job_gpus("7", on("n1", [1], [A]))
     updates = [c for c in fake_slurm.calls("scontrol") if c.argv[0] == "update"]
     assert len(updates) == 2  # lost once, written again on top of n2's
     comment = fake_slurm.jobs["7"]["admin_comment"]
-    assert {d["node"] for d in parse_gpus(comment)} == {"n1", "n2"}
+    assert {g.node for g in parse_gpus(comment)} == {"n1", "n2"}
 
 
 def test_a_one_node_job_writes_once_and_reads_nothing_back(fake_slurm: FakeSlurm) -> None:
@@ -82,13 +87,11 @@ def test_a_one_node_job_writes_once_and_reads_nothing_back(fake_slurm: FakeSlurm
 
     fake_slurm.add_job("7", "RUNNING", node="n1")
     shown = "JobId=7 NumNodes=1 AdminComment=(null) X=1"
-    history.record_job_gpus("7", "n1", [0], [A], shown=shown)
+    history.record_job_gpus("7", on("n1", [0], [A]), shown=shown)
     assert fake_slurm.argvs() == [
         ["scontrol", "update", "job=7", f"AdminComment=acbslurm:gpus=n1:0={A}"]
     ]
-    assert parse_gpus(fake_slurm.jobs["7"]["admin_comment"]) == [
-        {"node": "n1", "index": 0, "uuid": A}
-    ]
+    assert parse_gpus(fake_slurm.jobs["7"]["admin_comment"]) == [Gpu(A, 0, node="n1")]
 
 
 def _lands_at_sleep(fake_slurm: FakeSlurm, at: int, comment: str) -> Callable[[float], None]:
@@ -119,11 +122,11 @@ def test_a_stale_write_after_two_clean_reads_is_still_repaired(
     import acbslurm.slurm.gpu_history as history
 
     fake_slurm.add_job("7", "RUNNING", node="n[1-2]", num_nodes=2)
-    n2 = gpu_token("n2", [0], [B])
+    n2 = gpu_token(on("n2", [0], [B]))
     monkeypatch.setattr(history.time, "sleep", _lands_at_sleep(fake_slurm, 3, n2))
-    history.record_job_gpus("7", "n1", [1], [A])
+    history.record_job_gpus("7", on("n1", [1], [A]))
     comment = fake_slurm.jobs["7"]["admin_comment"]
-    assert {d["node"] for d in parse_gpus(comment)} == {"n1", "n2"}
+    assert {g.node for g in parse_gpus(comment)} == {"n1", "n2"}
     updates = [c for c in fake_slurm.calls("scontrol") if c.argv[0] == "update"]
     assert len(updates) == 2
 
@@ -141,10 +144,8 @@ def test_a_missing_node_does_not_hold_the_prolog_for_ever(
     monkeypatch.setattr(
         history.time, "sleep", lambda s: slept.append(s) if s >= history._PAUSE[0] else real(s)
     )
-    history.record_job_gpus("7", "n1", [1], [A])
+    history.record_job_gpus("7", on("n1", [1], [A]))
     assert len(slept) == history._MAX_READS
-    assert parse_gpus(fake_slurm.jobs["7"]["admin_comment"]) == [
-        {"node": "n1", "index": 1, "uuid": A}
-    ]
+    assert parse_gpus(fake_slurm.jobs["7"]["admin_comment"]) == [Gpu(A, 1, node="n1")]
     updates = [c for c in fake_slurm.calls("scontrol") if c.argv[0] == "update"]
     assert len(updates) == 1

@@ -8,7 +8,8 @@ import pytest
 from fake_slurm import FakeSlurm
 
 from acbslurm.errors import SlurmError
-from acbslurm.slurm.jobgpus import NodeGpu, job_gpus_by_node, job_nodes, parse_node_gpus
+from acbslurm.gpuvalue import Gpu
+from acbslurm.slurm.jobgpus import job_gpus_by_node, job_nodes, parse_node_gpus
 
 CAPTURED = (Path(__file__).parent / "captured/two-nodes.scontrol").read_text()
 
@@ -18,7 +19,7 @@ def test_a_captured_two_node_job_in_node_order() -> None:
     nodes, gpus = parse_node_gpus(CAPTURED)
     assert nodes == ["vm-1", "vm-2"]
     assert [(g.node, g.index) for g in gpus] == [("vm-1", 0), ("vm-1", 1), ("vm-2", 0), ("vm-2", 1)]
-    assert gpus[0] == NodeGpu("vm-1", 0, "GPU-93f7abd3-c6bc-e35c-5292-2e29187ec1fd")
+    assert gpus[0] == Gpu("GPU-93f7abd3-c6bc-e35c-5292-2e29187ec1fd", 0, node="vm-1")
     assert job_nodes("JobId=1 ReqNodeList=(null) NodeList=(null)") == []
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from fake_slurm import FakeSlurm
 
+from acbslurm.gpuvalue import Gpu
 from acbslurm.slurm.jobs import (
     parse_gpu_indices,
     parse_job_gpus,
@@ -15,6 +16,7 @@ from acbslurm.slurm.jobs import (
     parse_squeue,
     query_jobs,
 )
+from acbslurm.slurm.jobtypes import JobInfo
 from acbslurm.units import expand_ranges
 
 
@@ -39,8 +41,6 @@ def test_parse_sacct_state_words() -> None:
 
 
 def test_json_style_null_iso_times_seconds_and_exit_code() -> None:
-    from acbslurm.slurm.jobtypes import JobInfo
-
     j = JobInfo(
         job_id="9", state="FAILED", exit_code="2:0", elapsed="1:05", end_time="2026-11-30T01:00:00"
     )
@@ -77,10 +77,11 @@ def test_parse_job_id() -> None:
 
 
 def test_status_reads_records_like_the_hooks_and_never_fails_on_one(tmp_path: Path) -> None:
+    from acbslurm.gpuvalue import from_lists
     from acbslurm.jobrecord import JobRecord, write_record
     from acbslurm.slurm.jobs import _read_record
 
-    rec = JobRecord("5", "u", 1001, "n1", [1], ["GPU-b"], [1])
+    rec = JobRecord("5", "u", 1001, "n1", from_lists("n1", [1], ["GPU-b"], [1]))
     write_record(str(tmp_path), rec)
     assert _read_record(str(tmp_path), "5") == rec
     assert _read_record(str(tmp_path), "6") is None
@@ -120,11 +121,15 @@ def test_status_shows_each_running_array_task_its_gpu(
     tmp_path: Path,
     fake_slurm: FakeSlurm,
 ) -> None:
+    from acbslurm.gpuvalue import from_lists
     from acbslurm.jobrecord import JobRecord, write_record
 
     # the prolog names records after SLURM_JOB_ID: the task's own JobId
     for jid, idx in (("6", 0), ("7", 1), ("8", 0), ("5", 1)):
-        write_record(str(tmp_path), JobRecord(jid, "user1", 1001, "vm", [idx], [f"GPU-{jid}"]))
+        write_record(
+            str(tmp_path),
+            JobRecord(jid, "user1", 1001, "vm", from_lists("vm", [idx], [f"GPU-{jid}"], [])),
+        )
     fake_slurm.respond("squeue", stdout=(CAPTURED / f"{phase}.squeue").read_text())
     fake_slurm.respond("scontrol", stdout=(CAPTURED / f"{phase}.scontrol").read_text())
     shown = {j.job_id: j for j in query_jobs(record_dir=str(tmp_path))}
@@ -188,13 +193,13 @@ def test_a_job_on_two_nodes_has_its_gpus_per_node_with_their_uuids() -> None:
     # Slurm 22.05 (sandbox up --nodes 2): one group for both nodes, Nodes=vm-[1-2].
     job = parse_job_gpus((CAPTURED / "two-nodes.scontrol").read_text())["45"]
     assert job.indices == [0, 1]
-    assert [(d["node"], d["index"]) for d in job.devices] == [
+    assert [(g.node, g.index) for g in job.gpus] == [
         ("vm-1", 0),
         ("vm-1", 1),
         ("vm-2", 0),
         ("vm-2", 1),
     ]
-    uuids = [d["uuid"] for d in job.devices]
+    uuids = [g.uuid for g in job.gpus]
     assert all(u.startswith("GPU-") for u in uuids) and len(set(uuids)) == 4
 
 
@@ -204,10 +209,13 @@ def test_nodes_with_different_gpus_each_keep_their_own() -> None:
         "GRES=gpu:2(IDX:0-1) Nodes=b CPU_IDs=0-1 Mem=500 GRES=gpu:1(IDX:1) Features=x"
     )
     job = parse_job_gpus(line)["9"]
-    assert job.devices == [
+    assert job.gpus == [Gpu("", 0, node="a"), Gpu("", 1, node="a"), Gpu("GPU-b1", 1, node="b")]
+    assert JobInfo("9", "RUNNING", gpus=job.gpus).as_json()["gpu_devices"] == [
         {"node": "a", "index": 0, "uuid": None},
         {"node": "a", "index": 1, "uuid": None},
         {"node": "b", "index": 1, "uuid": "GPU-b1"},
     ]
     one = "JobId=3 NumNodes=1 Nodes=a CPU_IDs=0 Mem=500 GRES=gpu:1(IDX:0)"
-    assert parse_job_gpus(one)["3"].devices == []  # one node: indices say it all
+    assert parse_job_gpus(one)["3"].gpus == [Gpu("", 0, node="a")]
+    # one node: the indices say it all
+    assert JobInfo("3", "RUNNING", gpus=[Gpu("", 0, node="a")]).as_json()["gpu_devices"] == []
