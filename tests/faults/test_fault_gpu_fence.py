@@ -54,8 +54,8 @@ def opens(sb: Any, user: str, files: list[str]) -> dict[str, str]:
 def job_gpu(sb: Any, job: str) -> str:
     """The device file of the job's one GPU, once its prolog has recorded it."""
     rec = wait_until(f"job {job}'s record", lambda: read_record(settings(sb).record_dir, job), 30)
-    assert len(rec.gpu_minors) == 1, rec
-    return next(g.device for g in sb.gpus if g.minor == rec.gpu_minors[0])
+    (gpu,) = rec.gpus
+    return next(g.device for g in sb.gpus if g.minor == gpu.minor)
 
 
 def settings(sb: Any) -> Any:

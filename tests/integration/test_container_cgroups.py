@@ -53,7 +53,7 @@ def settings(sb: Any) -> Any:
 
 def job_gpu_file(sb: Any, job: str) -> str:
     rec = wait_until(f"job {job}'s record", lambda: read_record(settings(sb).record_dir, job), 30)
-    return next(g.device for g in sb.gpus if g.minor == rec.gpu_minors[0])
+    return next(g.device for g in sb.gpus if g.minor == rec.gpus[0].minor)
 
 
 def finished(sb: Any, job: str, timeout: float = 90) -> str:

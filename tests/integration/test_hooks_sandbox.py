@@ -195,7 +195,8 @@ def test_a_forged_record_gets_no_gpus(idle: Any, scripts: Path) -> None:
     forge = (
         "import json, os, pwd; j = os.environ['SLURM_JOB_ID']; d = os.environ['D']; "
         "rec = {'job_id': j, 'uid': os.getuid(), 'user': pwd.getpwuid(os.getuid()).pw_name, "
-        f"'gpu_uuids': {uuids!r}}}; json.dump(rec, open(f'{{d}}/{{j}}.json', 'w'))"
+        f"'version': 2, 'gpus': [{{'uuid': u}} for u in {uuids!r}]}}; "
+        "json.dump(rec, open(f'{d}/{j}.json', 'w'))"
     )
     body = (
         f"export D=$(mktemp -d); {shlex.quote(sys.executable)} -c {shlex.quote(forge)}\n"

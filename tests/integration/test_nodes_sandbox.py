@@ -114,8 +114,8 @@ def slurms_gpus(sb: Sandbox, job: str) -> dict[str, set[str]]:
     shown = sb.run_slurm(["scontrol", "-d", "-o", "show", "job", job]).stdout
     inventory = {n: {g.index: g.uuid for g in gpus} for n, gpus in sb_gpus(sb).items()}
     out: dict[str, set[str]] = {}
-    for d in parse_job_gpus(shown)[job].devices:
-        out.setdefault(d["node"], set()).add(inventory[d["node"]][d["index"]])
+    for g in parse_job_gpus(shown)[job].gpus:
+        out.setdefault(g.node, set()).add(inventory[g.node][g.index])
     return out
 
 
