@@ -25,19 +25,20 @@ from __future__ import annotations
 import re
 import time
 
-from acbslurm.errors import SlurmError
+from acbslurm.errors import ConfigError, SlurmError
 from acbslurm.gpuvalue import Gpu
 from acbslurm.units import is_ascii_int
 
 # On the hook path: no typing at run time (tests/unit/hooks/test_hooks_imports.py).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Collection, Sequence
 
 PREFIX = "acbslurm:gpus="
 _TOKEN = re.compile(r"acbslurm:gpus=(\S+)")
 _ADMIN = re.compile(r"\bAdminComment=(.*?)(?=\s[A-Z][A-Za-z]*=|$)")
 _NUM_NODES = re.compile(r"\bNumNodes=([0-9]+)")
+_NODE_LIST = re.compile(r"(?:^|\s)NodeList=(\S+)")
 _ARRAY_JOB = re.compile(r"(?:^|\s)ArrayJobId=([0-9]+)(?=\s|$)")
 _ARRAY_TASK = re.compile(r"(?:^|\s)ArrayTaskId=([0-9]+)(?=\s|$)")
 # A job on several nodes: how often a prolog writes its token at most, how many reads in
@@ -71,14 +72,22 @@ def gpu_token(gpus: Sequence[Gpu]) -> str:
     return PREFIX + ",".join(g.token() for g in gpus)
 
 
-def merged_comment(current: str, node: str, token: str) -> str:
-    """``current`` with this node's earlier token (a requeued run) replaced by ``token``."""
-    kept = [
-        t
-        for t in current.split()
-        if not (t.startswith(PREFIX) and t[len(PREFIX) :].startswith(f"{node}:"))
-    ]
-    return " ".join([*kept, token]).strip()
+def merged_comment(
+    current: str, node: str, token: str, nodes: Collection[str] | None = None
+) -> str:
+    """``current`` with this node's earlier token (a requeued run) replaced by ``token``
+    and, given the job's ``nodes``, the tokens of nodes it no longer runs on dropped (a
+    run requeued onto other nodes: the report and the other nodes' prologs would count
+    them as this run's). The rest of the comment stays in its order."""
+    kept = [w for w in current.split() if w == token or not _replaced(w, node, nodes)]
+    return " ".join(kept if token in kept else [*kept, token])
+
+
+def _replaced(word: str, node: str, nodes: Collection[str] | None) -> bool:
+    if not word.startswith(PREFIX):
+        return False
+    where = {g.node for g in parse_gpus(word)}
+    return node in where or (nodes is not None and not where & set(nodes))
 
 
 def admin_comment(show_job: str) -> str:
@@ -125,9 +134,9 @@ def record_job_gpus(
     line = read() if shown is None else shown
     nodes = _num_nodes(line)
     for _ in range(_ATTEMPTS):
-        current = admin_comment(line)
-        if token not in current.split():
-            comment = merged_comment(current, node, token)
+        current = " ".join(admin_comment(line).split())
+        comment = merged_comment(current, node, token, _node_list(line))
+        if comment != current:
             argv = ["scontrol", "update", f"job={job_id}", f"AdminComment={comment}"]
             slurm(argv, timeout=timeout, bin_dir=bin_dir)
         if nodes < 2 or _settled(read, token, nodes):
@@ -138,6 +147,19 @@ def record_job_gpus(
         0,
         reason=f"this node's GPUs were overwritten by other nodes' {_ATTEMPTS} times",
     )
+
+
+def _node_list(show_job: str) -> list[str] | None:
+    """The job's nodes (``NodeList``); None when the line names none."""
+    from acbslurm.slurm.hostlist import expand_hostlist
+
+    m = _NODE_LIST.search(show_job)
+    if not m or m.group(1) in ("(null)", "None"):
+        return None
+    try:
+        return expand_hostlist(m.group(1))
+    except ConfigError:
+        return None  # a list it cannot read: no token is dropped
 
 
 def _num_nodes(show_job: str) -> int:

@@ -75,10 +75,11 @@ def start_broker(*args: str, sock: Path | None = None) -> Daemon:
 
     def drain() -> None:  # also keeps a chatty broker from blocking on a full pipe
         assert proc.stderr is not None
-        for line in proc.stderr:
-            lines.append(line)
-            if "broker: listening on" in line:
-                ready.set()
+        with proc.stderr:  # closed at the broker's end: no unclosed pipe is left to GC
+            for line in proc.stderr:
+                lines.append(line)
+                if "broker: listening on" in line:
+                    ready.set()
 
     threading.Thread(target=drain, daemon=True).start()
     deadline = time.monotonic() + 20

@@ -149,3 +149,29 @@ def test_a_missing_node_does_not_hold_the_prolog_for_ever(
     assert parse_gpus(fake_slurm.jobs["7"]["admin_comment"]) == [Gpu(A, 1, node="n1")]
     updates = [c for c in fake_slurm.calls("scontrol") if c.argv[0] == "update"]
     assert len(updates) == 1
+
+
+def test_a_run_requeued_onto_other_nodes_drops_the_tokens_of_the_old_ones() -> None:
+    """Job 7 ran on n3 and was requeued onto n1: n3's token is not this run's (the report
+    would show its GPU as used, and a two-node prolog would count it as a node)."""
+    old = gpu_token(on("n3", [0], [B]))
+    new = gpu_token(on("n1", [1], [A]))
+    assert merged_comment(f"keep {old} me", "n1", new, ["n1"]) == f"keep me {new}"
+    assert merged_comment(f"keep {old} me", "n1", new) == f"keep {old} me {new}"  # no list
+    # The job's other nodes keep theirs, and a comment already right is left as it is.
+    both = f"{gpu_token(on('n2', [0], [B]))} {new}"
+    assert merged_comment(both, "n1", new, ["n1", "n2"]) == both
+
+
+def test_the_prolog_writes_when_only_a_stale_token_is_wrong(fake_slurm: FakeSlurm) -> None:
+    import acbslurm.slurm.gpu_history as history
+
+    mine, old = gpu_token(on("n1", [0], [A])), gpu_token(on("n3", [0], [B]))
+    fake_slurm.add_job("7", "RUNNING", node="n1")
+    shown = f"JobId=7 NumNodes=1 NodeList=n1 AdminComment={old} {mine} X=1"
+    history.record_job_gpus("7", on("n1", [0], [A]), shown=shown)
+    assert fake_slurm.argvs() == [["scontrol", "update", "job=7", f"AdminComment={mine}"]]
+    done = f"JobId=7 NumNodes=1 NodeList=n1 AdminComment={mine} X=1"
+    before = len(fake_slurm.argvs())
+    history.record_job_gpus("7", on("n1", [0], [A]), shown=done)
+    assert len(fake_slurm.argvs()) == before  # nothing to change: no write
