@@ -27,6 +27,7 @@ import time
 
 from acbslurm.errors import ConfigError, SlurmError
 from acbslurm.gpuvalue import Gpu
+from acbslurm.slurm.hostlist import expand_hostlist
 from acbslurm.units import is_ascii_int
 
 # On the hook path: no typing at run time (tests/unit/hooks/test_hooks_imports.py).
@@ -38,7 +39,6 @@ PREFIX = "acbslurm:gpus="
 _TOKEN = re.compile(r"acbslurm:gpus=(\S+)")
 _ADMIN = re.compile(r"\bAdminComment=(.*?)(?=\s[A-Z][A-Za-z]*=|$)")
 _NUM_NODES = re.compile(r"\bNumNodes=([0-9]+)")
-_NODE_LIST = re.compile(r"(?:^|\s)NodeList=(\S+)")
 _ARRAY_JOB = re.compile(r"(?:^|\s)ArrayJobId=([0-9]+)(?=\s|$)")
 _ARRAY_TASK = re.compile(r"(?:^|\s)ArrayTaskId=([0-9]+)(?=\s|$)")
 # A job on several nodes: how often a prolog writes its token at most, how many reads in
@@ -133,9 +133,10 @@ def record_job_gpus(
 
     line = read() if shown is None else shown
     nodes = _num_nodes(line)
+    now_on = _nodes_or_none(line)  # a running job's nodes do not change between reads
     for _ in range(_ATTEMPTS):
         current = " ".join(admin_comment(line).split())
-        comment = merged_comment(current, node, token, _node_list(line))
+        comment = merged_comment(current, node, token, now_on)
         if comment != current:
             argv = ["scontrol", "update", f"job={job_id}", f"AdminComment={comment}"]
             slurm(argv, timeout=timeout, bin_dir=bin_dir)
@@ -149,17 +150,22 @@ def record_job_gpus(
     )
 
 
-def _node_list(show_job: str) -> list[str] | None:
-    """The job's nodes (``NodeList``); None when the line names none."""
-    from acbslurm.slurm.hostlist import expand_hostlist
+def job_nodes(show_job: str) -> list[str]:
+    """The job's nodes from one ``scontrol show job -o`` line (``NodeList``), in order."""
+    for tok in show_job.split():
+        if tok.startswith("NodeList="):
+            value = tok.partition("=")[2]
+            return [] if value in ("", "(null)") else expand_hostlist(value)
+    return []
 
-    m = _NODE_LIST.search(show_job)
-    if not m or m.group(1) in ("(null)", "None"):
-        return None
+
+def _nodes_or_none(show_job: str) -> list[str] | None:
+    """``job_nodes``; None when the line names none, or a list it cannot read: then no
+    other node's token is dropped."""
     try:
-        return expand_hostlist(m.group(1))
+        return job_nodes(show_job) or None
     except ConfigError:
-        return None  # a list it cannot read: no token is dropped
+        return None
 
 
 def _num_nodes(show_job: str) -> int:

@@ -16,20 +16,10 @@ import time
 
 from acbslurm.errors import SlurmError
 from acbslurm.gpuvalue import Gpu
-from acbslurm.slurm.gpu_history import admin_comment, parse_gpus
-from acbslurm.slurm.hostlist import expand_hostlist
+from acbslurm.slurm.gpu_history import admin_comment, job_nodes, parse_gpus
 
 WAIT = 30.0  # seconds for every node's token to appear
 _POLL = 0.25
-
-
-def job_nodes(show_job: str) -> list[str]:
-    """The job's nodes from one ``scontrol show job -o`` line (``NodeList``), in order."""
-    for tok in show_job.split():
-        if tok.startswith("NodeList="):
-            value = tok.partition("=")[2]
-            return [] if value in ("", "(null)") else expand_hostlist(value)
-    return []
 
 
 def recorded_gpus(show_job: str, nodes: list[str]) -> list[Gpu]:

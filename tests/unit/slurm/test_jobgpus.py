@@ -9,7 +9,8 @@ from fake_slurm import FakeSlurm
 
 from acbslurm.errors import SlurmError
 from acbslurm.gpuvalue import Gpu
-from acbslurm.slurm.jobgpus import job_gpus_by_node, job_nodes, parse_node_gpus
+from acbslurm.slurm.gpu_history import job_nodes
+from acbslurm.slurm.jobgpus import job_gpus_by_node, parse_node_gpus
 
 CAPTURED = (Path(__file__).parent / "captured/two-nodes.scontrol").read_text()
 
