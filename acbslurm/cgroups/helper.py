@@ -6,7 +6,8 @@ children of the user's Docker daemon, not of the job. So the prolog starts this 
 (``start``), detached from slurmd, listening on ``cgroup.sock`` in the job's runtime
 directory (the user's, 0700: nobody else can reach it); the epilog ends it (``stop``),
 and it ends by itself when that directory goes. Each request is one JSON line
-(``{"run_pid": N, "container_pid": M}``) answered by one JSON line
+(``{"run_pid": N, "container_pid": M}``, or ``{"run_pid": N, "exec": true}`` from the
+runtime of a ``docker exec``, which is moved itself) answered by one JSON line
 (``{"ok": true, "files": [...]}`` or ``{"ok": false, "error": "..."}``); ``join.py``
 checks who asks and what is moved.
 """
@@ -68,9 +69,11 @@ def _bind(path: str, uid: int, gid: int) -> socket.socket:
     return sock
 
 
-def _peer_uid(conn: socket.socket) -> int:
+def _peer(conn: socket.socket) -> tuple[int, int]:
+    """(pid, uid) of the process that connected, as the kernel saw it."""
     raw = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    return int(struct.unpack("3i", raw)[1])
+    pid, uid, _ = struct.unpack("3i", raw)
+    return int(pid), int(uid)
 
 
 def _read_request(conn: socket.socket) -> dict[str, object]:
@@ -99,15 +102,22 @@ def _pid_of(req: dict[str, object], key: str) -> int:
 
 def answer(conn: socket.socket, job_id: str, job_uid: int) -> dict[str, object]:
     """One request on ``conn``: its answer (also sent)."""
-    from acbslurm.cgroups.join import join  # imported at the helper's start (serve)
+    from acbslurm.cgroups.join import join, join_asker  # imported at the helper's start
 
     try:
-        peer = _peer_uid(conn)
+        peer_pid, peer = _peer(conn)
         req = _read_request(conn)
-        run_pid, container_pid = _pid_of(req, "run_pid"), _pid_of(req, "container_pid")
-        done = join(job_id, job_uid, peer, run_pid, container_pid)
+        run_pid = _pid_of(req, "run_pid")
+        if req.get("exec") is True:
+            # An exec's runtime asks for itself: the pid is the kernel's, not the request's.
+            done = join_asker(job_id, job_uid, peer, peer_pid, run_pid)
+            what = f"the runtime of an exec, process {peer_pid},"
+        else:
+            container_pid = _pid_of(req, "container_pid")
+            done = join(job_id, job_uid, peer, run_pid, container_pid)
+            what = f"container process {container_pid}"
         reply: dict[str, object] = {"ok": True, "files": list(done.files)}
-        _say(f"job {job_id}: container process {container_pid} joined the cgroups of {run_pid}")
+        _say(f"job {job_id}: {what} joined the cgroups of {run_pid}")
     except (AcbslurmError, ValueError, OSError) as exc:
         reply = {"ok": False, "error": str(exc)}
         _say(f"job {job_id}: {exc}")

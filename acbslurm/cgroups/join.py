@@ -18,6 +18,14 @@ What is checked, each refusal a ``CgroupJoinError`` that names the rule:
   any Slurm job;
 - the process moved is the one checked: a pidfd taken before the checks must still
   name a live process after the move (a pid reused meanwhile is refused).
+
+A ``docker exec`` into such a container has no create and start: runc starts the
+process at once. So the runtime asks for itself (``join_asker``) before it becomes
+runc's ``exec``: the process that connected (SO_PEERCRED, never a pid the request
+names), the job's user's, inside that user's daemon (a user namespace the user owns),
+in no job yet, goes into the step's cgroups, and runc and the exec'd process are born
+there. A user can move only that very process, and only into their own job, which
+constrains it more and gives it nothing the job's user does not have.
 """
 
 from __future__ import annotations
@@ -122,19 +130,25 @@ def check_run_process(run_pid: int, job_id: str, job_uid: int) -> None:
 
 def check_container(pid: int, job_uid: int) -> None:
     """``pid`` is a rootless container's first process, of the job's user, in no job."""
+    # The helper runs in the machine's user namespace (slurmd's): the container must not.
+    check_in_users_daemon(pid, job_uid, "container")
+    if _ns_id(pid, "pid") in ("", _ns_id(os.getpid(), "pid")):
+        raise CgroupJoinError(
+            f"refused: process {pid} is not a container's (no pid namespace of its own)"
+        )
+
+
+def check_in_users_daemon(pid: int, job_uid: int, what: str = "Docker") -> None:
+    """``pid`` runs inside the job's user's rootless daemon (a user namespace that user
+    owns, not the machine's), as a uid that namespace maps, in no job's cgroup."""
     try:
         owner = owner_of_user_ns(pid)
     except OSError as exc:
         raise CgroupJoinError(f"refused: process {pid}: {exc.strerror}") from None
-    # The helper runs in the machine's user namespace (slurmd's): the container must not.
     if _ns_id(pid, "user") in ("", _ns_id(os.getpid(), "user")) or owner != job_uid:
         raise CgroupJoinError(
-            f"refused: process {pid} is not in a rootless container of uid {job_uid} "
+            f"refused: process {pid} is not in a rootless {what} of uid {job_uid} "
             f"(its user namespace belongs to uid {owner})"
-        )
-    if _ns_id(pid, "pid") in ("", _ns_id(os.getpid(), "pid")):
-        raise CgroupJoinError(
-            f"refused: process {pid} is not a container's (no pid namespace of its own)"
         )
     uid = real_uid(read_bytes(f"/proc/{pid}/status"))
     if not _mapped(uid, read_bytes(f"/proc/{pid}/uid_map").decode(errors="replace")):
@@ -160,15 +174,38 @@ def join(job_id: str, job_uid: int, peer_uid: int, run_pid: int, container_pid: 
         born = start_time(container_pid)
         check_run_process(run_pid, job_id, job_uid)
         check_container(container_pid, job_uid)
-        goal = targets(run_pid, memberships(os.getpid()))
-        if not goal:
-            raise CgroupJoinError(
-                f"job {job_id} has no cgroups of its own here (is ProctrackType=proctrack/cgroup "
-                "or TaskPlugin=task/cgroup set in slurm.conf?)"
-            )
+        goal = _goal(job_id, run_pid)
         return Joined(container_pid, tuple(_move(pidfd, container_pid, born, goal)))
     finally:
         os.close(pidfd)
+
+
+def join_asker(job_id: str, job_uid: int, peer_uid: int, peer_pid: int, run_pid: int) -> Joined:
+    """The runtime of an exec, the process that asks (``peer_pid``, from the kernel),
+    into the cgroups of job step ``run_pid``; ``CgroupJoinError`` with nothing moved when
+    a check fails."""
+    check_asker(peer_uid, job_uid)
+    try:
+        pidfd = os.pidfd_open(peer_pid)
+    except OSError as exc:
+        raise CgroupJoinError(f"refused: process {peer_pid}: {exc.strerror}") from None
+    try:
+        born = start_time(peer_pid)
+        check_in_users_daemon(peer_pid, job_uid)
+        check_run_process(run_pid, job_id, job_uid)
+        return Joined(peer_pid, tuple(_move(pidfd, peer_pid, born, _goal(job_id, run_pid))))
+    finally:
+        os.close(pidfd)
+
+
+def _goal(job_id: str, run_pid: int) -> list[Membership]:
+    goal = targets(run_pid, memberships(os.getpid()))
+    if not goal:
+        raise CgroupJoinError(
+            f"job {job_id} has no cgroups of its own here (is ProctrackType=proctrack/cgroup "
+            "or TaskPlugin=task/cgroup set in slurm.conf?)"
+        )
+    return goal
 
 
 def _move(pidfd: int, pid: int, born: str, goal: list[Membership]) -> list[str]:

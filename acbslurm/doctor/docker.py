@@ -119,9 +119,11 @@ def check_container_cgroups(ctx: Context, proctrack: str | None) -> Check:
             "have no cgroups to join, and every container start would fail",
             "set ProctrackType=proctrack/cgroup and TaskPlugin=task/cgroup,task/affinity",
         )
-    skipped = root_skip(ctx, name)
-    if skipped is not None:
-        return skipped
+    return root_skip(ctx, name) or _runtime_in_daemon(ctx, name)
+
+
+def _runtime_in_daemon(ctx: Context, name: str) -> Check:
+    """The user's daemon has acbslurm's runtime, and this release's."""
     try:
         info = EngineApi(docker_host(ctx), timeout=5.0).info()
     except (DockerError, KeyError, IndexError, ValueError) as exc:
@@ -134,6 +136,27 @@ def check_container_cgroups(ctx: Context, proctrack: str | None) -> Check:
             "`acbslurm run` refuses to start containers in jobs",
             FIX_RUNTIME,
         )
+    stale = stale_runtime(str(((info.get("Runtimes") or {}).get("acbslurm") or {}).get("path")))
+    if stale:
+        return warn(name, stale, FIX_RUNTIME)
     return ok(
         name, f"jobs' containers join their step's cgroups ({ctx.user}'s daemon has the runtime)"
     )
+
+
+def stale_runtime(path: str) -> str:
+    """Why the daemon's acbslurm runtime at ``path`` is an older release's script (one
+    that lets a `docker exec` into a job's container run outside the job), or ""."""
+    from acbslurm.cgroups.runtime import EXEC_LINE
+
+    try:
+        with open(path, errors="replace") as f:
+            text = f.read(65536)
+    except OSError:
+        return ""  # not readable from here: the daemon's own listing is all there is
+    if "acbslurm.cgroups.runtime" in text and EXEC_LINE not in text:
+        return (
+            f"the runtime {path} is an older acbslurm's: a `docker exec` into a job's "
+            "container runs outside the job's cgroups"
+        )
+    return ""

@@ -7,7 +7,8 @@ moves nothing.
 - user1, inside its job, cannot have the helper move a plain process of its own, its
   own Docker daemon (in its user namespace, but no container), a process of root's, or
   anything on behalf of a process outside the job; bad requests are refused;
-- with the helper gone, `acbslurm run` in the job starts no container, and says why.
+- with the helper gone, `acbslurm run` in the job starts no container, and a `docker
+  exec` into the job's running container runs nothing, each saying why.
 """
 
 from __future__ import annotations
@@ -85,6 +86,9 @@ def test_the_helper_refuses_what_is_not_the_jobs_container(idle: Any, scripts: P
         f'{{"run_pid": {rooted}, "container_pid": ME}}',  # for a process outside the job
         '{"run_pid": "ME", "container_pid": 1}',
         "raw:not json",
+        # an exec's request from a plain process: the asker is moved, and it is not in
+        # the user's daemon (the pid named is ignored: the kernel's is used)
+        f'{{"run_pid": ME, "exec": true, "container_pid": {daemon}}}',
     ]
     step = ["srun", "--jobid", job, "--overlap", "--gres=gpu:0", sys.executable]
     r = sb.run_as_user(
@@ -103,6 +107,7 @@ def test_the_helper_refuses_what_is_not_the_jobs_container(idle: Any, scripts: P
     assert "belongs to uid 0" in errors[3]
     assert "must be a process id" in errors[4]
     assert errors[5]
+    assert "is not in a rootless Docker" in errors[6]
     assert got["same"], "the asking process was moved"
     assert Path(f"/proc/{daemon}/cgroup").read_text() == daemon_cgroup
 
@@ -144,3 +149,31 @@ def test_without_its_helper_a_job_starts_no_container(idle: Any, scripts: Path) 
     assert "cgroup helper" in out, out
     rc = int(out.rpartition("rc=")[2].split()[0])
     assert rc != 0, out
+
+
+def test_without_its_helper_an_exec_into_the_jobs_container_runs_nothing(
+    idle: Any, scripts: Path
+) -> None:
+    """The helper killed while the job's container runs: a `docker exec` into it fails
+    with a line naming the helper, and its command never runs."""
+    from sandboxtest import docker_api, wait_container
+
+    sb = idle
+    mark = f"ran-{os.urandom(4).hex()}"
+    run = acbslurm_run("--mount", f"{scripts}:/out", IMAGE, "sleep", "300")
+    job = submit(sb, scripts, "exec srun " + run, "--gres=gpu:1")
+    wait_job(sb, job, ("RUNNING",), 60)
+    api = docker_api(sb)
+    container = wait_container(api, job)["Id"]
+    pids = Path(pid_file(settings(sb).record_dir, job))
+    pid = int(pids.read_text().split()[0])
+    os.kill(pid, signal.SIGKILL)
+    wait_until("the helper's death", lambda: not Path(f"/proc/{pid}").exists(), 30)
+    ex = api.exec_create(container, ["touch", f"/out/{mark}"])["Id"]
+    out = api.exec_start(ex).decode()  # Docker's error comes in the exec's output
+    assert "cgroup helper does not answer" in out, out
+    # Docker's "could not run": 126 from 20.10, 128 from 28.5
+    assert api.exec_inspect(ex)["ExitCode"] in (126, 128)
+    assert not (scripts / mark).exists()
+    sb.run_slurm(["scancel", job])
+    wait_job(sb, job, ENDED, 60)

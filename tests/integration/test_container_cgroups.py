@@ -193,3 +193,36 @@ def test_suspend_freezes_the_container_through_slurms_freezer(idle: Any, scripts
     wait_until("the container thawed", lambda: state.read_text().strip() == "THAWED", 30)
     sb.run_slurm(["scancel", job])
     wait_gone(sb, job)
+
+
+def test_what_is_execd_into_the_container_runs_in_the_job_too(idle: Any, scripts: Path) -> None:
+    """`docker exec` into a job's running container (user1's own daemon, as the user
+    would): the exec'd process is born in the cgroups of the step that runs the
+    container, and Slurm's device rules hold it: the job's GPU opens (ENXIO), the GPU
+    of another job on the node does not (EPERM)."""
+    from sandboxtest import docker_api, wait_container
+
+    sb = idle
+    other = submit(sb, scripts, "exec sleep 300", "--gres=gpu:1")
+    other_gpu = job_gpu_file(sb, other)
+    run = acbslurm_run("--mount", f"{sb.layout.dev}:/gpus", IMAGE, "sleep", "300")
+    job = submit(sb, scripts, "exec srun " + run, "--gres=gpu:1")
+    wait_job(sb, job, ("RUNNING",), 60)
+    mine = job_gpu_file(sb, job)
+    api = docker_api(sb)
+    container = wait_container(api, job)["Id"]
+    main_pid = int(api.inspect_container(container)["State"]["Pid"])
+    main = cgroups(Path(f"/proc/{main_pid}/cgroup").read_text())
+    probe = 'cat /proc/self/cgroup; for f in /gpus/nvidia*; do echo "$f: $( (: <> $f) 2>&1)"; done'
+    out = api.exec_start(api.exec_create(container, ["sh", "-c", probe])["Id"]).decode()
+    lines = out.splitlines()
+    seen = cgroups("\n".join(x for x in lines if re.match(r"^[0-9]+:", x)))
+    for ctrl in SLURMS:
+        assert f"/job_{job}/" in seen[ctrl], (ctrl, out)
+        assert seen[ctrl] == main[ctrl], (ctrl, seen, main)
+    opened = {x.split(": ", 1)[0]: x for x in lines if x.startswith("/gpus/")}
+    assert "No such device or address" in opened[f"/gpus/{Path(mine).name}"], out
+    assert "Operation not permitted" in opened[f"/gpus/{Path(other_gpu).name}"], out
+    sb.run_slurm(["scancel", job, other])
+    wait_gone(sb, job)
+    wait_gone(sb, other)

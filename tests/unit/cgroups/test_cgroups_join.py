@@ -8,6 +8,8 @@ import json
 import os
 import socket
 import stat
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -163,11 +165,11 @@ def _bundle(tmp_path: Path, env: list[str]) -> Path:
 
 def test_the_container_env_is_read_without_json_and_refuses_escapes(tmp_path: Path) -> None:
     b = _bundle(tmp_path, ["PATH=/bin", f"{SOCKET_ENV}=/run/j/7/cgroup.sock", f"{RUN_PID_ENV}=99"])
-    env = runtime._container_env(str(b), (SOCKET_ENV, RUN_PID_ENV, "ABSENT"))
+    env = runtime._env_in(str(b / "config.json"), (SOCKET_ENV, RUN_PID_ENV, "ABSENT"))
     assert env == {SOCKET_ENV: "/run/j/7/cgroup.sock", RUN_PID_ENV: "99"}
     (b / "config.json").write_text(json.dumps({"process": {"env": [f'{SOCKET_ENV}=a"b']}}))
     with pytest.raises(runtime.JoinFailed, match="cannot be read"):
-        runtime._container_env(str(b), (SOCKET_ENV,))
+        runtime._env_in(str(b / "config.json"), (SOCKET_ENV,))
 
 
 def _fake_runc(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
@@ -209,9 +211,81 @@ def test_a_refused_join_deletes_the_container_and_says_why_in_runcs_log(
     assert entry["level"] == "error" and "refused: not yours" in entry["msg"]
 
 
-def test_the_runtime_script_hands_all_but_create_to_runc() -> None:
+def _exec_runtime(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """The runtime as Docker's shim runs it for an exec (it becomes runc: a process of
+    its own), with the test's `runc` on PATH."""
+    return subprocess.run(
+        [sys.executable, "-S", "-m", "acbslurm.cgroups.runtime", *args],
+        env={**os.environ, "PYTHONPATH": str(Path(runtime.__file__).parents[2])},
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+
+
+def _process_json(tmp_path: Path, env: list[str]) -> Path:
+    path = tmp_path / "process.json"
+    path.write_text(json.dumps({"args": ["sh"], "env": env, "cwd": "/"}))
+    return path
+
+
+def test_an_exec_into_a_container_not_of_a_job_is_runcs_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = _fake_runc(tmp_path, monkeypatch)
+    proc_json = _process_json(tmp_path, ["PATH=/bin"])
+    args = ["--root", "/r", "exec", "--process", str(proc_json), "--detach", "c1"]
+    done = _exec_runtime(tmp_path, *args)
+    assert done.returncode == 0, done.stderr
+    assert calls.read_text().splitlines() == [" ".join(args)]
+
+
+def test_an_exec_into_a_jobs_container_asks_to_move_the_runtime_before_runc(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The runtime asks for itself (no pid in the request: the helper takes the
+    kernel's), then becomes runc's exec; refused, runc never runs and the log says why."""
+    calls = _fake_runc(tmp_path, monkeypatch)
+    sock = str(tmp_path / "cgroup.sock")
+    seen: list[bytes] = []
+    t = _serve_once(sock, b'{"ok": true, "files": []}\n', seen)
+    proc_json = _process_json(tmp_path, [f"{SOCKET_ENV}={sock}", f"{RUN_PID_ENV}=99"])
+    args = ["exec", "--process", str(proc_json), "--detach", "c2"]
+    done = _exec_runtime(tmp_path, *args)
+    t.join(5)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(seen[0]) == {"run_pid": 99, "exec": True}
+    assert calls.read_text().splitlines() == [" ".join(args)]
+
+    calls.unlink()
+    os.unlink(sock)
+    _serve_once(sock, b'{"ok": false, "error": "refused: not yours"}\n', [])
+    log = tmp_path / "log.json"
+    done = _exec_runtime(tmp_path, "--log", str(log), *args)
+    assert done.returncode == 1
+    assert not calls.exists()
+    entry = json.loads(log.read_text().splitlines()[-1])
+    assert entry["level"] == "error" and "refused: not yours" in entry["msg"]
+
+
+def test_the_helper_moves_for_an_exec_only_a_process_inside_the_users_daemon() -> None:
+    """The request names no pid: the helper checks the process that connected (this
+    test, in the machine's user namespace: refused)."""
+    a, b = socket.socketpair()
+    with a, b:
+        a.sendall(b'{"run_pid": 5, "exec": true, "container_pid": 6}\n')
+        reply = helper.answer(b, "7", os.getuid())
+        assert reply["ok"] is False
+        assert f"process {os.getpid()} is not in a rootless Docker" in str(reply["error"])
+    with pytest.raises(CgroupJoinError, match="uid 1002 asked"):
+        join.join_asker("7", 1001, 1002, os.getpid(), os.getpid())
+
+
+def test_the_runtime_script_hands_all_but_create_and_exec_to_runc() -> None:
     text = runtime.script("/opt/py it's/python", "/opt/acbslurm")
     assert text.startswith("#!/bin/sh\n")
+    assert 'if [ "$a" = create ] || [ "$a" = exec ]; then' in text
     assert "PYTHONPATH='/opt/acbslurm'; export PYTHONPATH" in text
     assert "exec '/opt/py it'\\''s/python' -S -m acbslurm.cgroups.runtime \"$@\"" in text
     assert text.rstrip().endswith('exec runc "$@"')

@@ -237,3 +237,22 @@ def test_no_settings_file_is_a_warning(
     assert run._settings_check(make_ctx(env={"PATH": "/usr/bin"}), missing).status == "ok"
     named = make_ctx(env={"ACBSLURM_CONFIG": missing})
     assert run._settings_check(named, missing).status == "ok"
+
+
+def test_a_runtime_of_an_older_release_is_named(tmp_path: Path) -> None:
+    """A runtime script that sends only create to Python (the release before exec
+    joined the job) is named with what it lets through; the current one, or a file
+    that is not acbslurm's or cannot be read, says nothing."""
+    from acbslurm.cgroups.runtime import script
+
+    current = tmp_path / "acbslurm-runc"
+    current.write_text(script("/usr/bin/python3", "/opt/acbslurm"))
+    assert docker.stale_runtime(str(current)) == ""
+    old = tmp_path / "old-runc"
+    old.write_text(current.read_text().replace(' || [ "$a" = exec ]', ""))
+    assert "docker exec" in docker.stale_runtime(str(old))
+    assert str(old) in docker.stale_runtime(str(old))
+    other = tmp_path / "runc"
+    other.write_text('#!/bin/sh\nexec runc "$@"\n')
+    assert docker.stale_runtime(str(other)) == ""
+    assert docker.stale_runtime(str(tmp_path / "none")) == ""
