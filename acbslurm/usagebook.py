@@ -37,6 +37,10 @@ if TYPE_CHECKING:
 
 LEDGER = "usage.jsonl"
 SUMMARY = "usage.json"
+# An empty file whose name counts the ledger lines the pool could not write
+# (``usage.lost.N``): renamed at each failure, which needs no free space, so a full file
+# system cannot hide a loss the way it keeps the totals file from being rewritten.
+LOST_MARK = "usage.lost."
 # A job's broker (agarun programs, a pool's workers) writes the device-seconds each of
 # its clients held, by client name, beside its socket (broker/server.py).
 BROKER_USAGE = "broker-usage.json"
@@ -345,13 +349,36 @@ def _open_own(path: str, uid: int, limit: int) -> int | None:
     return fd
 
 
+def _lost_mark(folder: str, uid: int) -> int:
+    """The count of lines lost in the name of the pool's marker (``LOST_MARK``N): the
+    highest of the empty regular files of ``uid`` so named; 0 when there is none."""
+    try:
+        names = [n for n in os.listdir(folder) if n.startswith(LOST_MARK)]
+    except OSError:
+        return 0
+    best = 0
+    for name in names:
+        count = name[len(LOST_MARK) :]
+        if not (count.isascii() and count.isdigit() and len(count) < 10):
+            continue
+        try:
+            st = os.lstat(os.path.join(folder, name))
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode) and st.st_uid == uid:
+            best = max(best, int(count))
+    return best
+
+
 def read_job_usage(folder: str, uid: int) -> tuple[Totals, int, int] | None:
     """The usage a pool of user ``uid`` wrote in ``folder``: its totals, how many ledger
     lines were replayed after them, and how many lines the pool could not write (its
-    ``lost``); None when it wrote none. OSError or ValueError (with the file named)
-    when what is there cannot be trusted or read."""
+    ``lost``, from its marker or its totals, the higher); None when it wrote none.
+    OSError or ValueError (with the file named) when what is there cannot be trusted or
+    read."""
     totals = Totals()
-    offset = lost = 0
+    offset = 0
+    lost = marked = _lost_mark(folder, uid)
     fd = _open_own(os.path.join(folder, SUMMARY), uid, MAX_SUMMARY)
     if fd is not None:
         with os.fdopen(fd, "rb") as fh:
@@ -360,12 +387,12 @@ def read_job_usage(folder: str, uid: int) -> tuple[Totals, int, int] | None:
             raise ValueError(f"{SUMMARY}: no offset")
         totals = Totals.from_dict(data.get("totals"))
         offset = int(data["offset"])
-        lost = _count(data.get("lost", 0))
+        lost = max(marked, _count(data.get("lost", 0)))
     path = os.path.join(folder, LEDGER)
     had_summary = fd is not None
     fd = _open_own(path, uid, offset + MAX_TAIL)
     if fd is None:
-        return (totals, 0, lost) if had_summary else None
+        return (totals, 0, lost) if had_summary or lost else None
     replayed = 0
     with os.fdopen(fd, "rb") as fh:
         fh.seek(offset)
@@ -380,9 +407,11 @@ def read_job_usage(folder: str, uid: int) -> tuple[Totals, int, int] | None:
 class UsageFiles:
     """The ledger and totals of one pool in its job's runtime folder (mode 0600).
 
-    A write that fails (the folder gone, the file system full) is said once in the log,
-    and the totals file says from then on that the ledger is short (``lost`` lines),
-    so that what reads it can say so too."""
+    A write that fails (the folder gone, the file system full) is said once in the log;
+    the lines lost are counted in the name of an empty marker file (``LOST_MARK``),
+    renamed at each loss, and in the totals file when it can be written, so that what
+    reads them can say so too. A line cut short is cut off (the ledger stays whole
+    lines), and lines written once there is room again follow it."""
 
     def __init__(self, folder: str, book: Book, log: Any) -> None:
         self.folder = folder
@@ -392,27 +421,46 @@ class UsageFiles:
         self.offset = 0
         self._fd = -1
         self._said = False
+        self._mark = ""
         flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0)
         try:
+            # Empty files: made even on a full file system (no data blocks).
             self._fd = os.open(os.path.join(folder, LEDGER), flags, 0o600)
             self.offset = os.fstat(self._fd).st_size
+            mark = os.path.join(folder, LOST_MARK + "0")
+            os.close(os.open(mark, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600))
+            self._mark = mark
         except OSError as exc:
             self._failed(exc)
 
     def line(self, data: dict[str, Any]) -> None:
         raw = (json.dumps(data, separators=(",", ":")) + "\n").encode()
         if self._fd < 0:
-            self.lost += 1
+            self._lose()
             return
         try:
             n = os.write(self._fd, raw)
-            if n != len(raw):
-                raise OSError(28, "short write")
         except OSError as exc:
-            self.lost += 1
+            self._lose()
             self._failed(exc)
             return
+        if n != len(raw):
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, self.offset)  # no half line before the next
+            self._lose()
+            self._failed(OSError(28, "short write"))
+            return
         self.offset += n
+
+    def _lose(self) -> None:
+        self.lost += 1
+        if self._mark:
+            mark = os.path.join(self.folder, f"{LOST_MARK}{self.lost}")
+            try:
+                os.rename(self._mark, mark)
+                self._mark = mark
+            except OSError:
+                self._mark = ""  # gone: the totals file is all that can say it now
 
     def flush(self) -> None:
         """The totals and the ledger length they cover, replaced atomically."""

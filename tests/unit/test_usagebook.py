@@ -3,9 +3,11 @@ and totals files, and the epilog's reading of them (acbslurm/usagebook.py)."""
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
+import subprocess
 
 import pytest
 
@@ -115,3 +117,71 @@ def test_totals_round_trip() -> None:
     t.add_request("alice", "org/m:1", 3, 4)
     t.add_lease("org/m:1", 2.5, {"alice": 2.5})
     assert json.loads(json.dumps(Totals.from_dict(t.as_dict()).as_dict())) == t.as_dict()
+
+
+@pytest.fixture
+def full_fs(tmp_path):
+    """A real file system of 64 KiB (tmpfs, as a node's /run is), unmounted after."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    folder = tmp_path / "run"
+    folder.mkdir()
+    subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=64k,mode=0700", "tmpfs", str(folder)], check=True
+    )
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=False)
+
+
+def _fill(folder) -> None:
+    """Writes until the file system is full (ENOSPC)."""
+    with open(folder / "filler", "wb", buffering=0) as fh, pytest.raises(OSError) as exc:
+        while True:
+            fh.write(b"x" * 4096)
+    assert exc.value.errno == errno.ENOSPC
+
+
+def test_a_full_file_system_loses_nothing_silently(full_fs, caplog) -> None:
+    """On a file system that fills up under the pool (the ledger's last page takes a few
+    more lines, the one that crosses it is cut short, the rest fail): each line that
+    cannot be written is counted where a full disk cannot hide it (the marker's name),
+    the part of a line cut short is cut off, the log says it once, and the epilog reads
+    every whole line and the count of the others; lines written once there is room
+    again are read too."""
+    book = Book()
+    files = UsageFiles(str(full_fs), book, logging.getLogger("usage-test"))
+    book.write = files.line
+    book.opened("m", "a", "alice", 0.0)
+    book.closed("a", 1.0)
+    book.lease("m", 1, 0.0, 2.0)
+    files.flush()
+    _fill(full_fs)
+    sent = []
+    book.write = lambda line: (sent.append(line), files.line(line))
+    for i in range(100):
+        book.opened("m", f"b{i}", "bob", 3.0 + i)
+        book.closed(f"b{i}", 3.5 + i)
+        book.lease("m", 1, 3.0 + i, 3.5 + i)
+    files.flush()  # fails too: the totals file stays as it was
+    assert 0 < files.lost < len(sent)
+    said = [r.message for r in caplog.records if "usage: cannot write" in r.message]
+    assert len(said) == 1 and "GPU-seconds from here on are not kept" in said[0]
+    got = read_job_usage(str(full_fs), os.getuid())
+    assert got is not None
+    totals, replayed, lost = got
+    assert (replayed + lost, lost) == (len(sent), files.lost)
+    assert (full_fs / LEDGER).read_bytes().endswith(b"\n")
+    os.unlink(full_fs / "filler")
+    sent.clear()
+    book.opened("m", "c", "carol", 200.0)
+    book.closed("c", 201.0)
+    book.lease("m", 1, 200.0, 201.0)
+    got = read_job_usage(str(full_fs), os.getuid())
+    assert got is not None
+    assert (got[1], got[2]) == (replayed + len(sent), lost)
+    assert got[0].leased["m"] == totals.leased["m"] + 1.0
+    files.close()
+    again = read_job_usage(str(full_fs), os.getuid())
+    assert again is not None and (again[1], again[2]) == (0, lost)  # the totals say it too
