@@ -356,18 +356,18 @@ def _lost_mark(folder: str, uid: int) -> int:
         names = [n for n in os.listdir(folder) if n.startswith(LOST_MARK)]
     except OSError:
         return 0
-    best = 0
-    for name in names:
-        count = name[len(LOST_MARK) :]
-        if not (count.isascii() and count.isdigit() and len(count) < 10):
-            continue
-        try:
-            st = os.lstat(os.path.join(folder, name))
-        except OSError:
-            continue
-        if stat.S_ISREG(st.st_mode) and st.st_uid == uid:
-            best = max(best, int(count))
-    return best
+    return max((_mark_count(folder, n, uid) for n in names), default=0)
+
+
+def _mark_count(folder: str, name: str, uid: int) -> int:
+    count = name[len(LOST_MARK) :]
+    if not (count.isascii() and count.isdigit() and len(count) < 10):
+        return 0
+    try:
+        st = os.lstat(os.path.join(folder, name))
+    except OSError:
+        return 0
+    return int(count) if stat.S_ISREG(st.st_mode) and st.st_uid == uid else 0
 
 
 def read_job_usage(folder: str, uid: int) -> tuple[Totals, int, int] | None:
