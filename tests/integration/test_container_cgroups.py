@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -226,3 +227,40 @@ def test_what_is_execd_into_the_container_runs_in_the_job_too(idle: Any, scripts
     sb.run_slurm(["scancel", job, other])
     wait_gone(sb, job)
     wait_gone(sb, other)
+
+
+def _running(api: Any, container: str) -> bool:
+    import docker
+
+    try:
+        return bool(api.inspect_container(container)["State"]["Running"])
+    except docker.errors.NotFound:
+        return False
+
+
+def test_slurms_end_of_step_kill_reaches_the_container(idle: Any, scripts: Path) -> None:
+    """`acbslurm run` killed outright (SIGKILL: it cannot stop its container): its step
+    ends, and Slurm's own kill of what is left in the step's cgroups ends the
+    container, while the job runs on (the epilog's sweep, the safety net, has not run
+    yet)."""
+    from sandboxtest import docker_api, wait_container
+
+    sb = idle
+    go = scripts / f"go-{os.urandom(4).hex()}"
+    run = acbslurm_run(IMAGE, "sleep", "300")
+    body = f"srun {run}\necho step-rc=$?\nwhile [ ! -e {go} ]; do sleep 0.2; done\n"
+    job = submit(sb, scripts, body, "--gres=gpu:1")
+    wait_job(sb, job, ("RUNNING",), 60)
+    api = docker_api(sb)
+    container = wait_container(api, job)["Id"]
+    env = dict(e.split("=", 1) for e in api.inspect_container(container)["Config"]["Env"])
+    run_pid = int(env["ACBSLURM_RUN_PID"])
+    assert "acbslurm" in Path(f"/proc/{run_pid}/cmdline").read_text()
+    os.kill(run_pid, signal.SIGKILL)
+    out = scripts / f"out-{job}.txt"
+    wait_until("the step's end", lambda: "step-rc=" in out.read_text(), 60)
+    wait_until("the container's end", lambda: not _running(api, container), 30)
+    assert wait_job(sb, job, ("RUNNING",), 5)["JobState"] == "RUNNING"
+    go.touch()
+    assert finished(sb, job) == "COMPLETED", out.read_text()
+    wait_gone(sb, job)
