@@ -33,6 +33,7 @@ from __future__ import annotations
 import fcntl
 import os
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from acbslurm.cgroups.membership import ROOT, Membership, memberships, mount_points, procs_file
@@ -165,35 +166,41 @@ def check_in_users_daemon(pid: int, job_uid: int, what: str = "Docker") -> None:
 def join(job_id: str, job_uid: int, peer_uid: int, run_pid: int, container_pid: int) -> Joined:
     """Every check above, then the move; raises ``CgroupJoinError`` with nothing moved
     when a check fails."""
-    check_asker(peer_uid, job_uid)
-    try:
-        pidfd = os.pidfd_open(container_pid)
-    except OSError as exc:
-        raise CgroupJoinError(f"refused: process {container_pid}: {exc.strerror}") from None
-    try:
-        born = start_time(container_pid)
+
+    def checks() -> None:
         check_run_process(run_pid, job_id, job_uid)
         check_container(container_pid, job_uid)
-        goal = _goal(job_id, run_pid)
-        return Joined(container_pid, tuple(_move(pidfd, container_pid, born, goal)))
-    finally:
-        os.close(pidfd)
+
+    return _checked_move(job_id, job_uid, peer_uid, run_pid, container_pid, checks)
 
 
 def join_asker(job_id: str, job_uid: int, peer_uid: int, peer_pid: int, run_pid: int) -> Joined:
     """The runtime of an exec, the process that asks (``peer_pid``, from the kernel),
     into the cgroups of job step ``run_pid``; ``CgroupJoinError`` with nothing moved when
     a check fails."""
-    check_asker(peer_uid, job_uid)
-    try:
-        pidfd = os.pidfd_open(peer_pid)
-    except OSError as exc:
-        raise CgroupJoinError(f"refused: process {peer_pid}: {exc.strerror}") from None
-    try:
-        born = start_time(peer_pid)
+
+    def checks() -> None:
         check_in_users_daemon(peer_pid, job_uid)
         check_run_process(run_pid, job_id, job_uid)
-        return Joined(peer_pid, tuple(_move(pidfd, peer_pid, born, _goal(job_id, run_pid))))
+
+    return _checked_move(job_id, job_uid, peer_uid, run_pid, peer_pid, checks)
+
+
+def _checked_move(
+    job_id: str, job_uid: int, peer_uid: int, run_pid: int, pid: int, checks: Callable[[], None]
+) -> Joined:
+    """``pid`` into the cgroups of job step ``run_pid`` once the asker is the job's user
+    and ``checks`` pass, the process held by a pidfd from before the checks (a pid
+    reused meanwhile is refused)."""
+    check_asker(peer_uid, job_uid)
+    try:
+        pidfd = os.pidfd_open(pid)
+    except OSError as exc:
+        raise CgroupJoinError(f"refused: process {pid}: {exc.strerror}") from None
+    try:
+        born = start_time(pid)
+        checks()
+        return Joined(pid, tuple(_move(pidfd, pid, born, _goal(job_id, run_pid))))
     finally:
         os.close(pidfd)
 
