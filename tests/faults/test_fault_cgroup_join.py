@@ -156,15 +156,14 @@ def test_without_its_helper_an_exec_into_the_jobs_container_runs_nothing(
 ) -> None:
     """The helper killed while the job's container runs: a `docker exec` into it fails
     with a line naming the helper, and its command never runs."""
-    from sandboxtest import docker_api, wait_container
+    from sandboxtest import container_job, docker_api
 
     sb = idle
     mark = f"ran-{os.urandom(4).hex()}"
     run = acbslurm_run("--mount", f"{scripts}:/out", IMAGE, "sleep", "300")
-    job = submit(sb, scripts, "exec srun " + run, "--gres=gpu:1")
-    wait_job(sb, job, ("RUNNING",), 60)
     api = docker_api(sb)
-    container = wait_container(api, job)["Id"]
+    job, running = container_job(sb, api, scripts, "exec srun " + run)
+    container = running["Id"]
     pids = Path(pid_file(settings(sb).record_dir, job))
     pid = int(pids.read_text().split()[0])
     os.kill(pid, signal.SIGKILL)

@@ -201,17 +201,16 @@ def test_what_is_execd_into_the_container_runs_in_the_job_too(idle: Any, scripts
     would): the exec'd process is born in the cgroups of the step that runs the
     container, and Slurm's device rules hold it: the job's GPU opens (ENXIO), the GPU
     of another job on the node does not (EPERM)."""
-    from sandboxtest import docker_api, wait_container
+    from sandboxtest import container_job, docker_api
 
     sb = idle
     other = submit(sb, scripts, "exec sleep 300", "--gres=gpu:1")
     other_gpu = job_gpu_file(sb, other)
     run = acbslurm_run("--mount", f"{sb.layout.dev}:/gpus", IMAGE, "sleep", "300")
-    job = submit(sb, scripts, "exec srun " + run, "--gres=gpu:1")
-    wait_job(sb, job, ("RUNNING",), 60)
-    mine = job_gpu_file(sb, job)
     api = docker_api(sb)
-    container = wait_container(api, job)["Id"]
+    job, running = container_job(sb, api, scripts, "exec srun " + run)
+    container = running["Id"]
+    mine = job_gpu_file(sb, job)
     main_pid = int(api.inspect_container(container)["State"]["Pid"])
     main = cgroups(Path(f"/proc/{main_pid}/cgroup").read_text())
     probe = 'cat /proc/self/cgroup; for f in /gpus/nvidia*; do echo "$f: $( (: <> $f) 2>&1)"; done'
@@ -243,16 +242,15 @@ def test_slurms_end_of_step_kill_reaches_the_container(idle: Any, scripts: Path)
     ends, and Slurm's own kill of what is left in the step's cgroups ends the
     container, while the job runs on (the epilog's sweep, the safety net, has not run
     yet)."""
-    from sandboxtest import docker_api, wait_container
+    from sandboxtest import container_job, docker_api
 
     sb = idle
     go = scripts / f"go-{os.urandom(4).hex()}"
     run = acbslurm_run(IMAGE, "sleep", "300")
     body = f"srun {run}\necho step-rc=$?\nwhile [ ! -e {go} ]; do sleep 0.2; done\n"
-    job = submit(sb, scripts, body, "--gres=gpu:1")
-    wait_job(sb, job, ("RUNNING",), 60)
     api = docker_api(sb)
-    container = wait_container(api, job)["Id"]
+    job, running = container_job(sb, api, scripts, body)
+    container = running["Id"]
     env = dict(e.split("=", 1) for e in api.inspect_container(container)["Config"]["Env"])
     run_pid = int(env["ACBSLURM_RUN_PID"])
     assert "acbslurm" in Path(f"/proc/{run_pid}/cmdline").read_text()

@@ -11,7 +11,6 @@ import os
 import pty
 import select
 import shlex
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from mounts import tmpfs
 from sandboxtest import (
     IMAGE,
     REPO,
@@ -222,15 +222,8 @@ def test_stdin_piped_through_srun_reaches_cat(idle: Any) -> None:
 @pytest.fixture
 def tiny_disk(scripts: Path) -> Iterator[Path]:
     """A 1 MiB tmpfs the job user may write to."""
-    where = scripts / f"tiny-{time.monotonic_ns()}"
-    where.mkdir()
-    subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=1m,mode=0777", "tmpfs", str(where)], check=True
-    )
-    try:
+    with tmpfs(scripts / f"tiny-{time.monotonic_ns()}", "1m", "0777") as where:
         yield where
-    finally:
-        subprocess.run(["umount", "-l", str(where)], check=False)
 
 
 def test_a_full_output_disk_is_told_and_keeps_the_containers_exit_code(

@@ -7,9 +7,9 @@ import errno
 import json
 import logging
 import os
-import subprocess
 
 import pytest
+from mounts import tmpfs
 
 from acbslurm.usagebook import (
     LEDGER,
@@ -124,15 +124,8 @@ def full_fs(tmp_path):
     """A real file system of 64 KiB (tmpfs, as a node's /run is), unmounted after."""
     if os.geteuid() != 0:
         pytest.skip("mounting a tmpfs needs root")
-    folder = tmp_path / "run"
-    folder.mkdir()
-    subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=64k,mode=0700", "tmpfs", str(folder)], check=True
-    )
-    try:
+    with tmpfs(tmp_path / "run", "64k", "0700") as folder:
         yield folder
-    finally:
-        subprocess.run(["umount", "-l", str(folder)], check=False)
 
 
 def _fill(folder) -> None:
