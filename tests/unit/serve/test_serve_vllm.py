@@ -924,8 +924,16 @@ def test_killed_vllm_gives_503_then_recovers(pool: PoolServer, client: openai.Op
     handle = pool.gateway.handles["model-a"]
     restarts = handle.restarts
     shm = server_shm(pool, "model-a")
+    # 4 x MANY choices (seconds of work here): one stream of LONG tokens was once all made
+    # and sent before the kill landed (a CI run), and then ended whole, as it should.
     stream = client.completions.create(
-        model="model-a", prompt="Hi", max_tokens=LONG, stream=True, extra_body={"ignore_eos": True}
+        model="model-a",
+        prompt="Hi",
+        max_tokens=LONG,
+        n=4 * MANY,
+        temperature=1.0,  # vLLM asks for sampling with n > 1
+        stream=True,
+        extra_body={"ignore_eos": True},
     )
     parts = iter(stream)
     next(parts)  # the stream has begun
