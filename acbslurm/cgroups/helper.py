@@ -29,9 +29,21 @@ from acbslurm.errors import AcbslurmError
 from acbslurm.procfs import start_time
 from acbslurm.units import is_ascii_int
 
-# s a caller has to send its request: the user's own `acbslurm run` sends at once.
-REQUEST_TIMEOUT = 5.0
+# s a caller has to send its request: the runtime connects when runc begins to create
+# the container and sends it when runc is done (a create took seconds in a burst of
+# 128 starts in one daemon).
+REQUEST_TIMEOUT = 60.0
 REQUEST_LIMIT = 4096
+# While a caller's request has not come: every WARM_EVERY s, for at most WARM_FOR s, a
+# move of this helper into its own cgroup (a move that changes nothing). The kernel's
+# first move after a quiet spell waits for an RCU grace period (19 ms measured here,
+# later ones 0.05 ms), and keeps its fast path only about a grace period after the last
+# move. So the container's move, when its request comes, does not wait for it.
+WARM_EVERY = 0.003
+WARM_FOR = 3.0
+# Requests answered at once (a job's tasks start their containers together); more
+# wait for the accept loop.
+MAX_AT_ONCE = 32
 # s between checks that the job's directory (and so the job) is still there.
 POLL = 1.0
 
@@ -76,17 +88,76 @@ def _peer(conn: socket.socket) -> tuple[int, int]:
     return int(pid), int(uid)
 
 
-def _read_request(conn: socket.socket) -> dict[str, object]:
-    conn.settimeout(REQUEST_TIMEOUT)
+class Warmer:
+    """Moves this helper into the cgroup it is in (``warm``), which gets the kernel's
+    move path ready (WARM_EVERY). Quietly does nothing where that cannot be done."""
+
+    def __init__(self) -> None:
+        from acbslurm.cgroups.membership import memberships, mount_points, procs_file
+
+        mounts = mount_points()
+        found = (procs_file(mounts, m) for m in memberships(os.getpid()))
+        self.path = next((p for p in found if p), None)
+        self.pid = str(os.getpid()).encode()
+        self.last = 0.0
+
+    def warm(self) -> None:
+        """One move, unless another caller's wait made one just now (many callers
+        waiting at once warm no more often than one)."""
+        now = time.monotonic()
+        if self.path is None or now - self.last < WARM_EVERY / 2:
+            return
+        self.last = now
+        try:
+            fd = os.open(self.path, os.O_WRONLY)
+            try:
+                os.write(fd, self.pid)
+            finally:
+                os.close(fd)
+        except OSError:
+            self.path = None
+
+
+def _receive(conn: socket.socket, warmer: Warmer | None) -> bytes:
+    """The caller's bytes up to its first newline (or its close), warming the move while
+    nothing has come yet (for at most WARM_FOR s)."""
     data = b""
-    deadline = time.monotonic() + REQUEST_TIMEOUT
+    start = time.monotonic()
+    warm_until = start + WARM_FOR if warmer is not None else start
     while b"\n" not in data:
-        if len(data) > REQUEST_LIMIT or time.monotonic() > deadline:
-            raise ValueError("request too long or too slow")
-        chunk = conn.recv(REQUEST_LIMIT)
+        left = _time_left(data, start)
+        warming = not data and time.monotonic() < warm_until
+        chunk = _chunk(conn, min(left, WARM_EVERY) if warming else left)
+        if chunk is None:  # nothing within the timeout
+            if warming and warmer is not None:
+                warmer.warm()
+            continue
         if not chunk:
             break
         data += chunk
+    return data
+
+
+def _time_left(data: bytes, start: float) -> float:
+    left = start + REQUEST_TIMEOUT - time.monotonic()
+    if len(data) > REQUEST_LIMIT or left <= 0:
+        raise ValueError("request too long or too slow")
+    return left
+
+
+def _chunk(conn: socket.socket, timeout: float) -> bytes | None:
+    conn.settimeout(timeout)
+    try:
+        return conn.recv(REQUEST_LIMIT)
+    except TimeoutError:
+        return None
+
+
+def _read_request(conn: socket.socket, warmer: Warmer | None = None) -> dict[str, object]:
+    data = _receive(conn, warmer)
+    conn.settimeout(REQUEST_TIMEOUT)  # for the answer
+    if not data:
+        raise Unasked
     req = json.loads(data.split(b"\n", 1)[0])
     if not isinstance(req, dict):
         raise ValueError("a request is a JSON object")
@@ -100,13 +171,20 @@ def _pid_of(req: dict[str, object], key: str) -> int:
     return value
 
 
-def answer(conn: socket.socket, job_id: str, job_uid: int) -> dict[str, object]:
+class Unasked(Exception):
+    """A caller closed its connection without a request: its runc failed to create the
+    container (Docker says why), so there is nothing to move and nothing to log."""
+
+
+def answer(
+    conn: socket.socket, job_id: str, job_uid: int, warmer: Warmer | None = None
+) -> dict[str, object]:
     """One request on ``conn``: its answer (also sent)."""
     from acbslurm.cgroups.join import join, join_asker  # imported at the helper's start
 
     try:
         peer_pid, peer = _peer(conn)
-        req = _read_request(conn)
+        req = _read_request(conn, warmer)
         run_pid = _pid_of(req, "run_pid")
         if req.get("exec") is True:
             # An exec's runtime asks for itself: the pid is the kernel's, not the request's.
@@ -118,6 +196,8 @@ def answer(conn: socket.socket, job_id: str, job_uid: int) -> dict[str, object]:
             what = f"container process {container_pid}"
         reply: dict[str, object] = {"ok": True, "files": list(done.files)}
         _say(f"job {job_id}: {what} joined the cgroups of {run_pid}")
+    except Unasked:
+        return {"ok": False, "error": "no request"}
     except (AcbslurmError, ValueError, OSError) as exc:
         reply = {"ok": False, "error": str(exc)}
         _say(f"job {job_id}: {exc}")
@@ -135,6 +215,16 @@ def serve(job_id: str, job_uid: int, job_gid: int, job_dir: str) -> int:
     ident = os.stat(path).st_ino
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    warmer = Warmer()
+    slots = threading.BoundedSemaphore(MAX_AT_ONCE)
+
+    def one(conn: socket.socket) -> None:
+        try:
+            with conn:
+                answer(conn, job_id, job_uid, warmer)
+        finally:
+            slots.release()
+
     try:
         while True:
             try:
@@ -146,8 +236,10 @@ def serve(job_id: str, job_uid: int, job_gid: int, job_dir: str) -> int:
                 except FileNotFoundError:
                     return 0
                 continue
-            with conn:
-                answer(conn, job_id, job_uid)
+            # A request comes only once runc has created its container: answer each in
+            # a thread of its own, so that a job's containers start side by side.
+            slots.acquire()
+            threading.Thread(target=one, args=(conn,), daemon=True).start()
     finally:
         sock.close()
 

@@ -4,6 +4,7 @@ tests/integration/test_container_cgroups.py and tests/faults/test_fault_cgroup_j
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import socket
@@ -120,7 +121,8 @@ def _serve_once(path: str, reply: bytes, seen: list[bytes]) -> threading.Thread:
         conn, _ = srv.accept()
         with conn:
             seen.append(conn.recv(4096))
-            conn.sendall(reply)
+            if reply:
+                conn.sendall(reply)
         srv.close()
 
     t = threading.Thread(target=run, daemon=True)
@@ -285,10 +287,115 @@ def test_the_helper_moves_for_an_exec_only_a_process_inside_the_users_daemon() -
 def test_the_runtime_script_hands_all_but_create_and_exec_to_runc() -> None:
     text = runtime.script("/opt/py it's/python", "/opt/acbslurm")
     assert text.startswith("#!/bin/sh\n")
-    assert 'if [ "$a" = create ] || [ "$a" = exec ]; then' in text
+    assert 'if [ "$a" = create ]; then' in text and runtime.CREATE_LINE in text
+    assert runtime.EXEC_LINES[1] in text
     assert "PYTHONPATH='/opt/acbslurm'; export PYTHONPATH" in text
     assert "exec '/opt/py it'\\''s/python' -S -m acbslurm.cgroups.runtime \"$@\"" in text
     assert text.rstrip().endswith('exec runc "$@"')
+
+
+def _script_runc(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rc: int = 0) -> Path:
+    """A `runc` on PATH that records its arguments, writes to its stdout at create (the
+    container's, from the shim) and exits ``rc`` there."""
+    calls = _fake_runc(tmp_path, monkeypatch)
+    fake = Path(os.environ["PATH"].split(":")[0]) / "runc"
+    fake.write_text(
+        f'#!/bin/sh\necho "$*" >> {calls}\n'
+        f'case " $* " in *" create "*) echo "runc speaks"; exit {rc};; esac\nexit 0\n'
+    )
+    return calls
+
+
+def _run_script(tmp_path: Path, args: list[str]) -> subprocess.CompletedProcess[str]:
+    """The generated runtime script, as the shim runs it (this Python, this checkout)."""
+    path = tmp_path / "acbslurm-runc"
+    path.write_text(runtime.script(sys.executable, str(Path(runtime.__file__).parents[2])))
+    path.chmod(0o755)
+    return subprocess.run(
+        [str(path), *args], capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+def test_the_script_runs_runcs_create_beside_python_and_keeps_its_stdio(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A container not of a job: runc's create alone matters; its stdout is the shim's
+    (the container's), its exit status is the runtime's."""
+    calls = _script_runc(tmp_path, monkeypatch)
+    b = _bundle(tmp_path, ["PATH=/bin"])
+    args = ["--root", "/r", "create", "--bundle", str(b), "--pid-file", str(b / "init.pid"), "c1"]
+    done = _run_script(tmp_path, args)
+    assert (done.returncode, done.stdout) == (0, "runc speaks\n"), done.stderr
+    assert calls.read_text().splitlines() == [" ".join(args)]
+
+
+def test_the_script_asks_the_join_once_runc_created_the_container(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job's container: the helper is reached while runc works, and asked to move the
+    process runc's pid file names once runc is done."""
+    calls = _script_runc(tmp_path, monkeypatch)
+    sock = str(tmp_path / "cgroup.sock")
+    seen: list[bytes] = []
+    t = _serve_once(sock, b'{"ok": true, "files": []}\n', seen)
+    b = _bundle(tmp_path, [f"{SOCKET_ENV}={sock}", f"{RUN_PID_ENV}=99"])
+    args = ["create", "--bundle", str(b), "--pid-file", str(b / "init.pid"), "c2"]
+    done = _run_script(tmp_path, args)
+    t.join(5)
+    assert (done.returncode, done.stdout) == (0, "runc speaks\n"), done.stderr
+    assert json.loads(seen[0]) == {"run_pid": 99, "container_pid": 4242}
+    assert calls.read_text().splitlines() == [" ".join(args)]
+
+
+def test_the_script_passes_on_runcs_failure_and_asks_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """runc's create fails (exit 3): the runtime exits 3, the helper's connection ends
+    with no request, nothing is deleted (runc made nothing)."""
+    calls = _script_runc(tmp_path, monkeypatch, rc=3)
+    sock = str(tmp_path / "cgroup.sock")
+    seen: list[bytes] = []
+    t = _serve_once(sock, b"", seen)
+    b = _bundle(tmp_path, [f"{SOCKET_ENV}={sock}", f"{RUN_PID_ENV}=99"])
+    args = ["create", "--bundle", str(b), "--pid-file", str(b / "init.pid"), "c3"]
+    assert _run_script(tmp_path, args).returncode == 3
+    t.join(5)
+    assert seen == [b""]
+    assert calls.read_text().splitlines() == [" ".join(args)]
+
+
+def test_the_script_deletes_a_container_whose_join_was_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = _script_runc(tmp_path, monkeypatch)
+    sock = str(tmp_path / "cgroup.sock")
+    _serve_once(sock, b'{"ok": false, "error": "refused: not yours"}\n', [])
+    b = _bundle(tmp_path, [f"{SOCKET_ENV}={sock}", f"{RUN_PID_ENV}=99"])
+    log = tmp_path / "log.json"
+    args = ["--log", str(log), "create", "--bundle", str(b), "--pid-file", str(b / "init.pid")]
+    done = _run_script(tmp_path, [*args, "c4"])
+    assert done.returncode == 1
+    assert calls.read_text().splitlines()[-1] == f"--log {log} delete --force c4"
+    assert "refused: not yours" in json.loads(log.read_text().splitlines()[-1])["msg"]
+
+
+def test_a_create_that_cannot_ask_its_join_deletes_the_container(tmp_path: Path) -> None:
+    """The job's helper never answers: once runc is done, the container is deleted and
+    the create fails with why (``created`` with runc's status given, as the pipe would)."""
+    deleted: list[list[str]] = []
+    b = _bundle(tmp_path, [f"{SOCKET_ENV}={tmp_path / 'none.sock'}", f"{RUN_PID_ENV}=99"])
+    log = tmp_path / "log.json"
+    args = ["--log", str(log), "create", "--bundle", str(b), "--pid-file", str(b / "init.pid")]
+    runtime_runc = runtime._runc
+    try:
+        runtime.CONNECT_WAIT, old_wait = 0.1, runtime.CONNECT_WAIT
+        runtime._runc = lambda a, quiet=False: deleted.append(a) or 0  # type: ignore[assignment]
+        assert runtime.created([*args, "c5"], io.StringIO("0\n")) == 1
+        assert runtime.created([*args, "c6"], io.StringIO("")) == 1  # no status: failed
+    finally:
+        runtime._runc, runtime.CONNECT_WAIT = runtime_runc, old_wait  # type: ignore[assignment]
+    assert deleted == [["--log", str(log), "delete", "--force", "c5"]]
+    assert "does not answer" in json.loads(log.read_text().splitlines()[0])["msg"]
 
 
 def test_the_helper_answers_a_bad_request_with_its_reason() -> None:
@@ -310,6 +417,61 @@ def test_the_helper_refuses_a_peer_that_is_not_the_jobs_user() -> None:
         a.sendall(b'{"run_pid": 5, "container_pid": 6}\n')
         reply = helper.answer(b, "7", os.getuid() + 1)
         assert reply["ok"] is False and "asked to move" in str(reply["error"])
+
+
+def test_the_helper_warms_the_move_while_a_caller_has_not_asked_yet() -> None:
+    """Every WARM_EVERY without a request, one move of the helper into its own cgroup
+    (here the request comes from within the third), then the request is read; a caller
+    that closes without asking gets nothing and is not logged."""
+
+    class Counting(helper.Warmer):
+        n = 0
+
+        def warm(self) -> None:
+            super().warm()
+            self.n += 1
+            if self.n == 3:
+                a.sendall(b'{"run_pid": 5, "container_pid": 6}\n')
+
+    a, b = socket.socketpair()
+    with a, b:
+        warmer = Counting()
+        assert warmer.path and os.path.exists(warmer.path)
+        before = membership.memberships(os.getpid())
+        assert helper._read_request(b, warmer) == {"run_pid": 5, "container_pid": 6}
+        assert warmer.n == 3
+        assert membership.memberships(os.getpid()) == before  # a move that changes nothing
+    a, b = socket.socketpair()
+    with b:
+        a.close()
+        assert helper.answer(b, "7", os.getuid(), helper.Warmer()) == {
+            "ok": False,
+            "error": "no request",
+        }
+
+
+def test_the_helper_answers_one_caller_while_another_has_not_asked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each caller in a thread of its own: a runtime connects when runc begins, so a
+    caller still waiting for its runc holds up nobody."""
+    monkeypatch.setattr(helper, "POLL", 0.05)
+    job_dir = tmp_path / "7"
+    job_dir.mkdir()
+    t = threading.Thread(
+        target=helper.serve, args=("7", os.getuid(), os.getgid(), str(job_dir)), daemon=True
+    )
+    t.start()
+    path = helper.socket_path(str(job_dir))
+    waiting = runtime._connect(path)  # asks nothing yet
+    try:
+        with pytest.raises(runtime.JoinFailed, match=r"not part of job 7|not in a rootless"):
+            runtime.ask(path, os.getpid(), os.getpid())
+    finally:
+        waiting.close()
+    os.unlink(path)
+    t.join(5)
+    assert not t.is_alive()
 
 
 def test_the_helper_serves_until_its_socket_goes_and_stop_is_safe(

@@ -239,19 +239,35 @@ def test_no_settings_file_is_a_warning(
     assert run._settings_check(named, missing).status == "ok"
 
 
+# The runtime scripts of the two releases before (their shapes, as they were written).
+SERIAL_CREATE = """#!/bin/sh
+for a in "$@"; do
+  if [ "$a" = create ] || [ "$a" = exec ]; then
+    PYTHONPATH='/opt/acbslurm'; export PYTHONPATH
+    exec '/usr/bin/python3' -S -m acbslurm.cgroups.runtime "$@"
+  fi
+done
+exec runc "$@"
+"""
+CREATE_ONLY = SERIAL_CREATE.replace(' || [ "$a" = exec ]', "")
+
+
 def test_a_runtime_of_an_older_release_is_named(tmp_path: Path) -> None:
     """A runtime script that sends only create to Python (the release before exec
-    joined the job) is named with what it lets through; the current one, or a file
-    that is not acbslurm's or cannot be read, says nothing."""
+    joined the job) is named with what it lets through, one that runs runc's create
+    and the join one after the other (the release before this) with what it costs; the
+    current one, or a file that is not acbslurm's or cannot be read, says nothing."""
     from acbslurm.cgroups.runtime import script
 
     current = tmp_path / "acbslurm-runc"
     current.write_text(script("/usr/bin/python3", "/opt/acbslurm"))
     assert docker.stale_runtime(str(current)) == ""
     old = tmp_path / "old-runc"
-    old.write_text(current.read_text().replace(' || [ "$a" = exec ]', ""))
+    old.write_text(CREATE_ONLY)
     assert "docker exec" in docker.stale_runtime(str(old))
     assert str(old) in docker.stale_runtime(str(old))
+    old.write_text(SERIAL_CREATE)
+    assert "only after runc's create" in docker.stale_runtime(str(old))
     other = tmp_path / "runc"
     other.write_text('#!/bin/sh\nexec runc "$@"\n')
     assert docker.stale_runtime(str(other)) == ""
