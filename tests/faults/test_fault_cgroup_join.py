@@ -8,7 +8,9 @@ moves nothing.
   own Docker daemon (in its user namespace, but no container), a process of root's, or
   anything on behalf of a process outside the job; bad requests are refused;
 - with the helper gone, `acbslurm run` in the job starts no container, and a `docker
-  exec` into the job's running container runs nothing, each saying why.
+  exec` into the job's running container runs nothing, each saying why;
+- a job that ends while its container's move is under way (the helper stopped with the
+  request in hand) leaves no container and no helper, and its command never ran.
 """
 
 from __future__ import annotations
@@ -176,3 +178,60 @@ def test_without_its_helper_an_exec_into_the_jobs_container_runs_nothing(
     assert not (scripts / mark).exists()
     sb.run_slurm(["scancel", job])
     wait_job(sb, job, ENDED, 60)
+
+
+def _runtime_waits_for_its_helper(uid: int) -> bool:
+    """A runtime of a create is waiting for the helper's answer: its Python runs and no
+    `runc create` does any more (runc has made the container's first process)."""
+    waiting = making = False
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            if os.stat(f"/proc/{entry}").st_uid != uid:
+                continue
+            argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        waiting |= any(b"import created" in a for a in argv)
+        making |= argv[0].endswith(b"runc") and b"create" in argv
+    return waiting and not making
+
+
+def test_a_job_that_ends_while_its_container_is_moved_leaves_nothing(
+    idle: Any, scripts: Path
+) -> None:
+    """The job's helper stopped (SIGSTOP) with a create's request in hand, the job
+    cancelled meanwhile, then the helper let go on: the user's command never ran, no
+    container of the job is left, the helper ends, and the node is not drained."""
+    from sandboxtest import docker_api, job_containers
+
+    sb = idle
+    go = scripts / f"go-{os.urandom(4).hex()}"
+    mark = f"ran-{os.urandom(4).hex()}"
+    run = acbslurm_run("--mount", f"{scripts}:/out", IMAGE, "touch", f"/out/{mark}")
+    job = submit(
+        sb, scripts, f"while [ ! -e {go} ]; do sleep 0.2; done\nexec srun {run}", "--gres=gpu:1"
+    )
+    wait_job(sb, job, ("RUNNING",), 60)
+    pids = Path(pid_file(settings(sb).record_dir, job))
+    wait_until("the job's helper", pids.exists, 30)
+    helper = int(pids.read_text().split()[0])
+    wait_until("the helper's socket", lambda: os.path.exists(helper_socket(sb, job)), 30)
+    uid = sb.uid
+    os.kill(helper, signal.SIGSTOP)
+    try:
+        go.touch()
+        wait_until(
+            "a create waiting for the helper", lambda: _runtime_waits_for_its_helper(uid), 60
+        )
+        sb.run_slurm(["scancel", job])
+        wait_job(sb, job, ENDED, 60)
+    finally:
+        os.kill(helper, signal.SIGCONT)
+    api = docker_api(sb)
+    wait_until("no container of the job", lambda: not job_containers(api, job), 60)
+    wait_until("the helper's end", lambda: not Path(f"/proc/{helper}").exists(), 30)
+    assert not (scripts / mark).exists(), "the user's command ran"
+    node = sb.run_slurm(["scontrol", "show", "node", "-o"]).stdout
+    assert "DRAIN" not in node, node

@@ -175,6 +175,80 @@ def test_sacct_counts_the_containers_cpu_time_and_memory(idle: Any, scripts: Pat
     assert _kib(step("MaxRSS") or "0") >= 50 * 1024, step("MaxRSS")
 
 
+def test_sstat_sees_the_running_containers_memory_and_cpu(idle: Any, scripts: Path) -> None:
+    """While the container runs, `sstat` (the job's user's, as users run it) counts its
+    memory and CPU as the step's: the 60 MB string its shell holds and its busy loop,
+    sampled each second (``--acctg-freq=1``)."""
+    sb = idle
+    work = (
+        "x=$(head -c 60000000 /dev/zero | tr '\\0' a); "
+        "timeout 4 sh -c 'while :; do :; done'; echo busy-done; sleep 300"
+    )
+    body = "exec srun " + acbslurm_run(IMAGE, "sh", "-c", work)
+    job = submit(sb, scripts, body, "--gres=gpu:1", "--acctg-freq=1")
+    out = scripts / f"out-{job}.txt"
+    wait_until(
+        "the container's busy loop to end",
+        lambda: out.exists() and "busy-done" in out.read_text(),
+        90,
+    )
+
+    def sstat() -> tuple[float, float]:
+        res = sb.run_as_user(
+            ["sstat", "-n", "-P", "-j", f"{job}.0", "-o", "MaxRSS,AveCPU"], check=False
+        )
+        line = (res.stdout.strip().splitlines() or ["|"])[0]
+        rss, _, cpu = line.partition("|")
+        ok = re.match(r"^[0-9:.-]+$", cpu or "x")
+        return _kib(rss or "0"), (_seconds(cpu) if ok else 0.0)
+
+    # The string alone is 57 MiB; acbslurm run's own Python is about 30 MB.
+    wait_until(
+        f"sstat of step {job}.0 to count the container",
+        lambda: (lambda got: got[0] >= 50 * 1024 and got[1] >= 2.0)(sstat()),
+        60,
+    )
+    sb.run_slurm(["scancel", job])
+    wait_gone(sb, job)
+
+
+def test_every_process_the_container_forks_at_once_is_in_the_job(idle: Any, scripts: Path) -> None:
+    """A container that forks 100 processes the moment it starts: every process of its
+    pid namespace is in the job step's cgroups (the move came before anything of the
+    user's ran, so nothing it forked was left behind)."""
+    from sandboxtest import container_job, docker_api
+
+    sb = idle
+    run = acbslurm_run(IMAGE, "sh", "-c", "for i in $(seq 100); do sleep 300 & done; wait")
+    api = docker_api(sb)
+    job, running = container_job(sb, api, scripts, "exec srun " + run)
+    init = int(api.inspect_container(running["Id"])["State"]["Pid"])
+    space = os.readlink(f"/proc/{init}/ns/pid")
+    main = cgroups(Path(f"/proc/{init}/cgroup").read_text())
+
+    def members() -> list[str]:
+        found = []
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                if os.readlink(f"/proc/{entry}/ns/pid") == space:
+                    found.append(Path(f"/proc/{entry}/cgroup").read_text())
+            except OSError:
+                continue  # gone meanwhile
+        return found
+
+    seen = wait_until(
+        "the container's 100 processes", lambda: (m := members()) and len(m) > 100 and m, 60
+    )
+    for text in seen:
+        got = cgroups(text)
+        for ctrl in SLURMS:
+            assert got[ctrl] == main[ctrl] and f"/job_{job}/" in got[ctrl], (ctrl, got)
+    sb.run_slurm(["scancel", job])
+    wait_gone(sb, job)
+
+
 def test_suspend_freezes_the_container_through_slurms_freezer(idle: Any, scripts: Path) -> None:
     """`scontrol suspend` freezes the step's freezer cgroup, and the container's
     processes are in it; `resume` thaws them."""
