@@ -197,12 +197,14 @@ def test_interleaved_output_with_a_tty_keeps_the_containers_order(idle: Any, scr
 
 def test_interleaved_output_without_a_tty_in_the_daemons_order(idle: Any, scripts: Path) -> None:
     """Without a tty dockerd reads stdout and stderr from two pipes and passes on what
-    each had; one attach stream keeps that order (writes 20 ms apart come out as
-    written; a burst within a millisecond may be regrouped by dockerd itself)."""
-    lines = " ".join(
-        f"echo out{i}; usleep 20000; echo err{i} >&2; usleep 20000;" for i in range(20)
+    each had; one attach stream keeps that order. Each write here waits until the one
+    before has reached the job's output file (a state, not a pause: two writes within a
+    millisecond may be regrouped by dockerd itself)."""
+    arrived = 'until grep -qx "$1" "/out/out-$ACBSLURM_JOB_ID.txt"; do usleep 2000; done'
+    lines = " ".join(f"echo out{i}; w out{i}; echo err{i} >&2; w err{i};" for i in range(20))
+    job = submit(
+        idle, scripts, in_container(scripts, f"w() {{ {arrived}; }}; {lines}"), "--gres=gpu:1"
     )
-    job = submit(idle, scripts, in_container(scripts, lines), "--gres=gpu:1")
     wait_job(idle, job, ENDED, 90)
     assert _out_err(scripts / f"out-{job}.txt") == WANT
 
