@@ -7,14 +7,12 @@ cancelled (some before they started), timeouts, OOM, node failures, arrays, requ
 (an extra REQUEUED row with the same id), suspended time and a few still running.
 Every synthetic row is named ``acbslurm-bench`` so ``--clear`` can remove exactly them.
 
-``--comments on`` gives the synthetic rows the AdminComment acbslurm's hooks write: every
-job that held GPUs its devices (``acbslurm:gpus=node1:0=GPU-...``), and one in
-``--pool-every`` of them a pool's usage (``acbslurm:usage=...``, three key names);
-``--comments off`` takes them away again. Either way only the comments change, so
-report_bench.py can time the same rows with and without them.
+``--comments`` gives the synthetic rows the AdminComment acbslurm's hooks write (devices,
+and a pool's usage on some; ``bench/report_comments.py``), or takes it away: only the
+comments change, so report_bench.py can time the same rows each way.
 
     python bench/report_fill.py [--dir SANDBOX] [--jobs 1000000] [--users 300] [--clear]
-    python bench/report_fill.py --comments on|off [--pool-every 50]
+    python bench/report_fill.py --comments on|devices|off [--pool-every 50]
 """
 
 from __future__ import annotations
@@ -175,74 +173,6 @@ def rows(n: int, users: int, now: int, seed: int):  # type: ignore[no-untyped-de
             job_id += 1
 
 
-# The GPUs a synthetic row holds (its tres_alloc's gres/gpu, id 1001), in SQL.
-_GPUS = (
-    "IF(tres_alloc LIKE '%1001=%', CAST(SUBSTRING_INDEX(tres_alloc, '1001=', -1) AS UNSIGNED), 0)"
-)
-
-
-def _devices_sql() -> str:
-    """The prolog's word for a row's GPUs: node1's first 1, 2, 4 or 8, each with its
-    UUID (made from the job id, 40 characters as NVIDIA's)."""
-
-    def one(i: int) -> str:
-        return (
-            f"CONCAT('node1:{i}=GPU-', LPAD(HEX(id_job), 8, '0'), '-0000-4000-8000-00000000000{i}')"
-        )
-
-    cases = " ".join(
-        f"WHEN {k} THEN CONCAT_WS(',', {', '.join(one(i) for i in range(k))})" for k in (1, 2, 4, 8)
-    )
-    return f"CONCAT('acbslurm:gpus=', CASE {_GPUS} {cases} END)"
-
-
-def _usage_sql() -> str:
-    """A pool's usage word: 60 % of the allocation leased, shared by three names."""
-    leased = f"{_GPUS} * GREATEST(time_end - time_start, 0) * 0.6"
-    return (
-        f"CONCAT(' acbslurm:usage=node1;leased=', ROUND({leased}, 3), "
-        f"';alice,llama-8b=', MOD(id_job, 97) + 3, ',41200,88100,', ROUND({leased} * 0.5, 3), "
-        f"';ci-bot,llama-8b=', MOD(id_job, 31) + 1, ',9100,12000,', ROUND({leased} * 0.3, 3), "
-        f"';bob,whisper=', MOD(id_job, 13) + 1, ',0,4100,', ROUND({leased} * 0.2, 3))"
-    )
-
-
-def set_comments(cur: object, table: str, on: bool, pool_every: int) -> int:
-    """The synthetic rows' AdminComment as acbslurm's hooks write it, or none; the rows
-    changed."""
-    if on:
-        sql = (
-            f"UPDATE {table} SET admin_comment = CONCAT({_devices_sql()}, "
-            f"IF(MOD(id_job, %s) = 0, {_usage_sql()}, '')) "
-            f"WHERE job_name = %s AND {_GPUS} > 0 AND time_start > 0"
-        )
-        cur.execute(sql, (pool_every, MARK))  # type: ignore[attr-defined]
-    else:
-        cur.execute(  # type: ignore[attr-defined]
-            f"UPDATE {table} SET admin_comment = NULL WHERE job_name = %s", (MARK,)
-        )
-    return int(cur.rowcount)  # type: ignore[attr-defined]
-
-
-def comments_only(conn: object, table: str, on: bool, pool_every: int) -> int:
-    cur = conn.cursor()  # type: ignore[attr-defined]
-    t0 = time.monotonic()
-    changed = set_comments(cur, table, on, pool_every)
-    conn.commit()  # type: ignore[attr-defined]
-    cur.execute(
-        f"SELECT COUNT(*), SUM(INSTR(admin_comment, 'acbslurm:usage=') > 0) FROM {table} "
-        "WHERE job_name = %s",
-        (MARK,),
-    )
-    total, pools = cur.fetchone()
-    print(
-        f"comments {'on' if on else 'off'}: {changed:,} rows changed in "
-        f"{time.monotonic() - t0:.1f} s; {int(pools or 0):,} of {total:,} synthetic rows "
-        "carry a pool's usage"
-    )
-    return 0
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dir", default=None, help="sandbox directory (default: the default one)")
@@ -253,8 +183,9 @@ def main() -> int:
     ap.add_argument("--clear", action="store_true", help="only remove earlier synthetic rows")
     ap.add_argument(
         "--comments",
-        choices=("on", "off"),
-        help="only give the synthetic rows acbslurm's AdminComment (devices, usage), or not",
+        choices=("on", "devices", "off"),
+        help="only give the synthetic rows acbslurm's AdminComment: devices and usage, "
+        "devices only, or none",
     )
     ap.add_argument(
         "--pool-every", type=int, default=50, help="one GPU job in N gets a pool's usage"
@@ -267,7 +198,10 @@ def main() -> int:
     )
     cur = conn.cursor()
     if a.comments:
-        return comments_only(conn, table, a.comments == "on", max(1, a.pool_every))
+        from report_comments import set_comments
+
+        print(set_comments(conn, table, MARK, a.comments, max(1, a.pool_every)))
+        return 0
     t0 = time.monotonic()
     cur.execute(f"DELETE FROM {table} WHERE job_name = %s", (MARK,))
     conn.commit()

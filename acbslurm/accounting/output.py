@@ -119,6 +119,17 @@ _dump = json.JSONEncoder(sort_keys=True).encode
 _str = json.JSONEncoder().encode
 
 
+def devices_json(text: str) -> str:
+    """``_dump(devices(text))``, written out directly (the per-job JSON's hot path)."""
+    out = []
+    for item in filter(None, text.split(",")):
+        where, _, uuid = item.partition("=")
+        node, _, index = where.rpartition(":")
+        number = "null" if index == "-" else str(int(index))
+        out.append(f'{{"index": {number}, "node": {_str(node)}, "uuid": {_str(uuid)}}}')
+    return "[" + ", ".join(out) + "]"
+
+
 def _num(v: int | None) -> str:
     return "null" if v is None else str(v)
 
@@ -137,7 +148,7 @@ def job_json(job: JobUsage) -> str:
     return (
         f'{{"account": {_str(job.account)}, "elapsed_s": {job.elapsed}, '
         f'"end": {"null" if end is None else _str(end)}, "end_unix": {job.end or "null"}, '
-        f'"gpu_devices": {_dump(devices(job.gpu_devices)) if job.gpu_devices else "[]"}, '
+        f'"gpu_devices": {devices_json(job.gpu_devices)}, '
         f'"gpu_hours": {hours(job.gpu_seconds)!r}, "gpu_seconds": {job.gpu_seconds}, '
         f'"gpu_util": {util}, "gpus": {job.gpus}, "job_id": {_str(job.job_id)}, '
         f'"job_id_raw": {job.job_id_raw}, "partition": {_str(job.partition)}, '

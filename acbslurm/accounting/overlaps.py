@@ -50,8 +50,20 @@ class Overlap:
 
 @dataclass
 class _Device:
-    starts: list[tuple[int, int, str]] = field(default_factory=list)  # (start, end, job)
+    """One GPU's intervals in (start, end, job) order, as two lists at the same
+    positions: bisecting plain starts costs a third of bisecting tuples."""
+
+    starts: list[int] = field(default_factory=list)
+    spans: list[tuple[int, str]] = field(default_factory=list)  # (end, job)
     longest: int = 0
+
+    def insert(self, start: int, end: int, job: str) -> None:
+        i = bisect.bisect_left(self.starts, start)
+        while i < len(self.starts) and self.starts[i] == start and self.spans[i] < (end, job):
+            i += 1
+        self.starts.insert(i, start)
+        self.spans.insert(i, (end, job))
+        self.longest = max(self.longest, end - start)
 
 
 class OverlapCheck:
@@ -72,18 +84,18 @@ class OverlapCheck:
             key = item.partition("=")[2] or item  # the GPU (its UUID), whatever its index
             dev = self._devices.setdefault(key, _Device())
             new += self._check(dev, item, job.start, end, job.job_id)
-            bisect.insort(dev.starts, (job.start, end, job.job_id))
-            dev.longest = max(dev.longest, end - job.start)
+            dev.insert(job.start, end, job.job_id)
         self.found += new
         return new
 
     @staticmethod
     def _check(dev: _Device, item: str, start: int, end: int, job_id: str) -> list[Overlap]:
         out = []
-        i = bisect.bisect_left(dev.starts, (end,))
+        i = bisect.bisect_left(dev.starts, end)
         while i > 0:
             i -= 1
-            s2, e2, other = dev.starts[i]
+            s2 = dev.starts[i]
+            e2, other = dev.spans[i]
             if s2 + dev.longest <= start:
                 break  # this one and every earlier one ended by ``start``
             if e2 > start and s2 < end and other != job_id:

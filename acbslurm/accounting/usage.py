@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from acbslurm.accounting.tres import tres_count
-from acbslurm.slurm.gpu_history import PREFIX, parse_gpus
+from acbslurm.slurm.gpu_history import PREFIX, gpu_items
 from acbslurm.slurm.states import JOB_RESIZING, state_name
 from acbslurm.slurm.usage_history import PREFIX as USAGE_PREFIX
 from acbslurm.slurm.usage_history import parse_usage
@@ -119,7 +119,7 @@ def devices_text(comment: str | None) -> str:
     """``node:index=uuid,...`` of the prolog's token, "" without one (most rows: fast)."""
     if not comment or PREFIX not in comment:
         return ""
-    return ",".join(g.token() for g in parse_gpus(comment))
+    return ",".join(gpu_items(comment))
 
 
 def display_id(row: JobRow) -> str:

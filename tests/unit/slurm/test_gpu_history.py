@@ -59,6 +59,29 @@ def test_the_report_shows_devices_in_each_format() -> None:
     assert devices_text(None) == "" and devices("") == []
 
 
+@pytest.mark.parametrize(
+    "comment",
+    [
+        "acbslurm:gpus=vm:0=GPU-a,vm:1=GPU-b",
+        "site note acbslurm:gpus=n1:3=GPU-x acbslurm:gpus=n2:0=GPU-y,n2:-=GPU-z",
+        "acbslurm:gpus=vm:007=GPU-a,vm:x=GPU-b,vm:1=,:2=GPU-c,novm=GPU-d,vm:10=GPU-e=f",
+        "acbslurm:usage=vm;leased=1.000 acbslurm:gpus=vm:0=GPU-a",
+        "",
+        None,
+    ],
+)
+def test_the_reports_fast_reading_of_devices_gives_the_values_text(comment: str | None) -> None:
+    """The report reads devices as text (100k+ comments): the same as the values'
+    tokens, and the JSON the same as the dicts' (odd indexes rewritten as the values
+    write them, items without a node or a UUID left out)."""
+    from acbslurm.accounting.output import _dump, devices_json
+
+    want = [g.token() for g in parse_gpus(comment)]
+    assert history.gpu_items(comment) == want
+    assert devices_text(comment) == ",".join(want)
+    assert devices_json(devices_text(comment)) == _dump(devices(devices_text(comment)))
+
+
 def test_bars_scale_to_the_widest_group() -> None:
     assert bar(10, 10) == "\u2588" * 24
     assert bar(5, 10) == "\u2588" * 12
