@@ -52,11 +52,11 @@ integration: setup
 
 # Line coverage of acbslurm in the test process (in-process CLI runs, the unit tests,
 # the fixtures' calls; commands the sandbox's users and hooks run are other processes and
-# not counted). The floor is the measured figure less one point, rounded down, so that it
-# can only rise: raise it when the figure does. Measured: 83.1% on the default leg (the
-# vLLM worker's in-process fixture gave way to the real pool's servers, whose workers are
-# other processes), and lines that depend on timing move it by a few tenths.
-COV_FLOOR ?= 82
+# not counted). The floor only rises (tests/unit/test_coverage_floor.py holds it to the
+# highest it has been in this file's history): raise it when the figure is a point above.
+# Measured on the default leg: 83.68-83.95% over the last five clean-clone CI runs (lines
+# that depend on timing move it by a few tenths).
+COV_FLOOR ?= 83
 test: lint
 	$(BIN)/pytest tests -q --cov=acbslurm --cov-report=term:skip-covered --cov-fail-under=$(COV_FLOOR)
 
