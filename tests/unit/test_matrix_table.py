@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+from scriptmodule import load
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -30,11 +30,7 @@ Written by `make matrix` on 2026-12-01 10:13 UTC on this project's
 
 @pytest.fixture
 def matrix() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("matrix_script", ROOT / "scripts" / "matrix.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load(ROOT / "scripts" / "matrix.py", "matrix_script")
 
 
 def test_rows_of_a_table_without_dates_get_the_date_it_was_written(matrix: ModuleType) -> None:

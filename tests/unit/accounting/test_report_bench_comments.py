@@ -4,11 +4,11 @@ the report on the comments it meets at a site."""
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import random
 from pathlib import Path
-from types import ModuleType
+
+from scriptmodule import load
 
 from acbslurm.accounting.usage import devices_text, pool_usage
 from acbslurm.slurm.gpu_history import parse_gpus
@@ -16,17 +16,8 @@ from acbslurm.slurm.gpu_history import parse_gpus
 ROOT = Path(__file__).resolve().parents[3]
 
 
-def load() -> ModuleType:
-    path = ROOT / "bench" / "report_comments.py"
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def test_no_gpu_is_in_two_jobs_at_once_and_the_report_reads_every_word() -> None:
-    rc = load()
+    rc = load(ROOT / "bench" / "report_comments.py")
     rng = random.Random(3)
     rows = []
     for i in range(3000):

@@ -4,26 +4,17 @@ themselves run on a GPU node with vLLM (docs/serve.md)."""
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+from scriptmodule import load
 
 from acbslurm.serve.engines.vllm import default_python
 
 ROOT = Path(__file__).resolve().parents[3]
 CHECK = ROOT / "bench" / "vllm_gpu_check.py"
-
-
-def load(path: Path) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def has_gpu() -> bool:
