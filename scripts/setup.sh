@@ -12,6 +12,7 @@ PACKAGES=(
   slurm-wlm slurmctld slurmd slurmdbd munge libslurm-dev
   mariadb-server mariadb-client libmariadb-dev pkg-config
   docker.io rootlesskit uidmap slirp4netns busybox-static
+  debootstrap  # the multi-node tests' image with Python and torch (sandbox/torchimage.py)
   python3 python3-venv python3-dev gcc procps iproute2 passwd
   chromium  # tests render `report --format html` in a real headless browser
 )

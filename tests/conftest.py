@@ -57,26 +57,44 @@ def sandbox() -> Iterator[Sandbox]:
     yield sb
 
 
+def _two_nodes_beside(suffix: str, offset: int, gpus: int, **kw: Any) -> Sandbox:
+    """A 2-node sandbox beside the session's (its directory + ``-SUFFIX``, its ports +
+    ``offset``), up, with no job running; ``kw`` for `up` (node_network)."""
+    if os.geteuid() != 0:
+        pytest.fail("integration tests need root: the sandbox starts Slurm, MariaDB and Docker")
+    session = Sandbox(os.environ.get("ACBSLURM_SANDBOX_DIR") or None)
+    sb = Sandbox(f"{session.layout.root}-{suffix}")
+    log = lambda m: print(f"sandbox -{suffix}:", m)  # noqa: E731
+    try:
+        t0 = time.monotonic()
+        port = default_port_base() + offset
+        install, dock = requested_install(log), requested_docker(log)
+        print(sb.up(gpus, port, log, install, TWO_NODES, docker_install=dock, **kw))
+        print(f"sandbox -{suffix} up in {time.monotonic() - t0:.1f} s")
+    except AcbslurmError as exc:
+        pytest.fail(f"the 2-node sandbox -{suffix} could not start:\n{exc}", pytrace=False)
+    sb.wait_idle()
+    return sb
+
+
 @pytest.fixture(scope="session")
 def two() -> Iterator[Sandbox]:
     """A second sandbox of 2 nodes (two slurmd, 2 emulated GPUs each) beside the
     session's: its directory + ``-n2``, its ports + 5000. Brought up once per run for
     every test that asks for it (test_nodes_sandbox.py, test_serve_nodes.py), stopped
     at the end."""
-    if os.geteuid() != 0:
-        pytest.fail("integration tests need root: the sandbox starts Slurm, MariaDB and Docker")
-    session = Sandbox(os.environ.get("ACBSLURM_SANDBOX_DIR") or None)
-    sb = Sandbox(f"{session.layout.root}-n2")
-    log = lambda m: print("sandbox -n2:", m)  # noqa: E731
-    try:
-        t0 = time.monotonic()
-        port = default_port_base() + 5000
-        install, dock = requested_install(log), requested_docker(log)
-        print(sb.up(TWO_NODES_GPUS, port, log, install, TWO_NODES, docker_install=dock))
-        print(f"sandbox -n2 up in {time.monotonic() - t0:.1f} s")
-    except AcbslurmError as exc:
-        pytest.fail(f"the 2-node sandbox could not start:\n{exc}", pytrace=False)
-    sb.wait_idle()
+    sb = _two_nodes_beside("n2", 5000, TWO_NODES_GPUS, node_network=False)
+    yield sb
+    sb.down()
+
+
+@pytest.fixture(scope="session")
+def net() -> Iterator[Sandbox]:
+    """A 2-node sandbox whose nodes each have a network of their own (`up --nodes 2
+    --node-network`: an address on a bridge, a Docker daemon of user1 per node), beside
+    the session's: its directory + ``-net``, its ports + 5200, 1 GPU per node. Brought
+    up once per run for the tests that ask for it (test_node_network_sandbox.py)."""
+    sb = _two_nodes_beside("net", 5200, 1, node_network=True)
     yield sb
     sb.down()
 

@@ -286,3 +286,15 @@ def broker_program(name: str, gpus: int, seconds: float, marker: str = "") -> st
     ``seconds``, then releases them (and touches ``marker``, if given)."""
     extra = f' "{marker}"' if marker else ""
     return f"{_PY} -c {shlex.quote(_PROGRAM)} {name} {gpus} {seconds}{extra}"
+
+
+def submit_spec(sb: Any, workdir: Path, text: str, user: str = "user1") -> str:
+    """The spec ``text`` written into ``workdir`` and submitted there by ``user``
+    (`acbslurm submit --json`), which must succeed; its one job id."""
+    spec = workdir / f"spec-{time.monotonic_ns()}.yaml"
+    spec.write_text(text)
+    spec.chmod(0o644)
+    res = acbslurm_as(sb, user, "submit", "--json", str(spec), cwd=workdir, timeout=120)
+    assert res.returncode == 0, res.stderr
+    (job,) = json.loads(res.stdout)["job_ids"]
+    return str(job)

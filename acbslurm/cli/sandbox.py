@@ -95,6 +95,14 @@ def sandbox() -> None:
     "with its own GPUs  [default: 1, or what the sandbox had].",
 )
 @click.option(
+    "--node-network/--no-node-network",
+    default=None,
+    help="With --nodes 2 or more: each node in a network namespace of its own, with its "
+    "own address (10.X.Y.N on a bridge of the sandbox's own), its own /etc/hosts naming "
+    "the nodes and its own Docker daemon, so that containers on two nodes talk over a "
+    "network as on two machines  [default: off, or what the sandbox had].",
+)
+@click.option(
     "--port-base",
     type=AsciiInt(1024, 65000),
     default=None,
@@ -150,6 +158,7 @@ def up(
     slurm_prefix: str | None,
     slurm_source: str | None,
     docker_version: str | None,
+    node_network: bool | None,
 ) -> None:
     """Start the sandbox, or check it if it is already up (idempotent)."""
     from acbslurm.sandbox import Sandbox
@@ -169,6 +178,7 @@ def up(
             nodes=nodes,
             gpu_types=gpu_types,
             docker_install=dock,
+            node_network=node_network,
         )
     )
 

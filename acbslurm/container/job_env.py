@@ -124,10 +124,61 @@ def _master(env: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
-def job_env(env: Mapping[str, str], given: Mapping[str, str]) -> dict[str, str]:
+# The libraries' "which interface carries the ranks' traffic": without them gloo and
+# NCCL take the address the host's name resolves to, which /etc/hosts often maps to the
+# loopback (Debian's 127.0.1.1; Docker's host-network containers get "::1 <name>"), and
+# the other ranks are told to connect to it.
+SOCKET_IFNAME_VARIABLES = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
+_SIOCGIFADDR = 0x8915
+
+
+def interface_of(address: str) -> str | None:
+    """The name of this network namespace's interface whose IPv4 address is ``address``."""
+    import fcntl
+    import socket
+    import struct
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        for _, name in socket.if_nameindex():
+            try:
+                got = fcntl.ioctl(s.fileno(), _SIOCGIFADDR, struct.pack("256s", name.encode()[:15]))
+            except OSError:  # no IPv4 address
+                continue
+            if socket.inet_ntoa(got[20:24]) == address:
+                return name
+    return None
+
+
+def socket_ifname_env(env: Mapping[str, str]) -> dict[str, str]:
+    """GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME: the interface of the address this
+    node's name (SLURMD_NODENAME) has, the one the other nodes reach it at; for a step
+    on several nodes whose container has the node's network. Empty when not found."""
+    import socket
+
+    node = env.get("SLURMD_NODENAME", "")
+    nodes = env.get("SLURM_STEP_NUM_NODES") or env.get("SLURM_NNODES") or "1"
+    if not node or not is_ascii_int(nodes) or int(nodes) < 2:
+        return {}
+    try:
+        infos = socket.getaddrinfo(node, None, socket.AF_INET, socket.SOCK_STREAM)
+    except OSError:
+        return {}
+    for *_, addr in infos:
+        name = interface_of(str(addr[0]))
+        if name and name != "lo":
+            return dict.fromkeys(SOCKET_IFNAME_VARIABLES, name)
+    return {}
+
+
+def job_env(
+    env: Mapping[str, str], given: Mapping[str, str], host_network: bool = False
+) -> dict[str, str]:
     """The container's environment: Slurm's variables of this task and the rendezvous
-    derived from them, then the user's ``given`` ones, which win."""
+    derived from them (with the node's interface for gloo and NCCL when the container
+    has the node's network), then the user's ``given`` ones, which win."""
     out = {k: env[k] for k in SLURM_VARIABLES if k in env}
     out.update(rendezvous_env(env))
+    if host_network:
+        out.update(socket_ifname_env(env))
     out.update(given)
     return out

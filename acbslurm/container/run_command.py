@@ -360,7 +360,7 @@ def execute(args: RunArgs, early: InfoProbe | None = None) -> int:
         name=args.name or f"acbslurm-{job_id or 'local'}-{os.urandom(3).hex()}",
         grace=grace,
         mounts=mount_list,
-        env=job_env(os.environ, env),
+        env=job_env(os.environ, env, host_network=network == "host"),
         workdir=args.workdir,
         stdin=args.interactive,
         tty=args.tty,

@@ -19,7 +19,17 @@ import acbslurm
 from acbslurm import proc
 from acbslurm.errors import ConfigError, SetupError
 from acbslurm.gpu.inventory import GpuInfo
-from acbslurm.sandbox import docker, gpus, mariadb, munge, preflight, render, reportsvc, slurm
+from acbslurm.sandbox import (
+    docker,
+    gpus,
+    mariadb,
+    munge,
+    nodenet,
+    preflight,
+    render,
+    reportsvc,
+    slurm,
+)
 from acbslurm.sandbox.dockerversions import DockerInstall
 from acbslurm.sandbox.layout import (
     MAX_NODES,
@@ -97,6 +107,26 @@ def _same_gpu_types(root: Path, old: Params, gpu_types: str | None) -> None:
             f"the sandbox at {root} is up with GPU types {old.gpu_types or '(untyped)'}; "
             f"run `acbslurm sandbox down` before `up --gpu-types {gpu_types}`"
         )
+
+
+def _same_network(root: Path, old: Params, node_network: bool | None) -> None:
+    """A running sandbox keeps its network: the other needs `down` first."""
+    if node_network is not None and node_network != old.node_network:
+        flag = "--node-network" if node_network else "--no-node-network"
+        raise SetupError(
+            f"the sandbox at {root} is up {'with' if old.node_network else 'without'} node "
+            f"networks; run `acbslurm sandbox down` before `up {flag}`"
+        )
+
+
+def _with_network(p: Params, node_network: bool | None) -> Params:
+    """``p`` with node networks as asked (None: as before)."""
+    wanted = p.node_network if node_network is None else node_network
+    if wanted and p.nodes < 2:
+        raise SetupError(
+            "--node-network gives each node a network of its own: it needs --nodes 2 or more"
+        )
+    return replace(p, node_network=wanted)
 
 
 def _same_shape(
@@ -178,12 +208,16 @@ class Sandbox:
         p = self.layout.load_params() or Params()
         mungeds = [self.layout.munged_component(p, n) for n in p.node_names]
         slurmds = [self.layout.slurmd_component(p, n) for n in p.node_names]
+        # A node's daemon makes the node's network namespace, so it starts before the
+        # node's slurmd (node networks).
+        node_daemons = [docker.component(p.user, n) for n in p.node_names if p.node_network]
         return [
             *mungeds,
             "mariadb",
             "slurmdbd",
             "report",
             "slurmctld",
+            *node_daemons,
             *slurmds,
             f"dockerd-{p.user}",
         ]
@@ -302,8 +336,10 @@ class Sandbox:
                 ok = slurm.slurmd_answers(state)
                 return ok, f"node {node} {state}, {p.gres}"
             if name.startswith("dockerd-"):
-                ok = docker.ready(lay, p.user) and docker.has_image(lay, p.user)
-                return ok, docker.docker_host(lay, p.user)
+                node = name.partition("@")[2] or None
+                host = docker.docker_host(lay, p.user, node)
+                ok = docker.ready(lay, p.user, host) and docker.has_image(lay, p.user, host=host)
+                return ok, host
         except Exception as exc:  # a failed probe is a status, not a crash
             return False, str(exc).splitlines()[0][:200]
         return False, "unknown component"
@@ -334,6 +370,7 @@ class Sandbox:
         nodes: int | None = None,
         gpu_types: str | None = None,
         docker_install: DockerInstall | None = None,
+        node_network: bool | None = None,
     ) -> str:
         """Start every component; a second call only checks. Returns a summary line.
 
@@ -342,6 +379,8 @@ class Sandbox:
         ``gpu_types``: typed GPUs per node (``h200:1,a100:1``; None: as before, else
         untyped; "" untyped).
         ``docker_install``: the Docker (None: as before, else the host's 20.10).
+        ``node_network``: each node in a network namespace of its own (nodenet.py; None:
+        as before).
         """
         t0 = time.monotonic()
         old = self.layout.load_params()
@@ -349,6 +388,7 @@ class Sandbox:
         alive, count = self._alive()
         if old and alive:
             _same_gpu_types(self.layout.root, old, gpu_types)
+            _same_network(self.layout.root, old, node_network)
             _same_shape(self.layout.root, old, gpu_count, port_base, nodes, install)
             self._check_same_docker(old, docker_install)
             summary = self._already_up(old, alive, count, progress)
@@ -357,6 +397,7 @@ class Sandbox:
             self.down(progress)
         params = self._new_params(old, gpu_count, port_base, install, nodes)
         params = replace(params, **_gpu_shape(params, gpu_count, gpu_types))
+        params = _with_network(params, node_network)
         if docker_install is not None:
             params = replace(
                 params, docker_version=docker_install.version, docker_prefix=docker_install.prefix
@@ -477,6 +518,8 @@ class Sandbox:
         step("munged", lambda: munge.start(lay, self.marker))
         for name, sock in extra.items():
             step(name, partial(munge.start, lay, self.marker, name, sock))
+        if p.node_network:
+            step("node network", lambda: nodenet.ensure_bridge(p))
         mariadb.prepare(lay)
         step("mariadb", lambda: mariadb.start(lay, p, self.marker))
         mariadb.create_users(lay, sec["slurm_db"], sec["readonly_db"])
@@ -485,6 +528,8 @@ class Sandbox:
         step("accounts", lambda: slurm.ensure_accounts(lay, p))
         step("report", lambda: reportsvc.start(lay, p, self.marker))
         step("slurmctld", lambda: slurm.start_slurmctld(lay, self.marker))
+        if p.node_network:
+            self._start_node_daemons(p, pw, step)
         for node in p.node_names:
             name = lay.slurmd_component(p, node)
             step(name, partial(slurm.start_slurmd, lay, p, self.marker, node))
@@ -492,10 +537,25 @@ class Sandbox:
         step("image", lambda: docker.ensure_image(lay, p.user))
         self._check_user_can_run_acbslurm(p)
 
+    def _start_node_daemons(
+        self, p: Params, pw: pwd.struct_passwd, step: Callable[[str, Callable[[], object]], None]
+    ) -> None:
+        """Each node's daemon of the user, its namespace the node's (nodenet.py), with
+        the test image."""
+        lay = self.layout
+        for node in p.node_names:
+            name = docker.component(p.user, node)
+            step(name, partial(docker.start_on_node, lay, p, pw, node, self.marker))
+            host = docker.docker_host(lay, p.user, node)
+            step(f"image on {node}", partial(docker.ensure_image, lay, p.user, host=host))
+
     def _check_socket_paths(self, p: Params) -> None:
         """A sandbox directory too long for rootless containerd's sockets fails here,
         with the reason, not later as "timeout waiting for containerd to start"."""
-        longest = self.layout.longest_socket(p.user)
+        nodes: list[str | None] = [None, *(p.node_names if p.node_network else [])]
+        longest = max(
+            (self.layout.longest_socket(p.user, n) for n in nodes), key=lambda x: len(str(x))
+        )
         if len(str(longest).encode()) > MAX_SOCKET_PATH:
             raise SetupError(
                 f"the sandbox directory {self.layout.root} is too long: rootless Docker's "
@@ -574,6 +634,11 @@ class Sandbox:
         if p is None:
             raise SetupError(f"no sandbox at {self.layout.root}; run `acbslurm sandbox up`")
         starters = self._starters(p)
+        if name not in starters and name in self.components():
+            raise ConfigError(
+                f"{name} cannot be restarted alone: its network namespace is its node's "
+                "(node networks); run `acbslurm sandbox down`, then `up`"
+            )
         if name not in starters:
             raise ConfigError(f"unknown component {name!r} (one of {', '.join(starters)})")
         t0 = time.monotonic()
@@ -595,12 +660,7 @@ class Sandbox:
     def down(self, progress: Progress = _quiet) -> list[str]:
         """Stop every process this sandbox started (by pid), newest first."""
         stopped = []
-        slurmctld = read_proc(self.layout.run, "slurmctld")
-        if slurmctld and slurmctld.alive() and self.layout.slurm_conf.exists():
-            try:
-                slurm.cancel_all(self.layout, timeout=15)
-            except Exception as exc:  # stopping must go on even if Slurm is broken
-                progress(f"could not cancel jobs: {exc}")
+        self._cancel_jobs(progress)
         for name in reversed(self.components()):
             pr = read_proc(self.layout.run, name)
             if pr and stop(pr):
@@ -610,7 +670,18 @@ class Sandbox:
         leftovers = kill_marked(self.marker)
         if leftovers:
             progress(f"stopped {len(leftovers)} leftover process(es) of the sandbox")
+        p = self.layout.load_params()
+        if p is not None and p.node_network:
+            nodenet.teardown(p)
         return stopped
+
+    def _cancel_jobs(self, progress: Progress) -> None:
+        slurmctld = read_proc(self.layout.run, "slurmctld")
+        if slurmctld and slurmctld.alive() and self.layout.slurm_conf.exists():
+            try:
+                slurm.cancel_all(self.layout, timeout=15)
+            except Exception as exc:  # stopping must go on even if Slurm is broken
+                progress(f"could not cancel jobs: {exc}")
 
     def log_tail(self, name: str, lines: int = 20) -> str:
         return log_tail(self.layout.log_file(name), lines)

@@ -18,8 +18,9 @@ from acbslurm import proc
 from acbslurm.cgroups.names import RUNTIME_NAME
 from acbslurm.errors import SetupError
 from acbslurm.procfs import running
+from acbslurm.sandbox import nodenet
 from acbslurm.sandbox.dockerversions import DockerInstall
-from acbslurm.sandbox.layout import IMAGE, Layout
+from acbslurm.sandbox.layout import IMAGE, Layout, Params
 from acbslurm.sandbox.procs import Proc, spawn, wait_for
 from acbslurm.units import is_ascii_int
 
@@ -80,17 +81,39 @@ def prepare(layout: Layout, user: str) -> pwd.struct_passwd:
     return pw
 
 
-def docker_host(layout: Layout, user: str) -> str:
-    return f"unix://{layout.docker_socket(user)}"
+def prepare_node(layout: Layout, pw: pwd.struct_passwd, node: str) -> None:
+    """The runtime and data directories of ``pw``'s daemon on ``node`` (node networks)."""
+    for d, mode in (
+        (layout.node_runtime_dir(pw.pw_name, node), 0o700),
+        (layout.node_docker_data(pw.pw_name, node), 0o755),
+    ):
+        d.mkdir(parents=True, exist_ok=True)
+        os.chown(d, pw.pw_uid, pw.pw_gid)
+        d.chmod(mode)
 
 
-def daemon_env(layout: Layout, pw: pwd.struct_passwd) -> dict[str, str]:
+def docker_host(layout: Layout, user: str, node: str | None = None) -> str:
+    """``user``'s daemon: the sandbox's, or ``node``'s own (node networks)."""
+    if node is None:
+        return f"unix://{layout.docker_socket(user)}"
+    return f"unix://{layout.node_runtime_dir(user, node) / 'docker.sock'}"
+
+
+def component(user: str, node: str | None = None) -> str:
+    return f"dockerd-{user}" if node is None else f"dockerd-{user}@{node}"
+
+
+def _runtime_dir(layout: Layout, user: str, node: str | None) -> Path:
+    return layout.user_runtime_dir(user) if node is None else layout.node_runtime_dir(user, node)
+
+
+def daemon_env(layout: Layout, pw: pwd.struct_passwd, node: str | None = None) -> dict[str, str]:
     front = ":".join([str(layout.bin), *install_of(layout).path_dirs])
     return {
         "HOME": pw.pw_dir,
         "USER": pw.pw_name,
         "LOGNAME": pw.pw_name,
-        "XDG_RUNTIME_DIR": str(layout.user_runtime_dir(pw.pw_name)),
+        "XDG_RUNTIME_DIR": str(_runtime_dir(layout, pw.pw_name, node)),
         # The stand-in hook must be on the daemon's PATH when it starts: that is what
         # makes dockerd accept `--gpus`.
         # A fetched Docker's programs come before the host's 20.10 ones.
@@ -121,22 +144,23 @@ def write_daemon_config(layout: Layout, user: str) -> list[str]:
     return [f"--config-file={path}"]
 
 
-def daemon_argv(layout: Layout, user: str) -> list[str]:
+def daemon_argv(layout: Layout, user: str, node: str | None = None) -> list[str]:
+    data = layout.docker_data(user) if node is None else layout.node_docker_data(user, node)
     return [
         install_of(layout).rootless_script,
         "--iptables=false",
-        f"--data-root={layout.docker_data(user)}",
+        f"--data-root={data}",
         *write_daemon_config(layout, user),
         # acbslurm's runtime: it puts a job's container into the job's cgroups.
         f"--add-runtime={RUNTIME_NAME}={layout.oci_runtime}",
-        f"--host={docker_host(layout, user)}",
+        f"--host={docker_host(layout, user, node)}",
     ]
 
 
 def start(layout: Layout, pw: pwd.struct_passwd, marker: str) -> Proc:
-    log = layout.log_file(f"dockerd-{pw.pw_name}")
+    log = layout.log_file(component(pw.pw_name))
     p = spawn(
-        f"dockerd-{pw.pw_name}",
+        component(pw.pw_name),
         daemon_argv(layout, pw.pw_name),
         run_dir=layout.run,
         log_file=log,
@@ -157,13 +181,48 @@ def start(layout: Layout, pw: pwd.struct_passwd, marker: str) -> Proc:
     return p
 
 
-def stop_leftover_containerd(layout: Layout, user: str) -> list[int]:
+def start_on_node(
+    layout: Layout, params: Params, pw: pwd.struct_passwd, node: str, marker: str
+) -> Proc:
+    """``pw``'s daemon of ``node`` (node networks): its rootlesskit's network namespace
+    becomes the node's (nodenet.py), with the node's /etc/hosts."""
+    name = component(pw.pw_name, node)
+    log = layout.log_file(name)
+    prepare_node(layout, pw, node)
+    hosts = nodenet.write_hosts(params, node)
+    argv = nodenet.daemon_argv(
+        node, hosts, pw.pw_uid, pw.pw_gid, daemon_argv(layout, pw.pw_name, node)
+    )
+    p = spawn(
+        name,
+        argv,
+        run_dir=layout.run,
+        log_file=log,
+        marker=marker,
+        env=daemon_env(layout, pw, node),
+        cwd=pw.pw_dir,
+    )
+    host = docker_host(layout, pw.pw_name, node)
+    wait_for(
+        f"rootless dockerd of {pw.pw_name} on {node}",
+        lambda: ready(layout, pw.pw_name, host),
+        proc=p,
+        log_file=log,
+        timeout=60,
+        interval=0.3,
+    )
+    pid_file = layout.node_runtime_dir(pw.pw_name, node) / "docker.pid"
+    nodenet.attach(params, node, int(pid_file.read_text().strip()))
+    return p
+
+
+def stop_leftover_containerd(layout: Layout, user: str, node: str | None = None) -> list[int]:
     """SIGKILL the containerd a killed dockerd left running (it is not tied to its
     parent): a new dockerd finds its pid file, takes it for alive, and times out on it.
     The containerd-shims, and so the containers, are left alone."""
     import signal
 
-    config = str(layout.user_runtime_dir(user) / "docker" / "containerd" / "containerd.toml")
+    config = str(_runtime_dir(layout, user, node) / "docker" / "containerd" / "containerd.toml")
     killed = []
     for entry in Path("/proc").iterdir():
         if not is_ascii_int(entry.name):
@@ -185,22 +244,38 @@ def stop_leftover_containerd(layout: Layout, user: str) -> list[int]:
     return killed
 
 
-def docker(layout: Layout, user: str, *args: str, timeout: float = 60, **kw: object) -> str:
+def docker(
+    layout: Layout,
+    user: str,
+    *args: str,
+    timeout: float = 60,
+    host: str | None = None,
+    **kw: object,
+) -> str:
+    """The Docker CLI on ``user``'s daemon (``host``: another of the user's daemons)."""
     return proc.run(
-        [install_of(layout).cli, "-H", docker_host(layout, user), *args],
+        [install_of(layout).cli, "-H", host or docker_host(layout, user), *args],
         timeout=timeout,
         env={"PATH": "/usr/bin:/bin", "HOME": "/root"},
         **kw,  # type: ignore[arg-type]
     ).stdout
 
 
-def ready(layout: Layout, user: str) -> bool:
-    return bool(docker(layout, user, "version", "--format", "{{.Server.Version}}", timeout=5))
+def ready(layout: Layout, user: str, host: str | None = None) -> bool:
+    fmt = ("version", "--format", "{{.Server.Version}}")
+    return bool(docker(layout, user, *fmt, timeout=5, host=host))
 
 
-def has_image(layout: Layout, user: str, image: str = IMAGE) -> bool:
+def has_image(layout: Layout, user: str, image: str = IMAGE, host: str | None = None) -> bool:
     out = proc.run(
-        [install_of(layout).cli, "-H", docker_host(layout, user), "image", "inspect", image],
+        [
+            install_of(layout).cli,
+            "-H",
+            host or docker_host(layout, user),
+            "image",
+            "inspect",
+            image,
+        ],
         timeout=10,
         check=False,
         env={"PATH": "/usr/bin:/bin", "HOME": "/root"},
@@ -232,8 +307,8 @@ def busybox_rootfs_tar(dest: Path) -> None:
             tar.add(root, arcname=".")
 
 
-def ensure_image(layout: Layout, user: str, image: str = IMAGE) -> None:
-    if has_image(layout, user, image):
+def ensure_image(layout: Layout, user: str, image: str = IMAGE, host: str | None = None) -> None:
+    if has_image(layout, user, image, host):
         return
     with tempfile.TemporaryDirectory() as tmp:
         tar = Path(tmp) / "rootfs.tar"
@@ -249,4 +324,5 @@ def ensure_image(layout: Layout, user: str, image: str = IMAGE) -> None:
             str(tar),
             image,
             timeout=120,
+            host=host,
         )

@@ -69,6 +69,9 @@ class Params:
     gpu_types: str = ""
     # slurmd daemons on this machine, each a node with its own GPUs (``slurmd -N``).
     nodes: int = 1
+    # Each node in a network namespace of its own, with its own address and Docker
+    # daemon (`up --node-network`, nodenet.py); else all share this machine's network.
+    node_network: bool = False
     port_base: int = DEFAULT_PORT_BASE
     cpus: int = 8
     memory_mb: int = 16000
@@ -224,13 +227,19 @@ class Layout:
     def user_runtime_dir(self, user: str) -> Path:
         return self.run / user
 
+    def node_runtime_dir(self, user: str, node: str) -> Path:
+        """``user``'s runtime directory on ``node`` of a sandbox with node networks: its
+        daemon's socket and state; the node's slurmd sees it at ``user_runtime_dir``."""
+        return self.run / f"{user}@{node}"
+
     def docker_socket(self, user: str) -> Path:
         return self.user_runtime_dir(user) / "docker.sock"
 
-    def longest_socket(self, user: str) -> Path:
+    def longest_socket(self, user: str, node: str | None = None) -> Path:
         """The longest unix socket path the sandbox makes: rootless containerd's ttrpc
-        socket under the user's runtime directory."""
-        return self.user_runtime_dir(user) / "docker" / "containerd" / "containerd.sock.ttrpc"
+        socket under the user's runtime directory (``node``'s, with node networks)."""
+        run = self.user_runtime_dir(user) if node is None else self.node_runtime_dir(user, node)
+        return run / "docker" / "containerd" / "containerd.sock.ttrpc"
 
     def docker_config(self, user: str) -> Path:
         """The daemon.json of ``user``'s daemon (``--config-file``): the sandbox's own,
@@ -239,6 +248,9 @@ class Layout:
 
     def docker_data(self, user: str) -> Path:
         return self.state / "docker" / user
+
+    def node_docker_data(self, user: str, node: str) -> Path:
+        return self.state / "docker" / f"{user}@{node}"
 
     def log_file(self, name: str) -> Path:
         return self.log / f"{name}.log"

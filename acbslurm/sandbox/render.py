@@ -11,6 +11,7 @@ import jinja2
 
 from acbslurm.gpu.inventory import GpuInfo
 from acbslurm.resources import templates_dir
+from acbslurm.sandbox import nodenet
 from acbslurm.sandbox.layout import Layout, Params
 from acbslurm.slurm.versions import config_choices
 
@@ -49,6 +50,9 @@ def write_slurm_configs(
         "p": params,
         "gpus": gpus,
         "c": config_choices(params.slurm_release),
+        # 127.0.0.1, or each node's own address (node networks: nodenet.py)
+        "ctl_addr": nodenet.controller_addr(params),
+        "node_addr": {n: nodenet.slurm_node_addr(params, n) for n in params.node_names},
     }
     conf = env.get_template("slurm.conf.j2")
     for node in params.node_names:

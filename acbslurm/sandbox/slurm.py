@@ -6,6 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from acbslurm.errors import SetupError
+from acbslurm.sandbox import nodenet
 from acbslurm.sandbox.layout import Layout, Params
 from acbslurm.sandbox.procs import Proc, spawn, wait_for
 from acbslurm.slurm.cluster import slurmctld_up
@@ -139,9 +140,12 @@ def start_slurmd(layout: Layout, params: Params, marker: str, node: str) -> Proc
     name = layout.slurmd_component(params, node)
     conf = str(layout.node_slurm_conf(params, node))
     log = layout.log_file(name)
+    argv = [params.slurm.daemon("slurmd"), "-D", "-f", conf, "-N", node]
+    if params.node_network:
+        argv = nodenet.node_argv(layout, params, node, argv)
     p = spawn(
         name,
-        [params.slurm.daemon("slurmd"), "-D", "-f", conf, "-N", node],
+        argv,
         run_dir=layout.run,
         log_file=log,
         marker=marker,

@@ -17,7 +17,6 @@ import json
 import os
 import signal
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -32,6 +31,7 @@ from sandboxtest import (
     dockerd_pid,
     hook_devices,
     job_containers,
+    submit_spec,
 )
 from sandboxtest import wait_until as wait
 
@@ -78,13 +78,7 @@ container:
 
 
 def submit_two_node_job(sb: Sandbox, workdir: Path) -> str:
-    spec = workdir / f"two-nodes-{time.monotonic_ns()}.yaml"
-    spec.write_text(SPEC)
-    spec.chmod(0o644)
-    res = as_user(sb, "user1", "submit", "--json", str(spec), cwd=workdir)
-    assert res.returncode == 0, res.stderr
-    (job,) = json.loads(res.stdout)["job_ids"]
-    return str(job)
+    return submit_spec(sb, workdir, SPEC)
 
 
 def running_per_node(api: Any, job: str, out: Path) -> list[dict[str, Any]]:

@@ -85,3 +85,44 @@ def test_tasks_on_node(per_node: str, node: int, want: int | None) -> None:
 )
 def test_first_host(expr: str, want: str) -> None:
     assert first_host(expr) == want
+
+
+def test_the_node_network_names_the_nodes_interface_for_gloo_and_nccl(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import socket
+
+    from acbslurm.container import job_env as je
+
+    # This node's name resolves to this machine's loopback here: the interface is
+    # found (lo), and refused, since no other node reaches it there.
+    asked: list[str] = []
+
+    def resolve(name: str, *_: object) -> list[tuple[object, ...]]:
+        asked.append(name)
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", 0))]
+
+    monkeypatch.setattr(socket, "getaddrinfo", resolve)
+    assert je.interface_of("127.0.0.1") == "lo"
+    assert job_env(TASK, {}, host_network=True).keys() == job_env(TASK, {}).keys()
+    assert asked == ["vm-2"]
+    # An interface holding the node's address: both variables name it; the user's win.
+    monkeypatch.setattr(je, "interface_of", lambda addr: "ib0" if addr == "127.0.0.1" else None)
+    got = job_env(TASK, {"NCCL_SOCKET_IFNAME": "eth1"}, host_network=True)
+    assert (got["GLOO_SOCKET_IFNAME"], got["NCCL_SOCKET_IFNAME"]) == ("ib0", "eth1")
+    # Not without the node's network, not for a step on one node, not for a bad count.
+    assert "GLOO_SOCKET_IFNAME" not in job_env(TASK, {})
+    one = {**TASK, "SLURM_NNODES": "1"}
+    assert "GLOO_SOCKET_IFNAME" not in job_env(one, {}, host_network=True)
+    odd = {**TASK, "SLURM_NNODES": "2x"}
+    assert "GLOO_SOCKET_IFNAME" not in job_env(odd, {}, host_network=True)
+
+
+def test_an_unknown_node_name_gives_no_interface(monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+
+    def fail(*_: object) -> list[object]:
+        raise socket.gaierror(-2, "Name or service not known")
+
+    monkeypatch.setattr(socket, "getaddrinfo", fail)
+    assert "GLOO_SOCKET_IFNAME" not in job_env(TASK, {}, host_network=True)
