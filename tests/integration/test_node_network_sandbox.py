@@ -69,7 +69,10 @@ def workdir() -> Iterator[Path]:
 
 @pytest.fixture(scope="module")
 def torch_image(net: Sandbox) -> str:
-    """The image with Python and CPU torch, in each node's daemon (built once, cached)."""
+    """The image with Python and CPU torch, in each node's daemon (built once, cached);
+    its torch is the vLLM environment's, so without one the test skips, as vLLM's do."""
+    if not torchimage.vllm_python().is_file():
+        pytest.skip(f"no vLLM environment at {torchimage.vllm_python()} (scripts/setup.sh)")
     name, tar = torchimage.ensure_rootfs(lambda m: print("torch image:", m))
     p = net.params
     for node in p.node_names:
