@@ -52,6 +52,45 @@ def check_dockerd(ctx: Context) -> Check:
     return ok("dockerd", f"{ctx.user}'s rootless Docker {version} answers at {host}{note}")
 
 
+NODE_NETWORK_FIX = (
+    "run the users' daemons with rootlesskit's --detach-netns where their Docker supports "
+    "it, or run jobs on several nodes where the daemon has the node's network; see "
+    "docs/multi-node.md, 'The network the containers need'"
+)
+
+
+def check_node_network(ctx: Context) -> Check:
+    """Whether the daemon's host network is this node's: what the containers of a job on
+    several nodes need to reach each other (`acbslurm run` gives them the host network
+    there by default)."""
+    from acbslurm.dockerapi.netns import shares_node_network
+
+    skipped = root_skip(ctx, "node-network")
+    if skipped is not None:
+        return skipped
+    host = docker_host(ctx)
+    shares = shares_node_network(host)
+    if shares is None:
+        return skip(
+            "node-network",
+            f"cannot tell which network namespace the daemon at {host} is in (no daemon "
+            "answers, or its process is not readable)",
+        )
+    if shares:
+        return ok(
+            "node-network",
+            f"the daemon at {host} is in this node's network namespace: a job's containers "
+            "on several nodes reach each other by the nodes' names and addresses",
+        )
+    return warn(
+        "node-network",
+        f"the daemon at {host} runs in a network namespace of its own (rootlesskit without "
+        "--detach-netns): the containers of a job on several nodes cannot reach each "
+        "other; jobs on one node are not affected",
+        NODE_NETWORK_FIX,
+    )
+
+
 def start_hint_for(ctx: Context) -> str:
     """How to start the checked user's daemon, naming that user and uid: root checking
     ``--user user1`` must read user1's uid, not its own (dockerapi's hint is the caller's)."""

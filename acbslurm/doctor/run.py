@@ -101,6 +101,7 @@ def run_doctor(
         _guarded("nvidia-hook", lambda: nvidia.check_nvidia_hook(ctx)),
         _guarded("gpu-fence", lambda: fence.check_fence(ctx)),
         _guarded("dockerd", lambda: docker.check_dockerd(ctx)),
+        _guarded("node-network", lambda: docker.check_node_network(ctx)),
         _guarded(
             "container-cgroups",
             lambda: docker.check_container_cgroups(

@@ -15,15 +15,18 @@ machine (the login node), through the node's network.
 from __future__ import annotations
 
 import functools
+import json
 import os
 import socket
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sandboxtest import IMAGE, acbslurm_as, submit_spec
+from sandboxtest import IMAGE, REPO, acbslurm_as, submit_spec
 from sandboxtest import wait_until as wait
 
 from acbslurm.sandbox import Sandbox, docker, nodenet, torchimage
@@ -197,6 +200,41 @@ container:
         res = as_user(net, "user1", "cancel", job)
     assert res.returncode == 0, res.stderr
     assert ended(net, job, out) == "CANCELLED"
+
+
+def test_doctor_tells_a_nodes_daemon_from_the_login_nodes(net: Sandbox, workdir: Path) -> None:
+    """On a node, user1's daemon is in the node's network namespace (`acbslurm doctor`
+    in a job there: ok); on this machine, the login node's daemon is in rootlesskit's
+    own (root's `doctor --user user1`: a warning, as on a site without --detach-netns)."""
+    node = net.params.node_names[1]
+    job = submit_spec(
+        net,
+        workdir,
+        f"""\
+name: doctor
+partition: p1
+sbatch_args: ["--nodelist={node}"]
+mem: 200M
+time: "5"
+output: out-%j.txt
+command: acbslurm doctor --json > doctor-$SLURM_JOB_ID.json || true
+""",
+    )
+    assert ended(net, job, workdir / f"out-{job}.txt") == "COMPLETED"
+    checks = {
+        c["name"]: c for c in json.loads((workdir / f"doctor-{job}.json").read_text())["checks"]
+    }
+    assert checks["node-network"]["status"] == "ok", checks["node-network"]
+    res = subprocess.run(
+        [sys.executable, "-m", "acbslurm", "doctor", "--json", "--user", "user1", "--node", node],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **net.env(), "PYTHONPATH": str(REPO)},
+        timeout=120,
+        check=False,
+    )
+    checks = {c["name"]: c for c in json.loads(res.stdout)["checks"]}
+    assert checks["node-network"]["status"] == "warn", checks["node-network"]
 
 
 def test_the_node_network_leaves_nothing_at_down(net: Sandbox) -> None:

@@ -272,3 +272,50 @@ def test_a_runtime_of_an_older_release_is_named(tmp_path: Path) -> None:
     other.write_text('#!/bin/sh\nexec runc "$@"\n')
     assert docker.stale_runtime(str(other)) == ""
     assert docker.stale_runtime(str(tmp_path / "none")) == ""
+
+
+def test_node_network_ok_for_a_daemon_in_this_network_namespace(
+    node: Path, make_ctx: Callable[..., Context]
+) -> None:
+    # The check only connects (the socket's peer is the daemon): a listening socket
+    # of this process, in this network namespace, stands in for the daemon.
+    sock = node / "run" / "user1" / "docker.sock"
+    sock.parent.mkdir(parents=True, exist_ok=True)
+    with socket.socket(socket.AF_UNIX) as srv:
+        srv.bind(str(sock))
+        srv.listen(4)
+        c = docker.check_node_network(make_ctx(caller_uid=0))
+    sock.unlink()
+    assert c.status == "ok" and "in this node's network namespace" in c.summary, c
+    # No daemon: it cannot be told; root has no daemon of its own to check.
+    assert docker.check_node_network(make_ctx(caller_uid=0)).status == "skip"
+    assert docker.check_node_network(make_ctx(uid=0, user="root")).status == "skip"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a network namespace of its own needs root")
+def test_node_network_warns_for_a_daemon_in_a_network_namespace_of_its_own(
+    node: Path, make_ctx: Callable[..., Context]
+) -> None:
+    """The daemon stood in by a process that serves the socket from a network namespace
+    it made (`unshare --net`), as rootlesskit's is without --detach-netns."""
+    import subprocess
+    import sys
+    import time
+
+    sock = node / "run" / "user1" / "docker.sock"
+    sock.parent.mkdir(parents=True, exist_ok=True)
+    serve = (
+        "import socket, sys, time; s = socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); "
+        "s.listen(4); time.sleep(60)"
+    )
+    p = subprocess.Popen(["unshare", "--net", sys.executable, "-c", serve, str(sock)])
+    try:
+        deadline = time.monotonic() + 10
+        while not sock.is_socket() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        c = docker.check_node_network(make_ctx(caller_uid=0))
+        assert c.status == "warn" and "network namespace of its own" in c.summary, c
+        assert "--detach-netns" in c.fix
+    finally:
+        p.kill()
+        p.wait()
