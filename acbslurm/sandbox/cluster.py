@@ -545,7 +545,7 @@ class Sandbox:
         lay = self.layout
         for node in p.node_names:
             name = docker.component(p.user, node)
-            step(name, partial(docker.start_on_node, lay, p, pw, node, self.marker))
+            step(name, partial(docker.start, lay, pw, self.marker, node, p))
             host = docker.docker_host(lay, p.user, node)
             step(f"image on {node}", partial(docker.ensure_image, lay, p.user, host=host))
 

@@ -84,8 +84,8 @@ def prepare(layout: Layout, user: str) -> pwd.struct_passwd:
 def prepare_node(layout: Layout, pw: pwd.struct_passwd, node: str) -> None:
     """The runtime and data directories of ``pw``'s daemon on ``node`` (node networks)."""
     for d, mode in (
-        (layout.node_runtime_dir(pw.pw_name, node), 0o700),
-        (layout.node_docker_data(pw.pw_name, node), 0o755),
+        (layout.user_runtime_dir(pw.pw_name, node), 0o700),
+        (layout.docker_data(pw.pw_name, node), 0o755),
     ):
         d.mkdir(parents=True, exist_ok=True)
         os.chown(d, pw.pw_uid, pw.pw_gid)
@@ -94,17 +94,11 @@ def prepare_node(layout: Layout, pw: pwd.struct_passwd, node: str) -> None:
 
 def docker_host(layout: Layout, user: str, node: str | None = None) -> str:
     """``user``'s daemon: the sandbox's, or ``node``'s own (node networks)."""
-    if node is None:
-        return f"unix://{layout.docker_socket(user)}"
-    return f"unix://{layout.node_runtime_dir(user, node) / 'docker.sock'}"
+    return f"unix://{layout.docker_socket(user, node)}"
 
 
 def component(user: str, node: str | None = None) -> str:
     return f"dockerd-{user}" if node is None else f"dockerd-{user}@{node}"
-
-
-def _runtime_dir(layout: Layout, user: str, node: str | None) -> Path:
-    return layout.user_runtime_dir(user) if node is None else layout.node_runtime_dir(user, node)
 
 
 def daemon_env(layout: Layout, pw: pwd.struct_passwd, node: str | None = None) -> dict[str, str]:
@@ -113,7 +107,7 @@ def daemon_env(layout: Layout, pw: pwd.struct_passwd, node: str | None = None) -
         "HOME": pw.pw_dir,
         "USER": pw.pw_name,
         "LOGNAME": pw.pw_name,
-        "XDG_RUNTIME_DIR": str(_runtime_dir(layout, pw.pw_name, node)),
+        "XDG_RUNTIME_DIR": str(layout.user_runtime_dir(pw.pw_name, node)),
         # The stand-in hook must be on the daemon's PATH when it starts: that is what
         # makes dockerd accept `--gpus`.
         # A fetched Docker's programs come before the host's 20.10 ones.
@@ -145,11 +139,10 @@ def write_daemon_config(layout: Layout, user: str) -> list[str]:
 
 
 def daemon_argv(layout: Layout, user: str, node: str | None = None) -> list[str]:
-    data = layout.docker_data(user) if node is None else layout.node_docker_data(user, node)
     return [
         install_of(layout).rootless_script,
         "--iptables=false",
-        f"--data-root={data}",
+        f"--data-root={layout.docker_data(user, node)}",
         *write_daemon_config(layout, user),
         # acbslurm's runtime: it puts a job's container into the job's cgroups.
         f"--add-runtime={RUNTIME_NAME}={layout.oci_runtime}",
@@ -157,42 +150,27 @@ def daemon_argv(layout: Layout, user: str, node: str | None = None) -> list[str]
     ]
 
 
-def start(layout: Layout, pw: pwd.struct_passwd, marker: str) -> Proc:
-    log = layout.log_file(component(pw.pw_name))
-    p = spawn(
-        component(pw.pw_name),
-        daemon_argv(layout, pw.pw_name),
-        run_dir=layout.run,
-        log_file=log,
-        marker=marker,
-        env=daemon_env(layout, pw),
-        user=pw.pw_uid,
-        group=pw.pw_gid,
-        cwd=pw.pw_dir,
-    )
-    wait_for(
-        f"rootless dockerd of {pw.pw_name}",
-        lambda: ready(layout, pw.pw_name),
-        proc=p,
-        log_file=log,
-        timeout=60,
-        interval=0.3,
-    )
-    return p
-
-
-def start_on_node(
-    layout: Layout, params: Params, pw: pwd.struct_passwd, node: str, marker: str
+def start(
+    layout: Layout,
+    pw: pwd.struct_passwd,
+    marker: str,
+    node: str | None = None,
+    params: Params | None = None,
 ) -> Proc:
-    """``pw``'s daemon of ``node`` (node networks): its rootlesskit's network namespace
-    becomes the node's (nodenet.py), with the node's /etc/hosts."""
+    """``pw``'s daemon: the sandbox's, or ``node``'s (node networks, ``params`` the
+    sandbox's), whose rootlesskit's network namespace becomes the node's (nodenet.py),
+    with the node's /etc/hosts: root binds it, then drops to the user."""
     name = component(pw.pw_name, node)
     log = layout.log_file(name)
-    prepare_node(layout, pw, node)
-    hosts = nodenet.write_hosts(params, node)
-    argv = nodenet.daemon_argv(
-        node, hosts, pw.pw_uid, pw.pw_gid, daemon_argv(layout, pw.pw_name, node)
-    )
+    argv = daemon_argv(layout, pw.pw_name, node)
+    uid: int | None = pw.pw_uid
+    gid: int | None = pw.pw_gid
+    if node is not None:
+        assert params is not None, "a node's daemon needs the sandbox's parameters"
+        prepare_node(layout, pw, node)
+        hosts = nodenet.write_hosts(params, node)
+        argv = nodenet.daemon_argv(node, hosts, pw.pw_uid, pw.pw_gid, argv)
+        uid = gid = None
     p = spawn(
         name,
         argv,
@@ -200,19 +178,22 @@ def start_on_node(
         log_file=log,
         marker=marker,
         env=daemon_env(layout, pw, node),
+        user=uid,
+        group=gid,
         cwd=pw.pw_dir,
     )
     host = docker_host(layout, pw.pw_name, node)
     wait_for(
-        f"rootless dockerd of {pw.pw_name} on {node}",
+        f"rootless dockerd of {pw.pw_name}" + (f" on {node}" if node else ""),
         lambda: ready(layout, pw.pw_name, host),
         proc=p,
         log_file=log,
         timeout=60,
         interval=0.3,
     )
-    pid_file = layout.node_runtime_dir(pw.pw_name, node) / "docker.pid"
-    nodenet.attach(params, node, int(pid_file.read_text().strip()))
+    if node is not None and params is not None:
+        pid_file = layout.user_runtime_dir(pw.pw_name, node) / "docker.pid"
+        nodenet.attach(params, node, int(pid_file.read_text().strip()))
     return p
 
 
@@ -222,7 +203,7 @@ def stop_leftover_containerd(layout: Layout, user: str, node: str | None = None)
     The containerd-shims, and so the containers, are left alone."""
     import signal
 
-    config = str(_runtime_dir(layout, user, node) / "docker" / "containerd" / "containerd.toml")
+    config = str(layout.user_runtime_dir(user, node) / "docker" / "containerd" / "containerd.toml")
     killed = []
     for entry in Path("/proc").iterdir():
         if not is_ascii_int(entry.name):

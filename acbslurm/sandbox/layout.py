@@ -224,33 +224,26 @@ class Layout:
         """``slurmd``, or ``slurmd-<node>`` with several nodes (its pid file and log)."""
         return "slurmd" if params.nodes == 1 else f"slurmd-{node}"
 
-    def user_runtime_dir(self, user: str) -> Path:
-        return self.run / user
+    def user_runtime_dir(self, user: str, node: str | None = None) -> Path:
+        """``user``'s runtime directory (its daemon's socket and state): the sandbox's,
+        or, with node networks, ``node``'s, which the node's slurmd sees at the former."""
+        return self.run / (user if node is None else f"{user}@{node}")
 
-    def node_runtime_dir(self, user: str, node: str) -> Path:
-        """``user``'s runtime directory on ``node`` of a sandbox with node networks: its
-        daemon's socket and state; the node's slurmd sees it at ``user_runtime_dir``."""
-        return self.run / f"{user}@{node}"
-
-    def docker_socket(self, user: str) -> Path:
-        return self.user_runtime_dir(user) / "docker.sock"
+    def docker_socket(self, user: str, node: str | None = None) -> Path:
+        return self.user_runtime_dir(user, node) / "docker.sock"
 
     def longest_socket(self, user: str, node: str | None = None) -> Path:
         """The longest unix socket path the sandbox makes: rootless containerd's ttrpc
         socket under the user's runtime directory (``node``'s, with node networks)."""
-        run = self.user_runtime_dir(user) if node is None else self.node_runtime_dir(user, node)
-        return run / "docker" / "containerd" / "containerd.sock.ttrpc"
+        return self.user_runtime_dir(user, node) / "docker" / "containerd" / "containerd.sock.ttrpc"
 
     def docker_config(self, user: str) -> Path:
         """The daemon.json of ``user``'s daemon (``--config-file``): the sandbox's own,
         not ~/.config/docker/daemon.json, which other sandboxes of the same user share."""
         return self.etc / "docker" / f"daemon-{user}.json"
 
-    def docker_data(self, user: str) -> Path:
-        return self.state / "docker" / user
-
-    def node_docker_data(self, user: str, node: str) -> Path:
-        return self.state / "docker" / f"{user}@{node}"
+    def docker_data(self, user: str, node: str | None = None) -> Path:
+        return self.state / "docker" / (user if node is None else f"{user}@{node}")
 
     def log_file(self, name: str) -> Path:
         return self.log / f"{name}.log"

@@ -22,7 +22,6 @@ for every node, as on separate machines.
 
 from __future__ import annotations
 
-import contextlib
 import shutil
 from pathlib import Path
 
@@ -102,6 +101,12 @@ def _ip(*args: str) -> None:
         raise SetupError(f"`ip {' '.join(args)}` failed (exit {res.returncode}): {msg}")
 
 
+def _ip_if_there(*args: str) -> None:
+    """An ``ip`` removal of what may not be there (left by a killed sandbox, or gone
+    with its namespace): its failure is no error."""
+    proc.run(["ip", *args], check=False, timeout=30)
+
+
 def _link_exists(name: str) -> bool:
     return proc.run(["ip", "link", "show", name], check=False, timeout=30).returncode == 0
 
@@ -127,10 +132,8 @@ def attach(p: Params, node: str, pid: int) -> None:
     """Name ``pid``'s network namespace as ``node``'s and give it the node's interface
     and address on the bridge (the daemon's rootlesskit made the namespace)."""
     ns, veth = netns(p, node), _veth(p, node)
-    with contextlib.suppress(SetupError):
-        _ip("netns", "delete", ns)  # a namespace left by a killed sandbox
-    if _link_exists(veth):
-        _ip("link", "delete", veth)
+    _ip_if_there("netns", "delete", ns)
+    _ip_if_there("link", "delete", veth)
     _ip("netns", "attach", ns, str(pid))
     _ip("link", "add", veth, "type", "veth", "peer", "name", f"{veth}p")
     _ip("link", "set", f"{veth}p", "netns", ns)
@@ -168,7 +171,7 @@ def node_argv(layout: Layout, p: Params, node: str, argv: list[str]) -> list[str
     runtime directory as the node's."""
     binds = [
         (hosts_file(p, node), Path("/etc/hosts")),
-        (layout.node_runtime_dir(p.user, node), layout.user_runtime_dir(p.user)),
+        (layout.user_runtime_dir(p.user, node), layout.user_runtime_dir(p.user)),
     ]
     enter = ["nsenter", f"--net=/run/netns/{netns(p, node)}"]
     return [*enter, *_with_binds(node, binds, argv)]
@@ -176,11 +179,9 @@ def node_argv(layout: Layout, p: Params, node: str, argv: list[str]) -> list[str
 
 def teardown(p: Params) -> None:
     """The named namespaces (their bind mounts keep them alive), the interfaces and the
-    bridge; each only if there."""
+    bridge, those that are there."""
     for node in p.node_names:
-        proc.run(["ip", "netns", "delete", netns(p, node)], check=False, timeout=30)
+        _ip_if_there("netns", "delete", netns(p, node))
         shutil.rmtree(NETNS_ETC / netns(p, node), ignore_errors=True)
-        if _link_exists(_veth(p, node)):
-            proc.run(["ip", "link", "delete", _veth(p, node)], check=False, timeout=30)
-    if _link_exists(bridge(p)):
-        proc.run(["ip", "link", "delete", bridge(p)], check=False, timeout=30)
+        _ip_if_there("link", "delete", _veth(p, node))
+    _ip_if_there("link", "delete", bridge(p))

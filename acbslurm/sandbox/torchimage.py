@@ -20,7 +20,9 @@ from pathlib import Path
 
 from acbslurm import proc
 from acbslurm.errors import SetupError
+from acbslurm.sandbox import docker
 from acbslurm.sandbox.dockerbuild import MIRROR
+from acbslurm.sandbox.layout import Layout
 
 DEFAULT_CACHE = "/var/cache/acbslurm/images"
 CACHE_ENV = "ACBSLURM_IMAGE_CACHE"
@@ -155,27 +157,11 @@ def ensure_rootfs(progress: Callable[[str], None] = print) -> tuple[str, Path]:
     return image_name(torch_version), tar
 
 
-def import_into(docker_cli: str, host: str, name: str, tar: Path) -> None:
-    """``docker import`` the root file system as ``name`` unless the daemon has it."""
-    env = {"PATH": "/usr/bin:/bin", "HOME": "/root"}
-    have = proc.run(
-        [docker_cli, "-H", host, "image", "inspect", name], check=False, timeout=30, env=env
-    )
-    if have.returncode == 0:
+def import_into(layout: Layout, user: str, host: str, name: str, tar: Path) -> None:
+    """``docker import`` the root file system as ``name`` into ``user``'s daemon at
+    ``host`` unless it has it."""
+    if docker.has_image(layout, user, name, host):
         return
-    proc.run(
-        [
-            docker_cli,
-            "-H",
-            host,
-            "import",
-            "--change",
-            "ENV PATH=/usr/local/bin:/usr/bin:/bin",
-            "--change",
-            'CMD ["python3"]',
-            str(tar),
-            name,
-        ],
-        timeout=600,
-        env=env,
-    )
+    env_path = "ENV PATH=/usr/local/bin:/usr/bin:/bin"
+    change = ["--change", env_path, "--change", 'CMD ["python3"]']
+    docker.docker(layout, user, "import", *change, str(tar), name, timeout=600, host=host)

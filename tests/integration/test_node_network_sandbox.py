@@ -80,7 +80,7 @@ def torch_image(net: Sandbox) -> str:
     p = net.params
     for node in p.node_names:
         host = docker.docker_host(net.layout, p.user, node)
-        torchimage.import_into(p.docker.cli, host, name, tar)
+        torchimage.import_into(net.layout, p.user, host, name, tar)
     return name
 
 

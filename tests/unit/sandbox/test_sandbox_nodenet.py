@@ -91,7 +91,7 @@ def test_a_nodes_slurmd_runs_in_its_namespace_with_its_files_bound(tmp_path: Pat
         "login-2",
         "/etc/netns/acbs228-login-2/hosts",
         "/etc/hosts",
-        str(lay.node_runtime_dir("user1", "login-2")),
+        str(lay.user_runtime_dir("user1", "login-2")),
         str(lay.user_runtime_dir("user1")),
         "--",
         "/usr/sbin/slurmd",
