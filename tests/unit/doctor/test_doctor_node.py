@@ -35,8 +35,16 @@ def _serve_info(path: Path, info: dict[str, object]) -> Iterator[None]:
             conn.sendall(b"HTTP/1.0 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
             conn.close()
 
-    threading.Thread(target=answer, daemon=True).start()
+    thread = threading.Thread(target=answer, daemon=True)
+    thread.start()
     yield
+    # Shut down before closing, and wait for the thread: close() alone does not wake a
+    # blocked accept(), and the descriptor's number, reused by a later test's socket
+    # (tests/unit/container/test_signals.py's stand-in daemon), was accepted on and
+    # answered with this info.
+    srv.shutdown(socket.SHUT_RDWR)
+    thread.join(5)
+    assert not thread.is_alive()
     srv.close()
 
 
