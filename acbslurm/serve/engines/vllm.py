@@ -62,6 +62,9 @@ FALLBACK_TEMPLATE = (
 LOG_TAIL = 40  # lines of the server's log quoted when it fails
 CONNECT_TIMEOUT = 10.0  # s: a server that does not take a connection on its socket is stuck
 PROGRESS_EVERY = 1.0  # s between looks at the server's token counters while it computes
+# s the worker of a server that died may spend on its clean-up (the session's other
+# processes killed and waited for: 5 s at most, then its shared memory) before it exits
+DEATH_CLEANUP_S = 15.0
 # The counters whose growth is progress (the gateway's heartbeat): tokens prefilled and
 # decoded, summed over the server's label sets.
 PROGRESS_COUNTERS = (b"vllm:generation_tokens_total", b"vllm:prompt_tokens_total")
@@ -620,6 +623,11 @@ class VllmWorker(Worker):
 
     def server_died(self, code: int) -> None:
         log.error("model %s: vLLM exited (%s):\n%s", self.spec.name, code, self.server.log_tail())
+        # The worker goes whatever the clean-up meets: until it exits, its model's
+        # requests reach a dead server, and no heartbeat notices an idle worker.
+        deadline = threading.Timer(DEATH_CLEANUP_S, os._exit, (EXIT_THREAD,))
+        deadline.daemon = True
+        deadline.start()
         self.server.stop()
         for h in logging.getLogger().handlers:
             h.flush()

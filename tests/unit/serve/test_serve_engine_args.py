@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -12,6 +14,7 @@ import pytest
 from acbslurm.serve.engines.vllm import VllmServer, default_python
 from acbslurm.serve.errors import PoolError
 from acbslurm.serve.pool import ModelSpec, load_pool_text
+from acbslurm.serve.worker import EXIT_THREAD
 
 
 def _pool(model: str, extra: str = "") -> str:
@@ -197,3 +200,23 @@ def test_worker_module() -> None:
 
     assert worker_module("vllm") == "acbslurm.serve.engines.vllm"
     assert worker_module("builtin") == "acbslurm.serve.engines.builtin.worker"
+
+
+def test_a_worker_whose_dead_servers_clean_up_hangs_still_exits(tmp_path: Path) -> None:
+    """The server died and stopping what is left of it hangs (here: forever): the worker
+    exits anyway, with the code the gateway restarts it on, once its clean-up time is
+    up; it never lingers with a dead server behind it."""
+    code = f"""
+import threading, time
+from types import SimpleNamespace
+from acbslurm.serve.engines import vllm
+vllm.DEATH_CLEANUP_S = 0.5
+server = SimpleNamespace(log_tail=lambda: "tail", stop=lambda: threading.Event().wait())
+me = SimpleNamespace(spec=SimpleNamespace(name="m"), server=server)
+open({str(tmp_path / "started")!r}, "w").close()
+vllm.VllmWorker.server_died(me, -9)
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert (tmp_path / "started").exists(), r.stderr
+    assert r.returncode == EXIT_THREAD, (r.returncode, r.stderr)
+    assert "model m: vLLM exited (-9)" in r.stderr
