@@ -29,6 +29,9 @@ from acbslurm.sandbox.layout import default_port_base
 
 SANDBOX_GPUS = 2
 
+# The processes the tests start are measured too, under --cov (processcoverage.py).
+pytest_plugins = ["processcoverage"]
+
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:

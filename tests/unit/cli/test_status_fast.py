@@ -15,6 +15,7 @@ from click.testing import CliRunner
 from fake_slurm import FakeSlurm
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from processcoverage import UNMEASURED
 
 import acbslurm.cli.jobs as jobs_cli
 from acbslurm.cli.status_fast import parse
@@ -113,7 +114,7 @@ def entry(fake: FakeSlurm, tmp_path: Path, *argv: str) -> subprocess.CompletedPr
         """
     return subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)],
-        env=env,
+        env={**env, **UNMEASURED},  # the imports are the entry's own
         capture_output=True,
         text=True,
         timeout=60,

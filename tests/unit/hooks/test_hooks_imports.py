@@ -15,6 +15,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+from processcoverage import UNMEASURED
+
 from acbslurm.gpu.inventory import GpuInfo, write_static
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -56,6 +58,7 @@ def test_the_hooks_import_nothing_slow(tmp_path: Path) -> None:
             "PATH": str(tmp_path),
             "PYTHONPATH": str(ROOT),
             "ACBSLURM_CONFIG": str(tmp_path / "settings.json"),
+            **UNMEASURED,
         },
         capture_output=True,
         text=True,
