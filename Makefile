@@ -54,8 +54,10 @@ integration: setup
 # (the hooks slurmd runs, the commands the sandbox's users run, `acbslurm run` in a job,
 # the broker, the pool's workers: tests/processcoverage.py), combined. The floor only
 # rises (tests/unit/test_coverage_floor.py holds it to the highest it has been in this
-# file's history): raise it when the figure is a point above.
-COV_FLOOR ?= 83
+# file's history): raise it when the figure is a point above. Measured on the default
+# leg from a clean clone: 91.1% with 1798 processes (83.7-84.1% when only the test
+# process counted).
+COV_FLOOR ?= 90
 test: lint
 	$(BIN)/pytest tests -q --cov=acbslurm --cov-report=term:skip-covered --cov-fail-under=$(COV_FLOOR)
 

@@ -119,6 +119,7 @@ class Progress(TypedDict):
 class Server(TypedDict):
     type: Literal["server"]
     pid: int
+    shm: list[str]  # its /dev/shm files, for the gateway to remove if it kills it
 
 
 class Lease(TypedDict):

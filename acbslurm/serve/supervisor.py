@@ -52,6 +52,9 @@ from acbslurm.usagebook import Book
 log = logging.getLogger(__name__)
 
 EXIT_REFUSED = 3
+# s a worker may outlive its vLLM server: one exits on its own within 15 s of its
+# server's death (engines/vllm.py's DEATH_CLEANUP_S); past this, the gateway kills it.
+SERVER_GONE_GRACE = 20.0
 STATS_COUNTERS = (
     "gpu_wait_seconds",
     "turns",
@@ -136,6 +139,7 @@ class WorkerHandle:
         self.busy = False
         self.progress = 0.0
         self.server_pid = 0
+        self.server_shm: set[str] = set()  # its shared memory files, as its worker saw them
         self.hangs = 0
         # Who used the model's leases (usagebook): the gateway's book, one per pool, and
         # the lease the worker computes in now (devices, granted), from its busy message.
@@ -211,7 +215,7 @@ class WorkerHandle:
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
             return await proc.wait()
-        self.busy, self.server_pid = False, 0
+        self.busy, self.server_pid, self.server_shm = False, 0, set()
         watchdog = asyncio.get_running_loop().create_task(self._watchdog(proc))
         try:
             await self._read(reader)
@@ -255,14 +259,50 @@ class WorkerHandle:
 
     async def _watchdog(self, proc: asyncio.subprocess.Process) -> None:
         """Declare the worker hung once its turn has made no progress for
-        ``hang_timeout`` seconds (``_hung``)."""
+        ``hang_timeout`` seconds (``_hung``); kill one that outlives its vLLM server by
+        ``SERVER_GONE_GRACE`` seconds (``_orphaned``), busy or not: an idle worker
+        whose server died sends nothing, and its model's requests would reach a dead
+        server until it exits."""
         step = min(1.0, self.hang_timeout / 4)
+        server_gone: float | None = None
         while True:
             await asyncio.sleep(step)
-            quiet = time.monotonic() - self.progress
+            now = time.monotonic()
+            quiet = now - self.progress
             if self.busy and quiet > self.hang_timeout and proc.returncode is None:
                 await self._hung(proc, quiet)
                 return
+            if self.server_pid and procs.ended(self.server_pid):
+                server_gone = server_gone or now
+                if now - server_gone > SERVER_GONE_GRACE and proc.returncode is None:
+                    await self._orphaned(proc, now - server_gone)
+                    return
+
+    async def _orphaned(self, proc: asyncio.subprocess.Process, since: float) -> None:
+        """The worker's vLLM server ended ``since`` seconds ago and the worker did not
+        exit: what is left of the server's session and the worker are killed, the
+        server's shared memory files removed; the supervisor then restarts the worker
+        (its requests get 503 as the connection closes)."""
+        name, pid = self.spec.name, self.server_pid
+        self.reason = (
+            f"model {name}: its vLLM server (pid {pid}) ended {since:.0f} s ago and its "
+            "worker did not exit; killed, restarting"
+        )
+        log.error(
+            "model %s: worker pid %d outlived its vLLM server (pid %d) by %.0f s; "
+            "killing it and restarting",
+            name,
+            proc.pid,
+            pid,
+            since,
+        )
+        self.state = "restarting"
+        shm = await asyncio.to_thread(procs.kill_session, pid)
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        # Its processes may all be gone (nothing left to read them from): the files its
+        # worker reported too.
+        procs.remove_shm(shm | self.server_shm)
 
     async def _hung(self, proc: asyncio.subprocess.Process, quiet: float) -> None:
         """Fail the model's requests (504), kill its server's session and its worker (the
@@ -299,8 +339,8 @@ class WorkerHandle:
                 await asyncio.wait_for(proc.wait(), 5)
         with contextlib.suppress(ProcessLookupError):
             proc.kill()
-        if shm:
-            procs.remove_shm(shm)
+        if sid:
+            procs.remove_shm(shm | self.server_shm)
 
     def _beat(self, kind: Any, msg: dict[str, Any]) -> bool:
         """Any message is progress; True when it was one of the heartbeat's own."""
@@ -311,6 +351,7 @@ class WorkerHandle:
                 self._lease_open = (len(msg.get("devices", ())), float(msg["granted"]))
         elif kind == "server":
             self.server_pid = int(msg.get("pid", 0))
+            self.server_shm = {str(f) for f in msg.get("shm", ())}
         return kind in ("busy", "progress", "server")
 
     async def _handle(self, msg: dict[str, Any]) -> None:

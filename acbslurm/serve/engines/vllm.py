@@ -586,7 +586,9 @@ class VllmWorker(Worker):
             self.pin = lease.device_ids  # a sleeping server cannot move
             self.server.remember_shm()
             assert self.server.proc is not None
-            self.send({"type": "server", "pid": self.server.proc.pid})
+            self.send(
+                {"type": "server", "pid": self.server.proc.pid, "shm": sorted(self.server.shm)}
+            )
             resident = dict.fromkeys(lease.device_ids, self.footprint())
         finally:
             self.client.release(lease, resident=resident)
