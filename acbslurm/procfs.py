@@ -3,7 +3,8 @@ moment between listing and reading, so every read answers "nothing" rather than 
 
 Shared by ``hooks/orphans.py`` (the epilog's sweep of a job's leftover processes),
 ``container/membership.py`` (is this process really in job N?), ``container/launch.py``
-(is the Docker daemon still stopping?) and the sandbox's process table.
+(is the Docker daemon still stopping?), the sandbox's process table and the pool's
+gateway (has a model's vLLM server ended?).
 """
 
 from __future__ import annotations

@@ -29,15 +29,6 @@ def _stat_fields(pid: int) -> list[str]:
     return stat.rsplit(")", 1)[1].split()
 
 
-def ended(pid: int) -> bool:
-    """Whether process ``pid`` has ended: no such process, or a zombie its parent has
-    not reaped yet."""
-    try:
-        return _stat_fields(pid)[0] in ("Z", "X")
-    except (OSError, IndexError):
-        return True
-
-
 def session_pids(sid: int) -> set[int]:
     """The live (not zombie) processes of session ``sid``."""
     out: set[int] = set()

@@ -41,6 +41,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+from acbslurm import procfs
 from acbslurm.serve import procs
 from acbslurm.serve.engines import engine_kind
 from acbslurm.serve.keys import NO_KEY
@@ -272,7 +273,7 @@ class WorkerHandle:
             if self.busy and quiet > self.hang_timeout and proc.returncode is None:
                 await self._hung(proc, quiet)
                 return
-            if self.server_pid and procs.ended(self.server_pid):
+            if self.server_pid and not procfs.running(self.server_pid):
                 server_gone = server_gone or now
                 if now - server_gone > SERVER_GONE_GRACE and proc.returncode is None:
                     await self._orphaned(proc, now - server_gone)
@@ -297,12 +298,7 @@ class WorkerHandle:
             since,
         )
         self.state = "restarting"
-        shm = await asyncio.to_thread(procs.kill_session, pid)
-        with contextlib.suppress(ProcessLookupError):
-            proc.kill()
-        # Its processes may all be gone (nothing left to read them from): the files its
-        # worker reported too.
-        procs.remove_shm(shm | self.server_shm)
+        await self._kill_server_and_worker(proc, patience=0)
 
     async def _hung(self, proc: asyncio.subprocess.Process, quiet: float) -> None:
         """Fail the model's requests (504), kill its server's session and its worker (the
@@ -328,19 +324,28 @@ class WorkerHandle:
         self.state = "restarting"
         self.busy = False
         self._fail_all(504, self.reason, code="model_hung")
+        # The worker sees its server die, removes the server's folder and exits; one
+        # that does not (itself hung) is killed.
+        await self._kill_server_and_worker(proc, patience=5)
+
+    async def _kill_server_and_worker(
+        self, proc: asyncio.subprocess.Process, patience: float
+    ) -> None:
+        """SIGKILL to the vLLM server's session (first: the server is the worker's
+        child, so its pid is still its own), up to ``patience`` seconds for the worker
+        to exit, SIGKILL to the worker; then the server's shared memory files are
+        removed: those its processes held, and those its worker reported (its
+        processes may all be gone, with nothing left to read them from)."""
         sid = self.server_pid
         shm: set[str] = set()
         if sid:
-            # Before the worker: the server is its child, so its pid is still its own.
-            shm = await asyncio.to_thread(procs.kill_session, sid)
-            # The worker sees its server die, removes the server's folder and exits;
-            # one that does not (itself hung) is killed.
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(proc.wait(), 5)
+            shm = await asyncio.to_thread(procs.kill_session, sid) | self.server_shm
+            if patience:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(proc.wait(), patience)
         with contextlib.suppress(ProcessLookupError):
             proc.kill()
-        if sid:
-            procs.remove_shm(shm | self.server_shm)
+        procs.remove_shm(shm)
 
     def _beat(self, kind: Any, msg: dict[str, Any]) -> bool:
         """Any message is progress; True when it was one of the heartbeat's own."""
