@@ -83,11 +83,9 @@ def _data_dir(config: pytest.Config) -> Path | None:
     return Path(cov.config.data_file).resolve().parent
 
 
-@contextlib.contextmanager
-def measured_processes(data_dir: Path) -> Iterator[list[int]]:
-    """While inside: every process of this environment's Python is measured; at the
-    end, their data files are moved into ``data_dir`` (pytest-cov's, which it combines
-    from ``.coverage.*``), and how many there were is appended to the list yielded."""
+def _install() -> Path:
+    """From now on every process of this environment's Python is measured: the
+    configuration, the folder its data goes to, and the ``.pth`` file (returned)."""
     shutil.rmtree(FOLDER, ignore_errors=True)  # a killed run's leftovers
     FOLDER.mkdir()
     FOLDER.chmod(0o1777)  # root's hooks and every user's commands write here
@@ -102,18 +100,18 @@ def measured_processes(data_dir: Path) -> Iterator[list[int]]:
         f"os.path.exists({str(RC)!r}) and os.path.exists({alive!r}) and "
         f"os.environ.setdefault('COVERAGE_PROCESS_START', {str(RC)!r})\n"
     )
-    counted: list[int] = []
-    try:
-        yield counted
-    finally:
-        pth.unlink(missing_ok=True)
-        RC.unlink(missing_ok=True)  # a process that starts now is not measured
-        moved = 0
-        for f in FOLDER.glob(".coverage.*"):
-            with contextlib.suppress(OSError):
-                shutil.move(str(f), data_dir / f".coverage.process-{f.name[len('.coverage.') :]}")
-                moved += 1
-        counted.append(moved)
+    return pth
+
+
+def _collect(data_dir: Path) -> int:
+    """Move the processes' data files into ``data_dir`` (pytest-cov's, which it
+    combines from ``.coverage.*``); how many there were."""
+    moved = 0
+    for f in FOLDER.glob(".coverage.*"):
+        with contextlib.suppress(OSError):
+            shutil.move(str(f), data_dir / f".coverage.process-{f.name[len('.coverage.') :]}")
+            moved += 1
+    return moved
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -122,9 +120,13 @@ def _process_coverage(request: pytest.FixtureRequest) -> Iterator[None]:
     if data_dir is None:  # no --cov
         yield
         return
-    with measured_processes(data_dir) as counted:
+    pth = _install()
+    try:
         yield
-    request.config.stash[MEASURED] = counted[0]
+    finally:
+        pth.unlink(missing_ok=True)
+        RC.unlink(missing_ok=True)  # a process that starts now is not measured
+        request.config.stash[MEASURED] = _collect(data_dir)
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
