@@ -16,22 +16,22 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, fields, replace
 
 from acbslurm.errors import ConfigError, short_repr
 from acbslurm.units import finite_float, is_ascii_int
 from acbslurm.userfiles import SETTINGS_LIMIT, read_user_text
+from acbslurm.values import field_names, frozen, replace
 
 # On the hook path: no typing at run time (tests/unit/hooks/test_hooks_imports.py).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Collection, Mapping
     from typing import Any
 
 DEFAULT_CONFIG_FILE = "/etc/acbslurm/acbslurm.yaml"
 
 
-@dataclass(frozen=True)
+@frozen
 class Settings:
     # GPUs: a static inventory file (sandbox, sites without NVML); empty -> NVML.
     gpu_inventory: str = ""
@@ -140,7 +140,7 @@ def _file_values(p: str, settings: Settings) -> dict[str, Any]:
     data = _parse(p)
     if not isinstance(data, dict):
         raise ConfigError(f"{p}: must be a mapping of settings")
-    known = {f.name for f in fields(Settings)}
+    known = set(field_names(Settings))
     values: dict[str, Any] = {}
     for key, raw in data.items():
         if key not in known:
@@ -169,7 +169,7 @@ def _fill_node(values: dict[str, Any]) -> None:
 def load_settings(path: str | None = None, **overrides: Any) -> Settings:
     """Settings from packaged defaults, the file, the environment, then ``overrides``."""
     settings = Settings()
-    known = {f.name: f for f in fields(Settings)}
+    known = field_names(Settings)
     values = _file_layer(path, settings)
     values.update(_env_layer(known, settings))
     values.update(_override_layer(overrides, known, settings))
@@ -193,7 +193,7 @@ def _file_layer(path: str | None, settings: Settings) -> dict[str, Any]:
     return values
 
 
-def _env_layer(known: Mapping[str, Any], settings: Settings) -> dict[str, Any]:
+def _env_layer(known: Collection[str], settings: Settings) -> dict[str, Any]:
     """The values of the ``ACBSLURM_<SETTING>`` variables set."""
     values: dict[str, Any] = {}
     for key in known:
@@ -204,7 +204,7 @@ def _env_layer(known: Mapping[str, Any], settings: Settings) -> dict[str, Any]:
 
 
 def _override_layer(
-    overrides: Mapping[str, Any], known: Mapping[str, Any], settings: Settings
+    overrides: Mapping[str, Any], known: Collection[str], settings: Settings
 ) -> dict[str, Any]:
     """The values given to ``load_settings`` (None: not given)."""
     values: dict[str, Any] = {}

@@ -10,7 +10,7 @@ lists.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from acbslurm.values import frozen
 
 # On the hook path: no typing at run time (tests/unit/hooks/test_hooks_imports.py).
 TYPE_CHECKING = False
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterable
 
 
-@dataclass(frozen=True)
+@frozen
 class Gpu:
     """``uuid`` is what Docker and CUDA are given (``GPU-...``, or ``MIG-...``)."""
 

@@ -17,10 +17,10 @@ import json
 import os
 import re
 import stat
-from dataclasses import asdict, dataclass
 
 from acbslurm.errors import ConfigError
 from acbslurm.gpuvalue import Gpu, from_lists
+from acbslurm.values import as_dict, frozen
 
 # On the hook path: no typing at run time (tests/unit/hooks/test_hooks_imports.py).
 TYPE_CHECKING = False
@@ -38,7 +38,7 @@ USER_LABEL = "acbslurm.user"
 RECORD_VERSION = 2
 
 
-@dataclass(frozen=True)
+@frozen
 class JobRecord:
     job_id: str
     user: str
@@ -62,7 +62,7 @@ class JobRecord:
 
     def as_json(self) -> dict[str, Any]:
         """What ``write_record`` writes (``RECORD_VERSION``)."""
-        out = asdict(self)
+        out = as_dict(self)
         out["gpus"] = [g.as_json() for g in self.gpus]
         return {"version": RECORD_VERSION, **out}
 

@@ -27,10 +27,11 @@ import os
 import re
 import stat
 from collections.abc import Sequence
-from dataclasses import dataclass
+
+from acbslurm.values import frozen
 
 
-@dataclass(frozen=True)
+@frozen
 class Mount:
     """A bind mount of a job's container: a job spec's ``mounts`` entry, and what
     `acbslurm run --mount` hands Docker (its source resolved and checked there)."""

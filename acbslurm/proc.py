@@ -11,9 +11,9 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 
 from acbslurm.errors import CommandError
+from acbslurm.values import frozen
 
 # On the hook path: no typing at run time (tests/unit/hooks/test_hooks_imports.py).
 TYPE_CHECKING = False
@@ -29,7 +29,7 @@ def _debug(msg: str, *args: object) -> None:
         logging.getLogger(__name__).debug(msg, *args)
 
 
-@dataclass(frozen=True)
+@frozen
 class Result:
     argv: list[str]
     returncode: int
@@ -37,7 +37,7 @@ class Result:
     stderr: str
 
 
-@dataclass(frozen=True)
+@frozen
 class Watchdog:
     """Asked once, when a command has run ``after`` seconds: a reason to stop it now
     ("" lets it run on to its timeout). A Slurm query whose controller is down spends

@@ -58,7 +58,9 @@ def wrappers_for(libexec: Path, checkout: Path, config: Path) -> Path:
         subprocess.run(
             [sys.executable, "-c", "import sys, json, dataclasses; sys.path.insert(0, sys.argv[1]);"
              " from acbslurm.config import Settings;"
-             " print(json.dumps([f.name for f in dataclasses.fields(Settings)]))", str(checkout)],
+             " names = getattr(Settings, '__value_fields__', None);"  # acbslurm.values (now)
+             " names = names or dataclasses.fields(Settings);"  # a checkout from before it
+             " print(json.dumps([f.name for f in names]))", str(checkout)],
             check=True, capture_output=True, text=True,
         ).stdout
     )  # fmt: skip

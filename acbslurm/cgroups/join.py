@@ -34,18 +34,18 @@ import fcntl
 import os
 import struct
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from acbslurm.cgroups.membership import ROOT, Membership, memberships, mount_points, procs_file
 from acbslurm.errors import CgroupJoinError
 from acbslurm.procfs import read_bytes, real_uid, start_time, stepd_job_of_ancestors
 from acbslurm.units import is_ascii_int
+from acbslurm.values import frozen
 
 # ioctl(2) on a namespace file: the uid that owns a user namespace (linux/nsfs.h).
 NS_GET_OWNER_UID = 0xB704
 
 
-@dataclass(frozen=True)
+@frozen
 class Joined:
     """What a join did: the cgroup.procs files the container's pid was written to."""
 

@@ -10,15 +10,15 @@ moves anything: ``join.py`` does, after its checks.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 
 from acbslurm.procfs import read_bytes
 from acbslurm.units import is_ascii_int
+from acbslurm.values import frozen
 
 ROOT = "/"
 
 
-@dataclass(frozen=True)
+@frozen
 class Membership:
     """One line of /proc/PID/cgroup: the hierarchy's id, its controllers (``memory``;
     ``""`` for v2's unified one) and the process's path in it."""

@@ -18,7 +18,6 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Sequence
-from dataclasses import dataclass, field
 
 from acbslurm.cgroups.names import RUN_PID_ENV, RUNTIME_NAME, SOCKET_ENV
 from acbslurm.container import ports
@@ -27,7 +26,6 @@ from acbslurm.container.patience import Patience, run_pending_handlers
 from acbslurm.container.probe import InfoProbe
 from acbslurm.container.signals import HANDLED, STOP_SIGNALS, Relay
 from acbslurm.container.streams import Pump, copy_stdin, raw_terminal, start_thread, tell
-from acbslurm.dockerapi.daemon import start_hint
 from acbslurm.dockerapi.engine import (
     Conflict,
     DaemonGone,
@@ -46,6 +44,7 @@ from acbslurm.jobrecord import JOB_LABEL, USER_LABEL
 from acbslurm.mountrules import Mount
 from acbslurm.procfs import running
 from acbslurm.units import is_ascii_int
+from acbslurm.values import field, frozen
 
 # On `acbslurm run`'s path: no typing at run time (tests/unit/cli/test_run_fast.py).
 TYPE_CHECKING = False
@@ -53,11 +52,15 @@ if TYPE_CHECKING:
     from typing import Any
 
 
+class ImageMissing(DockerError):
+    """The create found no such image in the daemon (nothing was created)."""
+
+
 # The label naming one `acbslurm run`'s container (its LaunchSpec.run_token).
 RUN_LABEL = "acbslurm.run"
 
 
-@dataclass(frozen=True)
+@frozen
 class LaunchSpec:
     image: str
     command: list[str]
@@ -226,9 +229,11 @@ def _create(
             config = container_config(spec, False, cdi_ids)
             return _create_once(api, spec.name, config, patience), False
     except DaemonUnreachable:
+        from acbslurm.dockerapi.daemon import start_hint
+
         raise SetupError(start_hint(api.host)) from None
     except ImageNotFound:
-        raise DockerError(
+        raise ImageMissing(
             f"image {spec.image!r} is not in your Docker daemon: `docker pull` or "
             "`docker load` it first"
         ) from None

@@ -10,7 +10,6 @@ import math
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 
 from acbslurm.envrules import env_problem
 from acbslurm.errors import ConfigError, GpuMappingError, SetupError
@@ -30,6 +29,7 @@ from acbslurm.runrules import (
     ulimit,
 )
 from acbslurm.units import size_bytes
+from acbslurm.values import frozen
 
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -186,7 +186,7 @@ def _by_index(index: str, given: Sequence[Gpu], job_id: str) -> Gpu:
     return given[i]
 
 
-@dataclass(frozen=True)
+@frozen
 class Limits:
     nano_cpus: int = 0  # 0: none
     mem_bytes: int = 0  # 0: none
@@ -257,7 +257,7 @@ REFUSED: dict[str, str] = {
 }
 
 
-@dataclass(frozen=True)
+@frozen
 class Publish:
     """``-p [IP:][HOST:]CONTAINER[/PROTO]``: a node's port to the container's."""
 
@@ -327,7 +327,7 @@ def port_free(p: Publish) -> bool:
     return True
 
 
-@dataclass(frozen=True)
+@frozen
 class Ulimit:
     """``--ulimit NAME=SOFT[:HARD]``: one of the container's resource limits (-1: none)."""
 
@@ -370,7 +370,7 @@ def parse_ulimits(
     return list(out.values())
 
 
-@dataclass(frozen=True)
+@frozen
 class Device:
     """``--device HOST[:CONTAINER][:PERMS]``: a device file the site lists."""
 

@@ -89,9 +89,11 @@ class InfoProbe:
         Waits for /info: which request to send depends on it."""
         if not gpus:
             return []
-        from acbslurm.dockerapi import cdi  # not before the thread: it imports dataclasses
-
         self.thread.join(timeout=10)
+        if not self.info.get("CDISpecDirs"):
+            return []  # no CDI (Docker 20.10 never has it): its module is not imported
+        from acbslurm.dockerapi import cdi
+
         dirs = cdi.spec_dirs(self.info)
         if not dirs:
             return []

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass
 
 from acbslurm.config import DEFAULT_CONFIG_FILE, Settings, load_settings, this_node
 from acbslurm.container.job_env import job_env
@@ -45,10 +44,13 @@ from acbslurm.mountrules import Mount
 from acbslurm.runrules import requeue_exit
 from acbslurm.units import is_ascii_int
 from acbslurm.userfiles import ENV_FILE_LIMIT, read_user_text
+from acbslurm.values import frozen
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from acbslurm.container.launch import LaunchSpec
     from acbslurm.container.probe import InfoProbe
+    from acbslurm.dockerapi.engine import EngineApi
 
 OUTSIDE_A_JOB = (
     "acbslurm: not inside a Slurm job (no SLURM_JOB_ID): the container runs with no GPUs "
@@ -56,7 +58,7 @@ OUTSIDE_A_JOB = (
 )
 
 
-@dataclass(frozen=True)
+@frozen
 class RunArgs:
     image: str
     command: tuple[str, ...] = ()
@@ -208,13 +210,13 @@ def _network(args: RunArgs, host: str) -> str | None:
     else the node's network for a step on several nodes where the daemon has it (the
     ranks then reach each other as processes of the nodes would; not with ``-p`` or
     ``--hostname``, which the host network has no use for), else Docker's own."""
-    from acbslurm.container.streams import tell
-    from acbslurm.dockerapi.netns import shares_node_network
-
     asked = args.network
     nodes = _step_nodes()
     if asked != "host" and not _may_take_the_nodes_network(args, nodes):
         return asked
+    from acbslurm.container.streams import tell
+    from acbslurm.dockerapi.netns import shares_node_network
+
     shares = shares_node_network(host)
     if asked == "host":
         if shares is False:
@@ -346,8 +348,7 @@ def execute(args: RunArgs, early: InfoProbe | None = None) -> int:
     if gpus and job_id is not None:
         _check_in_job(job_id)
 
-    from acbslurm.container.launch import LaunchSpec, command_of, run_container
-    from acbslurm.container.pull import ensure_image
+    from acbslurm.container.launch import LaunchSpec, command_of
     from acbslurm.container.streams import tell
 
     spec = LaunchSpec(
@@ -378,5 +379,26 @@ def execute(args: RunArgs, early: InfoProbe | None = None) -> int:
     if job_id is None:
         tell(OUTSIDE_A_JOB)
     sys.stdout.flush()
-    ensure_image(api, args.image, args.pull)
-    return _requeue_if_asked(args, run_container(api, spec, probe=probe), job_id)
+    return _requeue_if_asked(args, _run(api, spec, args.pull, probe), job_id)
+
+
+def _run(api: EngineApi, spec: LaunchSpec, pull: str, probe: InfoProbe) -> int:
+    """The container run under the pull policy. The image is not looked up first: the
+    create says when it is missing (then it is pulled, or the policy says why not, and
+    the create is asked again), as `docker run` does; a look-up first would be one more
+    round trip on every start (bench/run_bench.py)."""
+    from acbslurm.container.launch import ImageMissing, run_container
+
+    if pull == "always":
+        from acbslurm.container.pull import ensure_image
+
+        ensure_image(api, spec.image, pull)
+    try:
+        return run_container(api, spec, probe=probe)
+    except ImageMissing:
+        if pull == "always":
+            raise
+    from acbslurm.container.pull import ensure_image
+
+    ensure_image(api, spec.image, pull)  # pulls it, or says why not (never)
+    return run_container(api, spec, probe=probe)

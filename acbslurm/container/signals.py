@@ -39,7 +39,6 @@ import time
 from collections.abc import Callable
 from types import FrameType
 
-from acbslurm.container.freeze import resume, signal_tree
 from acbslurm.container.streams import tell
 from acbslurm.dockerapi.engine import EngineApi, EngineError
 from acbslurm.errors import DockerError
@@ -246,6 +245,8 @@ class Relay:
 
     def _stop_processes(self, why: EngineError) -> None:
         """SIGSTOP to the container's processes where the daemon cannot pause it."""
+        from acbslurm.container.freeze import signal_tree  # a suspend's only
+
         took, refused = signal_tree(self.pid, signal.SIGSTOP) if self.pid else ([], 0)
         if not took:
             _say(f"the job was suspended but the container could not be paused: {why}")
@@ -264,6 +265,8 @@ class Relay:
 
     def _unpause(self) -> None:
         if self.stopped:
+            from acbslurm.container.freeze import resume
+
             resume(self.stopped)
             self.stopped = []
             self.paused = False

@@ -13,13 +13,11 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-import termios
 import threading
-import tty
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 
 from acbslurm.dockerapi.engine import AttachStream
+from acbslurm.values import field, mutable
 
 # On `acbslurm run`'s path: no typing at run time (tests/unit/cli/test_run_fast.py).
 TYPE_CHECKING = False
@@ -27,7 +25,7 @@ if TYPE_CHECKING:
     from typing import BinaryIO
 
 
-@dataclass
+@mutable
 class Lost:
     """What a failed stream did not get."""
 
@@ -37,7 +35,7 @@ class Lost:
     dropped: int = 0
 
 
-@dataclass
+@mutable
 class Pump:
     """Copies the attach stream's frames, in the order they came, to stdout/stderr."""
 
@@ -133,6 +131,9 @@ def raw_terminal(wanted: bool) -> Iterator[None]:
     if not (wanted and os.isatty(0)):
         yield
         return
+    import termios  # here: only `-it` needs them, and every start imports this module
+    import tty
+
     saved = termios.tcgetattr(0)
     # TCSANOW: what was typed before the container was up stays queued for it (the
     # default, TCSAFLUSH, discarded it; `docker run -it` keeps it too)

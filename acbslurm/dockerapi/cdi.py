@@ -13,10 +13,10 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 
 from acbslurm.errors import ConfigError
 from acbslurm.userfiles import MIB, read_user_text
+from acbslurm.values import field, mutable
 
 # On `acbslurm run`'s path: no typing at run time (tests/unit/cli/test_run_fast.py).
 TYPE_CHECKING = False
@@ -38,7 +38,7 @@ def spec_dirs(info: Mapping[str, Any]) -> list[str]:
     return [str(d) for d in dirs] if isinstance(dirs, list) else []
 
 
-@dataclass
+@mutable
 class Spec:
     path: str
     kind: str

@@ -13,7 +13,8 @@ base entries alone back into a plain mode (no xattr left).
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
+
+from acbslurm.values import frozen
 
 XATTR = "system.posix_acl_access"
 VERSION = 2
@@ -34,7 +35,7 @@ class AclError(ValueError):
     """Bytes that are not an access ACL this module can rewrite."""
 
 
-@dataclass(frozen=True)
+@frozen
 class Acl:
     """An access ACL: the mode's three classes plus named users and groups (id -> perm)."""
 

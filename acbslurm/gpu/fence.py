@@ -21,12 +21,12 @@ import errno
 import os
 import re
 import stat
-from dataclasses import dataclass, field
 
 from acbslurm.errors import AcbslurmError
 from acbslurm.gpu.acl import XATTR, Acl, AclError, decode, encode, from_mode
 from acbslurm.gpuvalue import minors as known_minors
 from acbslurm.jobrecord import JOB_ID, JobRecord, read_trusted_record
+from acbslurm.values import field, mutable
 
 # On the hook path: no typing at run time (tests/unit/hooks/test_hooks_imports.py).
 TYPE_CHECKING = False
@@ -149,7 +149,7 @@ def slurm_running_jobs(node: str, bin_dir: str, timeout: float = 5.0) -> set[str
     return jobs
 
 
-@dataclass
+@mutable
 class Liveness:
     """Decides which records still hold their GPUs: ``keep`` (the prolog's own job)
     always, ``drop`` (the epilog's) never, a job with a slurmstepd here yes; the rest
@@ -213,7 +213,7 @@ def write_acl(path: str, acl: Acl) -> None:
     os.setxattr(path, XATTR, encode(acl), follow_symlinks=False)
 
 
-@dataclass
+@mutable
 class FenceResult:
     granted: list[str] = field(default_factory=list)  # "path:uid"
     revoked: list[str] = field(default_factory=list)

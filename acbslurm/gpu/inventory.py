@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass
 
 from acbslurm.errors import ConfigError
+from acbslurm.values import as_dict, frozen
 
 
-@dataclass(frozen=True)
+@frozen
 class GpuInfo:
     index: int  # NVML's enumeration index (never used alone for mapping)
     minor: int  # /dev/nvidiaN minor number
@@ -70,4 +70,4 @@ def load_static(path: str | os.PathLike[str]) -> list[GpuInfo]:
 
 def write_static(path: str | os.PathLike[str], gpus: list[GpuInfo]) -> None:
     with open(path, "w") as f:
-        f.write(json.dumps({"gpus": [asdict(g) for g in gpus]}, indent=2) + "\n")
+        f.write(json.dumps({"gpus": [as_dict(g) for g in gpus]}, indent=2) + "\n")

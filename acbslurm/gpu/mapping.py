@@ -12,17 +12,17 @@ import os
 import re
 import stat
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 
 from acbslurm.errors import GpuMappingError
 from acbslurm.gpu.inventory import GpuInfo
 from acbslurm.gpuvalue import Gpu
 from acbslurm.units import is_ascii_int
+from acbslurm.values import frozen
 
 _UUID = re.compile(r"^(GPU|MIG)-[0-9A-Za-z][0-9A-Za-z/-]*$")
 
 
-@dataclass(frozen=True)
+@frozen
 class JobGpus:
     """The GPUs of one job on this node, in Slurm's order, and the inventory's entry of
     each (its name and memory, for a broker that lends them)."""

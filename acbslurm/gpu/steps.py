@@ -25,7 +25,6 @@ can (Slurm numbers them in index order, the record's).
 
 from __future__ import annotations
 
-import dataclasses
 import errno
 import os
 from collections.abc import Mapping, Sequence
@@ -35,6 +34,7 @@ from acbslurm.gpu.mapping import comma_tokens, is_uuid
 from acbslurm.gpuvalue import minors as known_minors
 from acbslurm.jobrecord import JobRecord
 from acbslurm.units import is_ascii_int
+from acbslurm.values import replace
 
 
 class NotTheJobsGpu(GpuMappingError):
@@ -122,7 +122,7 @@ def step_record(
     tokens = comma_tokens(raw)
     positions = _positions(tokens, rec, raw)
     positions = _as_the_task_may_open(positions, tokens, device_files, raw, rec)
-    return dataclasses.replace(rec, gpus=tuple(rec.gpus[p] for p in positions))
+    return replace(rec, gpus=tuple(rec.gpus[p] for p in positions))
 
 
 def record_device_files(rec: JobRecord, inventory: str) -> list[str]:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from acbslurm.dockerapi.engine import DaemonTimeout, DaemonUnreachable, EngineApi
 from acbslurm.errors import DockerError
 from acbslurm.jobrecord import JOB_LABEL
+from acbslurm.values import field, mutable
 
 # A daemon working through a burst of starts may answer a list or a removal after the
 # hook's timeout; one that still answers its ping is asked again, for this long in all
@@ -34,7 +34,7 @@ def _asked_again(api: EngineApi, fn: Callable[[str], T], arg: str, until: float)
                 raise
 
 
-@dataclass
+@mutable
 class SweepResult:
     removed: list[str] = field(default_factory=list)
     # Daemons that answered but where a container could not be listed or removed:

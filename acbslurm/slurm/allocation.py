@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import dataclass
 
 from acbslurm.slurm.hostlist import expand_hostlist
 from acbslurm.units import expand_ranges, is_ascii_int, size_bytes
+from acbslurm.values import frozen
 
 # On the hook path: no typing at run time (tests/unit/hooks/test_hooks_imports.py).
 TYPE_CHECKING = False
@@ -23,7 +23,7 @@ _GRES_CHUNK = re.compile(r",(?=[A-Za-z])")
 _IDX = re.compile(r"\(IDX:([0-9,\-]+)\)")
 
 
-@dataclass(frozen=True)
+@frozen
 class Allocation:
     cpus: int = 0  # 0: unknown
     mem_mb: int = 0  # 0: unknown, or a site that does not schedule memory

@@ -9,12 +9,10 @@ Slurm calls never grows past that bound with the number of jobs.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
 import sys
 from collections.abc import Collection, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 
 from acbslurm.errors import ConfigError, SlurmError
 from acbslurm.gpuvalue import Gpu
@@ -23,6 +21,7 @@ from acbslurm.slurm.gpu_history import PREFIX
 from acbslurm.slurm.jobtypes import JobGres, JobInfo, SubmitResult
 from acbslurm.slurm.states import HOLDING_STATES, LIVE_STATES, TERMINAL_STATES
 from acbslurm.units import expand_ranges
+from acbslurm.values import frozen, replace
 
 # On status' path: no typing, logging or thread pool imported (each costs milliseconds of
 # every `acbslurm status`; tests/unit/cli/test_status_fast.py).
@@ -178,7 +177,7 @@ def _with_recorded(line: str, nodes: list[str], gpus: list[Gpu]) -> list[Gpu]:
     from acbslurm.slurm.jobgpus import recorded_gpus
 
     known = {(g.node, g.index): g.uuid for g in recorded_gpus(line, nodes)}
-    return [dataclasses.replace(g, uuid=known.get((g.node, g.index), "")) for g in gpus]
+    return [replace(g, uuid=known.get((g.node, g.index), "")) for g in gpus]
 
 
 def _segment_indices(segment: str) -> list[int]:
@@ -554,12 +553,10 @@ def with_record(gpus: list[Gpu], record: JobRecord) -> list[Gpu]:
     if not gpus:
         return list(record.gpus)
     if all(g.index is None for g in record.gpus) and len(record.gpus) == len(gpus):
-        return [dataclasses.replace(g, uuid=r.uuid) for g, r in zip(gpus, record.gpus, strict=True)]
+        return [replace(g, uuid=r.uuid) for g, r in zip(gpus, record.gpus, strict=True)]
     mine = {g.index: g.uuid for g in record.gpus}
     return [
-        dataclasses.replace(g, uuid=mine[g.index])
-        if g.node in ("", record.node) and g.index in mine
-        else g
+        replace(g, uuid=mine[g.index]) if g.node in ("", record.node) and g.index in mine else g
         for g in gpus
     ]
 
@@ -700,7 +697,7 @@ def _pyslurm_submit(script: str, count: int, cwd: str | None) -> SubmitResult:
     return pyslurm_backend.submit_script(script, count=count, cwd=cwd)
 
 
-@dataclass(frozen=True)
+@frozen
 class CancelOutcome:
     """What ``cancel_known`` did: the ids it cancelled, the ones that had already ended
     (with their tasks' end states), the ones Slurm does not know."""

@@ -5,12 +5,12 @@ can build them without importing ``jobs`` back."""
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
 
 from acbslurm.errors import SlurmError
 from acbslurm.gpuvalue import Gpu
 from acbslurm.slurm.states import TERMINAL_STATES
 from acbslurm.units import is_ascii_int
+from acbslurm.values import field, frozen, mutable
 
 # On status' path: no typing at run time (tests/unit/cli/test_status_fast.py).
 TYPE_CHECKING = False
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 
-@dataclass
+@mutable
 class JobInfo:
     job_id: str
     state: str
@@ -128,7 +128,7 @@ def iso_local(text: str) -> str | None:
         return None
 
 
-@dataclass(frozen=True)
+@frozen
 class JobGres:
     """One job of ``scontrol -d -o show job``: its own JobId and GPUs."""
 
@@ -146,7 +146,7 @@ class JobGres:
         return gpu_indices(self.gpus)
 
 
-@dataclass
+@mutable
 class SubmitResult:
     job_ids: list[str]
     error: SlurmError | None = None  # the first failure

@@ -3,19 +3,19 @@ config.Settings once, no other key, and loads as a settings file."""
 
 from __future__ import annotations
 
-from dataclasses import fields
 from pathlib import Path
 
 import yaml
 
 from acbslurm.config import Settings, load_settings
+from acbslurm.values import field_names
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "conf" / "slurm" / "acbslurm.yaml.example"
 
 
 def test_the_example_names_every_setting_and_nothing_else() -> None:
     keys = set(yaml.safe_load(EXAMPLE.read_text()))
-    known = {f.name for f in fields(Settings)}
+    known = set(field_names(Settings))
     assert sorted(known - keys) == [], "settings missing from the example"
     assert sorted(keys - known) == [], "keys the settings do not know"
 
@@ -23,5 +23,5 @@ def test_the_example_names_every_setting_and_nothing_else() -> None:
 def test_the_example_loads_and_keeps_the_defaults_it_says() -> None:
     s = load_settings(str(EXAMPLE))
     assert s.node_acbslurm == "/opt/acbslurm/bin/acbslurm"  # the one value not a default
-    others = {f.name for f in fields(Settings)} - {"node_acbslurm"}
+    others = set(field_names(Settings)) - {"node_acbslurm"}
     assert {k: getattr(s, k) for k in others} == {k: getattr(Settings(), k) for k in others}

@@ -1,4 +1,4 @@
-"""The Slurm hook path imports no click, typing, pathlib or logging.
+"""The Slurm hook path imports no click, typing, pathlib, logging or dataclasses.
 
 slurmd waits for the prolog and the epilog on every job, and each of those modules
 costs milliseconds to import (bench/hooks_bench.py). This runs the three hooks through
@@ -21,7 +21,8 @@ from acbslurm.gpu.inventory import GpuInfo, write_static
 
 ROOT = Path(__file__).resolve().parents[3]
 SLOW = (
-    "click", "typing", "pathlib", "logging", "shutil", "yaml", "docker", "jinja2", "MySQLdb", "grpc"
+    "click", "typing", "pathlib", "logging", "shutil", "yaml", "docker", "jinja2", "MySQLdb",
+    "grpc", "dataclasses",
 )  # fmt: skip
 
 

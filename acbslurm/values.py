@@ -1,0 +1,224 @@
+"""Value types for the modules a container's start and the hooks import: ``@frozen``
+and ``@mutable`` classes, with ``field``, ``replace``, ``field_names`` and ``as_dict``.
+
+Why not ``dataclasses``: for each class it writes ``__init__``, ``__repr__``,
+``__eq__``, ``__hash__`` and a frozen class's ``__setattr__``/``__delattr__`` as source
+text and compiles them one by one (Python 3.11), and it imports ``inspect``. On
+`acbslurm run`'s path that was 8.3 ms for its 15 classes plus about 6 ms for the import,
+of the ~35 ms its imports took before the container's create (docs/benchmarks.md,
+"Where the client's time went"): most of what `acbslurm run` added to a plain
+`docker run`. Here the methods are written once, generic over the class's fields, so
+a class costs what reading its annotations costs.
+
+What a class gets is what ``@dataclass`` (``frozen=True`` for ``@frozen``) gives it:
+fields from its annotations in order (a base's first), defaults and
+``field(default_factory=...)``, keyword or positional arguments, equality between
+instances of the same class, a hash for frozen ones, a repr naming each field, and
+assignment refused on frozen ones. Type checkers read both decorators as dataclasses
+(PEP 681's ``dataclass_transform``).
+"""
+
+from __future__ import annotations
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any, TypeVar, dataclass_transform
+
+    T = TypeVar("T")
+    C = TypeVar("C", bound=type)
+else:
+
+    def dataclass_transform(**_kw: object) -> Callable[[T], T]:
+        return lambda f: f
+
+
+_FIELDS = "__value_fields__"  # the class's fields: a tuple of _Field
+_MISSING: Any = object()
+
+
+class FrozenError(AttributeError):
+    """An assignment to a field of a frozen value (dataclasses' FrozenInstanceError)."""
+
+
+class _Field:
+    __slots__ = ("default", "factory", "name", "shown")
+
+    def __init__(self, name: str, default: Any, factory: Any, shown: bool = True) -> None:
+        self.name = name
+        self.default = default
+        self.factory = factory
+        self.shown = shown  # in the repr
+
+
+class _Spec:
+    """What ``field(...)`` returns until the decorator reads it."""
+
+    __slots__ = ("default", "factory", "shown")
+
+    def __init__(self, default: Any, factory: Any, shown: bool) -> None:
+        self.default = default
+        self.factory = factory
+        self.shown = shown
+
+
+def field(*, default: Any = _MISSING, default_factory: Any = _MISSING, repr: bool = True) -> Any:
+    """A field's default, or the callable that makes a fresh one per instance;
+    ``repr=False`` leaves it out of the repr."""
+    if (default is _MISSING) == (default_factory is _MISSING):
+        raise TypeError("field() takes exactly one of default and default_factory")
+    return _Spec(default, default_factory, repr)
+
+
+def _fields_of(cls: type) -> tuple[_Field, ...]:
+    """The fields of ``cls``: its bases' (nearest last), then its own annotations."""
+    found: dict[str, _Field] = {}
+    for base in reversed(cls.__mro__[1:]):
+        for f in base.__dict__.get(_FIELDS, ()):
+            found[f.name] = f
+    own = cls.__dict__.get("__annotations__", {})  # noqa: RUF063 (inspect costs 5 ms here)
+    for name, annotation in own.items():
+        if not str(annotation).startswith(("ClassVar", "typing.ClassVar")):
+            found[name] = _own_field(cls, name)
+    out = tuple(found.values())
+    _check_order(cls, out)
+    return out
+
+
+def _own_field(cls: type, name: str) -> _Field:
+    """Field ``name`` as ``cls``'s body gives it; its class attribute as dataclasses
+    leaves it (the default; none for a factory)."""
+    given = cls.__dict__.get(name, _MISSING)
+    if not isinstance(given, _Spec):
+        return _Field(name, given, _MISSING)
+    if given.factory is not _MISSING:
+        delattr(cls, name)
+    else:
+        setattr(cls, name, given.default)
+    return _Field(name, given.default, given.factory, given.shown)
+
+
+def _check_order(cls: type, fields: tuple[_Field, ...]) -> None:
+    """No field without a default after one with a default (as dataclasses)."""
+    seen_default = False
+    for f in fields:
+        has_default = f.default is not _MISSING or f.factory is not _MISSING
+        if seen_default and not has_default:
+            raise TypeError(
+                f"{cls.__qualname__}: field {f.name!r} without a default follows one with a default"
+            )
+        seen_default = seen_default or has_default
+
+
+def _init(self: Any, *args: Any, **kwargs: Any) -> None:
+    cls = type(self)
+    fields: tuple[_Field, ...] = getattr(cls, _FIELDS)
+    if len(args) > len(fields):
+        raise TypeError(
+            f"{cls.__qualname__}() takes {len(fields)} positional arguments but "
+            f"{len(args)} were given"
+        )
+    put = object.__setattr__
+    for f, arg in zip(fields, args, strict=False):  # fewer args: the rest below
+        if f.name in kwargs:
+            raise TypeError(f"{cls.__qualname__}() got multiple values for argument {f.name!r}")
+        put(self, f.name, arg)
+    for f in fields[len(args) :]:
+        if f.name in kwargs:
+            put(self, f.name, kwargs.pop(f.name))
+        elif f.factory is not _MISSING:
+            put(self, f.name, f.factory())
+        elif f.default is not _MISSING:
+            put(self, f.name, f.default)
+        else:
+            raise TypeError(f"{cls.__qualname__}() missing required argument: {f.name!r}")
+    if kwargs:
+        raise TypeError(f"{cls.__qualname__}() got an unexpected keyword argument {min(kwargs)!r}")
+
+
+def _values(self: Any) -> tuple[Any, ...]:
+    return tuple(getattr(self, f.name) for f in getattr(type(self), _FIELDS))
+
+
+def _repr(self: Any) -> str:
+    fields: tuple[_Field, ...] = getattr(type(self), _FIELDS)
+    inner = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields if f.shown)
+    return f"{type(self).__qualname__}({inner})"
+
+
+def _eq(self: Any, other: object) -> Any:
+    if other.__class__ is not self.__class__:
+        return NotImplemented
+    return _values(self) == _values(other)
+
+
+def _hash(self: Any) -> int:
+    return hash(_values(self))
+
+
+def _frozen_setattr(_self: Any, name: str, _value: object) -> None:
+    raise FrozenError(f"cannot assign to field {name!r}")
+
+
+def _frozen_delattr(_self: Any, name: str) -> None:
+    raise FrozenError(f"cannot delete field {name!r}")
+
+
+def _make(cls: C, is_frozen: bool) -> C:
+    fields = _fields_of(cls)
+    setattr(cls, _FIELDS, fields)
+    own = cls.__dict__
+    methods: dict[str, Any] = {
+        "__init__": _init,
+        "__repr__": _repr,
+        "__eq__": _eq,
+        "__match_args__": tuple(f.name for f in fields),
+    }
+    if is_frozen:
+        methods.update(__hash__=_hash, __setattr__=_frozen_setattr, __delattr__=_frozen_delattr)
+    else:
+        methods["__hash__"] = None  # as dataclasses: mutable and compared by value
+    for name, method in methods.items():
+        if name not in own or (name == "__hash__" and own.get(name) is None):
+            setattr(cls, name, method)
+    return cls
+
+
+@dataclass_transform(frozen_default=True, field_specifiers=(field,))
+def frozen(cls: C) -> C:
+    """A frozen value type: ``@dataclass(frozen=True)``."""
+    return _make(cls, is_frozen=True)
+
+
+@dataclass_transform(field_specifiers=(field,))
+def mutable(cls: C) -> C:
+    """A mutable one: ``@dataclass``."""
+    return _make(cls, is_frozen=False)
+
+
+def field_names(cls: type) -> tuple[str, ...]:
+    """The names of the fields of a ``@frozen`` or ``@mutable`` class, in order."""
+    return tuple(f.name for f in getattr(cls, _FIELDS))
+
+
+def replace(obj: T, **changes: Any) -> T:
+    """A copy of ``obj`` with ``changes`` (``dataclasses.replace``)."""
+    kwargs = {name: getattr(obj, name) for name in field_names(type(obj))}
+    unknown = set(changes) - set(kwargs)
+    if unknown:
+        raise TypeError(f"{type(obj).__qualname__} has no field {sorted(unknown)[0]!r}")
+    kwargs.update(changes)
+    return type(obj)(**kwargs)
+
+
+def as_dict(obj: Any) -> Any:
+    """``obj`` as plain data: values and records as dicts, recursively, through lists,
+    tuples and dicts (``dataclasses.asdict``)."""
+    fields = getattr(type(obj), _FIELDS, None)
+    if fields is not None:
+        return {f.name: as_dict(getattr(obj, f.name)) for f in fields}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(as_dict(v) for v in obj)
+    if isinstance(obj, dict):
+        return {k: as_dict(v) for k, v in obj.items()}
+    return obj
