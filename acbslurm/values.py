@@ -13,8 +13,9 @@ a class costs what reading its annotations costs.
 What a class gets is what ``@dataclass`` (``frozen=True`` for ``@frozen``) gives it:
 fields from its annotations in order (a base's first), defaults and
 ``field(default_factory=...)``, keyword or positional arguments, equality between
-instances of the same class, a hash for frozen ones, a repr naming each field, and
-assignment refused on frozen ones. Type checkers read both decorators as dataclasses
+instances of the same class, a hash for frozen ones, a repr naming each field,
+assignment refused on frozen ones, and a call of the class's ``__post_init__`` if it
+has one. Type checkers read both decorators as dataclasses
 (PEP 681's ``dataclass_transform``).
 """
 
@@ -134,6 +135,9 @@ def _init(self: Any, *args: Any, **kwargs: Any) -> None:
             raise TypeError(f"{cls.__qualname__}() missing required argument: {f.name!r}")
     if kwargs:
         raise TypeError(f"{cls.__qualname__}() got an unexpected keyword argument {min(kwargs)!r}")
+    post = getattr(self, "__post_init__", None)
+    if post is not None:
+        post()
 
 
 def _values(self: Any) -> tuple[Any, ...]:

@@ -213,3 +213,18 @@ def test_a_field_can_be_left_out_of_the_repr() -> None:
 
     assert repr(Cache("a", {"x"})).endswith(".Cache(name='a')")
     assert repr(Theirs("a", {"x"})).endswith(".Theirs(name='a')")
+
+
+def test_post_init_runs_after_the_fields_are_set() -> None:
+    @frozen
+    class Checked:
+        low: int
+        high: int
+
+        def __post_init__(self) -> None:
+            if self.low > self.high:
+                raise ValueError(f"low {self.low} above high {self.high}")
+
+    assert Checked(1, 2).high == 2
+    with pytest.raises(ValueError, match="low 3 above high 2"):
+        Checked(3, 2)
