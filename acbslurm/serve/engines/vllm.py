@@ -316,6 +316,26 @@ class VllmServer:
         request is sent: shutting it down cancels the request (vLLM aborts a request
         whose client went away, streamed or not) and ends the wait for its answer."""
         conn = _UnixHTTP(self.uds, CONNECT_TIMEOUT)
+        try:
+            r = self._ask(conn, path, body, opened)
+            if r.status != 200:
+                raise _refusal(r.status, r.read())
+        except BaseException:
+            # Refused, cancelled (its socket shut down) or the server gone: the
+            # connection goes now, not when the collector finds it (a worker lives long).
+            conn.close()
+            raise
+        if "text/event-stream" not in (r.getheader("Content-Type") or ""):
+            return self._whole(conn, r)
+        return self._events(conn, r)
+
+    @staticmethod
+    def _ask(
+        conn: _UnixHTTP,
+        path: str,
+        body: dict[str, Any],
+        opened: Callable[[socket.socket], None] | None,
+    ) -> http.client.HTTPResponse:
         conn.connect()
         assert conn.sock is not None
         # Bounded connect; then no timeout: the gateway's heartbeat bounds a server that
@@ -329,14 +349,7 @@ class VllmServer:
             body=json.dumps(body).encode(),
             headers={"Content-Type": "application/json"},
         )
-        r = conn.getresponse()
-        if r.status != 200:
-            data = r.read()
-            conn.close()
-            raise _refusal(r.status, data)
-        if "text/event-stream" not in (r.getheader("Content-Type") or ""):
-            return self._whole(conn, r)
-        return self._events(conn, r)
+        return conn.getresponse()
 
     @staticmethod
     def _whole(conn: _UnixHTTP, r: http.client.HTTPResponse) -> Iterator[bytes]:

@@ -46,7 +46,7 @@ def test_python_c_runs_the_code_with_its_argv(tmp_path: Path) -> None:
     from acbslurm.broker import bootstrap as boot
 
     out = tmp_path / "out"
-    code = f"import sys; open({str(out)!r}, 'w').write(repr(sys.argv))"
+    code = f"import sys\nwith open({str(out)!r}, 'w') as f: f.write(repr(sys.argv))"
     saved = sys.argv
     try:
         boot._run_program(["-c", code, "a", "b"])

@@ -128,6 +128,7 @@ def test_client_death_frees_its_lease_within_one_second(broker_factory, lane: bo
         killed = time.monotonic()
         victim.send_signal(signal.SIGKILL)
         victim.wait()
+        victim.stdout.close()  # asserted not None above
         t.join(10)
         assert "granted" in result
         freed_after = result["granted"] - killed

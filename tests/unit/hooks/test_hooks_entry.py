@@ -241,6 +241,8 @@ def test_epilog_without_daemon_kills_the_jobs_container_processes(
     finally:
         container.kill()
         container.wait()
+        if container.stdout is not None:
+            container.stdout.close()
 
 
 def test_epilog_without_daemon_drains_naming_the_job_while_its_gpu_is_held(
@@ -282,6 +284,8 @@ def test_epilog_without_daemon_drains_naming_the_job_while_its_gpu_is_held(
     finally:
         holder.kill()
         holder.wait()
+        if holder.stdout is not None:
+            holder.stdout.close()
 
 
 def held_device(node: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
@@ -312,6 +316,8 @@ def test_an_o_path_descriptor_holds_no_gpu(node: Path) -> None:
     finally:
         holder.kill()
         holder.wait()
+        if holder.stdout is not None:
+            holder.stdout.close()
 
 
 def test_with_the_fence_the_epilog_kills_a_process_still_holding_the_jobs_gpu(
@@ -344,6 +350,8 @@ def test_with_the_fence_the_epilog_kills_a_process_still_holding_the_jobs_gpu(
     finally:
         holder.kill()
         holder.wait()
+        if holder.stdout is not None:
+            holder.stdout.close()
 
 
 def test_a_failed_prolog_leaves_no_gpu_open(node: Path, monkeypatch: pytest.MonkeyPatch) -> None:

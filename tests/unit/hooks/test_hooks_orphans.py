@@ -40,6 +40,8 @@ def procs() -> Iterator[list[subprocess.Popen[bytes]]]:
     for p in started:
         p.kill()
         p.wait()
+        if p.stdout is not None:
+            p.stdout.close()
 
 
 def _start(procs: list[subprocess.Popen[bytes]], job: str | None, *extra: str) -> int:

@@ -90,4 +90,6 @@ def test_sigterm_stops_gateway_and_workers(tmp_path: Path, tiny_models: dict[str
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert proc.stderr is not None and "serving a, b" in proc.stderr.read()
+    assert proc.stderr is not None
+    with proc.stderr:  # closed: no pipe left for the garbage collector to warn about
+        assert "serving a, b" in proc.stderr.read()
