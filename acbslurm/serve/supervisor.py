@@ -213,8 +213,7 @@ class WorkerHandle:
                 await asyncio.sleep(0.05)
         if reader is None:
             self.reason = f"worker for {self.spec.name} did not open its socket"
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
+            _signal(proc, signal.SIGKILL)
             return await proc.wait()
         self.busy, self.server_pid, self.server_shm = False, 0, set()
         watchdog = asyncio.get_running_loop().create_task(self._watchdog(proc))
@@ -235,8 +234,7 @@ class WorkerHandle:
             # stops it and removes its folder first; stop() kills it after 5 s.
             await _wait_or_kill(proc, 5)
         else:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
+            _signal(proc, signal.SIGKILL)
         code = await proc.wait()
         await self._stop_followers()
         return self._exit_code if self._exit_code is not None else code
@@ -343,8 +341,7 @@ class WorkerHandle:
             if patience:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(proc.wait(), patience)
-        with contextlib.suppress(ProcessLookupError):
-            proc.kill()
+        _signal(proc, signal.SIGKILL)
         procs.remove_shm(shm)
 
     def _beat(self, kind: Any, msg: dict[str, Any]) -> bool:
@@ -433,9 +430,8 @@ class WorkerHandle:
                 self.reason = f"cannot start follower {rank} ({argv[0]}): {exc}"
                 self._exit_code = EXIT_REFUSED
                 log.error("model %s: %s", self.spec.name, self.reason)
-                with contextlib.suppress(ProcessLookupError):
-                    if leader is not None:
-                        leader.kill()
+                if leader is not None:
+                    _signal(leader, signal.SIGKILL)
                 return
             self.followers.append(proc)
             task = asyncio.get_running_loop().create_task(self._watch_follower(rank, proc, leader))
@@ -454,17 +450,14 @@ class WorkerHandle:
             return  # stopped by us
         log.warning("model %s: follower %d exited (%s)", self.spec.name, rank, code)
         self.reason = f"follower {rank} of the worker group exited ({code})"
-        with contextlib.suppress(ProcessLookupError):
-            leader.kill()
+        _signal(leader, signal.SIGKILL)
 
     async def _stop_followers(self) -> None:
         """SIGTERM (srun passes it to the remote task), SIGKILL after 5 s."""
         followers, self.followers = self.followers, []
         for proc in followers:
-            if proc.returncode is None:
-                with contextlib.suppress(ProcessLookupError):
-                    proc.terminate()
-                    proc.send_signal(signal.SIGCONT)  # a stopped one gets SIGTERM only so
+            _signal(proc, signal.SIGTERM)
+            _signal(proc, signal.SIGCONT)  # a stopped one gets SIGTERM only so
         for proc in followers:
             await _wait_or_kill(proc, 5)
 
@@ -504,8 +497,7 @@ class WorkerHandle:
         self._drop_writer()
         proc = self.proc
         if proc is not None and proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                proc.send_signal(signal.SIGTERM)
+            _signal(proc, signal.SIGTERM)
             await _wait_or_kill(proc, 5)
         if self._task is not None:
             self._task.cancel()
@@ -574,6 +566,17 @@ async def _wait_or_kill(proc: asyncio.subprocess.Process, seconds: float) -> Non
     try:
         await asyncio.wait_for(proc.wait(), seconds)
     except TimeoutError:
-        with contextlib.suppress(ProcessLookupError):
-            proc.kill()
+        _signal(proc, signal.SIGKILL)
         await proc.wait()
+
+
+def _signal(proc: asyncio.subprocess.Process, sig: int) -> None:
+    """``sig`` to ``proc`` unless it has ended. Not the process's own ``kill`` or
+    ``send_signal``: through subprocess.Popen they poll first (waitpid, WNOHANG), which
+    reaps a child that has just died before the loop's child watcher can, and the watcher
+    then reports 255 for it ("Unknown child process"): a killed worker's -9, or a
+    worker's own exit code, was lost that way (CI: the orphaned worker's test, after
+    the worker died and its connection closed, the kill after the read loop)."""
+    if proc.returncode is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, sig)
