@@ -51,9 +51,9 @@ async def _until(what: object, timeout: float = 60.0) -> None:
 
 def scenario() -> dict[str, object]:
     """The gateway's side, in a process of its own (__main__ below), as a pool's
-    gateway is: in pytest's process, an earlier test's reaper of a stale pid (pids wrap
-    at 32768 here) once took the killed worker's exit status before the gateway's
-    watcher did (asyncio: 'Unknown child process', 255)."""
+    gateway is. The worker's exit code is checked: a kill through asyncio's own
+    ``kill`` once reaped the dead worker before the loop's child watcher did (asyncio:
+    'Unknown child process', 255; supervisor._signal)."""
     supervisor.worker_module = lambda engine: "orphanworker"  # type: ignore[assignment]
     supervisor.SERVER_GONE_GRACE = 0.5  # type: ignore[misc]
     env = {"PYTHONPATH": os.pathsep.join([str(HERE), str(ROOT)])}
