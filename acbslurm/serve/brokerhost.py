@@ -175,7 +175,10 @@ class BrokerThread:
 
     def _run(self) -> None:
         asyncio.set_event_loop(self.loop)
-        self.loop.run_until_complete(self._main())
+        try:
+            self.loop.run_until_complete(self._main())
+        finally:
+            self.loop.close()  # its selector's descriptors with it
 
     async def _main(self) -> None:
         self._stop = asyncio.Event()
@@ -214,6 +217,8 @@ class BrokerThread:
         if self._stop is not None and self._thread.is_alive():
             self.loop.call_soon_threadsafe(self._stop.set)
             self._thread.join(10)
+        elif self._thread.ident is None:
+            self.loop.close()  # never started
         if not self.dir:
             return
         for name in os.listdir(self.dir) if os.path.isdir(self.dir) else []:
