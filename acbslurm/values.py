@@ -64,10 +64,10 @@ class _Spec:
 
 
 def field(*, default: Any = _MISSING, default_factory: Any = _MISSING, repr: bool = True) -> Any:
-    """A field's default, or the callable that makes a fresh one per instance;
-    ``repr=False`` leaves it out of the repr."""
-    if (default is _MISSING) == (default_factory is _MISSING):
-        raise TypeError("field() takes exactly one of default and default_factory")
+    """A field's default, or the callable that makes a fresh one per instance (neither:
+    a required field); ``repr=False`` leaves it out of the repr."""
+    if default is not _MISSING and default_factory is not _MISSING:
+        raise TypeError("field() takes default or default_factory, not both")
     return _Spec(default, default_factory, repr)
 
 
@@ -88,11 +88,11 @@ def _fields_of(cls: type) -> tuple[_Field, ...]:
 
 def _own_field(cls: type, name: str) -> _Field:
     """Field ``name`` as ``cls``'s body gives it; its class attribute as dataclasses
-    leaves it (the default; none for a factory)."""
+    leaves it (the default; none for a factory or a required field)."""
     given = cls.__dict__.get(name, _MISSING)
     if not isinstance(given, _Spec):
         return _Field(name, given, _MISSING)
-    if given.factory is not _MISSING:
+    if given.default is _MISSING:
         delattr(cls, name)
     else:
         setattr(cls, name, given.default)

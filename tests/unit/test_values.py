@@ -154,11 +154,19 @@ def test_a_field_without_default_after_one_with_is_refused() -> None:
             b: int  # type: ignore[misc]
 
 
-def test_field_takes_one_default() -> None:
-    with pytest.raises(TypeError):
-        field()
+def test_field_takes_at_most_one_default() -> None:
     with pytest.raises(TypeError):
         field(default=1, default_factory=list)
+
+    @frozen
+    class Secret:
+        name: str
+        key: str = field(repr=False)  # no default: required, as with dataclasses
+
+    assert "key" not in vars(Secret)
+    assert repr(Secret("a", "k")).endswith(".Secret(name='a')")
+    with pytest.raises(TypeError, match="missing required argument: 'key'"):
+        Secret("a")  # type: ignore[call-arg]
 
 
 @frozen
