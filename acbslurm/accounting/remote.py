@@ -44,7 +44,10 @@ def report_via_service(path: str, opts: ReportOptions, out: TextIO) -> None:
         with contextlib.suppress(OSError):
             sock.sendall(json.dumps({"options": request_options(opts)}).encode() + b"\n")
         sock.settimeout(FRAME_TIMEOUT)
-        _copy_frames(sock.makefile("rb"), out, path)
+        # Closed here: the socket's close() leaves its descriptor open while a file
+        # made from it is.
+        with sock.makefile("rb") as stream:
+            _copy_frames(stream, out, path)
     finally:
         sock.close()
 
