@@ -57,10 +57,11 @@ def wrappers_for(libexec: Path, checkout: Path, config: Path) -> Path:
     known = json.loads(
         subprocess.run(
             [sys.executable, "-c", "import sys, json, dataclasses; sys.path.insert(0, sys.argv[1]);"
-             " from acbslurm.config import Settings;"
-             " names = getattr(Settings, '__value_fields__', None);"  # acbslurm.values (now)
-             " names = names or dataclasses.fields(Settings);"  # a checkout from before it
-             " print(json.dumps([f.name for f in names]))", str(checkout)],
+             " from acbslurm.config import Settings\n"
+             "try: from acbslurm.values import field_names\n"  # a checkout with it
+             "except ImportError: names = [f.name for f in dataclasses.fields(Settings)]\n"
+             "else: names = list(field_names(Settings))\n"
+             "print(json.dumps(names))", str(checkout)],
             check=True, capture_output=True, text=True,
         ).stdout
     )  # fmt: skip

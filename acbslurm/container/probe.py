@@ -89,11 +89,9 @@ class InfoProbe:
         Waits for /info: which request to send depends on it."""
         if not gpus:
             return []
-        self.thread.join(timeout=10)
-        if not self.info.get("CDISpecDirs"):
-            return []  # no CDI (Docker 20.10 never has it): its module is not imported
         from acbslurm.dockerapi import cdi
 
+        self.thread.join(timeout=10)
         dirs = cdi.spec_dirs(self.info)
         if not dirs:
             return []

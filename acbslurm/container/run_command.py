@@ -389,16 +389,12 @@ def _run(api: EngineApi, spec: LaunchSpec, pull: str, probe: InfoProbe) -> int:
     round trip on every start (bench/run_bench.py)."""
     from acbslurm.container.launch import ImageMissing, run_container
 
-    if pull == "always":
-        from acbslurm.container.pull import ensure_image
+    if pull != "always":
+        try:
+            return run_container(api, spec, probe=probe)
+        except ImageMissing:
+            pass  # pulled below (missing), or refused with the reason (never)
+    from acbslurm.container.pull import ensure_image  # not on a start that needs none
 
-        ensure_image(api, spec.image, pull)
-    try:
-        return run_container(api, spec, probe=probe)
-    except ImageMissing:
-        if pull == "always":
-            raise
-    from acbslurm.container.pull import ensure_image
-
-    ensure_image(api, spec.image, pull)  # pulls it, or says why not (never)
+    ensure_image(api, spec.image, pull)
     return run_container(api, spec, probe=probe)
