@@ -73,7 +73,7 @@ def show(ids: Sequence[str], user: str | None, long: bool, as_json: bool) -> int
 
     chosen = backend()
     jobs = query_jobs(list(ids), user=user, record_dir=record_dir(), backend=chosen)
-    pools, ports = _job_files(jobs, chosen)
+    pools, ports = _job_files(jobs)
     if as_json:
         write(json_text(status_json(jobs, pools, ports)))
     else:
@@ -150,27 +150,26 @@ def status_json(
 
 
 def _job_files(
-    jobs: list[JobInfo], backend: str
+    jobs: list[JobInfo],
 ) -> tuple[dict[str, dict[str, Any]], dict[str, list[dict[str, str]]]]:
     """What the caller's running jobs keep in their working directories (jobfiles.py):
     each pool job's gateway address (docs/serve.md) and the ports each job's
     containers publish (`acbslurm run -p`).
 
     Only the job's user can read those files (mode 0600), so only the caller's own
-    running jobs are looked at (one more squeue call, for those). Each working
-    directory is listed once and only the files there are opened: many jobs share
-    one, and on NFS every open of a missing file is a round trip.
+    running jobs are looked at, in the working directories the query brought. Each
+    working directory is listed once and only the files there are opened: many jobs
+    share one, and on NFS every open of a missing file is a round trip.
     """
     mine = _own_running(jobs)
     if not mine:
         return {}, {}
     from acbslurm.container.ports import of_job
-    from acbslurm.slurm.jobs import work_dirs
 
     pools: dict[str, dict[str, Any]] = {}
     ports: dict[str, list[dict[str, str]]] = {}
     listed: dict[str, frozenset[str] | None] = {}
-    for jid, folder in work_dirs(mine, backend=backend).items():
+    for jid, folder in mine.items():
         if folder not in listed:
             listed[folder] = _listing(folder)
         if pool := _pool_of(jid, folder, listed[folder]):
@@ -180,9 +179,18 @@ def _job_files(
     return pools, ports
 
 
-def _own_running(jobs: list[JobInfo]) -> list[str]:
+def _own_running(jobs: list[JobInfo]) -> dict[str, str]:
+    """The caller's running jobs (not an array's tasks) by id, with their working
+    directories."""
     me = user_name()
-    return [j.job_id for j in jobs if j.state == "RUNNING" and j.user == me and not j.array_job_id]
+    return {
+        j.job_id: j.work_dir
+        for j in jobs
+        if j.state == "RUNNING"
+        and j.user == me
+        and not j.array_job_id
+        and j.work_dir.startswith("/")
+    }
 
 
 def _pool_of(jid: str, folder: str, names: frozenset[str] | None) -> dict[str, Any] | None:

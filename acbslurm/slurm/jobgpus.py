@@ -26,8 +26,14 @@ def recorded_gpus(show_job: str, nodes: list[str]) -> list[Gpu]:
     """The GPUs the prologs of ``nodes`` wrote into the job's AdminComment, in the order
     of ``nodes`` (Slurm's index within a node): the one reader of those tokens, for
     ``job_gpus_by_node`` and for ``jobs.parse_job_gpus`` (status' ``gpu_devices``)."""
+    return gpus_in_comment(admin_comment(show_job), nodes)
+
+
+def gpus_in_comment(comment: str, nodes: list[str]) -> list[Gpu]:
+    """The GPUs of ``nodes`` in a job's AdminComment (squeue's or scontrol's), in the
+    order of ``nodes``, each node's by Slurm's index."""
     rank = {n: i for i, n in enumerate(nodes)}
-    gpus = [g for g in parse_gpus(admin_comment(show_job)) if g.node in rank]
+    gpus = [g for g in parse_gpus(comment) if g.node in rank]
     gpus.sort(key=lambda g: (rank[g.node], -1 if g.index is None else g.index))
     return gpus
 

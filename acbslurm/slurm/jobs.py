@@ -1,10 +1,12 @@
 """Submit, query and cancel jobs through Slurm's CLI, batched.
 
 ``query_jobs`` answers for any number of jobs with one ``squeue`` call scoped to their
-ids, one ``sacct`` call for jobs that already left the controller's memory, and
-``scontrol`` for the GPUs of running jobs the caller's ``GpuCache`` lacks: one call per
-job for a few of them, one listing of the controller's jobs for more. The number of
-Slurm calls never grows past that bound with the number of jobs.
+ids (which brings the GPUs each running job's prologs recorded in its AdminComment), one
+``sacct`` call for jobs that already left the controller's memory, and ``scontrol`` for
+the GPUs of running jobs neither the comment nor the caller's ``GpuCache`` has (a
+prolog still writing, a node without acbslurm's prolog): one call per job for a few of
+them, one listing of the controller's jobs for more. The number of Slurm calls never
+grows past that bound with the number of jobs.
 """
 
 from __future__ import annotations
@@ -45,8 +47,30 @@ def _debug(msg: str, *args: object) -> None:
         logging.getLogger(__name__).debug(msg, *args)
 
 
-# squeue fields, '|'-separated; the name is last because it may contain '|'.
-_SQUEUE_FORMAT = "%i|%T|%r|%M|%N|%u|%V|%S|%e|%P|%j"
+# squeue's fields (``-O``: each printed whole, then its separator), all a status needs in
+# one request. The AdminComment carries the GPUs the job's prologs wrote (``gpu_history``),
+# so a running job's GPUs come without an scontrol call or listing; the working
+# directory is where a running job keeps its pool's address and published ports. Those
+# two and the name may hold '|': they come last, the comment and the directory each
+# ended by a unit separator (0x1f) and split at the first one, so neither a directory
+# nor a name (a user's text) reaches the comment (an admin's). JobID is the job's own
+# id (an array task's, the one its record is named by), JobArrayID squeue's (12_1).
+_SQUEUE_FIELDS = (
+    "JobArrayID",
+    "JobID",
+    "State",
+    "Reason",
+    "TimeUsed",
+    "NodeList",
+    "UserName",
+    "SubmitTime",
+    "StartTime",
+    "EndTime",
+    "Partition",
+)
+_SQUEUE_FORMAT = (
+    ",".join(f"{name}:|" for name in _SQUEUE_FIELDS) + ",admin_comment:\x1f,WorkDir:\x1f,Name:"
+)
 _SACCT_FIELDS = (
     "JobID,State,Elapsed,NodeList,User,Submit,Start,End,ExitCode,Partition,Reason,JobName"
 )
@@ -87,27 +111,79 @@ def _rows(text: str, fields: int, command: str) -> Iterator[list[str]]:
         yield parts
 
 
+# A job whose prolog has finished (PrologFlags=Alloc: slurmctld shows CONFIGURING with
+# reason Prolog until every node's prolog ended). Before that the comment may still
+# hold the GPUs of the job's run before a requeue; a COMPLETING job is asked (scontrol
+# shows whether its GPUs are already released).
+_PROLOG_DONE_STATES = ("RUNNING", "SUSPENDED")
+
+
 def parse_squeue(text: str) -> list[JobInfo]:
-    """Parse ``squeue -h -o _SQUEUE_FORMAT`` output."""
+    """Parse ``squeue -h -O _SQUEUE_FORMAT`` output."""
+    return parse_squeue_gpus(text)[0]
+
+
+def parse_squeue_gpus(text: str) -> tuple[list[JobInfo], dict[str, JobGres]]:
+    """``squeue -h -O _SQUEUE_FORMAT``'s rows, and the GPUs of the running ones whose
+    prologs all wrote theirs into the job's AdminComment (by squeue's id)."""
     jobs: list[JobInfo] = []
-    for parts in _rows(text, 11, "squeue"):
-        jid, state, reason, elapsed, node, user, submit, start, end, partition, name = parts
-        jobs.append(
-            JobInfo(
-                job_id=jid.strip(),
-                state=state.strip(),
-                reason="" if reason in ("None", "(null)") else reason,
-                elapsed=elapsed,
-                node="" if node in ("(null)", "n/a") else node,
-                user=user,
-                submit_time=_clean_time(submit),
-                start_time=_clean_time(start) if state != "PENDING" else "",
-                end_time=_clean_time(end) if state in TERMINAL_STATES else "",
-                partition=partition,
-                name=name,
-            )
-        )
-    return jobs
+    recorded: dict[str, JobGres] = {}
+    for parts in _rows(text, len(_SQUEUE_FIELDS) + 1, "squeue"):
+        job, own_id, comment = _squeue_row(parts)
+        jobs.append(job)
+        if PREFIX in comment and job.state in _PROLOG_DONE_STATES and job.reason != "Prolog":
+            gpus = _comment_gpus(comment, job.node)
+            if gpus:
+                recorded[job.job_id] = JobGres(own_id, gpus, job.state)
+    return jobs, recorded
+
+
+def _squeue_row(parts: list[str]) -> tuple[JobInfo, str, str]:
+    """One row of ``squeue -O _SQUEUE_FORMAT``: the job, its own id, its AdminComment."""
+    jid, own_id, state, reason, elapsed, node, user, submit, start, end, partition, rest = parts
+    comment, _, rest = rest.partition("\x1f")
+    work_dir, _, name = rest.partition("\x1f")
+    job = JobInfo(
+        job_id=jid.strip(),
+        state=state.strip(),
+        reason="" if reason in ("None", "(null)") else reason,
+        elapsed=elapsed,
+        node="" if node in ("(null)", "n/a") else node,
+        user=user,
+        submit_time=_clean_time(submit),
+        start_time=_clean_time(start) if state != "PENDING" else "",
+        end_time=_clean_time(end) if state in TERMINAL_STATES else "",
+        partition=partition,
+        name=name,
+        work_dir=work_dir if work_dir.startswith("/") else "",
+    )
+    return job, own_id.strip(), comment
+
+
+def _comment_gpus(comment: str, nodelist: str) -> list[Gpu]:
+    """The GPUs in ``comment`` of the nodes of ``nodelist``, in its order; [] unless
+    every node has its token and each GPU its index (the prolog of a node may not have
+    written yet, or not at all: scontrol is asked then)."""
+    from acbslurm.slurm.jobgpus import gpus_in_comment
+
+    nodes = _node_names(nodelist)
+    gpus = gpus_in_comment(comment, nodes)
+    on = {g.node for g in gpus}
+    if not nodes or any(n not in on for n in nodes) or any(g.index is None for g in gpus):
+        return []
+    return gpus
+
+
+def _node_names(nodelist: str) -> list[str]:
+    """squeue's node list as names ([] when empty or not readable)."""
+    if "[" not in nodelist and "," not in nodelist:
+        return [nodelist] if nodelist else []  # one node: no hostlist to import
+    from acbslurm.slurm.hostlist import expand_hostlist
+
+    try:
+        return expand_hostlist(nodelist)
+    except ConfigError:
+        return []
 
 
 def sacct_jobs(
@@ -433,7 +509,11 @@ def _controller_rows(
     """What the controller has: squeue's rows, or pyslurm's (their GPUs into the cache,
     so that scontrol is not asked)."""
     if backend != "pyslurm":
-        return _squeue(wanted, user, env)
+        rows, recorded = _squeue(wanted, user, env)
+        for row in rows:
+            if row.job_id in recorded:
+                gpu_cache[(row.job_id, row.start_time)] = recorded[row.job_id]
+        return rows
     if env is not None:  # a caller's bug (no option leads here): a builtin, not the tree
         raise ValueError("the pyslurm backend queries this process's own Slurm")
     from acbslurm.slurm import pyslurm_backend
@@ -454,38 +534,11 @@ def _add_exit_codes(found: Mapping[str, JobInfo], old: Mapping[str, JobInfo]) ->
             job.reason = job.reason or known.reason
 
 
-def work_dirs(
-    job_ids: Sequence[str], *, env: Mapping[str, str] | None = None, backend: str = "cli"
-) -> dict[str, str]:
-    """The working directory of each running job of ``job_ids`` (one squeue call, or
-    one pyslurm load).
-
-    ``%Z`` is last and split off at the first ``|`` (a job id has none), so a folder
-    name with ``|`` in it stays whole. A job that ended meanwhile is just absent.
-    """
-    if not job_ids:
-        return {}
-    if backend == "pyslurm" and env is None:
-        from acbslurm.slurm import pyslurm_backend
-
-        return pyslurm_backend.work_dirs(job_ids)
-    argv = ["squeue", "-h", "-t", "running", "-o", "%i|%Z", "--jobs=" + ",".join(job_ids)]
-    try:
-        out = slurm(argv, env=env, controller=True).stdout
-    except SlurmError as exc:
-        if _INVALID_JOB_ID in exc.stderr.lower():
-            return {}
-        raise
-    found = {}
-    for line in out.splitlines():
-        jid, sep, folder = line.partition("|")
-        if sep and folder.startswith("/"):
-            found[jid.strip()] = folder
-    return found
-
-
-def _squeue(wanted: list[str], user: str | None, env: Mapping[str, str] | None) -> list[JobInfo]:
-    """squeue's rows for ``wanted`` (all jobs, or ``user``'s, when none are given).
+def _squeue(
+    wanted: list[str], user: str | None, env: Mapping[str, str] | None
+) -> tuple[list[JobInfo], dict[str, JobGres]]:
+    """squeue's rows for ``wanted`` (all jobs, or ``user``'s, when none are given), and
+    the GPUs their AdminComments record (``parse_squeue_gpus``).
 
     ``--jobs=`` rather than ``-j 1,2``: squeue's -j takes an optional argument, so only
     the attached form is parsed as written (its man page says so). An array's own id
@@ -496,20 +549,20 @@ def _squeue(wanted: list[str], user: str | None, env: Mapping[str, str] | None) 
     job alone; for several it still fetches the job table (or, with one ``user``, that
     user's jobs) and filters it itself, so the output is small but not the request.
     """
-    argv = ["squeue", "-h", "-o", _SQUEUE_FORMAT]
+    argv = ["squeue", "-h", "-O", _SQUEUE_FORMAT]
     if wanted:
         # -t all: finished jobs the controller still remembers (MinJobAge) come back too.
         argv += ["-t", "all", "--jobs=" + ",".join(wanted)]
     if user:
         argv += ["-u", user]
     try:
-        return parse_squeue(slurm(argv, env=env, controller=True).stdout)
+        return parse_squeue_gpus(slurm(argv, env=env, controller=True).stdout)
     except SlurmError as exc:
         # With one id squeue asks the controller for that job alone, and one it forgot
         # fails ("slurm_load_jobs error: Invalid job id specified", exit 1); with several
         # ids the forgotten ones are just absent. Either way sacct answers for them.
         if wanted and _INVALID_JOB_ID in exc.stderr.lower():
-            return []
+            return [], {}
         raise
 
 

@@ -37,6 +37,9 @@ class JobInfo:
     gpus: list[Gpu] = field(default_factory=list)
     # Set on the task rows (12_1, 12_[2-3]) an array's own id (12) was expanded to.
     array_job_id: str = ""
+    # The job's working directory as the controller has it ("" where not asked: sacct's
+    # rows); where a running job keeps its pool's address and its published ports.
+    work_dir: str = ""
 
     @property
     def finished(self) -> bool:

@@ -213,6 +213,7 @@ def job_info(job: Any) -> JobInfo:
         # squeue has no exit code (sacct had to be asked); the controller has it.
         exit_code=f"{job.exit_code or 0}:{job.exit_code_signal or 0}" if finished else "",
         partition=job.partition or "",
+        work_dir=job.working_directory or "",
     )
 
 
@@ -280,14 +281,3 @@ def controller_jobs(
             if gpus:
                 gres[info.job_id] = JobGres(str(job.id), gpus)
     return rows, gres
-
-
-def work_dirs(job_ids: Sequence[str]) -> dict[str, str]:
-    """``jobs.work_dirs`` in-process: each running job's working directory."""
-    found = {}
-    for job in _load(list(job_ids)):
-        folder = job.working_directory or ""
-        jid = display_id(job)
-        if jid in job_ids and str(job.state) == "RUNNING" and folder.startswith("/"):
-            found[jid] = folder
-    return found

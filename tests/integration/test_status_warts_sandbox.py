@@ -12,7 +12,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sandboxtest import REPO, RERUN_WAIT, acbslurm_as, job_fields, no_jobs, wait_job, wait_until
+from sandboxtest import (
+    ACBSLURM,
+    REPO,
+    RERUN_WAIT,
+    acbslurm_as,
+    job_fields,
+    no_jobs,
+    wait_job,
+    wait_until,
+)
 
 from acbslurm import proc
 from acbslurm.slurm.jobs import job_order
@@ -51,6 +60,48 @@ def test_a_requeued_job_that_completed_shows_no_begin_time(sb: Any, idle: Any) -
     assert job["reason"] is None, job  # not the stale BeginTime
     table = acbslurm_as(sb, "user1", "status", jid).stdout.splitlines()
     assert table[1].split()[3:5] == ["COMPLETED", "-"], table
+
+
+def test_a_running_jobs_gpus_come_with_the_one_squeue(sb: Any, idle: Any) -> None:
+    """`status` asks the controller once: a running job's GPUs and their UUIDs come
+    with squeue's row, from the AdminComment the job's prolog wrote; scontrol is not
+    run (here it fails, and would leave the job without GPUs)."""
+    import shutil
+    import tempfile
+
+    jid = sbatch(sb, "--gres=gpu:1", "--wrap", "sleep 120")
+    fields = wait_until(
+        f"job {jid} running with its GPUs recorded",
+        lambda: (
+            (f := job_fields(sb, jid)).get("JobState") == "RUNNING"
+            and "acbslurm:gpus=" in f.get("AdminComment", "")
+            and f
+        ),
+        timeout=60,
+    )
+    token = fields["AdminComment"].split("acbslurm:gpus=", 1)[1].split()[0]
+    node_index, _, uuid = token.partition("=")
+    real = shutil.which("squeue", path=sb.user_env("user1")["PATH"])
+    assert real, "no squeue on the sandbox's PATH"
+    bin_dir = tempfile.mkdtemp(prefix="acbslurm-squeue-only-")
+    try:
+        os.chmod(bin_dir, 0o755)
+        os.symlink(real, os.path.join(bin_dir, "squeue"))
+        fake = os.path.join(bin_dir, "scontrol")
+        Path(fake).write_text('#!/bin/sh\necho "scontrol must not run: $*" >&2\nexit 1\n')
+        os.chmod(fake, 0o755)
+        extra = {"PYTHONPATH": str(REPO), "ACBSLURM_SLURM_BIN_DIR": bin_dir}
+        for args in ((jid,), ()):
+            res = sb.run_as(
+                "user1", [*ACBSLURM, "status", "--json", *args], extra_env=extra, check=False
+            )
+            assert res.returncode == 0, res.stdout + res.stderr
+            (job,) = [j for j in json.loads(res.stdout)["jobs"] if j["job_id"] == jid]
+            assert job["state"] == "RUNNING", job
+            assert job["gpu_indices"] == [int(node_index.rpartition(":")[2])], (job, token)
+            assert job["gpu_uuids"] == [uuid], (job, token)
+    finally:
+        shutil.rmtree(bin_dir)
 
 
 def test_array_tasks_in_one_order_each_running_one_with_its_gpu(sb: Any, idle: Any) -> None:

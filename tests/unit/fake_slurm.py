@@ -98,9 +98,10 @@ def squeue(args, stdin, state):
 
 
 def squeue_answer(args, state):
-    opts, rest = options(args, {{"-o", "-t", "-u", "-w"}}, {{"-h"}}, optional=("-j",))
+    opts, rest = options(args, {{"-o", "-O", "-t", "-u", "-w"}}, {{"-h"}}, optional=("-j",))
     for key in opts:
-        if key not in ("-o", "-t", "-u", "-w", "-h", "-j", "--jobs", "--format", "--states"):
+        if key not in ("-o", "-O", "-t", "-u", "-w", "-h", "-j", "--jobs", "--format",
+                       "--Format", "--states"):
             raise Usage(f"unrecognized option {{key!r}}")
     ids = opts.get("--jobs") or opts.get("-j")
     if "-j" in opts and opts["-j"] is None:  # "-j 1,2": squeue takes the next word
@@ -129,9 +130,39 @@ def squeue_answer(args, state):
             continue
         if "-w" in opts and job["node"] not in opts["-w"].split(","):
             continue
+        long_format = opts.get("-O") or opts.get("--Format")
+        if long_format is not None:
+            lines.append(squeue_long(long_format, key, job))
+            continue
         field = lambda m: squeue_field(m.group(1), key, job)
         lines.append(re.sub(r"%\.?\d*([a-zA-Z])", field, fmt))
     return "".join(line + "\n" for line in lines), "", 0
+
+
+# squeue -O's names (any case) for the % letters, and the AdminComment.
+LONG = {{"jobarrayid": "i", "jobid": "A", "state": "T", "reason": "r", "timeused": "M",
+        "nodelist": "N", "username": "u", "submittime": "V", "starttime": "S",
+        "endtime": "e", "partition": "P", "name": "j", "workdir": "Z"}}
+
+
+def squeue_long(spec, key, job):
+    """One row of ``squeue -O spec``: each ``name[:[.][size][suffix]]`` as squeue 22.05
+    prints it (size 20 without ``:``; 0: the whole value), then its suffix."""
+    out = ""
+    for token in spec.split(","):
+        name, colon, rest = token.partition(":")
+        m = re.match(r"(\.?)(\d*)(.*)", rest, re.S)
+        size = int(m.group(2) or 0) if colon else 20
+        if name.lower() == "admin_comment":
+            value = job["admin_comment"] or "(null)"
+        elif name.lower() in LONG:
+            value = squeue_field(LONG[name.lower()], key, job)
+        else:
+            raise Usage(f"the fake squeue knows no -O field {{name!r}}")
+        if size:
+            value = value[:size].rjust(size) if m.group(1) else value[:size].ljust(size)
+        out += value + m.group(3)
+    return out
 
 
 def squeue_field(letter, key, job):

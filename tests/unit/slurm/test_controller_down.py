@@ -52,7 +52,8 @@ def test_a_down_controller_ends_the_query_with_one_line(bin_dir: Path) -> None:
 
 
 def test_a_controller_that_answers_lets_a_slow_query_finish(bin_dir: Path) -> None:
-    script(bin_dir / "squeue", "sleep 2; echo '12|RUNNING|None|0:01|vm|user1|x|x|x|gpu|job'")
+    row = "12|12|RUNNING|None|0:01|vm|user1|x|x|x|gpu|(null)\\037/tmp\\037job"
+    script(bin_dir / "squeue", f"sleep 2; printf '{row}\\n'")
     rows = query_jobs(["12"], env=env(bin_dir, "Slurmctld(primary) at vm is UP", 0))
     assert [(j.job_id, j.state) for j in rows[:1]] == [("12", "RUNNING")]
 

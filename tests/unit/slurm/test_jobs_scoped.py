@@ -18,7 +18,7 @@ import pytest
 from fake_slurm import Call, FakeSlurm
 
 from acbslurm.errors import SlurmError
-from acbslurm.slurm.jobs import query_jobs
+from acbslurm.slurm.jobs import _SQUEUE_FORMAT, query_jobs
 from acbslurm.slurm.jobtypes import JobInfo
 from acbslurm.slurm.watch import watch_jobs
 
@@ -306,8 +306,7 @@ def test_submit_wait_of_three_jobs_asks_about_them_alone(fake_slurm: FakeSlurm) 
         ("101", "COMPLETED"),
         ("102", "COMPLETED"),
     ]
-    fmt = "%i|%T|%r|%M|%N|%u|%V|%S|%e|%P|%j"
-    squeue = ["squeue", "-h", "-o", fmt, "-t", "all", "--jobs=100,101,102"]
+    squeue = ["squeue", "-h", "-O", _SQUEUE_FORMAT, "-t", "all", "--jobs=100,101,102"]
     polls = [a for a in fake_slurm.argvs() if a[0] != "sbatch"]
     # poll 1: pending; 2: running, scontrol once per job; 3: running, GPUs cached; 4: done
     assert polls[:2] == [squeue, squeue]

@@ -9,27 +9,75 @@ from fake_slurm import FakeSlurm
 
 from acbslurm.gpuvalue import Gpu
 from acbslurm.slurm.jobs import (
+    _SQUEUE_FORMAT,
     parse_gpu_indices,
     parse_job_gpus,
     parse_job_id,
     parse_sacct,
     parse_squeue,
+    parse_squeue_gpus,
     query_jobs,
 )
 from acbslurm.slurm.jobtypes import JobInfo
 from acbslurm.units import expand_ranges
 
 
+def squeue_row(
+    jid: str, state: str, node: str, comment: str = "(null)", name: str = "job", **kw: str
+) -> str:
+    """One line as ``squeue -h -O jobs._SQUEUE_FORMAT`` prints it (Slurm 22.05 to 25.11)."""
+    fields = [
+        jid,
+        kw.get("own_id", jid),
+        state,
+        kw.get("reason", "None"),
+        "0:05",
+        node,
+        "user1",
+        "2026-11-30T01:00:00",
+        kw.get("start", "2026-11-30T01:00:01"),
+        "2026-11-30T02:00:01",
+        kw.get("partition", "p1"),
+    ]
+    return "|".join(fields) + f"|{comment}\x1f{kw.get('work_dir', '/home/user1')}\x1f{name}\n"
+
+
 def test_parse_squeue_keeps_name_with_pipes() -> None:
-    out = (
-        "7|RUNNING|None|0:05|vm|user1|2026-11-30T01:00:00|2026-11-30T01:00:01|2026-11-30T02:00:01|p1|a|b\n"
-        "8|PENDING|Resources|0:00|(null)|user1|2026-11-30T01:00:00|N/A|N/A|p2|x\n"
+    out = squeue_row("7", "RUNNING", "vm", name="a|b") + squeue_row(
+        "8", "PENDING", "(null)", reason="Resources", start="N/A", partition="p2", name="x"
     )
     jobs = parse_squeue(out)
     assert jobs[0].name == "a|b" and jobs[0].node == "vm" and jobs[0].reason == ""
     assert jobs[0].end_time == ""  # a running job's end is only a limit
     assert jobs[1].reason == "Resources" and jobs[1].node == "" and jobs[1].start_time == ""
     assert (jobs[0].partition, jobs[1].partition) == ("p1", "p2")
+    assert jobs[0].work_dir == "/home/user1"
+
+
+def test_the_gpus_a_running_jobs_prologs_recorded_come_with_its_row() -> None:
+    """squeue's AdminComment gives a running job's GPUs (no scontrol); only when every
+    node's prolog wrote its token, with Slurm's indices, and the prolog is over."""
+    a, b = "GPU-aaaa", "GPU-bbbb"
+    two = f"acbslurm:gpus=vm-2:1={b},vm-1:0={a}"
+    rows, gpus = parse_squeue_gpus(
+        squeue_row("7", "RUNNING", "vm", f"acbslurm:gpus=vm:1={a}", own_id="9")
+        # an admin's comment may hold '|'; a directory or a name (the user's) with
+        # separators never reaches the comment
+        + squeue_row("8", "RUNNING", "vm-[1-2]", f"x|y {two}", name=f"n\x1facbslurm:gpus=vm:3={b}")
+        + squeue_row("10", "RUNNING", "vm-[1-2]", f"acbslurm:gpus=vm-1:0={a}")  # vm-2's not yet
+        + squeue_row("11", "CONFIGURING", "vm", f"acbslurm:gpus=vm:0={a}", reason="Prolog")
+        + squeue_row("12", "RUNNING", "vm", f"acbslurm:gpus=vm:-={a}")  # no index
+        + squeue_row("13", "RUNNING", "vm", f"acbslurm:gpus=vm-9:0={a}")  # another node's
+        + squeue_row("14", "COMPLETING", "vm", f"acbslurm:gpus=vm:0={a}")  # asked: released?
+        + squeue_row("15", "RUNNING", "vm", "(null)", work_dir=f"/d\x1facbslurm:gpus=vm:0={a}")
+        + squeue_row("16", "PENDING", "", f"acbslurm:gpus=vm:0={a}", start="N/A")
+    )
+    assert [r.job_id for r in rows] == [str(i) for i in (7, 8, 10, 11, 12, 13, 14, 15, 16)]
+    assert sorted(gpus) == ["7", "8"]
+    assert gpus["7"].job_id == "9" and gpus["7"].gpus == [Gpu(a, 1, node="vm")]
+    assert gpus["8"].gpus == [Gpu(a, 0, node="vm-1"), Gpu(b, 1, node="vm-2")]
+    assert rows[1].name == f"n\x1facbslurm:gpus=vm:3={b}"
+    assert rows[7].work_dir == "/d" and "acbslurm" in rows[7].name
 
 
 def test_parse_sacct_state_words() -> None:
@@ -91,6 +139,10 @@ def test_status_reads_records_like_the_hooks_and_never_fails_on_one(tmp_path: Pa
     assert _read_record("", "5") is None
 
 
+# Slurm 22.05's output on the sandbox (2026-11-30). The .squeue files were captured with
+# squeue's -o format and brought to -O's columns (jobs._SQUEUE_FORMAT) when status moved
+# to it: each row's JobID, AdminComment and WorkDir taken from the .scontrol capture of
+# the same moment (the comments were empty then).
 CAPTURED = Path(__file__).parent / "captured"
 
 
@@ -140,7 +192,7 @@ def test_status_shows_each_running_array_task_its_gpu(
     # every job: one squeue listing, then scontrol for each of the two running tasks (a
     # listing only for more than 16: it costs what the controller's whole table does)
     squeue, *scontrol = fake_slurm.argvs()
-    assert squeue == ["squeue", "-h", "-o", "%i|%T|%r|%M|%N|%u|%V|%S|%e|%P|%j"]
+    assert squeue == ["squeue", "-h", "-O", _SQUEUE_FORMAT]
     assert sorted(scontrol) == [
         ["scontrol", "-d", "-o", "show", "job", task] for task in sorted(want)
     ]
@@ -179,8 +231,8 @@ def test_an_array_id_stands_for_its_tasks(fake_slurm: FakeSlurm) -> None:
     assert [j.job_id for j in query_jobs(["5_1"])] == ["5_1"]
     # the array's own record may show by its bare id for moments: kept while live
     # (a watcher must not miss it), dropped once ended (its tasks tell the same)
-    squeue += "9|PENDING|None|0:00||user1|N/A|N/A|N/A|p1|wrap\n" + "".join(
-        f"9_{t}|COMPLETED|None|0:03|vm|user1|N/A|N/A|N/A|p1|wrap\n" for t in (1, 0)
+    squeue += squeue_row("9", "PENDING", "", start="N/A") + "".join(
+        squeue_row(f"9_{t}", "COMPLETED", "vm", own_id=str(10 + t)) for t in (1, 0)
     )
     fake_slurm.respond("squeue", stdout=squeue)
     got = query_jobs(["9"])
