@@ -66,12 +66,13 @@ def record_dir() -> str:
     return load_settings().record_dir
 
 
-def show(ids: Sequence[str], user: str | None, long: bool, as_json: bool) -> int:
+def show(ids: Sequence[str], user: str | None, long: bool, as_json: bool, chosen: str = "") -> int:
     """Print the jobs (``ids``, else all, or ``user``'s) as a table or JSON; 1 when an
-    id is unknown to Slurm (named on stderr), else 0."""
+    id is unknown to Slurm (named on stderr), else 0. ``chosen``: the Slurm backend,
+    when the caller has read it already."""
     from acbslurm.slurm.jobs import query_jobs
 
-    chosen = backend()
+    chosen = chosen or backend()
     jobs = query_jobs(list(ids), user=user, record_dir=record_dir(), backend=chosen)
     pools, ports = _job_files(jobs)
     if as_json:

@@ -40,9 +40,7 @@ def parse(argv: list[str]) -> tuple[list[str], str | None, bool, bool] | None:
     i = 0
     while i < len(argv):
         if not argv[i].startswith("-"):
-            from acbslurm.jobrecord import JOB_ID  # only with ids: its import is 2-5 ms
-
-            if not JOB_ID.match(argv[i]):
+            if not _job_id(argv[i]):
                 return None  # click says what a job id looks like
             ids.append(argv[i])
             i += 1
@@ -56,6 +54,17 @@ def parse(argv: list[str]) -> tuple[list[str], str | None, bool, bool] | None:
     return ids, user if isinstance(user, str) else None, "long" in values, "as_json" in values
 
 
+def _job_id(text: str) -> bool:
+    """Digits, or an array task ``12_3`` (what ``jobrecord.JOB_ID`` matches, without
+    importing re before the query's squeue starts)."""
+    job, sep, task = text.partition("_")
+    return _digits(job) and (not sep or _digits(task))
+
+
+def _digits(text: str) -> bool:
+    return bool(text) and text.isascii() and text.isdigit()
+
+
 # 128 + SIGPIPE, what a shell reports for a writer whose reader went away (cli/main.py).
 BROKEN_PIPE_EXIT = 141
 
@@ -65,13 +74,18 @@ def try_status(argv: list[str]) -> int | None:
     parsed = parse(argv)
     if parsed is None:
         return None
-    from acbslurm.cli.jobstatus import show
+    from acbslurm.slurm.commands import discard_started
+
+    early = _start_early(parsed[0], parsed[1])
     from acbslurm.cli.logsetup import configure_logging
     from acbslurm.errors import AcbslurmError
 
     configure_logging(0)
     try:
-        code = show(*parsed)
+        chosen = _chosen_backend(parsed[0], parsed[1], early)
+        from acbslurm.cli.jobstatus import show
+
+        code = show(*parsed, chosen=chosen)
         sys.stdout.flush()
     except AcbslurmError as exc:
         sys.stderr.write(f"Error: {exc}\n")
@@ -80,7 +94,52 @@ def try_status(argv: list[str]) -> int | None:
         return 130
     except BrokenPipeError:
         return _reader_gone()
+    finally:
+        discard_started()  # an error before the query read it
     return code
+
+
+def _start_early(ids: list[str], user: str | None) -> bool:
+    """Start the squeue the query reads first of all, before the settings are read and
+    the code that reads and prints its answer is imported (json and re among them):
+    those then run while slurmctld answers (docs/benchmarks.md, "status"). Only where
+    no pyslurm is installed, so that the backend can only be the CLI (a site's
+    settings can choose pyslurm only where it is). True if started."""
+    import os
+
+    if os.environ.get("ACBSLURM_SLURM_BACKEND") == "pyslurm" or _findable("pyslurm"):
+        return False
+    from acbslurm.slurm.commands import start
+    from acbslurm.slurm.squeue_query import squeue_argv
+
+    start(squeue_argv(ids, user))
+    return True
+
+
+def _findable(name: str) -> bool:
+    """Whether top-level module ``name`` can be imported: what importlib.util.find_spec
+    asks the import system, without importing importlib.util (2 ms)."""
+    if name in sys.modules:
+        return True
+    return any(
+        finder.find_spec(name, None) is not None
+        for finder in sys.meta_path
+        if hasattr(finder, "find_spec")
+    )
+
+
+def _chosen_backend(ids: list[str], user: str | None, early: bool) -> str:
+    """The Slurm backend the settings choose; with the CLI, the query's squeue started
+    now if it was not already."""
+    from acbslurm.cli.jobstatus import backend
+
+    chosen = backend()
+    if chosen == "cli" and not early:
+        from acbslurm.slurm.commands import start
+        from acbslurm.slurm.squeue_query import squeue_argv
+
+        start(squeue_argv(ids, user))
+    return chosen
 
 
 def _reader_gone() -> int:

@@ -21,6 +21,7 @@ from acbslurm.gpuvalue import Gpu
 from acbslurm.slurm.commands import slurm
 from acbslurm.slurm.gpu_history import PREFIX
 from acbslurm.slurm.jobtypes import JobGres, JobInfo, SubmitResult
+from acbslurm.slurm.squeue_query import SQUEUE_FIELDS, squeue_argv
 from acbslurm.slurm.states import HOLDING_STATES, LIVE_STATES, TERMINAL_STATES
 from acbslurm.units import expand_ranges
 from acbslurm.values import frozen, replace
@@ -47,30 +48,6 @@ def _debug(msg: str, *args: object) -> None:
         logging.getLogger(__name__).debug(msg, *args)
 
 
-# squeue's fields (``-O``: each printed whole, then its separator), all a status needs in
-# one request. The AdminComment carries the GPUs the job's prologs wrote (``gpu_history``),
-# so a running job's GPUs come without an scontrol call or listing; the working
-# directory is where a running job keeps its pool's address and published ports. Those
-# two and the name may hold '|': they come last, the comment and the directory each
-# ended by a unit separator (0x1f) and split at the first one, so neither a directory
-# nor a name (a user's text) reaches the comment (an admin's). JobID is the job's own
-# id (an array task's, the one its record is named by), JobArrayID squeue's (12_1).
-_SQUEUE_FIELDS = (
-    "JobArrayID",
-    "JobID",
-    "State",
-    "Reason",
-    "TimeUsed",
-    "NodeList",
-    "UserName",
-    "SubmitTime",
-    "StartTime",
-    "EndTime",
-    "Partition",
-)
-_SQUEUE_FORMAT = (
-    ",".join(f"{name}:|" for name in _SQUEUE_FIELDS) + ",admin_comment:\x1f,WorkDir:\x1f,Name:"
-)
 _SACCT_FIELDS = (
     "JobID,State,Elapsed,NodeList,User,Submit,Start,End,ExitCode,Partition,Reason,JobName"
 )
@@ -119,16 +96,16 @@ _PROLOG_DONE_STATES = ("RUNNING", "SUSPENDED")
 
 
 def parse_squeue(text: str) -> list[JobInfo]:
-    """Parse ``squeue -h -O _SQUEUE_FORMAT`` output."""
+    """Parse ``squeue -h -O SQUEUE_FORMAT`` output."""
     return parse_squeue_gpus(text)[0]
 
 
 def parse_squeue_gpus(text: str) -> tuple[list[JobInfo], dict[str, JobGres]]:
-    """``squeue -h -O _SQUEUE_FORMAT``'s rows, and the GPUs of the running ones whose
+    """``squeue -h -O SQUEUE_FORMAT``'s rows, and the GPUs of the running ones whose
     prologs all wrote theirs into the job's AdminComment (by squeue's id)."""
     jobs: list[JobInfo] = []
     recorded: dict[str, JobGres] = {}
-    for parts in _rows(text, len(_SQUEUE_FIELDS) + 1, "squeue"):
+    for parts in _rows(text, len(SQUEUE_FIELDS) + 1, "squeue"):
         job, own_id, comment = _squeue_row(parts)
         jobs.append(job)
         if PREFIX in comment and job.state in _PROLOG_DONE_STATES and job.reason != "Prolog":
@@ -139,7 +116,7 @@ def parse_squeue_gpus(text: str) -> tuple[list[JobInfo], dict[str, JobGres]]:
 
 
 def _squeue_row(parts: list[str]) -> tuple[JobInfo, str, str]:
-    """One row of ``squeue -O _SQUEUE_FORMAT``: the job, its own id, its AdminComment."""
+    """One row of ``squeue -O SQUEUE_FORMAT``: the job, its own id, its AdminComment."""
     jid, own_id, state, reason, elapsed, node, user, submit, start, end, partition, rest = parts
     comment, _, rest = rest.partition("\x1f")
     work_dir, _, name = rest.partition("\x1f")
@@ -549,12 +526,7 @@ def _squeue(
     job alone; for several it still fetches the job table (or, with one ``user``, that
     user's jobs) and filters it itself, so the output is small but not the request.
     """
-    argv = ["squeue", "-h", "-O", _SQUEUE_FORMAT]
-    if wanted:
-        # -t all: finished jobs the controller still remembers (MinJobAge) come back too.
-        argv += ["-t", "all", "--jobs=" + ",".join(wanted)]
-    if user:
-        argv += ["-u", user]
+    argv = squeue_argv(wanted, user)
     try:
         return parse_squeue_gpus(slurm(argv, env=env, controller=True).stdout)
     except SlurmError as exc:

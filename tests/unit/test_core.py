@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -34,6 +36,58 @@ def test_missing_program_and_timeout_are_command_errors() -> None:
         proc.run(["/etc/hostname"])  # a file that is not executable
     with pytest.raises(CommandError, match="cannot be started"):
         proc.run(["true"], cwd="/etc/hostname")
+
+
+def test_a_started_command_is_read_as_run_reads_it() -> None:
+    """``start`` begins a command; ``run(started=...)`` waits for it and gives what a
+    plain run gives: output, the error with the command's code and stderr, a timeout
+    (counted from the wait), a command that could not start."""
+    script = ["sh", "-c", "echo out; echo err >&2; exit ${CODE:-0}"]
+    got = proc.run(script, started=proc.start(script))
+    assert (got.returncode, got.stdout, got.stderr) == (0, "out\n", "err\n")
+    failing = proc.start(script, env={**os.environ, "CODE": "3"})
+    with pytest.raises(CommandError) as exc:
+        proc.run(script, started=failing)
+    assert exc.value.returncode == 3 and exc.value.stderr == "err\n"
+    assert (
+        proc.run(script, started=proc.start(script, env={"CODE": "5"}), check=False).returncode == 5
+    )
+    with pytest.raises(CommandError, match="not found"):
+        proc.run(["/nonexistent/prog"], started=proc.start(["/nonexistent/prog"]))
+    with pytest.raises(CommandError, match="cannot be started"):
+        proc.run(["/etc/hostname"], started=proc.start(["/etc/hostname"]))
+    slow = proc.start(["sleep", "5"])
+    t0 = time.monotonic()
+    with pytest.raises(CommandError, match=r"timed out after 0\.2 s"):
+        proc.run(["sleep", "5"], started=slow, timeout=0.2)
+    assert time.monotonic() - t0 < 3 and slow.returncode == -9
+
+
+def test_a_started_command_reads_like_run_in_what_it_prints_and_its_signals() -> None:
+    """Output past a pipe's buffer on both streams (neither waits for the other), the
+    newlines subprocess's text mode gives, SIGPIPE at its default in the child (Python
+    ignores it, and `yes | head` would complain), the watchdog asked once."""
+    big = ["sh", "-c", "head -c 300000 /dev/zero | tr '\\0' a; head -c 200000 /dev/zero >&2"]
+    got = proc.run(big, started=proc.start(big))
+    assert (len(got.stdout), len(got.stderr)) == (300000, 200000)
+    crlf = ["printf", "a\\r\\nb\\rc\\n"]
+    assert proc.run(crlf, started=proc.start(crlf)).stdout == proc.run(crlf).stdout == "a\nb\nc\n"
+    pipe = ["sh", "-c", "yes | head -n 1"]
+    assert proc.run(pipe, started=proc.start(pipe)) == proc.run(pipe)
+    assert proc.run(pipe, started=proc.start(pipe)).stderr == ""
+    asked: list[float] = []
+    dog = proc.Watchdog(0.3, lambda: asked.append(time.monotonic()) or "")
+    slow = ["sh", "-c", "sleep 1; echo done"]
+    assert proc.run(slow, started=proc.start(slow), watchdog=dog).stdout == "done\n"
+    assert len(asked) == 1
+    stop = proc.Watchdog(0.2, lambda: "no use waiting")
+    stuck = proc.start(["sleep", "30"])
+    with pytest.raises(CommandError, match="no use waiting"):
+        proc.run(["sleep", "30"], started=stuck, watchdog=stop)
+    assert stuck.returncode == -9 and stuck.fds == (-1, -1)
+    left = proc.start(["sleep", "30"])
+    proc.stop(left)  # nobody read it: killed and reaped
+    assert left.returncode == -9
 
 
 def test_settings_layers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

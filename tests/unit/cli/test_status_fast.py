@@ -91,9 +91,11 @@ def test_whatever_it_accepts_click_reads_the_same(argv: list[str]) -> None:
         assert click_parse(argv) == fast, argv
 
 
-def entry(fake: FakeSlurm, tmp_path: Path, *argv: str) -> subprocess.CompletedProcess[str]:
+def entry(
+    fake: FakeSlurm, tmp_path: Path, *argv: str, prelude: str = ""
+) -> subprocess.CompletedProcess[str]:
     """``acbslurm ARGV`` through the console entry in a fresh interpreter, which prints
-    the slow modules it imported."""
+    the slow modules it imported (``prelude``: code run first)."""
     (tmp_path / "none.yaml").write_text("{}\n")
     env = dict(
         os.environ,
@@ -113,7 +115,7 @@ def entry(fake: FakeSlurm, tmp_path: Path, *argv: str) -> subprocess.CompletedPr
         main({list(argv)!r})
         """
     return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
+        [sys.executable, "-c", textwrap.dedent(prelude) + textwrap.dedent(code)],
         env={**env, **UNMEASURED},  # the imports are the entry's own
         capture_output=True,
         text=True,
@@ -151,6 +153,52 @@ def test_the_entry_prints_what_the_click_command_prints_without_slow_imports(
         assert fast.returncode == 1 and fast.stderr == "Error: no such job: 99999\n"
 
 
+def test_the_entry_starts_squeue_before_it_imports_the_query(
+    jobs: FakeSlurm, tmp_path: Path
+) -> None:
+    """A plain status line starts its one squeue before the code that reads and prints
+    the answer is imported (that import then runs while slurmctld answers), and the
+    query reads that run: squeue runs once."""
+    spy = """
+        import sys
+        import acbslurm.proc as proc
+        real = proc.start
+        def start(argv, **kw):
+            late = [m for m in ("acbslurm.slurm.jobs", "json") if m in sys.modules]
+            print("started:", argv[0].rsplit("/", 1)[-1], late)
+            return real(argv, **kw)
+        proc.start = start
+        """
+    jobs.clear_calls()
+    r = entry(jobs, tmp_path, "status", "--json", "7", "8", prelude=spy)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("started: squeue []\n"), r.stdout
+    assert [c[0] for c in jobs.argvs()].count("squeue") == 1, jobs.argvs()
+    # settings that cannot be read: the error, and the squeue started before is ended
+    (tmp_path / "bad.yaml").write_text("slurm_backend: [\n")
+    code = f"""
+        import os, sys
+        os.environ["ACBSLURM_CONFIG"] = {str(tmp_path / "bad.yaml")!r}
+        import acbslurm.proc as proc
+        seen = []
+        real = proc.start
+        proc.start = lambda argv, **kw: seen.append(real(argv, **kw)) or seen[-1]
+        from acbslurm.cli.status_fast import try_status
+        code = try_status([])
+        print(code, [s.returncode is not None for s in seen])
+        """
+    env = {**os.environ, "PATH": f"{jobs.bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    res = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        env={**env, "PYTHONPATH": str(ROOT), **UNMEASURED},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert res.stdout == "2 [True]\n", res.stdout + res.stderr
+    assert res.stderr.startswith("Error: ") and "bad.yaml" in res.stderr, res.stderr
+
+
 def test_a_failure_is_one_error_line_and_its_exit_code(jobs: FakeSlurm, tmp_path: Path) -> None:
     jobs.respond("squeue", stderr="squeue: error: Invalid user: nobody9\n", rc=1)
     r = entry(jobs, tmp_path, "status", "-u", "nobody9")
@@ -186,3 +234,31 @@ def test_json_text_leaves_what_is_unusual_to_the_json_module() -> None:
 
     for value in ({1: "a"}, {"a": Name("b")}, [(1, 2)]):
         assert json_text(value) == json.dumps(value, indent=2)
+
+
+def test_squeue_starts_early_only_where_the_backend_can_only_be_the_cli(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where pyslurm could be chosen (installed, or asked for), nothing starts before
+    the settings are read; the import system is asked as find_spec asks it."""
+    import importlib.util
+
+    from acbslurm.cli import status_fast
+    from acbslurm.slurm import commands
+
+    started: list[list[str]] = []
+    monkeypatch.setattr(commands, "start", started.append)
+    monkeypatch.delenv("ACBSLURM_SLURM_BACKEND", raising=False)
+    for name in ("json", "acbslurm", "_locale", "no_such_module_x", "pyslurm"):
+        assert status_fast._findable(name) == (importlib.util.find_spec(name) is not None)
+    if not status_fast._findable("pyslurm"):
+        assert status_fast._start_early(["7"], None) is True and len(started) == 1
+        monkeypatch.setenv("ACBSLURM_SLURM_BACKEND", "pyslurm")
+        assert status_fast._start_early(["7"], None) is False and len(started) == 1
+        monkeypatch.delenv("ACBSLURM_SLURM_BACKEND")
+    (tmp_path / "pyslurm").mkdir()
+    (tmp_path / "pyslurm" / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert status_fast._findable("pyslurm")
+    before = len(started)
+    assert status_fast._start_early(["7"], None) is False and len(started) == before

@@ -79,3 +79,38 @@ def test_the_watchdog_is_asked_once_and_only_for_slow_commands() -> None:
     with pytest.raises(CommandError, match="no use waiting"):
         run(["sleep", "30"], watchdog=stop)
     assert time.monotonic() - t0 < 5
+
+
+def test_a_started_query_is_read_once_and_watched_as_a_run_one(
+    bin_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`status` starts its squeue early (``commands.start``): the query's own call reads
+    that run instead of starting another, only a call with the same command line and
+    nothing else asked of it does, and a controller that is down still ends it in
+    about CONTROLLER_PATIENCE with scontrol ping's line."""
+    from acbslurm.slurm import commands
+    from acbslurm.slurm.squeue_query import squeue_argv
+
+    log = bin_dir / "runs"
+    row = "12|12|RUNNING|None|0:01|vm|user1|x|x|x|gpu|acbslurm:gpus=vm:0=GPU-1\\037/tmp\\037job"
+    script(bin_dir / "squeue", f"echo run >> {log}; printf '{row}\\n'")
+    monkeypatch.setenv("ACBSLURM_SLURM_BIN_DIR", str(bin_dir))
+    commands.start(squeue_argv(["12"], None))
+    assert [j.job_id for j in query_jobs(["12"])] == ["12"]
+    assert log.read_text() == "run\n" and commands._STARTED == {}
+    commands.start(squeue_argv(["12"], None))
+    query_jobs(["12"], env=dict(os.environ))  # another environment: run anew
+    assert log.read_text() == "run\n" * 3 and len(commands._STARTED) == 1
+    assert [j.job_id for j in query_jobs(["12"])] == ["12"]  # the started one, read now
+    assert log.read_text() == "run\n" * 3 and commands._STARTED == {}
+    # slurmctld down: the started squeue waits (SQUEUE_WAIT), the ping says DOWN
+    env(bin_dir, "Slurmctld(primary) at vm is DOWN", 1)
+    script(
+        bin_dir / "squeue",
+        'sleep 30; echo "slurm_load_jobs error: Unable to contact slurm controller" >&2; exit 1',
+    )
+    commands.start(squeue_argv([], "user1"))
+    t0 = time.monotonic()
+    with pytest.raises(ControllerDown, match="scontrol ping says Slurmctld"):
+        query_jobs(user="user1")
+    assert time.monotonic() - t0 < CONTROLLER_PATIENCE + 5

@@ -18,8 +18,9 @@ import pytest
 from fake_slurm import Call, FakeSlurm
 
 from acbslurm.errors import SlurmError
-from acbslurm.slurm.jobs import _SQUEUE_FORMAT, query_jobs
+from acbslurm.slurm.jobs import query_jobs
 from acbslurm.slurm.jobtypes import JobInfo
+from acbslurm.slurm.squeue_query import SQUEUE_FORMAT
 from acbslurm.slurm.watch import watch_jobs
 
 T0 = "2026-11-30T01:00:00"
@@ -306,7 +307,7 @@ def test_submit_wait_of_three_jobs_asks_about_them_alone(fake_slurm: FakeSlurm) 
         ("101", "COMPLETED"),
         ("102", "COMPLETED"),
     ]
-    squeue = ["squeue", "-h", "-O", _SQUEUE_FORMAT, "-t", "all", "--jobs=100,101,102"]
+    squeue = ["squeue", "-h", "-O", SQUEUE_FORMAT, "-t", "all", "--jobs=100,101,102"]
     polls = [a for a in fake_slurm.argvs() if a[0] != "sbatch"]
     # poll 1: pending; 2: running, scontrol once per job; 3: running, GPUs cached; 4: done
     assert polls[:2] == [squeue, squeue]
