@@ -49,6 +49,9 @@ CALLS: list[tuple[tuple[Any, ...], dict[str, Any]]] = [
     (("a", 1), {"name": "again"}),
     (("a", 1), {"colour": "red"}),
     (("a", 1, [], "k", "extra"), {}),
+    # keywords alone (the call a listing makes per row): unknown and missing together
+    ((), {"size": 1, "colour": "red"}),
+    ((), {"name": "c", "size": 4, "kind": "k", "tags": ("t",)}),
 ]
 
 
