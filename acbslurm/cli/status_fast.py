@@ -109,11 +109,16 @@ def _start_early(ids: list[str], user: str | None) -> bool:
 
     if os.environ.get("ACBSLURM_SLURM_BACKEND") == "pyslurm" or _findable("pyslurm"):
         return False
+    _start_query(ids, user)
+    return True
+
+
+def _start_query(ids: list[str], user: str | None) -> None:
+    """Start the squeue ``jobs.query_jobs`` will read for these ids and user."""
     from acbslurm.slurm.commands import start
     from acbslurm.slurm.squeue_query import squeue_argv
 
     start(squeue_argv(ids, user))
-    return True
 
 
 def _findable(name: str) -> bool:
@@ -135,10 +140,7 @@ def _chosen_backend(ids: list[str], user: str | None, early: bool) -> str:
 
     chosen = backend()
     if chosen == "cli" and not early:
-        from acbslurm.slurm.commands import start
-        from acbslurm.slurm.squeue_query import squeue_argv
-
-        start(squeue_argv(ids, user))
+        _start_query(ids, user)
     return chosen
 
 

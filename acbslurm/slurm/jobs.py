@@ -20,6 +20,7 @@ from acbslurm.errors import ConfigError, SlurmError
 from acbslurm.gpuvalue import Gpu
 from acbslurm.slurm.commands import slurm
 from acbslurm.slurm.gpu_history import PREFIX
+from acbslurm.slurm.hostlist import expand_hostlist
 from acbslurm.slurm.jobtypes import JobGres, JobInfo, SubmitResult
 from acbslurm.slurm.squeue_query import SQUEUE_FIELDS, squeue_argv
 from acbslurm.slurm.states import HOLDING_STATES, LIVE_STATES, TERMINAL_STATES
@@ -153,12 +154,8 @@ def _comment_gpus(comment: str, nodelist: str) -> list[Gpu]:
 
 def _node_names(nodelist: str) -> list[str]:
     """squeue's node list as names ([] when empty or not readable)."""
-    if "[" not in nodelist and "," not in nodelist:
-        return [nodelist] if nodelist else []  # one node: no hostlist to import
-    from acbslurm.slurm.hostlist import expand_hostlist
-
     try:
-        return expand_hostlist(nodelist)
+        return expand_hostlist(nodelist) if nodelist else []
     except ConfigError:
         return []
 
@@ -217,8 +214,6 @@ def _gpu_indices(gres: str) -> list[int]:
 def _line_gpus(line: str) -> list[Gpu]:
     """Each GPU of one ``scontrol -d -o show job`` line, on its node (scontrol -d's
     groups; node "" without them), with the UUID its node's prolog recorded."""
-    from acbslurm.slurm.hostlist import expand_hostlist
-
     groups = _NODE_GROUP.findall(line)
     nodes = [(n, seg) for expr, seg in groups for n in expand_hostlist(expr)] or [("", line)]
     gpus = [Gpu("", i, node=node) for node, seg in nodes for i in _segment_indices(seg)]
@@ -483,19 +478,16 @@ def _controller_rows(
     backend: str,
     gpu_cache: GpuCache,
 ) -> list[JobInfo]:
-    """What the controller has: squeue's rows, or pyslurm's (their GPUs into the cache,
-    so that scontrol is not asked)."""
+    """What the controller has: squeue's rows, or pyslurm's; the GPUs either brought
+    into the cache, so that scontrol is not asked for them."""
     if backend != "pyslurm":
-        rows, recorded = _squeue(wanted, user, env)
-        for row in rows:
-            if row.job_id in recorded:
-                gpu_cache[(row.job_id, row.start_time)] = recorded[row.job_id]
-        return rows
-    if env is not None:  # a caller's bug (no option leads here): a builtin, not the tree
+        rows, gres = _squeue(wanted, user, env)
+    elif env is not None:  # a caller's bug (no option leads here): a builtin, not the tree
         raise ValueError("the pyslurm backend queries this process's own Slurm")
-    from acbslurm.slurm import pyslurm_backend
+    else:
+        from acbslurm.slurm import pyslurm_backend
 
-    rows, gres = pyslurm_backend.controller_jobs(wanted, user)
+        rows, gres = pyslurm_backend.controller_jobs(wanted, user)
     for row in rows:
         if row.job_id in gres:
             gpu_cache[(row.job_id, row.start_time)] = gres[row.job_id]
