@@ -17,7 +17,10 @@ What is checked, each refusal a ``CgroupJoinError`` that names the rule:
   one of its subordinate ids when the image runs as another user), and in no cgroup of
   any Slurm job;
 - the process moved is the one checked: a pidfd taken before the checks must still
-  name a live process after the move (a pid reused meanwhile is refused).
+  name a live process, of the same start time, just before the move (a pid reused
+  meanwhile is refused, nothing moved) and after it (else whatever process has the pid
+  then goes back to the cgroups it was in just before: the pid was reused between the
+  check and the move).
 
 A ``docker exec`` into such a container has no create and start: runc starts the
 process at once. So the runtime asks for itself (``join_asker``) before it becomes
@@ -30,6 +33,7 @@ constrains it more and gives it nothing the job's user does not have.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import struct
@@ -216,26 +220,71 @@ def _goal(job_id: str, run_pid: int) -> list[Membership]:
 
 
 def _move(pidfd: int, pid: int, born: str, goal: list[Membership]) -> list[str]:
+    """``pid`` into each cgroup of ``goal``, checked just before to be still the process
+    held by ``pidfd`` (started at ``born``), and again after: a pid reused in between
+    names another process, which must not stay in the job (Slurm kills what is in a
+    job's cgroups when it ends), so on any failure once a write is made, whatever has
+    the pid goes back to the cgroups it was in. The cgroup.procs files written."""
+    mounts = mount_points()
+    files = [_procs_file(mounts, m) for m in goal]
+    _same_process(pidfd, pid, born, "before")
+    back = _now_in(pid, goal, mounts)  # after the check: the process then named by pid
+    done = 0
+    try:
+        for path in files:
+            _write_pid(path, pid)
+            done += 1
+        _same_process(pidfd, pid, born, "while")
+    except CgroupJoinError:
+        _move_back(pid, back[:done])
+        raise
+    return files
+
+
+def _move_back(pid: int, files: list[str]) -> None:
+    for path in filter(None, files):
+        with contextlib.suppress(CgroupJoinError):  # gone: nothing to move back
+            _write_pid(path, pid)
+
+
+def _procs_file(mounts: dict[str, str], m: Membership) -> str:
+    path = procs_file(mounts, m)
+    if path is None:
+        raise CgroupJoinError(f"the {m.controllers or 'cgroup2'} hierarchy is not mounted here")
+    return path
+
+
+def _same_process(pidfd: int, pid: int, born: str, when: str) -> None:
+    """``pid`` still names the process of ``pidfd``: it has not ended (a zombie keeps
+    its pid) and has the start time it had at the checks."""
     import signal
 
-    mounts = mount_points()
-    files = []
-    for m in goal:
-        path = procs_file(mounts, m)
-        if path is None:
-            raise CgroupJoinError(f"the {m.controllers or 'cgroup2'} hierarchy is not mounted here")
-        try:
-            with open(path, "w") as f:
-                f.write(str(pid))
-        except OSError as exc:
-            raise CgroupJoinError(
-                f"cannot move process {pid} into {path}: {exc.strerror}"
-            ) from None
-        files.append(path)
     try:
         signal.pidfd_send_signal(pidfd, 0)
     except OSError:
-        raise CgroupJoinError(f"process {pid} ended while it was moved") from None
+        raise CgroupJoinError(f"process {pid} ended {when} it was moved") from None
     if start_time(pid) != born:
-        raise CgroupJoinError(f"process {pid} was replaced while it was moved")
-    return files
+        raise CgroupJoinError(f"process {pid} was replaced {when} it was moved")
+
+
+def _now_in(pid: int, goal: list[Membership], mounts: dict[str, str]) -> list[str]:
+    """The cgroup.procs files of the cgroups ``pid`` is in now, in ``goal``'s hierarchies
+    ("" where it is in none)."""
+    now = {(m.hierarchy, m.controllers): m for m in memberships(pid)}
+    out = []
+    for m in goal:
+        member = now.get((m.hierarchy, m.controllers))
+        out.append((procs_file(mounts, member) or "") if member else "")
+    return out
+
+
+def _write_pid(path: str, pid: int) -> None:
+    """Move ``pid`` into the cgroup of ``path``; CgroupJoinError naming it when refused."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+        try:
+            os.write(fd, str(pid).encode())
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise CgroupJoinError(f"cannot move process {pid} into {path}: {exc.strerror}") from None

@@ -7,5 +7,9 @@ RUNTIME_NAME = "acbslurm"
 # socket, and the pid of the `acbslurm run` whose cgroups the container joins.
 SOCKET_ENV = "ACBSLURM_CGROUP_SOCKET"
 RUN_PID_ENV = "ACBSLURM_RUN_PID"
-# The helper's socket in the job's runtime directory.
+# The helper's directory, <job_runtime_dir>/<jobid>.cgroup beside the job's own (a job id
+# has no dot): root's, 0755, so that the job's user can neither rename nor plant what
+# root binds and hands over in it (in the user's own directory they could: issue 39).
+HELPER_DIR_SUFFIX = ".cgroup"
+# The helper's socket in that directory: the job's user's, 0600.
 HELPER_SOCKET = "cgroup.sock"

@@ -309,10 +309,10 @@ def _cgroup_socket(mode: str, runtime_dir: str, job_id: str | None) -> str:
     cgroups (setting ``container_cgroups: join``); "" otherwise, or outside a job."""
     if mode != "join" or job_id is None:
         return ""
-    from acbslurm.cgroups.names import HELPER_SOCKET
-    from acbslurm.jobsockets import job_dir
+    from acbslurm.cgroups.names import HELPER_DIR_SUFFIX, HELPER_SOCKET
 
-    return os.path.join(job_dir(check_job_id(job_id), runtime_dir), HELPER_SOCKET)
+    # The helper's own directory (root's), beside the job's: cgroups/helper.py.
+    return os.path.join(runtime_dir, check_job_id(job_id) + HELPER_DIR_SUFFIX, HELPER_SOCKET)
 
 
 def execute(args: RunArgs, early: InfoProbe | None = None) -> int:

@@ -296,20 +296,19 @@ def _start_cgroup_helper(settings: Settings, job_id: str, uid: int) -> None:
     import pwd
 
     from acbslurm.cgroups.helper import start
-    from acbslurm.jobsockets import job_dir
 
     try:
         gid = pwd.getpwuid(uid).pw_gid
     except KeyError:
         gid = -1
-    start(settings.record_dir, job_id, uid, gid, job_dir(job_id, settings.job_runtime_dir))
+    start(settings.record_dir, job_id, uid, gid, settings.job_runtime_dir)
 
 
 def _stop_cgroup_helper(settings: Settings, job_id: str) -> None:
     from acbslurm.cgroups.helper import stop
 
     try:
-        stop(settings.record_dir, job_id)
+        stop(settings.record_dir, job_id, settings.job_runtime_dir)
     except OSError as exc:
         _say("warning", f"job {job_id}: cannot end its cgroup helper: {exc}")
 

@@ -2,8 +2,7 @@
 faults"), on the real sandbox as user1 and user2: each refusal is one clear line and
 moves nothing.
 
-- user2 cannot reach user1's job's helper at all (its socket is in user1's 0700 job
-  directory);
+- user2 cannot reach user1's job's helper at all (its socket is user1's, 0600);
 - user1, inside its job, cannot have the helper move a plain process of its own, its
   own Docker daemon (in its user namespace, but no container), a process of root's, or
   anything on behalf of a process outside the job; bad requests are refused;
@@ -27,7 +26,6 @@ from sandboxtest import IMAGE, REPO, acbslurm_run, dockerd_pid, submit, wait_job
 
 from acbslurm.cgroups.helper import pid_file, socket_path
 from acbslurm.config import load_settings
-from acbslurm.jobsockets import job_dir
 
 pytestmark = pytest.mark.integration
 
@@ -66,7 +64,7 @@ def settings(sb: Any) -> Any:
 
 
 def helper_socket(sb: Any, job: str) -> str:
-    return socket_path(job_dir(job, settings(sb).job_runtime_dir))
+    return socket_path(settings(sb).job_runtime_dir, job)
 
 
 def test_the_helper_refuses_what_is_not_the_jobs_container(idle: Any, scripts: Path) -> None:
@@ -113,7 +111,7 @@ def test_the_helper_refuses_what_is_not_the_jobs_container(idle: Any, scripts: P
     assert got["same"], "the asking process was moved"
     assert Path(f"/proc/{daemon}/cgroup").read_text() == daemon_cgroup
 
-    # user2 cannot even reach it: the socket is in user1's 0700 job directory.
+    # user2 cannot even reach it: the socket is user1's, 0600.
     r2 = sb.run_as(
         "user2",
         [sys.executable, str(script), str(scripts / "user2.json"), sock, '{"run_pid": 1}'],

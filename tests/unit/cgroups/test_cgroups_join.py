@@ -456,13 +456,12 @@ def test_the_helper_answers_one_caller_while_another_has_not_asked(
     """Each caller in a thread of its own: a runtime connects when runc begins, so a
     caller still waiting for its runc holds up nobody."""
     monkeypatch.setattr(helper, "POLL", 0.05)
-    job_dir = tmp_path / "7"
-    job_dir.mkdir()
+    helper.make_dir(str(tmp_path), "7")
     t = threading.Thread(
-        target=helper.serve, args=("7", os.getuid(), os.getgid(), str(job_dir)), daemon=True
+        target=helper.serve, args=("7", os.getuid(), os.getgid(), str(tmp_path)), daemon=True
     )
     t.start()
-    path = helper.socket_path(str(job_dir))
+    path = helper.socket_path(str(tmp_path), "7")
     waiting = runtime._connect(path)  # asks nothing yet
     try:
         with pytest.raises(runtime.JoinFailed, match=r"not part of job 7|not in a rootless"):
@@ -478,15 +477,14 @@ def test_the_helper_serves_until_its_socket_goes_and_stop_is_safe(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(helper, "POLL", 0.05)
-    job_dir = tmp_path / "7"
-    job_dir.mkdir()
+    helper.make_dir(str(tmp_path), "7")
     done: list[int] = []
     t = threading.Thread(
-        target=lambda: done.append(helper.serve("7", os.getuid(), os.getgid(), str(job_dir))),
+        target=lambda: done.append(helper.serve("7", os.getuid(), os.getgid(), str(tmp_path))),
         daemon=True,
     )
     t.start()
-    sock = Path(helper.socket_path(str(job_dir)))
+    sock = Path(helper.socket_path(str(tmp_path), "7"))
     for _ in range(200):
         if sock.exists():
             break
@@ -497,8 +495,10 @@ def test_the_helper_serves_until_its_socket_goes_and_stop_is_safe(
     sock.unlink()
     t.join(5)
     assert done == [0]
-    # stop: no pid file, or one naming a process that is not the helper, signals nothing
-    assert helper.stop(str(tmp_path), "7") is False
+    # stop: no pid file, or one naming a process that is not the helper, signals nothing;
+    # the helper's directory goes either way
+    assert helper.stop(str(tmp_path), "7", str(tmp_path)) is False
+    assert not Path(helper.helper_dir(str(tmp_path), "7")).exists()
     Path(helper.pid_file(str(tmp_path), "7")).write_text(f"{os.getpid()} 1\n")
-    assert helper.stop(str(tmp_path), "7") is False
+    assert helper.stop(str(tmp_path), "7", str(tmp_path)) is False
     assert not Path(helper.pid_file(str(tmp_path), "7")).exists()
