@@ -2,21 +2,22 @@
 
 The prolog writes a job's GPUs into its AdminComment while the job runs, but slurmctld
 sends that to slurmdbd only with the job's end: in the database a running job has no
-devices yet. The report asks slurmctld once (``scontrol show job -o``, all jobs in one
-call) the first time it meets a running GPU job without devices, and takes them from
+devices yet. The report asks slurmctld once (``squeue -O JobID,admin_comment``, all
+jobs in one call: never ``scontrol show job`` text, where a job's name can hold
+``AdminComment=``) the first time it meets a running GPU job without devices, and takes them from
 there. Where slurmctld cannot be asked (no Slurm commands on this host, the controller
 down), running jobs keep no devices, as before: the report still answers.
 """
 
 from __future__ import annotations
 
-import re
-
 from acbslurm.accounting.usage import devices_text
 from acbslurm.errors import CommandError
-from acbslurm.slurm.gpu_history import admin_comment
+from acbslurm.units import is_ascii_int
 
-_JOB_ID = re.compile(r"(?:^|\s)JobId=([0-9]+)(?=\s|$)")
+# The job's own id, then its AdminComment (an admin's text and acbslurm's words): the
+# comment last, so that it is split from the id at the first "|".
+SQUEUE_FORMAT = "JobID:|,admin_comment:"
 
 
 class LiveDevices:
@@ -34,18 +35,19 @@ def _read() -> dict[int, str]:
     from acbslurm.slurm.commands import slurm
 
     try:
-        out = slurm(["scontrol", "show", "job", "-o"], timeout=10, controller=True).stdout
+        argv = ["squeue", "-h", "-t", "all", "-O", SQUEUE_FORMAT]
+        out = slurm(argv, timeout=10, controller=True).stdout
     except (CommandError, OSError):
         return {}
     return parse_show_jobs(out)
 
 
 def parse_show_jobs(text: str) -> dict[int, str]:
-    """Job id -> its devices, from ``scontrol show job -o``'s lines."""
+    """Job id -> its devices, from ``squeue -h -O SQUEUE_FORMAT``'s rows."""
     by_job = {}
-    for line in text.splitlines():
-        m = _JOB_ID.search(line)
-        found = devices_text(admin_comment(line)) if m else ""
-        if m and found:
-            by_job[int(m.group(1))] = found
+    for row in text.split("\n"):
+        job_id, sep, comment = row.partition("|")
+        found = devices_text(comment) if sep and is_ascii_int(job_id.strip()) else ""
+        if found:
+            by_job[int(job_id.strip())] = found
     return by_job

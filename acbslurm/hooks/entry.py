@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from acbslurm.config import Settings
     from acbslurm.gpu.fence import FenceResult
     from acbslurm.jobrecord import JobRecord
-    from acbslurm.slurm.allocation import Allocation
+    from acbslurm.slurm.allocation import Allocation, JobFacts
 
 _NAME = "acbslurm"
 _SYSLOG_OPEN = ""
@@ -94,7 +94,7 @@ def run_prolog(env: Mapping[str, str]) -> int:
         uid, user = _user_of(env)
         node = node_name(env)
         bin_dir = _bin_dir(settings, env)
-        alloc, alloc_error, shown = _allocation(job_id, node, bin_dir)
+        alloc, alloc_error, facts = _allocation(job_id, node, bin_dir)
         gpus = job_gpus(_with_all_gpu_types(env, alloc, job_id), settings)
         rec = JobRecord(
             job_id=job_id,
@@ -118,7 +118,7 @@ def run_prolog(env: Mapping[str, str]) -> int:
             _fence_quietly(_settings_or_none(), env, drop=job_id)
         return 1
     _say("info", f"job {job_id}: GPUs {','.join(rec.uuids) or '-'} recorded in {path}")
-    _keep_gpu_history(rec, slurm_job_ref(env, job_id, shown), shown, bin_dir)
+    _keep_gpu_history(rec, slurm_job_ref(env, facts), facts, bin_dir)
     _sweep_earlier_if_any(uid, user, settings)
     return 0
 
@@ -186,25 +186,21 @@ def _fence_quietly(settings: Settings | None, env: Mapping[str, str], drop: str)
         _say("error", f"GPU fence: {exc}")
 
 
-def slurm_job_ref(env: Mapping[str, str], job_id: str, shown: str | None) -> str:
+def slurm_job_ref(env: Mapping[str, str], facts: JobFacts | None) -> str:
     """How ``scontrol update`` must name this job: ``ARRAYJOB_TASK`` for an array task
-    (``gpu_history.scontrol_name``), from SLURM_ARRAY_* where they are set, else from
-    the job's ``scontrol show job`` line; "" when neither is there.
+    (``JobFacts.ref``), from SLURM_ARRAY_* where they are set, else from squeue's
+    answer; "" when neither is there.
 
     slurmd gives the prolog no SLURM_ARRAY_* (22.05 to 25.11: only PrologSlurmctld and
-    the task prologs get them), so without scontrol's line the raw id is all there is,
+    the task prologs get them), so without squeue's answer the raw id is all there is,
     and an array's last task to start has the array's own id: ``scontrol update
     job=<it>`` would write every task of the array. A raw id that may be that is never
     used to write."""
-    from acbslurm.slurm.gpu_history import scontrol_name
-
     array_job = env.get("SLURM_ARRAY_JOB_ID", "").strip()
     task = env.get("SLURM_ARRAY_TASK_ID", "").strip()
     if is_ascii_int(array_job) and is_ascii_int(task):
         return f"{int(array_job)}_{int(task)}"
-    if shown is None:
-        return ""
-    return scontrol_name(shown, job_id)
+    return "" if facts is None else facts.ref()
 
 
 def _with_all_gpu_types(
@@ -226,7 +222,7 @@ def _with_all_gpu_types(
     return {**env, "SLURM_JOB_GPUS": indices}
 
 
-def _keep_gpu_history(rec: JobRecord, ref: str, shown: str | None, bin_dir: str) -> None:
+def _keep_gpu_history(rec: JobRecord, ref: str, facts: JobFacts | None, bin_dir: str) -> None:
     """The job's GPUs into its AdminComment (``ref``: scontrol's name for the job, ""
     when it has none that names this job alone), for the report after the job is gone.
 
@@ -236,7 +232,7 @@ def _keep_gpu_history(rec: JobRecord, ref: str, shown: str | None, bin_dir: str)
 
     if not rec.gpus:
         return
-    if not ref:
+    if not ref or facts is None:
         _say(
             "warning",
             f"job {rec.job_id}: GPUs {','.join(rec.uuids)} kept in its record on "
@@ -246,14 +242,14 @@ def _keep_gpu_history(rec: JobRecord, ref: str, shown: str | None, bin_dir: str)
         )
         return
     try:
-        record_job_gpus(ref, rec.gpus, shown=shown, bin_dir=bin_dir)
+        record_job_gpus(ref, rec.gpus, facts, bin_dir=bin_dir)
     except AcbslurmError as exc:
         _say("warning", f"job {ref}: GPUs not kept in its AdminComment: {exc}")
 
 
-def _allocation(job_id: str, node: str, bin_dir: str) -> tuple[Allocation, str, str | None]:
+def _allocation(job_id: str, node: str, bin_dir: str) -> tuple[Allocation, str, JobFacts | None]:
     """The job's CPUs/memory on this node, or why they could not be read (logged), and
-    scontrol's line about the job (None when it did not answer)."""
+    squeue's facts of the job (None when slurmctld did not answer)."""
     from acbslurm.errors import SlurmError
     from acbslurm.slurm.allocation import Allocation, allocation_retried
 
@@ -261,8 +257,7 @@ def _allocation(job_id: str, node: str, bin_dir: str) -> tuple[Allocation, str, 
         _say("warning", f"job {job_id}: asking slurmctld again: {why}")
 
     try:
-        alloc, shown = allocation_retried(job_id, node, bin_dir, retrying=retrying)
-        return alloc, "", shown
+        alloc, facts, named = allocation_retried(job_id, node, bin_dir, retrying=retrying)
     except SlurmError as exc:
         why = str(exc).splitlines()[0]
         _say(
@@ -271,6 +266,14 @@ def _allocation(job_id: str, node: str, bin_dir: str) -> tuple[Allocation, str, 
             "`acbslurm run` will refuse to start containers in this job",
         )
         return Allocation(), why, None
+    if named > 1:
+        _say(
+            "warning",
+            f"job {job_id}: scontrol's answer names {node} in {named} allocation groups "
+            "(the job's name, comment or paths hold one): CPUs and memory from squeue, "
+            "GPUs from slurmd's SLURM_JOB_GPUS alone",
+        )
+    return alloc, "", facts
 
 
 def _make_job_dir(settings: Settings, job_id: str, uid: int) -> None:

@@ -35,7 +35,9 @@ if TYPE_CHECKING:
 PENDING = "usage-pending"
 END_WAIT = 3.0  # seconds the epilog waits for slurmdbd to record the job's end
 MAX_RETRIES_PER_HOOK = 4  # pending words one epilog sends at most (each bounded in time)
-_SACCT_FIELDS = "State,End,ElapsedRaw,AllocTRES,AdminComment"  # AdminComment last: may hold |
+# JobIDRaw first: ``sacct -j`` of the id an array's last task keeps lists every task of
+# the array, and the job's row is the one of its own id. AdminComment last: may hold |.
+_SACCT_FIELDS = "JobIDRaw,State,End,ElapsedRaw,AllocTRES,AdminComment"
 
 
 class NotYet(AcbslurmError):
@@ -118,7 +120,7 @@ def _ended(job_id: str, bin_dir: str, wait: float) -> list[str]:
             out = slurm(argv, timeout=5, bin_dir=bin_dir).stdout
         except SlurmError as exc:
             raise NotYet(f"sacct: {exc.reason or exc}") from None
-        fields = _ended_fields(out)
+        fields = _ended_fields(out, job_id)
         if fields is not None:
             return fields
         if time.monotonic() >= deadline:
@@ -126,11 +128,14 @@ def _ended(job_id: str, bin_dir: str, wait: float) -> list[str]:
         time.sleep(0.1)
 
 
-def _ended_fields(sacct_out: str) -> list[str] | None:
-    """The job's fields when sacct shows its end recorded, else None."""
-    lines = [line for line in sacct_out.splitlines() if line.strip()]
-    fields = lines[-1].split("|", 4) if lines else []
-    if len(fields) == 5 and fields[1] not in ("", "Unknown") and "RUNNING" not in fields[0]:
+def _ended_fields(sacct_out: str, job_id: str) -> list[str] | None:
+    """The job's fields (State, End, ElapsedRaw, AllocTRES, AdminComment) when sacct
+    shows its end recorded, else None. The newest row of the job's own id (a requeued
+    job has one per run)."""
+    rows = [r.split("|", 5) for r in sacct_out.splitlines()]
+    own = [r[1:] for r in rows if len(r) == 6 and r[0].strip() == job_id]
+    fields = own[-1] if own else []
+    if fields and fields[1] not in ("", "Unknown") and "RUNNING" not in fields[0]:
         return fields
     return None
 

@@ -25,9 +25,8 @@ from __future__ import annotations
 import re
 import time
 
-from acbslurm.errors import ConfigError, SlurmError
+from acbslurm.errors import SlurmError
 from acbslurm.gpuvalue import Gpu
-from acbslurm.slurm.hostlist import expand_hostlist
 from acbslurm.units import is_ascii_int
 
 # On the hook path: no typing at run time (tests/unit/hooks/test_hooks_imports.py).
@@ -35,12 +34,11 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Sequence
 
+    from acbslurm.slurm.allocation import JobFacts
+
 PREFIX = "acbslurm:gpus="
-_TOKEN = re.compile(r"acbslurm:gpus=(\S+)")
-_ADMIN = re.compile(r"\bAdminComment=(.*?)(?=\s[A-Z][A-Za-z]*=|$)")
-_NUM_NODES = re.compile(r"\bNumNodes=([0-9]+)")
-_ARRAY_JOB = re.compile(r"(?:^|\s)ArrayJobId=([0-9]+)(?=\s|$)")
-_ARRAY_TASK = re.compile(r"(?:^|\s)ArrayTaskId=([0-9]+)(?=\s|$)")
+# A token is a word of the comment of its own (never the inside of another word).
+_TOKEN = re.compile(r"(?:^|\s)acbslurm:gpus=(\S+)")
 # A job on several nodes: how often a prolog writes its token at most, how many reads in
 # a row must show every node's, how many reads it waits for the others' at most, and
 # the pause before each read (seconds, random: two nodes' prologs fall out of step).
@@ -48,22 +46,6 @@ _ATTEMPTS = 4
 _SETTLE_READS = 2
 _MAX_READS = 10
 _PAUSE = (0.15, 0.5)
-
-
-def scontrol_name(show_job: str | None, job_id: str) -> str:
-    """How ``scontrol update`` must name the job of this ``scontrol show job -o`` line:
-    ``ARRAYJOB_TASK`` for an array task, else ``job_id``.
-
-    An array's last task to start keeps the array's own id, and ``scontrol update
-    job=<that id>`` applies to every task of the array (each gets this task's GPUs, or
-    the update fails with "Job has already finished" once one of them ended). Slurm
-    22.05 gives the prolog no SLURM_ARRAY_* variables; the line has both ids.
-    """
-    array_job = _ARRAY_JOB.search(show_job or "")
-    task = _ARRAY_TASK.search(show_job or "")
-    if array_job and task:
-        return f"{array_job.group(1)}_{task.group(1)}"
-    return job_id
 
 
 def gpu_token(gpus: Sequence[Gpu]) -> str:
@@ -88,13 +70,6 @@ def _replaced(word: str, node: str, nodes: Collection[str] | None) -> bool:
         return False
     where = {g.node for g in parse_gpus(word)}
     return node in where or (nodes is not None and not where & set(nodes))
-
-
-def admin_comment(show_job: str) -> str:
-    """The ``AdminComment`` of one ``scontrol show job -o`` line ("" when (null))."""
-    m = _ADMIN.search(show_job)
-    value = m.group(1).strip() if m else ""
-    return "" if value in ("(null)", "") else value
 
 
 def gpu_items(comment: str | None) -> list[str]:
@@ -128,16 +103,18 @@ def parse_gpus(comment: str | None) -> list[Gpu]:
 
 
 def record_job_gpus(
-    job_id: str,
+    ref: str,
     gpus: Sequence[Gpu],
+    facts: JobFacts,
     *,
-    shown: str | None = None,
     bin_dir: str = "",
     timeout: float = 5.0,
 ) -> None:
-    """Add this node's GPUs (each names the node) to the job's AdminComment. ``shown``:
-    the job's ``scontrol show job -o`` line when the caller has it already (the prolog
-    does)."""
+    """Add this node's GPUs (each names the node) to the AdminComment of the job of
+    ``facts`` (squeue's, which the prolog has already; ``ref``: how scontrol names the
+    job alone). Read again through squeue (``allocation.query_job_facts``): never
+    from ``scontrol show job`` text, where a job's name can hold ``AdminComment=``."""
+    from acbslurm.slurm.allocation import query_job_facts
     from acbslurm.slurm.commands import slurm
 
     if not gpus:
@@ -146,49 +123,24 @@ def record_job_gpus(
     token = gpu_token(gpus)
 
     def read() -> str:
-        argv = ["scontrol", "show", "job", "-o", job_id]
-        return slurm(argv, timeout=timeout, bin_dir=bin_dir).stdout
+        return query_job_facts(facts.job_id, bin_dir, timeout).admin_comment
 
-    line = read() if shown is None else shown
-    nodes = _num_nodes(line)
-    now_on = _nodes_or_none(line)  # a running job's nodes do not change between reads
+    comment_now = facts.admin_comment
+    now_on = facts.nodes or None  # a running job's nodes do not change between reads
     for _ in range(_ATTEMPTS):
-        current = " ".join(admin_comment(line).split())
+        current = " ".join(comment_now.split())
         comment = merged_comment(current, node, token, now_on)
         if comment != current:
-            argv = ["scontrol", "update", f"job={job_id}", f"AdminComment={comment}"]
+            argv = ["scontrol", "update", f"job={ref}", f"AdminComment={comment}"]
             slurm(argv, timeout=timeout, bin_dir=bin_dir)
-        if nodes < 2 or _settled(read, token, nodes):
+        if facts.num_nodes < 2 or _settled(read, token, facts.num_nodes):
             return
-        line = read()
+        comment_now = read()
     raise SlurmError(
-        ["scontrol", "update", f"job={job_id}", "AdminComment=..."],
+        ["scontrol", "update", f"job={ref}", "AdminComment=..."],
         0,
         reason=f"this node's GPUs were overwritten by other nodes' {_ATTEMPTS} times",
     )
-
-
-def job_nodes(show_job: str) -> list[str]:
-    """The job's nodes from one ``scontrol show job -o`` line (``NodeList``), in order."""
-    for tok in show_job.split():
-        if tok.startswith("NodeList="):
-            value = tok.partition("=")[2]
-            return [] if value in ("", "(null)") else expand_hostlist(value)
-    return []
-
-
-def _nodes_or_none(show_job: str) -> list[str] | None:
-    """``job_nodes``; None when the line names none, or a list it cannot read: then no
-    other node's token is dropped."""
-    try:
-        return job_nodes(show_job) or None
-    except ConfigError:
-        return None
-
-
-def _num_nodes(show_job: str) -> int:
-    m = _NUM_NODES.search(show_job)
-    return int(m.group(1)) if m else 1
 
 
 def _token_nodes(tokens: list[str]) -> set[str]:
@@ -205,7 +157,7 @@ def _settled(read: Callable[[], str], token: str, nodes: int) -> bool:
     whole = 0
     for _ in range(_MAX_READS):
         time.sleep(random.uniform(*_PAUSE))  # noqa: S311 - jitter, not a secret
-        tokens = admin_comment(read()).split()
+        tokens = read().split()
         if token not in tokens:
             return False
         whole = whole + 1 if len(_token_nodes(tokens)) >= nodes else 0

@@ -13,62 +13,49 @@ reader still waits a little for a token that is missing (a prolog retrying its w
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 
 from acbslurm.errors import SlurmError
 from acbslurm.gpuvalue import Gpu
-from acbslurm.slurm.gpu_history import admin_comment, job_nodes, parse_gpus
+from acbslurm.slurm.gpu_history import parse_gpus
 
 WAIT = 30.0  # seconds for every node's token to appear
 _POLL = 0.25
 
 
-def recorded_gpus(show_job: str, nodes: list[str]) -> list[Gpu]:
-    """The GPUs the prologs of ``nodes`` wrote into the job's AdminComment, in the order
-    of ``nodes`` (Slurm's index within a node): the one reader of those tokens, for
-    ``job_gpus_by_node`` and for ``jobs.parse_job_gpus`` (status' ``gpu_devices``)."""
-    return gpus_in_comment(admin_comment(show_job), nodes)
-
-
-def gpus_in_comment(comment: str, nodes: list[str]) -> list[Gpu]:
-    """The GPUs of ``nodes`` in a job's AdminComment (squeue's or scontrol's), in the
-    order of ``nodes``, each node's by Slurm's index."""
+def gpus_in_comment(comment: str, nodes: Sequence[str]) -> list[Gpu]:
+    """The GPUs of ``nodes`` in a job's AdminComment (squeue's), in the order of
+    ``nodes``, each node's by Slurm's index: the one reader of the prologs' tokens for a
+    running job."""
     rank = {n: i for i, n in enumerate(nodes)}
     gpus = [g for g in parse_gpus(comment) if g.node in rank]
     gpus.sort(key=lambda g: (rank[g.node], -1 if g.index is None else g.index))
     return gpus
 
 
-def parse_node_gpus(show_job: str) -> tuple[list[str], list[Gpu]]:
-    """The job's nodes (``NodeList``), and its GPUs in node order."""
-    nodes = job_nodes(show_job)
-    return nodes, recorded_gpus(show_job, nodes)
-
-
 def job_gpus_by_node(
     job_id: str, bin_dir: str = "", timeout: float = 5.0, wait: float = WAIT
 ) -> list[Gpu]:
-    """Ask slurmctld for the GPUs of job ``job_id`` on all its nodes.
+    """Ask slurmctld (squeue: the job's NodeList and AdminComment, never from text a
+    user can shape) for the GPUs of job ``job_id`` on all its nodes.
 
     Raises ``SlurmError`` naming the nodes whose GPUs are not recorded after ``wait``
     seconds (a prolog that did not run acbslurm's hook, or a job without GPUs there).
     """
-    from acbslurm.slurm.commands import slurm
+    from acbslurm.slurm.allocation import query_job_facts
 
-    argv = ["scontrol", "show", "job", "-o", job_id]
     deadline = time.monotonic() + wait
     while True:
-        line = slurm(argv, timeout=timeout, bin_dir=bin_dir).stdout
-        nodes, gpus = parse_node_gpus(line)
-        missing = [n for n in nodes if not any(g.node == n for g in gpus)]
-        if nodes and not missing:
+        facts = query_job_facts(job_id, bin_dir, timeout)
+        gpus = gpus_in_comment(facts.admin_comment, facts.nodes)
+        missing = [n for n in facts.nodes if not any(g.node == n for g in gpus)]
+        if facts.nodes and not missing:
             return gpus
         if time.monotonic() > deadline:
-            what = ", ".join(missing) if nodes else "(no NodeList: is the job running?)"
+            what = ", ".join(missing) if facts.nodes else "(no NodeList: is the job running?)"
             raise SlurmError(
-                argv,
+                ["squeue", "-j", job_id],
                 0,
-                line,
-                "",
                 reason=(
                     f"job {job_id}: no GPUs recorded in its AdminComment for node(s) {what} "
                     f"after {wait:g} s (acbslurm's prolog writes them; docs/admin-guide.md)"

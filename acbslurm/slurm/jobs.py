@@ -213,19 +213,18 @@ def _gpu_indices(gres: str) -> list[int]:
 
 def _line_gpus(line: str) -> list[Gpu]:
     """Each GPU of one ``scontrol -d -o show job`` line, on its node (scontrol -d's
-    groups; node "" without them), with the UUID its node's prolog recorded."""
+    groups; node "" without them), by index: the UUIDs come from the AdminComment
+    squeue gives, never from this line, whose job name may hold ``AdminComment=``."""
     groups = _NODE_GROUP.findall(line)
-    nodes = [(n, seg) for expr, seg in groups for n in expand_hostlist(expr)] or [("", line)]
-    gpus = [Gpu("", i, node=node) for node, seg in nodes for i in _segment_indices(seg)]
-    return _with_recorded(line, [n for n, _ in nodes], gpus) if PREFIX in line else gpus
-
-
-def _with_recorded(line: str, nodes: list[str], gpus: list[Gpu]) -> list[Gpu]:
-    """``gpus`` with the UUIDs the nodes' prologs wrote into the line's AdminComment."""
-    from acbslurm.slurm.jobgpus import recorded_gpus
-
-    known = {(g.node, g.index): g.uuid for g in recorded_gpus(line, nodes)}
-    return [replace(g, uuid=known.get((g.node, g.index), "")) for g in gpus]
+    try:
+        nodes = [(n, seg) for expr, seg in groups for n in expand_hostlist(expr)] or [("", line)]
+    except ConfigError:  # "Nodes=v[m" in a job's name
+        return []
+    if len({n for n, _ in nodes}) < len(nodes):
+        # A node in two groups: one is a user's text (a job's name or comment holding
+        # "Nodes=... GRES=..."), and which one Slurm printed cannot be told: none shown.
+        return []
+    return [Gpu("", i, node=node) for node, seg in nodes for i in _segment_indices(seg)]
 
 
 def _segment_indices(segment: str) -> list[int]:

@@ -145,6 +145,31 @@ LONG = {{"jobarrayid": "i", "jobid": "A", "state": "T", "reason": "r", "timeused
         "endtime": "e", "partition": "P", "name": "j", "workdir": "Z"}}
 
 
+def _cpus(job):
+    return len(expand(job["cpu_ids"])) * int(job["num_nodes"])
+
+
+def expand(ranges):
+    out = []
+    for part in ranges.split(","):
+        lo, _, hi = part.partition("-")
+        out += list(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
+# squeue -O's fields of a job's allocation (the prolog's query), as 22.05 prints them.
+FACTS = {{
+    "arrayjobid": lambda key, job: split_key(key)[0] or job["job_id"],
+    "arraytaskid": lambda key, job: split_key(key)[1] or "N/A",
+    "numnodes": lambda key, job: str(job["num_nodes"]),
+    "numcpus": lambda key, job: str(_cpus(job)),
+    "tres-alloc": lambda key, job: (
+        f"cpu={{_cpus(job)}},mem={{int(job['mem']) * int(job['num_nodes'])}}M,"
+        f"node={{job['num_nodes']}},billing=1"
+    ),
+}}
+
+
 def squeue_long(spec, key, job):
     """One row of ``squeue -O spec``: each ``name[:[.][size][suffix]]`` as squeue 22.05
     prints it (size 20 without ``:``; 0: the whole value), then its suffix."""
@@ -155,6 +180,8 @@ def squeue_long(spec, key, job):
         size = int(m.group(2) or 0) if colon else 20
         if name.lower() == "admin_comment":
             value = job["admin_comment"] or "(null)"
+        elif name.lower() in FACTS:
+            value = FACTS[name.lower()](key, job)
         elif name.lower() in LONG:
             value = squeue_field(LONG[name.lower()], key, job)
         else:

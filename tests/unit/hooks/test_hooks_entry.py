@@ -81,7 +81,7 @@ def test_prolog_records_uuids_task_prolog_exports_epilog_removes(
 def test_prolog_without_an_allocation_records_a_refusal_not_no_limits(
     node: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """scontrol missing (no PATH, no slurm_bin_dir): the job runs, its record says why no
+    """squeue and scontrol missing (no PATH, no slurm_bin_dir): the job runs, its record says why no
     container may start, and slurmd's log gets the same line."""
     from acbslurm.container.options import resolve_limits
     from acbslurm.errors import SetupError
@@ -91,9 +91,9 @@ def test_prolog_without_an_allocation_records_a_refusal_not_no_limits(
     assert run_prolog(job_env(SLURM_JOB_GPUS="0")) == 0
     err = capsys.readouterr().err
     assert "cannot read its CPU/memory allocation" in err
-    assert f"{node}/nothing-here/scontrol" in err
+    assert f"{node}/nothing-here/squeue" in err
     rec = read_record(str(node / "jobs"), "77")
-    assert rec is not None and rec.cpus == 0 and "nothing-here/scontrol" in rec.alloc_error
+    assert rec is not None and rec.cpus == 0 and "nothing-here/squeue" in rec.alloc_error
     with pytest.raises(SetupError, match="no container is started without limits"):
         resolve_limits(None, None, rec)
 
@@ -483,6 +483,9 @@ def test_a_slow_controller_is_asked_again_within_a_bound(
     assert len(shows) == 2, shows
 
 
+SHOW_40_2 = ["show", "job", "-d", "-o", "40_2"]
+
+
 def test_an_array_task_whose_controller_never_answers_writes_no_admin_comment(
     node: Path,
     fake_slurm: FakeSlurm,
@@ -512,7 +515,9 @@ def test_an_array_task_whose_controller_never_answers_writes_no_admin_comment(
     said = [ln for ln in err.splitlines() if "not in its AdminComment" in ln]
     assert len(said) == 1, err
     assert f"job 40: GPUs {rec['gpus'][0]['uuid']} kept in its record on n1 only" in said[0]
-    assert len([a for a in fake_slurm.argvs("scontrol") if a[1:3] == ["show", "job"]]) == 2
+    # Two attempts, each asking for the task by its own name (the array's id, asked at
+    # the same time as squeue, is not read for an array task).
+    assert len([a for a in fake_slurm.argvs("scontrol") if a[1:] == SHOW_40_2]) == 2
 
 
 def test_a_cpu_only_job_without_an_answer_says_nothing_of_gpus(

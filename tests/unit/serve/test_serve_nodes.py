@@ -15,7 +15,8 @@ from acbslurm.serve.placement import large_enough, node_plan, placeable
 from acbslurm.serve.pool import load_pool_text
 from acbslurm.serve.runner import check_fits, choose_broker
 
-CAPTURED = (Path(__file__).parents[1] / "slurm/captured/two-nodes.scontrol").read_text()
+# squeue's facts of a sandbox two-node job (JobID ... NodeList ... AdminComment).
+CAPTURED = (Path(__file__).parents[1] / "slurm/captured/two-nodes.squeue").read_text()
 N1 = ["GPU-93f7abd3-c6bc-e35c-5292-2e29187ec1fd", "GPU-45fa6b49-c237-39fe-bda2-6b5b218c5c3c"]
 N2 = ["GPU-bc5a62a2-7b35-e040-46e6-94cb30d49f66", "GPU-0f9f4fa7-bddd-8e38-2e52-bbd52b1a9685"]
 
@@ -59,7 +60,7 @@ def test_the_pools_broker_lends_every_nodes_gpus_in_node_order(
     fake_slurm: FakeSlurm, monkeypatch: pytest.MonkeyPatch, tiny_models: dict[str, Path]
 ) -> None:
     monkeypatch.delenv("ACBSLURM_GPU_INVENTORY", raising=False)
-    fake_slurm.respond("scontrol", stdout=CAPTURED)
+    fake_slurm.respond("squeue", stdout=CAPTURED)
     a, c = tiny_models["model-a"], tiny_models["model-c"]
     pool = load_pool_text(
         f"models:\n  - {{name: a, path: {a}, devices: 2}}\n"
@@ -84,7 +85,7 @@ def test_this_nodes_gpus_missing_from_the_comment_is_an_error(
 ) -> None:
     from acbslurm.errors import GpuMappingError
 
-    fake_slurm.respond("scontrol", stdout=CAPTURED)
+    fake_slurm.respond("squeue", stdout=CAPTURED)
     env = {**job_env(), "ACBSLURM_GPU_UUIDS": "GPU-elsewhere"}
     pool = load_pool_text(f"models:\n  - {{name: a, path: {tiny_models['model-a']}}}\n", "p.yaml")
     with pytest.raises(GpuMappingError, match="GPU-elsewhere are not in the job's AdminComment"):

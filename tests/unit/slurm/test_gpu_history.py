@@ -12,7 +12,8 @@ import acbslurm.slurm.gpu_history as history
 from acbslurm.accounting.output import bar, devices
 from acbslurm.accounting.usage import devices_text
 from acbslurm.gpuvalue import Gpu, from_lists
-from acbslurm.slurm.gpu_history import admin_comment, gpu_token, merged_comment, parse_gpus
+from acbslurm.slurm.allocation import JobFacts, query_job_facts
+from acbslurm.slurm.gpu_history import gpu_token, merged_comment, parse_gpus
 
 A, B = "GPU-11111111-2222-3333-4444-555555555555", "MIG-aaaa/1/0"
 
@@ -40,13 +41,6 @@ def test_an_admins_comment_is_kept_and_a_requeued_run_replaces_its_own_token() -
     assert again == f"keep me acbslurm:gpus=n1:1={B}"
     other = merged_comment(again, "n2", gpu_token(on("n2", [0], [A])))
     assert other.endswith(f"acbslurm:gpus=n1:1={B} acbslurm:gpus=n2:0={A}")
-
-
-def test_admin_comment_of_scontrol_output() -> None:
-    line = "JobId=5 JobName=x AdminComment=keep me acbslurm:gpus=n1:0=GPU-a Comment=(null) X=1"
-    assert admin_comment(line) == "keep me acbslurm:gpus=n1:0=GPU-a"
-    assert admin_comment("JobId=5 AdminComment=(null) Comment=x") == ""
-    assert admin_comment("JobId=5 Comment=x") == ""
 
 
 def test_the_report_shows_devices_in_each_format() -> None:
@@ -98,7 +92,7 @@ def test_a_token_another_nodes_prolog_overwrote_is_written_again(
     stale = {"admin_comment": gpu_token(on("n2", [0], [B]))}
     fake_slurm.add_job("7", "RUNNING", node="n[1-2]", num_nodes=2, update_next=[stale])
     monkeypatch.setattr(history.time, "sleep", lambda _s: None)
-    history.record_job_gpus("7", on("n1", [1], [A]))
+    history.record_job_gpus("7", on("n1", [1], [A]), query_job_facts("7"))
     updates = [c for c in fake_slurm.calls("scontrol") if c.argv[0] == "update"]
     assert len(updates) == 2  # lost once, written again on top of n2's
     comment = fake_slurm.jobs["7"]["admin_comment"]
@@ -109,8 +103,8 @@ def test_a_one_node_job_writes_once_and_reads_nothing_back(fake_slurm: FakeSlurm
     import acbslurm.slurm.gpu_history as history
 
     fake_slurm.add_job("7", "RUNNING", node="n1")
-    shown = "JobId=7 NumNodes=1 AdminComment=(null) X=1"
-    history.record_job_gpus("7", on("n1", [0], [A]), shown=shown)
+    facts = JobFacts(job_id="7", num_nodes=1, nodes=("n1",))
+    history.record_job_gpus("7", on("n1", [0], [A]), facts)
     assert fake_slurm.argvs() == [
         ["scontrol", "update", "job=7", f"AdminComment=acbslurm:gpus=n1:0={A}"]
     ]
@@ -147,7 +141,7 @@ def test_a_stale_write_after_two_clean_reads_is_still_repaired(
     fake_slurm.add_job("7", "RUNNING", node="n[1-2]", num_nodes=2)
     n2 = gpu_token(on("n2", [0], [B]))
     monkeypatch.setattr(history.time, "sleep", _lands_at_sleep(fake_slurm, 3, n2))
-    history.record_job_gpus("7", on("n1", [1], [A]))
+    history.record_job_gpus("7", on("n1", [1], [A]), query_job_facts("7"))
     comment = fake_slurm.jobs["7"]["admin_comment"]
     assert {g.node for g in parse_gpus(comment)} == {"n1", "n2"}
     updates = [c for c in fake_slurm.calls("scontrol") if c.argv[0] == "update"]
@@ -167,7 +161,7 @@ def test_a_missing_node_does_not_hold_the_prolog_for_ever(
     monkeypatch.setattr(
         history.time, "sleep", lambda s: slept.append(s) if s >= history._PAUSE[0] else real(s)
     )
-    history.record_job_gpus("7", on("n1", [1], [A]))
+    history.record_job_gpus("7", on("n1", [1], [A]), query_job_facts("7"))
     assert len(slept) == history._MAX_READS
     assert parse_gpus(fake_slurm.jobs["7"]["admin_comment"]) == [Gpu(A, 1, node="n1")]
     updates = [c for c in fake_slurm.calls("scontrol") if c.argv[0] == "update"]
@@ -191,10 +185,10 @@ def test_the_prolog_writes_when_only_a_stale_token_is_wrong(fake_slurm: FakeSlur
 
     mine, old = gpu_token(on("n1", [0], [A])), gpu_token(on("n3", [0], [B]))
     fake_slurm.add_job("7", "RUNNING", node="n1")
-    shown = f"JobId=7 NumNodes=1 NodeList=n1 AdminComment={old} {mine} X=1"
-    history.record_job_gpus("7", on("n1", [0], [A]), shown=shown)
+    facts = JobFacts(job_id="7", num_nodes=1, nodes=("n1",), admin_comment=f"{old} {mine}")
+    history.record_job_gpus("7", on("n1", [0], [A]), facts)
     assert fake_slurm.argvs() == [["scontrol", "update", "job=7", f"AdminComment={mine}"]]
-    done = f"JobId=7 NumNodes=1 NodeList=n1 AdminComment={mine} X=1"
+    done = JobFacts(job_id="7", num_nodes=1, nodes=("n1",), admin_comment=mine)
     before = len(fake_slurm.argvs())
-    history.record_job_gpus("7", on("n1", [0], [A]), shown=done)
+    history.record_job_gpus("7", on("n1", [0], [A]), done)
     assert len(fake_slurm.argvs()) == before  # nothing to change: no write

@@ -88,6 +88,20 @@ def test_parse_sacct_state_words() -> None:
     assert (failed.reason, failed.name) == ("JobLaunchFailure", "a|b")
 
 
+def test_parse_sacct_reads_steps_only_for_a_step_out_of_memory() -> None:
+    # An array task's steps are named after the task (5_1.0); a step's row is never a
+    # job, whatever its name holds.
+    rows = [
+        "5_1|FAILED|0:03|vm|u|t|t|t|1:0|p1|None|job",
+        "5_1.batch|FAILED|0:03|vm||t|t|t|1:0|||batch",
+        "5_1.0|OUT_OF_MEMORY|0:02|vm||t|t|t|0:125|||a|b",
+        "5_2|FAILED|0:03|vm|u|t|t|t|1:0|p1|None|job",
+        "5_2.extern|CANCELLED by 0|0:03|vm||t|t|t|0:15|||extern",
+    ]
+    jobs = parse_sacct("\n".join(rows) + "\n")
+    assert [(j.job_id, j.state) for j in jobs] == [("5_1", "OUT_OF_MEMORY"), ("5_2", "FAILED")]
+
+
 def test_json_style_null_iso_times_seconds_and_exit_code() -> None:
     j = JobInfo(
         job_id="9", state="FAILED", exit_code="2:0", elapsed="1:05", end_time="2026-11-30T01:00:00"
@@ -251,8 +265,9 @@ def test_a_job_on_two_nodes_has_its_gpus_per_node_with_their_uuids() -> None:
         ("vm-2", 0),
         ("vm-2", 1),
     ]
-    uuids = [g.uuid for g in job.gpus]
-    assert all(u.startswith("GPU-") for u in uuids) and len(set(uuids)) == 4
+    # The UUIDs come from squeue's AdminComment, never from scontrol's line, where a
+    # job's name may hold "AdminComment=acbslurm:gpus=...".
+    assert [g.uuid for g in job.gpus] == [""] * 4
 
 
 def test_nodes_with_different_gpus_each_keep_their_own() -> None:
@@ -261,13 +276,24 @@ def test_nodes_with_different_gpus_each_keep_their_own() -> None:
         "GRES=gpu:2(IDX:0-1) Nodes=b CPU_IDs=0-1 Mem=500 GRES=gpu:1(IDX:1) Features=x"
     )
     job = parse_job_gpus(line)["9"]
-    assert job.gpus == [Gpu("", 0, node="a"), Gpu("", 1, node="a"), Gpu("GPU-b1", 1, node="b")]
+    assert job.gpus == [Gpu("", 0, node="a"), Gpu("", 1, node="a"), Gpu("", 1, node="b")]
     assert JobInfo("9", "RUNNING", gpus=job.gpus).as_json()["gpu_devices"] == [
         {"node": "a", "index": 0, "uuid": None},
         {"node": "a", "index": 1, "uuid": None},
-        {"node": "b", "index": 1, "uuid": "GPU-b1"},
+        {"node": "b", "index": 1, "uuid": None},
     ]
     one = "JobId=3 NumNodes=1 Nodes=a CPU_IDs=0 Mem=500 GRES=gpu:1(IDX:0)"
     assert parse_job_gpus(one)["3"].gpus == [Gpu("", 0, node="a")]
     # one node: the indices say it all
     assert JobInfo("3", "RUNNING", gpus=[Gpu("", 0, node="a")]).as_json()["gpu_devices"] == []
+
+
+def test_a_name_holding_a_group_shows_no_gpus_rather_than_false_ones() -> None:
+    """A job named ``x Nodes=a CPU_IDs=0-7 GRES=gpu:4(IDX:0-3)`` is shown without GPUs
+    (which group Slurm printed cannot be told), never with the name's four."""
+    line = (
+        "JobId=9 JobName=x Nodes=a CPU_IDs=0-7 Mem=1 GRES=gpu:4(IDX:0-3) NumNodes=1 "
+        "Nodes=a CPU_IDs=0 Mem=500 GRES=gpu:1(IDX:1) Features=x"
+    )
+    assert parse_job_gpus(line)["9"].gpus == []
+    assert parse_job_gpus("JobId=8 JobName=x Nodes=v[m CPU_IDs=0 GRES=gpu:1(IDX:0)")["8"].gpus == []
