@@ -80,11 +80,16 @@ class Settings:
     # "join": the prolog starts the job's cgroup helper, and `acbslurm run` puts its
     # container into the job step's cgroups through acbslurm's OCI runtime (the user's
     # daemon must know it: docs/admin-guide.md, "Containers in the job's cgroups");
-    # "off": containers stand beside the job, as before.
-    container_cgroups: str = "off"
+    # "off": containers stand beside the job, outside Slurm's limits and accounting.
+    # join by default: where the runtime or Slurm's cgroups are missing, `acbslurm run`
+    # refuses to start a container, saying what is missing, instead of running it with
+    # no limit; a site without Slurm's cgroup plugins sets off.
+    container_cgroups: str = "join"
     # The GPU fence (docs/admin-guide.md, "GPU fence"): the prolog and epilog give each
     # job's user rw on exactly the job's GPU device files (a POSIX ACL entry) and take
-    # every other user's away. Needs the device files without world access.
+    # every other user's away. Needs the device files without world access. Off by
+    # default: on a node whose files are still the driver's 0666 it would fence nothing,
+    # yet its epilog would kill the user's processes still holding the job's GPUs.
     gpu_fence: bool = False
 
 

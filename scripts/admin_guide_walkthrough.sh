@@ -101,7 +101,9 @@ write_settings() { # $1: the gres.conf the hooks read
   "docker_host": "unix://$SB/run/{user}/docker.sock",
   "db_config": "$SB/etc/report-db.cnf",
   "cluster": "$CLUSTER",
-  "report_socket": "$SB/run/report.sock"
+  "report_socket": "$SB/run/report.sock",
+  "container_cgroups": "join",
+  "gpu_fence": true
 }
 EOF
     chmod 0644 "$CONF.tmp"
@@ -169,7 +171,9 @@ wait_for 60 "slurmd to use the new Prolog=" \
 # -- steps 5-7: the toolkit, rootless Docker, directories ----------------------------------
 say "steps 5-7: what the site already has"
 # 5: the sandbox's stand-in nvidia-container-runtime-hook is on user1's dockerd PATH;
-# 6: user1's rootless daemon runs and has the image; 7: the prolog makes the directories.
+# 6: user1's rootless daemon runs and has the image, and acbslurm's runtime (the
+# sandbox's, as "Containers in the job's cgroups" installs it); 7: the prolog makes the
+# directories. The device files are fenced as "GPU fence" says (the sandbox's gpus.fence).
 # user1's login environment; ACBSLURM_CONFIG is what step 2's /etc/profile.d line sets.
 as_user1() {
     runuser -u "$USER1" -- env -i HOME="$(getent passwd "$USER1" | cut -d: -f6)" \
@@ -298,7 +302,14 @@ env = {"PATH": "/usr/bin:/bin", "SLURM_JOB_ID": "999999", "SLURM_JOB_UID": "1001
        "SLURM_JOB_USER": "user1", "SLURM_JOB_GPUS": "9", "SLURMD_NODENAME": sys.argv[2]}
 r = subprocess.run([sys.argv[1]], env=env, capture_output=True, text=True)
 print(f"rc={r.returncode} stderr={r.stderr.strip()}")
-print(log.recv(65536).decode(errors="replace"))
+# Every line the prolog logged (a warning, as that it asks slurmctld again, may come
+# before the error): the prolog has ended, so they are all queued on the socket.
+log.settimeout(0.5)
+try:
+    while True:
+        print(log.recv(65536).decode(errors="replace"))
+except TimeoutError:
+    pass
 PYEOF
 )
 echo "$SYSLOG"

@@ -139,16 +139,50 @@ FIX_RUNTIME = (
 )
 
 
-def check_container_cgroups(ctx: Context, proctrack: str | None) -> Check:
+def slurm_cgroup_plugins(proctrack: str | None, task_plugin: str) -> str:
+    """Slurm's cgroup plugins slurm.conf names (``ProctrackType=proctrack/cgroup``,
+    ``TaskPlugin=...task/cgroup...``), as slurm.conf's lines; "" for none."""
+    found = []
+    if proctrack == "proctrack/cgroup":
+        found.append(f"ProctrackType={proctrack}")
+    if "task/cgroup" in [p.strip() for p in task_plugin.split(",")]:
+        found.append(f"TaskPlugin={task_plugin}")
+    return ", ".join(found)
+
+
+def check_container_cgroups(ctx: Context, proctrack: str | None, task_plugin: str = "") -> Check:
     """`container_cgroups: join` needs Slurm's cgroups (the job's, to join) and, in the
-    user's daemon, acbslurm's runtime (which asks the job's helper at create)."""
+    user's daemon, acbslurm's runtime (which asks the job's helper at create).
+
+    Not joining where Slurm runs its cgroup plugins fails: the site has the limits, and
+    every job's native processes are held by them while its containers, without join,
+    are not (no memory or CPU limit, no accounting), which nothing else would show.
+    ``proctrack`` is None when slurm.conf could not be read."""
     name = "container-cgroups"
-    if ctx.settings.container_cgroups != "join":
+    mode = ctx.settings.container_cgroups
+    if mode not in ("join", "off"):
+        return fail(
+            name,
+            f"container_cgroups: {mode!r} is neither join nor off: a job's containers run "
+            "beside the job, outside its cgroups",
+            "set container_cgroups: join (or off where Slurm runs no cgroup plugins)",
+        )
+    if mode != "join":
+        beside = (
+            "container_cgroups: off: a job's containers run beside the job, outside its "
+            "cgroups (Slurm's memory and CPU limits, device rules and accounting do not "
+            "hold them)"
+        )
+        plugins = slurm_cgroup_plugins(proctrack, task_plugin)
+        if plugins:
+            return fail(
+                name,
+                f"{beside}, though this node runs Slurm's cgroup plugins ({plugins})",
+                "set container_cgroups: join in the settings file and " + FIX_RUNTIME,
+            )
         return warn(
             name,
-            f"container_cgroups: {ctx.settings.container_cgroups}: a job's containers run "
-            "beside the job, outside its cgroups (no Slurm limit, accounting or device rule "
-            "holds them)",
+            beside,
             "with Slurm's cgroup plugins, set container_cgroups: join and " + FIX_RUNTIME,
         )
     if proctrack is not None and proctrack != "proctrack/cgroup":
@@ -156,7 +190,10 @@ def check_container_cgroups(ctx: Context, proctrack: str | None) -> Check:
             name,
             f"container_cgroups: join, but ProctrackType={proctrack or '(not set)'}: jobs "
             "have no cgroups to join, and every container start would fail",
-            "set ProctrackType=proctrack/cgroup and TaskPlugin=task/cgroup,task/affinity",
+            "set ProctrackType=proctrack/cgroup and TaskPlugin=task/cgroup,task/affinity "
+            "(docs/admin-guide.md, 'Containers in the job's cgroups'); or, on a site that "
+            "will not run Slurm's cgroup plugins, container_cgroups: off (its containers "
+            "then run outside every job's limits)",
         )
     return root_skip(ctx, name) or _runtime_in_daemon(ctx, name)
 

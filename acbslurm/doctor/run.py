@@ -105,7 +105,9 @@ def run_doctor(
         _guarded(
             "container-cgroups",
             lambda: docker.check_container_cgroups(
-                ctx, conf.get("ProctrackType") if conf is not None else None
+                ctx,
+                conf.get("ProctrackType") if conf is not None else None,
+                conf.get("TaskPlugin") if conf is not None else "",
             ),
         ),
         _guarded("cdi-spec", lambda: cdi.check_cdi(ctx)),

@@ -52,6 +52,7 @@ def _debug(msg: str, *args: object) -> None:
 _SACCT_FIELDS = (
     "JobID,State,Elapsed,NodeList,User,Submit,Start,End,ExitCode,Partition,Reason,JobName"
 )
+OOM = "OUT_OF_MEMORY"
 _IDX = re.compile(r"IDX:([0-9,\-]+)")
 _GRES = re.compile(r"\bGRES=(\S+)")
 _ARRAY_JOB = re.compile(r"\bArrayJobId=([0-9]+)")
@@ -161,20 +162,35 @@ def _node_names(nodelist: str) -> list[str]:
 
 
 def sacct_jobs(
-    job_ids: Sequence[str], *, env: Mapping[str, str] | None = None, check: bool = True
+    job_ids: Sequence[str],
+    *,
+    env: Mapping[str, str] | None = None,
+    check: bool = True,
+    steps: bool = False,
 ) -> list[JobInfo]:
-    """What slurmdbd has of ``job_ids`` (one sacct call; allocations only, no steps).
+    """What slurmdbd has of ``job_ids`` (one sacct call): a row per job; with ``steps``
+    their steps' rows come in the same answer, read only for their states: a FAILED job
+    whose container's step was OOM-killed is OUT_OF_MEMORY (``parse_sacct``).
 
     ``check=False``: an unreachable slurmdbd gives no rows instead of an error.
     """
-    argv = ["sacct", "-n", "-P", "-X", "-j", ",".join(job_ids), f"--format={_SACCT_FIELDS}"]
+    argv = ["sacct", "-n", "-P", *([] if steps else ["-X"]), "-j", ",".join(job_ids)]
+    argv.append(f"--format={_SACCT_FIELDS}")
     return parse_sacct(slurm(argv, env=env, check=check).stdout)
 
 
 def parse_sacct(text: str) -> list[JobInfo]:
-    """Parse ``sacct -n -P -X --format=_SACCT_FIELDS`` output."""
+    """Parse ``sacct -n -P [-X] --format=_SACCT_FIELDS`` output: the jobs' rows; a
+    step's row (``12.0``, ``12.batch``, ``5_1.extern``) only says whether the step ran
+    out of memory, which makes its FAILED job OUT_OF_MEMORY (``oom_state``)."""
     jobs: list[JobInfo] = []
+    oom_steps: set[str] = set()
     for parts in _rows(text, 12, "sacct"):
+        jid, state = parts[0], parts[1]
+        if "." in jid:
+            if state.startswith(OOM):
+                oom_steps.add(jid.split(".", 1)[0])
+            continue
         jid, state, elapsed, node, user, submit, start, end, exit_code, partition, reason, name = (
             parts
         )
@@ -194,7 +210,18 @@ def parse_sacct(text: str) -> list[JobInfo]:
                 name=name,
             )
         )
+    for job in jobs:
+        if job.job_id in oom_steps:
+            job.state = oom_state(job.state)
     return jobs
+
+
+def oom_state(state: str) -> str:
+    """A job's state once one of its steps ran out of memory: OUT_OF_MEMORY for a job
+    that FAILED (Slurm says OUT_OF_MEMORY only when the batch step itself did, and a
+    container started by ``srun acbslurm run`` is another step), as it was; any other
+    state (COMPLETED: the script went on; CANCELLED, TIMEOUT) says more."""
+    return OOM if state == "FAILED" else state
 
 
 # scontrol -d names each group of nodes with the same allocation:
@@ -434,13 +461,15 @@ def _sacct_asked(wanted: list[str], found: Mapping[str, JobInfo]) -> list[str]:
     it shows (it may have forgotten tasks) and jobs it shows ended (for exit codes)."""
     # An array the controller shows may have tasks it already forgot: ask sacct too.
     arrays_shown = {k.split("_", 1)[0] for k in found if "_" in k}
-    # squeue has no exit code: sacct gives it for the jobs that ended.
-    ended = {w for w in wanted if _ended_without_code(found.get(w))}
+    # squeue has no exit code: sacct gives it for the jobs that ended, and their steps'
+    # states (a FAILED job's container step may have run out of memory; pyslurm's rows
+    # have codes, not those).
+    ended = {w for w in wanted if _sacct_tells_more(found.get(w))}
     return [w for w in wanted if w not in found or w in arrays_shown or w in ended]
 
 
-def _ended_without_code(job: JobInfo | None) -> bool:
-    return job is not None and job.finished and not job.exit_code
+def _sacct_tells_more(job: JobInfo | None) -> bool:
+    return job is not None and job.finished and (not job.exit_code or job.state == "FAILED")
 
 
 def _sacct_rows(ask: list[str], env: Mapping[str, str] | None) -> tuple[dict[str, JobInfo], str]:
@@ -448,7 +477,7 @@ def _sacct_rows(ask: list[str], env: Mapping[str, str] | None) -> tuple[dict[str
     if not ask:
         return {}, ""
     try:
-        return {j.job_id: j for j in sacct_jobs(ask, env=env)}, ""
+        return {j.job_id: j for j in sacct_jobs(ask, env=env, steps=True)}, ""
     except SlurmError as exc:
         # slurmdbd down: what slurmctld knows still counts; the rest is unknown
         # for a reason the user should see.
@@ -494,12 +523,15 @@ def _controller_rows(
 
 
 def _add_exit_codes(found: Mapping[str, JobInfo], old: Mapping[str, JobInfo]) -> None:
-    """sacct's exit code (and reason, if squeue had none) on squeue's rows of ended jobs."""
+    """sacct's exit code (and reason, if squeue had none) on squeue's rows of ended jobs,
+    and OUT_OF_MEMORY where sacct saw a step of the FAILED job run out of memory."""
     for jid, job in found.items():
         known = old.get(jid)
         if job.finished and known is not None:
             job.exit_code = job.exit_code or known.exit_code
             job.reason = job.reason or known.reason
+            if known.state == OOM:
+                job.state = oom_state(job.state)
 
 
 def _squeue(

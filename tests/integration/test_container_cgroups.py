@@ -128,6 +128,26 @@ def test_the_jobs_memory_limit_stops_its_container(idle: Any, scripts: Path) -> 
     wait_until(f"job {job} in the report", lambda: reported() == "OUT_OF_MEMORY", 60)
 
 
+def test_a_container_step_out_of_memory_makes_its_failed_job_out_of_memory(
+    idle: Any, scripts: Path
+) -> None:
+    """As a rendered job script runs it (`exec srun acbslurm run`): the container's step
+    is OOM-killed and OUT_OF_MEMORY, the job itself FAILED (the batch script's exit, from
+    srun); `acbslurm status` says OUT_OF_MEMORY, from the steps sacct lists."""
+    sb = idle
+    run = acbslurm_run(IMAGE, "sh", "-c", "head -c 800000000 /dev/zero | tail")
+    job = submit(sb, scripts, f"exec srun {run}", "--gres=gpu:1", "--mem=200M")
+    state = finished(sb, job)
+    out = (scripts / f"out-{job}.txt").read_text()
+    assert state == "FAILED" and "Out Of Memory" in out, (state, out)
+    # slurmdbd has the steps a moment after slurmctld ends the job
+    wait_until(
+        f"job {job} OUT_OF_MEMORY in `acbslurm status`",
+        lambda: job_status(sb, "user1", job)["state"] == "OUT_OF_MEMORY",
+        60,
+    )
+
+
 def _seconds(text: str) -> float:
     """sacct's TotalCPU: [[DD-]HH:]MM:SS[.mmm]."""
     days, _, rest = text.strip().rpartition("-")

@@ -171,6 +171,8 @@ def _break(copy: Copy, how: str, tmp: Path) -> None:
     elif how == "no-report-access":
         copy.settings["db_config"] = str(tmp / "missing.cnf")
         copy.settings["report_socket"] = str(tmp / "report.sock")
+    elif how == "containers-beside-jobs":
+        copy.settings["container_cgroups"] = "off"
 
 
 @pytest.mark.parametrize(
@@ -188,6 +190,8 @@ def _break(copy: Copy, how: str, tmp: Path) -> None:
         ("no-dockerd", {"dockerd", "nvidia-hook"}, "no running dockerd of user1 at"),
         ("record-dir-users", {"record-dir"}, "root-owned and writable by root alone"),
         ("no-report-access", {"report"}, "no report service answers"),
+        # The sandbox's slurm.conf has Slurm's cgroup plugins: containers must join them.
+        ("containers-beside-jobs", {"container-cgroups"}, "runs Slurm's cgroup plugins"),
     ],
 )
 def test_broken_one_way_at_a_time(copy: Copy, how: str, failed: set[str], words: str) -> None:

@@ -22,6 +22,10 @@ def test_the_example_names_every_setting_and_nothing_else() -> None:
 
 def test_the_example_loads_and_keeps_the_defaults_it_says() -> None:
     s = load_settings(str(EXAMPLE))
-    assert s.node_acbslurm == "/opt/acbslurm/bin/acbslurm"  # the one value not a default
-    others = set(field_names(Settings)) - {"node_acbslurm"}
+    # the values that are not defaults: the install's path, and the fence as a site
+    # should have it (its comment says so)
+    assert s.node_acbslurm == "/opt/acbslurm/bin/acbslurm"
+    assert s.gpu_fence is True and Settings().gpu_fence is False
+    others = set(field_names(Settings)) - {"node_acbslurm", "gpu_fence"}
     assert {k: getattr(s, k) for k in others} == {k: getattr(Settings(), k) for k in others}
+    assert s.container_cgroups == "join"

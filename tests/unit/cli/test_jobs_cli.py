@@ -268,6 +268,44 @@ def test_exit_code_of_an_ended_job_squeue_still_shows_comes_from_sacct(
     assert data["jobs"][0]["exit_code"] == 0  # sacct answered alone
 
 
+# sacct -n -P of three ended jobs and their steps, as Slurm 22.05 wrote them on the
+# sandbox: 9 ran `srun acbslurm run` whose container was OOM-killed (the step says so,
+# the job FAILED with srun's exit); 10 failed otherwise; 11's script went on after it.
+STEPS_SACCT = """\
+9|FAILED|00:00:03|vm|user1|t|t|t|1:0|p1|None|job
+9.batch|FAILED|00:00:03|vm||t|t|t|1:0|||batch
+9.0|OUT_OF_MEMORY|00:00:02|vm||t|t|t|0:125|||python3
+10|FAILED|00:00:01|vm|user1|t|t|t|2:0|p1|None|job
+10.0|FAILED|00:00:01|vm||t|t|t|2:0|||python3
+11|COMPLETED|00:00:03|vm|user1|t|t|t|0:0|p1|None|job
+11.0|OUT_OF_MEMORY|00:00:02|vm||t|t|t|0:125|||python3
+"""
+
+
+def test_a_job_whose_container_step_ran_out_of_memory_is_out_of_memory(
+    cwd: Path, fake_slurm: FakeSlurm
+) -> None:
+    """The job FAILED (its script's exit), a step OUT_OF_MEMORY: status says
+    OUT_OF_MEMORY, from the one sacct call it makes for the ended jobs anyway (the
+    steps' rows come with the jobs'), whether squeue still shows them or not. A job
+    that failed otherwise, or completed after a step's OOM, stays as it is."""
+    for jid, state, code in (("9", "FAILED", "1:0"), ("10", "FAILED", "2:0")):
+        fake_slurm.add_job(jid, state, node="vm", end=T0, exit_code=code)
+    fake_slurm.add_job("11", "COMPLETED", node="vm", end=T0, exit_code="0:0")
+    fake_slurm.respond("sacct", stdout=STEPS_SACCT)
+    data = json.loads(status("--json", "9", "10", "11").stdout)
+    got = [(j["job_id"], j["state"], j["exit_code"]) for j in data["jobs"]]
+    assert got == [("9", "OUT_OF_MEMORY", 1), ("10", "FAILED", 2), ("11", "COMPLETED", 0)]
+    (sacct,) = fake_slurm.calls("sacct")
+    assert sacct.value("-j") == "9,10,11" and "-X" not in sacct.argv
+    table = status("9").stdout.splitlines()
+    assert table[1].split()[:6] == ["9", "user1", "p1", "OUT_OF_MEMORY", "-", "1"], table
+    for jid in ("9", "10", "11"):
+        fake_slurm.forget(jid)
+    data = json.loads(status("--json", "9", "10", "11").stdout)
+    assert [j["state"] for j in data["jobs"]] == ["OUT_OF_MEMORY", "FAILED", "COMPLETED"]
+
+
 @pytest.mark.parametrize("as_json", [False, True])
 def test_unknown_ids_exit_1_and_are_named_alike_by_status_and_cancel(
     cwd: Path, fake_slurm: FakeSlurm, as_json: bool
