@@ -321,7 +321,7 @@ def read_broker_usage(folder: str, uid: int) -> Totals | None:
     if fd is None:
         return None
     with os.fdopen(fd, "rb") as fh:
-        data = json.loads(fh.read())
+        data = _loads(fh.read(), BROKER_USAGE)
     held = data.get("held") if isinstance(data, dict) else None
     if not isinstance(held, dict):
         raise ValueError(f"{BROKER_USAGE}: no held")
@@ -330,6 +330,15 @@ def read_broker_usage(folder: str, uid: int) -> Totals | None:
         who = client_name(str(name))
         totals.add_lease("-", _seconds(seconds), {who: _seconds(seconds)})
     return totals
+
+
+def _loads(raw: bytes, name: str) -> Any:
+    """``json.loads`` of a user's file; JSON nested too deeply for Python's stack
+    (``[[[[...``) is a ValueError naming the file, as any other bad JSON is."""
+    try:
+        return json.loads(raw)
+    except RecursionError:
+        raise ValueError(f"{name}: JSON nested too deeply") from None
 
 
 def _open_own(path: str, uid: int, limit: int) -> int | None:
@@ -382,7 +391,7 @@ def read_job_usage(folder: str, uid: int) -> tuple[Totals, int, int] | None:
     fd = _open_own(os.path.join(folder, SUMMARY), uid, MAX_SUMMARY)
     if fd is not None:
         with os.fdopen(fd, "rb") as fh:
-            data = json.loads(fh.read())
+            data = _loads(fh.read(), SUMMARY)
         if not isinstance(data, dict) or not isinstance(data.get("offset"), int):
             raise ValueError(f"{SUMMARY}: no offset")
         totals = Totals.from_dict(data.get("totals"))
@@ -399,7 +408,7 @@ def read_job_usage(folder: str, uid: int) -> tuple[Totals, int, int] | None:
         for raw in fh:
             if not raw.endswith(b"\n"):
                 break  # the line a killed pool was writing: never counted by anyone
-            totals.replay(json.loads(raw))
+            totals.replay(_loads(raw, LEDGER))
             replayed += 1
     return totals, replayed, lost
 

@@ -10,7 +10,9 @@ second thread (a stop on SIGTERM) never shares a connection with a waiting one.
 from __future__ import annotations
 
 import json
+import os
 import socket
+import stat
 import struct
 import time
 from collections.abc import Iterator
@@ -41,6 +43,14 @@ MIN_API_VERSION = "1.40"  # DeviceRequests (the job's GPUs) came in 1.40: Docker
 MAX_API_VERSION = "1.51"  # the newest this client was tested against: Docker 28.5
 API_VERSION = "1.41"
 
+# The most bytes an answer (headers and body) may have: the largest the hooks get is a
+# job's container list, kilobytes; a daemon that sends more is refused, not stored in
+# root's memory. A pull's progress messages (as the user, for a big image) are not capped.
+MAX_ANSWER = 4 * 1024 * 1024
+# The most characters of the daemon's own text (an error message) that go into a message
+# of ours, which the hooks write to syslog and slurmd's log.
+MAX_SHOWN = 200
+
 
 class DaemonUnreachable(DockerError):
     """No daemon listens on the socket (missing socket file or connection refused)."""
@@ -59,6 +69,17 @@ class DaemonGone(DockerError):
     """
 
     exit_code = 125
+
+
+class WrongDaemon(DockerError):
+    """The socket is served by a process of another uid than the caller expects (the
+    job's user for their rootless daemon, root for a system one), or is a link: refused
+    before anything is sent. A user who swaps their socket for a link to another user's
+    must not make root act on that user's daemon."""
+
+
+class AnswerTooLarge(DockerError):
+    """The daemon's answer passed ``MAX_ANSWER`` bytes."""
 
 
 class EngineError(DockerError):
@@ -264,10 +285,12 @@ class AttachStream:
             self.sock.close()
 
 
-def _read_to_close(sock: socket.socket, total: float | None) -> bytes:
+def _read_to_close(sock: socket.socket, total: float | None, limit: int | None) -> bytes:
     """Everything the daemon sends until it closes (HTTP/1.0), within ``total`` seconds
-    in all (TimeoutError after that; each read has the socket's own timeout)."""
+    in all (TimeoutError after that; each read has the socket's own timeout) and
+    ``limit`` bytes (AnswerTooLarge past that; None: no limit)."""
     chunks: list[bytes] = []
+    size = 0
     deadline = None if total is None else time.monotonic() + total
     while True:
         if deadline is not None and time.monotonic() > deadline:
@@ -275,15 +298,63 @@ def _read_to_close(sock: socket.socket, total: float | None) -> bytes:
         data = sock.recv(65536)
         if not data:
             return b"".join(chunks)
+        size += len(data)
+        if limit is not None and size > limit:
+            raise AnswerTooLarge(f"the answer is over {limit >> 20} MiB: refused")
         chunks.append(data)
 
 
-def _error_message(body: bytes) -> str:
-    """An error answer's ``message`` (its text, when it is not Docker's JSON)."""
+def _read_head(sock: socket.socket, what: str) -> bytes:
+    """What the daemon sends up to the end of its headers (and maybe more), or until it
+    closes (``_status_and_rest`` names what came, if anything); AnswerTooLarge when the
+    headers pass ``MAX_ANSWER`` bytes."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        if len(data) > MAX_ANSWER:
+            raise AnswerTooLarge(f"{what}: headers of over {MAX_ANSWER >> 20} MiB: refused")
+        more = sock.recv(65536)
+        if not more:
+            break
+        data += more
+    return data
+
+
+def _loads(data: bytes | str) -> Any:
+    """``json.loads``; JSON nested too deeply for Python's stack (``[[[[...``) is a
+    ValueError like any other bad JSON, not a RecursionError nobody catches."""
     try:
-        return str(json.loads(body)["message"])
+        return json.loads(data)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+
+
+def shown(text: str) -> str:
+    """The daemon's ``text`` as it goes into a message of ours: as it is when short and
+    printable, else its repr cut to ``MAX_SHOWN`` characters (no line of its own in a
+    log, no megabytes)."""
+    if len(text) <= MAX_SHOWN and text.isprintable():
+        return text
+    cut = repr(text[:MAX_SHOWN])
+    return cut if len(text) <= MAX_SHOWN else f"{cut}... ({len(text)} characters)"
+
+
+def _error_message(body: bytes) -> str:
+    """An error answer's ``message`` (its text, when it is not Docker's JSON), shown."""
+    try:
+        message = _loads(body)["message"]
     except (ValueError, KeyError, TypeError):
-        return body[:300].decode(errors="replace")
+        message = None
+    if not isinstance(message, str):
+        message = body[: MAX_SHOWN * 4].decode(errors="replace")
+    return shown(message)
+
+
+def _described(value: object) -> str:
+    """``value``'s repr, shown; a value nested too deeply for repr is said to be."""
+    try:
+        return shown(repr(value))
+    except RecursionError:
+        return "(nested too deeply to show)"
 
 
 def pid_of(inspected: dict[str, Any]) -> int | None:
@@ -307,10 +378,15 @@ def started(inspected: dict[str, Any]) -> bool:
 
 
 class EngineApi:
-    def __init__(self, docker_host: str, timeout: float) -> None:
+    """``owner``: the uid whose process must serve the socket, checked after every
+    connect (None: not checked, a user's own client of their own daemon). Root passes
+    it for every daemon it asks on a user's behalf."""
+
+    def __init__(self, docker_host: str, timeout: float, owner: int | None = None) -> None:
         self.host = docker_host
         self.path = socket_path(docker_host)
         self.timeout = timeout
+        self.owner = owner
         self.version = API_VERSION
         self.negotiated = False  # True once an answer told the daemon's range
 
@@ -318,7 +394,7 @@ class EngineApi:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.settimeout(timeout)
         try:
-            sock.connect(self.path)
+            self._connect_checked(sock)
         except (FileNotFoundError, ConnectionRefusedError) as exc:
             sock.close()
             raise DaemonUnreachable(f"no Docker daemon at {self.host}: {exc.strerror}") from None
@@ -329,7 +405,42 @@ class EngineApi:
         except OSError as exc:
             sock.close()
             raise DockerError(f"Docker at {self.host}: {exc}") from None
+        except WrongDaemon:
+            sock.close()
+            raise
         return sock
+
+    def _connect_checked(self, sock: socket.socket) -> None:
+        """``sock`` connected to the daemon, served by ``owner`` when one is expected.
+
+        Each call connects anew, so the path is looked up anew: between two calls a user
+        can put a link to another user's socket (or the system's) in place of their own.
+        The peer's credentials (SO_PEERCRED, the kernel's, of the process that listens)
+        are what root trusts. A user's own path is also connected to without following a
+        link at its end: the inode opened there (O_PATH) is the one connected to, through
+        /proc/self/fd, so root never knocks at another program's socket. An admin's system
+        path may be a link (podman-docker's /run/docker.sock): the uid check holds it."""
+        if not self.owner:  # None, or root's system daemon: the admin's path
+            sock.connect(self.path)
+        else:
+            fd = os.open(self.path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+            try:
+                if stat.S_ISLNK(os.fstat(fd).st_mode):
+                    raise WrongDaemon(
+                        f"Docker at {self.host}: {self.path} is a link, not the socket of "
+                        f"uid {self.owner}'s daemon: refused"
+                    )
+                sock.connect(f"/proc/self/fd/{fd}")
+            finally:
+                os.close(fd)
+        if self.owner is None:
+            return
+        uid = peer_credentials(sock)[1]
+        if uid != self.owner:
+            raise WrongDaemon(
+                f"Docker at {self.host}: {self.path} is served by uid {uid}, not by uid "
+                f"{self.owner}: refused"
+            )
 
     def _request(self, method: str, path: str, body: Any = None) -> bytes:
         payload = b"" if body is None else json.dumps(body).encode()
@@ -348,7 +459,13 @@ class EngineApi:
         return self._json(*self._stepping_up(method, url, body, limit, limit))
 
     def _stepping_up(
-        self, method: str, url: str, body: Any, idle: float | None, total: float | None
+        self,
+        method: str,
+        url: str,
+        body: Any,
+        idle: float | None,
+        total: float | None,
+        limit: int | None = MAX_ANSWER,
     ) -> tuple[bytes, bytes, str]:
         """``_exchange``; once more at the negotiated version if the daemon refused ours
         (Docker >= 29 refuses 1.41), which its refusal's headers and text tell.
@@ -358,14 +475,14 @@ class EngineApi:
         replaced is retried at the new one, not taken for the daemon's last word."""
         sent = self.version
         try:
-            return self._exchange(method, url, body, idle, total, sent)
+            return self._exchange(method, url, body, idle, total, sent, limit)
         except EngineError as exc:
             seen = refused_range(exc)
             if seen is None or (self.negotiated and self.version == sent):
                 raise
             if not self.negotiated:
                 self._learn(*seen)
-        return self._exchange(method, url, body, idle, total, self.version)
+        return self._exchange(method, url, body, idle, total, self.version, limit)
 
     def _learn(self, newest: str, oldest: str = "") -> None:
         """The version to speak from now on, once the daemon's range is known."""
@@ -383,15 +500,19 @@ class EngineApi:
         idle: float | None,
         total: float | None,
         version: str,
+        limit: int | None = MAX_ANSWER,
     ) -> tuple[bytes, bytes, str]:
-        """(head, body, what) of one 2xx answer; ``idle`` bounds each read, ``total`` all.
+        """(head, body, what) of one 2xx answer; ``idle`` bounds each read, ``total`` all,
+        ``limit`` its bytes.
 
         An HTTP error is raised as its typed EngineError."""
         what = f"Docker at {self.host}: {method} {url.split('?')[0]}"
         sock = self._connect(idle)
         try:
             sock.sendall(self._request(method, f"/v{version}{url}", body))
-            answer = _read_to_close(sock, total)
+            answer = _read_to_close(sock, total, limit)
+        except AnswerTooLarge as exc:
+            raise AnswerTooLarge(f"{what}: {exc}") from None
         except TimeoutError as exc:
             raise DaemonTimeout(f"{what}: {exc or 'timed out'}") from None
         except OSError as exc:
@@ -418,8 +539,8 @@ class EngineApi:
         if not rest.strip():
             return None
         try:
-            return json.loads(rest)
-        except ValueError as exc:  # bad JSON or bad UTF-8
+            return _loads(rest)
+        except ValueError as exc:  # bad JSON, bad UTF-8, nested too deeply
             raise DockerError(f"{what}: truncated or invalid answer ({exc})") from None
 
     # -- the calls acbslurm needs ---------------------------------------------------
@@ -448,18 +569,19 @@ class EngineApi:
         image may take long, a registry that stops answering does not hang the job.
         """
         params = "&".join(f"{k}={_quote(v)}" for k, v in query.items())
-        _, rest, what = self._stepping_up("POST", f"/images/create?{params}", None, idle, None)
+        url = f"/images/create?{params}"
+        _, rest, what = self._stepping_up("POST", url, None, idle, None, limit=None)
         messages: list[dict[str, Any]] = []
         for line in rest.splitlines():
             if not line.strip():
                 continue
             try:
-                msg = json.loads(line)
+                msg = _loads(line)
             except ValueError:
                 continue
             if isinstance(msg, dict):
                 if msg.get("error"):
-                    raise EngineError(500, f"{what}: {msg['error']}")
+                    raise EngineError(500, f"{what}: {shown(str(msg['error']))}")
                 messages.append(msg)
         return messages
 
@@ -468,7 +590,7 @@ class EngineApi:
         what = f"Docker at {self.host}: POST /containers/create"
         answer = _of_type(self.call("POST", url, config), dict, what)
         if not answer.get("Id"):
-            raise DockerError(f"{what}: truncated or invalid answer (no Id: {answer!r})")
+            raise DockerError(f"{what}: truncated or invalid answer (no Id: {_described(answer)})")
         return str(answer["Id"])
 
     def attach(self, cid: str, stdin: bool = False, tty: bool = False) -> AttachStream:
@@ -491,13 +613,7 @@ class EngineApi:
                 f"POST {url} HTTP/1.1\r\nHost: docker\r\nConnection: Upgrade\r\n"
                 "Upgrade: tcp\r\nContent-Length: 0\r\n\r\n".encode()
             )
-            data = b""
-            while b"\r\n\r\n" not in data:
-                more = sock.recv(65536)
-                if not more:
-                    break  # _status_and_rest names what came, if anything
-                data += more
-            status, _, rest = _status_and_rest(data, what)
+            status, _, rest = _status_and_rest(_read_head(sock, what), what)
             if status not in (101, 200):
                 raise http_error(status, f"{what}: HTTP {status}")
             sock.settimeout(None)  # output may pause for as long as the job runs
@@ -530,7 +646,7 @@ class EngineApi:
             raise DaemonGone(f"{gone} ({detail})") from None
         code = answer.get("StatusCode") if isinstance(answer, dict) else None
         if not isinstance(code, int):
-            raise DaemonGone(f"{gone} (its answer to /wait had no exit code: {answer!r})")
+            raise DaemonGone(f"{gone} (its answer to /wait had no exit code: {_described(answer)})")
         return code
 
     def inspect(self, cid: str) -> dict[str, Any]:

@@ -114,8 +114,12 @@ def node_records(record_dir: str, node: str) -> tuple[list[JobRecord], list[str]
 
 
 def stepd_jobs(proc: str = "/proc") -> set[str]:
-    """The job ids with a slurmstepd on this machine (any step, the extern one too)."""
-    from acbslurm.procfs import read_bytes
+    """The job ids with a slurmstepd on this machine (any step, the extern one too).
+
+    Root's only: any user can name a process ``slurmstepd`` and give it the title
+    ``slurmstepd: [N.0]``, which would keep job N's GPUs open to its user for as long as
+    the process runs; no user can start a process whose real uid is 0."""
+    from acbslurm.procfs import read_bytes, real_uid
     from acbslurm.units import is_ascii_int
 
     jobs = set()
@@ -123,7 +127,7 @@ def stepd_jobs(proc: str = "/proc") -> set[str]:
         if not is_ascii_int(entry) or read_bytes(f"{proc}/{entry}/comm") != b"slurmstepd\n":
             continue
         m = _STEPD_TITLE.match(read_bytes(f"{proc}/{entry}/cmdline"))
-        if m:
+        if m and real_uid(read_bytes(f"{proc}/{entry}/status")) == 0:
             jobs.add(m.group(1).decode())
     return jobs
 

@@ -347,16 +347,22 @@ def run_epilog(env: Mapping[str, str]) -> int:
     uid, user = (rec.uid, rec.user) if rec else _user_of(env)
     own = known_minors(rec.gpus) if rec else []
     had_socket = rec.docker_socket if rec else True
-    problems = _clean_up_containers(job_id, uid, user, own, settings, env, had_socket)
-    problems += _fence_at_end(job_id, uid, user, own, settings, env)
+    problems = _step(
+        job_id,
+        "container removal",
+        lambda: _clean_up_containers(job_id, uid, user, own, settings, env, had_socket),
+    )
+    problems += _step(
+        job_id, "GPU fence", lambda: _fence_at_end(job_id, uid, user, own, settings, env)
+    )
     from acbslurm.jobsockets import remove_job_dir
 
-    _stop_cgroup_helper(settings, job_id)
-    _keep_pool_usage(job_id, uid, settings, env)
-
+    # Not safety steps: a failure is said, the node is not drained for it.
+    _step(job_id, "cgroup helper", lambda: _stop_cgroup_helper(settings, job_id), drain=False)
+    _step(job_id, "pool usage", lambda: _keep_pool_usage(job_id, uid, settings, env), drain=False)
     try:
         remove_job_dir(settings.job_runtime_dir, job_id)
-    except OSError as exc:
+    except (OSError, RecursionError) as exc:  # RecursionError: a tree too deep for rmtree
         _say("warning", f"job {job_id}: cannot remove its runtime directory: {exc}")
     try:
         remove_record(settings.record_dir, job_id)
@@ -375,6 +381,23 @@ def run_epilog(env: Mapping[str, str]) -> int:
         _drain(env, settings, f"acbslurm: job {job_id}: a container may still hold its GPUs")
         return 1
     return 0
+
+
+def _step(
+    job_id: str, what: str, step: Callable[[], list[str] | None], drain: bool = True
+) -> list[str]:
+    """``step()``'s problems. One that raised what it was not written to expect (a bug,
+    or a user's input no rule foresaw) is not the epilog's end: the steps after it (the
+    fence, the holders' kill, the record's removal) still run. Its failure is a problem
+    (the node drained) when ``drain``, else said."""
+    try:
+        return step() or []
+    except Exception as exc:
+        problem = f"{what} failed: {type(exc).__name__}: {str(exc)[:200]!r}"
+    if drain:
+        return [problem]
+    _say("error", f"job {job_id}: {problem}")
+    return []
 
 
 def _keep_pool_usage(job_id: str, uid: int, settings: Settings, env: Mapping[str, str]) -> None:
@@ -437,17 +460,18 @@ def _kill_holders(job_id: str, uid: int, user: str, devices: list[str]) -> list[
     return []
 
 
-def _docker_hosts(settings: Settings, uid: int, user: str) -> list[str]:
+def _docker_hosts(settings: Settings, uid: int, user: str) -> list[tuple[str, int]]:
+    """The daemons to sweep, each with the uid that must serve it: the user's own, root's."""
     from acbslurm.dockerapi.hosts import user_docker_host
 
     hosts = []
     if uid >= 0:
         try:
-            hosts.append(user_docker_host(settings, uid, user))
+            hosts.append((user_docker_host(settings, uid, user), uid))
         except (KeyError, IndexError, ValueError) as exc:
             raise ConfigError(f"bad docker_host setting {settings.docker_host!r}: {exc}") from None
     if settings.system_docker_host:
-        hosts.append(settings.system_docker_host)
+        hosts.append((settings.system_docker_host, 0))
     return hosts
 
 
@@ -545,7 +569,7 @@ def _has_docker_socket(settings: Settings, uid: int, user: str) -> bool:
     if uid < 0:
         return True
     try:
-        return any(_socket_exists(h) for h in _docker_hosts(settings, uid, user))
+        return any(_socket_exists(h) for h, _ in _docker_hosts(settings, uid, user))
     except ConfigError:
         return True
 
@@ -577,7 +601,7 @@ def _kill_orphans(
     return found, problems
 
 
-def _sweep_earlier_jobs(uid: int, hosts: list[str], settings: Settings) -> None:
+def _sweep_earlier_jobs(uid: int, hosts: list[tuple[str, int]], settings: Settings) -> None:
     """Remove the containers of this user's jobs whose daemon was unreachable before."""
     from acbslurm.hooks.orphans import forget_unswept, unswept
     from acbslurm.hooks.sweep import sweep_job_containers

@@ -46,15 +46,20 @@ class SweepResult:
 
 
 def sweep_job_containers(
-    job_id: str, docker_hosts: list[str], timeout: float, patience: float = BUSY_PATIENCE
+    job_id: str,
+    docker_hosts: list[tuple[str, int]],
+    timeout: float,
+    patience: float = BUSY_PATIENCE,
 ) -> SweepResult:
     """Force-remove containers labelled ``acbslurm.job_id=<job_id>``; never raises.
-    ``patience``: how long a busy daemon (it pings) is asked again, per daemon."""
+    ``docker_hosts``: each daemon's address and the uid that must serve it (the job's
+    user, root for a system daemon): a daemon served by another uid is a failure, asked
+    nothing. ``patience``: how long a busy daemon (it pings) is asked again, per daemon."""
     result = SweepResult()
-    for host in docker_hosts:
+    for host, owner in docker_hosts:
         until = time.monotonic() + patience
         try:
-            api = EngineApi(host, timeout)
+            api = EngineApi(host, timeout, owner=owner)
             label = f"{JOB_LABEL}={job_id}"
             containers = _asked_again(api, api.containers_with_label, label, until)
         except DaemonUnreachable:
@@ -64,7 +69,10 @@ def sweep_job_containers(
             result.failures.append(str(exc))
             continue
         for c in containers:
-            cid = str(c.get("Id", ""))
+            cid = c.get("Id")
+            if not isinstance(cid, str) or not cid:
+                result.failures.append(f"Docker at {host}: a listed container has no id")
+                continue
             try:
                 _asked_again(api, api.remove_container, cid, until)
                 result.removed.append(cid[:12])

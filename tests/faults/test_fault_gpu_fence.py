@@ -8,10 +8,12 @@ ENXIO, one that does not with EACCES. That is how these tests tell "allowed" fro
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pwd
 import shlex
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -136,6 +138,61 @@ def test_a_next_prolog_closes_what_a_killed_epilog_left_open(idle: Any, scripts:
     sb.run_slurm(["scancel", job2])
     wait_gone(sb, job2)
     os.unlink(record_path(settings(sb).record_dir, job1))
+    for dev in gpu_files(sb):
+        assert read_acl(dev).users == (), dev
+
+
+# A process that names itself slurmstepd (comm) under slurmstepd's title (argv[0]): what
+# any user can start.
+FAKE_STEPD = (
+    "import time\n"
+    "open('/proc/self/comm', 'w').write('slurmstepd')\n"
+    "print('up', flush=True)\n"
+    "time.sleep(300)\n"
+)
+
+
+def test_a_users_fake_slurmstepd_keeps_no_gpu_open(idle: Any, scripts: Path) -> None:
+    """As above, and user1 runs a process titled ``slurmstepd: [JOB.0]`` for the dead
+    job, so that the fence would take the job for alive and keep the GPU theirs. Only
+    root's slurmstepd counts: the entry goes all the same."""
+    sb = idle
+    job1 = submit(sb, scripts, "exec sleep 300", "--gres=gpu:1")
+    wait_job(sb, job1, ("RUNNING",), 60)
+    gpu = job_gpu(sb, job1)
+    path = record_path(settings(sb).record_dir, job1)
+    record = Path(path).read_bytes()
+    sb.run_slurm(["scancel", job1])
+    wait_gone(sb, job1)
+    uid1 = sb.uid
+    fake = subprocess.Popen(
+        [f"slurmstepd: [{job1}.0]", "-c", FAKE_STEPD],
+        executable=os.path.realpath(sys.executable),
+        user=uid1,
+        group=pwd.getpwuid(uid1).pw_gid,
+        extra_groups=[],
+        cwd="/",
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert fake.stdout is not None and fake.stdout.readline() == b"up\n"
+        Path(path).write_bytes(record)
+        os.chmod(path, 0o644)
+        write_acl(gpu, read_acl(gpu).with_users({uid1: 6}))
+        job2 = submit_as(sb, "user2", scripts, "exec sleep 300")
+        job_gpu(sb, job2)
+        wait_until("user1's entry to go", lambda: read_acl(gpu).user_perm(uid1) == 0, 30)
+        assert opens(sb, "user1", [gpu]) == {gpu: "EACCES"}
+        assert fake.poll() is None  # it ran the whole time
+        sb.run_slurm(["scancel", job2])
+        wait_gone(sb, job2)
+    finally:
+        fake.kill()
+        fake.wait(10)
+        if fake.stdout is not None:
+            fake.stdout.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
     for dev in gpu_files(sb):
         assert read_acl(dev).users == (), dev
 

@@ -175,7 +175,7 @@ def _read_request(conn: socket.socket) -> Request | None:
 class FakeDocker:
     """The daemon: ``host`` is its DOCKER_HOST; state changes under ``cond``."""
 
-    def __init__(self, sock_path: str) -> None:
+    def __init__(self, sock_path: str, listen_as: int | None = None) -> None:
         self.path = sock_path
         self.host = f"unix://{sock_path}"
         self.requests: list[Request] = []
@@ -191,9 +191,29 @@ class FakeDocker:
         self.dead = False
         self.cond = threading.Condition()  # guards everything above; notified on changes
         self._scripts: list[_Scripted] = []
-        self._server = _Server(sock_path, _Handler)
+        self._server = _Server(sock_path, _Handler, bind_and_activate=False)
+        try:
+            self._server.server_bind()
+            self._listen(listen_as)
+        except BaseException:
+            self._server.server_close()
+            raise
         self._server.fake = self
         threading.Thread(target=self._serve, daemon=True).start()
+
+    def _listen(self, uid: int | None) -> None:
+        """listen(2), as ``uid`` when given (root only): a client's SO_PEERCRED are the
+        credentials the daemon had when it listened, so the fake is then uid's daemon
+        as a rootless dockerd is its user's. The effective uid alone, for that one call:
+        the kernel reports it, and root gets it back at once."""
+        if uid is None:
+            self._server.server_activate()
+            return
+        os.seteuid(uid)
+        try:
+            self._server.server_activate()
+        finally:
+            os.seteuid(0)
 
     def _serve(self) -> None:
         # The real daemon is another process: its threads (which inherit this mask)

@@ -371,8 +371,11 @@ def main():
                 out, err, rc = globals()[cmd](args, stdin, state)
             except Usage as exc:
                 out, err, rc = "", f"{{cmd}}: error: {{exc}}\n", 2
-        with open(os.path.join(ROOT, "state.json"), "w") as f:
+        # Whole or not at all: a command killed meanwhile (the prolog stops a query it
+        # started beside another and no longer needs) never leaves half a file.
+        with open(os.path.join(ROOT, "state.json.tmp"), "w") as f:
             json.dump(state, f)
+        os.replace(os.path.join(ROOT, "state.json.tmp"), os.path.join(ROOT, "state.json"))
     sys.stdout.write(out)
     sys.stderr.write(err)
     sys.exit(rc)
@@ -465,7 +468,9 @@ class FakeSlurm:
         return state
 
     def _save(self, state: dict[str, Any]) -> None:
-        self._state_path.write_text(json.dumps(state))
+        tmp = self._state_path.with_suffix(".json.test-tmp")
+        tmp.write_text(json.dumps(state))
+        tmp.replace(self._state_path)  # a command reading meanwhile sees all or nothing
 
     # jobs
 

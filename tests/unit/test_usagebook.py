@@ -12,12 +12,14 @@ import pytest
 from mounts import tmpfs
 
 from acbslurm.usagebook import (
+    BROKER_USAGE,
     LEDGER,
     SUMMARY,
     UNBILLED,
     Book,
     Totals,
     UsageFiles,
+    read_broker_usage,
     read_job_usage,
 )
 
@@ -82,6 +84,18 @@ def test_the_epilog_reads_the_totals_and_replays_the_lines_after_them(tmp_path) 
     assert totals.use == book.totals.use
     assert os.stat(tmp_path / SUMMARY).st_mode & 0o777 == 0o600
     assert os.stat(tmp_path / LEDGER).st_mode & 0o777 == 0o600
+
+
+@pytest.mark.parametrize("name", [SUMMARY, LEDGER, BROKER_USAGE])
+def test_json_nested_too_deeply_is_bad_json_naming_the_file(tmp_path, name: str) -> None:
+    """``[[[[...`` in a pool's file (the user's to write): a ValueError the epilog says
+    and goes on from; before, a RecursionError that ended the epilog there."""
+    if name == LEDGER:
+        (tmp_path / SUMMARY).write_text('{"offset": 0, "totals": {}}')
+    (tmp_path / name).write_bytes(b"[" * 200_000 + b"\n")
+    read = read_broker_usage if name == BROKER_USAGE else read_job_usage
+    with pytest.raises(ValueError, match=f"^{name}: JSON nested too deeply$"):
+        read(str(tmp_path), os.getuid())
 
 
 def test_no_files_is_no_usage_and_a_foreign_or_bad_file_is_refused(tmp_path) -> None:

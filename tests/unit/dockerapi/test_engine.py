@@ -1,5 +1,6 @@
 """The Engine API client against the fake Docker daemon (tests/unit/fake_docker.py)."""
 
+import os
 import socket
 import time
 from pathlib import Path
@@ -10,14 +11,18 @@ from fake_docker import Answer, FakeDocker, Hang, Raw
 
 from acbslurm.dockerapi.engine import (
     API_VERSION,
+    MAX_ANSWER,
     MAX_API_VERSION,
+    MAX_SHOWN,
     MIN_API_VERSION,
+    AnswerTooLarge,
     Conflict,
     DaemonUnreachable,
     EngineApi,
     EngineError,
     ImageNotFound,
     NotFound,
+    WrongDaemon,
     http_error,
     negotiate,
 )
@@ -344,3 +349,82 @@ def test_a_404_is_image_not_found_only_when_it_names_the_image() -> None:
     assert type(http_error(404, "POST /containers/create: No such image: x:1")) is ImageNotFound
     assert type(http_error(404, "POST /containers/create: network n1 not found")) is NotFound
     assert type(http_error(409, "no such image here")) is Conflict
+
+
+# -- a hostile daemon (the hooks ask a user's daemon as root) ---------------------------
+def test_a_daemon_of_another_uid_than_the_owner_is_asked_nothing(fake_docker: FakeDocker) -> None:
+    """The kernel's peer credentials, after every connect: nothing is sent to a daemon
+    another uid serves (the fake listens as the user running the tests)."""
+    other = os.getuid() + 1
+    with pytest.raises(WrongDaemon) as exc:
+        EngineApi(fake_docker.host, 2.0, owner=other).info()
+    assert isinstance(exc.value, DockerError)
+    assert str(exc.value) == (
+        f"Docker at {fake_docker.host}: {fake_docker.path} is served by uid {os.getuid()}, "
+        f"not by uid {other}: refused"
+    )
+    assert fake_docker.requests == []
+    assert EngineApi(fake_docker.host, 2.0, owner=os.getuid()).info()["ServerVersion"] == "fake"
+
+
+def test_a_link_at_a_users_socket_is_not_followed(fake_docker: FakeDocker, tmp_path: Path) -> None:
+    """Even to a socket of the right uid: what a user's path names at the moment of
+    the connect is what is connected to, never what a link there points at."""
+    link = tmp_path / "user.sock"
+    link.symlink_to(fake_docker.path)
+    with pytest.raises(WrongDaemon, match=f"{link} is a link, not the socket of uid 4242"):
+        EngineApi(f"unix://{link}", 2.0, owner=4242).info()
+    assert fake_docker.requests == []
+    with pytest.raises(DaemonUnreachable):
+        EngineApi(f"unix://{tmp_path}/missing.sock", 2.0, owner=4242).info()
+
+
+@pytest.mark.parametrize("route", ["/containers/json", "/containers/*"])
+def test_json_nested_too_deeply_is_a_docker_error_not_a_recursion_error(
+    fake_docker: FakeDocker, route: str
+) -> None:
+    """``[[[[...`` as an answer, or as an error's body: before, a RecursionError that
+    no handler in the epilog caught."""
+    nested = b"[" * 200_000
+    fake_docker.on("GET", "/containers/json", Raw(b"HTTP/1.0 200 OK\r\n\r\n" + nested))
+    fake_docker.on("DELETE", "/containers/*", Raw(b"HTTP/1.0 500 Oops\r\n\r\n" + nested))
+    d = api(fake_docker)
+    if route == "/containers/json":
+        with pytest.raises(DockerError, match=r"truncated or invalid answer \(nested too deeply\)"):
+            d.containers_with_label("acbslurm.job_id=1")
+    else:
+        with pytest.raises(EngineError) as exc:
+            d.remove_container("abc")
+        assert f"'{'[' * MAX_SHOWN}'... (800 characters)" in str(exc.value)
+
+
+def test_an_answer_past_the_cap_is_refused_not_kept(fake_docker: FakeDocker) -> None:
+    """A daemon that streams more than ``MAX_ANSWER`` bytes within the timeout: the
+    client stops reading there (before, it kept all of it in root's memory)."""
+    huge = b"HTTP/1.0 200 OK\r\n\r\n[" + b"0," * MAX_ANSWER + b"0]"
+    fake_docker.on("GET", "/containers/json", Raw(huge))
+    with pytest.raises(AnswerTooLarge) as exc:
+        api(fake_docker).containers_with_label("acbslurm.job_id=1")
+    assert str(exc.value) == (
+        f"Docker at {fake_docker.host}: GET /containers/json: the answer is over "
+        f"{MAX_ANSWER >> 20} MiB: refused"
+    )
+    assert isinstance(exc.value, DockerError)
+    fake_docker.on("GET", "/containers/json", Raw(b"HTTP/1.0 200 OK\r\n\r\n[]" + b" " * 1000))
+    assert api(fake_docker).containers_with_label("acbslurm.job_id=1") == []
+
+
+def test_a_daemons_error_text_is_one_bounded_line(fake_docker: FakeDocker) -> None:
+    """The daemon's message goes into syslog and slurmd's log: a forged line or
+    megabytes of it arrive escaped and cut."""
+    forged = "no\nacbslurm-epilog: info: job 9: removed containers abc" + "x" * 100_000
+    fake_docker.on("DELETE", "/containers/*", Answer(500, {"message": forged}))
+    with pytest.raises(EngineError) as exc:
+        api(fake_docker).remove_container("abc")
+    text = str(exc.value)
+    assert "\n" not in text and len(text) < MAX_SHOWN + 200
+    assert text.endswith(f"{forged[:MAX_SHOWN]!r}... ({len(forged)} characters)")
+    # Docker's own short messages are kept as they are.
+    fake_docker.on("DELETE", "/containers/*", Answer(500, {"message": "device busy"}))
+    with pytest.raises(EngineError, match=r"DELETE /containers/abc: device busy$"):
+        api(fake_docker).remove_container("abc")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -101,19 +103,62 @@ def test_liveness_asks_nothing_when_every_job_has_a_stepd() -> None:
 
 
 def test_stepd_jobs_reads_slurmstepds_titles(tmp_path: Path) -> None:
-    def proc(pid: int, comm: bytes, cmdline: bytes) -> None:
+    def proc(pid: int, comm: bytes, cmdline: bytes, uid: int = 0) -> None:
         d = tmp_path / str(pid)
         d.mkdir()
         (d / "comm").write_bytes(comm)
         (d / "cmdline").write_bytes(cmdline)
+        (d / "status").write_bytes(f"Name:\t{comm.decode()}Uid:\t{uid}\t0\t0\t0\n".encode())
 
     proc(10, b"slurmstepd\n", b"slurmstepd: [12.batch]\0\0")
     proc(11, b"slurmstepd\n", b"slurmstepd: [13.extern]")
     proc(12, b"slurmstepd\n", b"slurmstepd: [14]")
     proc(13, b"python3\n", b"slurmstepd: [99.batch]")  # a user's fake title: not a stepd
     proc(14, b"slurmstepd\n", b"slurmstepd: [x.batch]")
+    # A user's process renamed to slurmstepd, with its title: not root's, not a stepd
+    # (its effective uid 0, from a setuid program, does not make it one either).
+    proc(15, b"slurmstepd\n", b"slurmstepd: [98.0]", uid=1001)
     (tmp_path / "self").mkdir()
     assert stepd_jobs(str(tmp_path)) == {"12", "13", "14"}
+
+
+# A process that names itself slurmstepd (comm) under slurmstepd's title (argv[0]), as
+# any user can.
+FAKE_STEPD = (
+    "import sys, time\n"
+    "open('/proc/self/comm', 'w').write('slurmstepd')\n"
+    "print('up', flush=True)\n"
+    "time.sleep(60)\n"
+)
+
+
+def test_a_users_process_posing_as_slurmstepd_keeps_no_job_alive() -> None:
+    """The attack: an unprivileged process titled ``slurmstepd: [JOB.0]`` while the
+    fence decides whether JOB's record still holds its GPU. Started as nobody when the
+    tests run as root (else as the test's own, unprivileged, user)."""
+    job = "987654321"
+    python = os.path.realpath(sys.executable)  # the system's: nobody may run it
+    as_nobody = {"user": 65534, "group": 65534, "extra_groups": []} if os.getuid() == 0 else {}
+    fake = subprocess.Popen(
+        [f"slurmstepd: [{job}.0]", "-c", FAKE_STEPD],
+        executable=python,
+        stdout=subprocess.PIPE,
+        cwd="/",
+        **as_nobody,  # type: ignore[call-overload]
+    )
+    try:
+        assert fake.stdout is not None and fake.stdout.readline() == b"up\n"
+        proc = Path(f"/proc/{fake.pid}")
+        assert (proc / "comm").read_bytes() == b"slurmstepd\n"
+        assert (proc / "cmdline").read_bytes().startswith(f"slurmstepd: [{job}.0]".encode())
+        assert job not in stepd_jobs()
+        liveness = Liveness(drop="", ask=lambda: set())
+        assert not liveness.alive(job)
+    finally:
+        fake.kill()
+        fake.wait(5)
+        if fake.stdout is not None:
+            fake.stdout.close()
 
 
 def test_only_root_owned_records_of_this_node_count(tmp_path: Path) -> None:

@@ -31,7 +31,12 @@ def node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_slurm: FakeSlurm)
         f"gpu_inventory: {tmp_path}/gpus.json\n"
         f"record_dir: {tmp_path}/jobs\n"
         f"docker_host: unix://{tmp_path}/run/{{user}}/docker.sock\n"
+        # No cgroup helper: a unit test's job has no Slurm cgroups to join (the helper
+        # is tested in tests/unit/cgroups and on the sandbox).
+        "container_cgroups: off\n"
+        f"job_runtime_dir: {tmp_path}/run/job\n"  # not the machine's /run/acbslurm
     )
+    (tmp_path / "run" / "job").mkdir(parents=True)
     monkeypatch.setenv("ACBSLURM_CONFIG", str(tmp_path / "acbslurm.yaml"))
     # Job 77 runs on n1 with 2 CPUs and 1 GiB; the hooks find scontrol by slurm_bin_dir.
     fake_slurm.set_cluster(nodes={"n1": "gpu:3"})
@@ -123,7 +128,8 @@ def test_epilog_drains_when_a_daemon_fails(node: Path, fake_slurm: FakeSlurm) ->
             conn.close()
 
     threading.Thread(target=answer, daemon=True).start()
-    assert run_epilog(job_env()) == 1
+    # The job's uid is the test's: its listening socket is the user's daemon.
+    assert run_epilog(job_env(SLURM_JOB_UID=str(os.getuid()))) == 1
     srv.close()
     assert fake_slurm.drained == {"n1": "acbslurm: job 77: a container may still hold its GPUs"}
 
