@@ -132,6 +132,24 @@ class Totals:
     def leased_total(self) -> float:
         return sum(self.leased.values())
 
+    def bound_shares(self) -> bool:
+        """Each model's keys' GPU-seconds scaled down to what the model leased, where
+        they add up to more (a pool's ledger is its owner's claim: the shares of a lease
+        never exceed the lease). True when something was scaled."""
+        keyed: dict[str, float] = {}
+        for (_, model), row in self.use.items():
+            keyed[model] = keyed.get(model, 0.0) + row[3]
+        # A float sum of shares may pass its lease by rounding alone: that is no claim.
+        over = {
+            m: self.leased.get(m, 0.0) / k
+            for m, k in keyed.items()
+            if k > self.leased.get(m, 0.0) * (1 + 1e-9) + 1e-6
+        }
+        for (_, model), row in self.use.items():
+            if model in over:
+                row[3] *= over[model]
+        return bool(over)
+
     def scaled(self, factor: float) -> None:
         """Every GPU-second times ``factor`` (the epilog's bound by the allocation)."""
         self.leased = {m: s * factor for m, s in self.leased.items()}
@@ -321,7 +339,7 @@ def read_broker_usage(folder: str, uid: int) -> Totals | None:
     if fd is None:
         return None
     with os.fdopen(fd, "rb") as fh:
-        data = _loads(fh.read(), BROKER_USAGE)
+        data = _loads(_read_upto(fh, MAX_SUMMARY, BROKER_USAGE), BROKER_USAGE)
     held = data.get("held") if isinstance(data, dict) else None
     if not isinstance(held, dict):
         raise ValueError(f"{BROKER_USAGE}: no held")
@@ -339,6 +357,15 @@ def _loads(raw: bytes, name: str) -> Any:
         return json.loads(raw)
     except RecursionError:
         raise ValueError(f"{name}: JSON nested too deeply") from None
+
+
+def _read_upto(fh: Any, limit: int, name: str) -> bytes:
+    """At most ``limit`` bytes of a user's file (ValueError past them): the size seen at
+    open does not bound the read, as a process of the user may append meanwhile."""
+    raw: bytes = fh.read(limit + 1)
+    if len(raw) > limit:
+        raise ValueError(f"{name}: grew past {limit} bytes while it was read")
+    return raw
 
 
 def _open_own(path: str, uid: int, limit: int) -> int | None:
@@ -391,7 +418,7 @@ def read_job_usage(folder: str, uid: int) -> tuple[Totals, int, int] | None:
     fd = _open_own(os.path.join(folder, SUMMARY), uid, MAX_SUMMARY)
     if fd is not None:
         with os.fdopen(fd, "rb") as fh:
-            data = _loads(fh.read(), SUMMARY)
+            data = _loads(_read_upto(fh, MAX_SUMMARY, SUMMARY), SUMMARY)
         if not isinstance(data, dict) or not isinstance(data.get("offset"), int):
             raise ValueError(f"{SUMMARY}: no offset")
         totals = Totals.from_dict(data.get("totals"))
@@ -405,11 +432,12 @@ def read_job_usage(folder: str, uid: int) -> tuple[Totals, int, int] | None:
     replayed = 0
     with os.fdopen(fd, "rb") as fh:
         fh.seek(offset)
-        for raw in fh:
-            if not raw.endswith(b"\n"):
-                break  # the line a killed pool was writing: never counted by anyone
-            totals.replay(_loads(raw, LEDGER))
-            replayed += 1
+        tail = _read_upto(fh, MAX_TAIL, LEDGER)
+    # The last piece has no newline: the line a killed pool was writing (or nothing),
+    # never counted by anyone.
+    for raw in tail.split(b"\n")[:-1]:
+        totals.replay(_loads(raw, LEDGER))
+        replayed += 1
     return totals, replayed, lost
 
 

@@ -265,7 +265,10 @@ def _read_request(conn: socket.socket, warmer: Warmer | None = None) -> dict[str
     conn.settimeout(REQUEST_TIMEOUT)  # for the answer
     if not data:
         raise Unasked
-    req = json.loads(data.split(b"\n", 1)[0])
+    try:
+        req = json.loads(data.split(b"\n", 1)[0])
+    except RecursionError:  # 4 KiB of "[": bad JSON like any other
+        raise ValueError("a request nested too deeply") from None
     if not isinstance(req, dict):
         raise ValueError("a request is a JSON object")
     return req

@@ -11,9 +11,13 @@ from acbslurm.jobrecord import JOB_LABEL
 from acbslurm.values import field, mutable
 
 # A daemon working through a burst of starts may answer a list or a removal after the
-# hook's timeout; one that still answers its ping is asked again, for this long in all
-# per daemon (s), rather than taken for stuck (the node would be drained for it).
-BUSY_PATIENCE = 60.0
+# hook's timeout; one that still answers its ping is asked again rather than taken for
+# stuck (the node would be drained for it), until this many seconds after the sweep
+# began, for every daemon together. Past it nothing more is asked: the hook's own
+# deadline (hooks/entry.py, HOOK_DEADLINE_S) must leave the steps after the sweep (the
+# GPU fence, the kill of processes still holding the job's GPUs, the record's removal)
+# the time to run, whatever a user's daemon does.
+BUSY_PATIENCE = 15.0
 PING_TIMEOUT = 2.0
 
 TYPE_CHECKING = False
@@ -54,10 +58,13 @@ def sweep_job_containers(
     """Force-remove containers labelled ``acbslurm.job_id=<job_id>``; never raises.
     ``docker_hosts``: each daemon's address and the uid that must serve it (the job's
     user, root for a system daemon): a daemon served by another uid is a failure, asked
-    nothing. ``patience``: how long a busy daemon (it pings) is asked again, per daemon."""
+    nothing. ``patience``: how long busy daemons (they ping) are asked again, in all."""
     result = SweepResult()
+    until = time.monotonic() + patience
     for host, owner in docker_hosts:
-        until = time.monotonic() + patience
+        if time.monotonic() > until:
+            result.failures.append(f"Docker at {host}: not asked, the sweep's time is spent")
+            continue
         try:
             api = EngineApi(host, timeout, owner=owner)
             label = f"{JOB_LABEL}={job_id}"
@@ -69,6 +76,11 @@ def sweep_job_containers(
             result.failures.append(str(exc))
             continue
         for c in containers:
+            if time.monotonic() > until:
+                result.failures.append(
+                    f"Docker at {host}: containers left, the sweep's time is spent"
+                )
+                break
             cid = c.get("Id")
             if not isinstance(cid, str) or not cid:
                 result.failures.append(f"Docker at {host}: a listed container has no id")

@@ -93,6 +93,12 @@ def send(
     bound = _gpus(fields[3]) * max(0, int(fields[2] or 0))
     if bound == 0:
         return  # no GPU of Slurm's (a broker on CPU stand-ins): nothing to account
+    if totals.bound_shares():
+        say(
+            "warning",
+            f"job {job_id}: its pool gives its keys more GPU-seconds than it leased; "
+            "scaled down to what it leased",
+        )
     if totals.leased_total > bound + 1:
         say(
             "warning",

@@ -192,3 +192,31 @@ def test_a_full_file_system_loses_nothing_silently(full_fs, caplog) -> None:
     files.close()
     again = read_job_usage(str(full_fs), os.getuid())
     assert again is not None and (again[1], again[2]) == (0, lost)  # the totals say it too
+
+
+def test_a_file_that_grows_while_it_is_read_is_refused_not_read_to_its_end() -> None:
+    """The size at open bounds nothing: a process of the user may append meanwhile. The
+    epilog reads at most the limit, and a file past it is refused, named."""
+    import io
+
+    from acbslurm.usagebook import _read_upto
+
+    assert _read_upto(io.BytesIO(b"x" * 10), 10, "usage.json") == b"x" * 10
+    with pytest.raises(ValueError, match=r"usage.json: grew past 10 bytes"):
+        _read_upto(io.BytesIO(b"x" * (1 << 20)), 10, "usage.json")
+
+
+def test_the_shares_of_a_lease_never_exceed_it() -> None:
+    """A pool owner's ledger line ``{"t": "lease", "gpu_seconds": 1, "by_key": {"alice":
+    1e12}}`` bills alice what the lease had, not 1e12 (the epilog bounds the keys' sum by
+    the lease before it bounds the lease by the allocation)."""
+    from acbslurm.usagebook import Totals
+
+    t = Totals()
+    t.add_lease("m", 1.0, {"alice": 1e12, "bob": 1e12})
+    t.add_lease("n", 4.0, {"carol": 3.0})
+    assert t.bound_shares()
+    assert t.use[("alice", "m")][3] == pytest.approx(0.5)
+    assert t.use[("bob", "m")][3] == pytest.approx(0.5)
+    assert t.use[("carol", "n")][3] == 3.0  # within its lease: as it is
+    assert not t.bound_shares()

@@ -502,3 +502,14 @@ def test_the_helper_serves_until_its_socket_goes_and_stop_is_safe(
     Path(helper.pid_file(str(tmp_path), "7")).write_text(f"{os.getpid()} 1\n")
     assert helper.stop(str(tmp_path), "7", str(tmp_path)) is False
     assert not Path(helper.pid_file(str(tmp_path), "7")).exists()
+
+
+def test_a_request_nested_too_deeply_is_answered_as_bad_json() -> None:
+    """4 KiB of "[" from the job's user: an answer saying so, not a RecursionError that
+    ends the request's thread unanswered."""
+    a, b = socket.socketpair()
+    with a, b:
+        a.sendall(b"[" * 4000 + b"\n")
+        reply = helper.answer(b, "7", os.getuid())
+        assert reply == {"ok": False, "error": "a request nested too deeply"}
+        assert json.loads(a.recv(4096)) == reply

@@ -174,3 +174,18 @@ def test_a_system_daemon_may_be_reached_through_a_link(fake_docker: FakeDocker) 
     os.symlink(fake_docker.path, link)
     result = sweep_job_containers("7", [(f"unix://{link}", 0)], 2.0)
     assert (result.removed, result.failures) == ([mine[:12]], [])
+
+
+def test_the_sweep_never_outlasts_its_budget_whatever_the_daemon_does(
+    fake_docker: FakeDocker,
+) -> None:
+    """A daemon that answers its ping but never a removal, with many containers: the
+    sweep stops asking once its time is spent (the hook's later steps need the rest of
+    its deadline), and says so."""
+    for _ in range(20):
+        fake_docker.add_container(JOB)
+    fake_docker.on("DELETE", "/containers/*", Hang())
+    t0 = time.monotonic()
+    result = sweep_job_containers("7", own(fake_docker), 0.2, patience=1.0)
+    assert time.monotonic() - t0 < 3
+    assert result.removed == [] and "the sweep's time is spent" in result.failures[-1]
