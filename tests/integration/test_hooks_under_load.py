@@ -28,18 +28,22 @@ pytestmark = pytest.mark.integration
 
 ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL")
 
-# Stalls `scontrol [-d -o] show job [-d -o] ID` when ID is the one in STALL and -d is
-# given (the prolog's allocation query); logs each stall. `exec sleep`: the prolog's
-# timeout kills the stand-in itself, as it would a hung scontrol.
+# Stalls the prolog's queries of job ID when ID is the one in STALL: squeue's facts of
+# the job (-O ...admin_comment:) and scontrol's detail (show job -d); logs each stall.
+# `exec sleep`: the prolog's timeout kills the stand-in itself, as it would a hung client.
 STANDIN = """#!/bin/bash
 stall=$(cat {stall} 2>/dev/null)
-d=0; show=0; id=""
-for a in "$@"; do case "$a" in -d) d=1;; show) show=1;; -o|job) ;; *) id=$a;; esac; done
-if [ -n "$stall" ] && [ "$d$show" = 11 ] && [ "$id" = "$stall" ]; then
-  echo "stalled $*" >> {log}
+me=$(basename "$0")
+d=0; show=0; facts=0; id=""
+for a in "$@"; do case "$a" in
+  -d) d=1;; show) show=1;; *admin_comment:) facts=1;; -o|-h|-j|-O|job) ;; *) id=$a;;
+esac; done
+if [ -n "$stall" ] && [ "$id" = "$stall" ] \\
+    && {{ [ "$me$d$show" = scontrol11 ] || [ "$me$facts" = squeue1 ]; }}; then
+  echo "stalled $me $*" >> {log}
   exec sleep 120
 fi
-exec {real} "$@"
+exec {real}/$me "$@"
 """
 
 
@@ -56,12 +60,13 @@ def stalling_scontrol(sb: Any) -> Iterator[tuple[Path, Path]]:
         bin_dir = Path(d)
         bin_dir.chmod(0o755)  # `acbslurm run` (user1) reads the same settings
         for client in real.glob("s*"):
-            if client.name != "scontrol":
+            if client.name not in ("scontrol", "squeue"):
                 (bin_dir / client.name).symlink_to(client)
         stall, log = bin_dir / "stall", bin_dir / "stalled.log"
-        script = bin_dir / "scontrol"
-        script.write_text(STANDIN.format(stall=stall, log=log, real=real / "scontrol"))
-        script.chmod(0o755)
+        for name in ("scontrol", "squeue"):
+            script = bin_dir / name
+            script.write_text(STANDIN.format(stall=stall, log=log, real=real))
+            script.chmod(0o755)
         try:
             conf.write_text(json.dumps({**settings, "slurm_bin_dir": str(bin_dir)}, indent=2))
             yield stall, log
@@ -124,7 +129,8 @@ def test_an_arrays_last_task_whose_controller_stalls_writes_no_other_tasks_recor
         tasks = [wait_job(idle, f"{job}_{t}", ENDED, 120) for t in range(3)]
         stalls = stalled.read_text() if stalled.exists() else ""
     assert [f["JobState"] for f in tasks] == ["COMPLETED"] * 3
-    assert stalls.count("stalled") == 2, (stalls, said())  # asked twice, within the bound
+    # Asked twice, within the bound (each time squeue and, beside it, scontrol).
+    assert stalls.count("stalled squeue") == 2, (stalls, said())
 
     uuid_of = {str(g.index): g.uuid for g in idle.gpus}
     got: dict[str, list[str]] = {}
