@@ -83,12 +83,24 @@ def race(base: str, job: str, target: str, marks: str, seen: dict[str, object]) 
         "planted": planted,
         "swaps": swaps,
         "refused": refused,
-        # whose the socket in the helper's directory is now (the user's: handed over)
-        "socket": is_socket(names[1]),
+        # whose the socket in the helper's directory is once handed over (the user's)
+        "socket": handed_over(names[1]),
     }
     seen[job] = got
     with open(os.path.join(marks, f"raced-{job}"), "w") as f:
         json.dump(got, f)
+
+
+def handed_over(path: bytes) -> int | None:
+    """The owner of the socket at ``path`` once it is not root's any more (the helper
+    binds as root, then chowns: a busy machine may run the racer in between), within a
+    few seconds; root (0) if it stays root's, None if there is none."""
+    deadline = time.monotonic() + 5.0
+    owner = is_socket(path)
+    while owner == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+        owner = is_socket(path)
+    return owner
 
 
 def swap_until_bound(mine: bytes, link: bytes, names: list[bytes]) -> tuple[int, int, bool]:
