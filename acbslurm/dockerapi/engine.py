@@ -442,6 +442,17 @@ class EngineApi:
                 f"{self.owner}: refused"
             )
 
+    def _check_secret_peer(self, sock: socket.socket) -> None:
+        """A request with headers carries a registry login (``pull``): it goes only to a
+        daemon served by this process's own uid or by root, on this very connection,
+        whatever DOCKER_HOST names, so that it never reaches another user's daemon."""
+        uid = peer_credentials(sock)[1]
+        if uid not in (os.getuid(), 0):
+            raise WrongDaemon(
+                f"Docker at {self.host}: {self.path} is served by uid {uid}, not by uid "
+                f"{os.getuid()} or root: your registry login is not sent there"
+            )
+
     def _request(
         self, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None
     ) -> bytes:
@@ -515,6 +526,8 @@ class EngineApi:
         what = f"Docker at {self.host}: {method} {url.split('?')[0]}"
         sock = self._connect(idle)
         try:
+            if headers:
+                self._check_secret_peer(sock)
             sock.sendall(self._request(method, f"/v{version}{url}", body, headers))
             answer = _read_to_close(sock, total, limit)
         except AnswerTooLarge as exc:

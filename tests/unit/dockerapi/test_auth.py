@@ -242,3 +242,31 @@ def test_a_helper_name_with_a_slash_is_refused(tmp_path: Path) -> None:
 def test_the_password_is_not_in_a_login_repr() -> None:
     login = Login("r", "src", "ann", "pw-123", "tok-456")
     assert "pw-123" not in repr(login) and "tok-456" not in repr(login)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a daemon of another uid needs root")
+def test_a_login_is_never_sent_to_another_users_daemon(tmp_path: Path) -> None:
+    """DOCKER_HOST may name any socket: one served by a uid that is neither this one nor
+    root gets no pull with a login (a pull without one is the user's own business)."""
+    import shutil
+    import tempfile
+
+    from fake_docker import Answer, FakeDocker
+
+    from acbslurm.dockerapi.engine import EngineApi, WrongDaemon
+
+    d = tempfile.mkdtemp(prefix="acbslurm-auth")  # short: a socket path has 107 bytes
+    other = FakeDocker(f"{d}/docker.sock", listen_as=65533)
+    try:
+        other.on("POST", "/images/create", Answer(200, b'{"status": "pulled"}\r\n'))
+        api = EngineApi(other.host, timeout=5.0)
+        login = Login("reg.example", "src", "ann", SECRET)
+        with pytest.raises(WrongDaemon, match="your registry login is not sent there") as info:
+            api.pull({"fromImage": "reg.example/img", "tag": "1"}, auth=login.header())
+        assert SECRET not in str(info.value)
+        assert other.calls("POST") == []  # nothing was sent
+        api.pull({"fromImage": "busybox", "tag": "1"})
+        assert len(other.calls("POST")) == 1
+    finally:
+        other.die()
+        shutil.rmtree(d, ignore_errors=True)
