@@ -29,8 +29,9 @@ POLICIES = ("missing", "always", "never")
 # What Docker 20.10 to 28.5 say (an HTTP 500 or an error in the pull's stream, with the
 # registry's text) when the registry wants a login it did not get or refused the one it
 # got: "no basic auth credentials", "unauthorized: authentication required",
-# "unauthorized: incorrect username or password".
-_LOGIN_REFUSED = ("no basic auth credentials", "unauthorized", "authentication required")
+# "unauthorized: incorrect username or password" (the registry's error code, with its
+# colon: a repository may be named "unauthorized").
+_LOGIN_REFUSED = ("no basic auth credentials", "unauthorized:", "authentication required")
 # Docker Hub's (and others') answer for a private repository and for a missing one alike:
 # "pull access denied for X, repository does not exist or may require 'docker login'".
 _DENIED = ("may require 'docker login'", "requested access to the resource is denied")
