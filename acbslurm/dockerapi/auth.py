@@ -31,7 +31,7 @@ stdin) or a repr.
 
 from __future__ import annotations
 
-import base64
+import binascii
 import json
 import os
 
@@ -52,6 +52,7 @@ CONFIG_LIMIT = MIB
 # a batch job: it is given this long, then the pull is refused naming it.
 HELPER_TIMEOUT = 30.0
 HELPER_NOT_FOUND = "credentials not found in native keychain"
+_URLSAFE = str.maketrans("+/", "-_")
 # A helper's username that says its secret is an identity token (an OAuth refresh token).
 TOKEN_USER = "<token>"  # noqa: S105 - a marker, not a secret
 
@@ -75,7 +76,9 @@ class Login:
             body["password"] = self.password
         if self.identitytoken:
             body["identitytoken"] = self.identitytoken
-        return base64.urlsafe_b64encode(json.dumps(body).encode()).decode("ascii")
+        # base64url by hand: the base64 module imports re, which a pull need not load.
+        plain = binascii.b2a_base64(json.dumps(body).encode(), newline=False).decode("ascii")
+        return plain.translate(_URLSAFE)
 
 
 @frozen
@@ -200,8 +203,8 @@ def _decode(encoded: object, key: str, path: str) -> tuple[str, str]:
     if not isinstance(encoded, str):
         raise ConfigError(f"{bad} (not a string)")
     try:
-        text = base64.b64decode(encoded, validate=True).decode("utf-8")
-    except ValueError:  # binascii.Error and UnicodeDecodeError are ValueErrors
+        text = binascii.a2b_base64(encoded.encode("ascii"), strict_mode=True).decode("utf-8")
+    except ValueError:  # binascii.Error and the Unicode errors are ValueErrors
         raise ConfigError(f"{bad} (not base64 of UTF-8 text)") from None
     user, colon, password = text.partition(":")
     if not colon:
