@@ -217,6 +217,8 @@ def user2_daemon(sb: Any) -> Iterator[str]:
         if pr is not None:
             stop(pr)
         docker.stop_leftover_containerd(lay, "user2")
+        # As the sandbox left it: user2 has no daemon (tests/faults put their own there).
+        (lay.user_runtime_dir("user2") / "docker.pid").unlink(missing_ok=True)
 
 
 def test_user2_cannot_pull_with_user1s_login(
