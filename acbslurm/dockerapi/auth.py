@@ -76,7 +76,7 @@ class Login:
             body["password"] = self.password
         if self.identitytoken:
             body["identitytoken"] = self.identitytoken
-        # base64url by hand: the base64 module imports re, which a pull need not load.
+        # base64url from binascii: one encode and one strict decode need no more.
         plain = binascii.b2a_base64(json.dumps(body).encode(), newline=False).decode("ascii")
         return plain.translate(_URLSAFE)
 
