@@ -27,7 +27,7 @@ import shutil
 from pathlib import Path
 
 from acbslurm import proc
-from acbslurm.errors import SetupError
+from acbslurm.errors import CommandError, SetupError
 from acbslurm.sandbox import nodenet
 from acbslurm.sandbox.layout import Layout, Params
 from acbslurm.sandbox.procs import Proc, read_proc, spawn, wait_for
@@ -93,7 +93,11 @@ def _addresses() -> list[tuple[str, str]]:
 
 
 def _ip_json(*args: str) -> list[dict[str, object]]:
-    out = proc.run(["ip", "-j", "-4", *args], timeout=10, check=False).stdout
+    """``ip -j -4 ARGS``'s objects; none when ``ip`` fails (no address is then found)."""
+    try:
+        out = proc.run(["ip", "-j", "-4", *args], timeout=10, check=False).stdout
+    except CommandError:  # not installed, timed out
+        return []
     try:
         data = json.loads(out or "[]")
     except ValueError:
