@@ -15,6 +15,7 @@ PACKAGES=(
   debootstrap  # the multi-node tests' image with Python and torch (sandbox/torchimage.py)
   python3 python3-venv python3-dev gcc procps iproute2 passwd
   chromium  # tests render `report --format html` in a real headless browser
+  docker-registry apache2-utils  # the sandbox's registry with a login (htpasswd -B)
 )
 
 if [ "$(id -u)" -ne 0 ]; then

@@ -212,6 +212,25 @@ def restart(root: str, component: str) -> None:
 
 @sandbox.command()
 @dir_option
+def registry(root: str) -> None:
+    """Start the sandbox's private registry (Debian's docker-registry with a login), if it
+    is not running, holding the sandbox's busybox; print its address, its image and how
+    to log in. It stops with `down`."""
+    from acbslurm.sandbox import Sandbox
+    from acbslurm.sandbox.registry import account_file
+
+    sb = Sandbox(root)
+    who = sb.private_registry()
+    click.echo(f"registry at {who.address}, image {who.image()}")
+    click.echo(f"account {who.username}, its password in {account_file(sb.layout)} (root's)")
+    click.echo(
+        f"as {sb.user}: docker login {who.address} -u {who.username}, then "
+        f"acbslurm run --pull always {who.image()} echo hello"
+    )
+
+
+@sandbox.command()
+@dir_option
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_context
 def status(ctx: click.Context, root: str, as_json: bool) -> None:

@@ -442,11 +442,26 @@ class EngineApi:
                 f"{self.owner}: refused"
             )
 
-    def _request(self, method: str, path: str, body: Any = None) -> bytes:
+    def _check_secret_peer(self, sock: socket.socket) -> None:
+        """A request with headers carries a registry login (``pull``): it goes only to a
+        daemon served by this process's own uid or by root, on this very connection,
+        whatever DOCKER_HOST names, so that it never reaches another user's daemon."""
+        uid = peer_credentials(sock)[1]
+        if uid not in (os.getuid(), 0):
+            raise WrongDaemon(
+                f"Docker at {self.host}: {self.path} is served by uid {uid}, not by uid "
+                f"{os.getuid()} or root: your registry login is not sent there"
+            )
+
+    def _request(
+        self, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None
+    ) -> bytes:
         payload = b"" if body is None else json.dumps(body).encode()
         head = f"{method} {path} HTTP/1.0\r\nHost: docker\r\n"
         if body is not None:
             head += "Content-Type: application/json\r\n"
+        for name, value in (headers or {}).items():
+            head += f"{name}: {value}\r\n"
         return (head + f"Content-Length: {len(payload)}\r\n\r\n").encode() + payload
 
     def call(self, method: str, url: str, body: Any = None, timeout: float | None = -1.0) -> Any:
@@ -466,6 +481,7 @@ class EngineApi:
         idle: float | None,
         total: float | None,
         limit: int | None = MAX_ANSWER,
+        headers: dict[str, str] | None = None,
     ) -> tuple[bytes, bytes, str]:
         """``_exchange``; once more at the negotiated version if the daemon refused ours
         (Docker >= 29 refuses 1.41), which its refusal's headers and text tell.
@@ -475,14 +491,14 @@ class EngineApi:
         replaced is retried at the new one, not taken for the daemon's last word."""
         sent = self.version
         try:
-            return self._exchange(method, url, body, idle, total, sent, limit)
+            return self._exchange(method, url, body, idle, total, sent, limit, headers)
         except EngineError as exc:
             seen = refused_range(exc)
             if seen is None or (self.negotiated and self.version == sent):
                 raise
             if not self.negotiated:
                 self._learn(*seen)
-        return self._exchange(method, url, body, idle, total, self.version, limit)
+        return self._exchange(method, url, body, idle, total, self.version, limit, headers)
 
     def _learn(self, newest: str, oldest: str = "") -> None:
         """The version to speak from now on, once the daemon's range is known."""
@@ -501,15 +517,18 @@ class EngineApi:
         total: float | None,
         version: str,
         limit: int | None = MAX_ANSWER,
+        headers: dict[str, str] | None = None,
     ) -> tuple[bytes, bytes, str]:
         """(head, body, what) of one 2xx answer; ``idle`` bounds each read, ``total`` all,
-        ``limit`` its bytes.
+        ``limit`` its bytes; ``headers`` go with the request (never into a message).
 
         An HTTP error is raised as its typed EngineError."""
         what = f"Docker at {self.host}: {method} {url.split('?')[0]}"
         sock = self._connect(idle)
         try:
-            sock.sendall(self._request(method, f"/v{version}{url}", body))
+            if headers:
+                self._check_secret_peer(sock)
+            sock.sendall(self._request(method, f"/v{version}{url}", body, headers))
             answer = _read_to_close(sock, total, limit)
         except AnswerTooLarge as exc:
             raise AnswerTooLarge(f"{what}: {exc}") from None
@@ -560,8 +579,11 @@ class EngineApi:
         path = f"/images/{_quote(ref, keep='/:@')}/json"
         return dict(_of_type(self.call("GET", path), dict, f"Docker at {self.host}: GET {path}"))
 
-    def pull(self, query: dict[str, str], idle: float = 300.0) -> list[dict[str, Any]]:
+    def pull(
+        self, query: dict[str, str], idle: float = 300.0, auth: str | None = None
+    ) -> list[dict[str, Any]]:
         """``POST /images/create`` (``fromImage``, ``tag``): the daemon's progress messages.
+        ``auth``: the registry login, as ``X-Registry-Auth`` (auth.py's ``Login.header``).
 
         The answer is 200 as soon as the pull starts; a failure later on (a layer, the
         registry's authorisation) comes as a message with ``error``, raised here as an
@@ -570,7 +592,8 @@ class EngineApi:
         """
         params = "&".join(f"{k}={_quote(v)}" for k, v in query.items())
         url = f"/images/create?{params}"
-        _, rest, what = self._stepping_up("POST", url, None, idle, None, limit=None)
+        headers = {"X-Registry-Auth": auth} if auth else None
+        _, rest, what = self._stepping_up("POST", url, None, idle, None, None, headers)
         messages: list[dict[str, Any]] = []
         for line in rest.splitlines():
             if not line.strip():

@@ -8,6 +8,7 @@ import pwd
 import secrets
 import shutil
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -17,7 +18,7 @@ from typing import Any
 
 import acbslurm
 from acbslurm import proc
-from acbslurm.errors import ConfigError, SetupError
+from acbslurm.errors import CommandError, ConfigError, SetupError
 from acbslurm.gpu.inventory import GpuInfo
 from acbslurm.sandbox import (
     docker,
@@ -26,12 +27,14 @@ from acbslurm.sandbox import (
     munge,
     nodenet,
     preflight,
+    registry,
     render,
     reportsvc,
     slurm,
 )
 from acbslurm.sandbox.dockerversions import DockerInstall
 from acbslurm.sandbox.layout import (
+    IMAGE,
     MAX_NODES,
     MAX_SOCKET_PATH,
     Layout,
@@ -600,6 +603,39 @@ class Sandbox:
                 f"{p.user} can read them (not under /root)\n{r.stderr.strip()}"
             )
 
+    # -- the private registry (started on demand) ---------------------------------------
+    def private_registry(self) -> registry.Login:
+        """The sandbox's registry with a login (registry.py), started unless it runs,
+        holding the sandbox's busybox as ``<address>/private/busybox:1``."""
+        p = self.params
+        who = registry.start(self.layout, p, self.marker)
+        if not registry.has_image(self.layout):
+            self._push_private_image(p, who)
+        return who
+
+    def _push_private_image(self, p: Params, who: registry.Login) -> None:
+        """Pushed through the user's daemon with a login of root's own (a config
+        directory of its own, not the user's), then untagged there: the user's daemon
+        gets the image only by a pull."""
+        lay, ref = self.layout, who.image()
+        with tempfile.TemporaryDirectory() as conf:
+            login = ["--config", conf, "login", who.address, "-u", who.username]
+            try:
+                docker.docker(lay, p.user, *login, "--password-stdin", input=who.password)
+            except CommandError as exc:
+                if "HTTP response to HTTPS client" not in str(exc):
+                    raise
+                raise SetupError(
+                    f"the daemon of {p.user} was started before the sandbox gave its daemons "
+                    f"--insecure-registry={who.address}: run `acbslurm sandbox restart "
+                    f"dockerd-{p.user}`"
+                ) from None
+            docker.docker(lay, p.user, "tag", IMAGE, ref)
+            try:
+                docker.docker(lay, p.user, "--config", conf, "push", ref, timeout=120)
+            finally:
+                docker.docker(lay, p.user, "rmi", ref)  # the tag only: the image is IMAGE
+
     # -- restart one component ------------------------------------------------------
     def _starters(self, p: Params) -> dict[str, Callable[[], object]]:
         lay = self.layout
@@ -661,7 +697,7 @@ class Sandbox:
         """Stop every process this sandbox started (by pid), newest first."""
         stopped = []
         self._cancel_jobs(progress)
-        for name in reversed(self.components()):
+        for name in [registry.COMPONENT, *reversed(self.components())]:
             pr = read_proc(self.layout.run, name)
             if pr and stop(pr):
                 stopped.append(name)

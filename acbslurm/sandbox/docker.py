@@ -18,7 +18,7 @@ from acbslurm import proc
 from acbslurm.cgroups.names import RUNTIME_NAME
 from acbslurm.errors import SetupError
 from acbslurm.procfs import running
-from acbslurm.sandbox import nodenet
+from acbslurm.sandbox import nodenet, registry
 from acbslurm.sandbox.dockerversions import DockerInstall
 from acbslurm.sandbox.layout import IMAGE, Layout, Params
 from acbslurm.sandbox.procs import Proc, spawn, wait_for
@@ -146,8 +146,20 @@ def daemon_argv(layout: Layout, user: str, node: str | None = None) -> list[str]
         *write_daemon_config(layout, user),
         # acbslurm's runtime: it puts a job's container into the job's cgroups.
         f"--add-runtime={RUNTIME_NAME}={layout.oci_runtime}",
+        *_insecure_registry(layout),
         f"--host={docker_host(layout, user, node)}",
     ]
+
+
+def _insecure_registry(layout: Layout) -> list[str]:
+    """The sandbox's registry speaks HTTP at an address that is not loopback
+    (registry.py); a machine with no such address runs no registry, and the daemon
+    starts all the same."""
+    p = layout.load_params()
+    try:
+        return [f"--insecure-registry={registry.address(p)}"] if p else []
+    except SetupError:
+        return []
 
 
 def start(

@@ -6,6 +6,7 @@ only the two image calls a pull needs.)
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import socketserver
@@ -28,6 +29,7 @@ class FakeImages:
         self.images: set[str] = set()
         self.pullable: dict[str, str] = {}  # fromImage:tag -> "" (works) or an error
         self.requests: list[tuple[str, str]] = []
+        self.auth: list[str | None] = []  # each pull's X-Registry-Auth (None: none sent)
 
 
 def _answer(fake: FakeImages, method: str, target: str) -> tuple[int, bytes]:
@@ -66,9 +68,14 @@ def daemon(tmp_path: Path) -> Iterator[tuple[FakeImages, EngineApi]]:
     class Handler(socketserver.StreamRequestHandler):
         def handle(self) -> None:
             request = self.rfile.readline().decode()
-            while self.rfile.readline() not in (b"\r\n", b""):
-                pass
+            auth = None
+            while (line := self.rfile.readline()) not in (b"\r\n", b""):
+                name, _, value = line.decode().partition(":")
+                if name.lower() == "x-registry-auth":
+                    auth = value.strip()
             method, target, _ = request.split(" ", 2)
+            if method == "POST":
+                fake.auth.append(auth)
             status, body = _answer(fake, method, target)
             self.wfile.write(f"HTTP/1.0 {status} X\r\n\r\n".encode() + body)
 
@@ -159,3 +166,72 @@ def test_image_known_answers_yes_no_or_none(daemon: tuple[FakeImages, EngineApi]
     assert image_known(api, "a:1") is True
     assert image_known(api, "b:1") is False
     assert image_known(EngineApi("unix:///nonexistent.sock", timeout=1.0), "a:1") is None
+
+
+def _login_env(tmp_path: Path, auths: dict[str, object]) -> dict[str, str]:
+    (tmp_path / "config.json").write_text(json.dumps({"auths": auths}))
+    return {"DOCKER_CONFIG": str(tmp_path)}
+
+
+def test_the_pull_carries_the_users_login_for_that_registry(
+    daemon: tuple[FakeImages, EngineApi], tmp_path: Path
+) -> None:
+    fake, api = daemon
+    secret = base64.b64encode(b"ann:pw-1").decode()
+    env = _login_env(tmp_path, {"reg.example:5000": {"auth": secret}})
+    fake.pullable["reg.example:5000/team/img:2"] = ""
+    fake.pullable["busybox:latest"] = ""
+    assert ensure_image(api, "reg.example:5000/team/img:2", "always", env) is True
+    assert ensure_image(api, "busybox:latest", "always", env) is True  # Docker Hub's: none
+    sent, none = fake.auth
+    assert sent is not None and none is None
+    assert json.loads(base64.urlsafe_b64decode(sent)) == {
+        "serveraddress": "reg.example:5000",
+        "username": "ann",
+        "password": "pw-1",
+    }
+
+
+def test_no_login_for_a_registry_that_wants_one_says_to_log_in(
+    daemon: tuple[FakeImages, EngineApi], tmp_path: Path
+) -> None:
+    fake, api = daemon
+    said = 'Head "http://reg.example:5000/v2/img/manifests/1": no basic auth credentials'
+    fake.pullable["reg.example:5000/img:1"] = said
+    with pytest.raises(DockerError) as info:
+        ensure_image(api, "reg.example:5000/img:1", "always", {"DOCKER_CONFIG": str(tmp_path)})
+    msg = str(info.value)
+    assert "the registry reg.example:5000 wants a login and you have none for it in " in msg
+    assert f"{tmp_path}/config.json" in msg
+    assert "log in as yourself with `docker login reg.example:5000`" in msg
+    assert said in msg and "docker build" not in msg
+
+
+def test_a_login_the_registry_refuses_says_to_log_in_again(
+    daemon: tuple[FakeImages, EngineApi], tmp_path: Path
+) -> None:
+    fake, api = daemon
+    env = _login_env(tmp_path, {"reg.example:5000": {"auth": base64.b64encode(b"a:b").decode()}})
+    fake.pullable["reg.example:5000/img:1"] = "unauthorized: authentication required"
+    with pytest.raises(DockerError) as info:
+        ensure_image(api, "reg.example:5000/img:1", "always", env)
+    msg = str(info.value)
+    assert f"refused your login from {tmp_path}/config.json, which is wrong or has expired" in msg
+    assert "log in again with `docker login reg.example:5000`" in msg
+    assert base64.b64encode(b"a:b").decode() not in msg
+
+
+def test_docker_hubs_denial_names_both_ways_out(
+    daemon: tuple[FakeImages, EngineApi], tmp_path: Path
+) -> None:
+    """Docker Hub says the same for a missing repository and a private one."""
+    fake, api = daemon
+    fake.pullable["someone/private:latest"] = (
+        "pull access denied for someone/private, repository does not exist or may require "
+        "'docker login': denied: requested access to the resource is denied"
+    )
+    with pytest.raises(DockerError) as info:
+        ensure_image(api, "someone/private", "always", {"DOCKER_CONFIG": str(tmp_path)})
+    msg = str(info.value)
+    assert "If it is private, log in as yourself with `docker login`" in msg
+    assert "docker build" in msg
