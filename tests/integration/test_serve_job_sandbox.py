@@ -183,14 +183,20 @@ def test_pool_job_as_user1_and_user2(sb: Any, folder: Path) -> None:
             model="model-b", messages=[{"role": "user", "content": "hi"}], max_tokens=3
         )
         assert chat.choices[0].message.role == "assistant"
-        # each request is counted under its key's NAME, and no key is shown
+        # each request is counted under its key's NAME, which sees its own rows only,
+        # and no key is shown
         root = pool["url"].removesuffix("/v1")
-        auth = {"Authorization": f"Bearer {KEYS['user2']}"}
-        metrics = httpx.get(f"{root}/metrics", headers=auth, timeout=30).text
+        seen = {
+            name: httpx.get(
+                f"{root}/metrics", headers={"Authorization": f"Bearer {key}"}, timeout=30
+            ).text
+            for name, key in KEYS.items()
+        }
         for name, model in (("user2", "model-a"), ("user2", "model-b"), ("ci-bot", "model-b")):
             line = f'acbslurm_serve_requests_total{{key="{name}",model="{model}",status="200"}} 1.0'
-            assert line in metrics, metrics
-        assert not [k for k in KEYS.values() if k in metrics]
+            assert line in seen[name], seen[name]
+        assert 'key="ci-bot"' not in seen["user2"] and 'key="user2"' not in seen["ci-bot"]
+        assert not [k for k in KEYS.values() if k in seen["user2"] + seen["ci-bot"]]
         _usage_endpoint(root)
         log = (jobs / f"out-{job_id}.txt").read_text()
         assert "keys: user2, ci-bot" in log and not [k for k in KEYS.values() if k in log]
