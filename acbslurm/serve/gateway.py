@@ -258,6 +258,7 @@ class Gateway:
             keeper.cancel()
             await asyncio.gather(*(h.stop() for h in self.handles.values()))
             if self.usage_files is not None:
+                self._budgets_to_totals()
                 self.usage_files.close()  # the totals, with every lease the stop ended
             if self.limiter is not None:
                 self.limiter.save()  # the budgets' use, with every lease the stop ended
@@ -272,9 +273,15 @@ class Gateway:
             await asyncio.sleep(1.0)
             if self.usage_files is not None and self.book.events != seen:
                 seen = self.book.events
+                self._budgets_to_totals()
                 self.usage_files.flush()
             if self.limiter is not None and self.limiter.dirty:
                 self.limiter.save()
+
+    def _budgets_to_totals(self) -> None:
+        """The keys' budgets and their use go with the totals, for the report."""
+        if self.limiter is not None:
+            self.book.totals.budgets = self.limiter.budgets()
 
     async def _when_ready(self) -> None:
         """Call ``on_ready`` once every worker is ready or refused (its first start)."""

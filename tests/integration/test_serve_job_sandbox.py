@@ -25,6 +25,7 @@ from sandboxtest import (
     no_jobs,
     wait_for_pool,
     wait_for_pool_usage,
+    wait_until,
 )
 from sandboxtest import acbslurm_as as as_user
 
@@ -265,3 +266,81 @@ def _usage_in_the_report(sb: Any, job_id: str, since: int) -> None:
     t = theirs["totals"]
     assert (t["pool_jobs"], t["allocated_gpu_seconds"], t["others_pool_jobs"]) == (0, 0, 1), t
     assert "the rows of key user2" in theirs["report"]["visible"]
+
+
+def _budget_files() -> list[Path]:
+    """user1's budget files of the limits pool (docs/serve.md, *Limits*)."""
+    home = Path(pwd.getpwnam("user1").pw_dir)
+    return list((home / ".local/state/acbslurm/serve-budgets").glob("pool-limits.yaml-*.json"))
+
+
+def _ask(pool: dict[str, Any], name: str) -> httpx.Response:
+    body = {"model": "model-b", "prompt": "a GPU is", "max_tokens": 2}
+    auth = {"Authorization": f"Bearer {KEYS[name]}"}
+    return httpx.post(f"{pool['url']}/completions", json=body, headers=auth, timeout=120)
+
+
+def _spent(pool: dict[str, Any]) -> float:
+    root = pool["url"].removesuffix("/v1")
+    auth = {"Authorization": f"Bearer {KEYS['user2']}"}
+    limits = httpx.get(f"{root}/usage", headers=auth, timeout=30).json()["limits"]
+    return float(limits["user2"]["gpu_seconds"]["used"])
+
+
+def test_a_budget_survives_a_requeue_and_shows_in_the_report(sb: Any, folder: Path) -> None:
+    """user1's pool job limits user2's key to a GPU-second budget: spent, it is a 429
+    while ci-bot is served; the job is requeued (its runtime folder, with its ledger,
+    removed by the epilog): the next run's pool still refuses user2; after the job,
+    `report --by key` shows the budget and its use."""
+    jobs = folder / "jobs"
+    text = (folder / "pool.yaml").read_text()
+    limits = "limits:\n  user2: {gpu_seconds: 0.000001, period: day}\n"
+    (folder / "pool-limits.yaml").write_text(text + limits)
+    spec = (jobs / "pool-job.yaml").read_text().replace("pool.yaml", "pool-limits.yaml")
+    (jobs / "pool-limits-job.yaml").write_text(spec.replace("pool-job", "pool-limits"))
+    for old in _budget_files():  # an earlier run's, today: user2 would start refused
+        old.unlink()
+    no_jobs(sb)
+    since = int(time.time())
+    res = as_user(sb, "user1", "submit", str(jobs / "pool-limits-job.yaml"), cwd=str(jobs))
+    assert res.returncode == 0, res.stderr
+    job_id = res.stdout.strip()
+    out = jobs / f"out-{job_id}.txt"
+    try:
+        pool = wait_for_pool(sb, job_id, out, 240)
+        assert _ask(pool, "user2").status_code == 200
+        wait_until("user2's lease counted", lambda: _spent(pool) > 0, 60)
+        refused = _ask(pool, "user2")
+        assert refused.status_code == 429, refused.text
+        assert refused.json()["error"]["code"] == "insufficient_quota"
+        assert "key user2: gpu_seconds 1e-06 per day reached" in refused.text
+        assert _ask(pool, "ci-bot").status_code == 200
+        spent = _spent(pool)
+
+        sb.run_slurm(["scontrol", "requeue", job_id])
+
+        def next_run() -> dict[str, Any] | None:
+            got: dict[str, Any] | None = job_status(sb, "user1", job_id)["serve"]
+            return got if got and got["pid"] != pool["pid"] else None
+
+        again = wait_until("the requeued job's pool", next_run, 300)
+        assert _spent(again) >= spent
+        assert _ask(again, "user2").json()["error"]["code"] == "insufficient_quota"
+        assert _ask(again, "ci-bot").status_code == 200
+        (kept,) = _budget_files()
+        st = kept.stat()
+        assert (st.st_uid, st.st_mode & 0o777) == (pwd.getpwnam("user1").pw_uid, 0o600)
+    finally:
+        as_user(sb, "user1", "cancel", job_id)
+        no_jobs(sb)
+        for f in _budget_files():
+            f.unlink()
+    wait_for_pool_usage(sb, job_id)
+    window = ("--start", f"@{since}")
+    res = as_user(sb, "user1", "report", "--by", "key", "--json", *window)
+    assert res.returncode == 0, res.stderr
+    (budget,) = json.loads(res.stdout)["budgets"]
+    assert (budget["key"], budget["gpu_seconds"], budget["period"]) == ("user2", 1e-06, "day")
+    assert budget["used"] >= spent and budget["job"] == job_id
+    table = as_user(sb, "user1", "report", "--by", "key", *window).stdout
+    assert "# budget user2: 1e-06 GPU-seconds per day; " in table, table
