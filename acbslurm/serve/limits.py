@@ -63,7 +63,6 @@ LIMIT_KEYS = (
 PERIODS = ("hour", "day", "month")
 WINDOW = 60.0  # seconds of the per-minute limits
 BUDGET_FILE_LIMIT = 1 << 20  # bytes: thousands of names
-UNLIMITED_NAMES = ("-",)  # usagebook.UNBILLED: leases with no request in hand
 
 
 @dataclass(frozen=True)
@@ -433,27 +432,30 @@ class Limiter:
 
     def headers(self, name: str) -> list[tuple[bytes, bytes]]:
         """OpenAI's ``x-ratelimit-*`` headers of the key's per-minute limits, and
-        ``x-acbslurm-gpu-seconds-*`` of its budget; none for a key without limits."""
-        state = self.state(name) if name in self.limits else None
-        if not state:
+        ``x-acbslurm-gpu-seconds-*`` of its budget; none for a key without limits.
+        On every answer: the numbers alone, none of ``state``'s dates."""
+        k = self.limits.get(name)
+        if k is None:
             return []
-        out = []
-        for key, kind in (("requests_per_minute", "requests"), ("tokens_per_minute", "tokens")):
-            if key in state:
-                s = state[key]
-                out += [
-                    (f"x-ratelimit-limit-{kind}", str(s["limit"])),
-                    (f"x-ratelimit-remaining-{kind}", str(s["remaining"])),
-                    (f"x-ratelimit-reset-{kind}", duration(s["reset_s"])),
-                ]
-        if "gpu_seconds" in state:
-            s = state["gpu_seconds"]
+        now = self.mono()
+        out: list[tuple[str, str]] = []
+        ring = self._requests_now(name, now)
+        if ring is not None and k.requests_per_minute:
+            reset = ring[-1] + WINDOW - now if ring else 0.0
+            out += _rate("requests", k.requests_per_minute, len(ring), reset)
+        tokens = self._tokens_now(name, now)
+        if tokens is not None and k.tokens_per_minute:
+            seen = self._tokens[name]
+            reset = seen[-1][0] + WINDOW - now if seen else 0.0
+            out += _rate("tokens", k.tokens_per_minute, tokens, reset)
+        b = self._budget(name)
+        if b is not None and k.gpu_seconds is not None:
             out += [
-                ("x-acbslurm-gpu-seconds-limit", f"{s['limit']:g}"),
-                ("x-acbslurm-gpu-seconds-remaining", f"{s['remaining']:.3f}"),
-                ("x-acbslurm-gpu-seconds-reset", duration(s["reset_s"])),
+                ("x-acbslurm-gpu-seconds-limit", f"{k.gpu_seconds:g}"),
+                ("x-acbslurm-gpu-seconds-remaining", f"{max(0.0, k.gpu_seconds - b.used):.3f}"),
+                ("x-acbslurm-gpu-seconds-reset", duration(b.end - self.clock())),
             ]
-        return [(k.encode(), v.encode()) for k, v in out]
+        return [(h.encode(), v.encode()) for h, v in out]
 
     # -- kept across restarts --------------------------------------------------------------
 
@@ -565,6 +567,14 @@ class Limiter:
                     "used": round(b.used, 3),
                 }
         return out
+
+
+def _rate(kind: str, limit: int, used: int, reset: float) -> list[tuple[str, str]]:
+    return [
+        (f"x-ratelimit-limit-{kind}", str(limit)),
+        (f"x-ratelimit-remaining-{kind}", str(max(0, limit - used))),
+        (f"x-ratelimit-reset-{kind}", duration(max(0.0, reset))),
+    ]
 
 
 def _left(limit: float, used: float, reset: float) -> dict[str, Any]:

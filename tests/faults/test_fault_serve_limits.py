@@ -33,6 +33,7 @@ KEYS = {
     "carol": "sk-carol-5b0e8d1f2a7c4e93",
     "dave": "sk-dave-c4a91e07d3f6b258",
     "erin": "sk-erin-9f2c4e0b7d1a6e35",
+    "frank": "sk-frank-41d8a0e2f79b3c6d",
 }
 POOL = """\
 listen: 127.0.0.1:0
@@ -44,6 +45,7 @@ limits:
   carol: {gpu_seconds: 0.000001, period: day}
   dave: {expires: 2020-01-01}
   erin: {models: [b]}
+  frank: {tokens_per_minute: 3}
 models:
   - {name: a, path: models/a, temperature: 0, max_tokens: 4}
   - {name: b, path: models/b, temperature: 0, max_tokens: 4}
@@ -179,6 +181,26 @@ def test_requests_per_minute_refuses_one_key_and_serves_the_others(pool: User1Po
     assert "requests_per_minute 3 reached" in str(exc.value)
 
 
+def test_tokens_per_minute_counts_a_request_when_it_ends(pool: User1Pool) -> None:
+    """frank may use 3 tokens a minute: his first request is admitted (nothing counted
+    yet) and uses more; the next is refused, naming the limit; bob is served."""
+    with pool.http("frank") as frank, pool.http("bob") as bob:
+        first = _ask(frank)
+        assert first.status_code == 200, first.text
+        # a whole answer's headers go out after it ended: its own tokens counted
+        assert first.headers["x-ratelimit-remaining-tokens"] == "0"
+        assert first.json()["usage"]["total_tokens"] > 3
+        refused = _ask(frank)
+        err = _error(refused, 429)
+        assert (err["type"], err["code"]) == ("tokens", "rate_limit_exceeded")
+        used = first.json()["usage"]["total_tokens"]
+        assert err["message"].startswith(
+            f"key frank: tokens_per_minute 3 reached ({used} used in the last minute); retry in "
+        )
+        assert refused.headers["x-ratelimit-remaining-tokens"] == "0"
+        assert _ask(bob).status_code == 200
+
+
 def _carol_used(pool: User1Pool) -> float:
     with pool.http("carol") as carol:
         limits = carol.get("/usage").json()["limits"]
@@ -225,7 +247,7 @@ def test_a_key_holder_reads_only_its_own_rows_of_metrics(pool: User1Pool) -> Non
         seen = bob.get("/metrics").text
         usage = bob.get("/usage").json()
     assert 'key="bob"' in seen and "acbslurm_serve_queue_length" in seen
-    for other in ("alice", "carol", "erin", "user1", "-"):
+    for other in ("alice", "carol", "erin", "frank", "user1", "-"):
         assert f'key="{other}"' not in seen, other
     assert "acbslurm_serve_leased_gpu_seconds" not in seen
     assert {row["key"] for row in usage["usage"]} == {"bob"} and usage["limits"] == {}
@@ -235,7 +257,7 @@ def test_a_key_holder_reads_only_its_own_rows_of_metrics(pool: User1Pool) -> Non
     for name in ("alice", "bob", "carol", "erin"):
         assert f'key="{name}"' in everything, name
     assert "acbslurm_serve_leased_gpu_seconds_total" in everything
-    assert set(limits) == {"alice", "carol", "dave", "erin"}
+    assert set(limits) == {"alice", "carol", "dave", "erin", "frank"}
     assert limits["alice"]["requests_per_minute"]["limit"] == 3
     assert limits["dave"]["expires"] == "2020-01-01 00:00:00 UTC"
 
