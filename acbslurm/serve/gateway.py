@@ -152,13 +152,14 @@ class _KeyCheck:
         await send({"type": "http.response.body", "body": body})
 
 
-def _tee(first: Callable[[Any], None], then: Callable[[Any], None] | None) -> Any:
-    """A ledger line's writer: ``first``, then ``then`` when there is one."""
+def _tee(ledger: Callable[[Any], None] | None, then: Callable[[Any], None]) -> Any:
+    """A ledger line's writer: to the ``ledger`` (when there is one) first, whatever
+    ``then`` does with it."""
 
     def write(line: Any) -> None:
-        first(line)
-        if then is not None:
-            then(line)
+        if ledger is not None:
+            ledger(line)
+        then(line)
 
     return write
 
@@ -190,7 +191,7 @@ class Gateway:
         # of leases) as the book makes them, asked before a request is queued.
         self.limiter = limiter
         if limiter is not None:
-            self.book.write = _tee(limiter.observe, self.book.write)
+            self.book.write = _tee(self.book.write, limiter.observe)
         for h in self.handles.values():
             h.book = self.book
         self.owner = owner  # the key name that sees every name's usage
