@@ -196,6 +196,26 @@ def parse_limits(
     return tuple(out)
 
 
+def describe(limits: tuple[KeyLimits, ...], path: str) -> str:
+    """One line of what is limited, and where the budgets' use is kept."""
+    parts = []
+    for k in limits:
+        given = [
+            f"{key} {getattr(k, key):g}"
+            for key in ("requests_per_minute", "tokens_per_minute", "gpu_seconds")
+            if getattr(k, key) is not None
+        ]
+        if k.gpu_seconds is not None:
+            given[-1] += f" per {k.period}"
+        if k.expires is not None:
+            given.append(f"expires {utc_text(k.expires)}")
+        if k.models is not None:
+            given.append(f"models {'/'.join(k.models)}")
+        parts.append(f"{k.name} ({', '.join(given)})")
+    kept = f"; budgets kept in {path}" if any(k.gpu_seconds is not None for k in limits) else ""
+    return f"limits: {'; '.join(parts)}{kept}"
+
+
 # -- periods ----------------------------------------------------------------------------
 
 

@@ -267,6 +267,9 @@ def test_the_budget_survives_a_restart_of_the_pool(pool: User1Pool) -> None:
         test_a_gpu_second_budget_refuses_once_spent(pool)
     used = _carol_used(pool)
     assert pool.stop() == 0, pool.log.read_text()[-3000:]
+    said = pool.log.read_text()
+    assert "\nlimits: alice (requests_per_minute 3); carol (gpu_seconds 1e-06 per day); " in said
+    assert "; budgets kept in " + str(pool.root / "state/acbslurm/serve-budgets/") in said
     state = list((pool.root / "state/acbslurm/serve-budgets").glob("pool.yaml-*.json"))
     assert len(state) == 1
     st = state[0].stat()

@@ -292,3 +292,21 @@ def test_the_budget_file_is_named_after_the_pool_file() -> None:
     assert one.startswith("/home/u/.local/state/acbslurm/serve-budgets/pool.yaml-")
     assert budget_path("/srv/pools/pool.yaml", {"XDG_STATE_HOME": "/st"}).startswith("/st/")
     assert budget_path("/srv/other/pool.yaml", env) != one
+
+
+def test_serve_check_says_the_limits_and_where_budgets_are_kept(
+    tmp_path: Path, tiny_models: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    text = _pool(tmp_path, "  alice: {requests_per_minute: 60, gpu_seconds: 3600, period: month}\n")
+    pool = tmp_path / "pool.yaml"
+    pool.write_text(
+        text.replace("/nowhere/a", str(tiny_models["model-a"])).split("  - {name: b")[0]
+    )
+    res = acbslurm("serve", "--check", str(pool))
+    assert res.exit_code == 0, res.output
+    assert (
+        "limits: alice (requests_per_minute 60, gpu_seconds 3600 per month); budgets kept in "
+        f"{budget_path(str(pool))}\n"
+    ) in res.output
+    assert budget_path(str(pool)).startswith(str(tmp_path / "state/acbslurm/serve-budgets/"))
