@@ -274,6 +274,13 @@ def _budget_files() -> list[Path]:
     return list((home / ".local/state/acbslurm/serve-budgets").glob("pool-limits.yaml-*.json"))
 
 
+def _remove_budget_files() -> None:
+    """The budget files and their locks this test's pools left in user1's home."""
+    home = Path(pwd.getpwnam("user1").pw_dir)
+    for f in (home / ".local/state/acbslurm/serve-budgets").glob("pool-limits.yaml-*.json*"):
+        f.unlink()
+
+
 def _ask(pool: dict[str, Any], name: str) -> httpx.Response:
     body = {"model": "model-b", "prompt": "a GPU is", "max_tokens": 2}
     auth = {"Authorization": f"Bearer {KEYS[name]}"}
@@ -298,8 +305,7 @@ def test_a_budget_survives_a_requeue_and_shows_in_the_report(sb: Any, folder: Pa
     (folder / "pool-limits.yaml").write_text(text + limits)
     spec = (jobs / "pool-job.yaml").read_text().replace("pool.yaml", "pool-limits.yaml")
     (jobs / "pool-limits-job.yaml").write_text(spec.replace("pool-job", "pool-limits"))
-    for old in _budget_files():  # an earlier run's, today: user2 would start refused
-        old.unlink()
+    _remove_budget_files()  # an earlier run's, today: user2 would start refused
     no_jobs(sb)
     since = int(time.time())
     res = as_user(sb, "user1", "submit", str(jobs / "pool-limits-job.yaml"), cwd=str(jobs))
@@ -333,8 +339,7 @@ def test_a_budget_survives_a_requeue_and_shows_in_the_report(sb: Any, folder: Pa
     finally:
         as_user(sb, "user1", "cancel", job_id)
         no_jobs(sb)
-        for f in _budget_files():
-            f.unlink()
+        _remove_budget_files()
     wait_for_pool_usage(sb, job_id)
     window = ("--start", f"@{since}")
     res = as_user(sb, "user1", "report", "--by", "key", "--json", *window)
