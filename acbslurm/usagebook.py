@@ -68,6 +68,9 @@ class Totals:
     def __init__(self) -> None:
         self.leased: dict[str, float] = {}
         self.use: dict[tuple[str, str], list[float]] = {}
+        # The pool's GPU-second budgets per key name (serve/limits.py), for the report:
+        # {"gpu_seconds", "period", "start" (epoch), "used" in that period}.
+        self.budgets: dict[str, dict[str, Any]] = {}
 
     def _row(self, name: str, model: str) -> list[float]:
         return self.use.setdefault((name, model), [0, 0, 0, 0.0])
@@ -84,10 +87,13 @@ class Totals:
             self._row(name, model)[3] += gpu_s
 
     def as_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "leased": self.leased,
             "use": [[n, m, *v] for (n, m), v in sorted(self.use.items())],
         }
+        if self.budgets:
+            out["budgets"] = self.budgets
+        return out
 
     @classmethod
     def from_dict(cls, data: object) -> Totals:
@@ -105,6 +111,10 @@ class Totals:
                 raise ValueError("use: a row is not [name, model, 4 numbers]")
             counts = [_count(v) for v in row[2:5]]
             t.use[(_model(row[0]), _model(row[1]))] = [*counts, _seconds(row[5])]
+        budgets = data.get("budgets", {})
+        if not isinstance(budgets, dict):
+            raise ValueError("budgets: not an object")
+        t.budgets = {_model(name): _budget(b) for name, b in budgets.items()}
         return t
 
     def replay(self, line: object) -> None:
@@ -155,6 +165,21 @@ class Totals:
         self.leased = {m: s * factor for m, s in self.leased.items()}
         for row in self.use.values():
             row[3] *= factor
+
+
+BUDGET_PERIODS = ("hour", "day", "month")  # serve/limits.py's
+
+
+def _budget(v: object) -> dict[str, Any]:
+    """A key's budget as ``Totals.as_dict`` writes it; ValueError otherwise."""
+    if not isinstance(v, dict) or v.get("period") not in BUDGET_PERIODS:
+        raise ValueError("budgets: not {gpu_seconds, period, start, used}")
+    return {
+        "gpu_seconds": _seconds(v.get("gpu_seconds")),
+        "period": str(v["period"]),
+        "start": _seconds(v.get("start", 0)),
+        "used": _seconds(v.get("used", 0)),
+    }
 
 
 def _list(v: object) -> list[Any]:

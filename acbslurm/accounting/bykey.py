@@ -6,11 +6,14 @@ them up over the pool jobs of the window that the viewer may see (their own jobs
 every job for an admin or through the service's rights): per name and model, the
 requests, tokens and GPU-seconds; and over the pools, the allocated GPU-seconds (Slurm's),
 the leased ones, and the idle rest. The names' GPU-seconds add up to the leased ones.
+A key name with a GPU-second budget in its pool (``limits:``, docs/serve.md) shows it
+too, with its use in the budget's period as the newest pool job of the window kept it.
 """
 
 from __future__ import annotations
 
 import csv
+import datetime as dt
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -50,6 +53,8 @@ class KeyTotals:
     rows: dict[tuple[str, str], KeyRow] = field(default_factory=dict)
     # Other users' pools the viewer used with a key of their own name (their rows only).
     others: int = 0
+    # Per key name: its budget and use in its period, from the newest period seen.
+    budgets: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def add(self, job: JobUsage) -> None:
         p = job.pool
@@ -60,6 +65,7 @@ class KeyTotals:
         self.leased += p.leased
         self.lost += p.lost
         self._add_rows(job, p.use)
+        self._add_budgets(job, p.budgets)
 
     def add_theirs(self, job: JobUsage, name: str) -> None:
         """Another user's pool job: only the rows of key name ``name`` (the viewer's
@@ -68,6 +74,33 @@ class KeyTotals:
         if mine:
             self.others += 1
             self._add_rows(job, mine)
+        self._add_budgets(
+            job, [b for b in (job.pool.budgets if job.pool else ()) if b["key"] == name]
+        )
+
+    def _add_budgets(self, job: JobUsage, budgets: Iterable[dict[str, Any]]) -> None:
+        """The newest period's use of each name's budget (the later job's within one)."""
+        for b in budgets:
+            seen = self.budgets.get(b["key"])
+            if seen is None or (b["start"], b["used"]) >= (seen["start"], seen["used"]):
+                self.budgets[b["key"]] = {**b, "job": job.job_id}
+
+    def budget_records(self) -> list[dict[str, Any]]:
+        out = []
+        for name, b in sorted(self.budgets.items()):
+            start = dt.datetime.fromtimestamp(b["start"], dt.UTC)
+            out.append(
+                {
+                    "key": name,
+                    "gpu_seconds": b["gpu_seconds"],
+                    "period": b["period"],
+                    "period_start": start.strftime("%Y-%m-%d %H:%M UTC"),
+                    "used": b["used"],
+                    "remaining": round(max(0.0, b["gpu_seconds"] - b["used"]), 3),
+                    "job": b["job"],
+                }
+            )
+        return out
 
     def _add_rows(self, job: JobUsage, use: Iterable[dict[str, Any]]) -> None:
         for u in use:
@@ -126,7 +159,12 @@ def write_by_key(
     for job in theirs:
         t.add_theirs(job, name)
     if fmt == "json":
-        body = {"report": meta, "keys": t.records(), "totals": t.totals()}
+        body = {
+            "report": meta,
+            "keys": t.records(),
+            "totals": t.totals(),
+            "budgets": t.budget_records(),
+        }
         out.write(json.dumps(body, sort_keys=True) + "\n")
     elif fmt == "csv":
         w = csv.writer(out, lineterminator="\n")
@@ -157,6 +195,13 @@ def _table(out: TextIO, meta: dict[str, Any], t: KeyTotals) -> None:
                 f"{100 * r['share']:.1f}%",
             )
             + "\n"
+        )
+    for b in t.budget_records():
+        share = f" ({100 * b['used'] / b['gpu_seconds']:.1f}%)" if b["gpu_seconds"] else ""
+        out.write(
+            f"# budget {b['key']}: {b['gpu_seconds']:g} GPU-seconds per {b['period']}; "
+            f"{b['used']:.1f} used{share} in the {b['period']} from {b['period_start']}, "
+            f"as of job {b['job']}\n"
         )
     s = t.totals()
     lost = f"; {s['lost_lines']} ledger lines lost" if s["lost_lines"] else ""

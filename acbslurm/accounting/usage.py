@@ -99,6 +99,8 @@ class PoolUsage:
     leased: float
     lost: int
     use: tuple[dict[str, Any], ...]
+    # Its keys' GPU-second budgets and their period's use (serve/limits.py).
+    budgets: tuple[dict[str, Any], ...] = ()
 
 
 def pool_usage(comment: str | None) -> PoolUsage | None:
@@ -112,6 +114,7 @@ def pool_usage(comment: str | None) -> PoolUsage | None:
         leased=sum(float(w["leased"]) for w in words),
         lost=sum(int(w["lost"]) for w in words),
         use=tuple(u for w in words for u in w["use"]),
+        budgets=tuple(b for w in words for b in w.get("budgets", ())),
     )
 
 

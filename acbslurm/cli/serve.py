@@ -92,6 +92,10 @@ def serve(
             from acbslurm.serve.keys import read_keys
 
             click.echo(f"keys: {', '.join(read_keys(pool.api_keys).names)} ({pool.api_keys})")
+        if pool.limits:
+            from acbslurm.serve.limits import budget_path, describe
+
+            click.echo(describe(pool.limits, budget_path(pool.source)))
         return
     from acbslurm.serve.runner import PoolServer
 
@@ -100,7 +104,8 @@ def serve(
     click.echo(
         f"serving {', '.join(m.name for m in pool.models)} on http://{shown}/v1 "
         f"(broker: {server.choice.source}); {server.keys_text}"
-        + (f"; address in {address_file} once ready" if address_file else ""),
+        + (f"; address in {address_file} once ready" if address_file else "")
+        + (f"\n{server.limits_text}" if pool.limits else ""),
         err=True,
     )
     server.run()

@@ -42,6 +42,7 @@ from acbslurm.serve.api import (
 )
 from acbslurm.serve.engines import engine_kind
 from acbslurm.serve.keys import NO_KEY, KeyRing, bearer
+from acbslurm.serve.limits import Limiter
 from acbslurm.serve.metrics import CONTENT_TYPE, Metrics
 from acbslurm.serve.supervisor import Overloaded, Pending, Unavailable, WorkerHandle
 from acbslurm.units import is_ascii_int
@@ -92,12 +93,17 @@ WRONG_KEY = ApiError(
 class _KeyCheck:
     """ASGI middleware: the request's key checked before any route runs. Its NAME goes
     on the request (``scope["state"]["key"]``, read by ``_caller``); no key or a wrong
-    one is a 401 in OpenAI's shape, except on ``/health``, which then answers less."""
+    one is a 401 in OpenAI's shape, except on ``/health``, which then answers less.
+    A key with limits (serve/limits.py): refused past its ``expires`` (401), and its
+    answers on ``/v1/`` carry what is left of its limits (``x-ratelimit-*``)."""
 
-    def __init__(self, app: Any, keys: KeyRing | None, metrics: Metrics) -> None:
+    def __init__(
+        self, app: Any, keys: KeyRing | None, metrics: Metrics, limiter: Limiter | None = None
+    ) -> None:
         self.app = app
         self.keys = keys
         self.metrics = metrics
+        self.limiter = limiter
         self._no_key = json.dumps(NO_KEY_GIVEN.body()).encode()
         self._wrong_key = json.dumps(WRONG_KEY.body()).encode()
 
@@ -112,7 +118,28 @@ class _KeyCheck:
             self.metrics.request(NO_KEY, 401, NO_KEY)
             await self._refuse(send, self._no_key if presented is None else self._wrong_key)
             return
+        if name is not None and self.limiter is not None and name in self.limiter.limits:
+            expired = self.limiter.expired(name)
+            if expired is not None and scope["path"] != "/health":
+                self.metrics.request(NO_KEY, 401, name)
+                await self._refuse(send, json.dumps(expired.body()).encode())
+                return
+            if scope["path"].startswith("/v1/"):
+                send = self._with_limits(send, name, self.limiter)
         await self.app(scope, receive, send)
+
+    @staticmethod
+    def _with_limits(send: Any, name: str, limiter: Limiter) -> Any:
+        """``send`` with the key's remaining limits added to the answer's headers, as
+        they are when the answer starts (this request counted)."""
+
+        async def sending(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                headers = [*message.get("headers", ()), *limiter.headers(name)]
+                message = {**message, "headers": headers}
+            await send(message)
+
+        return sending
 
     @staticmethod
     async def _refuse(send: Any, body: bytes) -> None:
@@ -123,6 +150,18 @@ class _KeyCheck:
         ]
         await send({"type": "http.response.start", "status": 401, "headers": headers})
         await send({"type": "http.response.body", "body": body})
+
+
+def _tee(ledger: Callable[[Any], None] | None, then: Callable[[Any], None]) -> Any:
+    """A ledger line's writer: to the ``ledger`` (when there is one) first, whatever
+    ``then`` does with it."""
+
+    def write(line: Any) -> None:
+        if ledger is not None:
+            ledger(line)
+        then(line)
+
+    return write
 
 
 def _error(e: ApiError) -> JSONResponse:
@@ -139,6 +178,7 @@ class Gateway:
         keys: KeyRing | None = None,
         owner: str = "",
         usage_folder: str = "",
+        limiter: Limiter | None = None,
     ) -> None:
         self.handles = dict(handles)
         # Who used the GPUs (usagebook): one book for every model, written to the job's
@@ -147,6 +187,11 @@ class Gateway:
         self.usage_files = UsageFiles(usage_folder, self.book, log) if usage_folder else None
         if self.usage_files is not None:
             self.book.write = self.usage_files.line
+        # Limits per key NAME (serve/limits.py): fed the ledger's lines (tokens, shares
+        # of leases) as the book makes them, asked before a request is queued.
+        self.limiter = limiter
+        if limiter is not None:
+            self.book.write = _tee(self.book.write, limiter.observe)
         for h in self.handles.values():
             h.book = self.book
         self.owner = owner  # the key name that sees every name's usage
@@ -169,7 +214,7 @@ class Gateway:
             ],
             exception_handlers={HTTPException: self._http_error},  # type: ignore[dict-item]
             lifespan=self._lifespan,
-            middleware=[Middleware(_KeyCheck, keys=keys, metrics=self.metrics)],
+            middleware=[Middleware(_KeyCheck, keys=keys, metrics=self.metrics, limiter=limiter)],
         )
 
     async def drain(self, grace: float) -> None:
@@ -214,19 +259,30 @@ class Gateway:
             keeper.cancel()
             await asyncio.gather(*(h.stop() for h in self.handles.values()))
             if self.usage_files is not None:
+                self._budgets_to_totals()
                 self.usage_files.close()  # the totals, with every lease the stop ended
+            if self.limiter is not None:
+                self.limiter.save()  # the budgets' use, with every lease the stop ended
 
     async def _keep_usage(self) -> None:
         """The usage totals written once a second while they change: the epilog then
-        replays at most a second of the ledger's lines."""
-        if self.usage_files is None:
+        replays at most a second of the ledger's lines. The budgets' use likewise."""
+        if self.usage_files is None and self.limiter is None:
             return
         seen = -1
         while True:
             await asyncio.sleep(1.0)
-            if self.book.events != seen:
+            if self.usage_files is not None and self.book.events != seen:
                 seen = self.book.events
+                self._budgets_to_totals()
                 self.usage_files.flush()
+            if self.limiter is not None and self.limiter.dirty:
+                self.limiter.save()
+
+    def _budgets_to_totals(self) -> None:
+        """The keys' budgets and their use go with the totals, for the report."""
+        if self.limiter is not None:
+            self.book.totals.budgets = self.limiter.budgets()
 
     async def _when_ready(self) -> None:
         """Call ``on_ready`` once every worker is ready or refused (its first start)."""
@@ -279,16 +335,24 @@ class Gateway:
             detail["hangs"] = hangs
         return detail
 
-    # Starlette's handler signature (the request is not needed).
-    async def prometheus(self, request: Request) -> Response:  # noqa: ARG002
-        return Response(self.metrics.render(), media_type=CONTENT_TYPE)
+    def _sees_all(self, caller: str) -> bool:
+        """Whether ``caller`` sees every key name's usage: the pool's owner, or anyone
+        in an open pool; any other key sees its own name's rows only."""
+        return self.keys is None or (bool(self.owner) and caller == self.owner)
+
+    async def prometheus(self, request: Request) -> Response:
+        """Every key name's rows for the owner (or an open pool), the caller's own
+        otherwise, as ``/usage`` does."""
+        caller = _caller(request)
+        only = None if self._sees_all(caller) else caller
+        return Response(self.metrics.render(only), media_type=CONTENT_TYPE)
 
     async def usage(self, request: Request) -> Response:
         """GPU-seconds, requests and tokens per key name and model, and the leased
         GPU-seconds per model: every name's for the pool's owner (or an open pool), the
-        caller's own name's otherwise."""
+        caller's own name's otherwise; and the limits of those names, with what is left."""
         caller = _caller(request)
-        everyone = self.keys is None or (bool(self.owner) and caller == self.owner)
+        everyone = self._sees_all(caller)
         totals = self.book.totals
         rows = [
             {
@@ -305,6 +369,10 @@ class Gateway:
         body: dict[str, Any] = {"object": "acbslurm.usage", "usage": rows}
         if everyone:
             body["leased_gpu_seconds"] = {m: round(v, 3) for m, v in sorted(totals.leased.items())}
+        if self.limiter is not None:
+            names = sorted(self.limiter.limits) if everyone else [caller]
+            states = {n: self.limiter.state(n) for n in names}
+            body["limits"] = {n: s for n, s in states.items() if s is not None}
         return JSONResponse(body)
 
     def _unknown(self, name: str) -> ApiError:
@@ -393,6 +461,8 @@ class Gateway:
         its queue, or the worker's refusal raised (the request then forgotten). A client
         that goes away meanwhile cancels it: a non-streamed request on vLLM has its
         first answer only when the whole of it is computed."""
+        if self.limiter is not None:  # its limits, before the request takes a place
+            self.limiter.admit(_caller(request), handle.spec.name)
         rid, pending = self._submit(handle, work, _caller(request))
         try:
             async with self._cancel_when_gone(request, handle, rid, pending):

@@ -9,6 +9,11 @@ each worker is in (a model that cannot serve now reads ``worker_up 0`` and its s
 e.g. ``restarting``).
 GPU-seconds (``usagebook``): those each model's leases held, and each key name's share
 of them (``-`` for leases with no request in hand).
+
+Who sees what (``render``): the pool's owner (and anyone in an open pool) every row; any
+other key the rows of its own name only, and not the leased GPU-seconds (what the other
+names used would be that less its own), as ``/usage`` answers. The models' own gauges
+(queue, worker states, swaps) carry no key and are shown to every key, as ``/health`` is.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from acbslurm.serve.supervisor import WorkerHandle
@@ -147,5 +152,31 @@ class Metrics:
         self.tokens.labels(key, model, "prompt").inc(prompt)
         self.tokens.labels(key, model, "completion").inc(completion)
 
-    def render(self) -> bytes:
-        return bytes(generate_latest(self.registry))
+    def render(self, only: str | None = None) -> bytes:
+        """The exposition: every row, or with ``only`` the rows of that key name alone."""
+        if only is None:
+            return bytes(generate_latest(self.registry))
+        return bytes(generate_latest(_OwnRows(self.registry, only)))
+
+
+# The families that add up every key name's use: not shown to a key that sees its own.
+_EVERYONES = ("acbslurm_serve_leased_gpu_seconds",)
+
+
+class _OwnRows:
+    """The registry's families as one key name sees them: samples labelled with another
+    ``key`` left out, the all-names families left out."""
+
+    def __init__(self, registry: CollectorRegistry, name: str) -> None:
+        self.registry = registry
+        self.name = name
+
+    def collect(self) -> Iterator[Metric]:
+        for family in self.registry.collect():
+            if family.name in _EVERYONES:
+                continue
+            kept = Metric(family.name, family.documentation, family.type, family.unit)
+            kept.samples = [
+                s for s in family.samples if s.labels.get("key", self.name) == self.name
+            ]
+            yield kept

@@ -11,6 +11,8 @@
     request_timeout: 300        # seconds before a request fails with 503
     hang_timeout: 60            # seconds a turn may make no progress before its model is hung
     api_keys: keys.txt          # NAME KEY lines, mode 0600 (keys.py); none: no key asked
+    limits:                     # per key NAME (limits.py): rates, a GPU-second budget, expiry
+      alice: {requests_per_minute: 60, gpu_seconds: 3600, period: day, models: [model-a]}
     models:
       - name: model-a
         path: /models/a         # Hugging Face-style directory (config.json, *.safetensors)
@@ -42,6 +44,7 @@ import yaml
 from acbslurm.errors import ConfigError, SpecError
 from acbslurm.serve.engines import ENGINES as ENGINE_TABLE
 from acbslurm.serve.errors import KeyFileError, ListenError, PoolError
+from acbslurm.serve.limits import KeyLimits, parse_limits
 from acbslurm.spec.yamlpos import Errors, Located, load_located, nearest_origin
 from acbslurm.units import cpu_device_spec, size_bytes
 from acbslurm.userfiles import MODEL_CONFIG_LIMIT, POOL_LIMIT, read_user_file, read_user_text
@@ -60,6 +63,7 @@ POOL_KEYS = (
     "hang_timeout",
     "vllm_python",
     "api_keys",
+    "limits",
     "models",
 )
 MODEL_KEYS = (
@@ -174,6 +178,7 @@ class PoolSpec:
     # The key file's absolute path; "none": no key asked; "": the default (keys.py:
     # required in a Slurm job or off loopback, where a pool job's key is made for it).
     api_keys: str = ""
+    limits: tuple[KeyLimits, ...] = ()  # per key NAME (limits.py)
     source: str = ""
     origins: dict[tuple[str, ...], str] = field(default_factory=dict, compare=False)
 
@@ -480,6 +485,25 @@ def _api_keys(value: Any, e: Errors, base: Path, check_paths: bool) -> str | Non
     return str(path)
 
 
+def _limits(
+    raw: Any, api_keys: str | None, served: list[str], e: Errors, check_paths: bool
+) -> tuple[KeyLimits, ...]:
+    """``limits:`` per key NAME (limits.py); the NAMEs checked against the key file's
+    when it is read. Without keys every request is billed to ``-``: nothing to limit."""
+    if api_keys == "none":
+        e.add(("limits",), "api_keys: none asks no key, so no request has a NAME to limit")
+        return ()
+    names = None
+    if check_paths and api_keys:
+        from acbslurm.serve.keys import read_keys
+
+        try:
+            names = read_keys(api_keys).names
+        except KeyFileError:
+            return ()  # said by api_keys: already
+    return parse_limits(raw, e, tuple(served), names)
+
+
 def validate(doc: Located, base: Path, check_paths: bool = True) -> PoolSpec:
     e = Errors(doc)
     raw = doc.value
@@ -490,6 +514,12 @@ def validate(doc: Located, base: Path, check_paths: bool = True) -> PoolSpec:
     if "api_keys" in raw:
         kw["api_keys"] = _api_keys(raw["api_keys"], e, base, check_paths)
     models = _models(raw, base, e, check_paths)
+    if "limits" in raw:
+        entries = raw["models"] if isinstance(raw.get("models"), list) else []
+        served = [
+            m["name"] for m in entries if isinstance(m, dict) and isinstance(m.get("name"), str)
+        ]
+        kw["limits"] = _limits(raw["limits"], kw.get("api_keys"), served, e, check_paths)
     if e.items:
         raise PoolError("invalid pool file:\n  " + "\n  ".join(e.items))
     if kw.get("vllm_python"):

@@ -26,6 +26,8 @@ from acbslurm.serve.brokerhost import BrokerThread, summary
 from acbslurm.serve.errors import PoolError, ServeError
 from acbslurm.serve.gateway import Gateway
 from acbslurm.serve.keys import KeyRing, generate, key_file_for, keys_required, read_keys, user_name
+from acbslurm.serve.limits import Limiter, budget_path
+from acbslurm.serve.limits import describe as describe_limits
 from acbslurm.serve.placement import from_env as placement_from_env
 from acbslurm.serve.placement import large_enough, node_plan, placeable
 from acbslurm.serve.pool import PoolSpec, check_listen, per_device_need, weights_bytes
@@ -298,6 +300,7 @@ class PoolServer:
             keys=self.keys,
             owner=user_name(),
             usage_folder=usage_folder(dict(os.environ)),
+            limiter=self._limiter(),
         )
         config = uvicorn.Config(
             self.gateway.app,
@@ -312,6 +315,17 @@ class PoolServer:
         )
         self.server = _gateway_server(config, self.gateway)
         return self.server
+
+    @property
+    def limits_text(self) -> str:
+        """The keys' limits, said once at the start."""
+        return describe_limits(self.pool.limits, budget_path(self.pool.source))
+
+    def _limiter(self) -> Limiter | None:
+        """The pool's limits per key NAME, their budgets' use read back (limits.py)."""
+        if not self.pool.limits:
+            return None
+        return Limiter(self.pool.limits, budget_path(self.pool.source), log)
 
     @property
     def port(self) -> int:

@@ -6,10 +6,14 @@ word per node to the job's ``AdminComment`` in slurmdbd, beside the prolog's
 ``acbslurm:gpus=`` (``slurm/gpu_history.py``)::
 
     acbslurm:usage=NODE;leased=SECONDS[;lost=N];NAME,MODEL=REQUESTS,PROMPT,COMPLETION,GPU_S;...
+        [;budget.NAME=GPU_S,PERIOD,START,USED;...]
 
 ``leased``: the device-seconds the pool's models held leases (as their workers saw
 them); each ``NAME,MODEL`` entry: that key name's requests, tokens and share of those
-GPU-seconds; ``lost``: ledger lines the pool could not write (the report says so).
+GPU-seconds; ``lost``: ledger lines the pool could not write (the report says so);
+each ``budget.NAME``: that key name's GPU-second budget per PERIOD (hour, day, month;
+serve/limits.py) and its USED GPU-seconds in the period begun at START (epoch
+seconds) when the pool last wrote its totals.
 
 slurmctld refuses to change a job that has ended, so the epilog writes it through
 slurmdbd (``sacctmgr modify job``), once the job's end is recorded there: the end's
@@ -50,6 +54,11 @@ def usage_token(node: str, totals: Totals, lost: int = 0) -> str:
         if not (valid_name(name) and valid_name(model)):
             raise ValueError(f"not a name: {name[:40]!r}, {model[:40]!r}")
         parts.append(f"{name},{model}={int(req)},{int(ptok)},{int(ctok)},{gpu_s:.3f}")
+    for name, b in sorted(totals.budgets.items())[:MAX_ENTRIES]:
+        if not valid_name(name) or b["period"] not in ("hour", "day", "month"):
+            raise ValueError(f"not a budget: {name[:40]!r}")
+        limit, used, start = float(b["gpu_seconds"]), float(b["used"]), int(b["start"])
+        parts.append(f"budget.{name}={limit:.6f},{b['period']},{start},{used:.6f}")
     return ";".join(parts)
 
 
@@ -63,7 +72,8 @@ def with_usage(comment: str, node: str, token: str) -> str:
 def parse_usage(comment: str | None) -> list[dict[str, Any]]:
     """Every node's usage in a stored AdminComment: ``[{"node", "leased", "lost",
     "use": [{"key", "model", "requests", "prompt_tokens", "completion_tokens",
-    "gpu_seconds"}]}]``; words that do not parse are skipped."""
+    "gpu_seconds"}], "budgets": [{"key", "gpu_seconds", "period", "start", "used"}]}]``;
+    words that do not parse are skipped."""
     out = []
     for word in (comment or "").split():
         if word.startswith(PREFIX):
@@ -75,7 +85,7 @@ def parse_usage(comment: str | None) -> list[dict[str, Any]]:
 
 def _parse_word(text: str) -> dict[str, Any] | None:
     node, *fields = text.split(";")
-    got: dict[str, Any] = {"node": node, "leased": None, "lost": 0, "use": []}
+    got: dict[str, Any] = {"node": node, "leased": None, "lost": 0, "use": [], "budgets": []}
     try:
         for f in fields:
             k, _, v = f.partition("=")
@@ -83,11 +93,24 @@ def _parse_word(text: str) -> dict[str, Any] | None:
                 got["leased"] = float(v)
             elif k == "lost":
                 got["lost"] = int(v)
+            elif k.startswith("budget."):
+                got["budgets"].append(_budget(k[len("budget.") :], v))
             else:
                 got["use"].append(_entry(k, v))
     except ValueError:
         return None
     return got if got["leased"] is not None else None
+
+
+def _budget(name: str, value: str) -> dict[str, Any]:
+    limit, period, start, used = value.split(",")
+    return {
+        "key": name,
+        "gpu_seconds": float(limit),
+        "period": period,
+        "start": int(start),
+        "used": float(used),
+    }
 
 
 def _entry(key: str, value: str) -> dict[str, Any]:

@@ -25,6 +25,7 @@ from sandboxtest import (
     no_jobs,
     wait_for_pool,
     wait_for_pool_usage,
+    wait_until,
 )
 from sandboxtest import acbslurm_as as as_user
 
@@ -183,14 +184,20 @@ def test_pool_job_as_user1_and_user2(sb: Any, folder: Path) -> None:
             model="model-b", messages=[{"role": "user", "content": "hi"}], max_tokens=3
         )
         assert chat.choices[0].message.role == "assistant"
-        # each request is counted under its key's NAME, and no key is shown
+        # each request is counted under its key's NAME, which sees its own rows only,
+        # and no key is shown
         root = pool["url"].removesuffix("/v1")
-        auth = {"Authorization": f"Bearer {KEYS['user2']}"}
-        metrics = httpx.get(f"{root}/metrics", headers=auth, timeout=30).text
+        seen = {
+            name: httpx.get(
+                f"{root}/metrics", headers={"Authorization": f"Bearer {key}"}, timeout=30
+            ).text
+            for name, key in KEYS.items()
+        }
         for name, model in (("user2", "model-a"), ("user2", "model-b"), ("ci-bot", "model-b")):
             line = f'acbslurm_serve_requests_total{{key="{name}",model="{model}",status="200"}} 1.0'
-            assert line in metrics, metrics
-        assert not [k for k in KEYS.values() if k in metrics]
+            assert line in seen[name], seen[name]
+        assert 'key="ci-bot"' not in seen["user2"] and 'key="user2"' not in seen["ci-bot"]
+        assert not [k for k in KEYS.values() if k in seen["user2"] + seen["ci-bot"]]
         _usage_endpoint(root)
         log = (jobs / f"out-{job_id}.txt").read_text()
         assert "keys: user2, ci-bot" in log and not [k for k in KEYS.values() if k in log]
@@ -259,3 +266,86 @@ def _usage_in_the_report(sb: Any, job_id: str, since: int) -> None:
     t = theirs["totals"]
     assert (t["pool_jobs"], t["allocated_gpu_seconds"], t["others_pool_jobs"]) == (0, 0, 1), t
     assert "the rows of key user2" in theirs["report"]["visible"]
+
+
+def _budget_files() -> list[Path]:
+    """user1's budget files of the limits pool (docs/serve.md, *Limits*)."""
+    home = Path(pwd.getpwnam("user1").pw_dir)
+    return list((home / ".local/state/acbslurm/serve-budgets").glob("pool-limits.yaml-*.json"))
+
+
+def _remove_budget_files() -> None:
+    """The budget files and their locks this test's pools left in user1's home."""
+    home = Path(pwd.getpwnam("user1").pw_dir)
+    for f in (home / ".local/state/acbslurm/serve-budgets").glob("pool-limits.yaml-*.json*"):
+        f.unlink()
+
+
+def _ask(pool: dict[str, Any], name: str) -> httpx.Response:
+    body = {"model": "model-b", "prompt": "a GPU is", "max_tokens": 2}
+    auth = {"Authorization": f"Bearer {KEYS[name]}"}
+    return httpx.post(f"{pool['url']}/completions", json=body, headers=auth, timeout=120)
+
+
+def _spent(pool: dict[str, Any]) -> float:
+    root = pool["url"].removesuffix("/v1")
+    auth = {"Authorization": f"Bearer {KEYS['user2']}"}
+    limits = httpx.get(f"{root}/usage", headers=auth, timeout=30).json()["limits"]
+    return float(limits["user2"]["gpu_seconds"]["used"])
+
+
+def test_a_budget_survives_a_requeue_and_shows_in_the_report(sb: Any, folder: Path) -> None:
+    """user1's pool job limits user2's key to a GPU-second budget: spent, it is a 429
+    while ci-bot is served; the job is requeued (its runtime folder, with its ledger,
+    removed by the epilog): the next run's pool still refuses user2; after the job,
+    `report --by key` shows the budget and its use."""
+    jobs = folder / "jobs"
+    text = (folder / "pool.yaml").read_text()
+    limits = "limits:\n  user2: {gpu_seconds: 0.000001, period: day}\n"
+    (folder / "pool-limits.yaml").write_text(text + limits)
+    spec = (jobs / "pool-job.yaml").read_text().replace("pool.yaml", "pool-limits.yaml")
+    (jobs / "pool-limits-job.yaml").write_text(spec.replace("pool-job", "pool-limits"))
+    _remove_budget_files()  # an earlier run's, today: user2 would start refused
+    no_jobs(sb)
+    since = int(time.time())
+    res = as_user(sb, "user1", "submit", str(jobs / "pool-limits-job.yaml"), cwd=str(jobs))
+    assert res.returncode == 0, res.stderr
+    job_id = res.stdout.strip()
+    out = jobs / f"out-{job_id}.txt"
+    try:
+        pool = wait_for_pool(sb, job_id, out, 240)
+        assert _ask(pool, "user2").status_code == 200
+        wait_until("user2's lease counted", lambda: _spent(pool) > 0, 60)
+        refused = _ask(pool, "user2")
+        assert refused.status_code == 429, refused.text
+        assert refused.json()["error"]["code"] == "insufficient_quota"
+        assert "key user2: gpu_seconds 1e-06 per day reached" in refused.text
+        assert _ask(pool, "ci-bot").status_code == 200
+        spent = _spent(pool)
+
+        sb.run_slurm(["scontrol", "requeue", job_id])
+
+        def next_run() -> dict[str, Any] | None:
+            got: dict[str, Any] | None = job_status(sb, "user1", job_id)["serve"]
+            return got if got and got["pid"] != pool["pid"] else None
+
+        again = wait_until("the requeued job's pool", next_run, 300)
+        assert _spent(again) >= spent
+        assert _ask(again, "user2").json()["error"]["code"] == "insufficient_quota"
+        assert _ask(again, "ci-bot").status_code == 200
+        (kept,) = _budget_files()
+        st = kept.stat()
+        assert (st.st_uid, st.st_mode & 0o777) == (pwd.getpwnam("user1").pw_uid, 0o600)
+    finally:
+        as_user(sb, "user1", "cancel", job_id)
+        no_jobs(sb)
+        _remove_budget_files()
+    wait_for_pool_usage(sb, job_id)
+    window = ("--start", f"@{since}")
+    res = as_user(sb, "user1", "report", "--by", "key", "--json", *window)
+    assert res.returncode == 0, res.stderr
+    (budget,) = json.loads(res.stdout)["budgets"]
+    assert (budget["key"], budget["gpu_seconds"], budget["period"]) == ("user2", 1e-06, "day")
+    assert budget["used"] >= spent and budget["job"] == job_id
+    table = as_user(sb, "user1", "report", "--by", "key", *window).stdout
+    assert "# budget user2: 1e-06 GPU-seconds per day; " in table, table

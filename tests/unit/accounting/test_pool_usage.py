@@ -122,3 +122,49 @@ def test_in_another_users_pool_a_viewer_gets_only_their_own_keys_rows() -> None:
     write_by_key("table", table, META, [], theirs, "nobody")  # no row of theirs is nobody's
     assert "other user(s)' pool jobs" not in table.getvalue()
     assert "alice" not in table.getvalue() and "ci-bot" not in table.getvalue()
+
+
+def test_by_key_shows_each_budget_and_its_periods_use() -> None:
+    """A pool's budgets (serve/limits.py) go from its totals file through the epilog's
+    word to `report --by key`: the newest period's use of each, as its newest job kept
+    it; in another user's pool, only the viewer's name's."""
+    day = 1_765_065_600  # 2025-12-07 00:00 UTC
+    older, newer = _totals(), _totals()
+    older.budgets = {"alice": {"gpu_seconds": 100.0, "period": "day", "start": day, "used": 6.0}}
+    newer.budgets = {
+        "alice": {"gpu_seconds": 100.0, "period": "day", "start": day, "used": 12.0},
+        "ci-bot": {"gpu_seconds": 3600.0, "period": "month", "start": day - 6 * 86400, "used": 3},
+    }
+    kept = Totals.from_dict(json.loads(json.dumps(newer.as_dict())))  # the totals file
+    assert kept.budgets == newer.budgets
+    (word,) = parse_usage(usage_token("vm-0", kept))
+    assert word["budgets"][0] == {
+        "key": "alice",
+        "gpu_seconds": 100.0,
+        "period": "day",
+        "start": day,
+        "used": 12.0,
+    }
+    jobs = [_job(usage_token("vm-0", t), job_id=i) for t, i in ((newer, "8"), (older, "7"))]
+    out = io.StringIO()
+    write_by_key("json", out, META, jobs)
+    budgets = json.loads(out.getvalue())["budgets"]
+    assert budgets[0] == {
+        "key": "alice",
+        "gpu_seconds": 100.0,
+        "period": "day",
+        "period_start": "2025-12-07 00:00 UTC",
+        "used": 12.0,
+        "remaining": 88.0,
+        "job": "8",
+    }
+    assert budgets[1]["key"] == "ci-bot" and budgets[1]["period_start"] == "2025-12-01 00:00 UTC"
+    table = io.StringIO()
+    write_by_key("table", table, META, jobs)
+    assert (
+        "# budget alice: 100 GPU-seconds per day; 12.0 used (12.0%) in the day from "
+        "2025-12-07 00:00 UTC, as of job 8\n"
+    ) in table.getvalue()
+    theirs = io.StringIO()
+    write_by_key("json", theirs, META, [], jobs, "alice")
+    assert [b["key"] for b in json.loads(theirs.getvalue())["budgets"]] == ["alice"]
