@@ -28,6 +28,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from acbslurm.config import Settings
     from acbslurm.gpu.fence import FenceResult
+    from acbslurm.hooks.jobmap import MapDirs
     from acbslurm.jobrecord import JobRecord
     from acbslurm.slurm.allocation import Allocation, JobFacts
 
@@ -118,9 +119,39 @@ def run_prolog(env: Mapping[str, str]) -> int:
             _fence_quietly(_settings_or_none(), env, drop=job_id)
         return 1
     _say("info", f"job {job_id}: GPUs {','.join(rec.uuids) or '-'} recorded in {path}")
+    _map_for_monitoring(settings, job_id, uid, [(i.index, i.uuid) for i in gpus.info])
     _keep_gpu_history(rec, slurm_job_ref(env, facts), facts, bin_dir)
     _sweep_earlier_if_any(uid, user, settings)
     return 0
+
+
+def _map_dirs(settings: Settings) -> MapDirs:
+    from acbslurm.hooks.jobmap import MapDirs
+
+    return MapDirs(settings.record_dir, settings.dcgm_job_mapping_dir, settings.gpustat_dir)
+
+
+def _map_for_monitoring(
+    settings: Settings, job_id: str, uid: int, gpus: list[tuple[int | None, str]]
+) -> None:
+    """The job's GPUs (NVML index, UUID) into the site's GPU-to-job files, when set
+    (hooks/jobmap.py). Monitoring, not safety: a failure is said, the job runs."""
+    if not (settings.dcgm_job_mapping_dir or settings.gpustat_dir):
+        return
+    from acbslurm.hooks.jobmap import add_job
+
+    try:
+        add_job(_map_dirs(settings), job_id, uid, gpus)
+    except (AcbslurmError, OSError, ValueError) as exc:
+        _say("error", f"job {job_id}: GPU-to-job files for monitoring not written: {exc}")
+
+
+def _unmap_for_monitoring(settings: Settings, job_id: str) -> None:
+    if not (settings.dcgm_job_mapping_dir or settings.gpustat_dir):
+        return
+    from acbslurm.hooks.jobmap import drop_job
+
+    drop_job(_map_dirs(settings), job_id)
 
 
 def _settings_or_none() -> Settings | None:
@@ -360,6 +391,7 @@ def run_epilog(env: Mapping[str, str]) -> int:
     # Not safety steps: a failure is said, the node is not drained for it.
     _step(job_id, "cgroup helper", lambda: _stop_cgroup_helper(settings, job_id), drain=False)
     _step(job_id, "pool usage", lambda: _keep_pool_usage(job_id, uid, settings, env), drain=False)
+    _step(job_id, "GPU-to-job files", lambda: _unmap_for_monitoring(settings, job_id), drain=False)
     try:
         remove_job_dir(settings.job_runtime_dir, job_id)
     except (OSError, RecursionError) as exc:  # RecursionError: a tree too deep for rmtree

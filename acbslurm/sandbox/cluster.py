@@ -436,6 +436,8 @@ class Sandbox:
         # a sandbox made before user2 existed gets it now
         docker.prepare_second_user(self.layout, old.user2)
         slurm.ensure_accounts(self.layout, old)
+        # and this checkout's settings (each hook reads them anew: new ones apply now)
+        render.write_acbslurm_settings(self.layout, old)
         note = slurm.resume_if_drained(self.layout, old)
         extra = f"; {note}" if note else ""
         return (
