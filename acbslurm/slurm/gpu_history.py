@@ -72,6 +72,13 @@ def _replaced(word: str, node: str, nodes: Collection[str] | None) -> bool:
     return node in where or (nodes is not None and not where & set(nodes))
 
 
+def _nvidia_case(uuid: str) -> str:
+    """``GPU-...``/``MIG-...`` as NVIDIA writes them: Debian's sacctmgr 22.05 lowercases
+    what it writes (job_history.py); the hex digits are lowercase in NVML's own form."""
+    head = uuid[:4]
+    return head.upper() + uuid[4:] if head in ("gpu-", "mig-") else uuid
+
+
 def gpu_items(comment: str | None) -> list[str]:
     """Each device in a stored ``admin_comment`` as ``node:index=uuid``, the text
     ``parse_gpus(comment)``'s ``token()`` gives, without building the values: the
@@ -84,8 +91,11 @@ def gpu_items(comment: str | None) -> list[str]:
             node, _, index = where.rpartition(":")
             if not (node and uuid):
                 continue
-            if not (is_ascii_int(index) and (index == "0" or index[0] != "0")):
-                item = f"{node}:{int(index) if is_ascii_int(index) else '-'}={uuid}"
+            if uuid[:4] in ("gpu-", "mig-") or not (
+                is_ascii_int(index) and (index == "0" or index[0] != "0")
+            ):
+                idx = int(index) if is_ascii_int(index) else "-"
+                item = f"{node}:{idx}={_nvidia_case(uuid)}"
             out.append(item)
     return out
 
@@ -98,7 +108,8 @@ def parse_gpus(comment: str | None) -> list[Gpu]:
             where, _, uuid = item.partition("=")
             node, _, index = where.rpartition(":")
             if node and uuid:
-                out.append(Gpu(uuid, int(index) if is_ascii_int(index) else None, node=node))
+                idx = int(index) if is_ascii_int(index) else None
+                out.append(Gpu(_nvidia_case(uuid), idx, node=node))
     return out
 
 
