@@ -30,7 +30,7 @@ import os
 import time
 
 from acbslurm.errors import AcbslurmError
-from acbslurm.slurm.job_history import with_node_words
+from acbslurm.slurm.job_history import has_others_words, with_node_words
 from acbslurm.slurm.usage_history import usage_token
 from acbslurm.usagebook import Totals, read_broker_usage, read_job_usage
 
@@ -191,7 +191,8 @@ def _settled(job_id: str, words: list[str], bin_dir: str) -> bool:
 def _row(job_id: str, bin_dir: str, wait: float, need_end: bool) -> Row:
     """sacct's row of the job, once slurmdbd has it (and its end, with ``need_end``, or
     when its SystemComment holds another tool's text: slurmctld's record of the end
-    carries the SystemComment it has, and would overwrite one written before it)."""
+    carries the SystemComment it has, a burst buffer's, and would overwrite one written
+    before it; without one of its own it leaves the column alone)."""
     from acbslurm.errors import SlurmError
     from acbslurm.slurm.commands import slurm
 
@@ -204,7 +205,9 @@ def _row(job_id: str, bin_dir: str, wait: float, need_end: bool) -> Row:
             raise Unreachable(f"sacct: {exc.reason or exc}") from None
         fields = _own_fields(out, job_id)
         row = Row(fields) if fields is not None else None
-        if row is not None and (row.ended or not (need_end or row.system_comment)):
+        if row is not None and (
+            row.ended or not (need_end or has_others_words(row.system_comment))
+        ):
             return row
         if time.monotonic() >= deadline:
             what = "the job" if row is None else "the job's end"

@@ -62,6 +62,11 @@ def with_node_words(comment: str, node: str, words: Iterable[str]) -> str:
     return " ".join([*out, *(w for w in new.values() if w not in out)])
 
 
+def has_others_words(comment: str) -> bool:
+    """Whether ``comment`` holds a word that is not acbslurm's (a burst buffer's)."""
+    return any(_node_of(w) is None for w in comment.split())
+
+
 def record_text(admin_comment: str | None, system_comment: str | None) -> str:
     """The acbslurm words of a job's row (what ``gpu_items`` and ``parse_usage`` read):
     the SystemComment's, and the AdminComment's of each node and kind the SystemComment

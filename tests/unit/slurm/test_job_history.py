@@ -5,7 +5,7 @@ older ones, as jobstats leaves the AdminComment and as 22.05's sacctmgr lowercas
 from __future__ import annotations
 
 from acbslurm.accounting.usage import devices_text, pool_usage
-from acbslurm.slurm.job_history import record_text, with_node_words
+from acbslurm.slurm.job_history import has_others_words, record_text, with_node_words
 
 GPUS_A = "acbslurm:gpus=vm-1:0=GPU-aaaa"
 GPUS_B = "acbslurm:gpus=vm-2:1=GPU-bbbb"
@@ -45,3 +45,8 @@ def test_old_records_in_the_admin_comment_are_still_read() -> None:
     both = record_text(f"acbslurm:gpus=vm-1:0=GPU-old {GPUS_B}", GPUS_A)
     assert devices_text(both) == "vm-1:0=GPU-aaaa,vm-2:1=GPU-bbbb"
     assert record_text(None, None) == "" and devices_text(record_text(JS1, None)) == ""
+
+
+def test_another_tools_text_is_told_from_acbslurms_words() -> None:
+    assert not has_others_words(f"{GPUS_A} {USE_A.lower()}") and not has_others_words("")
+    assert has_others_words(f"{GPUS_A} slurm_cred_create failure, holding job.")
