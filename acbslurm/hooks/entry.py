@@ -452,10 +452,11 @@ def _keep_history(
     if keep_history(job_id, uid, node, folder, settings.record_dir, gpus, _say) or has_pending(
         settings.record_dir
     ):
-        _start_sender()
+        # The Slurm clients found from here: the sender's parent is no longer slurmd.
+        _start_sender({**os.environ, "ACBSLURM_SLURM_BIN_DIR": _bin_dir(settings, env)})
 
 
-def _start_sender() -> None:
+def _start_sender(env: Mapping[str, str]) -> None:
     """``history_sender_main`` in a session of its own (slurmd kills the hook's process
     group when the hook returns), on /dev/null (slurmd reads the hook's output until
     every writer has closed it): its messages go to syslog."""
@@ -471,7 +472,7 @@ def _start_sender() -> None:
     os.posix_spawn(
         sys.executable,
         [sys.executable, "-sE", "-c", code],
-        os.environ,
+        env,
         file_actions=actions,
         setsid=True,
     )
