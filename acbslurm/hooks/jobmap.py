@@ -20,10 +20,11 @@ Each job's GPUs are kept in ``<record_dir>/jobmap/<job>.json``. A hook takes an 
 lock (``flock`` on ``<record_dir>/jobmap/.lock``), changes its job's file and rewrites the
 files of the GPUs that change from every job's: two hooks on one GPU at once never lose
 a line, and an epilog removes its job's lines only. A job whose record is gone (its
-epilog never ran: slurmd killed) is dropped at the next hook. Files are replaced by a
-rename (a reader sees the old or the new one whole) of a temporary file whose name is no
-number and starts with a dot (dcgm-exporter skips it), in a directory that must be root's
-and writable by root alone, never through a link.
+epilog never ran: slurmd killed) is dropped by the next hook of a job with GPUs (a job
+without any takes no lock). Files are replaced by a rename (a reader sees the old or the
+new one whole) of a temporary file whose name is no number and starts with a dot
+(dcgm-exporter skips it), in a directory that must be root's and writable by root
+alone, never through a link.
 
 On the hook path: standard library only, no typing at run time
 (tests/unit/hooks/test_hooks_imports.py).
@@ -69,9 +70,7 @@ class MapDirs:
 def add_job(dirs: MapDirs, job_id: str, uid: int, gpus: Sequence[tuple[int | None, str]]) -> None:
     """Job ``job_id`` (of ``uid``) holds ``gpus`` (NVML index or None, UUID) now; a job
     with no GPUs is dropped (a requeued run that got none)."""
-    if not dirs.on:
-        return
-    if not gpus and not os.path.exists(os.path.join(dirs.record_dir, STATE, f"{job_id}.json")):
+    if not dirs.on or not (gpus or _has_state(dirs, job_id)):
         return  # a job without GPUs, as most are on a CPU node: no lock taken
     state = {"job": job_id, "uid": uid, "t": time.time(), "gpus": [list(g) for g in gpus]}
     _update(dirs, job_id, state if gpus else None)
@@ -79,8 +78,12 @@ def add_job(dirs: MapDirs, job_id: str, uid: int, gpus: Sequence[tuple[int | Non
 
 def drop_job(dirs: MapDirs, job_id: str) -> None:
     """Job ``job_id``'s lines out of every file (the other jobs' stay)."""
-    if dirs.on:
+    if dirs.on and _has_state(dirs, job_id):
         _update(dirs, job_id, None)
+
+
+def _has_state(dirs: MapDirs, job_id: str) -> bool:
+    return os.path.exists(os.path.join(dirs.record_dir, STATE, f"{job_id}.json"))
 
 
 # -- the names and lines -------------------------------------------------------------

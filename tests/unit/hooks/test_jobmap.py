@@ -153,6 +153,7 @@ def test_off_when_unset_and_no_lock_for_a_job_without_gpus(tmp_path: Path) -> No
     drop_job(MapDirs(str(tmp_path)), "1")
     d = dirs(tmp_path)
     add_job(d, "2", 1001, [])
+    drop_job(d, "2")
     assert not (tmp_path / "rec" / STATE).exists()
     assert list(tmp_path.iterdir()) == [tmp_path / "rec"]
 
