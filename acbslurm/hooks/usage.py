@@ -32,6 +32,7 @@ import time
 from acbslurm.errors import AcbslurmError
 from acbslurm.slurm.job_history import has_others_words, with_node_words
 from acbslurm.slurm.usage_history import usage_token
+from acbslurm.units import is_ascii_int
 from acbslurm.usagebook import Totals, read_broker_usage, read_job_usage
 
 # On the hook path: no typing at run time (tests/unit/hooks/test_hooks_imports.py).
@@ -71,8 +72,8 @@ class Row:
         # An array task as ARRAY_TASK: its raw id, when it is the array's own (the last
         # task's), would name every task of the array to sacctmgr.
         self.job_ref = job_ref
-        self.elapsed = int(elapsed) if elapsed.isdigit() else 0
-        self.nodes = int(nodes) if nodes.isdigit() else 1
+        self.elapsed = int(elapsed) if is_ascii_int(elapsed) else 0
+        self.nodes = int(nodes) if is_ascii_int(nodes) else 1
         self.system_comment = comment
 
     @property
@@ -205,14 +206,16 @@ def _row(job_id: str, bin_dir: str, wait: float, need_end: bool) -> Row:
             raise Unreachable(f"sacct: {exc.reason or exc}") from None
         fields = _own_fields(out, job_id)
         row = Row(fields) if fields is not None else None
-        if row is not None and (
-            row.ended or not (need_end or has_others_words(row.system_comment))
-        ):
+        if row is not None and _writable(row, need_end):
             return row
         if time.monotonic() >= deadline:
             what = "the job" if row is None else "the job's end"
             raise NotYet(f"{what} is not recorded in slurmdbd yet")
         time.sleep(0.1)
+
+
+def _writable(row: Row, need_end: bool) -> bool:
+    return row.ended or not (need_end or has_others_words(row.system_comment))
 
 
 def _own_fields(sacct_out: str, job_id: str) -> list[str] | None:
