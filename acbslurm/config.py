@@ -91,6 +91,11 @@ class Settings:
     # default: on a node whose files are still the driver's 0666 it would fence nothing,
     # yet its epilog would kill the user's processes still holding the job's GPUs.
     gpu_fence: bool = False
+    # The GPU-to-job files of the site's GPU monitoring (hooks/jobmap.py; empty: none):
+    # dcgm-exporter's --hpc-job-mapping-dir (job ids per NVML index, and per UUID for
+    # Fleet Intelligence), and Princeton jobstats' /run/gpustat (`JOBID UID` per GPU).
+    dcgm_job_mapping_dir: str = ""
+    gpustat_dir: str = ""
 
 
 _TRUE = {"true", "yes", "on", "1"}

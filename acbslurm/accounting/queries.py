@@ -36,6 +36,7 @@ JOB_SELECT = (
     "t1.tres_alloc",
     "t2.user",
     "t1.admin_comment",
+    "t1.system_comment",
 )
 
 
@@ -88,8 +89,9 @@ def where_clause(f: Filters, part: Slice | None = None) -> tuple[str, list[Any]]
     if f.partitions:
         sql += _in("t1.`partition`", f.partitions, params)
     if f.pool_usage_only:
-        sql += " AND t1.admin_comment LIKE %s"
-        params.append(f"%{USAGE_WORD}%")
+        # the epilog's word is in the SystemComment, in the AdminComment before
+        sql += " AND (t1.system_comment LIKE %s OR t1.admin_comment LIKE %s)"
+        params += [f"%{USAGE_WORD}%"] * 2
     if f.visible_uid is not None:
         sql += " AND (t1.id_user = %s"
         params.append(f.visible_uid)

@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 
 from acbslurm.accounting.tres import tres_count
 from acbslurm.slurm.gpu_history import PREFIX, gpu_items
+from acbslurm.slurm.job_history import record_text
 from acbslurm.slurm.states import JOB_RESIZING, state_name
 from acbslurm.slurm.usage_history import PREFIX as USAGE_PREFIX
 from acbslurm.slurm.usage_history import parse_usage
@@ -56,7 +57,10 @@ class JobRow(NamedTuple):
     time_suspended: int
     tres_alloc: str | None
     assoc_user: str | None
-    admin_comment: str | None = None  # acbslurm's prolog keeps the job's GPUs here
+    # acbslurm's record of the job: the prologs keep its GPUs in the AdminComment, the
+    # epilogs copy them and a pool's usage into the SystemComment (slurm/job_history.py)
+    admin_comment: str | None = None
+    system_comment: str | None = None
 
 
 @dataclass(slots=True)
@@ -195,6 +199,7 @@ def compute(
     else:
         seconds, s0, s1 = sacct_elapsed(row, now)
     running = row.time_start > 0 and row.time_end == 0
+    record = record_text(row.admin_comment, row.system_comment)
     return JobUsage(
         job_id=display_id(row),
         job_id_raw=row.id_job,
@@ -214,6 +219,6 @@ def compute(
         gpu_seconds=gpus * seconds,
         span_start=s0,
         span_end=s1,
-        gpu_devices=devices_text(row.admin_comment),
-        pool=pool_usage(row.admin_comment),
+        gpu_devices=devices_text(record),
+        pool=pool_usage(record),
     )

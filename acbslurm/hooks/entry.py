@@ -28,6 +28,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from acbslurm.config import Settings
     from acbslurm.gpu.fence import FenceResult
+    from acbslurm.hooks.jobmap import MapDirs
     from acbslurm.jobrecord import JobRecord
     from acbslurm.slurm.allocation import Allocation, JobFacts
 
@@ -118,9 +119,39 @@ def run_prolog(env: Mapping[str, str]) -> int:
             _fence_quietly(_settings_or_none(), env, drop=job_id)
         return 1
     _say("info", f"job {job_id}: GPUs {','.join(rec.uuids) or '-'} recorded in {path}")
+    _map_for_monitoring(settings, job_id, uid, [(i.index, i.uuid) for i in gpus.info])
     _keep_gpu_history(rec, slurm_job_ref(env, facts), facts, bin_dir)
     _sweep_earlier_if_any(uid, user, settings)
     return 0
+
+
+def _map_dirs(settings: Settings) -> MapDirs:
+    from acbslurm.hooks.jobmap import MapDirs
+
+    return MapDirs(settings.record_dir, settings.dcgm_job_mapping_dir, settings.gpustat_dir)
+
+
+def _map_for_monitoring(
+    settings: Settings, job_id: str, uid: int, gpus: list[tuple[int | None, str]]
+) -> None:
+    """The job's GPUs (NVML index, UUID) into the site's GPU-to-job files, when set
+    (hooks/jobmap.py). Monitoring, not safety: a failure is said, the job runs."""
+    if not (settings.dcgm_job_mapping_dir or settings.gpustat_dir):
+        return
+    from acbslurm.hooks.jobmap import add_job
+
+    try:
+        add_job(_map_dirs(settings), job_id, uid, gpus)
+    except (AcbslurmError, OSError, ValueError) as exc:
+        _say("error", f"job {job_id}: GPU-to-job files for monitoring not written: {exc}")
+
+
+def _unmap_for_monitoring(settings: Settings, job_id: str) -> None:
+    if not (settings.dcgm_job_mapping_dir or settings.gpustat_dir):
+        return
+    from acbslurm.hooks.jobmap import drop_job
+
+    drop_job(_map_dirs(settings), job_id)
 
 
 def _settings_or_none() -> Settings | None:
@@ -359,7 +390,10 @@ def run_epilog(env: Mapping[str, str]) -> int:
 
     # Not safety steps: a failure is said, the node is not drained for it.
     _step(job_id, "cgroup helper", lambda: _stop_cgroup_helper(settings, job_id), drain=False)
-    _step(job_id, "pool usage", lambda: _keep_pool_usage(job_id, uid, settings, env), drain=False)
+    _step(
+        job_id, "job history", lambda: _keep_history(job_id, uid, rec, settings, env), drain=False
+    )
+    _step(job_id, "GPU-to-job files", lambda: _unmap_for_monitoring(settings, job_id), drain=False)
     try:
         remove_job_dir(settings.job_runtime_dir, job_id)
     except (OSError, RecursionError) as exc:  # RecursionError: a tree too deep for rmtree
@@ -400,26 +434,69 @@ def _step(
     return []
 
 
-def _keep_pool_usage(job_id: str, uid: int, settings: Settings, env: Mapping[str, str]) -> None:
-    """A pool's usage (who used the job's GPUs) from the job's runtime folder into the
-    job's AdminComment, before the folder goes; and what earlier epilogs here kept."""
+def _keep_history(
+    job_id: str, uid: int, rec: JobRecord | None, settings: Settings, env: Mapping[str, str]
+) -> None:
+    """This node's record of the job for the report (its GPUs, its pool's usage, from
+    the job's runtime folder before the folder goes) handed to a sender, which writes it
+    into the job's SystemComment in slurmdbd (hooks/usage.py); and what earlier
+    epilogs here kept."""
+    from acbslurm.gpu.node import node_name
+    from acbslurm.hooks.usage import has_pending, keep_history
+    from acbslurm.jobsockets import job_dir
+    from acbslurm.slurm.gpu_history import gpu_token
+
+    gpus = gpu_token(rec.gpus) if rec is not None and rec.gpus else ""
+    folder = job_dir(job_id, settings.job_runtime_dir)
+    node = node_name(env)
+    if keep_history(job_id, uid, node, folder, settings.record_dir, gpus, _say) or has_pending(
+        settings.record_dir
+    ):
+        # The Slurm clients found from here: the sender's parent is no longer slurmd.
+        _start_sender({**os.environ, "ACBSLURM_SLURM_BIN_DIR": _bin_dir(settings, env)})
+
+
+def _start_sender(env: Mapping[str, str]) -> None:
+    """``history_sender_main`` in a session of its own (slurmd kills the hook's process
+    group when the hook returns), on /dev/null (slurmd reads the hook's output until
+    every writer has closed it): its messages go to syslog."""
+    import acbslurm
+
+    top = os.path.dirname(os.path.dirname(os.path.abspath(acbslurm.__file__)))
+    code = (
+        f"import sys; sys.path.insert(0, {top!r}); "
+        "from acbslurm.hooks.entry import history_sender_main as m; sys.exit(m())"
+    )
+    null = os.devnull
+    actions = [(os.POSIX_SPAWN_OPEN, fd, null, os.O_RDWR, 0) for fd in (0, 1, 2)]
+    os.posix_spawn(
+        sys.executable,
+        [sys.executable, "-sE", "-c", code],
+        env,
+        file_actions=actions,
+        setsid=True,
+    )
+
+
+def run_history_sender(env: Mapping[str, str]) -> int:
+    """The records this node's epilogs kept, sent to slurmdbd (hooks/usage.py)."""
     import functools
 
-    from acbslurm.gpu.node import node_name
-    from acbslurm.hooks.usage import keep_usage, send_pending
-    from acbslurm.jobsockets import job_dir
+    from acbslurm.config import load_settings
+    from acbslurm.hooks.usage import send_pending
 
-    # Which Slurm clients to run is looked up only when there is something to send (and
-    # once): most jobs ran no pool, and their epilog pays one failed open and a listdir.
+    try:
+        settings = load_settings()
+    except AcbslurmError as exc:
+        _say("error", f"{exc} (the kept job records are not sent)")
+        return 0
+
     @functools.cache
     def bin_dir() -> str:
         return _bin_dir(settings, env)
 
     send_pending(settings.record_dir, bin_dir, _say)
-    if uid < 0:
-        return
-    folder = job_dir(job_id, settings.job_runtime_dir)
-    keep_usage(job_id, uid, node_name(env), folder, settings.record_dir, bin_dir, _say)
+    return 0
 
 
 def _fence_at_end(
@@ -708,3 +785,8 @@ def epilog_main() -> int:
 
 def task_prolog_main() -> int:
     return _with_deadline("task-prolog", run_task_prolog, 0)
+
+
+def history_sender_main() -> int:
+    # A sender that cannot finish leaves the rest kept for the next one.
+    return _with_deadline("history-sender", run_history_sender, 0)

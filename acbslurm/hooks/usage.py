@@ -1,17 +1,23 @@
-"""The epilog keeps a pool job's usage (or its broker's) in Slurm (``slurm/usage_history.py``).
+"""The epilog keeps the job's record for the report in slurmdbd (``slurm/job_history.py``).
 
-The pool wrote its totals and ledger in the job's runtime folder (``usagebook``), which
-the epilog removes next; a job without a pool whose broker lent GPUs (``agarun``
-programs) has the broker's device-seconds per program there instead. Here they are
-read (as the job's user's files: never through a link, bounded), bounded by the job's
-allocation (the GPUs Slurm gave it times its elapsed time: a pool cannot claim more
-than that), and written to the job's AdminComment through slurmdbd once the job's end
-is recorded there.
+Each node's words: its GPUs (``acbslurm:gpus=``, from the prolog's job record) and, for a
+pool job, its pool's usage (``slurm/usage_history.py``). The pool wrote its totals and
+ledger in the job's runtime folder (``usagebook``), which the epilog removes next; a job
+without a pool whose broker lent GPUs (``agarun`` programs) has the broker's
+device-seconds per program there instead. Here they are read (as the job's user's
+files: never through a link, bounded), bounded by the job's allocation (the GPUs Slurm
+gave it times its elapsed time: a pool cannot claim more than that), and written into
+the job's SystemComment through slurmdbd (``sacctmgr``), beside what is there.
 
-When that cannot be done now (slurmdbd or its database down, the end not recorded in
-time), the word is kept in ``<record_dir>/usage-pending/`` and the next epilog on the
-node sends it: nothing is lost, and the epilog says so. Jobs without a pool cost one
-failed ``open`` and one ``listdir``.
+The epilog only writes the words into ``<record_dir>/usage-pending/`` (a file: well
+under a millisecond) and starts a sender in a session of its own (``send_pending``, from
+``entry.history_sender_main``): slurmdbd's calls take 100 to 300 ms (each request waits
+for a delayed TCP acknowledgement on 22.05) and a pool's usage waits until slurmdbd has
+recorded the job's end, none of which the epilog, and the node's next job, should wait
+for. slurmd kills what is left in a hook's process group when it returns; the sender
+is not in it. What the sender cannot send now (slurmdbd or its database down, the end
+not recorded yet) stays and the next epilog's sender sends it: nothing is lost. Jobs
+without GPUs and without a pool cost one failed ``open`` and one ``listdir``.
 
 On the hook path: no typing at run time (tests/unit/hooks/test_hooks_imports.py).
 """
@@ -24,7 +30,9 @@ import os
 import time
 
 from acbslurm.errors import AcbslurmError
-from acbslurm.slurm.usage_history import usage_token, with_usage
+from acbslurm.slurm.job_history import has_others_words, with_node_words
+from acbslurm.slurm.usage_history import usage_token
+from acbslurm.units import is_ascii_int
 from acbslurm.usagebook import Totals, read_broker_usage, read_job_usage
 
 # On the hook path: no typing at run time (tests/unit/hooks/test_hooks_imports.py).
@@ -33,66 +41,116 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
 PENDING = "usage-pending"
-END_WAIT = 3.0  # seconds the epilog waits for slurmdbd to record the job's end
-MAX_RETRIES_PER_HOOK = 4  # pending words one epilog sends at most (each bounded in time)
+END_WAIT = 3.0  # seconds a sender waits for slurmdbd to record a pool job's end
+MAX_PER_SENDER = 6  # pending words one sender sends at most (each bounded in time)
 # JobIDRaw first: ``sacct -j`` of the id an array's last task keeps lists every task of
-# the array, and the job's row is the one of its own id. AdminComment last: may hold |.
-_SACCT_FIELDS = "JobIDRaw,State,End,ElapsedRaw,AllocTRES,AdminComment"
+# the array, and the job's row is the one of its own id. SystemComment last: may hold |.
+_SACCT_FIELDS = "JobIDRaw,JobID,State,End,ElapsedRaw,AllocTRES,NNodes,SystemComment"
+# A job on several nodes: each node's sender reads the comment back after a random pause
+# until its words stayed for _SETTLE_READS reads (another node's write may have started
+# from a comment without them), writing them again at most _ATTEMPTS times.
+_ATTEMPTS = 4
+_SETTLE_READS = 2
+_PAUSE = (0.2, 0.6)
 
 
 class NotYet(AcbslurmError):
-    """slurmdbd has not recorded the job's end (or cannot be asked): kept for later."""
+    """slurmdbd has not recorded the job (or its end, for a pool's usage): kept for later."""
 
 
-def keep_usage(
+class Unreachable(NotYet):
+    """slurmdbd cannot be asked now: the other words would wait as long."""
+
+
+class Row:
+    """sacct's row of the job's own id (its newest run)."""
+
+    __slots__ = ("alloc_tres", "elapsed", "end", "job_ref", "nodes", "state", "system_comment")
+
+    def __init__(self, fields: list[str]) -> None:
+        job_ref, self.state, self.end, elapsed, self.alloc_tres, nodes, comment = fields
+        # An array task as ARRAY_TASK: its raw id, when it is the array's own (the last
+        # task's), would name every task of the array to sacctmgr.
+        self.job_ref = job_ref
+        self.elapsed = int(elapsed) if is_ascii_int(elapsed) else 0
+        self.nodes = int(nodes) if is_ascii_int(nodes) else 1
+        self.system_comment = comment
+
+    @property
+    def ended(self) -> bool:
+        return self.end not in ("", "Unknown") and "RUNNING" not in self.state
+
+
+def keep_history(
     job_id: str,
     uid: int,
     node: str,
     folder: str,
     record_dir: str,
-    bin_dir: Callable[[], str],
+    gpus_word: str,
     say: Callable[[str, str], None],
-) -> None:
-    """The usage the job's pool left in ``folder`` into the job's AdminComment, or into
-    the pending folder when slurmdbd cannot take it now (said as a warning)."""
+) -> bool:
+    """This node's words of the job (``gpus_word``: its GPUs, "" for none; the usage its
+    pool or broker left in ``folder``) into the pending folder for the sender; True when
+    there is something to send."""
+    got = None
+    if uid >= 0:
+        try:
+            got = read_job_usage(folder, uid)
+            if got is None:  # no pool: the job's broker's clients (agarun programs), if any
+                broker = read_broker_usage(folder, uid)
+                got = None if broker is None else (broker, 0, 0)
+        except (OSError, ValueError) as exc:
+            say("warning", f"job {job_id}: its GPU usage in {folder} cannot be read: {exc}")
+    if got is None and not gpus_word:
+        return False
+    totals, lost = (got[0], got[2]) if got is not None else (None, 0)
+    _keep_pending(record_dir, job_id, node, gpus_word, totals, lost)
+    return True
+
+
+def has_pending(record_dir: str) -> bool:
     try:
-        got = read_job_usage(folder, uid)
-        if got is None:  # no pool: the job's broker's clients (agarun programs), if any
-            broker = read_broker_usage(folder, uid)
-            got = None if broker is None else (broker, 0, 0)
-    except (OSError, ValueError) as exc:
-        say("warning", f"job {job_id}: its GPU usage in {folder} cannot be read: {exc}")
-        return
-    if got is None:
-        return
-    totals, _, lost = got
-    try:
-        send(job_id, node, totals, lost, bin_dir(), END_WAIT, say)
-    except (AcbslurmError, ValueError) as exc:
-        path = _keep_pending(record_dir, job_id, node, totals, lost)
-        say(
-            "warning",
-            f"job {job_id}: its pool's usage is not in slurmdbd yet ({exc}); kept in {path}, "
-            "the next epilog on this node sends it",
-        )
+        return any(n.endswith(".json") for n in os.listdir(os.path.join(record_dir, PENDING)))
+    except FileNotFoundError:
+        return False
 
 
 def send(
     job_id: str,
     node: str,
-    totals: Totals,
+    gpus_word: str,
+    totals: Totals | None,
     lost: int,
     bin_dir: str,
     wait: float,
     say: Callable[[str, str], None],
 ) -> None:
-    """Write ``node``'s usage word into the job's AdminComment in slurmdbd."""
-    from acbslurm.slurm.commands import slurm
+    """Write ``node``'s words into the job's SystemComment in slurmdbd, beside the rest."""
+    row = _row(job_id, bin_dir, wait, need_end=totals is not None)
+    words = [gpus_word] if gpus_word else []
+    if totals is not None:
+        word = _usage_word(job_id, node, totals, lost, row, say)
+        if word:
+            words.append(word)
+    for _ in range(_ATTEMPTS):
+        comment = with_node_words(row.system_comment, node, words)
+        if comment.lower() != row.system_comment.lower():  # 22.05's sacctmgr lowercases
+            _write(row.job_ref, comment, bin_dir)
+        if row.nodes < 2 or _settled(job_id, words, bin_dir):
+            return
+        row = _row(job_id, bin_dir, 0, need_end=False)
+    raise ValueError(f"this node's words were overwritten by other nodes' {_ATTEMPTS} times")
 
-    fields = _ended(job_id, bin_dir, wait)
-    bound = _gpus(fields[3]) * max(0, int(fields[2] or 0))
+
+def _usage_word(
+    job_id: str, node: str, totals: Totals, lost: int, row: Row, say: Callable[[str, str], None]
+) -> str:
+    """The usage word, bounded by the allocation; "" for a job without Slurm's GPUs (a
+    broker on CPU stand-ins: nothing to account)."""
+    bound = _gpus(row.alloc_tres) * max(0, row.elapsed)
     if bound == 0:
-        return  # no GPU of Slurm's (a broker on CPU stand-ins): nothing to account
+        return ""
     if totals.bound_shares():
         say(
             "warning",
@@ -106,16 +164,36 @@ def send(
             f"more than the {bound} it was allocated; scaled down to that",
         )
         totals.scaled(bound / totals.leased_total if totals.leased_total else 0.0)
-    comment = with_usage(fields[4], node, usage_token(node, totals, lost))
+    return usage_token(node, totals, lost)
+
+
+def _write(job_ref: str, comment: str, bin_dir: str) -> None:
+    from acbslurm.slurm.commands import slurm
+
+    # sacctmgr cuts at quotes, and slurmdbd puts the text into its SQL unescaped.
     if any(c in comment for c in "'\"\\"):
-        raise ValueError("the job's AdminComment has quotes or backslashes: not rewritten")
-    argv = ["sacctmgr", "-i", "modify", "job", "where", f"jobid={job_id}"]
-    slurm([*argv, "set", f"AdminComment={comment}"], timeout=5, bin_dir=bin_dir)
+        raise ValueError("the job's SystemComment has quotes or backslashes: not rewritten")
+    argv = ["sacctmgr", "-i", "modify", "job", "where", f"jobid={job_ref}"]
+    slurm([*argv, "set", f"SystemComment={comment}"], timeout=5, bin_dir=bin_dir)
 
 
-def _ended(job_id: str, bin_dir: str, wait: float) -> list[str]:
-    """sacct's fields of the job once its end is recorded (slurmctld's record of the end
-    carries the AdminComment it has, and would overwrite one written before it)."""
+def _settled(job_id: str, words: list[str], bin_dir: str) -> bool:
+    """True when ``words`` stayed for ``_SETTLE_READS`` reads, each after a random pause."""
+    import random  # only jobs on several nodes get here
+
+    for _ in range(_SETTLE_READS):
+        time.sleep(random.uniform(*_PAUSE))  # noqa: S311 - jitter, not a secret
+        now = _row(job_id, bin_dir, 0, need_end=False).system_comment.lower().split()
+        if not all(w.lower() in now for w in words):
+            return False
+    return True
+
+
+def _row(job_id: str, bin_dir: str, wait: float, need_end: bool) -> Row:
+    """sacct's row of the job, once slurmdbd has it (and its end, with ``need_end``, or
+    when its SystemComment holds another tool's text: slurmctld's record of the end
+    carries the SystemComment it has, a burst buffer's, and would overwrite one written
+    before it; without one of its own it leaves the column alone)."""
     from acbslurm.errors import SlurmError
     from acbslurm.slurm.commands import slurm
 
@@ -125,25 +203,27 @@ def _ended(job_id: str, bin_dir: str, wait: float) -> list[str]:
         try:
             out = slurm(argv, timeout=5, bin_dir=bin_dir).stdout
         except SlurmError as exc:
-            raise NotYet(f"sacct: {exc.reason or exc}") from None
-        fields = _ended_fields(out, job_id)
-        if fields is not None:
-            return fields
+            raise Unreachable(f"sacct: {exc.reason or exc}") from None
+        fields = _own_fields(out, job_id)
+        row = Row(fields) if fields is not None else None
+        if row is not None and _writable(row, need_end):
+            return row
         if time.monotonic() >= deadline:
-            raise NotYet("the job's end is not recorded in slurmdbd yet")
+            what = "the job" if row is None else "the job's end"
+            raise NotYet(f"{what} is not recorded in slurmdbd yet")
         time.sleep(0.1)
 
 
-def _ended_fields(sacct_out: str, job_id: str) -> list[str] | None:
-    """The job's fields (State, End, ElapsedRaw, AllocTRES, AdminComment) when sacct
-    shows its end recorded, else None. The newest row of the job's own id (a requeued
-    job has one per run)."""
-    rows = [r.split("|", 5) for r in sacct_out.splitlines()]
-    own = [r[1:] for r in rows if len(r) == 6 and r[0].strip() == job_id]
-    fields = own[-1] if own else []
-    if fields and fields[1] not in ("", "Unknown") and "RUNNING" not in fields[0]:
-        return fields
-    return None
+def _writable(row: Row, need_end: bool) -> bool:
+    return row.ended or not (need_end or has_others_words(row.system_comment))
+
+
+def _own_fields(sacct_out: str, job_id: str) -> list[str] | None:
+    """The fields after JobIDRaw of the newest row of the job's own id (a requeued job
+    has one per run), None without one."""
+    rows = [r.split("|", 7) for r in sacct_out.splitlines()]
+    own = [r[1:] for r in rows if len(r) == 8 and r[0].strip() == job_id]
+    return own[-1] if own else None
 
 
 def _gpus(alloc_tres: str) -> int:
@@ -155,12 +235,20 @@ def _gpus(alloc_tres: str) -> int:
     return 0
 
 
-def _keep_pending(record_dir: str, job_id: str, node: str, totals: Totals, lost: int) -> str:
+def _keep_pending(
+    record_dir: str, job_id: str, node: str, gpus_word: str, totals: Totals | None, lost: int
+) -> str:
     folder = os.path.join(record_dir, PENDING)
     os.makedirs(folder, mode=0o700, exist_ok=True)
     path = os.path.join(folder, f"{job_id}.{node}.json")
-    data = {"job_id": job_id, "node": node, "lost": lost, "totals": totals.as_dict()}
-    tmp = f"{path}.tmp"
+    data = {
+        "job_id": job_id,
+        "node": node,
+        "gpus": gpus_word,
+        "lost": lost,
+        "totals": None if totals is None else totals.as_dict(),
+    }
+    tmp = f"{path}.{os.getpid()}.tmp"
     with open(tmp, "w", encoding="utf-8") as fh:
         json.dump(data, fh)
     os.replace(tmp, path)
@@ -170,28 +258,56 @@ def _keep_pending(record_dir: str, job_id: str, node: str, totals: Totals, lost:
 def send_pending(
     record_dir: str, bin_dir: Callable[[], str], say: Callable[[str, str], None]
 ) -> None:
-    """The usage words earlier epilogs of this node could not send, sent now (a few)."""
+    """The words this node's epilogs kept, sent (a few, one sender at a time: another
+    running leaves them to it)."""
+    import fcntl
+
     folder = os.path.join(record_dir, PENDING)
     try:
-        names = sorted(n for n in os.listdir(folder) if n.endswith(".json"))
+        lock = os.open(os.path.join(folder, ".lock"), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
     except FileNotFoundError:
         return
-    for name in names[:MAX_RETRIES_PER_HOOK]:
-        path = os.path.join(folder, name)
+    try:
         try:
-            with open(path, encoding="utf-8") as fh:
-                data = json.load(fh)
-            totals = Totals.from_dict(data["totals"])
-            send(
-                str(data["job_id"]), str(data["node"]), totals, int(data["lost"]), bin_dir(), 0, say
-            )
-        except NotYet:
-            return  # slurmdbd still away: the rest would wait as long
-        except (AcbslurmError, OSError, ValueError, KeyError, TypeError) as exc:
-            # Never going to work: put aside (for an admin to read), not retried forever.
-            with contextlib.suppress(OSError):
-                os.replace(path, f"{path}.failed")
-            say("error", f"the usage kept in {path} cannot be sent ({exc}); left in {path}.failed")
-            continue
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return  # another sender is at it; it looks again before it ends
+        tried: set[str] = set()
+        while len(tried) < MAX_PER_SENDER:
+            names = sorted(n for n in os.listdir(folder) if n.endswith(".json") and n not in tried)
+            if not names:
+                return
+            for name in names[: MAX_PER_SENDER - len(tried)]:
+                tried.add(name)
+                if not _send_one(os.path.join(folder, name), bin_dir, say):
+                    return  # slurmdbd away: the rest would wait as long
+    finally:
+        os.close(lock)
+
+
+def _send_one(path: str, bin_dir: Callable[[], str], say: Callable[[str, str], None]) -> bool:
+    """One pending file sent (and removed), kept, or put aside; False when slurmdbd
+    cannot be asked."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+        raw = data.get("totals")
+        totals = None if raw is None else Totals.from_dict(raw)
+        wait = END_WAIT if totals is not None else 0.0
+        gpus = str(data.get("gpus") or "")
+        job, node = str(data["job_id"]), str(data["node"])
+        send(job, node, gpus, totals, int(data.get("lost", 0)), bin_dir(), wait, say)
+    except Unreachable:
+        return False
+    except NotYet:
+        return True  # this job's end is not there yet: the next sender tries again
+    except (AcbslurmError, OSError, ValueError, KeyError, TypeError) as exc:
+        # Never going to work: put aside (for an admin to read), not retried forever.
+        with contextlib.suppress(OSError):
+            os.replace(path, f"{path}.failed")
+        say("error", f"the record kept in {path} cannot be sent ({exc}); left in {path}.failed")
+        return True
+    with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
-        say("info", f"job {data['job_id']}: its pool's usage kept in {path} is in slurmdbd now")
+    say("info", f"job {data['job_id']}: its record kept in {path} is in slurmdbd now")
+    return True

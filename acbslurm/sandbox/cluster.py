@@ -439,6 +439,12 @@ class Sandbox:
         # a sandbox made before user2 existed gets it now
         docker.prepare_second_user(self.layout, old.user2)
         slurm.ensure_accounts(self.layout, old)
+        # and this checkout's settings (each hook reads them anew: new ones apply now; the
+        # report service, a process of the checkout that started it, is started again)
+        before = self.layout.acbslurm_conf.read_text()
+        render.write_acbslurm_settings(self.layout, old)
+        if self.layout.acbslurm_conf.read_text() != before:
+            self.restart("report")
         note = slurm.resume_if_drained(self.layout, old)
         extra = f"; {note}" if note else ""
         return (

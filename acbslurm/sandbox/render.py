@@ -129,6 +129,9 @@ def write_acbslurm_settings(layout: Layout, params: Params) -> None:
         # A device a site might list for its jobs' containers (InfiniBand's on a GPU
         # site): the TUN device stands in, as every Linux machine has it.
         "container_devices": "/dev/net/tun",
+        # The GPU-to-job files of dcgm-exporter and jobstats (hooks/jobmap.py), per node.
+        "dcgm_job_mapping_dir": f"{layout.run / 'dcgm-job-map'}{per_node}",
+        "gpustat_dir": f"{layout.run / 'gpustat'}{per_node}",
     }
     # JSON (which is YAML): the hooks read it without importing PyYAML.
     _write(layout.acbslurm_conf, json.dumps(settings, indent=2) + "\n")

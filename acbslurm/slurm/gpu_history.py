@@ -5,7 +5,9 @@ the epilog, so "which GPU did job 42 use" had no answer once job 42 ended. The p
 therefore writes the exact devices into the job's ``AdminComment``: a field only an
 admin (the prolog runs as root) may set, which slurmctld hands to slurmdbd with the job
 and the report reads back from the ``admin_comment`` column. The comment an admin gave
-the job is kept; acbslurm adds one token, ``acbslurm:gpus=NODE:INDEX=UUID,...``.
+the job is kept; acbslurm adds one token, ``acbslurm:gpus=NODE:INDEX=UUID,...``. When the
+job ends, each node's epilog copies its token into the job's SystemComment, which
+Princeton jobstats does not overwrite (``job_history.py``); the report reads both.
 
 A job on several nodes has one token per node, and their prologs run at once: each
 does a read-modify-write of the whole comment (Slurm has no append), so one node's
@@ -72,6 +74,13 @@ def _replaced(word: str, node: str, nodes: Collection[str] | None) -> bool:
     return node in where or (nodes is not None and not where & set(nodes))
 
 
+def _nvidia_case(uuid: str) -> str:
+    """``GPU-...``/``MIG-...`` as NVIDIA writes them: Debian's sacctmgr 22.05 lowercases
+    what it writes (job_history.py); the hex digits are lowercase in NVML's own form."""
+    head = uuid[:4]
+    return head.upper() + uuid[4:] if head in ("gpu-", "mig-") else uuid
+
+
 def gpu_items(comment: str | None) -> list[str]:
     """Each device in a stored ``admin_comment`` as ``node:index=uuid``, the text
     ``parse_gpus(comment)``'s ``token()`` gives, without building the values: the
@@ -82,12 +91,19 @@ def gpu_items(comment: str | None) -> list[str]:
         for item in token.split(","):
             where, _, uuid = item.partition("=")
             node, _, index = where.rpartition(":")
-            if not (node and uuid):
-                continue
-            if not (is_ascii_int(index) and (index == "0" or index[0] != "0")):
-                item = f"{node}:{int(index) if is_ascii_int(index) else '-'}={uuid}"
-            out.append(item)
+            if node and uuid:
+                out.append(item if _as_written(index, uuid) else _rewritten(node, index, uuid))
     return out
+
+
+def _as_written(index: str, uuid: str) -> bool:
+    """Whether an item reads as ``Gpu.token`` writes it: a plain index, NVIDIA's case."""
+    plain = is_ascii_int(index) and (index == "0" or index[0] != "0")
+    return plain and uuid[:4] not in ("gpu-", "mig-")
+
+
+def _rewritten(node: str, index: str, uuid: str) -> str:
+    return f"{node}:{int(index) if is_ascii_int(index) else '-'}={_nvidia_case(uuid)}"
 
 
 def parse_gpus(comment: str | None) -> list[Gpu]:
@@ -98,7 +114,8 @@ def parse_gpus(comment: str | None) -> list[Gpu]:
             where, _, uuid = item.partition("=")
             node, _, index = where.rpartition(":")
             if node and uuid:
-                out.append(Gpu(uuid, int(index) if is_ascii_int(index) else None, node=node))
+                idx = int(index) if is_ascii_int(index) else None
+                out.append(Gpu(_nvidia_case(uuid), idx, node=node))
     return out
 
 

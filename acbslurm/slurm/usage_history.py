@@ -2,8 +2,8 @@
 
 A pool (``acbslurm serve`` in a job) writes its usage to the job's runtime folder
 (``usagebook``); the epilog reads it, bounds it by the job's allocation and adds one
-word per node to the job's ``AdminComment`` in slurmdbd, beside the prolog's
-``acbslurm:gpus=`` (``slurm/gpu_history.py``)::
+word per node to the job's ``SystemComment`` in slurmdbd (``slurm/job_history.py``),
+beside the node's ``acbslurm:gpus=`` (``slurm/gpu_history.py``)::
 
     acbslurm:usage=NODE;leased=SECONDS[;lost=N];NAME,MODEL=REQUESTS,PROMPT,COMPLETION,GPU_S;...
         [;budget.NAME=GPU_S,PERIOD,START,USED;...]
@@ -15,9 +15,9 @@ each ``budget.NAME``: that key name's GPU-second budget per PERIOD (hour, day, m
 serve/limits.py) and its USED GPU-seconds in the period begun at START (epoch
 seconds) when the pool last wrote its totals.
 
-slurmctld refuses to change a job that has ended, so the epilog writes it through
-slurmdbd (``sacctmgr modify job``), once the job's end is recorded there: the end's
-own record carries the AdminComment slurmctld has, and would otherwise overwrite it.
+slurmctld refuses to change a job that has ended, so it is written through slurmdbd
+(``sacctmgr modify job``), once the job's end is recorded there (its elapsed time
+bounds the word). Jobs from before keep theirs in the AdminComment, read as well.
 
 On the hook path: no typing at run time (tests/unit/hooks/test_hooks_imports.py).
 """
@@ -60,13 +60,6 @@ def usage_token(node: str, totals: Totals, lost: int = 0) -> str:
         limit, used, start = float(b["gpu_seconds"]), float(b["used"]), int(b["start"])
         parts.append(f"budget.{name}={limit:.6f},{b['period']},{start},{used:.6f}")
     return ";".join(parts)
-
-
-def with_usage(comment: str, node: str, token: str) -> str:
-    """``comment`` with ``node``'s usage word replaced by ``token`` (the rest kept)."""
-    mine = f"{PREFIX}{node};"
-    words = [w for w in comment.split() if not w.startswith(mine)]
-    return " ".join([*words, token])
 
 
 def parse_usage(comment: str | None) -> list[dict[str, Any]]:

@@ -1,9 +1,9 @@
 """Faults: who used a job's GPUs is never lost silently (docs/serve.md, "Usage").
 
-slurmdbd down when a job that lent its GPUs through its broker ends: the epilog cannot
-write the usage into the job's AdminComment, so it keeps it in
-``<record_dir>/usage-pending/`` (and says so); once slurmdbd is back, a later epilog on
-the node sends it, and `acbslurm report` shows the job's usage as if nothing happened.
+slurmdbd down when a job that lent its GPUs through its broker ends: the epilog keeps
+the job's words in ``<record_dir>/usage-pending/`` and its sender cannot write them into
+the job's SystemComment, so they stay; once slurmdbd is back, a later epilog's sender on
+the node sends them, and `acbslurm report` shows the job's usage as if nothing happened.
 """
 
 from __future__ import annotations

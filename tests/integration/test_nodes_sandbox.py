@@ -263,6 +263,15 @@ def _report_shows_the_job_to_its_user_only(
     row = wait(f"job {job} in the report", reported, 90)
     assert row["gpus"] == NODES * GPUS
     assert _by_node(row["gpu_devices"]) == given
+    # Each node's epilog kept its own devices in the job's SystemComment (where jobstats
+    # does not write), neither node's write dropping the other's (hooks/usage.py).
+    argv = ["sacct", "-X", "-n", "-P", "-j", job, "-o", "SystemComment"]
+
+    def kept() -> set[str]:
+        words = sb.run_slurm(argv).stdout.lower().split()
+        return {n for n in sb.params.node_names if f"acbslurm:gpus={n}:".lower() in str(words)}
+
+    wait("both nodes' devices in the SystemComment", lambda: kept() == set(given), 60)
     res = as_user(sb, "user2", "report", "--json", "--start", "now-1h")
     assert res.returncode == 0, res.stderr
     assert job not in {str(j["job_id_raw"]) for j in json.loads(res.stdout)["jobs"]}

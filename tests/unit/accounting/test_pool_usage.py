@@ -11,7 +11,8 @@ import pytest
 from acbslurm.accounting.bykey import write_by_key
 from acbslurm.accounting.output import pool_line, pool_record
 from acbslurm.accounting.usage import JobUsage, pool_usage
-from acbslurm.slurm.usage_history import MAX_ENTRIES, parse_usage, usage_token, with_usage
+from acbslurm.slurm.job_history import with_node_words
+from acbslurm.slurm.usage_history import MAX_ENTRIES, parse_usage, usage_token
 from acbslurm.usagebook import Totals
 
 META = {"cluster": "c", "window": {"start": "s", "end": "e"}}
@@ -38,7 +39,7 @@ def _job(comment: str, gpu_seconds: int = 100, job_id: str = "7") -> JobUsage:
 def test_the_word_is_one_word_and_reads_back() -> None:
     token = usage_token("vm-0", _totals(), lost=2)
     assert " " not in token and "'" not in token
-    comment = with_usage("acbslurm:gpus=vm-0:0=GPU-a admins-note", "vm-0", token)
+    comment = with_node_words("acbslurm:gpus=vm-0:0=GPU-a admins-note", "vm-0", [token])
     (word,) = parse_usage(comment)
     assert word["node"] == "vm-0" and word["leased"] == 10.0 and word["lost"] == 2
     assert {(u["key"], u["model"]): u["gpu_seconds"] for u in word["use"]} == {
@@ -47,7 +48,7 @@ def test_the_word_is_one_word_and_reads_back() -> None:
         ("-", "org/m:1"): 1.0,
     }
     # written again (a retry): replaced, never twice; the other words kept
-    again = with_usage(comment, "vm-0", token)
+    again = with_node_words(comment, "vm-0", [token])
     assert again.split().count(token) == 1 and again.startswith("acbslurm:gpus=vm-0:0=GPU-a")
 
 

@@ -179,9 +179,9 @@ def test_a_non_safety_step_that_fails_unexpectedly_drains_nothing(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     uid = os.getuid()
-    monkeypatch.setattr(entry, "_keep_pool_usage", crash)
+    monkeypatch.setattr(entry, "_keep_history", crash)
     node.record(uid)
     node.job_dir(uid)
     assert run_epilog(env(uid)) == 0
     assert node.left() == (False, False) and fake_slurm.drained == {}
-    assert f"job {JOB}: pool usage failed: RecursionError" in capsys.readouterr().err
+    assert f"job {JOB}: job history failed: RecursionError" in capsys.readouterr().err

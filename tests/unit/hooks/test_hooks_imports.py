@@ -35,6 +35,8 @@ def test_the_hooks_import_nothing_slow(tmp_path: Path) -> None:
                 "gpu_inventory": str(tmp_path / "inv.json"),
                 "record_dir": str(tmp_path / "rec"),
                 "docker_host": f"unix://{tmp_path}/no-docker.sock",
+                "dcgm_job_mapping_dir": str(tmp_path / "dcgm"),
+                "gpustat_dir": str(tmp_path / "gpustat"),
             }
         )
     )
@@ -71,4 +73,8 @@ def test_the_hooks_import_nothing_slow(tmp_path: Path) -> None:
     assert f"export ACBSLURM_GPU_UUIDS={uuid}" in r.stdout
     assert r.stdout.strip().endswith("[0, 0, 0] []"), r.stdout
     assert not os.path.exists(tmp_path / "rec" / "7.json")  # the epilog removed it
+    # The prolog wrote the GPU-to-job files (their directories are there), the epilog
+    # removed them.
+    assert os.listdir(tmp_path / "dcgm") == os.listdir(tmp_path / "gpustat") == []
+    assert "GPU-to-job" not in r.stderr, r.stderr
     assert "cannot drain n1" in r.stderr and "scontrol not found" in r.stderr, r.stderr
