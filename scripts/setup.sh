@@ -15,6 +15,7 @@ PACKAGES=(
   debootstrap  # the multi-node tests' image with Python and torch (sandbox/torchimage.py)
   python3 python3-venv python3-dev gcc procps iproute2 passwd
   chromium  # tests render `report --format html` in a real headless browser
+  protobuf-compiler protobuf-compiler-grpc  # `make deb`: the broker's code for Debian's grpcio
 )
 
 if [ "$(id -u)" -ne 0 ]; then
