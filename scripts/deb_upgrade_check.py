@@ -99,7 +99,7 @@ def run_job_across_upgrade(sb: Sandbox, new: Path, without_conffile: bool) -> di
     st.wait_until(f"job {job} in slurmdbd", lambda: job_end(sb, job)["state"] == "COMPLETED", 60)
     rows = st.wait_until(
         f"job {job} in the report",
-        lambda: [j for j in st.report_json(sb, "--start", "now-1hours")["jobs"]
+        lambda: [j for j in st.report_json(sb, "--start", "now-1h")["jobs"]
                  if str(j.get("job_id_raw")) == job] or None,
         60,
     )  # fmt: skip
