@@ -57,10 +57,26 @@ DEPENDS = (
 BUILD_TOOLS = {"protoc": "protobuf-compiler", "grpc_python_plugin": "protobuf-compiler-grpc"}
 # A hook is a Python file slurmd runs as root: -I (no PYTHON* variables, no user site,
 # not the script's folder) keeps what is imported to the package's own folders.
+# While dpkg replaces the package's files (from the new release's preinst to its
+# postinst, a few seconds) a hook or command would import some modules of each release:
+# it waits for the whole new one instead, 20 s at most (slurm.conf's
+# PrologEpilogTimeout is 60), and a flag older than 10 minutes (an upgrade that died)
+# is ignored. The flag's folder is root's alone: no user can make hooks wait.
+UPGRADE_FLAG = "/run/acbslurm/.upgrading"
 SCRIPT = """#!/usr/bin/python3 -I
 # acbslurm {version} (Debian package): {func} of {module}.
+import os
 import sys
+import time
 
+_end = time.monotonic() + 20
+while time.monotonic() < _end:
+    try:
+        if os.stat("{flag}").st_mtime < time.time() - 600:
+            break
+    except OSError:
+        break
+    time.sleep(0.05)
 sys.path.insert(0, "/{lib}")
 from {module} import {func}  # noqa: E402
 
@@ -185,7 +201,8 @@ def write_scripts(root: Path, version: str) -> None:
         module, func = target.split(":")
         path = root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(SCRIPT.format(version=version, module=module, func=func, lib=LIB))
+        text = SCRIPT.format(version=version, module=module, func=func, lib=LIB, flag=UPGRADE_FLAG)
+        path.write_text(text)
         path.chmod(0o755)
     # acbslurm's OCI runtime for users' daemons (`acbslurm install-runtime` writes the
     # same for a venv): a file of the package, so an upgrade replaces it in place.
@@ -284,7 +301,7 @@ def control(src: Path, root: Path, version: str) -> None:
     }
     (meta / "control").write_text("".join(f"{k}: {v}\n" for k, v in fields.items()))
     (meta / "conffiles").write_text("/etc/acbslurm/acbslurm.yaml\n")
-    for name in ("postinst", "prerm", "postrm"):
+    for name in ("preinst", "postinst", "prerm", "postrm"):
         shutil.copy(deb / name, meta / name)
         (meta / name).chmod(0o755)
 

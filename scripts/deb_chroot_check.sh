@@ -79,9 +79,15 @@ check "conffile /etc/acbslurm/acbslurm.yaml" in_root sh -c 'dpkg-query -W -f="\$
 check "units, tmpfiles.d, completion, docs" in_root test -f /usr/lib/systemd/system/acbslurm-report.service \
   -a -f /usr/lib/systemd/system/acbslurm-broker.service -a -f /usr/lib/tmpfiles.d/acbslurm.conf \
   -a -f /usr/share/bash-completion/completions/acbslurm -a -f /usr/share/doc/acbslurm/slurm.conf.acbslurm
-check "the settings load" in_root acbslurm doctor --help
+check "doctor reads the package's settings file (no Slurm here: only that check)" in_root sh -c \
+  'acbslurm doctor --json >/tmp/doctor.json; python3 -c "import json; c = {x[\"name\"]: x for x in json.load(open(\"/tmp/doctor.json\"))[\"checks\"]}; s = c[\"settings\"]; assert s[\"status\"] == \"ok\" and \"/etc/acbslurm/acbslurm.yaml\" in s[\"summary\"], s"'
 check "bash completion answers" in_root env COMP_WORDS="acbslurm do" COMP_CWORD=1 _ACBSLURM_COMPLETE=bash_complete acbslurm
 check "doctor points at the installed conf/" in_root test -f /usr/lib/acbslurm/acbslurm/conf/systemd/acbslurm-report.service
+check "a hook waits while dpkg replaces files (preinst's flag)" in_root sh -c \
+  'touch /run/acbslurm/.upgrading; timeout 2 /usr/libexec/acbslurm/acbslurm-task-prolog; rc=$?; rm /run/acbslurm/.upgrading; [ $rc = 124 ]'
+check "and not for a flag of an upgrade that died" in_root sh -c \
+  'touch -d "1 hour ago" /run/acbslurm/.upgrading; timeout 10 acbslurm --help >/dev/null; rc=$?; rm /run/acbslurm/.upgrading; [ $rc = 0 ]'
+check "no flag left by the install" in_root test ! -e /run/acbslurm/.upgrading
 check "reinstall (same version)" in_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --reinstall "/tmp/$(basename "$deb")"
 check "purge" in_root env DEBIAN_FRONTEND=noninteractive apt-get purge -y -q acbslurm
 check "nothing left in /usr/lib/acbslurm, /usr/libexec/acbslurm, /etc/acbslurm" in_root sh -c \

@@ -118,7 +118,7 @@ def test_files_where_packages_put_them(files: dict[str, tarfile.TarInfo]) -> Non
 def test_conffile_and_maintainer_scripts(deb: Path, tmp_path: Path) -> None:
     subprocess.run(["dpkg-deb", "-e", str(deb), str(tmp_path / "c")], check=True)
     assert (tmp_path / "c/conffiles").read_text().split() == ["/etc/acbslurm/acbslurm.yaml"]
-    for name in ("postinst", "prerm", "postrm"):
+    for name in ("preinst", "postinst", "prerm", "postrm"):
         script = tmp_path / "c" / name
         subprocess.run(["sh", "-n", str(script)], check=True)
         # No systemctl call outside the guard Debian's helpers use.
@@ -142,6 +142,20 @@ def test_paths_are_the_packages(deb: Path, tmp_path: Path) -> None:
     settings = tmp_path / "acbslurm.yaml"
     settings.write_text(_read(deb, "/etc/acbslurm/acbslurm.yaml"))
     assert load_settings(str(settings)).node_acbslurm == "/usr/bin/acbslurm"
+
+
+def test_hooks_wait_out_an_upgrade(deb: Path, tmp_path: Path) -> None:
+    """From the new release's preinst to its postinst a hook would import modules of
+    both releases: the entry scripts wait while the flag is there (bounded)."""
+    subprocess.run(["dpkg-deb", "-e", str(deb), str(tmp_path / "c")], check=True)
+    flag = build_deb.UPGRADE_FLAG
+    assert f"touch {flag}" in (tmp_path / "c/preinst").read_text()
+    assert f"rm -f {flag}" in (tmp_path / "c/postinst").read_text()
+    assert f"rm -f {flag}" in (tmp_path / "c/postrm").read_text()  # abort-upgrade
+    for path in build_deb.ENTRY_POINTS:
+        text = _read(deb, "/" + path)
+        assert text.index(flag) < text.index("sys.path.insert")
+        compile(text, path, "exec")
 
 
 def test_grpc_code_is_debians(deb: Path) -> None:
