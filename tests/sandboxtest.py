@@ -58,6 +58,9 @@ def no_jobs(sb: Any, timeout: float = 60) -> None:
 # run are the installed Debian package's, /usr/bin/acbslurm; else this checkout's.
 INSTALLED = os.environ.get("ACBSLURM_INSTALLED", "") not in ("", "0")
 ACBSLURM = ["/usr/bin/acbslurm"] if INSTALLED else [sys.executable, "-m", "acbslurm"]
+# `acbslurm serve` needs the serve extras, which the package does not carry: on it, pool
+# jobs run the venv's acbslurm, as a site runs pools from a venv (admin-guide.md).
+POOL_SUBMIT = ["--acbslurm", str(Path(sys.executable).parent / "acbslurm")] if INSTALLED else []
 
 
 def acbslurm_run(*args: str) -> str:
