@@ -285,13 +285,14 @@ def control(src: Path, root: Path, version: str) -> None:
         "Package": "acbslurm",
         "Version": version,
         "Architecture": "all",
-        "Maintainer": "acbslurm maintainers <acbslurm@localhost>",
+        # Debian's variables for who builds a package; the default names nobody real.
+        "Maintainer": f"{os.environ.get('DEBFULLNAME', 'acbslurm build')} "
+        f"<{os.environ.get('DEBEMAIL', 'root@localhost')}>",
         "Installed-Size": str(size_kb),
         "Depends": ", ".join(DEPENDS),
         "Suggests": "slurmd, slurmctld, rootlesskit, uidmap, docker.io, nvidia-container-toolkit",
         "Section": "admin",
         "Priority": "optional",
-        "Homepage": "https://github.com/acbslurm/acbslurm",
         "Description": "Slurm GPU jobs in rootless Docker, GPU accounting reports, a GPU broker\n"
         " Slurm prolog/epilog hooks that map a job's GPUs to UUIDs and sweep its\n"
         " containers, `acbslurm run` into the user's rootless Docker with exactly\n"
