@@ -418,6 +418,7 @@ class Sandbox:
             _same_network(self.layout.root, old, node_network)
             _same_shape(self.layout.root, old, gpu_count, port_base, nodes, install)
             self._check_same_docker(old, docker_install)
+            self._check_same_source(old)
             summary = self._already_up(old, alive, count, progress)
             if summary is not None:
                 return summary
@@ -469,6 +470,20 @@ class Sandbox:
             f"sandbox already up at {self.layout.root} ({_shape(old)}, "
             f"Slurm {old.slurm_release}, Docker {old.docker_version}){extra}"
         )
+
+    def _check_same_source(self, old: Params) -> None:
+        """A running sandbox keeps the acbslurm it was started with (its hook wrappers,
+        runtime and settings name it): ACBSLURM_INSTALLED must agree with it."""
+        now = acbslurm_source()["hooks_dir"]
+        if now != old.hooks_dir:
+
+            def says(hooks: str) -> str:
+                return f"the Debian package's ({hooks})" if hooks else "a checkout's"
+
+            raise SetupError(
+                f"the sandbox at {self.layout.root} is up on {says(old.hooks_dir)} acbslurm, "
+                f"and ACBSLURM_INSTALLED asks for {says(now)}; run `acbslurm sandbox down` first"
+            )
 
     def _check_same_docker(self, old: Params, docker_install: DockerInstall | None) -> None:
         if docker_install is not None and docker_install != old.docker:
