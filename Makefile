@@ -29,7 +29,7 @@ export ACBSLURM_SANDBOX_DIR ?= /var/lib/acbslurm/sandbox-slurm-$(SLURM)
 export ACBSLURM_SANDBOX_PORT_BASE ?= 16857
 endif
 
-.PHONY: setup demo test sandbox-tests lint unit integration sandbox-up sandbox-down proto clean matrix guide
+.PHONY: setup demo test sandbox-tests lint unit integration sandbox-up sandbox-down proto clean matrix guide deb deb-install
 
 setup:
 	@bash scripts/setup.sh
@@ -70,6 +70,15 @@ test: lint
 sandbox-tests: setup
 	$(BIN)/pytest tests/integration tests/faults -q \
 		--deselect tests/integration/test_serve_vllm_sandbox.py
+
+# The Debian package, dist/acbslurm_<version>_all.deb (docs/admin-guide.md, "Install";
+# scripts/build_deb.py). deb-install installs it on this host (root, Debian 12), as CI's
+# second leg does before it runs the sandbox's tests on it (ACBSLURM_INSTALLED=1).
+deb: setup
+	$(BIN)/python scripts/build_deb.py
+deb-install: deb
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+		--allow-downgrades "$$(ls -t ./dist/acbslurm_*_all.deb | head -1)"
 
 sandbox-up: setup
 	$(BIN)/acbslurm sandbox up --gpus $(GPUS)

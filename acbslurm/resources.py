@@ -16,3 +16,10 @@ def templates_dir() -> Path:
     if checkout.is_dir():
         return checkout
     raise FileNotFoundError(f"acbslurm templates not found under {installed} or {checkout}")
+
+
+def conf_dir() -> Path:
+    """The site files (units, example settings, slurm.conf lines): ``acbslurm/conf`` when
+    installed (wheel or Debian package), ``conf/`` in a checkout."""
+    installed = _PKG / "conf"
+    return installed if installed.is_dir() else _PKG.parent / "conf"

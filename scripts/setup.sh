@@ -16,6 +16,7 @@ PACKAGES=(
   python3 python3-venv python3-dev gcc procps iproute2 passwd
   chromium  # tests render `report --format html` in a real headless browser
   docker-registry apache2-utils  # the sandbox's registry with a login (htpasswd -B)
+  protobuf-compiler protobuf-compiler-grpc  # `make deb`: the broker's code for Debian's grpcio
 )
 
 if [ "$(id -u)" -ne 0 ]; then

@@ -54,11 +54,20 @@ def no_jobs(sb: Any, timeout: float = 60) -> None:
     cancel_and_wait(env={**slurm_env(sb.layout), **sb.env()}, timeout=timeout)
 
 
+# CI's package leg (ACBSLURM_INSTALLED=1, docs/sandbox.md): the commands users and jobs
+# run are the installed Debian package's, /usr/bin/acbslurm; else this checkout's.
+INSTALLED = os.environ.get("ACBSLURM_INSTALLED", "") not in ("", "0")
+ACBSLURM = ["/usr/bin/acbslurm"] if INSTALLED else [sys.executable, "-m", "acbslurm"]
+# `acbslurm serve` needs the serve extras, which the package does not carry: on it, pool
+# jobs run the venv's acbslurm, as a site runs pools from a venv (admin-guide.md).
+POOL_SUBMIT = ["--acbslurm", str(Path(sys.executable).parent / "acbslurm")] if INSTALLED else []
+
+
 def acbslurm_run(*args: str) -> str:
-    """The command line a rendered job script uses, for this checkout."""
+    """The command line a rendered job script uses, for this checkout (or the package)."""
     from shlex import join
 
-    return join([sys.executable, "-m", "acbslurm", "run", *args])
+    return join([*ACBSLURM, "run", *args])
 
 
 def submit(sb: Any, scripts: Path, body: str, *sbatch: str) -> str:
@@ -151,9 +160,6 @@ def dockerd_pid(sb: Any) -> int:
     raise AssertionError(f"no dockerd with {host} runs")
 
 
-ACBSLURM = [sys.executable, "-m", "acbslurm"]
-
-
 def acbslurm_as(
     sb: Any, user: str, *argv: str, cwd: str | Path | None = None, timeout: float = 60.0
 ) -> Any:
@@ -169,7 +175,7 @@ def report_json(sb: Any, *args: str) -> dict[str, Any]:
     """``acbslurm report --format json ARGS`` as root (every user's rows), which must succeed."""
     env = {**os.environ, **sb.env(), "PYTHONPATH": str(REPO)}
     res = subprocess.run(
-        [sys.executable, "-m", "acbslurm", "report", "--format", "json", *args],
+        [*ACBSLURM, "report", "--format", "json", *args],
         capture_output=True,
         text=True,
         env=env,
@@ -264,7 +270,8 @@ def wait_for_pool_usage(sb: Any, job_id: str, timeout: float = 60) -> dict[str, 
 
 # A job's broker started as docs/broker.md shows (the job's socket), waited for; then
 # programs that each hold a lease: `broker_program(name, gpus, seconds[, marker])`.
-_PY = shlex.quote(sys.executable)
+_ACB = shlex.join(ACBSLURM)
+_PY = "PYTHONPATH=/usr/lib/acbslurm /usr/bin/python3" if INSTALLED else shlex.quote(sys.executable)
 _PROGRAM = (
     "import sys, time; from acbslurm.broker.client import BrokerClient; "
     "c = BrokerClient(name=sys.argv[1]); lease = c.acquire(int(sys.argv[2])); "
@@ -276,8 +283,8 @@ _PROGRAM = (
 def broker_start(err: str) -> str:
     """Job script lines: the job's broker in the background (its stderr to ``err``)."""
     return (
-        f'{_PY} -m acbslurm broker serve 2>"{err}" &\n'
-        f"until {_PY} -m acbslurm broker status >/dev/null 2>&1; do sleep 0.1; done\n"
+        f'{_ACB} broker serve 2>"{err}" &\n'
+        f"until {_ACB} broker status >/dev/null 2>&1; do sleep 0.1; done\n"
     )
 
 

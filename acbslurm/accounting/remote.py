@@ -12,6 +12,7 @@ from typing import TextIO
 from acbslurm.accounting.options import ReportOptions
 from acbslurm.accounting.wire import request_options
 from acbslurm.errors import AccountingError
+from acbslurm.resources import conf_dir
 
 CONNECT_TIMEOUT = 5.0
 # Between two frames: the database may take a while on a large window.
@@ -36,7 +37,7 @@ def report_via_service(path: str, opts: ReportOptions, out: TextIO) -> None:
             raise AccountingError(
                 f"the database option file is not readable by this user and no report "
                 f"service answers at {path} ({exc.strerror}); ask the admin to run "
-                "`acbslurm report serve` (conf/systemd/acbslurm-report.service)"
+                f"`acbslurm report serve` ({conf_dir() / 'systemd' / 'acbslurm-report.service'})"
             ) from None
         # A busy service answers and closes before it reads the request (a broken pipe
         # here): its one frame ("busy") is still there to read, so the caller is told

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING
 
 import click
@@ -41,6 +42,23 @@ def _pool(
         return load_pool_text(text, "<demo pool>")
     assert pool_file is not None
     return load_pool(pool_file)
+
+
+# What the gateway and the builtin engine import: the serve extras, which a venv has
+# (pip install 'acbslurm[serve]') and the Debian package does not carry.
+SERVE_MODULES = ("starlette", "uvicorn", "prometheus_client", "torch")
+
+
+def _need_serve_modules() -> None:
+    import importlib.util
+
+    missing = [m for m in SERVE_MODULES if importlib.util.find_spec(m) is None]
+    if missing:
+        raise click.ClickException(
+            f"acbslurm serve needs {', '.join(missing)}, which this Python "
+            f"({sys.executable}) lacks: run pools from a venv with pip install "
+            "'acbslurm[serve]' (the Debian package does not carry them; docs/admin-guide.md)"
+        )
 
 
 @click.command()
@@ -84,6 +102,8 @@ def serve(
     Inside a Slurm job the job's broker is used; otherwise the pool starts its own
     (CPU stand-in devices when there is no GPU). SIGTERM stops everything.
     """
+    if not check:
+        _need_serve_modules()
     pool = _pool(pool_file, demo, listen, engine)
     if check:
         for m in pool.models:

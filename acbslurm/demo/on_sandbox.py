@@ -17,11 +17,12 @@ from acbslurm.demo.target import Target, sandbox_target
 from acbslurm.demo.usage import usage_report, wait_until_stored
 from acbslurm.errors import SetupError
 from acbslurm.render import render
+from acbslurm.resources import conf_dir
 from acbslurm.slurm.jobs import cancel_and_wait
 from acbslurm.slurm.jobtypes import JobInfo
 from acbslurm.spec import load_spec
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "conf" / "examples" / "sandbox-gpu.yaml"
+EXAMPLE = conf_dir() / "examples" / "sandbox-gpu.yaml"
 COUNTS = (1, 2, 4)  # jobs per phase, on a node with 2 GPUs: fits, fills, queues
 Say = Callable[[str], None]
 

@@ -17,6 +17,7 @@ from acbslurm.doctor.context import Context
 from acbslurm.doctor.docker import docker_host, root_skip
 from acbslurm.doctor.result import Check, fail, ok
 from acbslurm.errors import AcbslurmError
+from acbslurm.resources import conf_dir
 from acbslurm.units import is_ascii_int
 
 HOOK = "nvidia-container-runtime-hook"
@@ -161,6 +162,6 @@ def check_nvidia_hook(ctx: Context, proc: str = "/proc", config: str = TOOLKIT_C
             "nvidia-hook",
             f"{hook} is installed but {problem}",
             f"set [nvidia-container-cli] no-cgroups = true in {config} "
-            "(conf/nvidia-container-toolkit/config.toml)",
+            f"({conf_dir() / 'nvidia-container-toolkit' / 'config.toml'})",
         )
     return ok("nvidia-hook", f"{hook} on {where}; {config}: no-cgroups = true")

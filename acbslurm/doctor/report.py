@@ -10,12 +10,15 @@ import stat
 
 from acbslurm.doctor.context import Context
 from acbslurm.doctor.result import Check, fail, ok, warn
+from acbslurm.resources import conf_dir
 from acbslurm.units import is_ascii_int
 
+# The installed conf/ (package data of the wheel and the Debian package), or the checkout's.
 FIX_SERVICE = (
-    "start the report service on this host (`acbslurm report serve`, as a systemd unit "
-    "from conf/) and set report_socket to its socket; or, for root, set db_config to the "
-    "read-only option file (conf/report-db.example.cnf)"
+    "start the report service on this host (`acbslurm report serve`, as the systemd unit "
+    f"{conf_dir() / 'systemd' / 'acbslurm-report.service'}) and set report_socket to its "
+    "socket; or, for root, set db_config to the read-only option file "
+    f"({conf_dir() / 'report-db.example.cnf'})"
 )
 
 

@@ -50,6 +50,31 @@ from acbslurm.slurm.versions import SlurmInstall
 Progress = Callable[[str], None]
 
 
+# The Debian package's places (scripts/build_deb.py).
+INSTALLED_PYTHON = "/usr/bin/python3"
+INSTALLED_ROOT = "/usr/lib/acbslurm"
+INSTALLED_HOOKS = "/usr/libexec/acbslurm"
+
+
+def acbslurm_source() -> dict[str, str]:
+    """Whose acbslurm slurmd's hooks, the users' daemons, the report service and the jobs
+    run: this checkout's (its interpreter), or with ``ACBSLURM_INSTALLED=1`` the installed
+    Debian package's (CI's package leg, docs/sandbox.md)."""
+    if os.environ.get("ACBSLURM_INSTALLED", "") not in ("", "0"):
+        if not os.access(f"{INSTALLED_HOOKS}/acbslurm-prolog", os.X_OK):
+            raise SetupError(
+                "ACBSLURM_INSTALLED is set but the Debian package is not installed (no "
+                f"{INSTALLED_HOOKS}/acbslurm-prolog): make deb && apt install ./dist/acbslurm_*.deb"
+            )
+        return {
+            "python": INSTALLED_PYTHON,
+            "pythonpath": INSTALLED_ROOT,
+            "hooks_dir": INSTALLED_HOOKS,
+        }
+    root = str(Path(acbslurm.__file__).resolve().parent.parent)
+    return {"python": sys.executable, "pythonpath": root, "hooks_dir": ""}
+
+
 def _quiet(_: str) -> None:
     pass
 
@@ -252,8 +277,10 @@ class Sandbox:
     def user_env(self, user: str | None = None) -> dict[str, str]:
         pw = pwd.getpwnam(user or self.user)
         p = self.params
-        # The sandbox's Docker CLI first: `docker` matches the user's daemon.
-        front = ":".join([str(Path(sys.executable).parent), *p.docker.path_dirs[:1]])
+        # The acbslurm the sandbox runs first (the checkout's venv, or /usr/bin when it
+        # runs the installed package), then the sandbox's Docker CLI: `docker` matches
+        # the user's daemon.
+        front = ":".join([str(Path(p.python or sys.executable).parent), *p.docker.path_dirs[:1]])
         return {
             "PATH": f"{front}:" + p.slurm.path_env("/usr/sbin:/usr/bin:/sbin:/bin:/usr/local/bin"),
             "HOME": pw.pw_dir,
@@ -394,6 +421,7 @@ class Sandbox:
             _same_network(self.layout.root, old, node_network)
             _same_shape(self.layout.root, old, gpu_count, port_base, nodes, install)
             self._check_same_docker(old, docker_install)
+            self._check_same_source(old)
             summary = self._already_up(old, alive, count, progress)
             if summary is not None:
                 return summary
@@ -452,6 +480,20 @@ class Sandbox:
             f"Slurm {old.slurm_release}, Docker {old.docker_version}){extra}"
         )
 
+    def _check_same_source(self, old: Params) -> None:
+        """A running sandbox keeps the acbslurm it was started with (its hook wrappers,
+        runtime and settings name it): ACBSLURM_INSTALLED must agree with it."""
+        now = acbslurm_source()["hooks_dir"]
+        if now != old.hooks_dir:
+
+            def says(hooks: str) -> str:
+                return f"the Debian package's ({hooks})" if hooks else "a checkout's"
+
+            raise SetupError(
+                f"the sandbox at {self.layout.root} is up on {says(old.hooks_dir)} acbslurm, "
+                f"and ACBSLURM_INSTALLED asks for {says(now)}; run `acbslurm sandbox down` first"
+            )
+
     def _check_same_docker(self, old: Params, docker_install: DockerInstall | None) -> None:
         if docker_install is not None and docker_install != old.docker:
             raise SetupError(
@@ -472,6 +514,7 @@ class Sandbox:
         gpus_n = gpu_count if gpu_count is not None else base.gpus
         if gpus_n < 1 or gpus_n > 64:
             raise SetupError(f"--gpus must be between 1 and 64, got {gpus_n}")
+        source = acbslurm_source()
         nodes_n = nodes if nodes is not None else base.nodes
         if nodes_n < 1 or nodes_n > MAX_NODES:
             raise SetupError(f"--nodes must be between 1 and {MAX_NODES}, got {nodes_n}")
@@ -483,8 +526,9 @@ class Sandbox:
             cpus=max(8, 4 * gpus_n),
             memory_mb=max(16000, 8000 * gpus_n),
             node=node_name(),
-            python=sys.executable,
-            pythonpath=str(Path(acbslurm.__file__).resolve().parent.parent),
+            python=source["python"],
+            pythonpath=source["pythonpath"],
+            hooks_dir=source["hooks_dir"],
             slurm_prefix=slurm_now.prefix,
             slurm_release=slurm_now.release,
         )

@@ -82,6 +82,9 @@ class Params:
     # The interpreter and checkout whose acbslurm the Slurm hooks run.
     python: str = ""
     pythonpath: str = ""
+    # The Debian package's hooks (/usr/libexec/acbslurm) when the sandbox runs the
+    # installed package (ACBSLURM_INSTALLED=1: cluster.acbslurm_source); "": the checkout's.
+    hooks_dir: str = ""
     # The Slurm installation the daemons and clients come from (Debian's by default).
     slurm_prefix: str = DEBIAN_PREFIX
     slurm_release: str = DEBIAN_RELEASE

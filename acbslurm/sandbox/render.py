@@ -77,6 +77,9 @@ def write_hook_wrappers(layout: Layout, params: Params) -> None:
             config=str(layout.acbslurm_conf),
             hook=name,
             func=func,
+            # the installed package's hook, run by this wrapper as an admin's chaining
+            # wrapper runs it (admin-guide.md, Install step 4); "": the checkout's function
+            hook_file=f"{params.hooks_dir}/{name}" if params.hooks_dir else "",
             hook_log=str(layout.log_file("hooks")),
             times_log=str(layout.log_file("hook-times")),
         )
@@ -99,6 +102,10 @@ def write_oci_runtime(layout: Layout, params: Params) -> None:
     from acbslurm.cgroups.runtime import script
 
     layout.bin.mkdir(parents=True, exist_ok=True)
+    if params.hooks_dir:  # the installed package's own file
+        layout.oci_runtime.unlink(missing_ok=True)
+        layout.oci_runtime.symlink_to(f"{params.hooks_dir}/acbslurm-runc")
+        return
     _write(layout.oci_runtime, script(params.python, params.pythonpath), 0o755)
 
 
@@ -133,6 +140,8 @@ def write_acbslurm_settings(layout: Layout, params: Params) -> None:
         "dcgm_job_mapping_dir": f"{layout.run / 'dcgm-job-map'}{per_node}",
         "gpustat_dir": f"{layout.run / 'gpustat'}{per_node}",
     }
+    if params.hooks_dir:  # jobs run the installed package's `acbslurm run`
+        settings["node_acbslurm"] = f"{os.path.dirname(params.python)}/acbslurm"
     # JSON (which is YAML): the hooks read it without importing PyYAML.
     _write(layout.acbslurm_conf, json.dumps(settings, indent=2) + "\n")
 

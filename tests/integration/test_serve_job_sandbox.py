@@ -18,6 +18,7 @@ import httpx
 import pytest
 from sandboxtest import (
     ACBSLURM,
+    POOL_SUBMIT,
     REPO,
     docker_api,
     job_containers,
@@ -214,7 +215,7 @@ def _submit_pool(sb: Any, jobs: Path) -> tuple[str, int]:
     starts (no earlier run's pool is in it)."""
     no_jobs(sb)
     since = int(time.time())
-    res = as_user(sb, "user1", "submit", str(jobs / "pool-job.yaml"), cwd=str(jobs))
+    res = as_user(sb, "user1", "submit", *POOL_SUBMIT, str(jobs / "pool-job.yaml"), cwd=str(jobs))
     assert res.returncode == 0, res.stderr
     return res.stdout.strip(), since
 

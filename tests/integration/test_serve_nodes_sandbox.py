@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 from sandboxtest import (
     ACBSLURM,
+    POOL_SUBMIT,
     REPO,
     TWO_NODES,
     TWO_NODES_GPUS,
@@ -135,7 +136,7 @@ def test_a_pool_job_on_two_nodes(two: Sandbox, folder: Path) -> None:
     sb = two
     node1, node2 = sb.params.node_names
     jobs = folder / "jobs"
-    res = as_user(sb, "user1", "submit", str(jobs / "pool-2nodes.yaml"), cwd=jobs)
+    res = as_user(sb, "user1", "submit", *POOL_SUBMIT, str(jobs / "pool-2nodes.yaml"), cwd=jobs)
     assert res.returncode == 0, res.stderr
     job = res.stdout.strip()
     out = jobs / f"out-{job}.txt"

@@ -69,6 +69,23 @@ def test_wheel_ships_templates(wheel: Path) -> None:
     assert on_disk <= templates
 
 
+def test_wheel_ships_conf(wheel: Path) -> None:
+    """`acbslurm doctor` and the report's errors point pip users at the installed conf/."""
+    names = zipfile.ZipFile(wheel).namelist()
+    for f in (
+        "systemd/acbslurm-report.service",
+        "systemd/acbslurm-broker.service",
+        "tmpfiles.d/acbslurm.conf",
+        "slurm/slurm.conf.acbslurm",
+        "slurm/gres.conf.acbslurm",
+        "slurm/acbslurm.yaml.example",
+        "report-db.example.cnf",
+        "nvidia-container-toolkit/config.toml",
+        "examples/sandbox-gpu.yaml",
+    ):
+        assert f"acbslurm/conf/{f}" in names
+
+
 def test_wheel_is_typed(wheel: Path) -> None:
     """BrokerClient and the spec/render functions are a public API: type checkers of
     the programs that import them read acbslurm's annotations only with py.typed."""
@@ -94,15 +111,18 @@ def test_installed_copy_finds_its_own_templates(wheel: Path, tmp_path: Path) -> 
         check=True,
         capture_output=True,
     )
-    code = "from acbslurm.resources import templates_dir; print(templates_dir())"
+    code = (
+        "from acbslurm.resources import conf_dir, templates_dir; "
+        "print(templates_dir()); print(conf_dir())"
+    )
     out = subprocess.run(
         [sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {str(target)!r}); {code}"],
         check=True,
         capture_output=True,
         text=True,
         cwd=tmp_path,
-    ).stdout.strip()
-    assert out == str(target / "acbslurm" / "templates")
+    ).stdout.split()
+    assert out == [str(target / "acbslurm" / "templates"), str(target / "acbslurm" / "conf")]
 
 
 def test_test_file_names_are_unique_across_folders() -> None:

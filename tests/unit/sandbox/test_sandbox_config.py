@@ -105,6 +105,48 @@ def test_hook_wrapper_runs_the_named_hook(layout: Layout, tmp_path: Path) -> Non
     assert (hook, job, code) == ("acbslurm-prolog", "-", "7") and 0 < float(ms) < 10_000
 
 
+def test_on_the_package_the_wrapper_runs_its_hook_file(layout: Layout, tmp_path: Path) -> None:
+    """ACBSLURM_INSTALLED=1 (CI's package leg): slurm.conf's hooks are chaining wrappers
+    that run the package's hook files, the users' daemons get its runtime, and jobs its
+    acbslurm."""
+    import sys
+
+    hooks = tmp_path / "libexec"
+    hooks.mkdir()
+    for name in render.HOOKS:
+        (hooks / name).write_text(
+            "import os, sys\nprint(os.environ['ACBSLURM_CONFIG'], sys.argv[0])\nsys.exit(3)\n"
+        )
+    (hooks / "acbslurm-runc").write_text("#!/bin/sh\n")
+    p = Params(python=sys.executable, pythonpath=str(tmp_path), hooks_dir=str(hooks))
+    layout.log.mkdir(parents=True)
+    render.write_hook_wrappers(layout, p)
+    r = subprocess.run([str(layout.libexec / "acbslurm-epilog")], capture_output=True, text=True)
+    assert r.returncode == 3
+    assert r.stdout.split() == [str(layout.acbslurm_conf), str(hooks / "acbslurm-epilog")]
+    hook, _, code, _ = layout.log_file("hook-times").read_text().split()
+    assert (hook, code) == ("acbslurm-epilog", "3")
+    render.write_oci_runtime(layout, p)
+    assert os.readlink(layout.oci_runtime) == str(hooks / "acbslurm-runc")
+    render.write_acbslurm_settings(layout, p)
+    settings = json.loads(layout.acbslurm_conf.read_text())
+    assert settings["node_acbslurm"] == str(Path(sys.executable).parent / "acbslurm")
+    render.write_acbslurm_settings(layout, Params())
+    assert "node_acbslurm" not in json.loads(layout.acbslurm_conf.read_text())
+
+
+def test_installed_is_refused_without_the_package(monkeypatch: pytest.MonkeyPatch) -> None:
+    from acbslurm.errors import SetupError
+    from acbslurm.sandbox import cluster
+
+    monkeypatch.setenv("ACBSLURM_INSTALLED", "1")
+    monkeypatch.setattr(cluster, "INSTALLED_HOOKS", "/nonexistent/libexec/acbslurm")
+    with pytest.raises(SetupError, match="the Debian package is not installed"):
+        cluster.acbslurm_source()
+    monkeypatch.setenv("ACBSLURM_INSTALLED", "0")
+    assert cluster.acbslurm_source()["hooks_dir"] == ""
+
+
 def _run_standin_hook(
     layout: Layout, tmp_path: Path, visible: str
 ) -> subprocess.CompletedProcess[str]:

@@ -13,6 +13,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from acbslurm.cli.main import cli
@@ -35,6 +36,21 @@ def test_check_and_usage(tmp_path: Path, tiny_models: dict[str, Path]) -> None:
     # main() turns AcbslurmError into one line and exit code 2 (ConfigError).
     assert isinstance(r.exception, PoolError) and r.exception.exit_code == 2
     assert "bad.yaml:3: models.0.pth: unknown key (did you mean 'path'?)" in str(r.exception)
+
+
+def test_without_the_serve_extras(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As from the Debian package's Python: one line saying what is missing and where
+    to get it, no traceback."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real(name, *a)
+    )
+    r = CliRunner().invoke(cli, ["serve", "--demo"])
+    assert r.exit_code == 1, r.output
+    assert "acbslurm serve needs torch" in r.output and "acbslurm[serve]" in r.output
+    assert "Traceback" not in r.output
 
 
 def _free_port() -> int:
