@@ -206,17 +206,23 @@ def write_scripts(root: Path, version: str) -> None:
         path.chmod(0o755)
     # acbslurm's OCI runtime for users' daemons (`acbslurm install-runtime` writes the
     # same for a venv): a file of the package, so an upgrade replaces it in place.
-    sys.path.insert(0, str(root / LIB))
-    try:
-        from acbslurm.cgroups.runtime import script
-
-        runc = root / "usr/libexec/acbslurm/acbslurm-runc"
-        runc.write_text(script("/usr/bin/python3", f"/{LIB}"))
-        runc.chmod(0o755)
-    finally:
-        sys.path.remove(str(root / LIB))
-        for name in [m for m in sys.modules if m == "acbslurm" or m.startswith("acbslurm.")]:
-            del sys.modules[name]
+    # In a child, from the package's own tree: importing it here would put a second
+    # acbslurm beside the caller's (a test's) in sys.modules.
+    runc = root / "usr/libexec/acbslurm/acbslurm-runc"
+    code = (
+        "import sys; from acbslurm.cgroups.runtime import script; "
+        "sys.stdout.write(script(sys.argv[1], sys.argv[2]))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(root / LIB)}
+    out = subprocess.run(
+        [sys.executable, "-c", code, "/usr/bin/python3", f"/{LIB}"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+    ).stdout
+    runc.write_text(out)
+    runc.chmod(0o755)
 
 
 def completion(root: Path) -> None:
