@@ -79,6 +79,21 @@ def test_unknown_partition_and_foreign_account_are_refused(
     assert "account 'nosuchacct' does not exist or user2 may not charge it" in res.stderr
 
 
+def test_a_hidden_partition_is_taken_as_sbatch_takes_it(sb: Any, idle: Any, workdir: Path) -> None:
+    """The sandbox's `urgent` partition is Hidden=YES: `scontrol show partition` without
+    -a says it is not found, sbatch takes it; so does submit, and `status` lists the
+    job (squeue without -a would not)."""
+    text = HOLD.replace("partition: p1", "partition: urgent").replace("gpus: 1\n", "")
+    res = as_user(sb, "user1", "submit", "--json", spec(workdir, text), cwd=str(workdir))
+    assert res.returncode == 0, res.stderr
+    assert "does not exist" not in res.stderr and "Warning" not in res.stderr, res.stderr
+    (job,) = json.loads(res.stdout)["job_ids"]
+    shown = as_user(sb, "user1", "status", "--json", cwd=str(workdir))
+    rows = {str(j["job_id"]): j for j in json.loads(shown.stdout)["jobs"]}
+    assert rows[str(job)]["partition"] == "urgent", rows
+    assert as_user(sb, "user1", "cancel", str(job)).returncode == 0
+
+
 HOLD = """\
 name: cli-hold
 partition: p1
