@@ -94,6 +94,54 @@ def test_a_hidden_partition_is_taken_as_sbatch_takes_it(sb: Any, idle: Any, work
     assert as_user(sb, "user1", "cancel", str(job)).returncode == 0
 
 
+def test_what_the_node_would_refuse_is_refused_at_submit_with_its_line(
+    sb: Any, idle: Any, workdir: Path
+) -> None:
+    """As user1: a mount source user1 cannot read (root's 0700 folder) and a 200 KB
+    command (over Linux's 128 KiB for one argument) were refused only on the node after
+    the job waited; now submit refuses them, exit 2, each with the spec's file:line,
+    and nothing is queued."""
+    secret = workdir / "root-only"
+    secret.mkdir(mode=0o700)
+    text = BUSYBOX.replace(
+        "  pull: never\n", f"  pull: never\n  mounts:\n    - {secret}:/data:ro\n"
+    )
+    path = spec(workdir, text)
+    res = as_user(sb, "user1", "submit", path, cwd=str(workdir))
+    assert res.returncode == 2, res.stderr
+    assert f"{path}:11: container.mounts.0: mount source '{secret}' is a folder user1 " in (
+        res.stderr
+    )
+    assert "cannot read (mode 700, owner uid 0)" in res.stderr, res.stderr
+    big = BUSYBOX.replace('"echo to-stderr >&2; exit 3"', '"echo ' + "x" * 200_000 + '"')
+    path = spec(workdir, big)
+    res = as_user(sb, "user1", "submit", path, cwd=str(workdir))
+    assert res.returncode == 2, res.stderr
+    assert f"{path}:10: container.command.2: is 200005 bytes, over Linux's 131071" in res.stderr
+    assert "Traceback" not in res.stderr
+    queued = sb.run_slurm(["squeue", "-a", "-h", "-u", "user1"]).stdout
+    assert not queued.strip(), queued
+
+
+def test_no_memlock_limit_runs_with_the_jobs_own(sb: Any, idle: Any, workdir: Path) -> None:
+    """docs/multi-node.md's `memlock: -1` on the sandbox, whose jobs' hard limit is
+    finite: the job runs, its container at that limit, and its output says so."""
+    text = BUSYBOX.replace(
+        "  pull: never\n", "  pull: never\n  ulimits:\n    memlock: -1\n"
+    ).replace('"echo to-stderr >&2; exit 3"', '"echo locked=$(ulimit -l):$(ulimit -H -l)"')
+    res = as_user(sb, "user1", "submit", "--wait", spec(workdir, text), cwd=str(workdir))
+    assert res.returncode == 0, res.stderr
+    (out,) = workdir.glob("out-*.txt")
+    (err,) = workdir.glob("err-*.txt")
+    import resource
+
+    kib = resource.getrlimit(resource.RLIMIT_MEMLOCK)[1] // 1024
+    assert f"locked={kib}:{kib}" in out.read_text(), out.read_text()
+    assert "--ulimit memlock=-1 asks for no memlock limit, but this job's hard limit" in (
+        err.read_text()
+    )
+
+
 HOLD = """\
 name: cli-hold
 partition: p1
