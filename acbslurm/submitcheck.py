@@ -211,27 +211,30 @@ def check_readable(spec: JobSpec, *, user: str) -> list[str]:
     out: list[str] = []
     for i, m in enumerate(spec.container.mounts):
         where = wheres[i] if i < len(wheres) else spec.source
-        try:
-            st = os.stat(m.source)
-        except PermissionError:
+        if problem := _unreadable(m.source, user or "you"):
             out.append(
-                f"{where}: mount source {m.source!r}: {user or 'you'} cannot reach it (a "
-                "folder on its way is not open to you): the job's container would fail at "
-                "its start on the node; fix its permissions or mount another path"
-            )
-            continue
-        except OSError:
-            continue  # missing here: check_sources warns
-        need = os.R_OK | (os.X_OK if stat.S_ISDIR(st.st_mode) else 0)
-        if not os.access(m.source, need):
-            kind = "folder" if stat.S_ISDIR(st.st_mode) else "file"
-            out.append(
-                f"{where}: mount source {m.source!r} is a {kind} {user or 'you'} cannot read "
-                f"(mode {stat.S_IMODE(st.st_mode):o}, owner uid {st.st_uid}): the job's "
-                "container would fail at its start on the node; fix its permissions or "
-                "mount another path"
+                f"{where}: mount source {m.source!r} {problem}: the job's container "
+                "would fail at its start on the node; fix its permissions or mount "
+                "another path"
             )
     return out
+
+
+def _unreadable(path: str, who: str) -> str | None:
+    """Why ``who`` (this process) cannot read ``path``; None: it can, or it is not here."""
+    try:
+        st = os.stat(path)
+    except PermissionError:
+        return f"is out of {who}'s reach (a folder on its way is closed)"
+    except OSError:
+        return None  # missing here: check_sources warns
+    folder = stat.S_ISDIR(st.st_mode)
+    if os.access(path, os.R_OK | (os.X_OK if folder else 0)):
+        return None
+    kind = "folder" if folder else "file"
+    return (
+        f"is a {kind} {who} cannot read (mode {stat.S_IMODE(st.st_mode):o}, owner uid {st.st_uid})"
+    )
 
 
 def check_submission(
