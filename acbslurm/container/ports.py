@@ -1,10 +1,12 @@
 """Where a job's container publishes its ports (`acbslurm run -p`), said and kept.
 
 The run says each on stderr once the container started (``published 8888/tcp at
-vm-1:18888``), and keeps them, while the container runs, in a file of the job's working
-directory (``jobfiles``: ``acbslurm-ports-JOBID.NODE.PID.json``, one per run, so that
-the steps and nodes of a job never write one file) that `acbslurm status` reads on the
-login node. The file goes when the run ends.
+10.0.0.5:18888 (vm-1)``, at the node's address as its name resolves there; for a
+container with the node's network, where it is reached), and keeps them, while the
+container runs, in a file of the job's working directory (``jobfiles``:
+``acbslurm-ports-JOBID.NODE.PID.json``, one per run, so that the steps and nodes of a
+job never write one file) that `acbslurm status` reads on the login node. The file goes
+when the run ends.
 """
 
 from __future__ import annotations
@@ -120,8 +122,10 @@ def said(port: str, where: str, job: str = "") -> str:
 
 def named(node: str, addresses: list[str]) -> str:
     """`` (vm-1)`` where none of ``addresses`` names ``node``, else nothing."""
-    said = any(a.startswith(f"{node}:") or a.endswith(f" of {node}") for a in addresses)
-    return f" ({node})" if node and not said else ""
+    told = any(
+        a == node or a.startswith(f"{node}:") or a.endswith(f" of {node}") for a in addresses
+    )
+    return f" ({node})" if node and not told else ""
 
 
 def ports_file(work_dir: str, job_id: str, node: str, pid: int) -> str:

@@ -190,6 +190,10 @@ def test_a_host_network_container_is_told_at_the_nodes_address() -> None:
         {"port": "8000/tcp", "address": "vm-2:8000"},
     ]
     assert ports.said("8000/tcp", "vm-2:8000", "7") == "job 7 publishes 8000/tcp at vm-2:8000"
+    unresolved = ports.host_network({}, "vm-2", None)
+    assert ports.lines(unresolved, "vm-2") == [
+        "acbslurm: the container has the node's network: its ports are reached at vm-2"
+    ]
 
 
 def test_the_published_ports_are_kept_for_status_while_the_run_lasts(
