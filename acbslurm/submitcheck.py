@@ -2,9 +2,10 @@
 
 Before: the output and error directories (Slurm does not create them; a job that
 cannot open its output fails as ``JobLaunchFailure`` with no file anywhere), the
-partition and the account, and whether the user's Docker daemon knows the image and
-this host has the container's mount sources and env files (warnings only: the node's
-daemon and disks may differ, and ``pull`` may fetch the image there).
+partition and the account, the container's mount sources the user cannot read, and
+whether the user's Docker daemon knows the image and this host has the container's
+mount sources and env files (warnings only: the node's daemon and disks may differ,
+and ``pull`` may fetch the image there).
 
 After (``submit --wait``): the reason Slurm gives, the exit code, and the last lines of
 the job's error file.
@@ -181,8 +182,59 @@ def check_sources(spec: JobSpec) -> list[str]:
         f"{what} {path!r} does not exist here; the job fails at its start unless it exists "
         "on the node"
         for path, what in paths
-        if not os.path.exists(path)
+        if _missing(path)
     ]
+
+
+def _missing(path: str) -> bool:
+    """Not there (a path this user may not look into is check_readable's)."""
+    try:
+        os.stat(path)
+    except PermissionError:
+        return False
+    except OSError:
+        return True
+    return False
+
+
+def check_readable(spec: JobSpec, *, user: str) -> list[str]:
+    """Errors for the container's mount sources this host has but the submitting user
+    cannot read (a folder: list and enter), each with where the spec set it.
+
+    Submit runs as the user, so ``os.access`` asks as them (their groups included);
+    the user's rootless Docker daemon mounts as them on the node, where the same path
+    (most often the same shared file system) would refuse the container after the
+    job waited in the queue."""
+    if spec.container is None:
+        return []
+    wheres = spec.container.mount_wheres
+    out: list[str] = []
+    for i, m in enumerate(spec.container.mounts):
+        where = wheres[i] if i < len(wheres) else spec.source
+        if problem := _unreadable(m.source, user or "you"):
+            out.append(
+                f"{where}: mount source {m.source!r} {problem}: the job's container "
+                "would fail at its start on the node; fix its permissions or mount "
+                "another path"
+            )
+    return out
+
+
+def _unreadable(path: str, who: str) -> str | None:
+    """Why ``who`` (this process) cannot read ``path``; None: it can, or it is not here."""
+    try:
+        st = os.stat(path)
+    except PermissionError:
+        return f"is out of {who}'s reach (a folder on its way is closed)"
+    except OSError:
+        return None  # missing here: check_sources warns
+    folder = stat.S_ISDIR(st.st_mode)
+    if os.access(path, os.R_OK | (os.X_OK if folder else 0)):
+        return None
+    kind = "folder" if folder else "file"
+    return (
+        f"is a {kind} {who} cannot read (mode {stat.S_IMODE(st.st_mode):o}, owner uid {st.st_uid})"
+    )
 
 
 def check_submission(
@@ -191,6 +243,7 @@ def check_submission(
     """Everything above; ``errors`` mean the job would fail at once."""
     found = check_slurm(spec, user=user, env=env)
     found.errors[:0] = check_paths(spec, cwd=cwd, user=user)
+    found.errors.extend(check_readable(spec, user=user))
     if warning := check_image(spec, user=user):
         found.warnings.append(warning)
     found.warnings.extend(check_sources(spec))

@@ -126,9 +126,12 @@ def _print_pools(pools: dict[str, dict[str, Any]]) -> None:
 
 def _print_ports(ports: dict[str, list[dict[str, str]]]) -> None:
     """Where each job's containers publish their ports (`acbslurm run -p`)."""
+    from acbslurm.container.ports import named, said
+
     for jid, entries in ports.items():
         for e in entries:
-            write(f"job {jid} publishes {e['port']} at {e['address']}")
+            where = e["address"] + named(e.get("node", ""), [e["address"]])
+            write(said(e["port"], where, jid))
 
 
 def status_json(

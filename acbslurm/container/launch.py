@@ -83,6 +83,9 @@ class LaunchSpec:
     publish: list[Publish] = field(default_factory=list)  # -p: the node's ports
     ulimits: list[Ulimit] = field(default_factory=list)  # --ulimit, within the job's
     network: str | None = None  # HostConfig.NetworkMode; None: Docker's default
+    # --network host asked: the node's address is told and kept for `acbslurm status`,
+    # as published ports are (the container's ports are the node's own).
+    host_service: bool = False
     devices: list[Device] = field(default_factory=list)  # --device, of the site's list
     # The job's cgroup helper's socket: the container joins the cgroups of this
     # process's job step, through acbslurm's runtime (cgroups/runtime.py); "": it does not.
@@ -428,15 +431,23 @@ def _start(
     relay.pid = pid_of(inspected)
     if relay.tty:
         relay.resize()  # the tty starts at this terminal's size, not 80x24
-    return _published(inspected, spec.job_id) if spec.publish else None
+    if spec.publish or (spec.host_service and spec.network == "host"):
+        return _published(inspected, spec.job_id, host=not spec.publish)
+    return None
 
 
-def _published(inspected: dict[str, Any], job_id: str) -> str | None:
-    """Where the container's ports are published, said on stderr and kept for `acbslurm
+def _published(inspected: dict[str, Any], job_id: str, host: bool = False) -> str | None:
+    """Where the container's ports are published (``host``: where the node's network,
+    which the container has, is reached), said on stderr and kept for `acbslurm
     status` (container/ports.py); the kept file's path (None: none kept)."""
     node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
-    entries = ports.published(inspected, node)
-    for line in ports.lines(entries):
+    address = ports.node_address(node)
+    entries = (
+        ports.host_network(inspected, node, address)
+        if host
+        else ports.published(inspected, node, address)
+    )
+    for line in ports.lines(entries, node):
         tell(line)
     return ports.keep(job_id, node, entries) if entries and job_id else None
 

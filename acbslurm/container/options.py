@@ -340,16 +340,32 @@ class Ulimit:
         return {"Name": self.name, "Soft": self.soft, "Hard": self.hard}
 
 
+def _tell(said: Callable[[str], None] | None) -> Callable[[str], None]:
+    if said is not None:
+        return said
+    from acbslurm.container.streams import tell
+
+    return tell
+
+
 def _shown(value: int) -> str:
     return "unlimited" if value == UNLIMITED else str(value)
 
 
 def parse_ulimits(
-    texts: Sequence[str], node_hard: Callable[[int], int] | None = None
+    texts: Sequence[str],
+    node_hard: Callable[[int], int] | None = None,
+    said: Callable[[str], None] | None = None,
 ) -> list[Ulimit]:
     """``--ulimit`` values, each within this job's own hard limit of that resource
     (``node_hard``: the hard limit of an ``RLIMIT_*``; this process's by default, which
-    is what the node gives the job's steps): a container never gets more than the job."""
+    is what the node gives the job's steps): a container never gets more than the job.
+
+    ``-1`` (``unlimited``) asks for no limit, as the docs' examples do (``memlock: -1``
+    for NCCL over RDMA): above a finite job limit it is that limit, and ``said`` (the
+    job's stderr by default) tells so, rather than a job that waited in the queue
+    failing at its start on a node whose site did not raise it. A number above the
+    job's limit is refused: it was asked for, and cannot be had."""
     import resource
 
     hard_of = node_hard or (lambda res: resource.getrlimit(res)[1])
@@ -360,7 +376,15 @@ def parse_ulimits(
         except ValueError as exc:
             raise OptionError("--ulimit", str(exc)) from None
         allowed = hard_of(ULIMITS[name])
-        if allowed != UNLIMITED and (hard == UNLIMITED or hard > allowed):
+        if allowed != UNLIMITED and hard == UNLIMITED:
+            _tell(said)(
+                f"acbslurm: --ulimit {text} asks for no {name} limit, but this job's hard "
+                f"limit on this node is {allowed} (`ulimit -H`): the container gets "
+                f"{allowed}; ask the site to raise it (docs/multi-node.md, Locked memory)"
+            )
+            soft = allowed if soft == UNLIMITED or soft > allowed else soft
+            hard = allowed
+        if allowed != UNLIMITED and hard > allowed:
             raise OptionError(
                 "--ulimit",
                 f"{name}'s hard limit {_shown(hard)} (from {text!r}) is above this job's "

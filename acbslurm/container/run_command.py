@@ -373,6 +373,7 @@ def execute(args: RunArgs, early: InfoProbe | None = None) -> int:
         publish=published,
         ulimits=ulimits,
         network=network,
+        host_service=args.network == "host",
         devices=devices,
         cgroup_socket=_cgroup_socket(settings.container_cgroups, settings.job_runtime_dir, job_id),
     )

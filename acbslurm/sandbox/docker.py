@@ -103,7 +103,12 @@ def component(user: str, node: str | None = None) -> str:
 
 def daemon_env(layout: Layout, pw: pwd.struct_passwd, node: str | None = None) -> dict[str, str]:
     front = ":".join([str(layout.bin), *install_of(layout).path_dirs])
+    # A node's daemon publishes ports in its own network namespace, the node's, as a
+    # daemon does on a machine of its own: rootlesskit's port driver would bind them in
+    # its parent's, this machine's (every node's ports on one address, colliding).
+    node_only = {"DOCKERD_ROOTLESS_ROOTLESSKIT_PORT_DRIVER": "none"} if node else {}
     return {
+        **node_only,
         "HOME": pw.pw_dir,
         "USER": pw.pw_name,
         "LOGNAME": pw.pw_name,
@@ -148,6 +153,9 @@ def daemon_argv(layout: Layout, user: str, node: str | None = None) -> list[str]
         f"--add-runtime={RUNTIME_NAME}={layout.oci_runtime}",
         *_insecure_registry(layout),
         f"--host={docker_host(layout, user, node)}",
+        # Docker 20.10's default, rootlesskit-docker-proxy, needs a port driver; the
+        # plain one listens where the daemon is: on a node, the node's network.
+        *([f"--userland-proxy-path={install_of(layout).docker_proxy}"] if node else []),
     ]
 
 

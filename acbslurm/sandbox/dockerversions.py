@@ -93,6 +93,11 @@ class DockerInstall:
         return [str(Path(self.prefix) / "usr/bin"), str(Path(self.prefix) / "usr/sbin")]
 
     @property
+    def docker_proxy(self) -> str:
+        """The installation's own docker-proxy (not rootlesskit-docker-proxy)."""
+        return str(Path(self.prefix or "/") / "usr/sbin/docker-proxy")
+
+    @property
     def has_cdi(self) -> bool:
         return self.version in OFFERED
 

@@ -22,9 +22,10 @@ _GPU_GRES = re.compile(r"(?:^|,)gpu(?::[A-Za-z0-9_.\-]+)?:([0-9]+)")
 
 
 def partition_exists(name: str, *, env: Mapping[str, str] | None = None) -> bool | None:
-    """``scontrol show partition NAME``: True, False, or None when the controller is away."""
+    """``scontrol -a show partition NAME``: True, False, or None when the controller is
+    away. ``-a``: a hidden partition (``Hidden=YES``), which sbatch takes, is one too."""
     try:
-        res = slurm(["scontrol", "-o", "show", "partition", name], env=env, check=False)
+        res = slurm(["scontrol", "-a", "-o", "show", "partition", name], env=env, check=False)
     except AcbslurmError:
         return None
     if res.returncode == 0:

@@ -56,10 +56,14 @@ def parse_grace_left(shown: str, now: float, partition_grace: int | None = None)
 
 
 def _show(kind: str, name: str, env: Mapping[str, str] | None) -> str:
-    """``scontrol -o show KIND NAME``; "" when it cannot be told."""
+    """``scontrol -a -o show KIND NAME``; "" when it cannot be told (``-a``: a job of a
+    hidden partition, and that partition, are shown too)."""
     try:
         res = slurm(
-            ["scontrol", "-o", "show", kind, name], env=env, check=False, timeout=QUERY_TIMEOUT
+            ["scontrol", "-a", "-o", "show", kind, name],
+            env=env,
+            check=False,
+            timeout=QUERY_TIMEOUT,
         )
     except SlurmError:
         return ""

@@ -38,7 +38,8 @@ SQUEUE_FORMAT = (
 
 def squeue_argv(wanted: Sequence[str], user: str | None) -> list[str]:
     """squeue's command for the jobs ``wanted`` (all queued ones when none), of ``user``."""
-    argv = ["squeue", "-h", "-O", SQUEUE_FORMAT]
+    # -a: jobs of a hidden partition (Hidden=YES, which submit takes) are listed too.
+    argv = ["squeue", "-a", "-h", "-O", SQUEUE_FORMAT]
     if wanted:
         # -t all: finished jobs the controller still remembers (MinJobAge) come back too.
         argv += ["-t", "all", "--jobs=" + ",".join(dict.fromkeys(wanted))]

@@ -138,6 +138,9 @@ class ContainerSpec:
     mounts: tuple[Mount, ...] = ()
     env: tuple[tuple[str, str], ...] = ()
     workdir: str | None = None
+    # Where each of ``mounts`` was set (``job.yaml:12: container.mounts.0``), for the
+    # checks at submit (submitcheck.py) to name.
+    mount_wheres: tuple[str, ...] = field(default=(), compare=False)
     # `acbslurm run`'s own options (runrules holds the rules both check)
     env_files: tuple[str, ...] = ()  # absolute paths, read on the node
     user: str | None = None
@@ -337,7 +340,7 @@ def _env(
             e.add(kpath, problem)
             continue
         text = _env_text(raw, kpath, e)
-        if text is not None:
+        if text is not None and _fits_exec(f"{key}={text}", kpath, e, "is, with its name,"):
             out.append((key, text))
     return tuple(out)
 
@@ -358,6 +361,27 @@ def _env_text(raw: Any, kpath: tuple[str, ...], e: Errors) -> str | None:
     return None
 
 
+# Linux's MAX_ARG_STRLEN (32 pages of 4 KiB): the longest one argument or environment
+# string, its NUL included, that execve takes. The command reaches the node as one
+# argument (`bash -c TEXT`, `acbslurm run ... sh -c TEXT`, the container's `sh -c`):
+# longer, every exec fails there (E2BIG, "Argument list too long", exit 126) after the
+# job waited in the queue.
+MAX_ARG_STRLEN = 32 * 4096
+
+
+def _fits_exec(text: str, path: tuple[str, ...], e: Errors, what: str = "") -> bool:
+    size = len(text.encode("utf-8", "surrogateescape")) + 1
+    if size <= MAX_ARG_STRLEN:
+        return True
+    e.add(
+        path,
+        f"{what or 'is'} {size - 1} bytes, over Linux's {MAX_ARG_STRLEN - 1} for one "
+        "argument (MAX_ARG_STRLEN): the job would fail at its start (exit 126, Argument "
+        "list too long); put it in a file the job runs or reads",
+    )
+    return False
+
+
 def _command(value: Any, path: tuple[str, ...], e: Errors) -> tuple[str, ...] | str | None:
     if value is None:
         return None
@@ -368,7 +392,7 @@ def _command(value: Any, path: tuple[str, ...], e: Errors) -> tuple[str, ...] | 
         if "\x00" in value:
             e.add(path, "must not contain a NUL character")
             return None
-        return value
+        return value if _fits_exec(value, path, e) else None
     if isinstance(value, list):
         return _words(value, path, e)
     e.add(path, f"must be a list of arguments or a shell command string, got {value!r}")
@@ -387,6 +411,8 @@ def _words(value: list[Any], path: tuple[str, ...], e: Errors) -> tuple[str, ...
             return None
         if "\x00" in str(item):
             e.add((*path, str(i)), "must not contain a NUL character")
+            return None
+        if not _fits_exec(str(item), (*path, str(i)), e):
             return None
         words.append(str(item))
     return tuple(words)
@@ -434,7 +460,10 @@ def _mount_path_problem(label: str, p: Any) -> str | None:
     return None
 
 
-def _mounts(value: Any, path: tuple[str, ...], e: Errors) -> tuple[Mount, ...]:
+def _mounts(
+    value: Any, path: tuple[str, ...], e: Errors, wheres: list[str] | None = None
+) -> tuple[Mount, ...]:
+    """The ``mounts`` list; ``wheres`` gets where each kept one was set."""
     if value is None:
         return ()
     if not isinstance(value, list):
@@ -454,6 +483,8 @@ def _mounts(value: Any, path: tuple[str, ...], e: Errors) -> tuple[Mount, ...]:
             e.add(ipath, problem)
         if not problems:
             out.append(Mount(str(src), str(dst), readonly))
+            if wheres is not None:
+                wheres.append(f"{e.doc.where(ipath)}: {'.'.join(ipath)}")
     return tuple(out)
 
 
@@ -559,14 +590,22 @@ def _container(value: Any, path: tuple[str, ...], e: Errors) -> ContainerSpec | 
         )
     pull = _pull(value.get("pull"), (*path, "pull"), e)
     command = _command(value.get("command"), (*path, "command"), e)
-    mounts = _mounts(value.get("mounts"), (*path, "mounts"), e)
+    wheres: list[str] = []
+    mounts = _mounts(value.get("mounts"), (*path, "mounts"), e, wheres)
     env = _env(value.get("env"), (*path, "env"), e)
     workdir = _path(value.get("workdir"), (*path, "workdir"), e, absolute=True)
     options = _run_options(value.get, path, e)
     if image is None:
         return None
     return ContainerSpec(
-        image=image, pull=pull, command=command, mounts=mounts, env=env, workdir=workdir, **options
+        image=image,
+        pull=pull,
+        command=command,
+        mounts=mounts,
+        env=env,
+        workdir=workdir,
+        mount_wheres=tuple(wheres),
+        **options,
     )
 
 

@@ -6,6 +6,9 @@
 #
 #   docker build -t openai-whisper:latest -f conf/examples/whisper.Dockerfile conf/examples
 #
+# The build needs the internet (Docker Hub, Debian's mirror, PyPI, download.pytorch.org):
+# for nodes without it, build elsewhere and `docker save`/`docker load` (docs/whisper.md).
+#
 # The GPU comes from the NVIDIA container toolkit at run time (`acbslurm run` asks for
 # exactly the job's GPUs); the image needs only CUDA's user-space libraries, which the
 # PyTorch wheels bring along.

@@ -79,6 +79,71 @@ def test_unknown_partition_and_foreign_account_are_refused(
     assert "account 'nosuchacct' does not exist or user2 may not charge it" in res.stderr
 
 
+def test_a_hidden_partition_is_taken_as_sbatch_takes_it(sb: Any, idle: Any, workdir: Path) -> None:
+    """The sandbox's `urgent` partition is Hidden=YES: `scontrol show partition` without
+    -a says it is not found, sbatch takes it; so does submit, and `status` lists the
+    job (squeue without -a would not)."""
+    text = HOLD.replace("partition: p1", "partition: urgent").replace("gpus: 1\n", "")
+    res = as_user(sb, "user1", "submit", "--json", spec(workdir, text), cwd=str(workdir))
+    assert res.returncode == 0, res.stderr
+    assert "does not exist" not in res.stderr and "Warning" not in res.stderr, res.stderr
+    (job,) = json.loads(res.stdout)["job_ids"]
+    shown = as_user(sb, "user1", "status", "--json", cwd=str(workdir))
+    rows = {str(j["job_id"]): j for j in json.loads(shown.stdout)["jobs"]}
+    assert rows[str(job)]["partition"] == "urgent", rows
+    assert as_user(sb, "user1", "cancel", str(job)).returncode == 0
+
+
+def test_what_the_node_would_refuse_is_refused_at_submit_with_its_line(
+    sb: Any, idle: Any, workdir: Path
+) -> None:
+    """As user1: a mount source user1 cannot read (root's 0700 folder) and a 200 KB
+    command (over Linux's 128 KiB for one argument) were refused only on the node after
+    the job waited; now submit refuses them, exit 2, each with the spec's file:line,
+    and nothing is queued."""
+    secret = workdir / "root-only"
+    secret.mkdir(mode=0o700)
+    text = BUSYBOX.replace(
+        "  pull: never\n", f"  pull: never\n  mounts:\n    - {secret}:/data:ro\n"
+    )
+    path = spec(workdir, text)
+    res = as_user(sb, "user1", "submit", path, cwd=str(workdir))
+    assert res.returncode == 2, res.stderr
+    assert f"{path}:11: container.mounts.0: mount source '{secret}' is a folder user1 " in (
+        res.stderr
+    )
+    assert "cannot read (mode 700, owner uid 0)" in res.stderr, res.stderr
+    big = BUSYBOX.replace('"echo to-stderr >&2; exit 3"', '"echo ' + "x" * 200_000 + '"')
+    path = spec(workdir, big)
+    res = as_user(sb, "user1", "submit", path, cwd=str(workdir))
+    assert res.returncode == 2, res.stderr
+    assert f"{path}:10: container.command.2: is 200005 bytes, over Linux's 131071" in res.stderr
+    assert "Traceback" not in res.stderr
+    queued = sb.run_slurm(["squeue", "-a", "-h", "-u", "user1"]).stdout
+    assert not queued.strip(), queued
+
+
+def test_no_memlock_limit_runs_with_the_jobs_own(sb: Any, idle: Any, workdir: Path) -> None:
+    """docs/multi-node.md's `memlock: -1` on the sandbox: the job runs; where its hard
+    limit is finite (8 MiB here, as Debian's default), its container gets that limit
+    and the job's output says so; where it is not, no limit and nothing said."""
+    text = BUSYBOX.replace(
+        "  pull: never\n", "  pull: never\n  ulimits:\n    memlock: -1\n"
+    ).replace('"echo to-stderr >&2; exit 3"', '"echo locked=$(ulimit -l):$(ulimit -H -l)"')
+    res = as_user(sb, "user1", "submit", "--wait", spec(workdir, text), cwd=str(workdir))
+    assert res.returncode == 0, res.stderr
+    (out,) = workdir.glob("out-*.txt")
+    (err,) = workdir.glob("err-*.txt")
+    soft, _, hard = out.read_text().strip().rpartition("locked=")[2].partition(":")
+    assert soft == hard, out.read_text()
+    notice = "--ulimit memlock=-1 asks for no memlock limit, but this job's hard limit"
+    if hard == "unlimited":
+        assert notice not in err.read_text()
+    else:
+        told = f"{notice} on this node is {int(hard) * 1024} (`ulimit -H`)"
+        assert told in err.read_text(), err.read_text()
+
+
 HOLD = """\
 name: cli-hold
 partition: p1

@@ -22,11 +22,12 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sandboxtest import IMAGE, REPO, acbslurm_as, submit_spec
+from sandboxtest import IMAGE, REPO, acbslurm_as, job_status, submit_spec
 from sandboxtest import wait_until as wait
 
 from acbslurm.sandbox import Sandbox, docker, nodenet, torchimage
@@ -196,10 +197,81 @@ container:
 
         got = wait(f"an answer from {node}:{port}", answer, timeout=60)
         assert got.strip() == f"served by {node}", got
+        # `acbslurm status` says where: the node's address, which answers from here.
+        addr = nodenet.node_addr(p, node)
+        row = job_status(net, "user1", job)
+        assert row["published"] == [{"node": node, "port": "host network", "address": addr}], row
+        table = as_user(net, "user1", "status", job, cwd=workdir).stdout
+        assert f"has the node's network: its ports are reached at {addr} ({node})" in table
     finally:
         res = as_user(net, "user1", "cancel", job)
     assert res.returncode == 0, res.stderr
     assert ended(net, job, out) == "CANCELLED"
+
+
+PAGE = 'mkdir /w && echo "job $SLURM_JOB_ID" > /w/index.html && exec httpd -f -p 8080 -h /w'
+
+
+def test_one_port_published_on_each_node_answers_at_each_nodes_address(
+    net: Sandbox, workdir: Path
+) -> None:
+    """`publish` of one port by a job on each node: each node's daemon publishes it in
+    the node's network (as on two machines; not both on this one, where the second
+    collided), each answers at its node's address with its own job's page, and
+    `acbslurm status` shows that address (this machine does not know the node names)."""
+    p = net.params
+    port = 20000 + int(time.monotonic_ns() % 5000)
+    jobs = {
+        node: submit_spec(
+            net,
+            workdir,
+            f"""\
+name: web
+partition: p1
+sbatch_args: ["--nodelist={node}"]
+gpus: 1
+mem: 200M
+time: "5"
+output: out-%j.txt
+container:
+  image: {IMAGE}
+  pull: never
+  publish: ["{port}:8080"]
+  command: [sh, -c, '{PAGE}']
+""",
+        )
+        for node in p.node_names
+    }
+
+    def page(addr: str) -> str:
+        try:
+            # No proxy: the node's address is on this machine's bridge, never a proxy's.
+            direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+            with direct.open(f"http://{addr}:{port}/", timeout=5) as r:
+                return str(r.read().decode())
+        except OSError:
+            return ""
+
+    try:
+        for node, job in jobs.items():
+            addr = nodenet.node_addr(p, node)
+            got = wait(f"job {job}'s page at {addr}:{port}", lambda a=addr: page(a), timeout=60)
+            assert got.strip() == f"job {job}", got
+            row = wait(
+                f"job {job}'s published port in status",
+                lambda j=job: job_status(net, "user1", j)["published"],
+                timeout=30,
+            )
+            assert row == [{"node": node, "port": "8080/tcp", "address": f"{addr}:{port}"}]
+        table = as_user(net, "user1", "status", cwd=workdir).stdout
+        for node, job in jobs.items():
+            addr = nodenet.node_addr(p, node)
+            assert f"job {job} publishes 8080/tcp at {addr}:{port} ({node})" in table, table
+    finally:
+        res = as_user(net, "user1", "cancel", *jobs.values())
+    assert res.returncode == 0, res.stderr
+    for job in jobs.values():
+        assert ended(net, job, workdir / f"out-{job}.txt") == "CANCELLED"
 
 
 def test_doctor_tells_a_nodes_daemon_from_the_login_nodes(net: Sandbox, workdir: Path) -> None:

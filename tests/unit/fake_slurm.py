@@ -98,9 +98,9 @@ def squeue(args, stdin, state):
 
 
 def squeue_answer(args, state):
-    opts, rest = options(args, {{"-o", "-O", "-t", "-u", "-w"}}, {{"-h"}}, optional=("-j",))
+    opts, rest = options(args, {{"-o", "-O", "-t", "-u", "-w"}}, {{"-h", "-a"}}, optional=("-j",))
     for key in opts:
-        if key not in ("-o", "-O", "-t", "-u", "-w", "-h", "-j", "--jobs", "--format",
+        if key not in ("-o", "-O", "-t", "-u", "-w", "-h", "-a", "-j", "--jobs", "--format",
                        "--Format", "--states"):
             raise Usage(f"unrecognized option {{key!r}}")
     ids = opts.get("--jobs") or opts.get("-j")
@@ -230,8 +230,8 @@ def sacct(args, stdin, state):
 
 
 def scontrol(args, stdin, state):
-    flags = {{a for a in args if a in ("-d", "-o")}}
-    words = [a for a in args if a not in ("-d", "-o")]
+    flags = {{a for a in args if a in ("-a", "-d", "-o")}}
+    words = [a for a in args if a not in ("-a", "-d", "-o")]
     if words[:1] == ["update"]:
         return scontrol_update(words[1:], state)
     if words[:2] == ["show", "partition"] and len(words) == 3:

@@ -142,6 +142,60 @@ def test_published_lines_name_where_each_port_is_reached() -> None:
     assert ports.published({}, "vm-1") == []
 
 
+def test_published_ports_are_told_at_the_nodes_address(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the node's name resolves on the node to an address of its own, that address
+    is told (the login node may not know the name), with the node's name beside it; a
+    name that resolves to loopback (Debian's 127.0.1.1 line) or not at all is told as
+    it is."""
+    import socket
+
+    from acbslurm.container import ports
+
+    entries = ports.published(INSPECTED, "vm-1", "10.0.0.5")
+    assert ports.lines(entries, "vm-1") == [
+        "acbslurm: published 8080/tcp at 10.0.0.5:32768 (vm-1)",
+        "acbslurm: published 9090/tcp at 127.0.0.1:19090 of vm-1",
+    ]
+    answers = {
+        "vm-1": ["fe80::1%eth0", "2001:db8::5", "127.0.1.1", "10.0.0.5"],
+        "v6": ["::1", "2001:db8::5"],
+        "lo": ["127.0.1.1", "::1"],
+    }
+
+    def getaddrinfo(host: str, *_a: object, **_k: object) -> list[tuple[object, ...]]:
+        if host not in answers:
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (a, 0)) for a in answers[host]]
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    assert ports.node_address("vm-1") == "10.0.0.5"
+    assert ports.node_address("v6") == "[2001:db8::5]"
+    assert ports.node_address("lo") is None
+    assert ports.node_address("nowhere") is None
+
+
+def test_a_host_network_container_is_told_at_the_nodes_address() -> None:
+    """`--network host`: nothing is published, the container's ports are the node's;
+    the image's exposed ports at the node's address, else the address alone."""
+    from acbslurm.container import ports
+
+    bare = ports.host_network({"Config": {}}, "vm-2", "10.0.0.6")
+    assert bare == [{"port": ports.HOST_NETWORK, "address": "10.0.0.6"}]
+    assert ports.lines(bare, "vm-2") == [
+        "acbslurm: the container has the node's network: its ports are reached at 10.0.0.6 (vm-2)"
+    ]
+    exposing = {"Config": {"ExposedPorts": {"8000/tcp": {}, "53/udp": {}}}}
+    assert ports.host_network(exposing, "vm-2", None) == [
+        {"port": "53/udp", "address": "vm-2:53"},
+        {"port": "8000/tcp", "address": "vm-2:8000"},
+    ]
+    assert ports.said("8000/tcp", "vm-2:8000", "7") == "job 7 publishes 8000/tcp at vm-2:8000"
+    unresolved = ports.host_network({}, "vm-2", None)
+    assert ports.lines(unresolved, "vm-2") == [
+        "acbslurm: the container has the node's network: its ports are reached at vm-2"
+    ]
+
+
 def test_the_published_ports_are_kept_for_status_while_the_run_lasts(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

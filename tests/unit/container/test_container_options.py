@@ -458,8 +458,8 @@ def test_ulimits_within_the_jobs_hard_limits(texts: list[str], want: list[tuple]
         ("nofile=9:8", "the soft limit is above the hard one in 'nofile=9:8'"),
         ("nofile=-1:8", "the soft limit is above the hard one in 'nofile=-1:8'"),
         (
-            "memlock=-1",
-            "memlock's hard limit unlimited (from 'memlock=-1') is above this job's "
+            "memlock=1024:9999999",
+            "memlock's hard limit 9999999 (from 'memlock=1024:9999999') is above this job's "
             "8388608 on this node",
         ),
         ("nofile=4096:5000", "nofile's hard limit 5000 (from 'nofile=4096:5000') is above"),
@@ -474,6 +474,30 @@ def test_bad_ulimits_name_the_value(text: str, message: str) -> None:
         parse_ulimits([text], node_hard=lambda res: hard.get(res, -1))
     assert info.value.option == "--ulimit"
     assert message in str(info.value), str(info.value)
+
+
+def test_no_limit_is_the_jobs_own_where_the_node_has_one() -> None:
+    """`memlock: -1` (docs/multi-node.md's example) on a node whose job limit is 8 MiB:
+    the container gets 8 MiB, and the job's output says so and what to ask for; a
+    soft limit below it stays."""
+    from acbslurm.container.options import parse_ulimits
+
+    hard = {resource.RLIMIT_MEMLOCK: 8388608}
+    told: list[str] = []
+    got = parse_ulimits(
+        ["memlock=-1", "stack=1024:unlimited"],
+        node_hard=lambda res: hard.get(res, 65536),
+        said=told.append,
+    )
+    assert [(u.name, u.soft, u.hard) for u in got] == [
+        ("memlock", 8388608, 8388608),
+        ("stack", 1024, 65536),
+    ]
+    assert told[0] == (
+        "acbslurm: --ulimit memlock=-1 asks for no memlock limit, but this job's hard limit "
+        "on this node is 8388608 (`ulimit -H`): the container gets 8388608; ask the site to "
+        "raise it (docs/multi-node.md, Locked memory)"
+    )
 
 
 @pytest.mark.parametrize("code", ["0", "125", "126", "127", "256", "-1", "x", "\uff18\uff15"])

@@ -307,7 +307,7 @@ def test_submit_wait_of_three_jobs_asks_about_them_alone(fake_slurm: FakeSlurm) 
         ("101", "COMPLETED"),
         ("102", "COMPLETED"),
     ]
-    squeue = ["squeue", "-h", "-O", SQUEUE_FORMAT, "-t", "all", "--jobs=100,101,102"]
+    squeue = ["squeue", "-a", "-h", "-O", SQUEUE_FORMAT, "-t", "all", "--jobs=100,101,102"]
     polls = [a for a in fake_slurm.argvs() if a[0] != "sbatch"]
     # poll 1: pending; 2: running, scontrol once per job; 3: running, GPUs cached; 4: done
     assert polls[:2] == [squeue, squeue]

@@ -206,7 +206,7 @@ def test_status_shows_each_running_array_task_its_gpu(
     # every job: one squeue listing, then scontrol for each of the two running tasks (a
     # listing only for more than 16: it costs what the controller's whole table does)
     squeue, *scontrol = fake_slurm.argvs()
-    assert squeue == ["squeue", "-h", "-O", SQUEUE_FORMAT]
+    assert squeue == ["squeue", "-a", "-h", "-O", SQUEUE_FORMAT]
     assert sorted(scontrol) == [
         ["scontrol", "-d", "-o", "show", "job", task] for task in sorted(want)
     ]

@@ -135,6 +135,35 @@ def test_mounts_forms_and_errors() -> None:
     assert [m.source for m in ok.container.mounts] == ["/devices", "/sys", "/proc2"]
 
 
+def test_each_mount_keeps_where_it_was_set() -> None:
+    ok = parse_spec(
+        "container:\n  image: x\n  mounts:\n    - /a:/b:ro\n    - {source: /c, target: /d}\n",
+        "job.yaml",
+    )
+    assert ok.container is not None
+    assert ok.container.mount_wheres == (
+        "job.yaml:4: container.mounts.0",
+        "job.yaml:5: container.mounts.1",
+    )
+
+
+def test_a_command_or_variable_no_exec_takes_is_refused_with_its_line() -> None:
+    """Over Linux's MAX_ARG_STRLEN (128 KiB, its NUL included) one argument or
+    environment string fails every exec on the node (E2BIG, exit 126) after the job
+    waited in the queue: refused here, with file:line; one byte less passes."""
+    from acbslurm.spec.model import MAX_ARG_STRLEN
+
+    most = "x" * (MAX_ARG_STRLEN - 1)
+    assert parse_spec(f"command: {most}\n", "job.yaml").command == most
+    msg = errors_of(f"name: t\ncommand: x{most}\n")
+    assert f"job.yaml:2: command: is {MAX_ARG_STRLEN} bytes, over Linux's 131071" in msg
+    assert "(exit 126, Argument list too long); put it in a file the job runs" in msg
+    msg = errors_of(f"container:\n  image: x\n  command: [sh, -c, 'x{most}']\n")
+    assert "job.yaml:3: container.command.2: is 131072 bytes" in msg, msg
+    msg = errors_of(f"command: x\nenv:\n  BIG: {most}\n")
+    assert "job.yaml:3: env.BIG: is, with its name, 131075 bytes" in msg, msg
+
+
 def test_mounts_refuse_the_root_and_proc_by_name() -> None:
     lines = ["/:/host", "//:/h", "/./:/h", "/tmp/..:/h", "/dev/../dev:/h", "/proc/1/root:/h"]
     text = "container:\n  image: x\n  mounts:\n" + "".join(f"    - {m}\n" for m in lines)
