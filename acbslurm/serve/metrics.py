@@ -136,6 +136,12 @@ class Metrics:
             ["key", "model", "kind"],
             registry=self.registry,
         )
+        self.audio_seconds = Counter(
+            "acbslurm_serve_audio_seconds",
+            "Seconds of audio transcribed (/v1/audio/transcriptions) by key name and model",
+            ["key", "model"],
+            registry=self.registry,
+        )
         self.registry.register(_Workers(handles))
         if book is not None:
             self.registry.register(_Usage(book))
@@ -146,6 +152,9 @@ class Metrics:
     def usage(self, model: str, prompt: int, completion: int, key: str) -> None:
         self.tokens.labels(key, model, "prompt").inc(prompt)
         self.tokens.labels(key, model, "completion").inc(completion)
+
+    def audio(self, model: str, seconds: float, key: str) -> None:
+        self.audio_seconds.labels(key, model).inc(seconds)
 
     def render(self) -> bytes:
         return bytes(generate_latest(self.registry))

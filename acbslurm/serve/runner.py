@@ -298,6 +298,7 @@ class PoolServer:
             keys=self.keys,
             owner=user_name(),
             usage_folder=usage_folder(dict(os.environ)),
+            max_audio=self.pool.max_audio,
         )
         config = uvicorn.Config(
             self.gateway.app,
