@@ -280,6 +280,29 @@ def test_transcription_and_translation_as_vllm_alone(pool: Pool) -> None:
         for c in (pool.client(), pool.alone("model-whisper"))
     }
     assert len(set(text.values())) == 1, text  # the text as vLLM wrote it, nothing added
+    # streamed (vLLM's own chunks, not OpenAI's events: read here as they come)
+    form = {"model": "model-whisper", "temperature": "0", "stream": "true"}
+    streams = []
+    for http, url, auth in (
+        (httpx.Client(timeout=120), f"http://127.0.0.1:{pool.port}", KEYS["alice"]),
+        (pool.alone("model-whisper")._client, "http://vllm", "none"),
+    ):
+        r = http.post(
+            f"{url}/v1/audio/transcriptions",
+            files={"file": ("tone.wav", wav)},
+            data=form,
+            headers={"Authorization": f"Bearer {auth}"},
+        )
+        lines = [x[6:] for x in r.text.splitlines() if x.startswith("data: ")]
+        assert lines[-1] == "[DONE]", r.text[-300:]
+        streams.append(
+            "".join(
+                c["delta"].get("content") or ""
+                for x in lines[:-1]
+                for c in json.loads(x).get("choices") or ()
+            )
+        )
+    assert streams[0] == streams[1] and streams[0], streams
     with pytest.raises(openai.APIStatusError) as e:
         pool.client().audio.transcriptions.create(
             model="model-whisper", file=("big.wav", tone_wav(12.0))
