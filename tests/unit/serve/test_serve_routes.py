@@ -283,8 +283,9 @@ def test_transcription_and_translation_as_vllm_alone(pool: Pool) -> None:
     # streamed (vLLM's own chunks, not OpenAI's events: read here as they come)
     form = {"model": "model-whisper", "temperature": "0", "stream": "true"}
     streams = []
+    mine = httpx.Client(timeout=120)
     for http, url, auth in (
-        (httpx.Client(timeout=120), f"http://127.0.0.1:{pool.port}", KEYS["alice"]),
+        (mine, f"http://127.0.0.1:{pool.port}", KEYS["alice"]),
         (pool.alone("model-whisper")._client, "http://vllm", "none"),
     ):
         r = http.post(
@@ -302,6 +303,7 @@ def test_transcription_and_translation_as_vllm_alone(pool: Pool) -> None:
                 for c in json.loads(x).get("choices") or ()
             )
         )
+    mine.close()
     assert streams[0] == streams[1] and streams[0], streams
     with pytest.raises(openai.APIStatusError) as e:
         pool.client().audio.transcriptions.create(
