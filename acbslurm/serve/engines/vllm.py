@@ -69,6 +69,8 @@ DEATH_CLEANUP_S = 15.0
 # The counters whose growth is progress (the gateway's heartbeat): tokens prefilled and
 # decoded, summed over the server's label sets.
 PROGRESS_COUNTERS = (b"vllm:generation_tokens_total", b"vllm:prompt_tokens_total")
+# A streamed response's events with its first output
+FIRST_EVENTS = ("response.output_text.delta", "response.function_call_arguments.delta")
 # The events that end a stream of /v1/responses (which sends no [DONE])
 LAST_EVENTS = ("response.completed", "response.incomplete", "response.failed", "error")
 
@@ -934,6 +936,9 @@ class VllmWorker(Worker):
                 return None
             if not stream:
                 seen.read(data, kind)
+                # a whole answer's first output is the answer (a response, an embedding,
+                # a transcription have no choices to find text in)
+                seen.first = seen.first or time.monotonic() - started
                 whole: Body = {"type": "body", "id": d.rid, "data": data.decode()}
                 whole["content_type"] = kind
                 self.send(whole)
@@ -1077,8 +1082,8 @@ class _Seen:
             if not self.first and _choice_text(c):
                 self.first = time.monotonic() - self.started
             self.finish = c.get("finish_reason") or self.finish
-        if not self.first and (ev.get("type") == "response.output_text.delta" or "data" in ev):
-            self.first = time.monotonic() - self.started  # a response's text, embeddings
+        if not self.first and ev.get("type") in FIRST_EVENTS:
+            self.first = time.monotonic() - self.started  # a response's or a transcript's
         return ev
 
     def tokens(self, *names: str) -> int:

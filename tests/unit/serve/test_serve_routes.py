@@ -209,7 +209,7 @@ models:
 def pool_metrics(obj: Any) -> dict[str, Any]:
     metrics = obj["metrics"] if isinstance(obj, dict) else obj.model_extra["metrics"]
     mine = metrics["acbslurm"]
-    assert mine["gpu_seconds"] > 0 and mine["gpus"], mine
+    assert mine["gpu_seconds"] > 0 and mine["gpus"] and mine["compute_s"] > 0, mine
     assert {"queued_s", "wait_s", "restore_s", "compute_s"} <= set(mine), mine
     return mine
 
