@@ -3,10 +3,13 @@
 The gateway keeps a ``Book``. A request is *in hand* from the moment the gateway queues
 it for its model's worker until its answer ends (or it fails, or its client leaves).
 A lease (a model's turn on its devices, as its worker saw it: from the grant to the
-release) is worth ``devices x seconds``; that is shared among the requests of that model
-in hand during the lease, in proportion to how long each was in hand within it. A lease
-with no request in hand (all of them cancelled before the turn) goes to ``UNBILLED``.
-So the requests' GPU-seconds add up to the leased ones exactly (up to float rounding),
+release) is worth ``devices x seconds``; each moment of it is shared equally among the
+requests of that model in hand at that moment, and the moments with none in hand (the
+turn's end after its last answer: a linger for the next request, a sleep, the release;
+a turn whose requests were all cancelled) go to ``UNBILLED``. A request's share is
+therefore known, final, as soon as its answer ends, while its lease goes on: the
+gateway gives it in the answer itself (``request_gpu_seconds``). So the requests'
+GPU-seconds and UNBILLED add up to the leased ones exactly (up to float rounding),
 whatever the engine batches together.
 
 In a Slurm job the book is written to the job's private runtime folder, which the
@@ -210,7 +213,18 @@ def _seconds(v: object) -> float:
 
 
 class _InHand:
-    __slots__ = ("completion", "done", "end", "gpu_s", "key", "model", "prompt", "queued", "start")
+    __slots__ = (
+        "completion",
+        "devices",
+        "done",
+        "end",
+        "gpu_s",
+        "key",
+        "model",
+        "prompt",
+        "queued",
+        "start",
+    )
 
     def __init__(self, model: str, key: str, start: float) -> None:
         self.model = model
@@ -222,6 +236,7 @@ class _InHand:
         self.queued = 0.0
         self.gpu_s = 0.0
         self.done = False
+        self.devices: tuple[str, ...] = ()  # of the leases it had a share of
 
 
 class Book:
@@ -236,6 +251,13 @@ class Book:
         self._in_hand: dict[str, _InHand] = {}
         self.requests_seen = 0
         self.events = 0  # ledger lines made: the totals changed
+        # model -> (its lease's device ids, granted): the lease its worker computes in
+        # now (``open_lease``), counted by ``lease`` when it ends
+        self._open: dict[str, tuple[tuple[str, ...], float]] = {}
+
+    def open_lease(self, model: str, devices: list[str], granted: float) -> None:
+        """``model``'s worker computes in a lease granted at ``granted`` on ``devices``."""
+        self._open[model] = (tuple(devices), granted)
 
     def opened(self, model: str, rid: str, key: str, now: float) -> None:
         self._in_hand[rid] = _InHand(model, key, now)
@@ -272,16 +294,17 @@ class Book:
         """A lease of ``model`` on ``devices`` devices ended: its GPU-seconds shared out."""
         span = max(0.0, released - granted)
         gpu_s = devices * span
-        weights = self._in_hand_during(model, granted, released)
-        whole = sum(weights.values())
-        per_request = {rid: gpu_s * w / whole for rid, w in weights.items()} if whole > 0 else {}
+        ids = self._open.pop(model, ((), 0.0))[0]
+        per_request = self._shares(model, devices, granted, released)
         by_key: dict[str, float] = {}
         for rid, share in per_request.items():
             r = self._in_hand[rid]
             r.gpu_s += share
+            r.devices = tuple(dict.fromkeys((*r.devices, *ids)))
             by_key[r.key] = by_key.get(r.key, 0.0) + share
-        if not per_request and gpu_s > 0:
-            by_key[UNBILLED] = gpu_s
+        idle = gpu_s - sum(per_request.values())
+        if idle > gpu_s * 1e-9:
+            by_key[UNBILLED] = by_key.get(UNBILLED, 0.0) + idle
         self.totals.add_lease(model, gpu_s, by_key)
         self._emit(
             {
@@ -296,17 +319,51 @@ class Book:
         )
         self._forget(model, released)
 
-    def _in_hand_during(self, model: str, granted: float, released: float) -> dict[str, float]:
-        """Seconds each request of ``model`` was in hand within [granted, released]."""
-        weights: dict[str, float] = {}
+    def _shares(self, model: str, devices: int, granted: float, until: float) -> dict[str, float]:
+        """The device-seconds of ``model``'s lease from ``granted`` to ``until`` that each
+        of its requests in hand had: each moment shared equally among those in hand then.
+        A moment's share depends only on the requests in hand at it, so a request's
+        share up to its end is final then."""
+        edges: list[tuple[float, int, str]] = []
         for rid, r in self._in_hand.items():
             if r.model != model:
                 continue
-            end = r.end if r.end is not None else released
-            overlap = min(released, end) - max(granted, r.start)
-            if overlap > 0:
-                weights[rid] = overlap
-        return weights
+            start = max(granted, r.start)
+            end = min(until, r.end if r.end is not None else until)
+            if end > start:
+                edges += [(start, 1, rid), (end, -1, rid)]
+        edges.sort(key=lambda e: (e[0], e[1]))
+        shares: dict[str, float] = {}
+        holding: set[str] = set()
+        last = granted
+        for at, step, rid in edges:
+            if holding and at > last:
+                each = devices * (at - last) / len(holding)
+                for h in holding:
+                    shares[h] = shares.get(h, 0.0) + each
+            last = at
+            if step > 0:
+                holding.add(rid)
+            else:
+                holding.discard(rid)
+        return shares
+
+    def request_gpu_seconds(self, rid: str, now: float) -> tuple[float, list[str]]:
+        """A request's GPU-seconds and the devices that served it, as they stand at
+        ``now``: its shares of its model's leases that ended and of the one open now
+        (final once its answer has ended: ``_shares``)."""
+        r = self._in_hand.get(rid)
+        if r is None:
+            return 0.0, []
+        gpu_s, devices = r.gpu_s, r.devices
+        opened = self._open.get(r.model)
+        if opened is not None:
+            ids, granted = opened
+            share = self._shares(r.model, len(ids), granted, now).get(rid, 0.0)
+            if share > 0:
+                gpu_s += share
+                devices = tuple(dict.fromkeys((*devices, *ids)))
+        return gpu_s, list(devices)
 
     def _forget(self, model: str, released: float) -> None:
         """Requests that ended before this lease's release cannot be in a later one."""

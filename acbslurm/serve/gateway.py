@@ -17,6 +17,7 @@ back whole (``_pass_through``).
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import logging
@@ -44,6 +45,7 @@ from acbslurm.serve.engines import engine_kind
 from acbslurm.serve.keys import NO_KEY, KeyRing, bearer
 from acbslurm.serve.limits import Limiter
 from acbslurm.serve.metrics import CONTENT_TYPE, Metrics
+from acbslurm.serve.routes import BUILTIN, PROMPT_FIELD, not_served, served
 from acbslurm.serve.supervisor import Overloaded, Pending, Unavailable, WorkerHandle
 from acbslurm.units import is_ascii_int
 from acbslurm.usagebook import Book, UsageFiles
@@ -55,6 +57,35 @@ MAX_BODY = 8 << 20  # bytes; a 100k-token prompt is well below
 def _event(obj: dict[str, Any]) -> bytes:
     """One server-sent event."""
     return f"data: {json.dumps(obj)}\n\n".encode()
+
+
+def _sse(name: Any, data: str) -> bytes:
+    """One server-sent event as vLLM wrote it: its name (a response's stream names
+    each event) and its data."""
+    head = f"event: {name}\n".encode() if name else b""
+    return head + b"data: " + data.encode() + b"\n\n"
+
+
+def _with_metrics(data: bytes, pool: dict[str, Any], inside: str = "") -> bytes:
+    """A JSON answer (or event) with the pool's metrics in its ``metrics`` object
+    (beside vLLM's own: queue, first token, generation), as ``metrics.acbslurm``;
+    ``inside``: the member holding that object (a response's last event carries the
+    response). Anything else comes back untouched."""
+    try:
+        obj = json.loads(data)
+    except ValueError:
+        return data
+    holder = obj.get(inside) if inside and isinstance(obj, dict) else obj
+    if not isinstance(holder, dict):
+        return data
+    metrics = holder.get("metrics")
+    holder["metrics"] = {**(metrics if isinstance(metrics, dict) else {}), "acbslurm": pool}
+    return json.dumps(obj).encode()
+
+
+# Bytes of an upload's form besides its file (model, language, prompt, ...).
+FORM_SLACK = 64 << 10
+_TRUE = ("1", "t", "true", "y", "yes", "on")  # what vLLM's form model reads as true
 
 
 def _timing_headers(done: dict[str, Any]) -> dict[str, str]:
@@ -179,8 +210,12 @@ class Gateway:
         owner: str = "",
         usage_folder: str = "",
         limiter: Limiter | None = None,
+        max_audio: int = 25 << 20,
     ) -> None:
         self.handles = dict(handles)
+        self.max_audio = max_audio  # bytes of an upload to /v1/audio/* (pool: max_audio)
+        # seconds of audio transcribed, per (key name, model): /usage, /metrics
+        self.audio_seconds: dict[tuple[str, str], float] = {}
         # Who used the GPUs (usagebook): one book for every model, written to the job's
         # runtime folder in a Slurm job (``usage_folder``) for the epilog to keep.
         self.book = Book()
@@ -208,6 +243,10 @@ class Gateway:
                 Route("/v1/models/{name:path}", self.model, methods=["GET"]),
                 Route("/v1/completions", self.completions, methods=["POST"]),
                 Route("/v1/chat/completions", self.chat, methods=["POST"]),
+                Route("/v1/responses", self.json_route, methods=["POST"]),
+                Route("/v1/embeddings", self.json_route, methods=["POST"]),
+                Route("/v1/audio/transcriptions", self.audio, methods=["POST"]),
+                Route("/v1/audio/translations", self.audio, methods=["POST"]),
                 Route("/health", self.health, methods=["GET"]),
                 Route("/metrics", self.prometheus, methods=["GET"]),
                 Route("/usage", self.usage, methods=["GET"]),
@@ -362,6 +401,7 @@ class Gateway:
                 "prompt_tokens": int(row[1]),
                 "completion_tokens": int(row[2]),
                 "gpu_seconds": round(row[3], 3),
+                "audio_seconds": self.audio_seconds.get((name, model), 0.0),
             }
             for (name, model), row in sorted(totals.use.items())
             if everyone or name == caller
@@ -430,13 +470,15 @@ class Gateway:
             handle = self._vllm_handle(raw)
             if handle is not None:
                 model = handle.spec.name
-                return await self._pass_through(request, raw, handle, chat)
+                fields = ("messages",) if chat else ("prompt",)
+                return await self._pass_through(request, raw, handle, fields)
             body = parse_chat(raw) if chat else parse_completion(raw)
             model = body["model"]
             handle = self.handles.get(model)
             if handle is None:
                 model = ""
                 raise self._unknown(body["model"])
+            self._check_served(handle, request.url.path)
             deadline = time.monotonic() + self.request_timeout
             work = {k: body[k] for k in ("max_tokens", "temperature", "top_p", "seed", "stop")}
             work["messages" if chat else "prompt"] = body["messages" if chat else "prompt"]
@@ -500,17 +542,36 @@ class Gateway:
         return handle if passes else None
 
     async def _pass_through(
-        self, request: Request, raw: dict[str, Any], handle: WorkerHandle, chat: bool
+        self,
+        request: Request,
+        raw: dict[str, Any],
+        handle: WorkerHandle,
+        fields: tuple[str, ...],
+        per_item: bool = False,
     ) -> Response:
         """A request for a model on vLLM: acbslurm's own checks (``parse_passthrough``),
-        the prompt's bound, the queue and the timeout; vLLM validates the rest and its
-        refusals come back as it wrote them (status, message, param)."""
-        checked = parse_passthrough(raw, chat)
+        the route served by the model, the prompt's bound (in ``fields``), the queue and
+        the timeout; vLLM validates the rest and its refusals come back as it wrote them
+        (status, message, param)."""
+        checked = parse_passthrough(raw, fields=fields, per_item=per_item)
+        self._check_served(handle, request.url.path)
         check_passthrough_size(checked, handle.max_prompt_chars, handle.max_context)
-        deadline = time.monotonic() + self.request_timeout
         work = {"route": request.url.path, "body": raw, "chars": checked["chars"]}
+        return await self._forward(request, handle, work, checked["stream"])
+
+    async def _forward(
+        self,
+        request: Request,
+        handle: WorkerHandle,
+        work: dict[str, Any],
+        stream: bool,
+        metrics: bool = True,
+    ) -> Response:
+        """``work`` to the model's vLLM worker; its answer relayed (a stream) or whole
+        (with the pool's ``metrics`` in its JSON, unless the client asked for text)."""
+        deadline = time.monotonic() + self.request_timeout
         rid, pending = await self._start(request, handle, work, deadline)
-        if checked["stream"]:
+        if stream:
             self.metrics.request(handle.spec.name, 200, pending.key)
             return StreamingResponse(
                 self._relay(handle, rid, pending, deadline),
@@ -518,7 +579,7 @@ class Gateway:
                 headers={"Cache-Control": "no-cache"},
             )
         async with self._cancel_when_gone(request, handle, rid, pending):
-            return await self._whole(handle, rid, pending, deadline)
+            return await self._whole(handle, rid, pending, deadline, metrics)
 
     async def _relay(
         self, handle: WorkerHandle, rid: str, pending: Pending, deadline: float
@@ -527,6 +588,7 @@ class Gateway:
         fails (its server died or hung, the timeout) ends with an error event in
         OpenAI's shape and no ``[DONE]``: the ``openai`` client raises on it, and no
         client takes the cut answer for a whole one."""
+        marker = True
         try:
             while True:
                 try:
@@ -537,33 +599,46 @@ class Gateway:
                     yield _event(e.body())
                     return
                 if msg["type"] == "event":
-                    yield b"data: " + str(msg["data"]).encode() + b"\n\n"
+                    yield _sse(msg.get("event"), str(msg["data"]))
                 elif msg["type"] == "done":
                     self._usage(handle, pending, msg)
+                    if "tail" in msg:
+                        yield self._tail(handle, pending, msg)
+                    marker = msg.get("sse_done", True) is not False
                     break
-            yield b"data: [DONE]\n\n"
+            if marker:  # a response's stream ends with its last event, as vLLM's does
+                yield b"data: [DONE]\n\n"
         finally:
             with contextlib.suppress(Exception):
                 handle.finish(rid, cancel=True)
 
     async def _whole(
-        self, handle: WorkerHandle, rid: str, pending: Pending, deadline: float
+        self,
+        handle: WorkerHandle,
+        rid: str,
+        pending: Pending,
+        deadline: float,
+        metrics: bool = True,
     ) -> Response:
         """vLLM's whole JSON answer, with the request's timing headers."""
         data = b"{}"
+        kind = "application/json"
         try:
             while True:
                 msg = await self._next(handle, rid, pending, deadline)
                 self._raise_if_error(msg)
                 if msg["type"] == "body":
                     data = str(msg["data"]).encode()
+                    kind = str(msg.get("content_type") or kind)
                 elif msg["type"] == "done":
                     break
         finally:
             handle.finish(rid, cancel=True)
         self._usage(handle, pending, msg)
+        if metrics and "json" in kind:
+            data = _with_metrics(data, self._pool_metrics(handle, pending, msg))
         self.metrics.request(handle.spec.name, 200, pending.key)
-        return Response(data, media_type="application/json", headers=_timing_headers(msg))
+        return Response(data, media_type=kind, headers=_timing_headers(msg))
 
     def _stream_failed(self, handle: WorkerHandle, pending: Pending, e: ApiError) -> None:
         """A stream answered 200 and then failed: counted by the error's status too."""
@@ -664,6 +739,7 @@ class Gateway:
             choice["text"] = text
         out["choices"] = [choice]
         out["usage"] = usage
+        out["metrics"] = {"acbslurm": self._pool_metrics(handle, pending, msg)}
         self.metrics.request(handle.spec.name, 200, pending.key)
         return JSONResponse(out, headers=_timing_headers(msg))
 
@@ -672,6 +748,9 @@ class Gateway:
     ) -> dict[str, int]:
         p, c = int(done.get("prompt_tokens", 0)), int(done.get("completion_tokens", 0))
         self.metrics.usage(handle.spec.name, p, c, pending.key)
+        audio = float(done.get("audio_seconds") or 0)
+        if audio > 0:
+            self._audio_used(handle.spec.name, pending.key, audio)
         return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
 
     def _chunk(
@@ -724,6 +803,7 @@ class Gateway:
                         tail = self._envelope(rid, chat, model, chunk=True)
                         tail["choices"] = []
                         tail["usage"] = usage
+                        tail["metrics"] = {"acbslurm": self._pool_metrics(handle, pending, msg)}
                         yield _event(tail)
                     break
             yield b"data: [DONE]\n\n"
@@ -731,3 +811,155 @@ class Gateway:
             # Also on a client that went away mid-stream: the worker stops decoding it.
             with contextlib.suppress(Exception):
                 handle.finish(rid, cancel=True)
+
+    # -- the other routes vLLM serves: responses, embeddings, audio ----------------------
+
+    def _check_served(self, handle: WorkerHandle, path: str) -> None:
+        """404 in OpenAI's shape when the model does not serve ``path`` (serve/routes.py):
+        the built-in engine serves completions and chat, a vLLM model what its server
+        does (known once it is ready: before, the queue answers 503)."""
+        routes = self._routes_of(handle)
+        if routes is not None and path not in routes:
+            others = {n: self._routes_of(h) or () for n, h in self.handles.items()}
+            raise not_served(handle.spec.name, path, routes, others)
+
+    @staticmethod
+    def _routes_of(handle: WorkerHandle) -> list[str] | None:
+        if not engine_kind(handle.spec.engine).passes_through:
+            return served(handle.spec.routes, BUILTIN)
+        return handle.routes
+
+    def _served_handle(self, name: Any, path: str) -> WorkerHandle:
+        """The handle of the model ``name`` when it serves ``path``; 400, 404 else."""
+        if not isinstance(name, str) or not name:
+            raise ApiError(
+                400, "model: required (a model name from GET /v1/models)", "model", "missing_field"
+            )
+        handle = self.handles.get(name)
+        if handle is None:
+            raise self._unknown(name)
+        self._check_served(handle, path)
+        return handle
+
+    async def json_route(self, request: Request) -> Response:
+        """``/v1/responses`` and ``/v1/embeddings``: to a model on vLLM that serves them,
+        as completions and chat go (``_pass_through``)."""
+        model = ""
+        try:
+            raw = await self._read_json(request)
+            if not isinstance(raw, dict):
+                raise ApiError(400, "the request body must be a JSON object", code="invalid_json")
+            path = request.url.path
+            handle = self._served_handle(raw.get("model"), path)
+            model = handle.spec.name
+            fields = (PROMPT_FIELD[path], "instructions")
+            # an embeddings request's inputs are prompts of their own: bounded each
+            embeddings = path == "/v1/embeddings"
+            return await self._pass_through(request, raw, handle, fields, per_item=embeddings)
+        except ApiError as e:
+            self.metrics.request(model or "-", e.status, _caller(request))
+            return _error(e)
+        except ClientDisconnect:
+            log.info("%s: the client went away before sending its body", request.url.path)
+            return Response(status_code=400)
+
+    async def audio(self, request: Request) -> Response:
+        """``/v1/audio/transcriptions`` and ``/translations``: a multipart upload of at
+        most ``max_audio`` bytes (413 over it), passed to the model's vLLM server as
+        the client sent it; its form read here only for ``model`` and ``stream``."""
+        model = ""
+        try:
+            data = await self._read_upload(request)
+            form = await self._form(request, data)
+            handle = self._served_handle(form.get("model"), request.url.path)
+            model = handle.spec.name
+            work = {
+                "route": request.url.path,
+                "upload": base64.b64encode(data).decode(),
+                "content_type": request.headers.get("content-type", ""),
+                "chars": 0,
+            }
+            stream = str(form.get("stream") or "").strip().lower() in _TRUE
+            # asked for text (text, srt, vtt), the client gets vLLM's answer untouched
+            text = form.get("response_format", "json") not in ("json", "verbose_json")
+            return await self._forward(request, handle, work, stream, metrics=not text)
+        except ApiError as e:
+            self.metrics.request(model or "-", e.status, _caller(request))
+            return _error(e)
+        except ClientDisconnect:
+            log.info("%s: the client went away before sending its body", request.url.path)
+            return Response(status_code=400)
+
+    async def _read_upload(self, request: Request) -> bytearray:
+        """The whole body, or 413 once it passes ``max_audio`` (and its form's fields)."""
+        limit = self.max_audio + FORM_SLACK
+        too_big = ApiError(
+            413,
+            f"the upload is larger than this pool takes ({self.max_audio >> 20} MiB of "
+            "audio: max_audio in the pool file)",
+            "file",
+            "body_too_large",
+        )
+        length = request.headers.get("content-length")
+        if length is not None and is_ascii_int(length) and int(length) > limit:
+            raise too_big
+        data = bytearray()
+        async for chunk in request.stream():
+            data += chunk
+            if len(data) > limit:
+                raise too_big
+        return data
+
+    @staticmethod
+    async def _form(request: Request, data: bytearray) -> Any:
+        """The upload's form fields (the file itself is not kept)."""
+        kind = request.headers.get("content-type", "")
+        if not kind.startswith("multipart/form-data"):
+            raise ApiError(
+                400,
+                f"an audio upload is multipart/form-data (file, model, ...), not {kind[:60]!r}",
+                None,
+                "invalid_form",
+            )
+        body = bytes(data)
+
+        async def receive() -> dict[str, Any]:
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        try:
+            form = await Request(request.scope, receive).form(max_files=1, max_fields=64)
+        except HTTPException as exc:
+            raise ApiError(400, f"the upload's form: {exc.detail}", None, "invalid_form") from None
+        fields = {k: v for k, v in form.items() if isinstance(v, str)}
+        await form.close()
+        return fields
+
+    def _pool_metrics(
+        self, handle: WorkerHandle, pending: Pending, done: dict[str, Any]
+    ) -> dict[str, Any]:
+        """The pool's part of a request's ``metrics``: its seconds queued at the gateway,
+        waiting for its grant, restoring the model, to its first output; its
+        GPU-seconds (final: its answer has ended, ``usagebook``) and the devices (GPU
+        UUIDs; CPU stand-ins' ids) of the leases it had a share of."""
+        handle.finish(pending.rid)  # its answer has ended (a no-op if it was finished)
+        gpu_s, gpus = self.book.request_gpu_seconds(pending.rid, time.monotonic())
+        timing = done.get("timing") or {}
+        out: dict[str, Any] = {"queued_s": round(pending.queued, 6)}
+        out.update({k: v for k, v in timing.items() if isinstance(v, int | float)})
+        out["gpu_seconds"] = gpu_s
+        out["gpus"] = gpus
+        return out
+
+    def _tail(self, handle: WorkerHandle, pending: Pending, done: dict[str, Any]) -> bytes:
+        """A stream's last event with its usage (vLLM's metrics too), the pool's metrics
+        added: ``metrics.acbslurm`` (a response's: ``response.metrics.acbslurm``)."""
+        name = str(done.get("tail_event") or "")
+        inside = "response" if name.startswith("response.") else ""
+        pool = self._pool_metrics(handle, pending, done)
+        data = _with_metrics(str(done["tail"]).encode(), pool, inside)
+        return _sse(name, data.decode())
+
+    def _audio_used(self, model: str, key: str, seconds: float) -> None:
+        row = (key, model)
+        self.audio_seconds[row] = self.audio_seconds.get(row, 0.0) + seconds
+        self.metrics.audio(model, seconds, key)

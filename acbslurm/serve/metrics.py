@@ -141,6 +141,12 @@ class Metrics:
             ["key", "model", "kind"],
             registry=self.registry,
         )
+        self.audio_seconds = Counter(
+            "acbslurm_serve_audio_seconds",
+            "Seconds of audio transcribed (/v1/audio/transcriptions) by key name and model",
+            ["key", "model"],
+            registry=self.registry,
+        )
         self.registry.register(_Workers(handles))
         if book is not None:
             self.registry.register(_Usage(book))
@@ -151,6 +157,9 @@ class Metrics:
     def usage(self, model: str, prompt: int, completion: int, key: str) -> None:
         self.tokens.labels(key, model, "prompt").inc(prompt)
         self.tokens.labels(key, model, "completion").inc(completion)
+
+    def audio(self, model: str, seconds: float, key: str) -> None:
+        self.audio_seconds.labels(key, model).inc(seconds)
 
     def render(self, only: str | None = None) -> bytes:
         """The exposition: every row, or with ``only`` the rows of that key name alone."""

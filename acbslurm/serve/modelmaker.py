@@ -4,6 +4,10 @@ A byte-level BPE tokenizer is trained with ``tokenizers`` on local text, a GPT-2
 the given size is initialised randomly from a fixed seed and written with
 ``save_pretrained`` (``config.json``, ``model.safetensors``, tokenizer files), so the
 workers load it through the same ``from_pretrained`` path a real model takes.
+``make_whisper`` writes a Whisper the same way (random weights, the tokenizer with
+Whisper's special tokens, its feature extractor): vLLM serves it on
+``/v1/audio/transcriptions`` and ``/translations``. The demo on vLLM adds it and an
+embedding model (a GPT-2 that vLLM turns into one: ``convert: embed``).
 """
 
 from __future__ import annotations
@@ -99,12 +103,94 @@ def make_model(dest: str | os.PathLike[str], shape: TinyShape = TinyShape(), see
     return out
 
 
+def make_whisper(dest: str | os.PathLike[str], seed: int = 0) -> Path:
+    """Write a random tiny Whisper (one encoder and one decoder layer, width 64, 80
+    mel bins, 30 s of audio per window) with a Whisper tokenizer trained on the local
+    corpus and Whisper's feature extractor, to ``dest`` (atomically)."""
+    import json
+
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import (
+        WhisperConfig,
+        WhisperFeatureExtractor,
+        WhisperForConditionalGeneration,
+        WhisperProcessor,
+        WhisperTokenizerFast,
+    )
+    from transformers.models.whisper.tokenization_whisper import LANGUAGES
+
+    out = Path(dest)
+    eos = SPECIAL[0]
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=400,
+        special_tokens=[eos],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(_corpus_text().splitlines(), trainer=trainer)
+    bpe = json.loads(tok.to_str())["model"]
+    merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in bpe["merges"]]
+    tokenizer = WhisperTokenizerFast(vocab=bpe["vocab"], merges=merges)
+    # What Whisper's prompts are made of (vLLM writes <|startoftranscript|><|en|>
+    # <|transcribe|><|notimestamps|>), every language's token included.
+    special = ["<|startoftranscript|>", *(f"<|{code}|>" for code in LANGUAGES)]
+    special += ["<|translate|>", "<|transcribe|>", "<|startoflm|>", "<|startofprev|>"]
+    special += ["<|nospeech|>", "<|notimestamps|>"]
+    tokenizer.add_special_tokens({"additional_special_tokens": special})
+    processor = WhisperProcessor(
+        feature_extractor=WhisperFeatureExtractor(feature_size=80), tokenizer=tokenizer
+    )
+    ids = tokenizer.convert_tokens_to_ids
+    config = WhisperConfig(
+        vocab_size=len(tokenizer),
+        num_mel_bins=80,
+        d_model=64,
+        encoder_layers=1,
+        decoder_layers=1,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+        encoder_ffn_dim=128,
+        decoder_ffn_dim=128,
+        max_source_positions=1500,
+        max_target_positions=448,
+        pad_token_id=ids(eos),
+        bos_token_id=ids(eos),
+        eos_token_id=ids(eos),
+        decoder_start_token_id=ids("<|startoftranscript|>"),
+        begin_suppress_tokens=None,
+        suppress_tokens=None,
+    )
+    torch.manual_seed(seed)
+    model = WhisperForConditionalGeneration(config)
+    model.eval()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        model.save_pretrained(tmp)
+        processor.save_pretrained(tmp)
+        if out.exists():
+            shutil.rmtree(out)
+        tmp.rename(out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
 DEMO_SHAPES = {
     # Shaped like the ACB demo (A:4, B:4, C:8 on two 4-GPU servers): C is the big one.
     "model-a": (TinyShape(layers=2, width=128, heads=4), 4),
     "model-b": (TinyShape(layers=2, width=128, heads=4), 4),
     "model-c": (TinyShape(layers=4, width=192, heads=4), 8),
 }
+# With --engine vllm the demo also serves every other route vLLM has: embeddings (the
+# GPT-2 as vLLM's embedding model) and audio (a Whisper), one device each.
+DEMO_EMBED = ("model-embed", TinyShape())
+DEMO_WHISPER = "model-whisper"
 DEMO_VERSION = "1"
 
 
@@ -125,11 +211,41 @@ def demo_models(root: Path | None = None) -> dict[str, tuple[Path, int]]:
     return out
 
 
+def demo_extra_models(root: Path | None = None) -> dict[str, Path]:
+    """The vLLM demo's embedding and Whisper models (made once, then reused)."""
+    root = root or cache_dir()
+    embed, whisper = root / DEMO_EMBED[0], root / DEMO_WHISPER
+    if not (embed / "config.json").is_file():
+        make_model(embed, DEMO_EMBED[1], seed=10)
+    if not (whisper / "config.json").is_file():
+        make_whisper(whisper, seed=11)
+    return {DEMO_EMBED[0]: embed, DEMO_WHISPER: whisper}
+
+
+def demo_extra_yaml(root: Path | None = None) -> list[str]:
+    """The vLLM demo's models entries for the embedding and the Whisper model."""
+    extra = demo_extra_models(root)
+    return [
+        f"  - name: {DEMO_EMBED[0]}",
+        f"    path: {extra[DEMO_EMBED[0]]}",
+        "    engine: vllm",
+        "    headroom: 256K",
+        "    engine_args: {runner: pooling, convert: embed}",
+        f"  - name: {DEMO_WHISPER}",
+        f"    path: {extra[DEMO_WHISPER]}",
+        "    engine: vllm",
+        "    headroom: 256K",
+        "    max_tokens: 32",
+        "    temperature: 0",
+    ]
+
+
 def demo_pool_yaml(
     root: Path | None = None, listen: str = "127.0.0.1:8000", engine: str = "builtin"
 ) -> str:
     """The demo's pool file (models made on first use under ``root``, default the cache);
-    ``engine``: every model's (``serve --demo --engine vllm``)."""
+    ``engine``: every model's (``serve --demo --engine vllm``, which adds an embedding
+    and a Whisper model, and a tool-call parser to the chat models)."""
     models = demo_models(root)
     lines = [
         "# acbslurm serve --demo: models of 4, 4 and 8 devices (A:4, B:4, C:8) on 8 CPU stand-ins",
@@ -151,4 +267,8 @@ def demo_pool_yaml(
         ]
         if engine != "builtin":
             lines.append(f"    engine: {engine}")
+        if engine == "vllm":
+            lines.append("    tool_call_parser: hermes")
+    if engine == "vllm":
+        lines += demo_extra_yaml(root)
     return "\n".join(lines) + "\n"

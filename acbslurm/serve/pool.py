@@ -64,6 +64,7 @@ POOL_KEYS = (
     "vllm_python",
     "api_keys",
     "limits",
+    "max_audio",
     "models",
 )
 MODEL_KEYS = (
@@ -81,6 +82,8 @@ MODEL_KEYS = (
     "engine",
     "engine_args",
     "sleep_level",
+    "routes",
+    "tool_call_parser",
 )
 ENGINES = tuple(ENGINE_TABLE)  # a model's engine: (acbslurm.serve.engines)
 # vLLM options acbslurm sets itself (engines/vllm.py): an engine_args entry naming one
@@ -149,13 +152,17 @@ class ModelSpec:
     sleep_level: int = 1  # engine: vllm: 1 (weights to host memory) or 2 (discarded, reloaded)
     vllm_python: str = ""  # the pool's vllm_python: (empty: the checkout's .venv-vllm)
     where: str = ""  # file:line of the entry
+    # The routes it serves (names of serve/routes.py's ROUTES); empty: its engine's.
+    routes: tuple[str, ...] = ()
+    # engine: vllm: vLLM's --tool-call-parser (with --enable-auto-tool-choice)
+    tool_call_parser: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ModelSpec:
-        return cls(**d)
+        return cls(**{**d, "routes": tuple(d.get("routes") or ())})
 
 
 @dataclass(frozen=True)
@@ -179,6 +186,9 @@ class PoolSpec:
     # required in a Slurm job or off loopback, where a pool job's key is made for it).
     api_keys: str = ""
     limits: tuple[KeyLimits, ...] = ()  # per key NAME (limits.py)
+    # Bytes of an audio upload (/v1/audio/*): more is a 413. OpenAI's own limit; it
+    # crosses to the worker base64-encoded in one message (protocol.MAX_LINE).
+    max_audio: int = 25 << 20
     source: str = ""
     origins: dict[tuple[str, ...], str] = field(default_factory=dict, compare=False)
 
@@ -300,6 +310,7 @@ POOL_CHECKS: tuple[tuple[str, _Check], ...] = (
     ("max_queue", _int),
     ("max_queue_per_key", _int),
     ("vllm_python", _str),
+    ("max_audio", lambda v, at, e: _max_audio(v, at, e)),
 )
 MODEL_CHECKS: tuple[tuple[str, _Check], ...] = (
     ("devices", _int),
@@ -314,7 +325,40 @@ MODEL_CHECKS: tuple[tuple[str, _Check], ...] = (
     ("engine", lambda v, at, e: _choice(v, at, e, ENGINES)),
     ("engine_args", lambda v, at, e: _engine_args(v, at, e)),
     ("sleep_level", lambda v, at, e: _sleep_level(v, at, e)),
+    ("routes", lambda v, at, e: _routes(v, at, e)),
+    ("tool_call_parser", lambda v, at, e: _parser(v, at, e)),
 )
+# The largest max_audio: base64 of it must fit in one worker message (protocol.MAX_LINE).
+MAX_AUDIO_LIMIT = 40 << 20
+
+
+def _max_audio(value: Any, at: tuple[str, ...], e: Errors) -> int | None:
+    size = _size(value, at, e)
+    if size is not None and not 1 <= size <= MAX_AUDIO_LIMIT:
+        e.add(at, f"must be between 1 byte and {MAX_AUDIO_LIMIT >> 20}M, got {value!r}")
+        return None
+    return size
+
+
+def _routes(value: Any, at: tuple[str, ...], e: Errors) -> tuple[str, ...] | None:
+    from acbslurm.serve.routes import ROUTES
+
+    if not isinstance(value, list) or not value:
+        e.add(at, f"must be a non-empty list of routes ({', '.join(ROUTES)}), got {value!r}")
+        return None
+    bad = [v for v in value if v not in ROUTES]
+    if bad:
+        e.add(at, f"{bad[0]!r}: not a route; one of {', '.join(ROUTES)}")
+        return None
+    return tuple(dict.fromkeys(value))
+
+
+def _parser(value: Any, at: tuple[str, ...], e: Errors) -> str | None:
+    text = _str(value, at, e)
+    if text is not None and not re.match(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$", text):
+        e.add(at, f"{text!r}: a vLLM tool-call parser's name (hermes, llama3_json, ...)")
+        return None
+    return text
 
 
 def _sleep_level(value: Any, at: tuple[str, ...], e: Errors) -> int | None:
@@ -443,6 +487,11 @@ def _check_engine(kw: dict[str, Any], at: tuple[str, ...], e: Errors) -> None:
         e.add((*at, "engine_args"), "only with engine: vllm")
     if "sleep_level" in kw and kw.get("engine") != "vllm":
         e.add((*at, "sleep_level"), "only with engine: vllm")
+    if "tool_call_parser" in kw and kw.get("engine") != "vllm":
+        e.add((*at, "tool_call_parser"), "only with engine: vllm")
+    args = kw.get("engine_args") or {}
+    if kw.get("tool_call_parser") and ({"tool_call_parser", "enable_auto_tool_choice"} & set(args)):
+        e.add((*at, "tool_call_parser"), "given twice: here and in engine_args; keep one")
 
 
 def _models(raw: dict[Any, Any], base: Path, e: Errors, check_paths: bool) -> list[ModelSpec]:

@@ -1,6 +1,8 @@
 """Gateway <-> worker messages: one JSON object per line on a unix stream socket.
 
 Gateway to worker: ``generate`` (id, prompt or messages, params), ``cancel`` (id).
+An upload (``/v1/audio/*``) crosses as ``upload`` (the client's multipart body,
+base64) with its ``content_type``.
 Worker to gateway: ``ready`` (weights), ``fatal`` (message: the worker refuses to run),
 ``accepted`` (id, prompt_tokens) or ``error`` (id, status, message, param, code),
 ``delta`` (id, text), ``done`` (id, finish_reason, usage, timing), ``stats`` (counters).
@@ -16,7 +18,7 @@ vLLM server, whose session the gateway kills when the model hangs).
 from __future__ import annotations
 
 import json
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal, NotRequired, TypedDict
 
 MAX_LINE = 64 << 20  # a 100k-token prompt is far below this; the gateway limits bodies
 
@@ -33,6 +35,8 @@ class Generate(TypedDict, total=False):
     messages: Any
     route: str
     body: dict[str, Any]
+    upload: str  # an upload's bytes, base64
+    content_type: str
 
 
 class Cancel(TypedDict):
@@ -48,6 +52,7 @@ class Ready(TypedDict):
     weights_bytes: int
     max_context: int
     max_prompt_chars: int
+    routes: list[str]  # the paths it serves (serve/routes.py)
 
 
 class Fatal(TypedDict):
@@ -82,12 +87,14 @@ class Event(TypedDict):
     type: Literal["event"]
     id: str
     data: str
+    event: NotRequired[str]  # its SSE event name (a response's stream names each)
 
 
 class Body(TypedDict):
     type: Literal["body"]
     id: str
     data: str
+    content_type: NotRequired[str]  # vLLM's (a transcription may be text, srt, vtt)
 
 
 class Timing(TypedDict):
@@ -103,6 +110,12 @@ class Done(TypedDict):
     prompt_tokens: int
     completion_tokens: int
     timing: Timing
+    audio_seconds: NotRequired[float]  # a transcription's audio
+    # vLLM's stream: its last event with the usage, held back so that the gateway adds
+    # the pool's metrics to it, with its event name; whether the stream ends [DONE]
+    tail: NotRequired[str]
+    tail_event: NotRequired[str]
+    sse_done: NotRequired[bool]
 
 
 class Busy(TypedDict, total=False):

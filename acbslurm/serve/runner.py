@@ -301,6 +301,7 @@ class PoolServer:
             owner=user_name(),
             usage_folder=usage_folder(dict(os.environ)),
             limiter=self._limiter(),
+            max_audio=self.pool.max_audio,
         )
         config = uvicorn.Config(
             self.gateway.app,

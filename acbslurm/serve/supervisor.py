@@ -133,6 +133,7 @@ class WorkerHandle:
         self.weights_bytes = 0
         self.max_context = 0
         self.max_prompt_chars = 0  # 0: unknown (no worker ready yet)
+        self.routes: list[str] | None = None  # the paths it serves; None: not ready yet
         # (devices, granted, released) of this model's recent leases, as its worker saw them.
         self.lease_log: deque[tuple[tuple[str, ...], float, float]] = deque(maxlen=10_000)
         # The heartbeat: whether the worker's turn computes, when it last sent anything,
@@ -351,6 +352,8 @@ class WorkerHandle:
             self.busy = bool(msg.get("busy", True))
             if self.busy and "granted" in msg:
                 self._lease_open = (len(msg.get("devices", ())), float(msg["granted"]))
+                devices = [str(d) for d in msg.get("devices", ())]
+                self.book.open_lease(self.spec.name, devices, float(msg["granted"]))
         elif kind == "server":
             self.server_pid = int(msg.get("pid", 0))
             self.server_shm = {str(f) for f in msg.get("shm", ())}
@@ -361,6 +364,7 @@ class WorkerHandle:
         if self._beat(kind, msg):
             return
         if kind == "ready":
+            self.routes = [str(r) for r in msg.get("routes", ())]
             self.weights_bytes = int(msg.get("weights_bytes", 0))
             self.max_context = int(msg.get("max_context", 0))
             self.max_prompt_chars = int(msg.get("max_prompt_chars", 0))

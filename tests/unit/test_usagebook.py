@@ -31,14 +31,17 @@ def test_a_lease_is_shared_by_the_time_each_request_was_in_hand() -> None:
     book.opened("m", "b", "bob", 5.0)
     book.tokens("a", 10, 20, 0.5)
     book.closed("a", 10.0)
-    # 2 devices from 0 to 10: 20 GPU-seconds; alice in hand 10 s, bob 5 s.
+    # 2 devices from 0 to 10: 20 GPU-seconds; alice alone from 0 to 5 (10), both from 5
+    # to 10 (5 each): alice's share is final when she ends, whatever comes after.
+    book.open_lease("m", ["gpu-0", "gpu-1"], 0.0)
+    assert book.request_gpu_seconds("a", 10.0) == (pytest.approx(15.0), ["gpu-0", "gpu-1"])
     book.lease("m", 2, 0.0, 10.0)
     assert book.totals.leased == {"m": 20.0}
-    assert book.totals.use[("alice", "m")][3] == pytest.approx(20 * 10 / 15)
-    assert book.totals.use[("bob", "m")][3] == pytest.approx(20 * 5 / 15)
+    assert book.totals.use[("alice", "m")][3] == pytest.approx(15.0)
+    assert book.totals.use[("bob", "m")][3] == pytest.approx(5.0)
     # bob goes on into the next lease, alone.
     book.lease("m", 2, 12.0, 14.0)
-    assert book.gpu_seconds("b") == pytest.approx(20 * 5 / 15 + 4)
+    assert book.gpu_seconds("b") == pytest.approx(5.0 + 4)
     book.closed("b", 14.0)
     shares = sum(row[3] for row in book.totals.use.values())
     assert shares == pytest.approx(book.totals.leased_total)
@@ -61,6 +64,8 @@ def test_ended_requests_are_forgotten_once_a_later_lease_is_counted() -> None:
     book.closed("a", 1.0)
     book.lease("m", 1, 0.0, 2.0)
     assert book.gpu_seconds("a") is None  # counted and gone: memory stays bounded
+    # the second after its end, with no request in hand, is the pool's: unbilled
+    assert book.totals.use == {("alice", "m"): [1, 0, 0, 1.0], (UNBILLED, "m"): [0, 0, 0, 1.0]}
 
 
 def test_the_epilog_reads_the_totals_and_replays_the_lines_after_them(tmp_path) -> None:

@@ -26,6 +26,7 @@ from the gateway) and the gateway restarts the worker, which starts a new server
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import http.client
 import json
@@ -47,7 +48,7 @@ from acbslurm.config import env_float
 from acbslurm.serve import procs, worker
 from acbslurm.serve.engines import vllm_nodes
 from acbslurm.serve.pool import ModelSpec, weights_bytes
-from acbslurm.serve.protocol import Ready
+from acbslurm.serve.protocol import Body, Done, Event, Ready
 from acbslurm.serve.worker import EXIT_BROKER, EXIT_REFUSED, EXIT_THREAD, Worker, longest_token
 from acbslurm.units import is_ascii_int
 
@@ -68,6 +69,10 @@ DEATH_CLEANUP_S = 15.0
 # The counters whose growth is progress (the gateway's heartbeat): tokens prefilled and
 # decoded, summed over the server's label sets.
 PROGRESS_COUNTERS = (b"vllm:generation_tokens_total", b"vllm:prompt_tokens_total")
+# A streamed response's events with its first output
+FIRST_EVENTS = ("response.output_text.delta", "response.function_call_arguments.delta")
+# The events that end a stream of /v1/responses (which sends no [DONE])
+LAST_EVENTS = ("response.completed", "response.incomplete", "response.failed", "error")
 
 
 def default_python() -> str:
@@ -162,7 +167,12 @@ class VllmServer:
             "--dtype",
             spec.dtype,
             "--disable-uvicorn-access-log",
+            # vLLM's timing of each request (queue, first token, generation) in its
+            # answer's ``metrics``, beside the pool's own (gateway.py, ``_metrics``)
+            "--enable-per-request-metrics",
         ]
+        if spec.tool_call_parser:
+            argv += ["--enable-auto-tool-choice", "--tool-call-parser", spec.tool_call_parser]
         argv += self._model_args()
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
         env["VLLM_SERVER_DEV_MODE"] = "1"  # /sleep and /wake_up (on our private socket)
@@ -283,6 +293,17 @@ class VllmServer:
         # body is read as level 1 whatever it says).
         self._admin(f"/sleep?level={level}&mode=wait", timeout=timeout)
 
+    def routes(self) -> list[str]:
+        """The pool's routes this server serves: those its OpenAPI schema lists (vLLM
+        registers a route only for the tasks its model runs)."""
+        from acbslurm.serve.routes import from_openapi
+
+        status, data = self.call("GET", "/openapi.json", timeout=30)
+        if status != 200:
+            raise VllmError(503, f"vLLM /openapi.json: {status} {data[:200]!r}")
+        paths = json.loads(data).get("paths") or {}
+        return from_openapi(paths)
+
     def remember_shm(self) -> None:
         """Note the shared memory files the server's processes hold now (once ready:
         vLLM makes its queues at start)."""
@@ -307,17 +328,20 @@ class VllmServer:
     def forward(
         self,
         path: str,
-        body: dict[str, Any],
+        body: dict[str, Any] | bytes,
         opened: Callable[[socket.socket], None] | None = None,
-    ) -> Iterator[bytes]:
-        """The request's answer: each ``data:`` payload of a streamed one (``[DONE]``
-        left out), or the whole body of one that is not; VllmError before the first
-        when vLLM refuses it. ``opened`` gets the connection's socket before the
-        request is sent: shutting it down cancels the request (vLLM aborts a request
-        whose client went away, streamed or not) and ends the wait for its answer."""
+        content_type: str = "application/json",
+    ) -> tuple[Iterator[tuple[str, bytes]], str]:
+        """The request's answer and its content type: each ``data:`` payload of a
+        streamed one with its ``event:`` name ("" when none; ``[DONE]`` left out), or
+        the whole body of one that is not; VllmError before the first when vLLM
+        refuses it. ``body``: JSON, or the client's bytes as they came (an upload, of
+        ``content_type``). ``opened`` gets the connection's socket before the request
+        is sent: shutting it down cancels the request (vLLM aborts a request whose
+        client went away, streamed or not) and ends the wait for its answer."""
         conn = _UnixHTTP(self.uds, CONNECT_TIMEOUT)
         try:
-            r = self._ask(conn, path, body, opened)
+            r = self._ask(conn, path, body, opened, content_type)
             if r.status != 200:
                 raise _refusal(r.status, r.read())
         except BaseException:
@@ -325,16 +349,18 @@ class VllmServer:
             # connection goes now, not when the collector finds it (a worker lives long).
             conn.close()
             raise
-        if "text/event-stream" not in (r.getheader("Content-Type") or ""):
-            return self._whole(conn, r)
-        return self._events(conn, r)
+        kind = r.getheader("Content-Type") or ""
+        if "text/event-stream" not in kind:
+            return self._whole(conn, r), kind
+        return self._events(conn, r), kind
 
     @staticmethod
     def _ask(
         conn: _UnixHTTP,
         path: str,
-        body: dict[str, Any],
+        body: dict[str, Any] | bytes,
         opened: Callable[[socket.socket], None] | None,
+        content_type: str,
     ) -> http.client.HTTPResponse:
         conn.connect()
         assert conn.sock is not None
@@ -343,37 +369,41 @@ class VllmServer:
         conn.sock.settimeout(None)
         if opened is not None:
             opened(conn.sock)
-        conn.request(
-            "POST",
-            path,
-            body=json.dumps(body).encode(),
-            headers={"Content-Type": "application/json"},
-        )
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
+        conn.request("POST", path, body=data, headers={"Content-Type": content_type})
         return conn.getresponse()
 
     @staticmethod
-    def _whole(conn: _UnixHTTP, r: http.client.HTTPResponse) -> Iterator[bytes]:
+    def _whole(conn: _UnixHTTP, r: http.client.HTTPResponse) -> Iterator[tuple[str, bytes]]:
         try:
-            yield r.read()
+            yield "", r.read()
         finally:
             conn.close()
 
     @staticmethod
-    def _events(conn: _UnixHTTP, r: http.client.HTTPResponse) -> Iterator[bytes]:
+    def _events(conn: _UnixHTTP, r: http.client.HTTPResponse) -> Iterator[tuple[str, bytes]]:
+        name = last = ""
         try:
             while True:
                 line = r.readline()
                 if not line:
-                    # A stream ends with [DONE]: one that stops before was cut (the
-                    # server died), and its client must not take it for whole.
+                    # A stream ends with [DONE] (a response's, with its last event):
+                    # one that stops before was cut (the server died), and its client
+                    # must not take it for whole.
+                    if last in LAST_EVENTS:
+                        return
                     raise ConnectionError("vLLM's stream ended before its [DONE]")
                 line = line.strip()
+                if line.startswith(b"event:"):
+                    name = line[6:].strip().decode(errors="replace")
+                    continue
                 if not line.startswith(b"data:"):
                     continue
                 data = line[5:].strip()
                 if data == b"[DONE]":
                     return
-                yield data
+                yield name, data
+                last, name = name, ""
         finally:
             conn.close()
 
@@ -597,6 +627,7 @@ class VllmWorker(Worker):
                 return EXIT_REFUSED
             self.awake = True
             self.pin = lease.device_ids  # a sleeping server cannot move
+            self.routes = self._routes()
             self.server.remember_shm()
             assert self.server.proc is not None
             self.send(
@@ -608,6 +639,19 @@ class VllmWorker(Worker):
         threading.Thread(target=self.watch, name="vllm-watch", daemon=True).start()
         threading.Thread(target=self.beat, name="vllm-progress", daemon=True).start()
         return 0
+
+    def _routes(self) -> list[str]:
+        """What the server serves (its OpenAPI schema), less what the pool file leaves
+        out; a server without the schema (``disable_fastapi_docs``) is taken at the pool
+        file's word, else for a text model's."""
+        from acbslurm.serve.routes import BUILTIN, ROUTES, served
+
+        try:
+            engine = self.server.routes()
+        except (VllmError, OSError, http.client.HTTPException, ValueError) as exc:
+            log.warning("model %s: cannot read vLLM's routes: %s", self.spec.name, exc)
+            engine = list(ROUTES.values()) if self.spec.routes else [*BUILTIN, ROUTES["responses"]]
+        return served(self.spec.routes, engine)
 
     def beat(self) -> None:
         """While requests are in flight, tell the gateway when the server's token
@@ -758,6 +802,7 @@ class VllmWorker(Worker):
             "weights_bytes": self.weights,
             "max_context": self.max_context,
             "max_prompt_chars": self.max_prompt_chars,
+            "routes": self.routes,
         }
 
     # -- requests -------------------------------------------------------------------------
@@ -791,30 +836,37 @@ class VllmWorker(Worker):
 
         return keep
 
-    def body(self, msg: dict[str, Any]) -> tuple[str, dict[str, Any], bool]:
+    def body(self, msg: dict[str, Any]) -> tuple[str, dict[str, Any] | bytes, bool]:
         """The client's body for vLLM, whole: the model name mapped to the server's, the
-        pool's defaults for what the client left out, and usage asked for in a stream
-        (the gateway counts tokens); with whether the client asked for it itself."""
+        pool's defaults for what the client left out (on the routes that generate),
+        and usage asked for in a stream (the gateway counts tokens); with whether the
+        client asked for it itself. An upload (``/v1/audio/*``) goes as it came."""
         spec = self.spec
+        route = str(msg.get("route") or "/v1/completions")
+        if "upload" in msg:
+            return route, base64.b64decode(str(msg["upload"])), True
         body = dict(msg.get("body") or {})
         body["model"] = spec.name
-        if "max_tokens" not in body and "max_completion_tokens" not in body:
+        if route == "/v1/responses":
+            body.setdefault("max_output_tokens", spec.max_tokens)
+        elif route != "/v1/embeddings" and not {"max_tokens", "max_completion_tokens"} & set(body):
             body["max_tokens"] = spec.max_tokens
-        body.setdefault("temperature", spec.temperature)
-        body.setdefault("top_p", spec.top_p)
+        if route != "/v1/embeddings":
+            body.setdefault("temperature", spec.temperature)
+            body.setdefault("top_p", spec.top_p)
         asked = True
-        if body.get("stream"):
+        if body.get("stream") and route in ("/v1/completions", "/v1/chat/completions"):
             opts = body.get("stream_options")
             if opts is None or isinstance(opts, dict):
                 asked = bool((opts or {}).get("include_usage"))
                 body["stream_options"] = {**(opts or {}), "include_usage": True}
-        route = str(msg.get("route") or "/v1/completions")
         return route, body, asked
 
     def serve_one(self, d: Request, timing: dict[str, float]) -> None:
         path, body, asked = self.body(d.msg)
+        kind = str(d.msg.get("content_type") or "application/json")
         try:
-            answer = self.server.forward(path, body, self.opened(d))
+            answer, got_kind = self.server.forward(path, body, self.opened(d), kind)
         except VllmError as exc:
             self.fail(d.rid, exc.status, exc.message, exc.param, exc.code)
             return
@@ -823,30 +875,36 @@ class VllmWorker(Worker):
                 self.engine_failed(d, exc)
             return
         self.send({"type": "accepted", "id": d.rid})
+        stream = "text/event-stream" in got_kind
         try:
-            got = self.relay(d, answer, timing["started"], bool(body.get("stream")), asked)
+            got = self.relay(d, answer, timing["started"], stream, asked, got_kind)
         except (OSError, http.client.HTTPException, ValueError) as exc:
             if not d.cancelled:
                 self.engine_failed(d, exc)
             return
         if got is None:
             return  # cancelled
-        finish, usage, first = got
+        seen, tail = got
         self.requests += 1
-        self.send(
-            {
-                "type": "done",
-                "id": d.rid,
-                "finish_reason": finish,
-                "prompt_tokens": int(usage.get("prompt_tokens", 0)),
-                "completion_tokens": int(usage.get("completion_tokens", 0)),
-                "timing": {
-                    "wait_s": timing["wait_s"],
-                    "restore_s": timing["restore_s"],
-                    "compute_s": first,
-                },
-            }
-        )
+        done: Done = {
+            "type": "done",
+            "id": d.rid,
+            "finish_reason": seen.finish,
+            "prompt_tokens": seen.tokens("prompt_tokens", "input_tokens"),
+            "completion_tokens": seen.tokens("completion_tokens", "output_tokens"),
+            "timing": {
+                "wait_s": timing["wait_s"],
+                "restore_s": timing["restore_s"],
+                "compute_s": seen.first,
+            },
+        }
+        if seen.audio_seconds:
+            done["audio_seconds"] = seen.audio_seconds
+        if tail is not None:  # the stream's last event with its usage: the gateway adds
+            done["tail"], done["tail_event"] = tail[1], tail[0]  # the pool's metrics to it
+        if stream and path == "/v1/responses":
+            done["sse_done"] = False  # a response's stream ends with its last event
+        self.send(done)
 
     def engine_failed(self, d: Request, exc: Exception) -> None:
         """``d`` lost its server (it died, or cut the answer): 503, never a partial
@@ -854,27 +912,55 @@ class VllmWorker(Worker):
         self.fail(d.rid, 503, f"model {self.spec.name}: vLLM: {exc}", code="engine_failed")
 
     def relay(
-        self, d: Request, answer: Iterator[bytes], started: float, stream: bool, asked: bool
-    ) -> tuple[str, dict[str, Any], float] | None:
-        """Pass vLLM's answer on as it is (``event``: one streamed chunk; ``body``: a whole
-        answer): (the last finish reason, usage, seconds to the first text), or None
-        when the request was cancelled (its connection closed: vLLM aborts it). The
-        usage the worker asked for itself is left out of the client's stream."""
+        self,
+        d: Request,
+        answer: Iterator[tuple[str, bytes]],
+        started: float,
+        stream: bool,
+        asked: bool,
+        kind: str = "application/json",
+    ) -> tuple[_Seen, tuple[str, str] | None] | None:
+        """Pass vLLM's answer on as it is (``event``: one streamed chunk, with its event
+        name; ``body``: a whole answer, with its content type): what was seen of it,
+        and the stream's last event that carried its usage (held back for the
+        gateway, which adds the pool's metrics to it: the ``done`` message's ``tail``);
+        None when the request was cancelled (its connection closed: vLLM aborts it).
+        The usage the worker asked for itself is left out of the client's stream."""
         seen = _Seen(started)
-        for data in answer:
+        held: tuple[str, str] | None = None
+        for name, data in answer:
             if d.cancelled:
                 close = getattr(answer, "close", None)
                 if close is not None:
                     close()
                 return None
-            ev = seen.read(data)
             if not stream:
-                self.send({"type": "body", "id": d.rid, "data": data.decode()})
+                seen.read(data, kind)
+                # a whole answer's first output is the answer (a response, an embedding,
+                # a transcription have no choices to find text in)
+                seen.first = seen.first or time.monotonic() - started
+                whole: Body = {"type": "body", "id": d.rid, "data": data.decode()}
+                whole["content_type"] = kind
+                self.send(whole)
                 continue
+            ev = seen.read(data)
             out = _client_chunk(ev, data, asked)
-            if out is not None:
-                self.send({"type": "event", "id": d.rid, "data": out})
-        return seen.finish, seen.usage, seen.first
+            if held is not None:  # not the last after all
+                self._event(d.rid, held)
+                held = None
+            if out is None:
+                continue
+            if _usage_of(ev):
+                held = (name, out)
+            else:
+                self._event(d.rid, (name, out))
+        return seen, held
+
+    def _event(self, rid: str, ev: tuple[str, str]) -> None:
+        msg: Event = {"type": "event", "id": rid, "data": ev[1]}
+        if ev[0]:
+            msg["event"] = ev[0]
+        self.send(msg)
 
     def _run(self, d: Request, timing: dict[str, float]) -> None:
         try:
@@ -978,17 +1064,46 @@ class _Seen:
         self.finish = ""
         self.first = 0.0
         self.usage: dict[str, Any] = {}
+        self.audio_seconds = 0.0
 
-    def read(self, data: bytes) -> dict[str, Any]:
+    def read(self, data: bytes, kind: str = "application/json") -> dict[str, Any]:
+        if "json" not in kind:  # a transcription as text, srt, vtt: nothing to read
+            self.first = self.first or time.monotonic() - self.started
+            return {}
         ev = json.loads(data)
         if not isinstance(ev, dict):
             raise ValueError(f"vLLM sent {data[:100]!r}")
-        self.usage = ev.get("usage") or self.usage
+        usage = _usage_of(ev)
+        if usage:
+            self.usage = usage
+            if usage.get("type") == "duration":  # a transcription's: seconds of audio
+                self.audio_seconds = float(usage.get("seconds") or 0)
         for c in ev.get("choices") or ():
             if not self.first and _choice_text(c):
                 self.first = time.monotonic() - self.started
             self.finish = c.get("finish_reason") or self.finish
+        if not self.first and ev.get("type") in FIRST_EVENTS:
+            self.first = time.monotonic() - self.started  # a response's or a transcript's
         return ev
+
+    def tokens(self, *names: str) -> int:
+        """The usage's count under the first of ``names`` it has (a response's usage
+        says input and output tokens)."""
+        for name in names:
+            v = self.usage.get(name)
+            if isinstance(v, int) and not isinstance(v, bool):
+                return v
+        return 0
+
+
+def _usage_of(ev: dict[str, Any]) -> dict[str, Any]:
+    """An answer's (or a streamed event's) usage: its own, or its response's (a
+    response's last event carries the whole response)."""
+    usage = ev.get("usage")
+    if not isinstance(usage, dict):
+        response = ev.get("response")
+        usage = response.get("usage") if isinstance(response, dict) else None
+    return usage if isinstance(usage, dict) else {}
 
 
 def _shut(sock: socket.socket) -> None:

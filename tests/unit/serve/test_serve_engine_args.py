@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -61,6 +62,15 @@ def test_engine_default_and_vllm(tmp_path: Path) -> None:
         ("{name: a, path: /m, sleep_level: 2}", "sleep_level: only with engine: vllm"),
         ("{name: a, path: /m, engine: vllm, engine_args: {nnodes: 2}}", "one node per process"),
         ("{name: a, path: /m, engine: vllm, engine_args: {headless: true}}", "followers"),
+        ("{name: a, path: /m, tool_call_parser: hermes}", "tool_call_parser: only with engine"),
+        ("{name: a, path: /m, engine: vllm, tool_call_parser: 'a b'}", "a vLLM tool-call parser"),
+        (
+            "{name: a, path: /m, engine: vllm, tool_call_parser: hermes,"
+            " engine_args: {tool_call_parser: x}}",
+            "given twice",
+        ),
+        ("{name: a, path: /m, routes: [chat, embedings]}", "'embedings': not a route; one of"),
+        ("{name: a, path: /m, routes: []}", "routes: must be a non-empty list"),
     ],
 )
 def test_engine_refused(model: str, words: str) -> None:
@@ -83,6 +93,17 @@ def _spec(**kw: object) -> ModelSpec:
     return ModelSpec.from_dict(spec)
 
 
+def test_routes_parser_and_max_audio_in_the_pool_file() -> None:
+    text = _pool("{name: a, path: /m, engine: vllm, tool_call_parser: hermes, routes: [chat]}")
+    pool = load_pool_text("max_audio: 1M\n" + text, "p.yaml", check_paths=False)
+    (m,) = pool.models
+    assert (m.tool_call_parser, m.routes, pool.max_audio) == ("hermes", ("chat",), 1 << 20)
+    assert ModelSpec.from_dict(json.loads(json.dumps(m.as_dict()))) == m  # to the worker
+    assert load_pool_text(text, "p.yaml", check_paths=False).max_audio == 25 << 20
+    with pytest.raises(PoolError, match=r"p\.yaml:1: max_audio: must be between"):
+        load_pool_text("max_audio: 1G\n" + text, "p.yaml", check_paths=False)
+
+
 def test_command_on_cuda() -> None:
     s = VllmServer(_spec(), "cuda")
     try:
@@ -97,6 +118,8 @@ def test_command_on_cuda() -> None:
     assert "--enforce-eager" not in argv
     assert "--max-num-seqs 4" in joined and "--enable-prefix-caching" in argv
     assert "--no-x-off" in argv and "--served-model-name m" in joined
+    assert "--enable-per-request-metrics" in argv  # vLLM's metrics object in each answer
+    assert "--tool-call-parser" not in argv and "--enable-auto-tool-choice" not in argv
     assert env["CUDA_VISIBLE_DEVICES"] == "2,5" and env["VLLM_SERVER_DEV_MODE"] == "1"
     assert "PYTHONPATH" not in env
 
@@ -115,6 +138,12 @@ def test_command_on_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
     assert "--enable-sleep-mode" not in argv and "--kv-cache-memory-bytes" not in joined
     assert "--max-model-len 256" in joined
     assert env["CUDA_VISIBLE_DEVICES"] == "" and env["VLLM_CPU_KVCACHE_SPACE"] == "1"
+    s = VllmServer(_spec(tool_call_parser="hermes"), "cpu")
+    try:
+        argv, env = s.command([SimpleNamespace(index=0)])
+    finally:
+        s.stop()
+    assert "--enable-auto-tool-choice --tool-call-parser hermes" in " ".join(argv)
     assert env["VLLM_CPU_OMP_THREADS_BIND"] == "nobind"
 
 
@@ -189,10 +218,17 @@ def test_demo_pool_engine(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> No
     import acbslurm.serve.modelmaker as mm
 
     fake = {"model-a": (tmp_path / "a", 4), "model-c": (tmp_path / "c", 8)}
+    extra = {"model-embed": tmp_path / "e", "model-whisper": tmp_path / "w"}
     monkeypatch.setattr(mm, "demo_models", lambda root=None: fake)
+    monkeypatch.setattr(mm, "demo_extra_models", lambda root=None: extra)
     text = mm.demo_pool_yaml(engine="vllm")
-    assert text.count("engine: vllm") == 2
+    # the chat models with a tool-call parser, and an embedding and a Whisper model
+    assert text.count("engine: vllm") == 4 and text.count("tool_call_parser: hermes") == 2
+    assert "engine_args: {runner: pooling, convert: embed}" in text
+    models = load_pool_text(text, "demo", check_paths=False).models
+    assert [m.name for m in models] == ["model-a", "model-c", "model-embed", "model-whisper"]
     assert "engine:" not in mm.demo_pool_yaml()
+    assert "model-embed" not in mm.demo_pool_yaml()  # the built-in engine runs neither
 
 
 def test_worker_module() -> None:

@@ -72,12 +72,28 @@ def test_models_health_and_unknown_routes(server: PoolServer, client: openai.Ope
     assert status == 404 and json.loads(body)["error"]["code"] == "not_found"
 
 
+def test_the_other_routes_are_not_served_by_the_builtin_engine(client: openai.OpenAI) -> None:
+    """Embeddings, responses, audio: vLLM's routes; a built-in model answers 404 in
+    OpenAI's shape naming itself (docs/serve.md, *Routes*)."""
+    with pytest.raises(openai.NotFoundError) as e:
+        client.embeddings.create(model="model-a", input="hello")
+    err = e.value.body
+    assert (err["param"], err["code"]) == ("model", "model_not_supported")
+    assert err["message"].startswith("The model 'model-a' does not serve /v1/embeddings; it")
+    with pytest.raises(openai.NotFoundError, match="'model-b' does not serve /v1/responses"):
+        client.responses.create(model="model-b", input="hello")
+    with pytest.raises(openai.NotFoundError, match="does not serve /v1/audio/transcriptions"):
+        client.audio.transcriptions.create(model="model-c", file=("a.wav", b"RIFF"))
+
+
 def test_completion_chat_and_usage(client: openai.OpenAI) -> None:
     r = client.completions.create(model="model-a", prompt="Hello", max_tokens=5)
     assert r.object == "text_completion" and r.model == "model-a"
     assert r.usage is not None and r.usage.completion_tokens == 5 and r.usage.prompt_tokens > 0
     assert r.usage.total_tokens == r.usage.prompt_tokens + 5
     assert r.choices[0].finish_reason == "length"
+    mine = r.model_extra["metrics"]["acbslurm"]  # the pool's metrics, on every answer
+    assert mine["gpu_seconds"] > 0 and mine["gpus"] and mine["compute_s"] > 0
     c = client.chat.completions.create(
         model="model-c",
         messages=[{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}],

@@ -381,6 +381,14 @@ class _Client:
         self.released.append(resident)
 
 
+def _held_usage(sent: list[dict[str, Any]]) -> bool:
+    """The usage chunk (with vLLM's metrics) held back for the gateway as the done
+    message's tail, no other chunk carrying usage."""
+    tail = json.loads(sent[-1]["tail"])
+    assert tail["usage"] and not tail["choices"] and "time_to_first_token_ms" in tail["metrics"]
+    return all("usage" not in json.loads(m["data"]) for m in sent if m["type"] == "event")
+
+
 def test_worker_in_this_process_on_model_as_server(
     pool: PoolServer, client: openai.OpenAI, tiny_models: dict[str, Path]
 ) -> None:
@@ -420,7 +428,8 @@ def test_worker_in_this_process_on_model_as_server(
     assert s1[0]["type"] == "accepted" and s1[-1]["type"] == "done"
     assert all("usage" not in json.loads(m["data"]) for m in s1 if m["type"] == "event")
     assert s1[-1]["completion_tokens"] == 5 or s1[-1]["finish_reason"] == "stop"
-    assert json.loads([m for m in s2 if m["type"] == "event"][-1]["data"])["usage"]
+    # the usage chunk (with vLLM's metrics) held back for the gateway: the done's tail
+    assert _held_usage(s2)
     (answer,) = [m for m in w1 if m["type"] == "body"]
     assert json.loads(answer["data"])["choices"][0]["message"]["role"] == "assistant"
     assert r1[-1]["type"] == "error" and r1[-1]["status"] == 400 and "logprobs" in r1[-1]["message"]

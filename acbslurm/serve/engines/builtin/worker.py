@@ -30,6 +30,7 @@ from acbslurm.serve.engines.builtin.gang import Gang
 from acbslurm.serve.modelproc import load_causal_lm
 from acbslurm.serve.placement import large_enough
 from acbslurm.serve.protocol import Ready
+from acbslurm.serve.routes import BUILTIN, served
 from acbslurm.serve.worker import EXIT_BROKER, EXIT_GROUP, EXIT_REFUSED, Worker, longest_token
 
 log = logging.getLogger("acbslurm.serve.engines.builtin.worker")
@@ -46,6 +47,7 @@ class BuiltinWorker(Worker):
             "weights_bytes": self.gang.weights,
             "max_context": self.max_context,
             "max_prompt_chars": self.max_prompt_chars,
+            "routes": served(self.spec.routes, BUILTIN),
         }
 
     def load(self) -> None:
