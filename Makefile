@@ -59,17 +59,22 @@ integration: setup
 # process counted).
 COV_FLOOR ?= 90
 test: lint
-	$(BIN)/pytest tests -q --cov=acbslurm --cov-report=term:skip-covered --cov-fail-under=$(COV_FLOOR)
+	$(BIN)/pytest tests -q --durations=25 --cov=acbslurm --cov-report=term:skip-covered --cov-fail-under=$(COV_FLOOR)
 
 # CI's second leg (`make sandbox-tests SLURM=25.11.7 DOCKER=28.5`): what depends on the
 # Slurm and Docker releases, the integration and fault tests on the sandbox. Not the lint
 # or the unit tests (no Slurm or Docker of the sandbox's in them) nor the coverage floor,
 # which the default leg checks; nor the vLLM pool jobs, whose Slurm side (a pool job's
-# srun over two nodes) test_serve_nodes_sandbox.py checks on every release: this keeps CI
-# under its hour.
+# srun over two nodes) test_serve_nodes_sandbox.py checks on every release; nor the
+# pool's fault tests that run no Slurm (builtin engine, limits on 127.0.0.1), nor the
+# budget's requeue test (the pool's side; requeue itself is the preemption tests'): this
+# keeps CI under its hour. --durations: the slowest tests in CI's log, to cut from.
 sandbox-tests: setup
-	$(BIN)/pytest tests/integration tests/faults -q \
-		--deselect tests/integration/test_serve_vllm_sandbox.py
+	$(BIN)/pytest tests/integration tests/faults -q --durations=25 \
+		--deselect tests/integration/test_serve_vllm_sandbox.py \
+		--deselect tests/faults/test_fault_serve_builtin.py \
+		--deselect tests/faults/test_fault_serve_limits.py \
+		--deselect tests/integration/test_serve_job_sandbox.py::test_a_budget_survives_a_requeue_and_shows_in_the_report
 
 # The Debian package, dist/acbslurm_<version>_all.deb (docs/admin-guide.md, "Install";
 # scripts/build_deb.py). deb-install installs it on this host (root, Debian 12), as CI's
