@@ -44,6 +44,20 @@ def _pool(
     return load_pool(pool_file)
 
 
+def _show(pool: PoolSpec) -> None:
+    """What --check prints of a valid pool: its models, key names and limits."""
+    for m in pool.models:
+        click.echo(f"{m.name}: {m.devices} device(s), {m.path}, engine {m.engine}")
+    if pool.api_keys not in ("", "none"):
+        from acbslurm.serve.keys import read_keys
+
+        click.echo(f"keys: {', '.join(read_keys(pool.api_keys).names)} ({pool.api_keys})")
+    if pool.limits:
+        from acbslurm.serve.limits import budget_path, describe
+
+        click.echo(describe(pool.limits, budget_path(pool.source)))
+
+
 # What the gateway and the builtin engine import: the serve extras, which a venv has
 # (pip install 'acbslurm[serve]') and the Debian package does not carry.
 SERVE_MODULES = ("starlette", "uvicorn", "prometheus_client", "torch")
@@ -109,16 +123,7 @@ def serve(
         _need_serve_modules()
     pool = _pool(pool_file, demo, listen, engine)
     if check:
-        for m in pool.models:
-            click.echo(f"{m.name}: {m.devices} device(s), {m.path}, engine {m.engine}")
-        if pool.api_keys not in ("", "none"):
-            from acbslurm.serve.keys import read_keys
-
-            click.echo(f"keys: {', '.join(read_keys(pool.api_keys).names)} ({pool.api_keys})")
-        if pool.limits:
-            from acbslurm.serve.limits import budget_path, describe
-
-            click.echo(describe(pool.limits, budget_path(pool.source)))
+        _show(pool)
         return
     from acbslurm.serve.runner import PoolServer
 

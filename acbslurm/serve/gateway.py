@@ -48,7 +48,7 @@ from acbslurm.serve.metrics import CONTENT_TYPE, Metrics
 from acbslurm.serve.routes import BUILTIN, PROMPT_FIELD, not_served, served
 from acbslurm.serve.supervisor import Overloaded, Pending, Unavailable, WorkerHandle
 from acbslurm.units import is_ascii_int
-from acbslurm.usagebook import Book, UsageFiles
+from acbslurm.usagebook import Book, Totals, UsageFiles
 
 log = logging.getLogger(__name__)
 MAX_BODY = 8 << 20  # bytes; a 100k-token prompt is well below
@@ -138,6 +138,9 @@ class _KeyCheck:
         self._no_key = json.dumps(NO_KEY_GIVEN.body()).encode()
         self._wrong_key = json.dumps(WRONG_KEY.body()).encode()
 
+    # complexity: every request's key check, each branch one answer (pass, 401 without
+    # or with a wrong key, 401 expired, limits' headers); split, each request would pay
+    # a coroutine per step on the pool's request path.
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http" or self.keys is None:
             await self.app(scope, receive, send)
@@ -393,7 +396,20 @@ class Gateway:
         caller = _caller(request)
         everyone = self._sees_all(caller)
         totals = self.book.totals
-        rows = [
+        rows = self._usage_rows(totals, None if everyone else caller)
+        body: dict[str, Any] = {"object": "acbslurm.usage", "usage": rows}
+        if everyone:
+            body["leased_gpu_seconds"] = {m: round(v, 3) for m, v in sorted(totals.leased.items())}
+        if self.limiter is not None:
+            names = sorted(self.limiter.limits) if everyone else [caller]
+            states = {n: self.limiter.state(n) for n in names}
+            body["limits"] = {n: s for n, s in states.items() if s is not None}
+        return JSONResponse(body)
+
+    def _usage_rows(self, totals: Totals, only: str | None) -> list[dict[str, Any]]:
+        """``/usage``'s rows: one per key name and model, of every name (``only`` None)
+        or of the name ``only``."""
+        return [
             {
                 "key": name,
                 "model": model,
@@ -404,16 +420,8 @@ class Gateway:
                 "audio_seconds": self.audio_seconds.get((name, model), 0.0),
             }
             for (name, model), row in sorted(totals.use.items())
-            if everyone or name == caller
+            if only is None or name == only
         ]
-        body: dict[str, Any] = {"object": "acbslurm.usage", "usage": rows}
-        if everyone:
-            body["leased_gpu_seconds"] = {m: round(v, 3) for m, v in sorted(totals.leased.items())}
-        if self.limiter is not None:
-            names = sorted(self.limiter.limits) if everyone else [caller]
-            states = {n: self.limiter.state(n) for n in names}
-            body["limits"] = {n: s for n, s in states.items() if s is not None}
-        return JSONResponse(body)
 
     def _unknown(self, name: str) -> ApiError:
         return ApiError(

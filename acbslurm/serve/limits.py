@@ -141,6 +141,17 @@ def _models(value: Any, at: tuple[str, ...], e: Errors, served: tuple[str, ...])
     return tuple(value)
 
 
+def _period(raw: dict[str, Any], at: tuple[str, ...], e: Errors) -> str | None:
+    """The period of the entry's budget: one of PERIODS, and only beside ``gpu_seconds``."""
+    if raw["period"] not in PERIODS:
+        e.add(at, f"{raw['period']!r}: one of {', '.join(PERIODS)}")
+        return None
+    if "gpu_seconds" not in raw:
+        e.add(at, "the period of a gpu_seconds budget: set gpu_seconds too")
+        return None
+    return str(raw["period"])
+
+
 def _one(
     name: str, raw: Any, at: tuple[str, ...], e: Errors, served: tuple[str, ...]
 ) -> KeyLimits | None:
@@ -156,12 +167,7 @@ def _one(
     if "gpu_seconds" in raw:
         kw["gpu_seconds"] = _seconds(raw["gpu_seconds"], (*at, "gpu_seconds"), e)
     if "period" in raw:
-        if raw["period"] not in PERIODS:
-            e.add((*at, "period"), f"{raw['period']!r}: one of {', '.join(PERIODS)}")
-        elif "gpu_seconds" not in raw:
-            e.add((*at, "period"), "the period of a gpu_seconds budget: set gpu_seconds too")
-        else:
-            kw["period"] = raw["period"]
+        kw["period"] = _period(raw, (*at, "period"), e)
     if "expires" in raw:
         kw["expires"] = _expires(raw["expires"], (*at, "expires"), e)
     if "models" in raw:
@@ -314,6 +320,9 @@ class Limiter:
             code="key_expired",
         )
 
+    # complexity: one request's admission on the gateway's request path: each limit's
+    # check inline, in the order a refusal names it; split, each limit would cost every
+    # request a call (bench/limits_bench.py).
     def admit(self, name: str, model: str) -> None:
         """A request of key ``name`` for ``model`` counted, or ApiError: 403 for a model
         the key may not use, 429 with Retry-After for a limit reached. O(1)."""
@@ -436,19 +445,28 @@ class Limiter:
         if tokens is not None and k.tokens_per_minute:
             reset = self._tokens[name][-1][0] + WINDOW - now if self._tokens[name] else 0.0
             out["tokens_per_minute"] = _left(k.tokens_per_minute, tokens, reset)
-        b = self._budget(name)
-        if b is not None and k.gpu_seconds is not None:
-            out["gpu_seconds"] = {
-                **_left(k.gpu_seconds, round(b.used, 3), b.end - self.clock()),
-                "period": k.period,
-                "period_start": utc_text(b.start),
-                "period_end": utc_text(b.end),
-            }
+        out.update(self._budget_left(k))
         if k.expires is not None:
             out["expires"] = utc_text(k.expires)
         if k.models is not None:
             out["models"] = list(k.models)
         return out
+
+    def _budget_left(self, k: KeyLimits) -> dict[str, Any]:
+        """``state``'s ``gpu_seconds``: what is left of the key's budget in this period,
+        and the period's bounds; nothing for a key without a budget."""
+        b = self._budget(k.name)
+        if b is None or k.gpu_seconds is None:
+            return {}
+        left = _left(k.gpu_seconds, round(b.used, 3), b.end - self.clock())
+        return {
+            "gpu_seconds": {
+                **left,
+                "period": k.period,
+                "period_start": utc_text(b.start),
+                "period_end": utc_text(b.end),
+            }
+        }
 
     def headers(self, name: str) -> list[tuple[bytes, bytes]]:
         """OpenAI's ``x-ratelimit-*`` headers of the key's per-minute limits, and
@@ -458,24 +476,27 @@ class Limiter:
         if k is None:
             return []
         now = self.mono()
-        out: list[tuple[str, str]] = []
+        out: list[tuple[bytes, bytes]] = []
         ring = self._requests_now(name, now)
         if ring is not None and k.requests_per_minute:
             reset = ring[-1] + WINDOW - now if ring else 0.0
-            out += _rate("requests", k.requests_per_minute, len(ring), reset)
+            out += _rate(b"requests", k.requests_per_minute, len(ring), reset)
         tokens = self._tokens_now(name, now)
         if tokens is not None and k.tokens_per_minute:
             seen = self._tokens[name]
             reset = seen[-1][0] + WINDOW - now if seen else 0.0
-            out += _rate("tokens", k.tokens_per_minute, tokens, reset)
+            out += _rate(b"tokens", k.tokens_per_minute, tokens, reset)
         b = self._budget(name)
         if b is not None and k.gpu_seconds is not None:
             out += [
-                ("x-acbslurm-gpu-seconds-limit", f"{k.gpu_seconds:g}"),
-                ("x-acbslurm-gpu-seconds-remaining", f"{max(0.0, k.gpu_seconds - b.used):.3f}"),
-                ("x-acbslurm-gpu-seconds-reset", duration(b.end - self.clock())),
+                (b"x-acbslurm-gpu-seconds-limit", f"{k.gpu_seconds:g}".encode()),
+                (
+                    b"x-acbslurm-gpu-seconds-remaining",
+                    f"{max(0.0, k.gpu_seconds - b.used):.3f}".encode(),
+                ),
+                (b"x-acbslurm-gpu-seconds-reset", duration(b.end - self.clock()).encode()),
             ]
-        return [(h.encode(), v.encode()) for h, v in out]
+        return out
 
     # -- kept across restarts --------------------------------------------------------------
 
@@ -589,11 +610,12 @@ class Limiter:
         return out
 
 
-def _rate(kind: str, limit: int, used: int, reset: float) -> list[tuple[str, str]]:
+def _rate(kind: bytes, limit: int, used: int, reset: float) -> list[tuple[bytes, bytes]]:
+    """OpenAI's three ``x-ratelimit-*-KIND`` headers, encoded as ASGI sends them."""
     return [
-        (f"x-ratelimit-limit-{kind}", str(limit)),
-        (f"x-ratelimit-remaining-{kind}", str(max(0, limit - used))),
-        (f"x-ratelimit-reset-{kind}", duration(max(0.0, reset))),
+        (b"x-ratelimit-limit-" + kind, str(limit).encode()),
+        (b"x-ratelimit-remaining-" + kind, str(max(0, limit - used)).encode()),
+        (b"x-ratelimit-reset-" + kind, duration(max(0.0, reset)).encode()),
     ]
 
 

@@ -535,10 +535,14 @@ def _api_keys(value: Any, e: Errors, base: Path, check_paths: bool) -> str | Non
 
 
 def _limits(
-    raw: Any, api_keys: str | None, served: list[str], e: Errors, check_paths: bool
+    raw: Any, api_keys: str | None, models: Any, e: Errors, check_paths: bool
 ) -> tuple[KeyLimits, ...]:
     """``limits:`` per key NAME (limits.py); the NAMEs checked against the key file's
-    when it is read. Without keys every request is billed to ``-``: nothing to limit."""
+    when it is read, the models against the names in ``models:`` (as given: its errors
+    are said by ``_models``). Without keys every request is billed to ``-``: nothing
+    to limit."""
+    entries = models if isinstance(models, list) else []
+    served = [m["name"] for m in entries if isinstance(m, dict) and isinstance(m.get("name"), str)]
     if api_keys == "none":
         e.add(("limits",), "api_keys: none asks no key, so no request has a NAME to limit")
         return ()
@@ -564,11 +568,7 @@ def validate(doc: Located, base: Path, check_paths: bool = True) -> PoolSpec:
         kw["api_keys"] = _api_keys(raw["api_keys"], e, base, check_paths)
     models = _models(raw, base, e, check_paths)
     if "limits" in raw:
-        entries = raw["models"] if isinstance(raw.get("models"), list) else []
-        served = [
-            m["name"] for m in entries if isinstance(m, dict) and isinstance(m.get("name"), str)
-        ]
-        kw["limits"] = _limits(raw["limits"], kw.get("api_keys"), served, e, check_paths)
+        kw["limits"] = _limits(raw["limits"], kw.get("api_keys"), raw.get("models"), e, check_paths)
     if e.items:
         raise PoolError("invalid pool file:\n  " + "\n  ".join(e.items))
     if kw.get("vllm_python"):

@@ -45,12 +45,7 @@ def usage_token(node: str, totals: Totals, lost: int = 0) -> str:
     parts = [f"{PREFIX}{node}", f"leased={totals.leased_total:.3f}"]
     if lost:
         parts.append(f"lost={int(lost)}")
-    rows = sorted(totals.use.items(), key=lambda kv: -kv[1][3])
-    kept, rest = rows[:MAX_ENTRIES], rows[MAX_ENTRIES:]
-    if rest:
-        other = [sum(v[i] for _, v in rest) for i in range(4)]
-        kept.append((("-", "-"), other))
-    for (name, model), (req, ptok, ctok, gpu_s) in kept:
+    for (name, model), (req, ptok, ctok, gpu_s) in _entries(totals):
         if not (valid_name(name) and valid_name(model)):
             raise ValueError(f"not a name: {name[:40]!r}, {model[:40]!r}")
         parts.append(f"{name},{model}={int(req)},{int(ptok)},{int(ctok)},{gpu_s:.3f}")
@@ -60,6 +55,17 @@ def usage_token(node: str, totals: Totals, lost: int = 0) -> str:
         limit, used, start = float(b["gpu_seconds"]), float(b["used"]), int(b["start"])
         parts.append(f"budget.{name}={limit:.6f},{b['period']},{start},{used:.6f}")
     return ";".join(parts)
+
+
+def _entries(totals: Totals) -> list[Any]:
+    """The NAME,MODEL rows by GPU-seconds, most first: the first MAX_ENTRIES, and the
+    rest summed under ``-,-`` (the word stays bounded whatever the number of keys)."""
+    rows: list[Any] = sorted(totals.use.items(), key=lambda kv: -kv[1][3])
+    kept, rest = rows[:MAX_ENTRIES], rows[MAX_ENTRIES:]
+    if rest:
+        other = [sum(v[i] for _, v in rest) for i in range(4)]
+        kept.append((("-", "-"), other))
+    return kept
 
 
 def parse_usage(comment: str | None) -> list[dict[str, Any]]:
