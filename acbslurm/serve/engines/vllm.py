@@ -103,12 +103,19 @@ class _UnixHTTP(http.client.HTTPConnection):
         self.sock = s
 
 
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
-    """The server gets SIGTERM when its worker dies, however it dies."""
-    import ctypes
+def die_with_parent() -> list[str]:
+    """The command's prefix that gives the server SIGTERM when its worker dies, however
+    it dies (``PR_SET_PDEATHSIG``, set by util-linux's ``setpriv`` just before it
+    execs the server: same pid, same session); none where there is no setpriv (the
+    gateway kills the server's session when its worker exits anyway).
 
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    Not a ``preexec_fn``: with one, CPython forks (no vfork) and runs Python in the
+    child of a process whose gRPC threads (the broker client's) may be mid-call: gRPC
+    logged "Other threads are currently calling into gRPC, skipping fork() handlers",
+    then "epoll_wait error: Bad file descriptor", and the server aborted (-6) before
+    it was ready. Without one, the child runs no Python and no fork handler (vfork)."""
+    setpriv = shutil.which("setpriv")
+    return [setpriv, "--pdeathsig", "TERM", "--"] if setpriv else []
 
 
 class VllmServer:
@@ -197,13 +204,13 @@ class VllmServer:
         log.info("model %s: starting vLLM: %s", self.spec.name, " ".join(argv))
         with open(self.log_path, "ab") as out:
             self.proc = subprocess.Popen(
-                argv,
+                [*die_with_parent(), *argv],
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 env=env,
+                close_fds=True,
                 start_new_session=True,
-                preexec_fn=_die_with_parent,
             )
 
     def alive(self) -> bool:
@@ -393,17 +400,9 @@ class VllmServer:
         if proc is None:
             return
         self.shm |= procs.shm_files(self.pids())
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
+        self.shm |= procs.kill_session(proc.pid)
         with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(10)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                os.killpg(proc.pid, 0)
-            except (ProcessLookupError, PermissionError):
-                return
-            time.sleep(0.05)
+            proc.wait(1)
 
     def stop(self, grace: float = 15.0) -> None:
         """SIGTERM to the server's session, SIGKILL after ``grace`` seconds; its folder
@@ -541,9 +540,24 @@ class VllmWorker(Worker):
         self.server.group = (host, port, 0)
         return 0
 
+    def tell_server(self) -> None:
+        """The gateway's ``server`` message: the server's pid (its session's id), the
+        shared memory files it holds, its folder: what the gateway kills and removes
+        when the worker cannot (hung, killed, gone)."""
+        proc = self.server.proc
+        self.send(
+            {
+                "type": "server",
+                "pid": proc.pid if proc is not None else 0,
+                "shm": sorted(self.server.shm),
+                "folder": self.server.folder,
+            }
+        )
+
     def check_fit(self) -> int:
         from acbslurm.serve.placement import large_enough
 
+        self.tell_server()  # its folder, before anything is started
         count = self.spec.devices
         need = self.share + self.spec.headroom
         devs = self.client.devices
@@ -588,6 +602,7 @@ class VllmWorker(Worker):
         resident: dict[str, int] = {}
         try:
             self.server.start(lease.devices)
+            self.tell_server()  # from now on, the gateway can end it
             timeout = env_float("ACBSLURM_VLLM_START_TIMEOUT", 600.0)
             try:
                 self.server.wait_ready(timeout)
@@ -598,10 +613,7 @@ class VllmWorker(Worker):
             self.awake = True
             self.pin = lease.device_ids  # a sleeping server cannot move
             self.server.remember_shm()
-            assert self.server.proc is not None
-            self.send(
-                {"type": "server", "pid": self.server.proc.pid, "shm": sorted(self.server.shm)}
-            )
+            self.tell_server()
             resident = dict.fromkeys(lease.device_ids, self.footprint())
         finally:
             self.client.release(lease, resident=resident)
@@ -868,10 +880,18 @@ class VllmWorker(Worker):
                     close()
                 return None
             ev = seen.read(data)
+            if ev is not None and stream and "error" in ev and not ev.get("choices"):
+                # vLLM's own error event (its engine process died mid-stream), which
+                # it follows with [DONE]: the stream was cut, and the gateway ends it
+                # with an error event and no [DONE].
+                close = getattr(answer, "close", None)
+                if close is not None:
+                    close()
+                raise ConnectionError(f"the stream ended with an error: {_error_text(ev)}")
             if not stream:
                 self.send({"type": "body", "id": d.rid, "data": data.decode()})
                 continue
-            out = _client_chunk(ev, data, asked)
+            out = data.decode() if ev is None else _client_chunk(ev, data, asked)
             if out is not None:
                 self.send({"type": "event", "id": d.rid, "data": out})
         return seen.finish, seen.usage, seen.first
@@ -979,7 +999,20 @@ class _Seen:
         self.first = 0.0
         self.usage: dict[str, Any] = {}
 
-    def read(self, data: bytes) -> dict[str, Any]:
+    def read(self, data: bytes) -> dict[str, Any] | None:
+        """The chunk read (usage, finish reason, first text); None for a plain chunk
+        once the first text was seen: one choice, no finish reason, no usage, no error,
+        nothing to read there, so it is passed on unparsed (every streamed token
+        crosses the worker: the pool's speed is vLLM's only if that costs nothing). A
+        client's text cannot fake these keys: its quotes are escaped in the JSON."""
+        if (
+            self.first
+            and b'"finish_reason":null' in data
+            and data.count(b'"finish_reason"') == 1
+            and b'"usage"' not in data
+            and b'"error"' not in data
+        ):
+            return None
         ev = json.loads(data)
         if not isinstance(ev, dict):
             raise ValueError(f"vLLM sent {data[:100]!r}")
@@ -989,6 +1022,13 @@ class _Seen:
                 self.first = time.monotonic() - self.started
             self.finish = c.get("finish_reason") or self.finish
         return ev
+
+
+def _error_text(ev: dict[str, Any]) -> str:
+    """The message of vLLM's error event (``{"error": {"message": ...}}``)."""
+    err = ev.get("error")
+    message = err.get("message") if isinstance(err, dict) else err
+    return str(message)[:500]
 
 
 def _shut(sock: socket.socket) -> None:
