@@ -68,9 +68,11 @@ def descendants(pids: set[int]) -> set[int]:
 
 def server_pids(sid: int) -> set[int]:
     """A server's live processes: its session's, and every process below them or below
-    its leader (one that made a session of its own is still there)."""
+    its leader (one that made a session of its own is still there). Not its zombies:
+    they hold nothing (no memory, no file, no mapping), and a killed server's orphans
+    wait for this machine's init to reap them (1.4 s here)."""
     members = session_pids(sid)
-    return members | descendants(members | {sid})
+    return members | {p for p, _ in _started(descendants(members | {sid}))}
 
 
 def _is_shm(path: str) -> bool:
