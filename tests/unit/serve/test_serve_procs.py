@@ -109,8 +109,8 @@ def test_a_killed_leader_leaves_its_session_which_kill_session_ends() -> None:
         assert procs.start_time(away) == 0 and procs.start_time(engine) == 0
         assert procs.remove_shm(shm) == 2
         assert not [f for f in shm if os.path.exists(f)]
-    finally:
-        for pid in (engine, away):
-            if pid and procs.start_time(pid):
-                os.kill(pid, signal.SIGKILL)
+    finally:  # a failed run leaves nothing either
+        procs.remove_shm(procs.kill_session(p.pid))
+        if away and procs.start_time(away):
+            os.kill(away, signal.SIGKILL)
         p.stdout.close()
