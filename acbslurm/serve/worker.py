@@ -91,7 +91,6 @@ class Worker:
         self.broker_address = broker
         self.device = device
         self.wlock = threading.Lock()
-        self.sent_at = 0.0  # when the gateway was last sent something (monotonic)
         _last_words.append(self.last_words)
         self.cond = threading.Condition()
         self.queue: deque[Any] = deque()
@@ -133,7 +132,6 @@ class Worker:
 
     def send(self, msg: ToGateway) -> None:
         data = encode(msg)
-        self.sent_at = time.monotonic()  # any message is progress for the heartbeat
         with self.wlock:
             try:
                 self.conn.sendall(data)

@@ -525,6 +525,7 @@ class VllmWorker(Worker):
         self.sleep_seconds = 0.0
         self.residue = 0  # bytes left on the GPUs after the last sleep (NVML)
         self.inflight: set[str] = set()
+        self.streamed_at = 0.0  # when a streamed chunk last went to the gateway
 
     # -- several nodes (procs > 1): engines/vllm_nodes.py -----------------------------
 
@@ -631,12 +632,15 @@ class VllmWorker(Worker):
             time.sleep(PROGRESS_EVERY)
             with self.cond:
                 busy = bool(self.inflight)
-            # A stream's chunks are progress already: no look at the counters then.
+            # A stream's chunks are progress already: no look at the counters while
+            # they flow.
             # A look costs vLLM's own event loop, which streams the tokens: it renders
             # all of its metrics, 52 kB, in 12-18 ms here (its /health: 0.4 ms).
-            if not busy or time.monotonic() - self.sent_at < PROGRESS_EVERY:
+            if not busy:
                 last = None
                 continue
+            if time.monotonic() - self.streamed_at < PROGRESS_EVERY:
+                continue  # the last look's count stays: any growth since is progress
             now = self.server.progress()
             if now is not None and last is not None and now != last:
                 self.send({"type": "progress"})
@@ -897,6 +901,7 @@ class VllmWorker(Worker):
             out = data.decode() if ev is None else _client_chunk(ev, data, asked)
             if out is not None:
                 self.send({"type": "event", "id": d.rid, "data": out})
+                self.streamed_at = time.monotonic()  # progress: no look needed (beat)
         return seen.finish, seen.usage, seen.first
 
     def _run(self, d: Request, timing: dict[str, float]) -> None:

@@ -871,7 +871,9 @@ def test_hung_server_fails_its_requests_and_frees_the_device(
     assert stream.code == "model_hung" and "model model-a hung" in stream.message, stream
     assert isinstance(whole_, openai.APIStatusError), whole_
     assert (whole_.status_code, whole_.code) == (504, "model_hung"), whole_
-    assert HANG <= served < HANG + 20, served
+    # The hang counts from the last progress, which may precede the stop by up to a
+    # look at vLLM's counters (once a second) and the watchdog's step (1 s).
+    assert HANG - 2 <= served < HANG + 20, served
     assert not any(alive(p) for p in tree), "the hung server's processes were left"
     assert not [f for f in shm if os.path.exists(f)], "the hung server's shared memory was left"
     wait_for(lambda: h.restarts > restarts)  # its worker gone (it removes the server's folder)
