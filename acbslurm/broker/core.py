@@ -18,7 +18,12 @@ Rules:
   devices do not idle behind a head that needs more. The head is not starved: its
   devices are chosen (``_reserve``); once the only leases still holding them are
   backfill leases, those are asked to yield and no other request gets one of them.
-  A backfill never asks the head's resident memory to be evicted.
+  A backfill never asks the head's resident memory to be evicted. Unless the head is
+  stalled: a lease holding one of its devices was asked to yield ``overdue`` seconds
+  ago (the quantum, at least 1 s) and still holds it (a hung model's lease is held
+  until its hang is declared, tens of seconds later). Then the head's free devices, and
+  its resident memory on them, go to backfills meanwhile (each asked to yield at
+  once): a hung model never stalls the models on other devices.
 - A device is leased to at most one client at a time.
 - A client may leave data on a device after releasing it (it is "resident"). Before a
   device is granted, residents of other clients are asked to evict until the
@@ -92,6 +97,8 @@ class Lease:
     devices: tuple[str, ...]
     since: float
     yield_asked: bool = False
+    asked_at: float = 0.0  # when it was asked to yield
+    overdue: bool = False  # asked ``Broker.overdue`` seconds ago and still held (``tick``)
     backfill: bool = False  # granted past a waiting head: yields to it (``_backfill``)
 
 
@@ -145,6 +152,8 @@ class Broker:
         self.policy = policy
         self.quantum = quantum
         self.backfill = backfill
+        # s a lease asked to yield may hold before the head waiting for it is stalled
+        self.overdue = max(quantum, 1.0)
         self.clients: dict[int, ClientInfo] = {}
         self.queue: list[Waiting] = []
         self.holder: dict[str, Lease | None] = {d.id: None for d in devices}
@@ -360,6 +369,12 @@ class Broker:
         has waited past the quantum."""
         if self.recovering and now >= self.recovery_until:
             return self.end_recovery(now)
+        events = self._quantum_yields(now)
+        if self._overdue_now(now) and self.backfill and not self.recovering:
+            events.extend(self._schedule(now))  # the head stalled: backfills may go
+        return events
+
+    def _quantum_yields(self, now: float) -> list[Event]:
         if self.policy != "quantum" or not self.queue:
             return []
         head = self.queue[0]
@@ -370,10 +385,18 @@ class Broker:
         for dev in candidates:
             lease = self.holder[dev]
             if lease is not None and self._yield_due(lease, head, now):
-                lease.yield_asked = True
+                lease.yield_asked, lease.asked_at = True, now
                 self.counters.yields_asked += 1
                 events.append(YieldAsked(lease.client, lease.lease_id))
         return events
+
+    def _overdue_now(self, now: float) -> bool:
+        """Marks the leases that became overdue since the last look; whether any did."""
+        found = False
+        for lease in {id(h): h for h in self.holder.values() if h is not None}.values():
+            if lease.yield_asked and not lease.overdue and now - lease.asked_at >= self.overdue:
+                lease.overdue = found = True
+        return found
 
     def _yield_due(self, lease: Lease, head: Waiting, now: float) -> bool:
         """``lease`` (another client's) has held past the quantum and was not asked yet."""
@@ -419,29 +442,41 @@ class Broker:
         are kept for it."""
         head = self.queue[0]
         events: list[Event] = []
-        keep = self._keep_for(head, events)
+        keep, stalled = self._keep_for(head, events, now)
         passed = {head.client}  # a client's requests stay in its own order
         for w in list(self.queue[1:]):
             chosen = None if w.client in passed else self._place(w, keep)
-            # The head's resident memory stays: a backfill that needs it gone waits.
-            if chosen is None or not self._clear(chosen, w, events, spare=head.client):
+            # The head's resident memory stays: a backfill that needs it gone waits,
+            # unless the head is stalled (it would wait anyway).
+            spare = 0 if stalled else head.client
+            if chosen is None or not self._clear(chosen, w, events, spare=spare):
                 passed.add(w.client)
                 continue
             self.queue.remove(w)
             self.counters.backfills += 1
-            events.append(self._grant(w, chosen, now, backfill=True))
+            granted = self._grant(w, chosen, now, backfill=True)
+            events.append(granted)
+            if stalled and set(chosen) & set(self._reserve(head)):
+                # on the stalled head's devices: its first batch only, then them back
+                lease = self.clients[w.client].leases[granted.lease_id]
+                events.extend(self._ask_to_yield([lease], head, now))
         return events
 
-    def _keep_for(self, head: Waiting, events: list[Event]) -> frozenset[str]:
-        """The devices no backfill may have: none while a lease that is not a backfill
-        holds one of the head's (it waits for that anyway), else all of the head's, and
-        the backfills holding them are asked to yield (into ``events``)."""
+    def _keep_for(
+        self, head: Waiting, events: list[Event], now: float
+    ) -> tuple[frozenset[str], bool]:
+        """The devices no backfill may have, and whether the head is stalled (a lease
+        holding one of its devices is overdue: asked to yield long enough ago). None
+        while a lease that is not a backfill holds one of the head's (it waits for that
+        anyway) or while it is stalled; else all of the head's, and the backfills
+        holding them are asked to yield (into ``events``)."""
         reserved = self._reserve(head)
         holders = {h.lease_id: h for d in reserved if (h := self.holder[d]) is not None}
+        stalled = any(h.yield_asked and now - h.asked_at >= self.overdue for h in holders.values())
         if any(not h.backfill for h in holders.values()):
-            return frozenset()
-        events.extend(self._ask_to_yield(holders.values(), head))
-        return frozenset(reserved)
+            return frozenset(), stalled
+        events.extend(self._ask_to_yield(holders.values(), head, now))
+        return (frozenset() if stalled else frozenset(reserved)), stalled
 
     def _clear(
         self, chosen: tuple[str, ...], w: Waiting, events: list[Event], spare: int = 0
@@ -459,12 +494,12 @@ class Broker:
                 events.append(EvictAsked(victim, (dev,)))
         return not any(self._others_evicting(d, w.client) for d in chosen)
 
-    def _ask_to_yield(self, leases: Iterable[Lease], head: Waiting) -> list[Event]:
+    def _ask_to_yield(self, leases: Iterable[Lease], head: Waiting, now: float) -> list[Event]:
         """Each of ``leases`` (backfills holding the head's devices) asked once to yield."""
         events: list[Event] = []
         for lease in leases:
             if not lease.yield_asked and lease.client != head.client:
-                lease.yield_asked = True
+                lease.yield_asked, lease.asked_at = True, now
                 self.counters.yields_asked += 1
                 events.append(YieldAsked(lease.client, lease.lease_id))
         return events

@@ -680,11 +680,16 @@ class Gateway:
     async def _next(
         self, handle: WorkerHandle, rid: str, pending: Pending, deadline: float
     ) -> dict[str, Any]:
+        # Once per streamed chunk: the message already there is taken at once, and the
+        # wait is bounded by asyncio.timeout, not wait_for (a task of its own per call).
         left = deadline - time.monotonic()
         try:
             if left <= 0:
                 raise TimeoutError
-            return await asyncio.wait_for(pending.queue.get(), left)
+            with contextlib.suppress(asyncio.QueueEmpty):
+                return pending.queue.get_nowait()
+            async with asyncio.timeout(left):
+                return await pending.queue.get()
         except TimeoutError:
             handle.finish(rid, cancel=True)
             raise ApiError(

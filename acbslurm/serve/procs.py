@@ -2,11 +2,16 @@
 hold, and killing them all.
 
 A vLLM server runs in a session of its own (``start_new_session``: its API server,
-its engine process and their helpers). Killed by SIGKILL, nothing of it unlinks the
-POSIX shared memory it made (Python's ``multiprocessing.shared_memory``, names
-``/dev/shm/psm_*``: vLLM's message queues between its processes), so whoever kills
-it removes those files, and only those the session's processes had mapped or open
-(other servers on the host have theirs).
+its engine process and their helpers). Its engine process (``VLLM::EngineCore``), the
+engine's worker and multiprocessing's resource tracker do not notice their API
+server's death: a SIGKILLed API server leaves them running for good, holding their
+shared memory, until someone kills them. So whoever ends a server kills its whole
+session, and the processes below it as well (a child that made a session of its own
+is still a descendant). Killed by SIGKILL, nothing of it unlinks the POSIX shared
+memory it made (Python's ``multiprocessing.shared_memory``, ``/dev/shm/psm_*``:
+vLLM's message queues between its processes; and multiprocessing's named semaphores,
+``/dev/shm/sem.mp-*``), so whoever kills it removes those files, and only those the
+server's processes had mapped or open (other servers on the host have theirs).
 """
 
 from __future__ import annotations
@@ -20,7 +25,9 @@ from pathlib import Path
 from acbslurm.units import is_ascii_int
 
 SHM = "/dev/shm"
-SHM_PREFIX = "psm_"
+# multiprocessing.shared_memory's segments, and its named semaphores (a spawned
+# process's locks: kept on disk until the resource tracker, killed too, unlinks them)
+SHM_PREFIXES = ("psm_", "sem.mp-")
 
 
 def _stat_fields(pid: int) -> list[str]:
@@ -42,32 +49,71 @@ def session_pids(sid: int) -> set[int]:
     return out
 
 
+def descendants(pids: set[int]) -> set[int]:
+    """The live processes below ``pids`` (their children's children too), from each
+    thread's ``children`` list in /proc."""
+    out: set[int] = set()
+    todo = list(pids)
+    while todo:
+        pid = todo.pop()
+        with contextlib.suppress(OSError):
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                with contextlib.suppress(OSError):
+                    for kid in Path(f"/proc/{pid}/task/{tid}/children").read_text().split():
+                        if int(kid) not in out:
+                            out.add(int(kid))
+                            todo.append(int(kid))
+    return out
+
+
+def server_pids(sid: int) -> set[int]:
+    """A server's live processes: its session's, and every process below them or below
+    its leader (one that made a session of its own is still there). Not its zombies:
+    they hold nothing (no memory, no file, no mapping), and a killed server's orphans
+    wait for this machine's init to reap them (1.4 s here)."""
+    members = session_pids(sid)
+    return members | {p for p, _ in _started(descendants(members | {sid}))}
+
+
+def _is_shm(path: str) -> bool:
+    name = path[len(SHM) + 1 :] if path.startswith(SHM + "/") else ""
+    return name.startswith(SHM_PREFIXES) and "/" not in name and not path.endswith(" (deleted)")
+
+
 def shm_files(pids: set[int]) -> set[str]:
-    """The ``/dev/shm/psm_*`` files ``pids`` have mapped or open (a stopped process's
-    too: /proc reads it without its help)."""
-    found: set[str] = set()
-    prefix = os.path.join(SHM, SHM_PREFIX)
+    """The ``/dev/shm/psm_*`` and ``sem.mp-*`` files ``pids`` have mapped or open (a
+    stopped process's too: /proc reads it without its help). Matched by inode: the
+    process that made a semaphore maps it under glibc's temporary name, since
+    deleted, and the file lives on under the name it was linked to."""
+    inodes: set[int] = set()
     for pid in pids:
         with contextlib.suppress(OSError):
             for line in Path(f"/proc/{pid}/maps").read_text().splitlines():
-                path = line.split(maxsplit=5)[5] if len(line.split(maxsplit=5)) == 6 else ""
-                if path.startswith(prefix) and not path.endswith(" (deleted)"):
-                    found.add(path)
+                parts = line.split(maxsplit=5)
+                if len(parts) == 6 and parts[5].startswith(SHM + "/") and parts[4].isdigit():
+                    inodes.add(int(parts[4]))
         with contextlib.suppress(OSError):
             for fd in os.listdir(f"/proc/{pid}/fd"):
                 with contextlib.suppress(OSError):
-                    target = os.readlink(f"/proc/{pid}/fd/{fd}")
-                    if target.startswith(prefix) and not target.endswith(" (deleted)"):
-                        found.add(target)
+                    if os.readlink(f"/proc/{pid}/fd/{fd}").startswith(SHM + "/"):
+                        inodes.add(os.stat(f"/proc/{pid}/fd/{fd}").st_ino)
+    if not inodes:
+        return set()
+    found: set[str] = set()
+    with contextlib.suppress(OSError), os.scandir(SHM) as entries:
+        for e in entries:
+            path = os.path.join(SHM, e.name)
+            with contextlib.suppress(OSError):
+                if _is_shm(path) and e.inode() in inodes and e.is_file(follow_symlinks=False):
+                    found.add(path)
     return found
 
 
 def remove_shm(paths: set[str]) -> int:
-    """Unlink ``paths`` (``/dev/shm/psm_*`` only); how many were there."""
+    """Unlink ``paths`` (``/dev/shm/psm_*`` and ``sem.mp-*`` only); how many were there."""
     removed = 0
-    prefix = os.path.join(SHM, SHM_PREFIX)
     for path in paths:
-        if not path.startswith(prefix) or "/" in path[len(SHM) + 1 :]:
+        if not _is_shm(path):
             continue
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
@@ -76,19 +122,42 @@ def remove_shm(paths: set[str]) -> int:
 
 
 def kill_session(sid: int, wait: float = 10.0) -> set[str]:
-    """SIGKILL every process of session ``sid`` (a stopped one dies too) and wait up to
-    ``wait`` seconds until none is left alive; the shared memory files they held, for
-    the caller to remove once they are gone."""
-    shm = shm_files(session_pids(sid))
+    """SIGKILL every process of server ``sid`` (its session, and the processes below
+    it: ``server_pids``; a stopped one dies too) and wait up to ``wait`` seconds until
+    none is left alive; the shared memory files they held, for the caller to remove
+    once they are gone."""
+    found = server_pids(sid)
+    shm = shm_files(found)
+    left = _started(found)
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(sid, signal.SIGKILL)
     deadline = time.monotonic() + wait
-    while True:
-        left = session_pids(sid)
-        if not left or time.monotonic() > deadline:
-            break
-        for pid in left:  # one that left the group but not the session
+    while left:
+        for pid, _ in left:  # one that left the group, or the session
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
+        if time.monotonic() > deadline:
+            break
         time.sleep(0.05)
+        # Read again: a process forked meanwhile. One seen before is kept (its parent
+        # may be gone, taking it out of the tree) while it is the same process: a pid
+        # reused by another is never killed.
+        now = _started(server_pids(sid))
+        left = now | {(p, t) for p, t in _started({p for p, _ in left}) if (p, t) in left}
     return shm
+
+
+def start_time(pid: int) -> int:
+    """When process ``pid`` started (clock ticks after boot); 0 when there is none."""
+    return next((t for p, t in _started({pid})), 0)
+
+
+def _started(pids: set[int]) -> set[tuple[int, int]]:
+    """``(pid, start time)`` of each live process of ``pids``."""
+    out: set[tuple[int, int]] = set()
+    for pid in pids:
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            fields = _stat_fields(pid)
+            if fields[0] not in ("Z", "X"):
+                out.add((pid, int(fields[19])))
+    return out

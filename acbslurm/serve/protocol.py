@@ -12,7 +12,8 @@ A model on vLLM (``engine: vllm``) gets ``generate`` with the client's ``route``
 The heartbeat (``supervisor``): ``busy`` (busy: true when a turn starts computing,
 false when it ends), ``progress`` (a vLLM server's counters moved, with no chunk to
 show for it: a non-streamed answer being computed), ``server`` (pid of the worker's
-vLLM server, whose session the gateway kills when the model hangs).
+vLLM server, whose session the gateway kills when the model hangs or the worker ends,
+its shared memory files and its folder).
 """
 
 from __future__ import annotations
@@ -133,6 +134,7 @@ class Server(TypedDict):
     type: Literal["server"]
     pid: int
     shm: list[str]  # its /dev/shm files, for the gateway to remove if it kills it
+    folder: str  # its $TMPDIR/acbslurm-vllm-* folder, removed when the worker is gone
 
 
 class Lease(TypedDict):

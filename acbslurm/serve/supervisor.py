@@ -3,9 +3,17 @@
 Each model has one ``WorkerHandle``. Requests get an id and an asyncio queue that
 receives the worker's messages for them. When a worker dies (killed, crashed, its
 broker gone) every request it had fails at once with a 503 and the handle starts a
-new worker (backing off up to 10 s); a worker that refuses to run (its gang cannot
-fit, its weights cannot load) is not restarted and its model answers 503 with the
-reason.
+new worker (backing off up to 10 s); a worker that refuses to run at its first start
+(its gang cannot fit, its weights cannot load, its vLLM server cannot start) is not
+restarted and its model answers 503 with the reason. Once the model has been ready,
+a refusal is a fault like any other (a vLLM server that died before it was ready:
+killed, out of memory, a broken start) and the worker is restarted with the same
+backoff: a model that ran once comes back after every fault.
+
+Whatever ends a worker, what its vLLM server left is then removed: every process of
+the server's session and below it, its shared memory files and its folder (the
+worker says which, ``server`` message); a worker SIGKILLed leaves them otherwise
+(serve/procs.py: an engine process outlives its API server).
 
 A model with ``procs: N`` runs as a worker group: the handle starts the leader (rank
 0, the process it talks to), and when the leader has opened its rendezvous, the
@@ -34,6 +42,7 @@ import logging
 import os
 import shutil
 import signal
+import stat
 import sys
 import tempfile
 import time
@@ -126,6 +135,7 @@ class WorkerHandle:
         self.stats: dict[str, Any] = {}
         self.base: dict[str, float] = dict.fromkeys(STATS_COUNTERS, 0.0)  # earlier lives
         self.restarts = 0
+        self.ever_ready = False  # a refusal after this is a fault: restarted
         self.ready_event = asyncio.Event()
         self._ids = itertools.count(1)
         self._stopping = False
@@ -142,6 +152,8 @@ class WorkerHandle:
         self.progress = 0.0
         self.server_pid = 0
         self.server_shm: set[str] = set()  # its shared memory files, as its worker saw them
+        self.server_folder = ""  # its $TMPDIR/acbslurm-vllm-* folder (socket, log)
+        self.server_started = 0  # its start time (procs.start_time): the pid is the same one
         self.hangs = 0
         # Who used the model's leases (usagebook): the gateway's book, one per pool, and
         # the lease the worker computes in now (devices, granted), from its busy message.
@@ -160,7 +172,7 @@ class WorkerHandle:
             code = await self._run_once()
             if self._stopping:
                 break
-            if code == EXIT_REFUSED:
+            if code == EXIT_REFUSED and not self.ever_ready:
                 self.state = "refused"
                 log.error("model %s: %s", self.spec.name, self.reason)
                 self.ready_event.set()
@@ -216,7 +228,7 @@ class WorkerHandle:
             self.reason = f"worker for {self.spec.name} did not open its socket"
             _signal(proc, signal.SIGKILL)
             return await proc.wait()
-        self.busy, self.server_pid, self.server_shm = False, 0, set()
+        self.busy, self.server_pid, self.server_shm, self.server_folder = False, 0, set(), ""
         watchdog = asyncio.get_running_loop().create_task(self._watchdog(proc))
         try:
             await self._read(reader)
@@ -237,8 +249,22 @@ class WorkerHandle:
         else:
             _signal(proc, signal.SIGKILL)
         code = await proc.wait()
+        await self._reap_server()
         await self._stop_followers()
         return self._exit_code if self._exit_code is not None else code
+
+    async def _reap_server(self) -> None:
+        """The worker is gone: what its vLLM server left goes too (its session's
+        processes and those below them, its shared memory files, its folder). A
+        worker that stopped its server leaves nothing, and this finds nothing."""
+        sid, shm, folder = self.server_pid, set(self.server_shm), self.server_folder
+        # Its leader still there, or gone (the session may live on without it); never
+        # a session whose leader took the pid over since.
+        if sid and procs.start_time(sid) in (0, self.server_started):
+            shm |= await asyncio.to_thread(procs.kill_session, sid)
+            procs.remove_shm(shm)
+        if folder and _own_server_folder(folder):
+            await asyncio.to_thread(shutil.rmtree, folder, True)
 
     _exit_code: int | None = None
 
@@ -357,6 +383,8 @@ class WorkerHandle:
         elif kind == "server":
             self.server_pid = int(msg.get("pid", 0))
             self.server_shm = {str(f) for f in msg.get("shm", ())}
+            self.server_folder = str(msg.get("folder", ""))
+            self.server_started = procs.start_time(self.server_pid) if self.server_pid else 0
         return kind in ("busy", "progress", "server")
 
     async def _handle(self, msg: dict[str, Any]) -> None:
@@ -369,6 +397,7 @@ class WorkerHandle:
             self.max_context = int(msg.get("max_context", 0))
             self.max_prompt_chars = int(msg.get("max_prompt_chars", 0))
             self.state = "ready"
+            self.ever_ready = True
             self.reason = ""
             self.ready_event.set()
         elif kind == "fatal":
@@ -507,6 +536,8 @@ class WorkerHandle:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._task
+        # the task may have been cancelled before it removed what the server left
+        await self._reap_server()
         self.state = "stopped"
 
     # -- requests -----------------------------------------------------------------------
@@ -558,6 +589,18 @@ class WorkerHandle:
         if cancel and self.writer is not None:
             with contextlib.suppress(Exception):
                 self.writer.write(encode({"type": "cancel", "id": rid}))
+
+
+def _own_server_folder(path: str) -> bool:
+    """``path`` is a vLLM server's folder of this user (``acbslurm-vllm-*``, a real
+    folder, not a link): what the gateway may remove for its worker."""
+    if not os.path.isabs(path) or not os.path.basename(path).startswith("acbslurm-vllm-"):
+        return False
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid()
 
 
 def worker_module(engine: str) -> str:

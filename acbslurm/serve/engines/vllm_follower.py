@@ -11,7 +11,8 @@ import subprocess
 import sys
 from typing import Any
 
-from acbslurm.serve.engines.vllm import VllmServer, _die_with_parent
+from acbslurm.serve import procs
+from acbslurm.serve.engines.vllm import VllmServer, die_with_parent
 from acbslurm.serve.engines.vllm_nodes import STOP_GRACE, headless_argv
 from acbslurm.serve.pool import ModelSpec
 
@@ -32,11 +33,11 @@ def follow(spec: ModelSpec, rank: int, rendezvous: str, device: str) -> int:
     else:
         env.pop("CUDA_VISIBLE_DEVICES", None)  # the step's own GPUs on this node
     proc = subprocess.Popen(
-        argv,
+        [*die_with_parent(), *argv],
         stdin=subprocess.DEVNULL,
         env=env,
+        close_fds=True,
         start_new_session=True,
-        preexec_fn=_die_with_parent,
     )
 
     def stop(signum: int, frame: Any) -> None:  # noqa: ARG001
@@ -54,5 +55,6 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
         os.killpg(proc.pid, signal.SIGTERM)
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(STOP_GRACE)
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
+    # every process of it, and its shared memory (an engine process outlives its
+    # API server's death: serve/procs.py)
+    procs.remove_shm(procs.kill_session(proc.pid, wait=5))

@@ -238,6 +238,43 @@ def test_a_backfill_never_evicts_the_heads_memory() -> None:
     assert b.resident["d1"] == {c: 80} and not b.evicting["d1"]
 
 
+def test_a_stalled_head_lends_its_devices_and_memory_to_backfills() -> None:
+    """The demo pool (model-a on d0-3, model-b on d4-7, model-c on all 8): model-a's
+    turn is a backfill, and it hangs (asked to yield, it never does). model-c, the
+    head, waits for it; model-b's next request used to wait behind model-c's
+    reservation (and its resident memory) until model-a's hang was declared. Once
+    model-a's lease is overdue, model-b gets its devices, model-c's memory there
+    evicted, and is asked to yield at once; model-c goes next when model-a is gone."""
+    b = Broker(devs(8, mem=100), policy="quantum", quantum=1.0, backfill=True)
+    a, c, m = b.register("model-a", 1), b.register("model-c", 2), b.register("model-b", 3)
+    low, high = [f"d{i}" for i in range(4)], [f"d{i}" for i in range(4, 8)]
+    [gc] = b.request(c, 1, 8, now=0, memory=30)
+    b.release(c, gc.lease_id, now=1, resident={**dict.fromkeys(low, 30), **dict.fromkeys(high, 80)})
+    [gb] = b.request(m, 1, 4, now=2, memory=10, pin=tuple(high))
+    assert b.request(c, 2, 8, now=3, memory=30) == []  # the head: model-b holds d4-7
+    [ga] = b.request(a, 1, 4, now=4, memory=50, pin=tuple(low))
+    assert b.clients[a].leases[ga.lease_id].backfill
+    assert b.release(m, gb.lease_id, now=5, resident=dict.fromkeys(high, 10)) == []
+    # model-b again: model-a is asked to yield; it hangs, and never does. model-b waits
+    # (model-c's reservation) ...
+    assert b.request(m, 2, 4, now=5.5, memory=50, pin=tuple(high)) == [YieldAsked(a, ga.lease_id)]
+    assert b.tick(now=6.4) == []
+    # ... until model-a's lease is overdue: model-c's memory on d4-7 is evicted for it
+    evicts = b.tick(now=6.6)
+    assert sorted(evicts, key=str) == sorted((EvictAsked(c, (d,)) for d in high), key=str)
+    assert b.tick(now=6.7) == []  # once
+    granted = [e for d in high for e in b.evict_done(c, (d,), now=6.8)]
+    [gb2] = [e for e in granted if isinstance(e, Granted)]
+    assert gb2.client == m and set(gb2.devices) == set(high)
+    assert b.clients[m].leases[gb2.lease_id].backfill
+    assert YieldAsked(m, gb2.lease_id) in granted  # at once: the head's devices
+    # model-a's hang declared (its worker killed): model-c goes once model-b yields
+    assert b.disconnect(a, now=40) == []
+    [gc2] = b.release(m, gb2.lease_id, now=41)
+    assert gc2.client == c and len(gc2.devices) == 8
+    b.check_invariants()
+
+
 def test_a_backfill_never_passes_its_own_clients_earlier_request() -> None:
     b = Broker(devs(3), backfill=True)
     x, c, m = b.register("x", 1), b.register("c", 2), b.register("m", 3)

@@ -59,3 +59,58 @@ def test_kill_session_of_nobody_returns_at_once() -> None:
     t0 = time.monotonic()
     assert procs.kill_session(2**22 + 12345) == set()
     assert time.monotonic() - t0 < 1
+
+
+# A vLLM server's shape: its leader (the API server) starts a process of its session (the
+# engine process) that holds a shared memory segment and a semaphore of multiprocessing's
+# spawn context (/dev/shm/sem.mp-*, kept on disk), and starts one of its own in a new
+# session (below it, outside the session). Each says its pid.
+ENGINE = """
+import multiprocessing, subprocess, sys, time
+from multiprocessing import shared_memory
+m = shared_memory.SharedMemory(create=True, size=4096)
+lock = multiprocessing.get_context("spawn").Lock()
+away = subprocess.Popen(
+    [sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True
+)
+print(m.name, away.pid, flush=True)
+time.sleep(600)
+"""
+LEADER = f"""
+import subprocess, sys, time
+engine = subprocess.Popen([sys.executable, "-c", {ENGINE!r}])
+print(engine.pid, flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_killed_leader_leaves_its_session_which_kill_session_ends() -> None:
+    """The API server SIGKILLed alone: its engine process lives on (vLLM's does, for
+    good), holding its shared memory; kill_session ends it, and the process below it
+    that left the session, and finds its segment and its semaphore."""
+    p = subprocess.Popen(
+        [sys.executable, "-c", LEADER], stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
+    assert p.stdout is not None
+    engine = int(p.stdout.readline())
+    away = 0
+    try:
+        name, away_s = p.stdout.readline().split()
+        away = int(away_s)
+        os.kill(p.pid, signal.SIGKILL)
+        assert p.wait(10) == -signal.SIGKILL
+        assert procs.session_pids(p.pid) >= {engine}  # left running
+        assert away in procs.server_pids(p.pid) and away not in procs.session_pids(p.pid)
+        shm = procs.kill_session(p.pid)
+        assert f"/dev/shm/{name.lstrip('/')}" in shm
+        sems = {f for f in shm if f.startswith("/dev/shm/sem.mp-")}
+        assert len(sems) == 1, shm
+        assert not procs.session_pids(p.pid)
+        assert procs.start_time(away) == 0 and procs.start_time(engine) == 0
+        assert procs.remove_shm(shm) == 2
+        assert not [f for f in shm if os.path.exists(f)]
+    finally:  # a failed run leaves nothing either
+        procs.remove_shm(procs.kill_session(p.pid))
+        if away and procs.start_time(away):
+            os.kill(away, signal.SIGKILL)
+        p.stdout.close()
