@@ -87,16 +87,7 @@ def shm_files(pids: set[int]) -> set[str]:
     deleted, and the file lives on under the name it was linked to."""
     inodes: set[int] = set()
     for pid in pids:
-        with contextlib.suppress(OSError):
-            for line in Path(f"/proc/{pid}/maps").read_text().splitlines():
-                parts = line.split(maxsplit=5)
-                if len(parts) == 6 and parts[5].startswith(SHM + "/") and parts[4].isdigit():
-                    inodes.add(int(parts[4]))
-        with contextlib.suppress(OSError):
-            for fd in os.listdir(f"/proc/{pid}/fd"):
-                with contextlib.suppress(OSError):
-                    if os.readlink(f"/proc/{pid}/fd/{fd}").startswith(SHM + "/"):
-                        inodes.add(os.stat(f"/proc/{pid}/fd/{fd}").st_ino)
+        inodes |= _shm_inodes(pid)
     if not inodes:
         return set()
     found: set[str] = set()
@@ -107,6 +98,22 @@ def shm_files(pids: set[int]) -> set[str]:
                 if _is_shm(path) and e.inode() in inodes and e.is_file(follow_symlinks=False):
                     found.add(path)
     return found
+
+
+def _shm_inodes(pid: int) -> set[int]:
+    """The inodes of the /dev/shm files process ``pid`` maps or holds open."""
+    inodes: set[int] = set()
+    with contextlib.suppress(OSError):
+        for line in Path(f"/proc/{pid}/maps").read_text().splitlines():
+            parts = line.split(maxsplit=5)
+            if len(parts) == 6 and parts[5].startswith(SHM + "/") and parts[4].isdigit():
+                inodes.add(int(parts[4]))
+    with contextlib.suppress(OSError):
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            with contextlib.suppress(OSError):
+                if os.readlink(f"/proc/{pid}/fd/{fd}").startswith(SHM + "/"):
+                    inodes.add(os.stat(f"/proc/{pid}/fd/{fd}").st_ino)
+    return inodes
 
 
 def remove_shm(paths: set[str]) -> int:

@@ -873,13 +873,7 @@ class VllmWorker(Worker):
         if route != "/v1/embeddings":
             body.setdefault("temperature", spec.temperature)
             body.setdefault("top_p", spec.top_p)
-        asked = True
-        if body.get("stream") and route in ("/v1/completions", "/v1/chat/completions"):
-            opts = body.get("stream_options")
-            if opts is None or isinstance(opts, dict):
-                asked = bool((opts or {}).get("include_usage"))
-                body["stream_options"] = {**(opts or {}), "include_usage": True}
-        return route, body, asked
+        return route, body, _ask_usage(body, route)
 
     def serve_one(self, d: Request, timing: dict[str, float]) -> None:
         path, body, asked = self.body(d.msg)
@@ -905,31 +899,16 @@ class VllmWorker(Worker):
             return  # cancelled
         seen, tail = got
         self.requests += 1
-        done: Done = {
-            "type": "done",
-            "id": d.rid,
-            "finish_reason": seen.finish,
-            "prompt_tokens": seen.tokens("prompt_tokens", "input_tokens"),
-            "completion_tokens": seen.tokens("completion_tokens", "output_tokens"),
-            "timing": {
-                "wait_s": timing["wait_s"],
-                "restore_s": timing["restore_s"],
-                "compute_s": seen.first,
-            },
-        }
-        if seen.audio_seconds:
-            done["audio_seconds"] = seen.audio_seconds
-        if tail is not None:  # the stream's last event with its usage: the gateway adds
-            done["tail"], done["tail_event"] = tail[1], tail[0]  # the pool's metrics to it
-        if stream and path == "/v1/responses":
-            done["sse_done"] = False  # a response's stream ends with its last event
-        self.send(done)
+        self.send(_done(d.rid, seen, tail, timing, stream and path == "/v1/responses"))
 
     def engine_failed(self, d: Request, exc: Exception) -> None:
         """``d`` lost its server (it died, or cut the answer): 503, never a partial
         answer passed on as whole."""
         self.fail(d.rid, 503, f"model {self.spec.name}: vLLM: {exc}", code="engine_failed")
 
+    # complexity: the loop every streamed chunk of every request takes (cancel, a whole
+    # answer, vLLM's error event, the held usage event): one pass, no call per chunk
+    # beyond the chunk's own read.
     def relay(
         self,
         d: Request,
@@ -1095,6 +1074,8 @@ class _Seen:
         self.usage: dict[str, Any] = {}
         self.audio_seconds = 0.0
 
+    # complexity: every streamed chunk's read (text, transcript, plain chunk, usage,
+    # choices, a response's first event), on the per-token path: one pass.
     def read(self, data: bytes, kind: str = "application/json") -> dict[str, Any] | None:
         """The chunk read (usage, finish reason, first text); None for a plain chunk
         once the first text was seen: one choice, no finish reason, no usage, no error,
@@ -1104,13 +1085,7 @@ class _Seen:
         if "json" not in kind:  # a transcription as text, srt, vtt: nothing to read
             self.first = self.first or time.monotonic() - self.started
             return {}
-        if (
-            self.first
-            and b'"finish_reason":null' in data
-            and data.count(b'"finish_reason"') == 1
-            and b'"usage"' not in data
-            and b'"error"' not in data
-        ):
+        if self.first and _plain(data):
             return None
         ev = json.loads(data)
         if not isinstance(ev, dict):
@@ -1146,6 +1121,61 @@ def _usage_of(ev: dict[str, Any]) -> dict[str, Any]:
         response = ev.get("response")
         usage = response.get("usage") if isinstance(response, dict) else None
     return usage if isinstance(usage, dict) else {}
+
+
+def _done(
+    rid: str,
+    seen: _Seen,
+    tail: tuple[str, str] | None,
+    timing: dict[str, float],
+    response_stream: bool,
+) -> Done:
+    """The ``done`` message of an answer relayed whole: its finish, tokens, timing,
+    audio seconds, and the stream's held-back last event (``tail``), to which the
+    gateway adds the pool's metrics."""
+    done: Done = {
+        "type": "done",
+        "id": rid,
+        "finish_reason": seen.finish,
+        "prompt_tokens": seen.tokens("prompt_tokens", "input_tokens"),
+        "completion_tokens": seen.tokens("completion_tokens", "output_tokens"),
+        "timing": {
+            "wait_s": timing["wait_s"],
+            "restore_s": timing["restore_s"],
+            "compute_s": seen.first,
+        },
+    }
+    if seen.audio_seconds:
+        done["audio_seconds"] = seen.audio_seconds
+    if tail is not None:
+        done["tail"], done["tail_event"] = tail[1], tail[0]
+    if response_stream:
+        done["sse_done"] = False  # a response's stream ends with its last event
+    return done
+
+
+def _ask_usage(body: dict[str, Any], route: str) -> bool:
+    """Usage asked for in a completions or chat stream (the gateway counts tokens):
+    whether the client asked for it itself (else the worker leaves it out of the
+    client's stream)."""
+    if not body.get("stream") or route not in ("/v1/completions", "/v1/chat/completions"):
+        return True
+    opts = body.get("stream_options")
+    if opts is not None and not isinstance(opts, dict):
+        return True  # vLLM refuses it with its own 400
+    body["stream_options"] = {**(opts or {}), "include_usage": True}
+    return bool((opts or {}).get("include_usage"))
+
+
+def _plain(data: bytes) -> bool:
+    """A streamed chunk with nothing the worker reads: one choice, no finish reason, no
+    usage, no error (bytes tests: no JSON parse per token)."""
+    return (
+        b'"finish_reason":null' in data
+        and data.count(b'"finish_reason"') == 1
+        and b'"usage"' not in data
+        and b'"error"' not in data
+    )
 
 
 def _error_text(ev: dict[str, Any]) -> str:
