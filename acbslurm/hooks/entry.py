@@ -442,7 +442,7 @@ def _keep_history(
     into the job's SystemComment in slurmdbd (hooks/usage.py); and what earlier
     epilogs here kept."""
     from acbslurm.gpu.node import node_name
-    from acbslurm.hooks.usage import has_pending, keep_history
+    from acbslurm.hooks.usage import has_pending, keep_history, pending_name
     from acbslurm.jobsockets import job_dir
     from acbslurm.slurm.gpu_history import gpu_token
 
@@ -453,26 +453,36 @@ def _keep_history(
         settings.record_dir
     ):
         # The Slurm clients found from here: the sender's parent is no longer slurmd.
-        _start_sender({**os.environ, "ACBSLURM_SLURM_BIN_DIR": _bin_dir(settings, env)})
+        first = pending_name(job_id, node)
+        _start_sender({**os.environ, "ACBSLURM_SLURM_BIN_DIR": _bin_dir(settings, env)}, first)
 
 
-def _start_sender(env: Mapping[str, str]) -> None:
+# The epilog's own pending file, named to the sender it starts (hooks/usage.py).
+SENDER_FIRST = "ACBSLURM_SENDER_FIRST"
+
+
+def _start_sender(env: Mapping[str, str], first: str = "") -> int:
     """``history_sender_main`` in a session of its own (slurmd kills the hook's process
     group when the hook returns), on /dev/null (slurmd reads the hook's output until
-    every writer has closed it): its messages go to syslog."""
+    every writer has closed it): its messages go to syslog. ``first``: this epilog's own
+    pending file, sent before the others. The sender's pid.
+
+    ``-I`` (isolated): no current directory on ``sys.path`` (slurmd's may be /var/tmp,
+    where anyone can leave a ``json.py`` for root to import), no user site, no PYTHON*
+    variables; and the sender works from ``/``."""
     import acbslurm
 
     top = os.path.dirname(os.path.dirname(os.path.abspath(acbslurm.__file__)))
     code = (
-        f"import sys; sys.path.insert(0, {top!r}); "
+        f"import os, sys; os.chdir('/'); sys.path.insert(0, {top!r}); "
         "from acbslurm.hooks.entry import history_sender_main as m; sys.exit(m())"
     )
     null = os.devnull
     actions = [(os.POSIX_SPAWN_OPEN, fd, null, os.O_RDWR, 0) for fd in (0, 1, 2)]
-    os.posix_spawn(
+    return os.posix_spawn(
         sys.executable,
-        [sys.executable, "-sE", "-c", code],
-        env,
+        [sys.executable, "-I", "-c", code],
+        {**env, SENDER_FIRST: first},
         file_actions=actions,
         setsid=True,
     )
@@ -495,7 +505,7 @@ def run_history_sender(env: Mapping[str, str]) -> int:
     def bin_dir() -> str:
         return _bin_dir(settings, env)
 
-    send_pending(settings.record_dir, bin_dir, _say)
+    send_pending(settings.record_dir, bin_dir, _say, first=env.get(SENDER_FIRST, ""))
     return 0
 
 

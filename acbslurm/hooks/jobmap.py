@@ -157,7 +157,7 @@ def _changed_states(
         _remove(sfd, f"{s['job']}.json")
     states = [s for s in states if s not in gone]
     if state is not None:
-        _replace(sfd, folder, f"{job_id}.json", json.dumps(state) + "\n", 0o600)
+        replace_file(sfd, folder, f"{job_id}.json", json.dumps(state) + "\n", 0o600)
         states.append(state)
         touched += state["gpus"]  # type: ignore[arg-type]
     states.sort(key=lambda s: (float(s["t"]), str(s["job"])))  # type: ignore[arg-type]
@@ -226,7 +226,7 @@ def _remove(dir_fd: int, name: str) -> None:
         os.unlink(name, dir_fd=dir_fd)
 
 
-def _replace(dir_fd: int, folder: str, name: str, text: str, mode: int) -> None:
+def replace_file(dir_fd: int, folder: str, name: str, text: str, mode: int) -> None:
     """``name`` in the directory open as ``dir_fd`` (``folder``) replaced by a file
     holding ``text``: a temporary file (made anew, never through a link) renamed over it."""
     tmp = f".{name}.{os.getpid()}.tmp"
@@ -256,7 +256,7 @@ def _rewrite(path: str, texts: dict[str, str]) -> None:
             if not text:
                 _remove(fd, name)
             elif _current(fd, name) != text:
-                _replace(fd, path, name, text, 0o644)
+                replace_file(fd, path, name, text, 0o644)
     finally:
         os.close(fd)
 

@@ -16,8 +16,10 @@ for a delayed TCP acknowledgement on 22.05) and a pool's usage waits until slurm
 recorded the job's end, none of which the epilog, and the node's next job, should wait
 for. slurmd kills what is left in a hook's process group when it returns; the sender
 is not in it. What the sender cannot send now (slurmdbd or its database down, the end
-not recorded yet) stays and the next epilog's sender sends it: nothing is lost. Jobs
-without GPUs and without a pool cost one failed ``open`` and one ``listdir``.
+not recorded yet) stays and the next epilog's sender sends it: nothing is lost (a job
+whose end is still not recorded after ``MAX_AGE``, a job requeued and held, is put
+aside as ``*.failed`` and said). Jobs without GPUs and without a pool cost one failed
+``open`` and one ``listdir``.
 
 On the hook path: no typing at run time (tests/unit/hooks/test_hooks_imports.py).
 """
@@ -43,6 +45,11 @@ if TYPE_CHECKING:
 PENDING = "usage-pending"
 END_WAIT = 3.0  # seconds a sender waits for slurmdbd to record a pool job's end
 MAX_PER_SENDER = 6  # pending words one sender sends at most (each bounded in time)
+# Files one sender looks at in all, those whose job's end is not recorded yet included
+# (one sacct call each): a user's job held after a requeue keeps its file waiting, and
+# waiting files must not take the others' turns or the sender's deadline.
+MAX_TRIES = 3 * MAX_PER_SENDER
+MAX_AGE = 7 * 86400.0  # seconds a kept file waits before it is put aside as failed
 # JobIDRaw first: ``sacct -j`` of the id an array's last task keeps lists every task of
 # the array, and the job's row is the one of its own id. SystemComment last: may hold |.
 _SACCT_FIELDS = "JobIDRaw,JobID,State,End,ElapsedRaw,AllocTRES,NNodes,SystemComment"
@@ -136,7 +143,7 @@ def send(
     for _ in range(_ATTEMPTS):
         comment = with_node_words(row.system_comment, node, words)
         if comment.lower() != row.system_comment.lower():  # 22.05's sacctmgr lowercases
-            _write(row.job_ref, comment, bin_dir)
+            words = _write_or_gpus_alone(job_id, row, node, words, comment, bin_dir, say)
         if row.nodes < 2 or _settled(job_id, words, bin_dir):
             return
         row = _row(job_id, bin_dir, 0, need_end=False)
@@ -165,6 +172,35 @@ def _usage_word(
         )
         totals.scaled(bound / totals.leased_total if totals.leased_total else 0.0)
     return usage_token(node, totals, lost)
+
+
+def _write_or_gpus_alone(
+    job_id: str,
+    row: Row,
+    node: str,
+    words: list[str],
+    comment: str,
+    bin_dir: str,
+    say: Callable[[str, str], None],
+) -> list[str]:
+    """``comment`` written; if slurmdbd refuses it with a usage word, once more with the
+    GPUs' word alone (the usage word must not take the GPUs' with it). The words written."""
+    from acbslurm.errors import SlurmError
+
+    try:
+        _write(row.job_ref, comment, bin_dir)
+        return words
+    except SlurmError as exc:
+        if len(words) < 2 or exc.returncode is None:  # not a refusal: timed out, say
+            raise
+        say(
+            "error",
+            f"job {job_id}: slurmdbd refused its usage word ({len(words[1])} bytes): "
+            f"{exc.reason or exc}; writing its GPUs alone",
+        )
+    words = words[:1]
+    _write(row.job_ref, with_node_words(row.system_comment, node, words), bin_dir)
+    return words
 
 
 def _write(job_ref: str, comment: str, bin_dir: str) -> None:
@@ -235,31 +271,46 @@ def _gpus(alloc_tres: str) -> int:
     return 0
 
 
+def pending_name(job_id: str, node: str) -> str:
+    """The name of the file the epilog of ``job_id`` on ``node`` keeps its words in."""
+    return f"{job_id}.{node}.json"
+
+
 def _keep_pending(
     record_dir: str, job_id: str, node: str, gpus_word: str, totals: Totals | None, lost: int
 ) -> str:
+    from acbslurm.hooks.jobmap import replace_file
+
     folder = os.path.join(record_dir, PENDING)
     os.makedirs(folder, mode=0o700, exist_ok=True)
-    path = os.path.join(folder, f"{job_id}.{node}.json")
+    name = pending_name(job_id, node)
     data = {
         "job_id": job_id,
         "node": node,
         "gpus": gpus_word,
         "lost": lost,
+        "kept": time.time(),  # its age: the file's time moves when it waits its turn
         "totals": None if totals is None else totals.as_dict(),
     }
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(data, fh)
-    os.replace(tmp, path)
-    return path
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        replace_file(fd, folder, name, json.dumps(data), 0o600)
+    finally:
+        os.close(fd)
+    return os.path.join(folder, name)
 
 
 def send_pending(
-    record_dir: str, bin_dir: Callable[[], str], say: Callable[[str, str], None]
+    record_dir: str,
+    bin_dir: Callable[[], str],
+    say: Callable[[str, str], None],
+    first: str = "",
 ) -> None:
     """The words this node's epilogs kept, sent (a few, one sender at a time: another
-    running leaves them to it)."""
+    running leaves them to it). ``first``, the starting epilog's own file, goes first
+    and may wait for slurmdbd to record its job's end; the others, oldest first, get one
+    look each. One whose job's end is not recorded yet takes no turn of the others and
+    goes to the back of the line."""
     import fcntl
 
     folder = os.path.join(record_dir, PENDING)
@@ -272,42 +323,70 @@ def send_pending(
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             return  # another sender is at it; it looks again before it ends
+        sent = 0
         tried: set[str] = set()
-        while len(tried) < MAX_PER_SENDER:
-            names = sorted(n for n in os.listdir(folder) if n.endswith(".json") and n not in tried)
-            if not names:
+        while sent < MAX_PER_SENDER and len(tried) < MAX_TRIES:
+            name = _next_pending(folder, first, tried)
+            if name is None:
                 return
-            for name in names[: MAX_PER_SENDER - len(tried)]:
-                tried.add(name)
-                if not _send_one(os.path.join(folder, name), bin_dir, say):
-                    return  # slurmdbd away: the rest would wait as long
+            tried.add(name)
+            got = _send_one(os.path.join(folder, name), bin_dir, say, own=name == first)
+            if got == "away":
+                return  # slurmdbd away: the rest would wait as long
+            sent += got == "done"
     finally:
         os.close(lock)
 
 
-def _send_one(path: str, bin_dir: Callable[[], str], say: Callable[[str, str], None]) -> bool:
-    """One pending file sent (and removed), kept, or put aside; False when slurmdbd
-    cannot be asked."""
+def _next_pending(folder: str, first: str, tried: set[str]) -> str | None:
+    """``first`` if it is there and not tried, else the oldest file not tried (by the
+    file's time), None when none is left."""
+    names = [n for n in os.listdir(folder) if n.endswith(".json") and n not in tried]
+    if first in names:
+        return first
+    aged = []
+    for n in names:
+        with contextlib.suppress(OSError):
+            aged.append((os.stat(os.path.join(folder, n), follow_symlinks=False).st_mtime, n))
+    return min(aged)[1] if aged else None
+
+
+def _send_one(
+    path: str, bin_dir: Callable[[], str], say: Callable[[str, str], None], own: bool
+) -> str:
+    """One pending file sent (and removed) or put aside ("done"), kept for later
+    ("later"), or kept because slurmdbd cannot be asked ("away")."""
     try:
-        with open(path, encoding="utf-8") as fh:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        with open(fd, encoding="utf-8") as fh:
             data = json.load(fh)
+            kept = float(data.get("kept") or os.fstat(fh.fileno()).st_mtime)
         raw = data.get("totals")
         totals = None if raw is None else Totals.from_dict(raw)
-        wait = END_WAIT if totals is not None else 0.0
+        wait = END_WAIT if totals is not None and own else 0.0
         gpus = str(data.get("gpus") or "")
         job, node = str(data["job_id"]), str(data["node"])
         send(job, node, gpus, totals, int(data.get("lost", 0)), bin_dir(), wait, say)
     except Unreachable:
-        return False
-    except NotYet:
-        return True  # this job's end is not there yet: the next sender tries again
-    except (AcbslurmError, OSError, ValueError, KeyError, TypeError) as exc:
-        # Never going to work: put aside (for an admin to read), not retried forever.
-        with contextlib.suppress(OSError):
-            os.replace(path, f"{path}.failed")
-        say("error", f"the record kept in {path} cannot be sent ({exc}); left in {path}.failed")
-        return True
+        return "away"
+    except NotYet as exc:
+        if time.time() - kept <= MAX_AGE:
+            with contextlib.suppress(OSError):
+                os.utime(path, follow_symlinks=False)  # to the back of the line
+            return "later"
+        _put_aside(path, f"{exc} after {MAX_AGE / 86400:.0f} days", say)
+        return "done"
+    except (AcbslurmError, OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        _put_aside(path, str(exc), say)
+        return "done"
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
     say("info", f"job {data['job_id']}: its record kept in {path} is in slurmdbd now")
-    return True
+    return "done"
+
+
+def _put_aside(path: str, why: str, say: Callable[[str, str], None]) -> None:
+    """Never going to work: put aside (for an admin to read), not retried forever."""
+    with contextlib.suppress(OSError):
+        os.replace(path, f"{path}.failed")
+    say("error", f"the record kept in {path} cannot be sent ({why}); left in {path}.failed")

@@ -40,6 +40,9 @@ from acbslurm.userfiles import KIB, kind_of, size_text
 # A name is who is billed (a user name, an e-mail, a program): a /metrics label value
 # and a report's column, so plain characters only.
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@+-]{0,63}$")
+# Not a NAME's start: a job's usage word in Slurm (slurm/usage_history.py) holds each
+# NAME's rows beside ``budget.NAME`` fields, and sacctmgr 22.05 lowercases the word.
+BUDGET = "budget."
 # A key: what `Authorization: Bearer` carries (RFC 6750's token68 characters); at least
 # 16 characters, so that no one picks a guessable word.
 KEY = re.compile(r"^[A-Za-z0-9._~+/=-]{16,256}$")
@@ -77,6 +80,8 @@ def _line_problem(fields: list[str]) -> str:
             "the NAME (first field) must be 1-64 letters, digits and . _ @ + -, "
             "starting with a letter or digit"
         )
+    if name.lower().startswith(BUDGET):  # the report would read its usage as a budget
+        return f"the NAME {name!r} must not start with {BUDGET!r}"
     if not KEY.match(key):
         return (
             f"the key of {name!r} must be 16-256 characters of letters, digits and "

@@ -12,7 +12,7 @@ from acbslurm.accounting.bykey import write_by_key
 from acbslurm.accounting.output import pool_line, pool_record
 from acbslurm.accounting.usage import JobUsage, pool_usage
 from acbslurm.slurm.job_history import with_node_words
-from acbslurm.slurm.usage_history import MAX_ENTRIES, parse_usage, usage_token
+from acbslurm.slurm.usage_history import MAX_ENTRIES, MAX_WORD, parse_usage, usage_token
 from acbslurm.usagebook import Totals
 
 META = {"cluster": "c", "window": {"start": "s", "end": "e"}}
@@ -60,6 +60,34 @@ def test_more_names_than_a_word_holds_are_summed_under_a_dash() -> None:
     (word,) = parse_usage(usage_token("n", t))
     assert len(word["use"]) == MAX_ENTRIES + 1
     assert sum(u["gpu_seconds"] for u in word["use"]) == pytest.approx(t.leased_total)
+
+
+def test_the_word_stays_under_its_bound_whatever_the_pool_wrote() -> None:
+    # 200 keys of 128-character names and 200 budgets: about 96 KB unbounded.
+    t = Totals()
+    for i in range(MAX_ENTRIES):
+        name = f"{i:03d}" + "n" * 125
+        t.add_request(name, "m", 1, 1)
+        t.add_lease("m", 1.0 + i, {name: 1.0 + i})
+        t.budgets[name] = {"gpu_seconds": 1e9, "period": "month", "start": 1, "used": 1.0}
+    token = usage_token("n", t)
+    assert len(token) <= MAX_WORD
+    (word,) = parse_usage(token)
+    assert word["budgets"] == []  # dropped first
+    assert ("-", "-") in {(u["key"], u["model"]) for u in word["use"]}
+    assert sum(u["requests"] for u in word["use"]) == MAX_ENTRIES
+    assert sum(u["gpu_seconds"] for u in word["use"]) == pytest.approx(t.leased_total)
+
+
+def test_a_name_never_reads_back_as_a_budget() -> None:
+    t = Totals()
+    t.use[("budget.x", "m")] = [1, 0, 0, 1.0]
+    with pytest.raises(ValueError, match="not a name"):
+        usage_token("n", t)
+    # A word written before: the row is a NAME,MODEL row; a budget needs its period.
+    (word,) = parse_usage("acbslurm:usage=n;leased=1;budget.x,m=1,2,3,4.0")
+    assert word["budgets"] == [] and word["use"][0]["key"] == "budget.x"
+    assert parse_usage("acbslurm:usage=n;leased=1;budget.x=1,2,3,4.0") == []
 
 
 def test_a_bad_name_is_refused_and_a_bad_word_skipped() -> None:

@@ -69,6 +69,7 @@ def test_a_key_file_names_its_keys() -> None:
             f"alice {ALICE}\nbob {ALICE}\n",
             "keys.txt:2: the key of 'bob' is already given on line 1",
         ),
+        (f"Budget.x {ALICE}\n", "keys.txt:1: the NAME 'Budget.x' must not start with 'budget.'"),
         ("", "keys.txt: no key in it (lines of NAME KEY)"),
         ("# only a comment\n\n", "keys.txt: no key in it"),
     ],
