@@ -250,6 +250,8 @@ def _ask(program: str, key: str, env: Mapping[str, str], named: str) -> str | No
         return said
     if said == HELPER_NOT_FOUND:
         return None
-    first = (said or res.stderr.strip()).splitlines()[:1]
-    reason = clip(first[0], 200) if first else f"exit code {res.returncode}"
+    # Its stdout is never quoted: a helper that prints its JSON, secret and all, and
+    # then fails would put the secret in the job's output. Its stderr is its own words.
+    first = res.stderr.strip().splitlines()[:1]
+    reason = f"exit code {res.returncode}" + (f": {clip(first[0], 200)}" if first else "")
     raise DockerError(f"cannot get your login for {key} from {program} ({named}): {reason}")

@@ -63,6 +63,7 @@ LIMIT_KEYS = (
 PERIODS = ("hour", "day", "month")
 WINDOW = 60.0  # seconds of the per-minute limits
 BUDGET_FILE_LIMIT = 1 << 20  # bytes: thousands of names
+MAX_KEPT = 1e12  # the budget file's numbers: seconds since 1970, GPU-seconds used
 
 
 @dataclass(frozen=True)
@@ -580,6 +581,8 @@ class Limiter:
         keys = data.get("keys") if isinstance(data, dict) else None
         if not isinstance(keys, dict):
             raise ValueError("no keys")
+        for name, entry in keys.items():
+            _check_kept(name, entry)
         return keys
 
     def _write(self, keys: dict[str, Any]) -> None:
@@ -608,6 +611,30 @@ class Limiter:
                     "used": round(b.used, 3),
                 }
         return out
+
+
+def _number(value: object) -> bool:
+    """A finite JSON number in 0..MAX_KEPT (never a bool: JSON's true is not 1)."""
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and 0 <= value <= MAX_KEPT
+    )
+
+
+def _check_kept(name: str, entry: object) -> None:
+    """ValueError, naming the key, for a budget file entry ``_write`` would not write:
+    a NaN use never reaches its budget, and a string would stop the saving task."""
+    if not isinstance(entry, dict):
+        raise ValueError(f"key {name!r}: not an object")
+    if entry.get("period") not in PERIODS:
+        raise ValueError(f"key {name!r}: period is not one of {', '.join(PERIODS)}")
+    for field in ("start", "gpu_seconds"):
+        if not _number(entry.get(field)):
+            raise ValueError(f"key {name!r}: {field} is not a number in 0..{MAX_KEPT:g}")
+    if not isinstance(entry.get("start_utc", ""), str):
+        raise ValueError(f"key {name!r}: start_utc is not text")
 
 
 def _rate(kind: bytes, limit: int, used: int, reset: float) -> list[tuple[bytes, bytes]]:

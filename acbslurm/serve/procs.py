@@ -82,38 +82,45 @@ def _is_shm(path: str) -> bool:
 
 def shm_files(pids: set[int]) -> set[str]:
     """The ``/dev/shm/psm_*`` and ``sem.mp-*`` files ``pids`` have mapped or open (a
-    stopped process's too: /proc reads it without its help). Matched by inode: the
-    process that made a semaphore maps it under glibc's temporary name, since
+    stopped process's too: /proc reads it without its help). Matched by device and
+    inode (an inode number alone may be another file system's, a container's /dev/shm):
+    the process that made a semaphore maps it under glibc's temporary name, since
     deleted, and the file lives on under the name it was linked to."""
-    inodes: set[int] = set()
+    files: set[tuple[int, int]] = set()
     for pid in pids:
-        inodes |= _shm_inodes(pid)
-    if not inodes:
+        files |= _shm_files_of(pid)
+    if not files:
         return set()
     found: set[str] = set()
     with contextlib.suppress(OSError), os.scandir(SHM) as entries:
         for e in entries:
             path = os.path.join(SHM, e.name)
             with contextlib.suppress(OSError):
-                if _is_shm(path) and e.inode() in inodes and e.is_file(follow_symlinks=False):
+                if not _is_shm(path) or not e.is_file(follow_symlinks=False):
+                    continue
+                st = e.stat(follow_symlinks=False)
+                if (st.st_dev, st.st_ino) in files:
                     found.add(path)
     return found
 
 
-def _shm_inodes(pid: int) -> set[int]:
-    """The inodes of the /dev/shm files process ``pid`` maps or holds open."""
-    inodes: set[int] = set()
+def _shm_files_of(pid: int) -> set[tuple[int, int]]:
+    """``(device, inode)`` of the /dev/shm files process ``pid`` maps or holds open."""
+    files: set[tuple[int, int]] = set()
     with contextlib.suppress(OSError):
         for line in Path(f"/proc/{pid}/maps").read_text().splitlines():
             parts = line.split(maxsplit=5)
             if len(parts) == 6 and parts[5].startswith(SHM + "/") and parts[4].isdigit():
-                inodes.add(int(parts[4]))
+                with contextlib.suppress(ValueError):  # maps writes the device MAJOR:MINOR, hex
+                    major, minor = parts[3].split(":")
+                    files.add((os.makedev(int(major, 16), int(minor, 16)), int(parts[4])))
     with contextlib.suppress(OSError):
         for fd in os.listdir(f"/proc/{pid}/fd"):
             with contextlib.suppress(OSError):
                 if os.readlink(f"/proc/{pid}/fd/{fd}").startswith(SHM + "/"):
-                    inodes.add(os.stat(f"/proc/{pid}/fd/{fd}").st_ino)
-    return inodes
+                    st = os.stat(f"/proc/{pid}/fd/{fd}")
+                    files.add((st.st_dev, st.st_ino))
+    return files
 
 
 def remove_shm(paths: set[str]) -> int:
@@ -128,16 +135,28 @@ def remove_shm(paths: set[str]) -> int:
     return removed
 
 
-def kill_session(sid: int, wait: float = 10.0) -> set[str]:
+def kill_session(sid: int, wait: float = 10.0, started: int | None = None) -> set[str]:
     """SIGKILL every process of server ``sid`` (its session, and the processes below
     it: ``server_pids``; a stopped one dies too) and wait up to ``wait`` seconds until
     none is left alive; the shared memory files they held, for the caller to remove
-    once they are gone."""
-    found = server_pids(sid)
+    once they are gone.
+
+    ``started`` is the leader's start time (``start_time``) as its caller saw it; None
+    when the caller's own child (reaped or not) is the leader. Only while process
+    ``sid`` is that leader (a zombie too: the pid is still taken) are its group and the
+    processes below it the server's. Once it is gone its pid may be another process's,
+    of this user: then no ``killpg(sid)`` and no walk below ``sid``; what is killed is
+    what was the server's when first looked at (by pid and start time), and the live
+    processes below those."""
+    if started is None:
+        started = _start_of(sid)
+    held = _holds(sid, started)
+    found = server_pids(sid) if held else _orphans(sid, started)
     shm = shm_files(found)
     left = _started(found)
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(sid, signal.SIGKILL)
+    if held:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(sid, signal.SIGKILL)
     deadline = time.monotonic() + wait
     while left:
         for pid, _ in left:  # one that left the group, or the session
@@ -146,12 +165,41 @@ def kill_session(sid: int, wait: float = 10.0) -> set[str]:
         if time.monotonic() > deadline:
             break
         time.sleep(0.05)
-        # Read again: a process forked meanwhile. One seen before is kept (its parent
-        # may be gone, taking it out of the tree) while it is the same process: a pid
-        # reused by another is never killed.
-        now = _started(server_pids(sid))
-        left = now | {(p, t) for p, t in _started({p for p, _ in left}) if (p, t) in left}
+        left = _still_left(sid, started, left)
     return shm
+
+
+def _still_left(sid: int, started: int, left: set[tuple[int, int]]) -> set[tuple[int, int]]:
+    """The server's processes read again: a process forked meanwhile. One seen before is
+    kept (its parent may be gone, taking it out of the tree) while it is the same
+    process: a pid reused by another is never killed. The leader gone meanwhile: below
+    what was the server's, never below ``sid``."""
+    kept = {(p, t) for p, t in _started({p for p, _ in left}) if (p, t) in left}
+    now = server_pids(sid) if _holds(sid, started) else descendants({p for p, _ in kept})
+    return _started(now) | kept
+
+
+def _holds(sid: int, started: int) -> bool:
+    """Process ``sid`` (a zombie too) is the leader that started at ``started``."""
+    return started != 0 and _start_of(sid) == started
+
+
+def _orphans(sid: int, started: int) -> set[int]:
+    """A gone leader's processes: session ``sid``'s and those below them, when no other
+    process has taken the pid (a pid free of every process cannot be reused while a
+    process of its session lives, so those are the leader's); none when one has."""
+    if _start_of(sid):
+        return set()
+    members = {p for p, t in _started(session_pids(sid)) if t >= started}
+    return members | {p for p, _ in _started(descendants(members))}
+
+
+def _start_of(pid: int) -> int:
+    """Process ``pid``'s start time, a zombie's too; 0 when there is none."""
+    try:
+        return int(_stat_fields(pid)[19])
+    except (OSError, IndexError, ValueError):
+        return 0
 
 
 def start_time(pid: int) -> int:

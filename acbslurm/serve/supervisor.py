@@ -259,9 +259,9 @@ class WorkerHandle:
         worker that stopped its server leaves nothing, and this finds nothing."""
         sid, shm, folder = self.server_pid, set(self.server_shm), self.server_folder
         # Its leader still there, or gone (the session may live on without it); never
-        # a session whose leader took the pid over since.
-        if sid and procs.start_time(sid) in (0, self.server_started):
-            shm |= await asyncio.to_thread(procs.kill_session, sid)
+        # a group or the processes below a pid another process took over since.
+        if sid:
+            shm |= await asyncio.to_thread(procs.kill_session, sid, 10.0, self.server_started)
             procs.remove_shm(shm)
         if folder and _own_server_folder(folder):
             await asyncio.to_thread(shutil.rmtree, folder, True)
@@ -364,7 +364,8 @@ class WorkerHandle:
         sid = self.server_pid
         shm: set[str] = set()
         if sid:
-            shm = await asyncio.to_thread(procs.kill_session, sid) | self.server_shm
+            killed = await asyncio.to_thread(procs.kill_session, sid, 10.0, self.server_started)
+            shm = killed | self.server_shm
             if patience:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(proc.wait(), patience)

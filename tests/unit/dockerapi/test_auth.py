@@ -223,6 +223,22 @@ def test_a_helper_answer_that_is_not_json_is_never_shown(tmp_path: Path) -> None
     assert "no JSON object" in str(info.value) and SECRET not in str(info.value)
 
 
+def test_a_failing_helper_s_output_is_never_quoted_only_its_stderr(tmp_path: Path) -> None:
+    """A helper that prints its JSON, secret and all, and then fails: the message says
+    its exit code, not what it printed (it would reach the job's output)."""
+    answer = json.dumps({"ServerURL": "reg.example", "Username": "ann", "Secret": SECRET})
+    helper(tmp_path / "bin", "oops", f"echo '{answer}'; exit 1\n")
+    env = helper_env(tmp_path, {"credsStore": "oops"})
+    with pytest.raises(DockerError) as info:
+        find("reg.example/img", env)
+    assert "exit code 1" in str(info.value) and SECRET not in str(info.value)
+    helper(tmp_path / "bin", "oops", f"echo '{answer}'; echo 'keychain locked' >&2; exit 4\n")
+    with pytest.raises(DockerError) as info:
+        find("reg.example/img", env)
+    assert str(info.value).endswith("exit code 4: keychain locked")
+    assert SECRET not in str(info.value)
+
+
 def test_a_helper_gets_the_registry_on_stdin_not_in_its_arguments(tmp_path: Path) -> None:
     seen = tmp_path / "seen"
     body = f'printf "%s|" "$@" > {seen}; cat >> {seen}\n'

@@ -286,6 +286,39 @@ def test_a_budget_file_that_cannot_be_read_is_set_aside_and_said(
     lim.admit("alice", "a")
 
 
+@pytest.mark.parametrize(
+    ("entry", "why"),
+    [
+        ({"gpu_seconds": float("nan")}, "gpu_seconds is not a number"),  # never reached
+        ({"gpu_seconds": "9"}, "gpu_seconds is not a number"),  # stopped the saving task
+        ({"gpu_seconds": True}, "gpu_seconds is not a number"),
+        ({"gpu_seconds": 1e13}, "gpu_seconds is not a number"),
+        ({"gpu_seconds": -1.0}, "gpu_seconds is not a number"),
+        ({"start": "0"}, "start is not a number"),
+        ({"period": ["day"]}, "period is not one of"),
+        ({"start_utc": 5}, "start_utc is not text"),
+    ],
+)
+def test_a_budget_file_with_values_write_never_writes_is_set_aside(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, entry: dict[str, object], why: str
+) -> None:
+    path = tmp_path / "b.json"
+    c = Clocks()
+    alice = KeyLimits("alice", gpu_seconds=10, period="hour")
+    _limiter(alice, path=str(path), clocks=c).save()
+    kept = json.loads(path.read_text())
+    kept["keys"]["alice"].update(entry)
+    path.write_text(json.dumps(kept))
+    lim = _limiter(alice, path=str(path), clocks=c)
+    assert f"cannot be read (key 'alice': {why}" in caplog.text
+    assert caplog.text.count("cannot be read") == 1  # said once
+    assert (tmp_path / "b.json.bad").read_text() == json.dumps(kept)
+    assert json.loads(path.read_text())["keys"]["alice"]["gpu_seconds"] == 0.0
+    lim.observe({"t": "lease", "by_key": {"alice": 11.0}})
+    lim.save()  # the saving task goes on
+    assert _refused(lim, "alice").code == "insufficient_quota"
+
+
 def test_the_budget_file_is_named_after_the_pool_file() -> None:
     env = {"HOME": "/home/u", "XDG_STATE_HOME": ""}
     one = budget_path("/srv/pools/pool.yaml", env)

@@ -114,3 +114,62 @@ def test_a_killed_leader_leaves_its_session_which_kill_session_ends() -> None:
         if away and procs.start_time(away):
             os.kill(away, signal.SIGKILL)
         p.stdout.close()
+
+
+def test_a_pid_another_process_took_over_is_never_killed_nor_walked() -> None:
+    """The server's leader gone and its pid taken by another process of the same user
+    (a session leader, with a child): told the leader's start time, kill_session kills
+    neither its group nor the processes below it, and finds none of its shared memory."""
+    p = subprocess.Popen(
+        [sys.executable, "-c", HOLDER], stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
+    path = ""
+    try:
+        assert p.stdout is not None
+        name, child = p.stdout.readline().split()
+        path = f"/dev/shm/{name.lstrip('/')}"
+        started = procs.start_time(p.pid)
+        t0 = time.monotonic()
+        # the server's leader started before this process (a start time it does not have)
+        assert procs.kill_session(p.pid, wait=2, started=started - 1) == set()
+        assert time.monotonic() - t0 < 1  # nothing of the server to wait for
+        assert procs.start_time(p.pid) == started and procs.start_time(int(child))
+        assert p.poll() is None and os.path.exists(path)
+        # told the right start time, it is the server's: all of it dies
+        assert procs.kill_session(p.pid, started=started) == {path}
+        assert p.wait(10) == -signal.SIGKILL and not procs.start_time(int(child))
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+        if path:
+            procs.remove_shm({path})
+        if p.stdout is not None:
+            p.stdout.close()
+
+
+def test_a_gone_leader_s_session_is_killed_without_its_group_or_pid() -> None:
+    """The leader SIGKILLed and reaped (its pid free): its session's processes, found by
+    their session and start time, die, and those below them; nothing is sent to the
+    leader's group or pid (killpg would reach whoever takes the pid next)."""
+    p = subprocess.Popen(
+        [sys.executable, "-c", LEADER], stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
+    assert p.stdout is not None
+    started = procs.start_time(p.pid)
+    engine = int(p.stdout.readline())
+    away = 0
+    try:
+        name, away_s = p.stdout.readline().split()
+        away = int(away_s)
+        os.kill(p.pid, signal.SIGKILL)
+        assert p.wait(10) == -signal.SIGKILL  # reaped: the pid is free
+        shm = procs.kill_session(p.pid, started=started)
+        assert f"/dev/shm/{name.lstrip('/')}" in shm
+        assert procs.start_time(away) == 0 and procs.start_time(engine) == 0
+        assert procs.remove_shm(shm) == 2
+    finally:
+        procs.remove_shm(procs.kill_session(p.pid, started=started))
+        if away and procs.start_time(away):
+            os.kill(away, signal.SIGKILL)
+        p.stdout.close()
