@@ -110,7 +110,7 @@ def _shm_files_of(pid: int) -> set[tuple[int, int]]:
     with contextlib.suppress(OSError):
         for line in Path(f"/proc/{pid}/maps").read_text().splitlines():
             parts = line.split(maxsplit=5)
-            if len(parts) == 6 and parts[5].startswith(SHM + "/") and parts[4].isdigit():
+            if len(parts) == 6 and parts[5].startswith(SHM + "/") and is_ascii_int(parts[4]):
                 with contextlib.suppress(ValueError):  # maps writes the device MAJOR:MINOR, hex
                     major, minor = parts[3].split(":")
                     files.add((os.makedev(int(major, 16), int(minor, 16)), int(parts[4])))

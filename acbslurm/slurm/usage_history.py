@@ -46,6 +46,8 @@ PERIODS = ("hour", "day", "month")
 _NODE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
+# complexity: one word's checks in writing order (node, leased, each entry's name and
+# numbers, each budget), then its size bound: one pass a reader checks against the format.
 def usage_token(node: str, totals: Totals, lost: int = 0) -> str:
     """The AdminComment word of ``node``'s usage (names checked: never a space), at
     most MAX_WORD bytes."""
