@@ -17,6 +17,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 CORPUS = """\
 The broker lends GPUs to programs per request, not per job. A model holds its GPUs
@@ -89,18 +90,7 @@ def make_model(dest: str | os.PathLike[str], shape: TinyShape = TinyShape(), see
     torch.manual_seed(seed)
     model = GPT2LMHeadModel(config)
     model.eval()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)  # type: ignore[attr-defined]
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return out
+    return _save(out, model, tokenizer)
 
 
 def make_whisper(dest: str | os.PathLike[str], seed: int = 0) -> Path:
@@ -167,11 +157,17 @@ def make_whisper(dest: str | os.PathLike[str], seed: int = 0) -> Path:
     torch.manual_seed(seed)
     model = WhisperForConditionalGeneration(config)
     model.eval()
+    return _save(out, model, processor)
+
+
+def _save(out: Path, *parts: Any) -> Path:
+    """``parts`` (a model, its tokenizer or processor) saved into a new folder beside
+    ``out``, then renamed over it: a reader never sees a half-written model."""
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
-        model.save_pretrained(tmp)
-        processor.save_pretrained(tmp)
+        for part in parts:
+            part.save_pretrained(tmp)
         if out.exists():
             shutil.rmtree(out)
         tmp.rename(out)
