@@ -277,12 +277,13 @@ class Sandbox:
     def user_env(self, user: str | None = None) -> dict[str, str]:
         pw = pwd.getpwnam(user or self.user)
         p = self.params
-        # The acbslurm the sandbox runs first (the checkout's venv, or /usr/bin when it
-        # runs the installed package), then the sandbox's Docker CLI: `docker` matches
-        # the user's daemon.
+        # The sandbox's Slurm clients first (Debian's 22.05 ones in /usr/bin cannot talk
+        # to a newer slurmctld: "Insane message length"), then the acbslurm the sandbox
+        # runs (the checkout's venv, or /usr/bin when it runs the installed package),
+        # then the sandbox's Docker CLI: `docker` matches the user's daemon.
         front = ":".join([str(Path(p.python or sys.executable).parent), *p.docker.path_dirs[:1]])
         return {
-            "PATH": f"{front}:" + p.slurm.path_env("/usr/sbin:/usr/bin:/sbin:/bin:/usr/local/bin"),
+            "PATH": p.slurm.path_env(f"{front}:/usr/sbin:/usr/bin:/sbin:/bin:/usr/local/bin"),
             "HOME": pw.pw_dir,
             "USER": pw.pw_name,
             "LOGNAME": pw.pw_name,
