@@ -437,3 +437,26 @@ def test_emulated_gpu_nodes_are_world_read_write_whatever_the_umask(layout: Layo
     for g in made["n1"]:
         st = os.stat(g.device)
         assert stat.S_ISCHR(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o666
+
+
+def test_a_users_slurm_clients_are_the_sandboxs_even_on_the_package(tmp_path: Path) -> None:
+    # On the package leg the users' acbslurm is /usr/bin/acbslurm, where Debian's 22.05
+    # sbatch also lives; slurmctld 25.11 refuses that client ("Insane message length").
+    import shutil
+
+    from acbslurm.sandbox import Sandbox
+
+    prefix = tmp_path / "25.11.7" / "prefix"
+    for d in ("bin", "sbin"):
+        (prefix / d).mkdir(parents=True)
+    sbatch = prefix / "bin" / "sbatch"
+    sbatch.write_text("#!/bin/sh\n")
+    sbatch.chmod(0o755)
+    sb = Sandbox(tmp_path / "sb")
+    sb.layout.root.mkdir()
+    sb.layout.save_params(
+        Params(python="/usr/bin/python3", slurm_prefix=str(prefix), slurm_release="25.11.7")
+    )
+    path = sb.user_env("root")["PATH"]
+    assert shutil.which("sbatch", path=path) == str(sbatch)
+    assert shutil.which("python3", path=path) == "/usr/bin/python3"
