@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from fake_slurm import FakeSlurm
+from processcoverage import UNMEASURED
 
 from acbslurm.errors import SlurmError
 from acbslurm.hooks import entry
@@ -164,7 +165,13 @@ def test_the_sender_never_imports_from_its_working_directory(
     (tmp_path / "acbslurm.yaml").write_text(f"record_dir: {tmp_path}/jobs\n")
     env = {"ACBSLURM_CONFIG": str(tmp_path / "acbslurm.yaml"), "PYTHONPATH": str(hostile)}
     # The way the sender started before (-sE, no chdir) imports it: the file is hostile.
-    control = subprocess.run([sys.executable, "-sE", "-c", "import json"], cwd=hostile, check=True)
+    # Unmeasured: coverage's start-up (make test) would import the real json first.
+    control = subprocess.run(
+        [sys.executable, "-sE", "-c", "import json"],
+        cwd=hostile,
+        env={**os.environ, **UNMEASURED},
+        check=True,
+    )
     assert control.returncode == 0 and marker.exists()
     marker.unlink()
     monkeypatch.chdir(hostile)
