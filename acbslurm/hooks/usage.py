@@ -31,7 +31,7 @@ import json
 import os
 import time
 
-from acbslurm.errors import AcbslurmError
+from acbslurm.errors import AcbslurmError, SlurmError
 from acbslurm.slurm.job_history import has_others_words, with_node_words
 from acbslurm.slurm.usage_history import usage_token
 from acbslurm.units import is_ascii_int
@@ -185,8 +185,6 @@ def _write_or_gpus_alone(
 ) -> list[str]:
     """``comment`` written; if slurmdbd refuses it with a usage word, once more with the
     GPUs' word alone (the usage word must not take the GPUs' with it). The words written."""
-    from acbslurm.errors import SlurmError
-
     try:
         _write(row.job_ref, comment, bin_dir)
         return words
@@ -230,7 +228,6 @@ def _row(job_id: str, bin_dir: str, wait: float, need_end: bool) -> Row:
     when its SystemComment holds another tool's text: slurmctld's record of the end
     carries the SystemComment it has, a burst buffer's, and would overwrite one written
     before it; without one of its own it leaves the column alone)."""
-    from acbslurm.errors import SlurmError
     from acbslurm.slurm.commands import slurm
 
     argv = ["sacct", "-X", "-n", "-P", "-j", job_id, "-o", _SACCT_FIELDS]
@@ -369,13 +366,8 @@ def _send_one(
         send(job, node, gpus, totals, int(data.get("lost", 0)), bin_dir(), wait, say)
     except Unreachable:
         return "away"
-    except NotYet as exc:
-        if time.time() - kept <= MAX_AGE:
-            with contextlib.suppress(OSError):
-                os.utime(path, follow_symlinks=False)  # to the back of the line
-            return "later"
-        _put_aside(path, f"{exc} after {MAX_AGE / 86400:.0f} days", say)
-        return "done"
+    except (NotYet, SlurmError) as exc:
+        return _later(path, kept, exc, say)
     except (AcbslurmError, OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         _put_aside(path, str(exc), say)
         return "done"
@@ -383,6 +375,21 @@ def _send_one(
         os.unlink(path)
     say("info", f"job {data['job_id']}: its record kept in {path} is in slurmdbd now")
     return "done"
+
+
+def _later(path: str, kept: float, exc: Exception, say: Callable[[str, str], None]) -> str:
+    """Kept for a later sender ("later"), to the back of the line, or after a week put
+    aside ("done"). A Slurm client that failed (sacctmgr timed out, refused by a
+    slurmdbd going away, not there for a moment during an upgrade) may work at the next
+    look, as a job slurmdbd has not recorded yet may be recorded by then."""
+    if time.time() - kept > MAX_AGE:
+        _put_aside(path, f"{exc} after {MAX_AGE / 86400:.0f} days", say)
+        return "done"
+    with contextlib.suppress(OSError):
+        os.utime(path, follow_symlinks=False)
+    if isinstance(exc, SlurmError):
+        say("warning", f"the record kept in {path} waits for a later epilog: {exc}")
+    return "later"
 
 
 def _put_aside(path: str, why: str, say: Callable[[str, str], None]) -> None:

@@ -128,6 +128,19 @@ def test_an_arrays_last_task_whose_controller_stalls_writes_no_other_tasks_recor
             gate.write_text("")
         tasks = [wait_job(idle, f"{job}_{t}", ENDED, 120) for t in range(3)]
         stalls = stalled.read_text() if stalled.exists() else ""
+        # The last task's GPU is in its record (kept by its prolog from slurmd's
+        # SLURM_JOB_GPUS), which its epilog's detached sender writes to its own
+        # SystemComment, through the hooks' Slurm clients: the stand-in's, which must
+        # stay until the sender is done.
+        keys = {f"{job}_{t}" for t in range(3)}
+
+        def reported() -> dict[str, list[str]] | None:
+            doc = report_json(idle, "--start", f"@{t0}")
+            rows = {j["job_id"]: [d["uuid"] for d in j["gpu_devices"]] for j in doc["jobs"]}
+            rows = {k: v for k, v in rows.items() if k in keys}
+            return rows if len(rows) == 3 and all(rows.values()) else None
+
+        rows = wait_until(f"array {job}'s devices in slurmdbd", reported, 90)
     assert [f["JobState"] for f in tasks] == ["COMPLETED"] * 3
     # Asked twice, within the bound (each time squeue and, beside it, scontrol).
     assert stalls.count("stalled squeue") == 2, (stalls, said())
@@ -148,15 +161,6 @@ def test_an_arrays_last_task_whose_controller_stalls_writes_no_other_tasks_recor
     assert len(lines) == 1 and f"job {job}: GPUs {mine[0]} kept in its record" in lines[0], log
     assert f"job {job}: GPUs {mine[0]} recorded in" in log
 
-    # The last task's GPU is in its record (kept by its prolog from slurmd's
-    # SLURM_JOB_GPUS), which its epilog's sender writes to its own SystemComment: the
-    # report shows each task on its own GPU, the last on the one slurmd gave it.
-    def reported() -> dict[str, list[str]] | None:
-        doc = report_json(idle, "--start", f"@{t0}")
-        rows = {j["job_id"]: [d["uuid"] for d in j["gpu_devices"]] for j in doc["jobs"]}
-        rows = {k: v for k, v in rows.items() if k in got}
-        return rows if len(rows) == 3 and all(rows.values()) else None
-
-    rows = wait_until(f"array {job}'s devices in slurmdbd", reported, 90)
+    # The report shows each task on its own GPU, the last on the one slurmd gave it.
     assert rows == got, (rows, got)
     assert report_json(idle, "--start", f"@{t0}")["data_errors"]["gpu_overlaps"] == 0

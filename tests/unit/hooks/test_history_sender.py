@@ -72,6 +72,23 @@ def test_kept_while_slurmdbd_is_away_then_sent(slurm: FakeSlurm, tmp_path: Path)
     assert slurm.argvs("sacctmgr") == [[*SET, "jobid=7", "set", f"SystemComment={GPUS}"]]
 
 
+def test_a_failing_sacctmgr_keeps_the_record_for_a_later_epilog(
+    slurm: FakeSlurm, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # slurmdbd going away between sacct and sacctmgr, or the client gone for a moment
+    # (an upgrade): the record is not put aside for good.
+    assert keep_history("7", -1, "vm", str(tmp_path / "none"), str(tmp_path), GPUS, said)
+    pending = tmp_path / PENDING / "7.vm.json"
+    slurm.respond("sacct", stdout="7|7|COMPLETED|t|10|a|1|\n")
+    slurm.respond("sacctmgr", stderr="sacctmgr: error: Problem talking to the database\n", rc=1)
+    send_pending(str(tmp_path), lambda: "", said)
+    assert pending.exists() and not list((tmp_path / PENDING).glob("*.failed"))
+    assert "waits for a later epilog" in capsys.readouterr().out
+    slurm.respond("sacctmgr", stdout=" Modified jobs...\n")
+    send_pending(str(tmp_path), lambda: "", said)
+    assert not pending.exists() and not list((tmp_path / PENDING).glob("*.failed"))
+
+
 def test_a_job_without_gpus_or_a_pool_keeps_nothing(tmp_path: Path) -> None:
     assert not keep_history("8", 1000, "vm", str(tmp_path / "none"), str(tmp_path), "", said)
     assert not (tmp_path / PENDING).exists()
