@@ -189,7 +189,7 @@ def _write_or_gpus_alone(
         _write(row.job_ref, comment, bin_dir)
         return words
     except SlurmError as exc:
-        if len(words) < 2 or exc.returncode is None:  # not a refusal: timed out, say
+        if len(words) < 2:
             raise
         say(
             "error",
@@ -208,7 +208,12 @@ def _write(job_ref: str, comment: str, bin_dir: str) -> None:
     if any(c in comment for c in "'\"\\"):
         raise ValueError("the job's SystemComment has quotes or backslashes: not rewritten")
     argv = ["sacctmgr", "-i", "modify", "job", "where", f"jobid={job_ref}"]
-    slurm([*argv, "set", f"SystemComment={comment}"], timeout=5, bin_dir=bin_dir)
+    try:
+        slurm([*argv, "set", f"SystemComment={comment}"], timeout=5, bin_dir=bin_dir)
+    except SlurmError as exc:
+        if exc.returncode is None:  # timed out, not there: slurmdbd cannot be asked now
+            raise Unreachable(f"sacctmgr: {exc.reason or exc}") from None
+        raise  # a refusal
 
 
 def _settled(job_id: str, words: list[str], bin_dir: str) -> bool:
@@ -379,9 +384,8 @@ def _send_one(
 
 def _later(path: str, kept: float, exc: Exception, say: Callable[[str, str], None]) -> str:
     """Kept for a later sender ("later"), to the back of the line, or after a week put
-    aside ("done"). A Slurm client that failed (sacctmgr timed out, refused by a
-    slurmdbd going away, not there for a moment during an upgrade) may work at the next
-    look, as a job slurmdbd has not recorded yet may be recorded by then."""
+    aside ("done"). A sacctmgr that failed (slurmdbd going away as it answered) may work
+    at the next look, as a job slurmdbd has not recorded yet may be recorded by then."""
     if time.time() - kept > MAX_AGE:
         _put_aside(path, f"{exc} after {MAX_AGE / 86400:.0f} days", say)
         return "done"

@@ -89,6 +89,19 @@ def test_a_failing_sacctmgr_keeps_the_record_for_a_later_epilog(
     assert not pending.exists() and not list((tmp_path / PENDING).glob("*.failed"))
 
 
+def test_a_missing_sacctmgr_keeps_every_record_and_stops_looking(
+    slurm: FakeSlurm, tmp_path: Path
+) -> None:
+    # The client not there (an upgrade replacing it) or timed out: slurmdbd cannot be
+    # asked now, so the other files are not tried either (each would wait as long).
+    files = [_pending(tmp_path, str(j), age=60 - j) for j in (7, 8)]
+    slurm.respond("sacct", stdout="7|7|COMPLETED|t|10|a|1|\n8|8|COMPLETED|t|10|a|1|\n")
+    (slurm.bin_dir / "sacctmgr").unlink()
+    send_pending(str(tmp_path), lambda: str(slurm.bin_dir), said)
+    assert all(p.exists() for p in files) and not list((tmp_path / PENDING).glob("*.failed"))
+    assert len(slurm.argvs("sacct")) == 1
+
+
 def test_a_job_without_gpus_or_a_pool_keeps_nothing(tmp_path: Path) -> None:
     assert not keep_history("8", 1000, "vm", str(tmp_path / "none"), str(tmp_path), "", said)
     assert not (tmp_path / PENDING).exists()
