@@ -43,32 +43,43 @@ class FrozenError(AttributeError):
 
 
 class _Field:
-    __slots__ = ("default", "factory", "name", "shown")
+    __slots__ = ("compared", "default", "factory", "name", "shown")
 
-    def __init__(self, name: str, default: Any, factory: Any, shown: bool = True) -> None:
+    def __init__(
+        self, name: str, default: Any, factory: Any, shown: bool = True, compared: bool = True
+    ) -> None:
         self.name = name
         self.default = default
         self.factory = factory
         self.shown = shown  # in the repr
+        self.compared = compared  # in equality and the hash
 
 
 class _Spec:
     """What ``field(...)`` returns until the decorator reads it."""
 
-    __slots__ = ("default", "factory", "shown")
+    __slots__ = ("compared", "default", "factory", "shown")
 
-    def __init__(self, default: Any, factory: Any, shown: bool) -> None:
+    def __init__(self, default: Any, factory: Any, shown: bool, compared: bool) -> None:
         self.default = default
         self.factory = factory
         self.shown = shown
+        self.compared = compared
 
 
-def field(*, default: Any = _MISSING, default_factory: Any = _MISSING, repr: bool = True) -> Any:
+def field(
+    *,
+    default: Any = _MISSING,
+    default_factory: Any = _MISSING,
+    repr: bool = True,
+    compare: bool = True,
+) -> Any:
     """A field's default, or the callable that makes a fresh one per instance (neither:
-    a required field); ``repr=False`` leaves it out of the repr."""
+    a required field); ``repr=False`` leaves it out of the repr, ``compare=False`` out of
+    equality and the hash."""
     if default is not _MISSING and default_factory is not _MISSING:
         raise TypeError("field() takes default or default_factory, not both")
-    return _Spec(default, default_factory, repr)
+    return _Spec(default, default_factory, repr, compare)
 
 
 def _fields_of(cls: type) -> tuple[_Field, ...]:
@@ -96,7 +107,7 @@ def _own_field(cls: type, name: str) -> _Field:
         delattr(cls, name)
     else:
         setattr(cls, name, given.default)
-    return _Field(name, given.default, given.factory, given.shown)
+    return _Field(name, given.default, given.factory, given.shown, given.compared)
 
 
 def _check_order(cls: type, fields: tuple[_Field, ...]) -> None:
@@ -188,7 +199,7 @@ def _init_positional(self: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -
 
 
 def _values(self: Any) -> tuple[Any, ...]:
-    return tuple(getattr(self, f.name) for f in getattr(type(self), _FIELDS))
+    return tuple(getattr(self, f.name) for f in getattr(type(self), _FIELDS) if f.compared)
 
 
 def _repr(self: Any) -> str:

@@ -239,3 +239,14 @@ def test_post_init_runs_after_the_fields_are_set() -> None:
     assert Checked(1, 2).high == 2
     with pytest.raises(ValueError, match="low 3 above high 2"):
         Checked(3, 2)
+
+
+def test_a_field_can_be_left_out_of_equality_and_the_hash() -> None:
+    @frozen
+    class Seen:
+        name: str
+        when: float = field(default=0.0, compare=False)
+
+    assert Seen("a", 1.0) == Seen("a", 2.0)
+    assert hash(Seen("a", 1.0)) == hash(Seen("a", 2.0))
+    assert Seen("a") != Seen("b")
