@@ -159,13 +159,15 @@ def test_connections_that_never_open_are_closed_and_capped(
         )
         server.start(0o600)
         socks = []
+        # From before the first connection: its deadline starts at its accept, later;
+        # the sleeps between connections take what the machine's load makes them.
+        t0 = loop.time()
         for _ in range(3):
             s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
             s.setblocking(False)
             await loop.sock_connect(s, path)
             socks.append(s)
             await asyncio.sleep(0.02)  # let the server accept it
-        t0 = loop.time()
         got = [await asyncio.wait_for(loop.sock_recv(s, 16), 5) for s in socks]
         waited = loop.time() - t0
         server.close()
@@ -175,7 +177,7 @@ def test_connections_that_never_open_are_closed_and_capped(
 
     got, waited = asyncio.run(scenario())
     assert got == [b"", b"", b""]  # the third at once (cap), the others at the deadline
-    assert 0.2 <= waited < 3
+    assert 0.29 <= waited < 3  # not before OPEN_WITHIN (the timer's resolution aside)
     assert not Path(path).exists()
 
 
