@@ -1,22 +1,20 @@
-"""Value types for the modules a container's start and the hooks import: ``@frozen``
-and ``@mutable`` classes, with ``field``, ``replace``, ``field_names`` and ``as_dict``.
-
-Why not ``dataclasses``: for each class it writes ``__init__``, ``__repr__``,
-``__eq__``, ``__hash__`` and a frozen class's ``__setattr__``/``__delattr__`` as source
-text and compiles them one by one (Python 3.11), and it imports ``inspect``. On
-`acbslurm run`'s path that was 8.3 ms for its 15 classes plus about 6 ms for the import,
-of the ~35 ms its imports took before the container's create (docs/benchmarks.md,
-"Where the client's time went"): most of what `acbslurm run` added to a plain
-`docker run`. Here the methods are written once, generic over the class's fields, so
-a class costs what reading its annotations costs.
+"""The package's value types: ``@frozen`` and ``@mutable`` classes, with ``field``,
+``replace``, ``field_names`` and ``as_dict``. The one way to write a value type in
+acbslurm (ruff's banned-api refuses ``dataclasses``; CONTRIBUTING.md, "Lean imports").
 
 What a class gets is what ``@dataclass`` (``frozen=True`` for ``@frozen``) gives it:
 fields from its annotations in order (a base's first), defaults and
 ``field(default_factory=...)``, keyword or positional arguments, equality between
-instances of the same class, a hash for frozen ones, a repr naming each field,
-assignment refused on frozen ones, and a call of the class's ``__post_init__`` if it
-has one. Type checkers read both decorators as dataclasses
+instances of the same class over its compared fields, a hash for frozen ones, a repr
+naming each shown field, assignment refused on frozen ones, and a call of the class's
+``__post_init__`` if it has one. Type checkers read both decorators as dataclasses
 (PEP 681's ``dataclass_transform``).
+
+Why not ``dataclasses``: it writes each class's methods as source text and compiles them,
+and it imports ``inspect``; the hooks and `acbslurm run`, which every job waits for, load
+these classes. Here the methods are written once, generic over the class's fields, so a
+class costs what reading its annotations costs (docs/benchmarks.md, "Where the client's
+time went").
 """
 
 from __future__ import annotations
@@ -124,8 +122,7 @@ def _check_order(cls: type, fields: tuple[_Field, ...]) -> None:
 
 class _Plan:
     """How a class's ``__init__`` fills an instance from keywords alone (the usual
-    call): a job listing builds one record per row, and the field-by-field loop took
-    5 us a record of 14 fields, more than the row's parsing (bench/status_bench.py)."""
+    call), worked out once per class: a job listing builds one record per row."""
 
     __slots__ = ("defaults", "factories", "names", "required")
 
