@@ -119,3 +119,63 @@ def test_the_docs_show_commands() -> None:
 def test_every_command_the_docs_show_loads_its_help(path: tuple[str, ...], page: str) -> None:
     res = CliRunner().invoke(cli, [*path, "--help"])
     assert res.exit_code == 0, f"{page}: `acbslurm {' '.join(path)}`: {res.output}"
+
+
+# A section the code cites: `docs/X.md, "Heading"`, `docs/X.md "Heading"`,
+# `docs/X.md ("Heading")`, with the heading in double or single quotes or *stars*,
+# possibly wrapped onto the next line of a docstring or comment. A single-quoted heading
+# may hold an apostrophe ('Containers in the job's cgroups'): it ends at a quote that a
+# delimiter follows.
+REFERENCE = re.compile(
+    r"docs/([\w-]+\.md),?[ \t]*(?:\n[ \t]*(?:#[ \t]*)?)?\(?"
+    r"""(?:"([^"\n]+)"|'(.+?)'(?=[)"\s,.;:]|$)|\*([^*\n]+)\*)""",
+    re.M,
+)
+
+
+def _headings(page: Path) -> list[str]:
+    fenced = False
+    out = []
+    for line in page.read_text().splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+        elif not fenced and line.startswith("#"):
+            out.append(line.lstrip("#").strip().replace("`", ""))
+    return out
+
+
+def _names_a_heading(cited: str, headings: list[str]) -> bool:
+    """The heading itself or its start up to a word's end ("Faults" for "Faults: what
+    acbslurm does, what the admin does"), backticks ignored."""
+    cited = cited.replace("`", "").strip()
+    return any(re.match(re.escape(cited) + r"(?!\w)", h) for h in headings)
+
+
+def _references() -> list[tuple[str, str, str]]:
+    """(where, page, heading) for each section the package's code cites."""
+    out = []
+    for source in sorted((ROOT / "acbslurm").rglob("*")):
+        if source.suffix not in {".py", ".proto"} or "_generated" in source.parts:
+            continue
+        text = source.read_text()
+        for m in REFERENCE.finditer(text):
+            line = text.count("\n", 0, m.start()) + 1
+            # A heading inside a Python string is read as the string holds it.
+            heading = next(g for g in m.groups()[1:] if g).replace("\\'", "'")
+            out.append((f"{source.relative_to(ROOT)}:{line}", m.group(1), heading))
+    return out
+
+
+def test_the_code_cites_sections() -> None:
+    assert len(_references()) > 10  # the pattern reads the code, not nothing
+
+
+def test_every_section_the_code_cites_exists() -> None:
+    bad = []
+    for where, page, heading in _references():
+        path = ROOT / "docs" / page
+        if not path.exists():
+            bad.append(f"{where}: docs/{page}: no such page")
+        elif not _names_a_heading(heading, _headings(path)):
+            bad.append(f"{where}: docs/{page} has no heading {heading!r}")
+    assert not bad, "\n".join(bad)
