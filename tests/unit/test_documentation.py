@@ -1,7 +1,8 @@
 """The docs stay true (as submitit's test_documentation.py keeps its own): every relative
-link and anchor in README.md and docs/ resolves, every page of docs/ is reachable from
-README.md, and every `acbslurm ...` command the docs show names a command whose --help
-loads (its subcommand path walked in the real CLI)."""
+link and anchor in README.md, CONTRIBUTING.md and docs/ resolves, every page of docs/ is
+reachable from README.md, every `acbslurm ...` command the docs show names a command
+whose --help loads (its subcommand path walked in the real CLI), and every docs section
+the code cites (`docs/X.md, "Heading"`) exists."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from click.testing import CliRunner
 from acbslurm.cli.main import cli
 
 ROOT = Path(__file__).resolve().parents[2]
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+PAGES = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").glob("*.md"))]
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 # `acbslurm WORD WORD...` at the start of code (a command line a reader copies).
 COMMAND = re.compile(r"^(?:\$\s+|sudo\s+|srun\s+|exec\s+)*acbslurm((?:\s+[a-z][a-z-]*)+)")
