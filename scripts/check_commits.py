@@ -10,8 +10,10 @@ The base, the last landed main, is the first of these that names a commit:
 - `origin/main`: a clone (CI's clean clone of the branch) has it;
 - `main`: a worktree or a clone without a remote, where main is the landed one.
 The commits checked are `git log BASE..HEAD`: those HEAD has and BASE does not, so a
-main that moved on since the branch began counts nothing of its own. With no git repository or no
-base, it checks nothing and says so: a tarball's build has no history to check.
+main that moved on since the branch began counts nothing of its own. With no git
+repository, no base, or no history shared with the base (a shallow clone that stops
+short of it would count main's own commits), it checks nothing and says so: a
+tarball's build has no history to check.
 
 Exit 0 when every subject fits, 1 when one does not (each named with its hash and
 length), 2 for a base given that names no commit.
@@ -47,6 +49,9 @@ def main(argv: list[str]) -> int:
     base = given or next((ref for ref in FALLBACKS if _commit(ref)), "")
     if not base:
         print("check_commits: no origin/main or main to start from: no commits checked")
+        return 0
+    if _git("merge-base", base, "HEAD").returncode != 0:
+        print(f"check_commits: HEAD shares no history with {base}: no commits checked")
         return 0
     log = _git("log", "--format=%h%x00%s", f"{base}..HEAD")
     if log.returncode != 0:

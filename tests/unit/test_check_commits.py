@@ -99,5 +99,10 @@ def test_no_base_or_no_repository_checks_nothing_and_says_so(
     commit(repo, "e" * 90)
     r = check(repo)
     assert r.returncode == 0 and "no origin/main or main" in r.stdout, r.stdout + r.stderr
+    git(repo, "checkout", "-q", "--orphan", "main")  # main apart from HEAD's history
+    commit(repo, "landed elsewhere")
+    git(repo, "checkout", "-q", "other")
+    r = check(repo)
+    assert r.returncode == 0 and "shares no history with main" in r.stdout, r.stdout + r.stderr
     r = check(tmp_path_factory.mktemp("plain"))
     assert r.returncode == 0 and "not a git repository" in r.stdout, r.stdout + r.stderr
