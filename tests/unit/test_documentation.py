@@ -180,3 +180,12 @@ def test_every_section_the_code_cites_exists() -> None:
         elif not _names_a_heading(heading, _headings(path)):
             bad.append(f"{where}: docs/{page} has no heading {heading!r}")
     assert not bad, "\n".join(bad)
+
+
+def test_every_page_the_code_names_exists() -> None:
+    bad = []
+    for source in sorted((ROOT / "acbslurm").rglob("*.py")):
+        for page in set(re.findall(r"docs/([\w-]+\.md)", source.read_text())):
+            if not (ROOT / "docs" / page).exists():
+                bad.append(f"{source.relative_to(ROOT)}: docs/{page}")
+    assert not bad, "pages that do not exist: " + "; ".join(bad)
