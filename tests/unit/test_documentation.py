@@ -2,7 +2,7 @@
 link and anchor in README.md, CONTRIBUTING.md and docs/ resolves, every page of docs/ is
 reachable from README.md, every `acbslurm ...` command the docs show names a command
 whose --help loads (its subcommand path walked in the real CLI), and every docs section
-the code cites (`docs/X.md, "Heading"`) exists."""
+the code cites (`docs/X.md, "Heading"`) and every file it names by path exists."""
 
 from __future__ import annotations
 
@@ -189,3 +189,23 @@ def test_every_page_the_code_names_exists() -> None:
             if not (ROOT / "docs" / page).exists():
                 bad.append(f"{source.relative_to(ROOT)}: docs/{page}")
     assert not bad, "pages that do not exist: " + "; ".join(bad)
+
+
+# A file of the checkout the code names by its path (`gpu/acl.py`, `tests/unit/...`,
+# `templates/sbatch.sh.j2`): from the checkout's root or from a package above the
+# naming module. Paths outside the checkout (`/etc/...`, `~/.config/...`) are not read.
+FILE = re.compile(
+    r"(?<![\w./-])((?:[a-z_]+/)+[\w.-]*\.(?:py|proto|sh|j2|md|json|yaml))(?![\w.-]*\w)"
+)
+
+
+def test_every_file_the_code_names_exists() -> None:
+    bad = []
+    for source in sorted((ROOT / "acbslurm").rglob("*.py")):
+        if "_generated" in source.parts:
+            continue
+        bases = [ROOT, *(p for p in source.parents if ROOT in p.parents)]
+        for path in set(FILE.findall(source.read_text())):
+            if not any((base / path).exists() for base in bases):
+                bad.append(f"{source.relative_to(ROOT)}: {path}")
+    assert not bad, "files that do not exist: " + "; ".join(sorted(bad))
