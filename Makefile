@@ -43,6 +43,7 @@ lint: setup
 	$(BIN)/ruff format --check acbslurm tests bench
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+	$(BIN)/python scripts/check_commits.py
 
 unit: setup
 	$(BIN)/pytest tests/unit -q

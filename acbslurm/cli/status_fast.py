@@ -102,7 +102,7 @@ def try_status(argv: list[str]) -> int | None:
 def _start_early(ids: list[str], user: str | None) -> bool:
     """Start the squeue the query reads first of all, before the settings are read and
     the code that reads and prints its answer is imported (json and re among them):
-    those then run while slurmctld answers (docs/benchmarks.md, "status"). Only where
+    those then run while slurmctld answers (docs/benchmarks.md, "One request"). Only where
     no pyslurm is installed, so that the backend can only be the CLI (a site's
     settings can choose pyslurm only where it is). True if started."""
     import os

@@ -28,14 +28,6 @@ FIX_GENERATE = (
 )
 
 
-def _groups(uid: int) -> set[int]:
-    try:
-        pw = pwd.getpwuid(uid)
-    except KeyError:
-        return set()
-    return set(os.getgrouplist(pw.pw_name, pw.pw_gid))
-
-
 def _may(st: os.stat_result, uid: int, gids: set[int], bits: tuple[int, int, int]) -> bool:
     """Whether ``uid`` (in ``gids``) has the permission ``bits`` (user, group, other)."""
     if uid == 0:
@@ -50,7 +42,11 @@ def _may(st: os.stat_result, uid: int, gids: set[int], bits: tuple[int, int, int
 def readable_by(path: str, uid: int) -> bool:
     """``uid`` can read ``path``: the file readable, every directory above searchable
     (the doctor may run as root for the user: os.access would ask for root)."""
-    gids = _groups(uid)
+    try:
+        pw = pwd.getpwuid(uid)
+        gids = set(os.getgrouplist(pw.pw_name, pw.pw_gid))
+    except KeyError:
+        gids = set()
     read = (stat.S_IRUSR, stat.S_IRGRP, stat.S_IROTH)
     search = (stat.S_IXUSR, stat.S_IXGRP, stat.S_IXOTH)
     real = os.path.realpath(path)
@@ -62,19 +58,13 @@ def readable_by(path: str, uid: int) -> bool:
     return _may(os.stat(real), uid, gids, read)
 
 
-def _daemon_info(ctx: Context) -> dict[str, object] | None:
-    try:
-        host = docker_host(ctx)
-        return EngineApi(host, timeout=min(ctx.settings.hook_docker_timeout, 5.0)).info()
-    except (DockerError, KeyError, IndexError, ValueError):
-        return None
-
-
 def check_cdi(ctx: Context) -> Check:
     if ctx.uid == 0:
         return skip(NAME, "root has no rootless daemon: give `--user NAME`")
-    info = _daemon_info(ctx)
-    if info is None:
+    try:
+        host = docker_host(ctx)
+        info = EngineApi(host, timeout=min(ctx.settings.hook_docker_timeout, 5.0)).info()
+    except (DockerError, KeyError, IndexError, ValueError):
         return skip(NAME, "the user's daemon does not answer (see dockerd)")
     dirs = cdi.spec_dirs(info)
     version = info.get("ServerVersion", "?")

@@ -24,11 +24,6 @@ def docker_host(ctx: Context) -> str:
     return user_docker_host(ctx.settings, ctx.uid, ctx.user)
 
 
-def _rootless(info: dict[str, object]) -> bool:
-    opts = info.get("SecurityOptions") or []
-    return isinstance(opts, list) and any("name=rootless" in str(o) for o in opts)
-
-
 def check_dockerd(ctx: Context) -> Check:
     skipped = root_skip(ctx, "dockerd")
     if skipped is not None:
@@ -39,7 +34,8 @@ def check_dockerd(ctx: Context) -> Check:
     except (DockerError, KeyError, IndexError, ValueError) as exc:
         return fail("dockerd", f"{ctx.user}: {exc}", start_hint_for(ctx) + "; " + FIX_ROOTLESS)
     version = info.get("ServerVersion", "?")
-    if not _rootless(info):
+    opts = info.get("SecurityOptions") or []
+    if not (isinstance(opts, list) and any("name=rootless" in str(o) for o in opts)):
         return fail(
             "dockerd",
             f"the daemon at {host} (Docker {version}) is not rootless: containers would run "

@@ -8,6 +8,7 @@ that minor, its UUID; and slurm.conf's ``Gres=gpu:N`` for the node.
 from __future__ import annotations
 
 import re
+import socket
 from typing import TypeVar
 
 from acbslurm.doctor.context import Context
@@ -27,7 +28,13 @@ FIX_GRES = (
 )
 
 
-def _inventory_problems(gpus: list[GpuInfo]) -> list[str]:
+# complexity: one check after another, each adding its problem: the inventory's UUIDs
+# and minors, then the counts of slurm.conf, gres.conf and the node.
+def _problems(
+    ctx: Context, conf: SlurmConf | None, devices: list[str], gpus: list[GpuInfo]
+) -> list[str]:
+    """What is wrong with the node's inventory, and with the GPU counts of slurm.conf's
+    ``Gres=gpu:N``, gres.conf's device files and the node."""
     problems = []
     whole = [g for g in gpus if g.uuid.startswith("GPU-")]
     bad = [g.uuid for g in whole if not _GPU_UUID.match(g.uuid)]
@@ -39,17 +46,20 @@ def _inventory_problems(gpus: list[GpuInfo]) -> list[str]:
     dup_minors = _twice([g.minor for g in whole])
     if dup_minors:
         problems.append(f"minor numbers of two GPUs: {dup_minors}")
+    declared = conf.node_gpu_count(ctx.node) if conf else None
+    if declared is not None and declared != len(devices):
+        problems.append(
+            f"slurm.conf gives node {ctx.node} Gres=gpu:{declared} but gres.conf has "
+            f"{len(devices)} GPU device file(s)"
+        )
+    if len(devices) > len(whole):
+        problems.append(f"gres.conf has {len(devices)} GPUs, the node {len(whole)}")
     return problems
 
 
 def _twice(values: list[_V]) -> list[_V]:
     """The values listed more than once, sorted."""
     return sorted({v for v in values if values.count(v) > 1})
-
-
-def _whole_gpus(gpus: list[GpuInfo]) -> int:
-    """How many of ``gpus`` are whole GPUs (not MIG devices)."""
-    return sum(1 for g in gpus if g.uuid.startswith("GPU-"))
 
 
 def _mapping(devices: list[str], gpus: list[GpuInfo]) -> tuple[list[str], list[str]]:
@@ -72,29 +82,6 @@ def _mapping(devices: list[str], gpus: list[GpuInfo]) -> tuple[list[str], list[s
     return lines, problems
 
 
-def _count_problems(
-    ctx: Context, conf: SlurmConf | None, devices: list[str], gpus: list[GpuInfo]
-) -> list[str]:
-    problems = []
-    declared = conf.node_gpu_count(ctx.node) if conf else None
-    if declared is not None and declared != len(devices):
-        problems.append(
-            f"slurm.conf gives node {ctx.node} Gres=gpu:{declared} but gres.conf has "
-            f"{len(devices)} GPU device file(s)"
-        )
-    whole = _whole_gpus(gpus)
-    if len(devices) > whole:
-        problems.append(f"gres.conf has {len(devices)} GPUs, the node {whole}")
-    return problems
-
-
-def _this_host() -> set[str]:
-    import socket
-
-    name = socket.gethostname()
-    return {name, name.split(".")[0], socket.getfqdn()}
-
-
 def _unknown_node(ctx: Context, conf: SlurmConf | None) -> str:
     """Why ``ctx.node`` is not a node of slurm.conf, or ``""``. Checked first: with
     several slurmd on this host (the sandbox's ``--nodes``), the host name is none of
@@ -102,7 +89,8 @@ def _unknown_node(ctx: Context, conf: SlurmConf | None) -> str:
     names = conf.node_names() if conf else []
     if not names or ctx.node in names:
         return ""  # configless (no NodeName lines here), or a node Slurm has
-    local = conf.local_nodes(_this_host()) if conf else []
+    host = socket.gethostname()
+    local = conf.local_nodes({host, host.split(".")[0], socket.getfqdn()}) if conf else []
     if len(local) > 1:
         return (
             f"several nodes share this host ({', '.join(local)}) and slurm.conf has no node "
@@ -126,12 +114,12 @@ def check_gres(ctx: Context, conf: SlurmConf | None) -> Check:
         if not s.gpu_inventory:
             fix = "install the NVIDIA driver and nvidia-ml-py, or " + fix
         return fail("gres", f"{exc}", fix)
-    lines, problems = _mapping(devices, gpus)
-    problems = _inventory_problems(gpus) + problems + _count_problems(ctx, conf, devices, gpus)
+    lines, unmapped = _mapping(devices, gpus)
+    problems = _problems(ctx, conf, devices, gpus) + unmapped
     how = "AutoDetect=nvml" if mode == "nvml" and not files else "File="
     if problems:
         return fail("gres", f"{s.gres_conf} ({how}) vs {source}: " + "; ".join(problems), FIX_GRES)
-    if len(devices) < _whole_gpus(gpus):
+    if len(devices) < sum(g.uuid.startswith("GPU-") for g in gpus):  # whole GPUs, not MIG
         return warn(
             "gres",
             f"{s.gres_conf} lists {len(devices)} of the node's GPUs; Slurm never hands out the "

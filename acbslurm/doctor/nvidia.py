@@ -17,6 +17,7 @@ from acbslurm.doctor.context import Context
 from acbslurm.doctor.docker import docker_host, root_skip
 from acbslurm.doctor.result import Check, fail, ok
 from acbslurm.errors import AcbslurmError
+from acbslurm.procfs import real_uid
 from acbslurm.resources import conf_dir
 from acbslurm.units import is_ascii_int
 
@@ -28,13 +29,6 @@ FIX_INSTALL = (
     "install nvidia-container-toolkit on the node (it provides nvidia-container-runtime-hook "
     "in /usr/bin), then restart the user's dockerd so that it finds the hook"
 )
-
-
-def _status_uid(text: str) -> int:
-    for line in text.splitlines():
-        if line.startswith("Uid:"):
-            return int(line.split()[1])
-    return -1
 
 
 def _nul_list(path: str) -> list[str]:
@@ -58,9 +52,9 @@ def daemon_envs(uid: int, proc: str = "/proc") -> list[tuple[str, dict[str, str]
     out = []
     for pid in (p for p in os.listdir(proc) if is_ascii_int(p)):
         try:
-            with open(os.path.join(proc, pid, "status")) as f:
+            with open(os.path.join(proc, pid, "status"), "rb") as f:
                 status = f.read()
-            if not status.startswith("Name:\tdockerd\n") or _status_uid(status) != uid:
+            if not status.startswith(b"Name:\tdockerd\n") or real_uid(status) != uid:
                 continue
             env = dict(item.partition("=")[::2] for item in _nul_list(f"{proc}/{pid}/environ"))
             argv = _nul_list(f"{proc}/{pid}/cmdline")
@@ -70,40 +64,12 @@ def daemon_envs(uid: int, proc: str = "/proc") -> list[tuple[str, dict[str, str]
     return out
 
 
-def _wanted_socket(ctx: Context) -> str:
-    try:
-        return socket_path(docker_host(ctx))
-    except (AcbslurmError, KeyError, IndexError, ValueError):
-        return ""
-
-
-def _the_daemon(ctx: Context, proc: str, want: str) -> dict[str, str] | None:
-    """The environment of the daemon `acbslurm run` would use, found by its socket
-    ``want`` (this node's docker_host for the user), if it runs. Only that one: another
-    daemon of the same user (a second sandbox's) may have another PATH, and saying ok
-    about it while this node's daemon is down was wrong."""
-    if not want:
-        return None
-    for sock, env in daemon_envs(ctx.uid, proc):
-        if os.path.realpath(sock) == os.path.realpath(want):
-            return env
-    return None
-
-
 def find_hook(path: str) -> str:
     for d in path.split(":"):
         candidate = os.path.join(d, HOOK)
         if d and os.access(candidate, os.X_OK):
             return candidate
     return ""
-
-
-def _is_standin(hook: str) -> bool:
-    try:
-        with open(hook, "rb") as f:
-            return STANDIN_MARK.encode() in f.read(4096)
-    except OSError:
-        return False
 
 
 def _config_problem(config: str) -> str:
@@ -123,9 +89,19 @@ def _config_problem(config: str) -> str:
 def _hook_search(ctx: Context, proc: str, config: str) -> tuple[str, str, str]:
     """Where the hook is looked for (said in words), that PATH, and the toolkit config
     that counts: the running dockerd's (its own config if it has one), else the
-    standard PATH and ``config``."""
-    want = _wanted_socket(ctx)
-    env = _the_daemon(ctx, proc, want)
+    standard PATH and ``config``.
+
+    The daemon is the one `acbslurm run` would use, found by its socket (this node's
+    docker_host for the user). Only that one: another daemon of the same user (a second
+    sandbox's) may have another PATH, and saying ok about it while this node's daemon
+    is down was wrong."""
+    try:
+        want = socket_path(docker_host(ctx))
+    except (AcbslurmError, KeyError, IndexError, ValueError):
+        want = ""
+    envs = daemon_envs(ctx.uid, proc) if want else []
+    real = os.path.realpath(want)
+    env = next((e for sock, e in envs if os.path.realpath(sock) == real), None)
     if env is not None:
         where = f"the PATH of {ctx.user}'s running dockerd"
         path = env.get("PATH", "")
@@ -147,7 +123,12 @@ def check_nvidia_hook(ctx: Context, proc: str = "/proc", config: str = TOOLKIT_C
     hook = find_hook(path)
     if not hook:
         return fail("nvidia-hook", f"{HOOK} is not on {where}: `--gpus` cannot work", FIX_INSTALL)
-    if _is_standin(hook):
+    try:
+        with open(hook, "rb") as f:
+            standin = STANDIN_MARK.encode() in f.read(4096)
+    except OSError:
+        standin = False
+    if standin:
         if not ctx.settings.gpu_inventory:
             return fail(
                 "nvidia-hook",

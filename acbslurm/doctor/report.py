@@ -57,7 +57,22 @@ def _read(path: str) -> tuple[str, str]:
         return "", exc.strerror or str(exc)
 
 
-def _db_check(path: str, text: str) -> Check:
+def check_report(ctx: Context) -> Check:
+    """The DB option file when this user can read it (and the database answers), else
+    the report service's socket."""
+    path = ctx.settings.db_config
+    text, db_why = _read(path) if path else ("", "db_config is not set")
+    if not text:
+        sock = report_socket(ctx)
+        why = _connect(socket.AF_UNIX, sock)
+        if not why:
+            return ok("report", f"the report service answers at {sock}")
+        return fail(
+            "report",
+            f"{ctx.user} can read no DB option file ({path or 'db_config'}: {db_why}) and no "
+            f"report service answers at {sock} ({why})",
+            FIX_SERVICE,
+        )
     host, port = _db_address(text)
     if host == "unix":
         where, why = str(port), _connect(socket.AF_UNIX, str(port))
@@ -77,20 +92,3 @@ def _db_check(path: str, text: str) -> Check:
             f"chmod 600 {path} and let users go through the report service",
         )
     return ok("report", f"reads the accounting DB directly ({path}; {where} answers)")
-
-
-def check_report(ctx: Context) -> Check:
-    db = ctx.settings.db_config
-    text, db_why = _read(db) if db else ("", "db_config is not set")
-    if text:
-        return _db_check(db, text)
-    sock = report_socket(ctx)
-    why = _connect(socket.AF_UNIX, sock)
-    if not why:
-        return ok("report", f"the report service answers at {sock}")
-    return fail(
-        "report",
-        f"{ctx.user} can read no DB option file ({db or 'db_config'}: {db_why}) and no "
-        f"report service answers at {sock} ({why})",
-        FIX_SERVICE,
-    )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
+from functools import partial
 
 from acbslurm.config import DEFAULT_CONFIG_FILE, Settings, load_settings
 from acbslurm.doctor import (
@@ -30,20 +31,6 @@ def _guarded(name: str, fn: Callable[[], Check]) -> Check:
         return fn()
     except (AcbslurmError, OSError, ValueError) as exc:
         return fail(name, f"could not check: {exc}", "see the message")
-
-
-def _slurm_checks(ctx: Context) -> tuple[list[Check], slurmconf.SlurmConf | None]:
-    try:
-        conf = slurmconf.load(ctx)
-    except AcbslurmError as exc:
-        fix = "point SLURM_CONF (or the slurm_conf setting) at the node's slurm.conf"
-        return [fail("slurm-hooks", str(exc), fix), skip("prolog-flags", "no slurm.conf")], None
-    return [
-        _guarded("slurm-hooks", lambda: slurmconf.check_hooks(conf)),
-        _guarded("prolog-flags", lambda: slurmconf.check_prolog_flags(conf)),
-        _guarded("kill-wait", lambda: slurmconf.check_kill_wait(ctx, conf)),
-        _guarded("cgroups", lambda: slurmconf.check_cgroups(conf)),
-    ], conf
 
 
 def _settings_check(ctx: Context, where: str) -> Check:
@@ -93,8 +80,19 @@ def run_doctor(
     ctx = make_context(settings, env, user, node)
     checks = [_settings_check(ctx, where)]
     checks.append(_guarded("slurm-version", lambda: version.check_slurm_version(ctx)))
-    slurm, conf = _slurm_checks(ctx)
-    checks += slurm
+    conf: slurmconf.SlurmConf | None = None
+    try:
+        conf = slurmconf.load(ctx)
+    except AcbslurmError as exc:
+        fix = "point SLURM_CONF (or the slurm_conf setting) at the node's slurm.conf"
+        checks += [fail("slurm-hooks", str(exc), fix), skip("prolog-flags", "no slurm.conf")]
+    else:
+        checks += [
+            _guarded("slurm-hooks", partial(slurmconf.check_hooks, conf)),
+            _guarded("prolog-flags", partial(slurmconf.check_prolog_flags, conf)),
+            _guarded("kill-wait", partial(slurmconf.check_kill_wait, ctx, conf)),
+            _guarded("cgroups", partial(slurmconf.check_cgroups, conf)),
+        ]
     checks += [
         _guarded("node-state", lambda: nodes.check_node_state(ctx)),
         _guarded("gres", lambda: gres.check_gres(ctx, conf)),

@@ -106,12 +106,6 @@ def _read_file(conf: SlurmConf, path: str, depth: int = 0) -> None:
             conf.add_line(line)
 
 
-def _from_scontrol(env: dict[str, str]) -> SlurmConf:
-    conf = SlurmConf("scontrol show config")
-    conf.values.update(show_config(env))
-    return conf
-
-
 def load(ctx: Context) -> SlurmConf:
     """The node's slurm.conf, or what slurmctld says when there is no file (configless)."""
     path = ctx.slurm_conf
@@ -122,21 +116,20 @@ def load(ctx: Context) -> SlurmConf:
         except OSError as exc:
             raise ConfigError(f"cannot read {exc.filename}: {exc.strerror}") from None
         return conf
+    conf = SlurmConf("scontrol show config")
     try:
-        return _from_scontrol(dict(ctx.env))
+        conf.values.update(show_config(dict(ctx.env)))
     except AcbslurmError as exc:
         raise ConfigError(
             f"no slurm.conf at {path}, and `scontrol show config` failed: {exc}"
         ) from None
+    return conf
 
 
-def _interpreter_problem(head: str) -> str:
-    if not head.startswith("#!"):
-        return ""
-    words = head[2:].split("\n", 1)[0].split()
-    if words and not os.access(words[0], os.X_OK):
-        return f"its interpreter {words[0]} does not exist or is not executable"
-    return ""
+def _interpreter(head: str) -> str:
+    """The program a script's ``#!`` line names, or ""."""
+    words = head[2:].split("\n", 1)[0].split() if head.startswith("#!") else []
+    return words[0] if words else ""
 
 
 def _users_can_run(path: str) -> bool:
@@ -154,21 +147,16 @@ def _users_can_run(path: str) -> bool:
         real = up
 
 
-def _shebang(path: str) -> str:
-    try:
-        with open(path, "rb") as f:
-            head = f.read(256).decode(errors="replace")
-    except OSError:
-        return ""
-    words = head[2:].split("\n", 1)[0].split() if head.startswith("#!") else []
-    return words[0] if words else ""
-
-
 def _user_problems(programs: list[str]) -> list[str]:
     """TaskProlog runs as the job's user: every program of it, and its interpreter."""
     problems = []
     for prog in programs:
-        for x in filter(None, [prog, _shebang(prog)]):
+        try:
+            with open(prog, "rb") as f:
+                head = f.read(256).decode(errors="replace")
+        except OSError:
+            head = ""
+        for x in filter(None, [prog, _interpreter(head)]):
             if not _users_can_run(x):
                 problems.append(
                     f"{x} cannot be run by job users (TaskProlog runs as the job's user; "
@@ -200,9 +188,11 @@ def _script_problems(key: str, path: str) -> list[str]:
 def _content_problems(key: str, path: str, head: str) -> list[str]:
     """What the script's text shows: its interpreter, whether (and what) it calls."""
     problems = []
-    interp = _interpreter_problem(head)
-    if interp:
-        problems.append(f"{key}={path}: {interp}")
+    interp = _interpreter(head)
+    if interp and not os.access(interp, os.X_OK):
+        problems.append(
+            f"{key}={path}: its interpreter {interp} does not exist or is not executable"
+        )
     marker, script = HOOKS[key]
     if not marker.search(head):
         problems.append(f"{key}={path} does not run {script}")

@@ -24,16 +24,6 @@ def _version(text: str) -> tuple[int, int] | None:
         return None
 
 
-def _slurmd_version(env: dict[str, str]) -> str:
-    slurmd = shutil.which("slurmd", path=env.get("PATH", "") + ":" + SBIN)
-    if not slurmd:
-        return ""
-    try:
-        return version_text(slurmd, env, flag="-V")
-    except AcbslurmError:
-        return ""
-
-
 def client_env(ctx: Context) -> dict[str, str]:
     """The environment for Slurm's clients: SLURM_CONF, else the slurm_conf setting.
 
@@ -61,7 +51,11 @@ def check_slurm_version(ctx: Context) -> Check:
     version = _version(text)
     if version is None:
         return warn("slurm-version", f"cannot read a version in {text!r}")
-    slurmd = _slurmd_version(env)
+    slurmd_bin = shutil.which("slurmd", path=env.get("PATH", "") + ":" + SBIN)
+    try:
+        slurmd = version_text(slurmd_bin, env, flag="-V") if slurmd_bin else ""
+    except AcbslurmError:
+        slurmd = ""  # a slurmd that cannot say its version: scontrol's is compared alone
     if slurmd and slurmd.split()[-1] != text.split()[-1]:
         return warn(
             "slurm-version",

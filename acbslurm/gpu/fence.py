@@ -8,7 +8,7 @@ other named user is removed. So a prolog or epilog that failed, or a slurmd that
 leaves a GPU open at most until the node's next hook. Named groups (an admin's own) are
 kept as they are; the base entries (owner, group, other) are never changed.
 
-Liveness of a record (docs/design.md, "Why the fence is an ACL"): a slurmstepd of the job
+Liveness of a record (docs/design.md, "Why the GPU fence is an ACL"): a slurmstepd of the job
 runs on this machine (read from /proc, with or without cgroups); a record without one
 (an allocation with no step yet, or a job whose epilog never ran) is asked about once,
 for all such records together, with ``squeue``: running there is kept.

@@ -1,7 +1,8 @@
 """The docs stay true (as submitit's test_documentation.py keeps its own): every relative
-link and anchor in README.md and docs/ resolves, every page of docs/ is reachable from
-README.md, and every `acbslurm ...` command the docs show names a command whose --help
-loads (its subcommand path walked in the real CLI)."""
+link and anchor in README.md, CONTRIBUTING.md and docs/ resolves, every page of docs/ is
+reachable from README.md, every `acbslurm ...` command the docs show names a command
+whose --help loads (its subcommand path walked in the real CLI), and every docs section
+the code cites (`docs/X.md, "Heading"`) and every file it names by path exists."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from click.testing import CliRunner
 from acbslurm.cli.main import cli
 
 ROOT = Path(__file__).resolve().parents[2]
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+PAGES = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").glob("*.md"))]
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 # `acbslurm WORD WORD...` at the start of code (a command line a reader copies).
 COMMAND = re.compile(r"^(?:\$\s+|sudo\s+|srun\s+|exec\s+)*acbslurm((?:\s+[a-z][a-z-]*)+)")
@@ -119,3 +120,92 @@ def test_the_docs_show_commands() -> None:
 def test_every_command_the_docs_show_loads_its_help(path: tuple[str, ...], page: str) -> None:
     res = CliRunner().invoke(cli, [*path, "--help"])
     assert res.exit_code == 0, f"{page}: `acbslurm {' '.join(path)}`: {res.output}"
+
+
+# A section the code cites: `docs/X.md, "Heading"`, `docs/X.md "Heading"`,
+# `docs/X.md ("Heading")`, with the heading in double or single quotes or *stars*,
+# possibly wrapped onto the next line of a docstring or comment. A single-quoted heading
+# may hold an apostrophe ('Containers in the job's cgroups'): it ends at a quote that a
+# delimiter follows.
+REFERENCE = re.compile(
+    r"docs/([\w-]+\.md),?[ \t]*(?:\n[ \t]*(?:#[ \t]*)?)?\(?"
+    r"""(?:"([^"\n]+)"|'(.+?)'(?=[)"\s,.;:]|$)|\*([^*\n]+)\*)""",
+    re.M,
+)
+
+
+def _headings(page: Path) -> list[str]:
+    fenced = False
+    out = []
+    for line in page.read_text().splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+        elif not fenced and line.startswith("#"):
+            out.append(line.lstrip("#").strip().replace("`", ""))
+    return out
+
+
+def _names_a_heading(cited: str, headings: list[str]) -> bool:
+    """The heading itself or its start up to a word's end ("Faults" for "Faults: what
+    acbslurm does, what the admin does"), backticks ignored."""
+    cited = cited.replace("`", "").strip()
+    return any(re.match(re.escape(cited) + r"(?!\w)", h) for h in headings)
+
+
+def _references() -> list[tuple[str, str, str]]:
+    """(where, page, heading) for each section the package's code cites."""
+    out = []
+    for source in sorted((ROOT / "acbslurm").rglob("*")):
+        if source.suffix not in {".py", ".proto"} or "_generated" in source.parts:
+            continue
+        text = source.read_text()
+        for m in REFERENCE.finditer(text):
+            line = text.count("\n", 0, m.start()) + 1
+            # A heading inside a Python string is read as the string holds it.
+            heading = next(g for g in m.groups()[1:] if g).replace("\\'", "'")
+            out.append((f"{source.relative_to(ROOT)}:{line}", m.group(1), heading))
+    return out
+
+
+def test_the_code_cites_sections() -> None:
+    assert len(_references()) > 10  # the pattern reads the code, not nothing
+
+
+def test_every_section_the_code_cites_exists() -> None:
+    bad = []
+    for where, page, heading in _references():
+        path = ROOT / "docs" / page
+        if not path.exists():
+            bad.append(f"{where}: docs/{page}: no such page")
+        elif not _names_a_heading(heading, _headings(path)):
+            bad.append(f"{where}: docs/{page} has no heading {heading!r}")
+    assert not bad, "\n".join(bad)
+
+
+def test_every_page_the_code_names_exists() -> None:
+    bad = []
+    for source in sorted((ROOT / "acbslurm").rglob("*.py")):
+        for page in set(re.findall(r"docs/([\w-]+\.md)", source.read_text())):
+            if not (ROOT / "docs" / page).exists():
+                bad.append(f"{source.relative_to(ROOT)}: docs/{page}")
+    assert not bad, "pages that do not exist: " + "; ".join(bad)
+
+
+# A file of the checkout the code names by its path (`gpu/acl.py`, `tests/unit/...`,
+# `templates/sbatch.sh.j2`): from the checkout's root or from a package above the
+# naming module. Paths outside the checkout (`/etc/...`, `~/.config/...`) are not read.
+FILE = re.compile(
+    r"(?<![\w./-])((?:[a-z_]+/)+[\w.-]*\.(?:py|proto|sh|j2|md|json|yaml))(?![\w.-]*\w)"
+)
+
+
+def test_every_file_the_code_names_exists() -> None:
+    bad = []
+    for source in sorted((ROOT / "acbslurm").rglob("*.py")):
+        if "_generated" in source.parts:
+            continue
+        bases = [ROOT, *(p for p in source.parents if ROOT in p.parents)]
+        for path in set(FILE.findall(source.read_text())):
+            if not any((base / path).exists() for base in bases):
+                bad.append(f"{source.relative_to(ROOT)}: {path}")
+    assert not bad, "files that do not exist: " + "; ".join(sorted(bad))
