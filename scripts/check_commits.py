@@ -5,10 +5,12 @@
 the subject; its reasons belong in the body (CONTRIBUTING.md, "Commits"). Only the
 commits not yet on main are checked: main's history is what it is.
 
-The base, the last landed main, is the first of these that names a commit:
+The base is the first of these that names a commit:
 - the argument (`check_commits.py BASE`) or ACBSLURM_COMMITS_BASE;
-- `origin/main`: a clone (CI's clean clone of the branch) has it;
-- `main`: a worktree or a clone without a remote, where main is the landed one.
+- RULE_SINCE: the main that had landed when the rule began (09ad841, stop 44). CI
+  clones the main it tests, so its origin/main is HEAD and would check nothing; from
+  this commit on every subject is checked, the landed ones too, which keeps them so;
+- `origin/main`, then `main`: a history without RULE_SINCE (another repository).
 The commits checked are `git log BASE..HEAD`: those HEAD has and BASE does not, so a
 main that moved on since the branch began counts nothing of its own. With no git
 repository, no base, or no history shared with the base (a shallow clone that stops
@@ -26,7 +28,8 @@ import subprocess
 import sys
 
 LIMIT = 72
-FALLBACKS = ("origin/main", "main")
+RULE_SINCE = "09ad84161ed3e9d75aea70172d06350a7ef34bb3"
+FALLBACKS = (RULE_SINCE, "origin/main", "main")
 
 
 def _git(*args: str) -> subprocess.CompletedProcess[str]:
