@@ -8,15 +8,15 @@ import pytest
 from fake_slurm import FakeSlurm
 
 from acbslurm.gpuvalue import Gpu
-from acbslurm.slurm.jobs import (
+from acbslurm.slurm.jobparse import (
     parse_gpu_indices,
     parse_job_gpus,
     parse_job_id,
     parse_sacct,
     parse_squeue,
     parse_squeue_gpus,
-    query_jobs,
 )
+from acbslurm.slurm.jobs import query_jobs
 from acbslurm.slurm.jobtypes import JobInfo
 from acbslurm.slurm.squeue_query import SQUEUE_FORMAT
 from acbslurm.units import expand_ranges
