@@ -18,7 +18,6 @@ from acbslurm.cli.jobstatus import user_name as _user
 from acbslurm.clitypes import AsciiInt, FiniteFloat
 
 if TYPE_CHECKING:
-    from acbslurm.slurm.cluster import GpuSlot
     from acbslurm.slurm.jobtypes import SubmitResult
     from acbslurm.spec import JobSpec
 
@@ -271,17 +270,6 @@ def status(
     ctx.exit(jobstatus.show(_validate_ids(job_ids), user, long, as_json))
 
 
-def _slot_row(slot: GpuSlot) -> tuple[Any, ...]:
-    """A job's GPU shows the job (also on a draining node); an idle one is ``free``
-    only where Slurm can start a job: a drained or down node's say so, with the reason."""
-    job = slot.job
-    if job is not None:
-        return (slot.node, slot.index, job.job_id, job.user, job.elapsed or "-", job.name)
-    if slot.unavailable:
-        return (slot.node, slot.index, slot.unavailable, "-", "-", slot.reason)
-    return (slot.node, slot.index, "free", "-", "-", "")
-
-
 def _gpu_status(as_json: bool) -> None:
     from acbslurm.slurm.cluster import gpu_slots
 
@@ -290,7 +278,16 @@ def _gpu_status(as_json: bool) -> None:
         click.echo(json.dumps({"gpus": [s.as_json() for s in slots]}, indent=2))
         return
     rows: list[tuple[Any, ...]] = [("NODE", "GPU", "JOBID", "USER", "ELAPSED", "NAME")]
-    rows += [_slot_row(s) for s in slots]
+    for slot in slots:
+        # A job's GPU shows the job (also on a draining node); an idle one is free only
+        # where Slurm can start a job: a drained or down node's say so, with the reason.
+        job = slot.job
+        if job is not None:
+            rows.append((slot.node, slot.index, job.job_id, job.user, job.elapsed or "-", job.name))
+        elif slot.unavailable:
+            rows.append((slot.node, slot.index, slot.unavailable, "-", "-", slot.reason))
+        else:
+            rows.append((slot.node, slot.index, "free", "-", "-", ""))
     jobstatus.table(rows)
 
 
@@ -348,31 +345,23 @@ def cancel(
         raise click.BadParameter("--full goes with --signal", ctx, param_hint="'--full'")
     done = cancel_known(_validate_ids(job_ids), backend=_backend(), signal=signal_name, full=full)
     if as_json:
-        click.echo(json.dumps(_cancel_json(done, signal_name), indent=2))
+        out: dict[str, Any] = {
+            "signalled" if signal_name else "cancelled": done.cancelled,
+            "ended": [{"job_id": i, "states": s} for i, s in done.ended.items()],
+            "unknown": done.unknown,
+        }
+        if signal_name:
+            out["signal"] = signal_name
+        click.echo(json.dumps(out, indent=2))
     else:
-        _say_cancelled(done, signal_name)
+        from acbslurm.units import is_ascii_int
+
+        if done.cancelled and signal_name:
+            what = f"signal {signal_name}" if is_ascii_int(signal_name) else f"SIG{signal_name}"
+            click.echo(f"Sent {what} to {' '.join(done.cancelled)}")
+        elif done.cancelled:
+            click.echo(f"Cancelled {' '.join(done.cancelled)}")
+        for i, states in done.ended.items():
+            click.echo(f"Job {i} had already ended ({', '.join(states)})")
     if jobstatus.name_unknown(done.unknown_rows):
         ctx.exit(1)
-
-
-def _cancel_json(done: Any, signal_name: str) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "signalled" if signal_name else "cancelled": done.cancelled,
-        "ended": [{"job_id": i, "states": s} for i, s in done.ended.items()],
-        "unknown": done.unknown,
-    }
-    if signal_name:
-        out["signal"] = signal_name
-    return out
-
-
-def _say_cancelled(done: Any, signal_name: str) -> None:
-    from acbslurm.units import is_ascii_int
-
-    if done.cancelled and signal_name:
-        what = f"signal {signal_name}" if is_ascii_int(signal_name) else f"SIG{signal_name}"
-        click.echo(f"Sent {what} to {' '.join(done.cancelled)}")
-    elif done.cancelled:
-        click.echo(f"Cancelled {' '.join(done.cancelled)}")
-    for i, states in done.ended.items():
-        click.echo(f"Job {i} had already ended ({', '.join(states)})")

@@ -150,7 +150,15 @@ def _scoped_rows(
             unknown_why = f"slurmdbd not answering (sacct: {detail[-1][:120]})"
     for job in old.values():
         drop_stale_reason(job)
-    _add_exit_codes(found, old)
+    # sacct's exit code (and reason, if squeue had none) on squeue's rows of ended jobs,
+    # and OUT_OF_MEMORY where sacct saw a step of the FAILED job run out of memory.
+    for jid, job in found.items():
+        known = old.get(jid)
+        if job.finished and known is not None:
+            job.exit_code = job.exit_code or known.exit_code
+            job.reason = job.reason or known.reason
+            if known.state == OOM:
+                job.state = oom_state(job.state)
     jobs = []
     for w in wanted:
         rows = _rows_of(w, found, old)
@@ -177,9 +185,16 @@ def _sacct_asked(wanted: list[str], found: Mapping[str, JobInfo]) -> list[str]:
 
 
 def _rows_of(w: str, found: Mapping[str, JobInfo], old: Mapping[str, JobInfo]) -> list[JobInfo]:
-    """The rows of one wanted id: its own record and its array's tasks ([] if none)."""
+    """The rows of one wanted id: its own record and, for an array's id, its tasks'
+    rows (``12_1``, ``12_[2-3]``; the controller's before sacct's); [] if none."""
     own = found.get(w) or old.get(w)
-    tasks = _array_tasks(w, found, old)
+    tasks: dict[str, JobInfo] = {}
+    if "_" not in w:
+        for source in (found, old):
+            for jid, job in source.items():
+                if jid.startswith(w + "_") and jid not in tasks:
+                    job.array_job_id = w
+                    tasks[jid] = job
     if tasks and own is not None:
         # The array's own record shows up by its bare id only for moments (e.g.
         # its pending rest just cancelled); the task rows say the same once
@@ -187,21 +202,8 @@ def _rows_of(w: str, found: Mapping[str, JobInfo], old: Mapping[str, JobInfo]) -
         own.array_job_id = w
         if own.finished:
             own = None
-    return ([own] if own is not None else []) + tasks
-
-
-def _array_tasks(array_id: str, *sources: Mapping[str, JobInfo]) -> list[JobInfo]:
-    """The task rows (``12_1``, ``12_[2-3]``) of array ``12``; earlier sources win."""
-    if "_" in array_id:
-        return []
-    prefix = array_id + "_"
-    tasks: dict[str, JobInfo] = {}
-    for source in sources:
-        for jid, job in source.items():
-            if jid.startswith(prefix) and jid not in tasks:
-                job.array_job_id = array_id
-                tasks[jid] = job
-    return sorted(tasks.values(), key=lambda j: job_order(j.job_id))
+    rows = sorted(tasks.values(), key=lambda j: job_order(j.job_id))
+    return ([own] if own is not None else []) + rows
 
 
 def _controller_rows(
@@ -225,18 +227,6 @@ def _controller_rows(
         if row.job_id in gres:
             gpu_cache[(row.job_id, row.start_time)] = gres[row.job_id]
     return list(rows)
-
-
-def _add_exit_codes(found: Mapping[str, JobInfo], old: Mapping[str, JobInfo]) -> None:
-    """sacct's exit code (and reason, if squeue had none) on squeue's rows of ended jobs,
-    and OUT_OF_MEMORY where sacct saw a step of the FAILED job run out of memory."""
-    for jid, job in found.items():
-        known = old.get(jid)
-        if job.finished and known is not None:
-            job.exit_code = job.exit_code or known.exit_code
-            job.reason = job.reason or known.reason
-            if known.state == OOM:
-                job.state = oom_state(job.state)
 
 
 def _squeue(
@@ -299,8 +289,16 @@ def _add_gpus(
     )
     for job in jobs:
         found = cache.get((job.job_id, job.start_time))
-        if found is None and job.job_id in shown:
-            _moved_on(job, shown[job.job_id])
+        # squeue's RUNNING row of a job that scontrol, asked just after, shows ending
+        # (COMPLETING, or ended) with its GPUs already released (``GRES=``): the row says
+        # COMPLETING, so that no RUNNING job is shown holding no GPU. Short array tasks
+        # did that (``12_1 RUNNING``, ``gpu_indices: []``). Not scontrol's final state:
+        # that comes, with sacct's exit code and reason, next time (a watcher would
+        # otherwise close the job on half a record).
+        later = shown.get(job.job_id)
+        ending = later is not None and later.state not in ("", "RUNNING", "SUSPENDED")
+        if found is None and ending and job.state == "RUNNING":
+            job.state = "COMPLETING"
         job.gpus = list(found.gpus) if found else []
         # The prolog names the record after the JobId (SLURM_JOB_ID), 14 for task 12_1.
         record = _read_record(record_dir, found.job_id if found else job.job_id, names)
@@ -320,17 +318,6 @@ def with_record(gpus: list[Gpu], record: JobRecord) -> list[Gpu]:
         replace(g, uuid=mine[g.index]) if g.node in ("", record.node) and g.index in mine else g
         for g in gpus
     ]
-
-
-def _moved_on(job: JobInfo, later: JobGres) -> None:
-    """squeue's RUNNING row of a job that scontrol, asked just after, shows ending
-    (COMPLETING, or ended) with its GPUs already released (``GRES=``): the row says
-    COMPLETING, so that no RUNNING job is shown holding no GPU. Short array tasks did
-    that (``12_1 RUNNING``, ``gpu_indices: []``): one ended between the two calls. Not
-    scontrol's final state: that comes, with sacct's exit code and reason, next time
-    (a watcher would otherwise close the job on half a record)."""
-    if job.state == "RUNNING" and later.state not in ("", "RUNNING", "SUSPENDED"):
-        job.state = "COMPLETING"
 
 
 def _ask_gpus(jobs: list[JobInfo], env: Mapping[str, str] | None) -> dict[str, JobGres]:
