@@ -1,7 +1,7 @@
 """Slurm's job listings read into records: squeue's, sacct's and ``scontrol -d -o
 show job``'s text, the order every listing shows jobs in, and sbatch's job id.
 
-Pure functions of the text; ``jobs.py`` runs the commands.
+Pure functions of the text, and the fields asked for; ``jobs.py`` runs the commands.
 """
 
 from __future__ import annotations
@@ -14,10 +14,33 @@ from acbslurm.gpuvalue import Gpu
 from acbslurm.slurm.gpu_history import PREFIX
 from acbslurm.slurm.hostlist import expand_hostlist
 from acbslurm.slurm.jobtypes import JobGres, JobInfo
-from acbslurm.slurm.squeue_query import SQUEUE_FIELDS
 from acbslurm.slurm.states import TERMINAL_STATES
 from acbslurm.units import expand_ranges
 
+# squeue's fields (``-O``: each printed whole, then its separator), all a status needs in
+# one request. The AdminComment carries the GPUs the job's prologs wrote (``gpu_history``),
+# so a running job's GPUs come without an scontrol call or listing; the working
+# directory is where a running job keeps its pool's address and published ports. Those
+# two and the name may hold '|': they come last, the comment and the directory each
+# ended by a unit separator (0x1f) and split at the first one, so neither a directory
+# nor a name (a user's text) reaches the comment (an admin's). JobID is the job's own
+# id (an array task's, the one its record is named by), JobArrayID squeue's (12_1).
+SQUEUE_FIELDS = (
+    "JobArrayID",
+    "JobID",
+    "State",
+    "Reason",
+    "TimeUsed",
+    "NodeList",
+    "UserName",
+    "SubmitTime",
+    "StartTime",
+    "EndTime",
+    "Partition",
+)
+SQUEUE_FORMAT = (
+    ",".join(f"{name}:|" for name in SQUEUE_FIELDS) + ",admin_comment:\x1f,WorkDir:\x1f,Name:"
+)
 SACCT_FIELDS = (
     "JobID,State,Elapsed,NodeList,User,Submit,Start,End,ExitCode,Partition,Reason,JobName"
 )

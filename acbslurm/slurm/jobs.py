@@ -21,6 +21,7 @@ from acbslurm.slurm.commands import slurm
 from acbslurm.slurm.jobparse import (
     OOM,
     SACCT_FIELDS,
+    SQUEUE_FORMAT,
     drop_stale_reason,
     job_order,
     oom_state,
@@ -30,7 +31,6 @@ from acbslurm.slurm.jobparse import (
     parse_squeue_gpus,
 )
 from acbslurm.slurm.jobtypes import JobGres, JobInfo, SubmitResult
-from acbslurm.slurm.squeue_query import squeue_argv
 from acbslurm.slurm.states import HOLDING_STATES, LIVE_STATES
 from acbslurm.values import frozen, replace
 
@@ -227,6 +227,18 @@ def _controller_rows(
         if row.job_id in gres:
             gpu_cache[(row.job_id, row.start_time)] = gres[row.job_id]
     return list(rows)
+
+
+def squeue_argv(wanted: Sequence[str], user: str | None) -> list[str]:
+    """squeue's command for the jobs ``wanted`` (all queued ones when none), of ``user``."""
+    # -a: jobs of a hidden partition (Hidden=YES, which submit takes) are listed too.
+    argv = ["squeue", "-a", "-h", "-O", SQUEUE_FORMAT]
+    if wanted:
+        # -t all: finished jobs the controller still remembers (MinJobAge) come back too.
+        argv += ["-t", "all", "--jobs=" + ",".join(dict.fromkeys(wanted))]
+    if user:
+        argv += ["-u", user]
+    return argv
 
 
 def _squeue(
