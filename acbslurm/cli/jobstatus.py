@@ -43,14 +43,12 @@ def record_dir() -> str:
     return load_settings().record_dir
 
 
-def show(ids: Sequence[str], user: str | None, long: bool, as_json: bool, chosen: str = "") -> int:
+def show(ids: Sequence[str], user: str | None, long: bool, as_json: bool) -> int:
     """Print the jobs (``ids``, else all, or ``user``'s) as a table or JSON; 1 when an
-    id is unknown to Slurm (named on stderr), else 0. ``chosen``: the Slurm backend,
-    when the caller has read it already."""
+    id is unknown to Slurm (named on stderr), else 0."""
     from acbslurm.slurm.jobs import query_jobs
 
-    chosen = chosen or backend()
-    jobs = query_jobs(list(ids), user=user, record_dir=record_dir(), backend=chosen)
+    jobs = query_jobs(list(ids), user=user, record_dir=record_dir(), backend=backend())
     pools, ports = _job_files(jobs)
     if as_json:
         click.echo(json.dumps(status_json(jobs, pools, ports), indent=2))
