@@ -56,11 +56,25 @@ def stepd_job_of_ancestors(pid: int | None = None) -> str | None:
         seen += 1
         ppid = parent_pid(read_bytes(f"/proc/{pid}/stat"))
         uid = real_uid(read_bytes(f"/proc/{pid}/status"))
-        cmd = read_bytes(f"/proc/{pid}/cmdline").split(b"\0", 1)[0].decode(errors="replace")
-        if uid == 0 and cmd.startswith("slurmstepd: ["):
-            return cmd[len("slurmstepd: [") :].split(".", 1)[0].split("]", 1)[0]
+        job = stepd_job(read_bytes(f"/proc/{pid}/cmdline"))
+        if uid == 0 and job is not None:
+            return job
         pid = ppid
     return None
+
+
+def stepd_job(cmdline: bytes) -> str | None:
+    """The job id in slurmstepd's process title (a ``/proc/PID/cmdline``):
+    ``slurmstepd: [1234.batch]``, ``[1234.extern]``, ``[1234.0]``; None for any other.
+
+    Anyone can give a process this title: callers check that its real uid is 0.
+    """
+    prefix = b"slurmstepd: ["
+    if not cmdline.startswith(prefix):
+        return None
+    rest = cmdline[len(prefix) :]
+    digits = len(rest) - len(rest.lstrip(b"0123456789"))
+    return rest[:digits].decode() if digits and rest[digits : digits + 1] in (b".", b"]") else None
 
 
 def start_time(pid: int) -> str:

@@ -41,7 +41,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from acbslurm.sandbox import Sandbox  # noqa: E402
-from acbslurm.slurm.squeue_query import SQUEUE_FORMAT  # noqa: E402
+from acbslurm.slurm.jobparse import SQUEUE_FORMAT  # noqa: E402
 
 # `acbslurm status` as the installed command runs it (its console script), with the
 # checkout's code: `python -m acbslurm` would add runpy's imports (1-2 ms).

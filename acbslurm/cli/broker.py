@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
 
 import click
 
@@ -131,14 +130,6 @@ def serve(
     )
 
 
-def _device_line(d: dict[str, Any], names: dict[int, str]) -> str:
-    """One device of ``broker status``: its holder (or free), for how long, residents."""
-    holder = names.get(d["holder"], "free") if d["holder"] else "free"
-    held = f" for {d['held_seconds']:.2f}s" if d["holder"] else ""
-    res = ", ".join(f"#{c}:{b}B" for c, b in d["residents"].items()) or "none"
-    return f"  {d['id']}: {holder}{held}; resident: {res}"
-
-
 @broker.command()
 @click.option("--broker", "address", metavar="ADDR", help="Broker address (as for serve).")
 @click.option(
@@ -170,8 +161,11 @@ def status(address: str | None, timeout: float, as_json: bool) -> None:
             "session(s) of the previous broker are back"
         )
     names = {c["id"]: f"{c['name']}[{c['pid']}]#{c['id']}" for c in st["clients"]}
-    for d in st["devices"]:
-        click.echo(_device_line(d, names))
+    for d in st["devices"]:  # its holder (or free), for how long, residents
+        holder = names.get(d["holder"], "free") if d["holder"] else "free"
+        held = f" for {d['held_seconds']:.2f}s" if d["holder"] else ""
+        res = ", ".join(f"#{c}:{b}B" for c, b in d["residents"].items()) or "none"
+        click.echo(f"  {d['id']}: {holder}{held}; resident: {res}")
     lane = sum(1 for c in st["clients"] if c["on_lane"])
     click.echo(f"  clients: {len(st['clients'])} ({lane} on the local lane)")
     for c in st["clients"]:

@@ -1,8 +1,8 @@
-"""The ``acbslurm`` console entry: `acbslurm run` and `acbslurm status` first try their
-click-free parsers.
+"""The ``acbslurm`` console entry: `acbslurm run` first tries its click-free parser.
 
-Every other command, and every `run` line the fast parser does not fully accept, goes
-to the click application in ``cli/main.py``.
+It sits on every container job's path (docs/benchmarks.md). Every other command, and
+every `run` line the fast parser does not fully accept, goes to the click application
+in ``cli/main.py``.
 """
 
 from __future__ import annotations
@@ -28,12 +28,6 @@ def main(argv: list[str] | None = None) -> None:
         if code is not None:
             sys.exit(code)
         gc.enable()
-    if args[:1] == ["status"]:
-        from acbslurm.cli.status_fast import try_status
-
-        code = try_status(args[1:])
-        if code is not None:
-            sys.exit(code)
     from acbslurm.cli.main import main as click_main
 
     click_main(args)

@@ -1,4 +1,4 @@
-"""``acbslurm render / submit / status / cancel``: parse, call the library, print."""
+"""``acbslurm render / submit``: parse, call the library, print."""
 
 from __future__ import annotations
 
@@ -7,18 +7,16 @@ import os
 import shutil
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
-from acbslurm.cli import jobstatus
 from acbslurm.cli.jobstatus import backend as _backend
 from acbslurm.cli.jobstatus import record_dir as _record_dir
 from acbslurm.cli.jobstatus import user_name as _user
 from acbslurm.clitypes import AsciiInt, FiniteFloat
 
 if TYPE_CHECKING:
-    from acbslurm.slurm.cluster import GpuSlot
     from acbslurm.slurm.jobtypes import SubmitResult
     from acbslurm.spec import JobSpec
 
@@ -230,149 +228,3 @@ def _report_submit_failure(result: SubmitResult, as_json: bool) -> None:
             f"the first error:\n{result.error}",
             err=True,
         )
-
-
-def _validate_ids(ids: tuple[str, ...]) -> list[str]:
-    from acbslurm.jobrecord import JOB_ID
-
-    for jid in ids:
-        if not JOB_ID.match(jid):
-            raise click.BadParameter(
-                f"{jid!r} is not a job id (e.g. 123 or 123_4)", param_hint="JOBID"
-            )
-    return list(ids)
-
-
-@click.command()
-@click.argument("job_ids", nargs=-1, metavar="[JOBID]...")
-@click.option("--user", "-u", default=None, help="Only jobs of this user.")
-@click.option("-l", "--long", "long", is_flag=True, help="GPUs with their UUIDs.")
-@click.option("--gpus", "gpu_view", is_flag=True, help="Per GPU: the job using it, or free.")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-@click.pass_context
-def status(
-    ctx: click.Context,
-    job_ids: tuple[str, ...],
-    user: str | None,
-    long: bool,
-    gpu_view: bool,
-    as_json: bool,
-) -> None:
-    """Show state, reason, exit code, elapsed time, node and GPUs of jobs.
-
-    Exits 1 when a job id given is unknown to Slurm (as `cancel` does); the others
-    are shown all the same. `--gpus` shows every GPU of the cluster instead.
-    """
-    if gpu_view:
-        if job_ids or user:
-            raise click.UsageError("--gpus shows every GPU: give no JOBID or --user with it")
-        _gpu_status(as_json)
-        return
-    ctx.exit(jobstatus.show(_validate_ids(job_ids), user, long, as_json))
-
-
-def _slot_row(slot: GpuSlot) -> tuple[Any, ...]:
-    """A job's GPU shows the job (also on a draining node); an idle one is ``free``
-    only where Slurm can start a job: a drained or down node's say so, with the reason."""
-    job = slot.job
-    if job is not None:
-        return (slot.node, slot.index, job.job_id, job.user, job.elapsed or "-", job.name)
-    if slot.unavailable:
-        return (slot.node, slot.index, slot.unavailable, "-", "-", slot.reason)
-    return (slot.node, slot.index, "free", "-", "-", "")
-
-
-def _gpu_status(as_json: bool) -> None:
-    from acbslurm.slurm.cluster import gpu_slots
-
-    slots = gpu_slots(record_dir=_record_dir())
-    if as_json:
-        click.echo(json.dumps({"gpus": [s.as_json() for s in slots]}, indent=2))
-        return
-    rows: list[tuple[Any, ...]] = [("NODE", "GPU", "JOBID", "USER", "ELAPSED", "NAME")]
-    rows += [_slot_row(s) for s in slots]
-    jobstatus.table(rows)
-
-
-def _signal_name(ctx: click.Context, param: click.Parameter, value: str | None) -> str:
-    """``--signal``: a signal's name (``USR1``, ``SIGUSR1``) or number, as scancel's."""
-    import signal
-
-    from acbslurm.units import is_ascii_int
-
-    if value is None:
-        return ""
-    text = value.strip().upper()
-    if is_ascii_int(text) and 0 < int(text) < signal.NSIG:
-        return str(int(text))
-    name = text if text.startswith("SIG") else f"SIG{text}"
-    if name in signal.Signals.__members__:
-        return name[3:]
-    raise click.BadParameter(
-        f"{value!r} is not a signal (a name such as USR1, TERM or INT, or a number)",
-        ctx,
-        param,
-    )
-
-
-@click.command()
-@click.argument("job_ids", nargs=-1, required=True, metavar="JOBID...")
-@click.option(
-    "-s",
-    "--signal",
-    "signal_name",
-    metavar="NAME",
-    callback=_signal_name,
-    help="Send this signal (USR1, TERM, 10...) instead of cancelling: to the job's steps, "
-    "so a container started with `acbslurm run` gets it (scancel --signal).",
-)
-@click.option(
-    "--full",
-    is_flag=True,
-    help="With --signal: the batch script too, not only its steps (scancel --full).",
-)
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-@click.pass_context
-def cancel(
-    ctx: click.Context, job_ids: tuple[str, ...], signal_name: str, full: bool, as_json: bool
-) -> None:
-    """Cancel jobs (their containers are stopped by the job's own cleanup), or signal
-    them (--signal: a checkpoint before a requeue, a reload).
-
-    An array's id cancels all its tasks. Exits 1 if a job id is unknown to Slurm
-    (scancel itself says nothing then), as `status` does.
-    """
-    from acbslurm.slurm.jobs import cancel_known
-
-    if full and not signal_name:
-        raise click.BadParameter("--full goes with --signal", ctx, param_hint="'--full'")
-    done = cancel_known(_validate_ids(job_ids), backend=_backend(), signal=signal_name, full=full)
-    if as_json:
-        click.echo(json.dumps(_cancel_json(done, signal_name), indent=2))
-    else:
-        _say_cancelled(done, signal_name)
-    if jobstatus.name_unknown(done.unknown_rows):
-        ctx.exit(1)
-
-
-def _cancel_json(done: Any, signal_name: str) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "signalled" if signal_name else "cancelled": done.cancelled,
-        "ended": [{"job_id": i, "states": s} for i, s in done.ended.items()],
-        "unknown": done.unknown,
-    }
-    if signal_name:
-        out["signal"] = signal_name
-    return out
-
-
-def _say_cancelled(done: Any, signal_name: str) -> None:
-    from acbslurm.units import is_ascii_int
-
-    if done.cancelled and signal_name:
-        what = f"signal {signal_name}" if is_ascii_int(signal_name) else f"SIG{signal_name}"
-        click.echo(f"Sent {what} to {' '.join(done.cancelled)}")
-    elif done.cancelled:
-        click.echo(f"Cancelled {' '.join(done.cancelled)}")
-    for i, states in done.ended.items():
-        click.echo(f"Job {i} had already ended ({', '.join(states)})")

@@ -1,45 +1,22 @@
-"""``acbslurm status`` without click: the query, the table and ``--json``.
+"""``acbslurm status`` and ``acbslurm cancel``: parse, query Slurm, print.
 
-The click command (``cli/jobs.py``) and the click-free parser (``cli/status_fast.py``)
-both call ``show``, so a status line prints the same either way. This module imports
-no click, logging, typing or pathlib: on a queue of 256 held jobs `acbslurm status`
-was 3x squeue's time before a job was read, most of it imports
-(bench/status_bench.py, docs/benchmarks.md).
+Apart from ``cli/jobs.py`` (render, submit) so that a look at the queue imports only
+what it uses (docs/benchmarks.md, "`acbslurm status` on a long queue").
 """
 
 from __future__ import annotations
 
+import json
 import os
-import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
-# On status' path: no typing at run time (tests/unit/cli/test_status_fast.py).
-TYPE_CHECKING = False
+import click
+
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
-    from typing import Any, TextIO
-
     from acbslurm.slurm.jobtypes import JobInfo
 
 HEADER = ("JOBID", "USER", "PARTITION", "STATE", "REASON", "EXIT", "ELAPSED", "NODE", "GPUS")
-
-
-def write(text: str, stream: TextIO | None = None) -> None:
-    """``text`` and a newline, as ``click.echo`` writes them: ANSI escape sequences (a
-    job's name may hold them) removed when the stream is not a terminal."""
-    out = sys.stdout if stream is None else stream
-    if "\x1b" in text and not _isatty(out):
-        import re
-
-        text = re.sub(r"\033\[[;?0-9]*[a-zA-Z]", "", text)  # click's strip_ansi
-    out.write(text + "\n")
-    out.flush()
-
-
-def _isatty(stream: TextIO) -> bool:
-    try:
-        return stream.isatty()
-    except (AttributeError, ValueError):  # a closed or an odd stream: not a terminal
-        return False
 
 
 def user_name() -> str:
@@ -66,21 +43,28 @@ def record_dir() -> str:
     return load_settings().record_dir
 
 
-def show(ids: Sequence[str], user: str | None, long: bool, as_json: bool, chosen: str = "") -> int:
+def show(ids: Sequence[str], user: str | None, long: bool, as_json: bool) -> int:
     """Print the jobs (``ids``, else all, or ``user``'s) as a table or JSON; 1 when an
-    id is unknown to Slurm (named on stderr), else 0. ``chosen``: the Slurm backend,
-    when the caller has read it already."""
+    id is unknown to Slurm (named on stderr), else 0."""
     from acbslurm.slurm.jobs import query_jobs
 
-    chosen = chosen or backend()
-    jobs = query_jobs(list(ids), user=user, record_dir=record_dir(), backend=chosen)
+    jobs = query_jobs(list(ids), user=user, record_dir=record_dir(), backend=backend())
     pools, ports = _job_files(jobs)
     if as_json:
-        write(json_text(status_json(jobs, pools, ports)))
+        click.echo(json.dumps(status_json(jobs, pools, ports), indent=2))
     else:
         print_status([j for j in jobs if j.state != "UNKNOWN" or j.reason], long)
-        _print_pools(pools)
-        _print_ports(ports)
+        for jid, pool in pools.items():  # the key file's path, never a key
+            keys = f"; keys in {pool['api_keys']}" if pool.get("api_keys") else ""
+            where = f"bound {pool['bound']}; {pool['file']}{keys}"
+            click.echo(f"job {jid} serves {pool['url']} ({where})")
+        if ports:
+            from acbslurm.container.ports import named, said
+
+            for jid, entries in ports.items():
+                for e in entries:
+                    where = e["address"] + named(e.get("node", ""), [e["address"]])
+                    click.echo(said(e["port"], where, jid))
     return 1 if name_unknown(jobs) else 0
 
 
@@ -98,40 +82,14 @@ def gpu_text(job: JobInfo, long: bool) -> str:
     return " ".join(f"{node}:{','.join(gpus)}" for node, gpus in per_node.items())
 
 
-def _exit_text(job: JobInfo) -> str:
-    from acbslurm.slurm.jobtypes import exit_status
-
-    code, sig = exit_status(job.exit_code)
-    if sig:
-        return f"sig{sig}"
-    return "-" if code is None or not job.finished else str(code)
-
-
 def name_unknown(jobs: list[JobInfo]) -> bool:
     """``Error: no such job: ...`` (or why Slurm cannot tell) on stderr; True if any."""
     unknown = [j for j in jobs if j.state == "UNKNOWN"]
     for why in dict.fromkeys(j.reason for j in unknown):
         which = " ".join(j.job_id for j in unknown if j.reason == why)
         what = f"cannot tell about job {which}: {why}" if why else f"no such job: {which}"
-        write(f"Error: {what}", sys.stderr)
+        click.echo(f"Error: {what}", err=True)
     return bool(unknown)
-
-
-def _print_pools(pools: dict[str, dict[str, Any]]) -> None:
-    """Where each pool job listens, and its key file (a path, never a key)."""
-    for jid, pool in pools.items():
-        keys = f"; keys in {pool['api_keys']}" if pool.get("api_keys") else ""
-        write(f"job {jid} serves {pool['url']} (bound {pool['bound']}; {pool['file']}{keys})")
-
-
-def _print_ports(ports: dict[str, list[dict[str, str]]]) -> None:
-    """Where each job's containers publish their ports (`acbslurm run -p`)."""
-    from acbslurm.container.ports import named, said
-
-    for jid, entries in ports.items():
-        for e in entries:
-            where = e["address"] + named(e.get("node", ""), [e["address"]])
-            write(said(e["port"], where, jid))
 
 
 def status_json(
@@ -165,29 +123,8 @@ def _job_files(
     working directory is listed once and only the files there are opened: many jobs
     share one, and on NFS every open of a missing file is a round trip.
     """
-    mine = _own_running(jobs)
-    if not mine:
-        return {}, {}
-    from acbslurm.container.ports import of_job
-
-    pools: dict[str, dict[str, Any]] = {}
-    ports: dict[str, list[dict[str, str]]] = {}
-    listed: dict[str, frozenset[str] | None] = {}
-    for jid, folder in mine.items():
-        if folder not in listed:
-            listed[folder] = _listing(folder)
-        if pool := _pool_of(jid, folder, listed[folder]):
-            pools[jid] = pool
-        if found := of_job(jid, listed[folder], folder):
-            ports[jid] = found
-    return pools, ports
-
-
-def _own_running(jobs: list[JobInfo]) -> dict[str, str]:
-    """The caller's running jobs (not an array's tasks) by id, with their working
-    directories."""
     me = user_name()
-    return {
+    mine = {  # not an array's tasks
         j.job_id: j.work_dir
         for j in jobs
         if j.state == "RUNNING"
@@ -195,32 +132,29 @@ def _own_running(jobs: list[JobInfo]) -> dict[str, str]:
         and not j.array_job_id
         and j.work_dir.startswith("/")
     }
-
-
-def _pool_of(jid: str, folder: str, names: frozenset[str] | None) -> dict[str, Any] | None:
-    """The pool job's address file's content (and its path), if it has one."""
+    if not mine:
+        return {}, {}
+    from acbslurm.container.ports import of_job
     from acbslurm.serve.address import address_file, read
 
-    path = address_file(folder, jid)
-    data = _read_listed(path, names, read)
-    return {**data, "file": path} if data is not None and "url" in data else None
-
-
-def _listing(folder: str) -> frozenset[str] | None:
-    """The names in ``folder``; None when it cannot be listed (then each file is tried)."""
-    try:
-        return frozenset(os.listdir(folder))
-    except OSError:
-        return None
-
-
-def _read_listed(
-    path: str, names: frozenset[str] | None, read: Callable[[str], dict[str, Any] | None]
-) -> dict[str, Any] | None:
-    """``read(path)`` where the folder's listing has the file (or could not be made)."""
-    if names is not None and os.path.basename(path) not in names:
-        return None
-    return read(path)
+    pools: dict[str, dict[str, Any]] = {}
+    ports: dict[str, list[dict[str, str]]] = {}
+    listed: dict[str, frozenset[str] | None] = {}
+    for jid, folder in mine.items():
+        if folder not in listed:
+            try:
+                listed[folder] = frozenset(os.listdir(folder))
+            except OSError:  # then each file is tried
+                listed[folder] = None
+        names = listed[folder]
+        path = address_file(folder, jid)
+        if names is None or os.path.basename(path) in names:
+            data = read(path)
+            if data is not None and "url" in data:
+                pools[jid] = {**data, "file": path}
+        if found := of_job(jid, names, folder):
+            ports[jid] = found
+    return pools, ports
 
 
 def table(rows: list[tuple[Any, ...]]) -> None:
@@ -229,99 +163,16 @@ def table(rows: list[tuple[Any, ...]]) -> None:
     cells = [list(map(str, r)) for r in rows]
     widths = [max(map(len, column)) for column in list(zip(*cells, strict=True))[:-1]]
     lines = ["  ".join(map(str.ljust, r[:-1], widths)) + "  " + r[-1] for r in cells]
-    write("\n".join(lines))
-
-
-class _Unusual(Exception):
-    """A value ``json_text`` leaves to the json module (a subclass, a key not a string)."""
-
-
-def json_text(value: object) -> str:
-    """``json.dumps(value, indent=2)``, the same text: the json module writes an indented
-    document in pure Python (its C encoder only writes one without indent), 0.35 s of
-    `status --json` on 10,000 jobs; this writes each string with its C escaper."""
-    out: list[str] = []
-    try:
-        _encode(value, "\n", out)
-    except _Unusual:
-        import json
-
-        return json.dumps(value, indent=2)
-    return "".join(out)
-
-
-def _json_float(x: float) -> str:
-    if x != x:
-        return "NaN"
-    if x in (float("inf"), float("-inf")):
-        return "Infinity" if x > 0 else "-Infinity"
-    return float.__repr__(x)
-
-
-def _scalars() -> dict[type, Callable[[Any], str]]:
-    from json.encoder import encode_basestring_ascii  # the C one where it is built
-
-    return {
-        str: encode_basestring_ascii,
-        int: int.__repr__,
-        float: _json_float,
-        bool: lambda b: "true" if b else "false",
-        type(None): lambda _: "null",
-    }
-
-
-_SCALARS: dict[type, Callable[[Any], str]] = {}
-
-
-def _encode(value: object, newline: str, out: list[str]) -> None:
-    """``value`` as json.dumps(indent=2) writes it, its lines starting with ``newline``."""
-    if not _SCALARS:
-        _SCALARS.update(_scalars())
-    kind = type(value)
-    scalar = _SCALARS.get(kind)
-    if scalar is not None:
-        out.append(scalar(value))
-    elif kind is dict:
-        _encode_dict(value, newline, out)  # type: ignore[arg-type]
-    elif kind is list or kind is tuple:
-        _encode_list(value, newline, out)  # type: ignore[arg-type]
-    else:
-        raise _Unusual
-
-
-def _encode_dict(value: dict[Any, Any], newline: str, out: list[str]) -> None:
-    if not value:
-        out.append("{}")
-        return
-    inner, sep, string = newline + "  ", "{", _SCALARS[str]
-    for key, item in value.items():
-        if type(key) is not str:
-            raise _Unusual
-        scalar = _SCALARS.get(type(item))  # most values: no call of _encode for them
-        if scalar is not None:
-            out.append(f"{sep}{inner}{string(key)}: {scalar(item)}")
-        else:
-            out.append(f"{sep}{inner}{string(key)}: ")
-            _encode(item, inner, out)
-        sep = ","
-    out.append(newline + "}")
-
-
-def _encode_list(value: list[Any] | tuple[Any, ...], newline: str, out: list[str]) -> None:
-    if not value:
-        out.append("[]")
-        return
-    inner, sep = newline + "  ", "["
-    for item in value:
-        out.append(sep + inner)
-        _encode(item, inner, out)
-        sep = ","
-    out.append(newline + "]")
+    click.echo("\n".join(lines))
 
 
 def print_status(jobs: list[JobInfo], long: bool) -> None:
+    from acbslurm.slurm.jobtypes import exit_status
+
     rows: list[tuple[Any, ...]] = [(*HEADER, "NAME")]
     for j in jobs:
+        code, sig = exit_status(j.exit_code)
+        exit_text = "-" if code is None or not j.finished else str(code)
         rows.append(
             (
                 j.job_id,
@@ -329,7 +180,7 @@ def print_status(jobs: list[JobInfo], long: bool) -> None:
                 j.partition or "-",
                 j.state,
                 j.reason or "-",
-                _exit_text(j),
+                f"sig{sig}" if sig else exit_text,
                 j.elapsed or "-",
                 j.node or "-",
                 gpu_text(j, long),
@@ -337,3 +188,139 @@ def print_status(jobs: list[JobInfo], long: bool) -> None:
             )
         )
     table(rows)
+
+
+def _validate_ids(ids: tuple[str, ...]) -> list[str]:
+    from acbslurm.jobrecord import JOB_ID
+
+    for jid in ids:
+        if not JOB_ID.match(jid):
+            raise click.BadParameter(
+                f"{jid!r} is not a job id (e.g. 123 or 123_4)", param_hint="JOBID"
+            )
+    return list(ids)
+
+
+@click.command()
+@click.argument("job_ids", nargs=-1, metavar="[JOBID]...")
+@click.option("--user", "-u", default=None, help="Only jobs of this user.")
+@click.option("-l", "--long", "long", is_flag=True, help="GPUs with their UUIDs.")
+@click.option("--gpus", "gpu_view", is_flag=True, help="Per GPU: the job using it, or free.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_context
+def status(
+    ctx: click.Context,
+    job_ids: tuple[str, ...],
+    user: str | None,
+    long: bool,
+    gpu_view: bool,
+    as_json: bool,
+) -> None:
+    """Show state, reason, exit code, elapsed time, node and GPUs of jobs.
+
+    Exits 1 when a job id given is unknown to Slurm (as `cancel` does); the others
+    are shown all the same. `--gpus` shows every GPU of the cluster instead.
+    """
+    if gpu_view:
+        if job_ids or user:
+            raise click.UsageError("--gpus shows every GPU: give no JOBID or --user with it")
+        _gpu_status(as_json)
+        return
+    ctx.exit(show(_validate_ids(job_ids), user, long, as_json))
+
+
+def _gpu_status(as_json: bool) -> None:
+    from acbslurm.slurm.cluster import gpu_slots
+
+    slots = gpu_slots(record_dir=record_dir())
+    if as_json:
+        click.echo(json.dumps({"gpus": [s.as_json() for s in slots]}, indent=2))
+        return
+    rows: list[tuple[Any, ...]] = [("NODE", "GPU", "JOBID", "USER", "ELAPSED", "NAME")]
+    for slot in slots:
+        # A job's GPU shows the job (also on a draining node); an idle one is free only
+        # where Slurm can start a job: a drained or down node's say so, with the reason.
+        job = slot.job
+        if job is not None:
+            rows.append((slot.node, slot.index, job.job_id, job.user, job.elapsed or "-", job.name))
+        elif slot.unavailable:
+            rows.append((slot.node, slot.index, slot.unavailable, "-", "-", slot.reason))
+        else:
+            rows.append((slot.node, slot.index, "free", "-", "-", ""))
+    table(rows)
+
+
+def _signal_name(ctx: click.Context, param: click.Parameter, value: str | None) -> str:
+    """``--signal``: a signal's name (``USR1``, ``SIGUSR1``) or number, as scancel's."""
+    import signal
+
+    from acbslurm.units import is_ascii_int
+
+    if value is None:
+        return ""
+    text = value.strip().upper()
+    if is_ascii_int(text) and 0 < int(text) < signal.NSIG:
+        return str(int(text))
+    name = text if text.startswith("SIG") else f"SIG{text}"
+    if name in signal.Signals.__members__:
+        return name[3:]
+    raise click.BadParameter(
+        f"{value!r} is not a signal (a name such as USR1, TERM or INT, or a number)",
+        ctx,
+        param,
+    )
+
+
+@click.command()
+@click.argument("job_ids", nargs=-1, required=True, metavar="JOBID...")
+@click.option(
+    "-s",
+    "--signal",
+    "signal_name",
+    metavar="NAME",
+    callback=_signal_name,
+    help="Send this signal (USR1, TERM, 10...) instead of cancelling: to the job's steps, "
+    "so a container started with `acbslurm run` gets it (scancel --signal).",
+)
+@click.option(
+    "--full",
+    is_flag=True,
+    help="With --signal: the batch script too, not only its steps (scancel --full).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_context
+def cancel(
+    ctx: click.Context, job_ids: tuple[str, ...], signal_name: str, full: bool, as_json: bool
+) -> None:
+    """Cancel jobs (their containers are stopped by the job's own cleanup), or signal
+    them (--signal: a checkpoint before a requeue, a reload).
+
+    An array's id cancels all its tasks. Exits 1 if a job id is unknown to Slurm
+    (scancel itself says nothing then), as `status` does.
+    """
+    from acbslurm.slurm.jobs import cancel_known
+
+    if full and not signal_name:
+        raise click.BadParameter("--full goes with --signal", ctx, param_hint="'--full'")
+    done = cancel_known(_validate_ids(job_ids), backend=backend(), signal=signal_name, full=full)
+    if as_json:
+        out: dict[str, Any] = {
+            "signalled" if signal_name else "cancelled": done.cancelled,
+            "ended": [{"job_id": i, "states": s} for i, s in done.ended.items()],
+            "unknown": done.unknown,
+        }
+        if signal_name:
+            out["signal"] = signal_name
+        click.echo(json.dumps(out, indent=2))
+    else:
+        from acbslurm.units import is_ascii_int
+
+        if done.cancelled and signal_name:
+            what = f"signal {signal_name}" if is_ascii_int(signal_name) else f"SIG{signal_name}"
+            click.echo(f"Sent {what} to {' '.join(done.cancelled)}")
+        elif done.cancelled:
+            click.echo(f"Cancelled {' '.join(done.cancelled)}")
+        for i, states in done.ended.items():
+            click.echo(f"Job {i} had already ended ({', '.join(states)})")
+    if name_unknown(done.unknown_rows):
+        ctx.exit(1)

@@ -22,8 +22,8 @@ COMMANDS: dict[str, str] = {
     "demo": "acbslurm.cli.demo:demo",
     "render": "acbslurm.cli.jobs:render",
     "submit": "acbslurm.cli.jobs:submit",
-    "status": "acbslurm.cli.jobs:status",
-    "cancel": "acbslurm.cli.jobs:cancel",
+    "status": "acbslurm.cli.jobstatus:status",
+    "cancel": "acbslurm.cli.jobstatus:cancel",
     "run": "acbslurm.cli.container:run",
     "prolog": "acbslurm.cli.hooks:prolog",
     "epilog": "acbslurm.cli.hooks:epilog",
@@ -75,21 +75,18 @@ def main(argv: list[str] | None = None) -> None:
         code = _main(argv)
         sys.stdout.flush()
     except BrokenPipeError:
-        code = _reader_gone()
+        # Nothing more can be said on stdout, and the interpreter's final flush at exit
+        # must not fail too.
+        import os
+
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        code = BROKEN_PIPE_EXIT
     sys.exit(code)
 
 
 # 128 + SIGPIPE, what a shell reports for a writer whose reader went away.
 BROKEN_PIPE_EXIT = 141
-
-
-def _reader_gone() -> int:
-    """stdout's reader closed the pipe: nothing more can be said there, or at exit."""
-    import os
-
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())  # the interpreter's final flush must not fail
-    return BROKEN_PIPE_EXIT
 
 
 def _main(argv: list[str] | None) -> int:

@@ -40,8 +40,6 @@ NVIDIA_MAJOR = 195
 # them, and they reach no GPU by themselves, so the fence leaves them alone.
 FIRST_SHARED_MINOR = 254
 RW = 6
-# slurmstepd's process title: "slurmstepd: [1234.batch]", "[1234.extern]", "[1234.0]".
-_STEPD_TITLE = re.compile(rb"^slurmstepd: \[([0-9]+)[.\]]")
 _PER_GPU_NAME = re.compile(r"^nvidia[0-9]+$")  # not nvidiactl, nvidia-uvm, nvidia-caps/
 _RECORD_FILE = re.compile(r"^([0-9]+(?:_[0-9]+)?)\.json$")
 
@@ -119,16 +117,16 @@ def stepd_jobs(proc: str = "/proc") -> set[str]:
     Root's only: any user can name a process ``slurmstepd`` and give it the title
     ``slurmstepd: [N.0]``, which would keep job N's GPUs open to its user for as long as
     the process runs; no user can start a process whose real uid is 0."""
-    from acbslurm.procfs import read_bytes, real_uid
+    from acbslurm.procfs import read_bytes, real_uid, stepd_job
     from acbslurm.units import is_ascii_int
 
     jobs = set()
     for entry in os.listdir(proc):
         if not is_ascii_int(entry) or read_bytes(f"{proc}/{entry}/comm") != b"slurmstepd\n":
             continue
-        m = _STEPD_TITLE.match(read_bytes(f"{proc}/{entry}/cmdline"))
-        if m and real_uid(read_bytes(f"{proc}/{entry}/status")) == 0:
-            jobs.add(m.group(1).decode())
+        job = stepd_job(read_bytes(f"{proc}/{entry}/cmdline"))
+        if job and real_uid(read_bytes(f"{proc}/{entry}/status")) == 0:
+            jobs.add(job)
     return jobs
 
 

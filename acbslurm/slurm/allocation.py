@@ -81,11 +81,9 @@ def parse_job_facts(text: str, job_id: str) -> JobFacts:
     for row in text.split("\n"):
         parts = row.split("|", len(JOB_FIELDS))
         if len(parts) == len(JOB_FIELDS) + 1 and parts[0].strip() == job_id:
-            return _facts(parts)
-    raise ValueError(f"no row of job {job_id}")
-
-
-def _facts(parts: list[str]) -> JobFacts:
+            break
+    else:
+        raise ValueError(f"no row of job {job_id}")
     job_id, array_job, task, num_nodes, node_list, cpus, tres, comment = (p.strip() for p in parts)
     try:
         nodes = tuple(expand_hostlist(node_list)) if node_list not in ("", "(null)") else ()

@@ -95,17 +95,9 @@ def nodes(*, env: Mapping[str, str] | None = None) -> list[NodeInfo]:
         text = re.sub(r"\([^)]*\)", "", gres.group(1)) if gres else ""
         count = sum(int(n) for n in _GPU_GRES.findall(text))
         reason = _field(line, "Reason")
-        out.append(NodeInfo(name.group(1), count, _field(line, "State"), _no_null(reason)))
+        reason = "" if reason in ("(null)", "None") else reason
+        out.append(NodeInfo(name.group(1), count, _field(line, "State"), reason))
     return out
-
-
-def _no_null(value: str) -> str:
-    return "" if value in ("(null)", "None") else value
-
-
-def node_gpus(*, env: Mapping[str, str] | None = None) -> dict[str, int]:
-    """GPUs per node (``nodes``)."""
-    return {n.name: n.gpus for n in nodes(env=env)}
 
 
 def _field(line: str, key: str) -> str:
@@ -176,9 +168,17 @@ def gpu_slots(*, record_dir: str = "", env: Mapping[str, str] | None = None) -> 
     with their GPU indices (one ``scontrol`` for all). A job on several nodes is shown
     on each with its indices.
     """
+    from acbslurm.slurm.hostlist import expand_hostlist
     from acbslurm.slurm.jobs import query_jobs
 
-    held = _held_gpus(query_jobs(record_dir=record_dir, env=env))
+    held: dict[tuple[str, int], JobInfo] = {}  # the job holding each (node, GPU index)
+    for job in query_jobs(record_dir=record_dir, env=env):
+        if job.state not in HOLDING_STATES or not job.node:
+            continue
+        for g in job.gpus:  # a job on several nodes: exactly its GPUs on each
+            for node in [g.node] if g.node else expand_hostlist(job.node):
+                if g.index is not None:
+                    held[(node, g.index)] = job
     return [
         GpuSlot(
             n.name, idx, held.get((n.name, idx)), n.unavailable, n.reason if n.unavailable else ""
@@ -186,21 +186,6 @@ def gpu_slots(*, record_dir: str = "", env: Mapping[str, str] | None = None) -> 
         for n in sorted(nodes(env=env), key=lambda n: n.name)
         for idx in range(n.gpus)
     ]
-
-
-def _held_gpus(jobs: list[JobInfo]) -> dict[tuple[str, int], JobInfo]:
-    """The job holding each (node, GPU index), of the running ``jobs``."""
-    from acbslurm.slurm.hostlist import expand_hostlist
-
-    held: dict[tuple[str, int], JobInfo] = {}
-    for job in jobs:
-        if job.state not in HOLDING_STATES or not job.node:
-            continue
-        for g in job.gpus:  # a job on several nodes: exactly its GPUs on each
-            for node in [g.node] if g.node else expand_hostlist(job.node):
-                if g.index is not None:
-                    held[(node, g.index)] = job
-    return held
 
 
 def show_config(env: Mapping[str, str] | None = None) -> dict[str, str]:

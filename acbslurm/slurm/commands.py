@@ -16,7 +16,7 @@ from acbslurm.proc import start as start_process
 from acbslurm.proc import stop as stop_process
 from acbslurm.slurm.binaries import BIN_DIR_ENV, client
 
-# No collections.abc at run time: `acbslurm status` imports this before its squeue starts.
+# No collections.abc at run time: the prolog imports this before its scontrol starts.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -43,18 +43,10 @@ def _bin_dir(env: Mapping[str, str] | None, extra_env: Mapping[str, str] | None)
     )
 
 
-def _controller_watchdog(
-    bin_dir: str, env: Mapping[str, str] | None, extra_env: Mapping[str, str] | None
-) -> Watchdog:
-    """Stops a controller query that outlasts CONTROLLER_PATIENCE while slurmctld is down."""
-    ping_env = dict(os.environ if env is None else env, **(extra_env or {}))
-    return Watchdog(CONTROLLER_PATIENCE, lambda: controller_down(bin_dir, ping_env))
-
-
 # Commands ``start`` began, by their argv, each read by the first ``slurm()`` call of
-# the same argv (and nothing else asked of it). `acbslurm status` starts its squeue
-# before it imports what reads and prints the answer: those imports (about 10 ms) then
-# run while slurmctld answers (bench/status_bench.py).
+# the same argv (and nothing else asked of it). The prolog starts its scontrol while
+# it asks squeue, so that it waits for one answer of slurmctld, not two in a row
+# (slurm/allocation.py).
 _STARTED: dict[tuple[str, ...], Started] = {}
 
 
@@ -96,7 +88,10 @@ def slurm(
     if bin_dir is None:
         bin_dir = _bin_dir(env, extra_env)
     argv = [client(str(argv[0]), bin_dir), *argv[1:]] if argv else argv
-    watchdog = _controller_watchdog(bin_dir, env, extra_env) if controller else None
+    watchdog = None
+    if controller:  # stops a query that outlasts CONTROLLER_PATIENCE while slurmctld is down
+        ping_env = dict(os.environ if env is None else env, **(extra_env or {}))
+        watchdog = Watchdog(CONTROLLER_PATIENCE, lambda: controller_down(bin_dir, ping_env))
     plain = (env, extra_env, user, input, cwd) == (None, None, None, None, None)
     started = _STARTED.pop(tuple(map(str, argv)), None) if plain else None
     try:

@@ -160,11 +160,6 @@ def record_job_gpus(
     )
 
 
-def _token_nodes(tokens: list[str]) -> set[str]:
-    """The nodes that have a token among ``tokens`` (a comment's words)."""
-    return {d.node for t in tokens if t.startswith(PREFIX) for d in parse_gpus(t)}
-
-
 def _settled(read: Callable[[], str], token: str, nodes: int) -> bool:
     """True when ``_SETTLE_READS`` reads in a row, each after a random pause, show
     ``token`` and every one of the job's ``nodes`` nodes' tokens, or when ``token`` stayed
@@ -177,7 +172,8 @@ def _settled(read: Callable[[], str], token: str, nodes: int) -> bool:
         tokens = read().split()
         if token not in tokens:
             return False
-        whole = whole + 1 if len(_token_nodes(tokens)) >= nodes else 0
+        with_token = {d.node for t in tokens if t.startswith(PREFIX) for d in parse_gpus(t)}
+        whole = whole + 1 if len(with_token) >= nodes else 0
         if whole >= _SETTLE_READS:
             return True
     return True

@@ -12,7 +12,6 @@ from acbslurm.slurm.states import TERMINAL_STATES
 from acbslurm.units import is_ascii_int
 from acbslurm.values import field, frozen, mutable
 
-# On status' path: no typing at run time (tests/unit/cli/test_status_fast.py).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any

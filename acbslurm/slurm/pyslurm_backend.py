@@ -233,10 +233,6 @@ def _wanted(job: Any, wanted: set[str], user: str | None) -> bool:
 _STATE_ORDER = {"PENDING": 0, "RUNNING": 1, "SUSPENDED": 2}
 
 
-def _squeue_order(job: Any) -> tuple[str, int, int]:
-    return (job.partition or "", _STATE_ORDER.get(str(job.state), 3), -int(job.priority or 0))
-
-
 def _load(wanted: list[str]) -> list[Any]:
     """The controller's records for ``wanted``: one job's alone when one plain id is
     asked (squeue does the same), else the job table (as squeue with several ids)."""
@@ -268,7 +264,13 @@ def controller_jobs(
     gres: dict[str, JobGres] = {}
     loaded = _load(list(wanted))
     if not want:  # a listing: in squeue's default order (a stable sort, as squeue's)
-        loaded.sort(key=_squeue_order)
+        loaded.sort(
+            key=lambda j: (
+                j.partition or "",
+                _STATE_ORDER.get(str(j.state), 3),
+                -int(j.priority or 0),
+            )
+        )
     for job in loaded:
         if not _wanted(job, want, user):
             continue

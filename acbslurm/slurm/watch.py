@@ -43,7 +43,9 @@ class JobWatcher:
         """One snapshot of every job, in the order of ``job_ids``."""
         ask = [i for i in self.job_ids if i not in self._final]
         rows = self._rows(ask)
-        self._settle(ask, rows)
+        for i in ask:  # the rows of an id whose jobs all finished become its final ones
+            if rows[i] and all(j.finished for j in rows[i]):
+                self._final[i] = rows.pop(i)
         snapshot = [job for i in self.job_ids for job in self._final.get(i) or rows.pop(i)]
         # Rows under an id nobody asked for (a custom query) are shown, not dropped.
         return snapshot + [job for extra in rows.values() for job in extra]
@@ -59,12 +61,6 @@ class JobWatcher:
                 # query_jobs labels an array's task rows with the id they were asked by
                 rows.setdefault(job.array_job_id or job.job_id, []).append(job)
         return rows
-
-    def _settle(self, ask: list[str], rows: dict[str, list[JobInfo]]) -> None:
-        """The rows of each asked id whose jobs all finished move to the final ones."""
-        for i in ask:
-            if rows[i] and all(j.finished for j in rows[i]):
-                self._final[i] = rows.pop(i)
 
 
 def watch_jobs(

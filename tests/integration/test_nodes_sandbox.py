@@ -103,7 +103,7 @@ def state(sb: Sandbox, job: str) -> str:
 def slurms_gpus(sb: Sandbox, job: str) -> dict[str, set[str]]:
     """node -> the UUIDs of the GPUs Slurm gave the job there (scontrol -d's indices,
     looked up in that node's own inventory)."""
-    from acbslurm.slurm.jobs import parse_job_gpus
+    from acbslurm.slurm.jobparse import parse_job_gpus
 
     shown = sb.run_slurm(["scontrol", "-d", "-o", "show", "job", job]).stdout
     inventory = {n: {g.index: g.uuid for g in gpus} for n, gpus in sb_gpus(sb).items()}

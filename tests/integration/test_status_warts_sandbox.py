@@ -24,7 +24,7 @@ from sandboxtest import (
 )
 
 from acbslurm import proc
-from acbslurm.slurm.jobs import job_order
+from acbslurm.slurm.jobparse import job_order
 
 pytestmark = pytest.mark.integration
 

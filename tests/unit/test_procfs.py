@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 
-from acbslurm.procfs import parent_pid, read_bytes, real_uid
+from acbslurm.procfs import parent_pid, read_bytes, real_uid, stepd_job
 
 
 def test_own_process() -> None:
@@ -39,3 +39,13 @@ def test_a_process_that_is_gone_reads_as_nothing() -> None:
     assert stat == b""
     assert parent_pid(stat) == 0
     assert real_uid(read_bytes(f"/proc/{child.pid}/status")) == -1
+
+
+def test_stepd_job_reads_slurmstepds_title_and_nothing_else() -> None:
+    assert stepd_job(b"slurmstepd: [12.batch]\0\0") == "12"
+    assert stepd_job(b"slurmstepd: [13.extern]") == "13"
+    assert stepd_job(b"slurmstepd: [14.0]") == "14"
+    assert stepd_job(b"slurmstepd: [15]") == "15"
+    for other in (b"slurmstepd: [x.batch]", b"slurmstepd: [16", b"slurmstepd: [1a]", b"", b"sleep"):
+        assert stepd_job(other) is None, other
+    assert stepd_job(b"python3\0slurmstepd: [17.0]") is None  # an argument is no title

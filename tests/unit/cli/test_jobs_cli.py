@@ -11,7 +11,7 @@ from cli_run import Ran, acbslurm
 from click.testing import CliRunner
 from fake_slurm import FakeSlurm
 
-from acbslurm.cli import jobs as jobs_cli
+from acbslurm.cli import jobstatus as jobstatus_cli
 from acbslurm.cli import waiting
 
 T0 = "2026-11-30T01:00:00"
@@ -223,7 +223,7 @@ def test_ctrl_c_says_the_jobs_keep_running_and_how_to_cancel(
 
 
 def status(*args: str) -> object:
-    return CliRunner().invoke(jobs_cli.status, list(args))
+    return CliRunner().invoke(jobstatus_cli.status, list(args))
 
 
 def test_status_has_user_partition_exit_and_compact_gpus(cwd: Path, fake_slurm: FakeSlurm) -> None:
@@ -312,7 +312,7 @@ def test_unknown_ids_exit_1_and_are_named_alike_by_status_and_cancel(
 ) -> None:
     fake_slurm.add_job("7", "RUNNING", node="vm", start=T0, gpus=[0])
     flags = ["--json"] if as_json else []
-    for command in (jobs_cli.status, jobs_cli.cancel):
+    for command in (jobstatus_cli.status, jobstatus_cli.cancel):
         res = CliRunner().invoke(command, [*flags, "7", "99999"])
         assert res.exit_code == 1, (command.name, res.output)
         assert res.stderr == "Error: no such job: 99999\n", command.name
@@ -324,7 +324,7 @@ def test_unknown_ids_exit_1_and_are_named_alike_by_status_and_cancel(
 def test_cancel_json(cwd: Path, fake_slurm: FakeSlurm) -> None:
     fake_slurm.add_job("7", "RUNNING", node="vm", start=T0, gpus=[0])
     fake_slurm.add_job("8", "COMPLETED", end=T0)
-    res = CliRunner().invoke(jobs_cli.cancel, ["--json", "7", "8"])
+    res = CliRunner().invoke(jobstatus_cli.cancel, ["--json", "7", "8"])
     assert res.exit_code == 0
     assert json.loads(res.stdout) == {
         "cancelled": ["7"],
@@ -478,11 +478,11 @@ def test_cancel_signal_sends_it_to_the_steps_and_keeps_the_job(
 ) -> None:
     fake_slurm.add_job("7", "RUNNING", node="vm", start=T0, gpus=[0])
     fake_slurm.add_job("8", "COMPLETED", end=T0)
-    res = CliRunner().invoke(jobs_cli.cancel, ["--signal", "sigusr1", "7", "8"])
+    res = CliRunner().invoke(jobstatus_cli.cancel, ["--signal", "sigusr1", "7", "8"])
     assert res.exit_code == 0, res.output
     assert res.stdout.splitlines() == ["Sent SIGUSR1 to 7", "Job 8 had already ended (COMPLETED)"]
     assert fake_slurm.argvs("scancel")[-1] == ["scancel", "--signal=USR1", "7"]
-    res = CliRunner().invoke(jobs_cli.cancel, ["--json", "-s", "10", "--full", "7"])
+    res = CliRunner().invoke(jobstatus_cli.cancel, ["--json", "-s", "10", "--full", "7"])
     assert json.loads(res.stdout)["signalled"] == ["7"] and json.loads(res.stdout)["signal"] == "10"
     assert fake_slurm.argvs("scancel")[-1] == ["scancel", "--signal=10", "--full", "7"]
     assert "RUNNING" in status("7").stdout
@@ -499,6 +499,6 @@ def test_cancel_signal_sends_it_to_the_steps_and_keeps_the_job(
 def test_cancel_signal_bad_input_exits_2(
     cwd: Path, fake_slurm: FakeSlurm, args: list[str], says: str
 ) -> None:
-    res = CliRunner().invoke(jobs_cli.cancel, args)
+    res = CliRunner().invoke(jobstatus_cli.cancel, args)
     assert res.exit_code == 2 and says in res.output, res.output
     assert fake_slurm.argvs("scancel") == []

@@ -11,7 +11,7 @@ from fake_slurm import FakeSlurm
 
 from acbslurm.demo import usage
 from acbslurm.demo.usage import all_final, usage_report, wait_until_stored
-from acbslurm.slurm.jobs import parse_sacct
+from acbslurm.slurm.jobparse import parse_sacct
 
 
 class Clock:

@@ -89,7 +89,7 @@ def test_a_started_query_is_read_once_and_watched_as_a_run_one(
     nothing else asked of it does, and a controller that is down still ends it in
     about CONTROLLER_PATIENCE with scontrol ping's line."""
     from acbslurm.slurm import commands
-    from acbslurm.slurm.squeue_query import squeue_argv
+    from acbslurm.slurm.jobs import squeue_argv
 
     log = bin_dir / "runs"
     row = "12|12|RUNNING|None|0:01|vm|user1|x|x|x|gpu|acbslurm:gpus=vm:0=GPU-1\\037/tmp\\037job"

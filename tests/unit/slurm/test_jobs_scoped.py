@@ -18,9 +18,9 @@ import pytest
 from fake_slurm import Call, FakeSlurm
 
 from acbslurm.errors import SlurmError
+from acbslurm.slurm.jobparse import SQUEUE_FORMAT
 from acbslurm.slurm.jobs import query_jobs
 from acbslurm.slurm.jobtypes import JobInfo
-from acbslurm.slurm.squeue_query import SQUEUE_FORMAT
 from acbslurm.slurm.watch import watch_jobs
 
 T0 = "2026-11-30T01:00:00"

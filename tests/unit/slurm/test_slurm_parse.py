@@ -8,24 +8,24 @@ import pytest
 from fake_slurm import FakeSlurm
 
 from acbslurm.gpuvalue import Gpu
-from acbslurm.slurm.jobs import (
+from acbslurm.slurm.jobparse import (
+    SQUEUE_FORMAT,
     parse_gpu_indices,
     parse_job_gpus,
     parse_job_id,
     parse_sacct,
     parse_squeue,
     parse_squeue_gpus,
-    query_jobs,
 )
+from acbslurm.slurm.jobs import query_jobs
 from acbslurm.slurm.jobtypes import JobInfo
-from acbslurm.slurm.squeue_query import SQUEUE_FORMAT
 from acbslurm.units import expand_ranges
 
 
 def squeue_row(
     jid: str, state: str, node: str, comment: str = "(null)", name: str = "job", **kw: str
 ) -> str:
-    """One line as ``squeue -h -O squeue_query.SQUEUE_FORMAT`` prints it (Slurm 22.05 to 25.11)."""
+    """One line as ``squeue -h -O jobparse.SQUEUE_FORMAT`` prints it (Slurm 22.05 to 25.11)."""
     fields = [
         jid,
         kw.get("own_id", jid),
@@ -154,7 +154,7 @@ def test_status_reads_records_like_the_hooks_and_never_fails_on_one(tmp_path: Pa
 
 
 # Slurm 22.05's output on the sandbox (2026-11-30). The .squeue files were captured with
-# squeue's -o format and brought to -O's columns (squeue_query.SQUEUE_FORMAT) when status moved
+# squeue's -o format and brought to -O's columns (jobparse.SQUEUE_FORMAT) when status moved
 # to it: each row's JobID, AdminComment and WorkDir taken from the .scontrol capture of
 # the same moment (the comments were empty then).
 CAPTURED = Path(__file__).parent / "captured"
