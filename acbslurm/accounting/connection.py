@@ -16,11 +16,6 @@ _ACCESS_DENIED = {1044, 1045, 1698}
 _UNKNOWN_DB = 1049
 
 
-def _errno(exc: BaseException) -> int:
-    args: tuple[Any, ...] = getattr(exc, "args", ())
-    return args[0] if args and isinstance(args[0], int) else 0
-
-
 def _detail(exc: BaseException) -> str:
     args: tuple[Any, ...] = getattr(exc, "args", ())
     return str(args[1]) if len(args) > 1 else str(exc)
@@ -34,7 +29,7 @@ def connect(cfg: DbConfig) -> Any:
     try:
         conn = MySQLdb.connect(**cfg.connect_kwargs())
     except MySQLdb.OperationalError as exc:
-        code = _errno(exc)
+        code = next(iter(exc.args), 0)  # MySQL's error number
         if code in _CANT_CONNECT:
             raise AccountingError(
                 f"cannot reach the accounting database at {cfg.describe()}: {_detail(exc)}"

@@ -29,10 +29,6 @@ def _day(ts: int) -> date:
     return datetime.fromtimestamp(ts).date()
 
 
-def _midnight_after(d: date) -> int:
-    return int(datetime.combine(d + timedelta(days=1), datetime.min.time()).timestamp())
-
-
 def split_by_day(job: JobUsage, definition: str) -> Iterator[tuple[str, int]]:
     """(YYYY-MM-DD, GPU-seconds) pieces of one job.
 
@@ -47,7 +43,8 @@ def split_by_day(job: JobUsage, definition: str) -> Iterator[tuple[str, int]]:
     t = job.span_start
     while t < job.span_end:
         d = _day(t)
-        stop = min(_midnight_after(d), job.span_end)
+        midnight = datetime.combine(d + timedelta(days=1), datetime.min.time()).timestamp()
+        stop = min(int(midnight), job.span_end)
         yield d.isoformat(), job.gpus * (stop - t)
         t = stop
 

@@ -55,35 +55,26 @@ def colour(user: str) -> str:
 
 
 def _lanes(jobs: list[JobUsage], now: int) -> tuple[list[str], list[Bar], dict[str, str]]:
-    """Lane names in order, the bars, and each GPU lane's UUID."""
-    bars, uuids, unrecorded = _recorded_bars(jobs, now)
-    lanes = sorted(uuids, key=_lane_order)
-    packed, count = _packed_bars(unrecorded, now)
-    bars += packed
-    lanes += [f"unrecorded {i + 1}" for i in range(count)]
-    return lanes, bars, uuids
-
-
-def _recorded_bars(
-    jobs: list[JobUsage], now: int
-) -> tuple[list[Bar], dict[str, str], list[JobUsage]]:
-    """The bars of the started GPU jobs that recorded their GPUs, each GPU lane's UUID,
-    and the started GPU jobs that did not record theirs."""
+    """Lane names in order, the bars, and each GPU lane's UUID: a bar per GPU a started
+    job recorded (its lane the GPU's), then those of the jobs that recorded none."""
     bars: list[Bar] = []
     uuids: dict[str, str] = {}
     unrecorded: list[JobUsage] = []
     for j in jobs:
         if not j.start or not j.gpus:
             continue
-        end = j.end or now
         if not j.gpu_devices:
             unrecorded.append(j)
             continue
         for item in j.gpu_devices.split(","):
             where, _, uuid = item.partition("=")
             uuids[where] = uuid
-            bars.append(Bar(where, j.start, end, j))
-    return bars, uuids, unrecorded
+            bars.append(Bar(where, j.start, j.end or now, j))
+    lanes = sorted(uuids, key=_lane_order)
+    packed, count = _packed_bars(unrecorded, now)
+    bars += packed
+    lanes += [f"unrecorded {i + 1}" for i in range(count)]
+    return lanes, bars, uuids
 
 
 def _packed_bars(unrecorded: list[JobUsage], now: int) -> tuple[list[Bar], int]:
@@ -159,10 +150,13 @@ def _timeline(jobs: list[JobUsage], t0: int, t1: int, now: int) -> str:
         )
     for t in _ticks(t0, t1):
         x = LEFT + (t - t0) * scale
+        # A label near the right edge ends at its tick (it would be cut otherwise).
+        end = ' text-anchor="end"' if x > LEFT + WIDTH - 70 else ""
+        text = iso(t) or ""
+        when = text[5:16].replace("T", " ") if t1 - t0 < 2 * DAY else text[:10]
         out.append(
             f'<line x1="{x:.1f}" y1="14" x2="{x:.1f}" y2="{height}" class="tick"/>'
-            f'<text x="{x:.1f}" y="11" class="ticklabel"{_end_anchor(x)}>'
-            f"{html.escape(_when(t, t1 - t0))}</text>"
+            f'<text x="{x:.1f}" y="11" class="ticklabel"{end}>{html.escape(when)}</text>'
         )
     for b in bars:
         x0 = LEFT + (max(b.start, t0) - t0) * scale
@@ -225,6 +219,10 @@ def _job_table(jobs: list[JobUsage]) -> str:
         return ""
     rows = []
     for j in jobs:
+        pool = "-"
+        if j.pool is not None:
+            idle = max(0.0, j.gpu_seconds - j.pool.leased)
+            pool = f"{j.pool.leased:.1f} leased, {idle:.1f} idle"
         cells = (
             j.job_id,
             j.user,
@@ -234,7 +232,7 @@ def _job_table(jobs: list[JobUsage]) -> str:
             iso(j.end) or "-",
             f"{j.gpu_seconds / 3600:.2f}",
             j.gpu_devices or "-",
-            _pool_cell(j),
+            pool,
         )
         tds = "".join(f"<td>{html.escape(c)}</td>" for c in cells)
         rows.append(f'<tr id="{anchor(j.job_id)}">{tds}</tr>')
@@ -244,13 +242,6 @@ def _job_table(jobs: list[JobUsage]) -> str:
         f'<h2>Jobs</h2><div class="jobs"><table><thead><tr>{th}</tr></thead>'
         f"<tbody>{''.join(rows)}</tbody></table></div>"
     )
-
-
-def _pool_cell(j: JobUsage) -> str:
-    if j.pool is None:
-        return "-"
-    idle = max(0.0, j.gpu_seconds - j.pool.leased)
-    return f"{j.pool.leased:.1f} leased, {idle:.1f} idle"
 
 
 STATES_LEGEND = (
@@ -264,16 +255,6 @@ STATES_LEGEND = (
     'height="12" fill="#aaa"/><rect y="7" width="9" height="5" class="leased"/></svg>'
     "a pool's leases: their share of its allocation</span></div>"
 )
-
-
-def _end_anchor(x: float) -> str:
-    """A tick label near the right edge ends at its tick (it would be cut otherwise)."""
-    return ' text-anchor="end"' if x > LEFT + WIDTH - 70 else ""
-
-
-def _when(t: int, span: int) -> str:
-    text = iso(t) or ""
-    return text[5:16].replace("T", " ") if span < 2 * DAY else text[:10]
 
 
 def _bars(title: str, values: list[tuple[str, float]], colours: dict[str, str]) -> str:
@@ -364,23 +345,19 @@ def write_html(
 
 
 def _gpu_hours(listed: list[JobUsage], now: int) -> tuple[dict[str, float], dict[str, float]]:
-    """GPU-hours per user and per local day."""
+    """GPU-hours per user, and per local day (a job's split at each midnight it ran over)."""
     per_user: dict[str, float] = {}
     per_day: dict[str, float] = {}
     for j in listed:
         per_user[j.user] = per_user.get(j.user, 0.0) + j.gpu_seconds / 3600
-        if j.start and j.gpus:
-            _split_days(j, now, per_day)
+        if not (j.start and j.gpus):
+            continue
+        t, end = j.start, j.end or now
+        while t < end:
+            day = (iso(t) or "")[:10]
+            lt = time.localtime(t)
+            midnight = int(time.mktime((lt.tm_year, lt.tm_mon, lt.tm_mday + 1, 0, 0, 0, 0, 0, -1)))
+            step = min(end, midnight) - t
+            per_day[day] = per_day.get(day, 0.0) + j.gpus * step / 3600
+            t += max(step, 1)
     return per_user, per_day
-
-
-def _split_days(j: JobUsage, now: int, per_day: dict[str, float]) -> None:
-    """Add the job's GPU-hours to each local day it ran in."""
-    t, end = j.start, j.end or now
-    while t < end:
-        day = (iso(t) or "")[:10]
-        lt = time.localtime(t)
-        midnight = int(time.mktime((lt.tm_year, lt.tm_mon, lt.tm_mday + 1, 0, 0, 0, 0, 0, -1)))
-        step = min(end, midnight) - t
-        per_day[day] = per_day.get(day, 0.0) + j.gpus * step / 3600
-        t += max(step, 1)

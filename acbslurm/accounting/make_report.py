@@ -65,29 +65,21 @@ def _by_key(
     meta: dict[str, Any],
 ) -> None:
     """``--by key``: the viewer's pools, and their own key's rows in others' pools."""
-    theirs = _others_pools(conn, schema, req, rights)
-    if theirs is not None and rights is not None:
+    theirs: Iterable[JobUsage] = ()
+    if rights is not None and not rights.all_jobs and rights.user:
+        # A viewer who sees only some jobs: the other pool jobs of the window too (their
+        # rows of the viewer's key name are theirs to see, the rest is not read out).
+        f = replace(req.filters, visible_uid=None, visible_accounts=(), pool_usage_only=True)
+        seen = set(rights.accounts)
+        theirs = (
+            j
+            for j in iter_jobs(conn, schema, replace(req, filters=f))
+            if j.uid != rights.uid and j.account not in seen
+        )
         meta["visible"] += f"; in other users' pool jobs, the rows of key {rights.user}"
     name = rights.user if rights else ""
-    write_by_key(fmt, out, meta, iter_jobs(conn, schema, req), theirs or (), name)
+    write_by_key(fmt, out, meta, iter_jobs(conn, schema, req), theirs, name)
     out.flush()
-
-
-def _others_pools(
-    conn: Any, schema: Schema, req: ReportRequest, rights: Rights | None
-) -> Iterable[JobUsage] | None:
-    """For a viewer who sees only some jobs: the other pool jobs of the window (their
-    rows of the viewer's key name are theirs to see, the rest is not read out); None
-    when the viewer sees every job anyway."""
-    if rights is None or rights.all_jobs or not rights.user:
-        return None
-    f = replace(req.filters, visible_uid=None, visible_accounts=(), pool_usage_only=True)
-    seen = set(rights.accounts)
-    return (
-        j
-        for j in iter_jobs(conn, schema, replace(req, filters=f))
-        if j.uid != rights.uid and j.account not in seen
-    )
 
 
 def utilization_note(schema: Schema) -> str:
@@ -202,19 +194,16 @@ def report(opts: ReportOptions, out: TextIO) -> None:
 
     resolve(opts, int(time.time()))  # a bad option is refused here, before any connection
     settings = load_settings()
-    if not _direct(opts, settings.db_config) and os.path.exists(settings.report_socket):
+    # This user reads the database itself when it names one (on the command line or in
+    # ACBSLURM_DB_*), or can read the option file.
+    named = (opts.db_config, opts.db_host, opts.db_port, opts.db_socket, opts.db_user)
+    option_file = os.environ.get("ACBSLURM_DB_CONFIG") or settings.db_config
+    direct = (
+        any(v not in (None, "") for v in named)
+        or any(k.startswith("ACBSLURM_DB_") and k != "ACBSLURM_DB_CONFIG" for k in os.environ)
+        or (bool(option_file) and os.access(option_file, os.R_OK))
+    )
+    if not direct and os.path.exists(settings.report_socket):
         report_via_service(settings.report_socket, opts, out)
     else:
         run_report(opts, out)
-
-
-def _direct(opts: ReportOptions, settings_db_config: str) -> bool:
-    """Whether this user reads the database itself: a database named on the command
-    line or in ACBSLURM_DB_*, or a readable option file."""
-    named = (opts.db_config, opts.db_host, opts.db_port, opts.db_socket, opts.db_user)
-    if any(v not in (None, "") for v in named) or any(
-        k.startswith("ACBSLURM_DB_") and k != "ACBSLURM_DB_CONFIG" for k in os.environ
-    ):
-        return True
-    option_file = os.environ.get("ACBSLURM_DB_CONFIG") or settings_db_config
-    return bool(option_file) and os.access(option_file, os.R_OK)

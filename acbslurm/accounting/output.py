@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from typing import Any, TextIO
 
 from acbslurm.accounting.grouping import Aggregator, Group
-from acbslurm.accounting.overlaps import Overlap, OverlapCheck
+from acbslurm.accounting.overlaps import OverlapCheck
 from acbslurm.accounting.usage import JobUsage
 from acbslurm.units import iso
 
@@ -190,17 +190,6 @@ def totals_record(agg: Aggregator) -> dict[str, Any]:
     }
 
 
-def _write_total(out: TextIO, agg: Aggregator) -> None:
-    t = agg.total
-    out.write(
-        f"# total: {t.jobs} jobs ({t.running} running, marked *), "
-        f"{hours(t.gpu_seconds):.2f} GPU-hours, mean wait {_dur(t.mean_wait)}\n"
-    )
-    note = left_out_note(agg)
-    if note:
-        out.write(f"# {note}\n")
-
-
 def left_out_note(agg: Aggregator) -> str:
     """What sacct's definition left out, said plainly ("" with sreport's, or nothing)."""
     if agg.definition != "sacct":
@@ -273,14 +262,12 @@ def _csv_value(v: Any) -> Any:
     if v is None:
         return ""
     if isinstance(v, list):  # gpu_devices: node:index=uuid, as in the table
-        return ",".join(f"{d['node']}:{_or_dash(d['index'])}={d['uuid']}" for d in v)
+        return ",".join(
+            f"{d['node']}:{'-' if d['index'] is None else d['index']}={d['uuid']}" for d in v
+        )
     if isinstance(v, bool):
         return "yes" if v else "no"
     return v
-
-
-def _or_dash(v: object) -> str:
-    return "-" if v is None else str(v)
 
 
 def _dur(seconds: float | None) -> str:
@@ -326,20 +313,6 @@ def write_table(
 ) -> None:
     """The report as a table: its head, a row per job (or per group), the totals, and
     the overlaps found."""
-    _write_head(out, meta)
-    check = OverlapCheck(_now(meta))
-    if agg.by == "job":
-        _write_job_rows(out, jobs, agg, check)
-    else:
-        for job in jobs:
-            agg.add(job)
-            check.add(job)
-        _write_group_rows(out, agg)
-    _write_total(out, agg)
-    _write_overlaps(out, check.found)
-
-
-def _write_head(out: TextIO, meta: dict[str, Any]) -> None:
     win = meta["window"]
     out.write(
         f"# cluster {meta['cluster']}, slurmdbd schema {meta['schema_version']} "
@@ -349,6 +322,31 @@ def _write_head(out: TextIO, meta: dict[str, Any]) -> None:
     )
     if "visible" in meta:  # through the report service: what this user may see
         out.write(f"# shown: {meta['visible']}\n")
+    check = OverlapCheck(_now(meta))
+    if agg.by == "job":
+        _write_job_rows(out, jobs, agg, check)
+    else:
+        for job in jobs:
+            agg.add(job)
+            check.add(job)
+        _write_group_rows(out, agg)
+    t = agg.total
+    out.write(
+        f"# total: {t.jobs} jobs ({t.running} running, marked *), "
+        f"{hours(t.gpu_seconds):.2f} GPU-hours, mean wait {_dur(t.mean_wait)}\n"
+    )
+    if note := left_out_note(agg):
+        out.write(f"# {note}\n")
+    found = check.found
+    if found:
+        out.write(
+            f"# DATA ERROR: {len(found)} GPU overlap(s): two jobs on one GPU at once, which "
+            "Slurm never does, so their recorded devices are wrong (marked !overlaps)\n"
+        )
+    for o in found[:MAX_OVERLAPS_SHOWN]:
+        out.write(f"#   {o.text()}\n")
+    if len(found) > MAX_OVERLAPS_SHOWN:
+        out.write(f"#   ... and {len(found) - MAX_OVERLAPS_SHOWN} more (--format json lists all)\n")
 
 
 _JOB_HEADER = (
@@ -377,6 +375,8 @@ def _write_job_rows(
         agg.add(job)
         found = check.add(job)
         state = job.state + ("*" if job.running else "")
+        # ``!overlaps 12,13`` after a job's devices: it shares a GPU with those jobs.
+        mark = f" !overlaps {','.join(o.first for o in found)}" if found else ""
         out.write(
             _JOB_ROW.format(
                 job.job_id[:16],
@@ -391,7 +391,7 @@ def _write_job_rows(
                 _dur(job.wait),
                 _dur(job.elapsed),
                 f"{hours(job.gpu_seconds):.2f}",
-                _where(job.gpu_devices) + _overlap_mark(found),
+                _where(job.gpu_devices) + mark,
             )
             + "\n"
         )
@@ -430,21 +430,3 @@ MAX_OVERLAPS_SHOWN = 20
 
 def _now(meta: dict[str, Any]) -> int:
     return int(meta.get("now_unix") or time.time())
-
-
-def _overlap_mark(found: list[Overlap]) -> str:
-    """``!overlaps 12,13`` after a job's devices: it shares a GPU with those jobs."""
-    return f" !overlaps {','.join(o.first for o in found)}" if found else ""
-
-
-def _write_overlaps(out: TextIO, found: list[Overlap]) -> None:
-    if not found:
-        return
-    out.write(
-        f"# DATA ERROR: {len(found)} GPU overlap(s): two jobs on one GPU at once, which "
-        "Slurm never does, so their recorded devices are wrong (marked !overlaps)\n"
-    )
-    for o in found[:MAX_OVERLAPS_SHOWN]:
-        out.write(f"#   {o.text()}\n")
-    if len(found) > MAX_OVERLAPS_SHOWN:
-        out.write(f"#   ... and {len(found) - MAX_OVERLAPS_SHOWN} more (--format json lists all)\n")

@@ -211,22 +211,6 @@ class Server:
 # (SET STATEMENT changes nothing in the session; see _prefix.)
 
 
-def _dedup_not_exists(schema: Schema, f: Filters) -> tuple[str, list[Any]]:
-    """sacct's newest-row rule as a per-row probe (servers without window functions)."""
-    inner, iparams = where_clause(f)
-    inner = inner.replace("t1.", "t3.").replace("WHERE ", "AND ", 1)
-    sql = " ".join(
-        (
-            f" AND (t1.state = {JOB_RESIZING} OR NOT EXISTS (SELECT 1 FROM",
-            schema.table("job_table"),
-            "AS t3 WHERE t3.id_job = t1.id_job AND t3.time_submit > t1.time_submit",
-            inner,
-            "))",
-        )
-    )
-    return sql, iparams
-
-
 def _row_figures(
     schema: Schema, by: str, definition: str, now: int, f: Filters
 ) -> tuple[str, list[Any]]:
@@ -328,9 +312,19 @@ def group_query(
             # sacct keeps the newest selected row of each job id (and resize rows).
             keep = f" WHERE r.rn = 1 OR r.state = {JOB_RESIZING}"
         else:
-            dedup, dparams = _dedup_not_exists(schema, f)
-            where += dedup
-            params += dparams
+            # sacct's newest-row rule as a per-row probe (servers without window functions)
+            inner, iparams = where_clause(f)
+            inner = inner.replace("t1.", "t3.").replace("WHERE ", "AND ", 1)
+            where += " ".join(
+                (
+                    f" AND (t1.state = {JOB_RESIZING} OR NOT EXISTS (SELECT 1 FROM",
+                    schema.table("job_table"),
+                    "AS t3 WHERE t3.id_job = t1.id_job AND t3.time_submit > t1.time_submit",
+                    inner,
+                    "))",
+                )
+            )
+            params += iparams
     if with_ids and not rank:  # a caller's bug, never a user's value: a builtin, not the tree
         raise ValueError("job id lists need the window-function de-duplication")
     # The index sacct itself uses: per user, else by end time (MariaDB otherwise tends

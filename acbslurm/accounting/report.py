@@ -292,21 +292,13 @@ def server_sums(
     two slices).
     """
     server = Server.parse(str(conn.get_server_info()))
-    if points is None:
-        points = _split_points(req, server, connect_more)
+    if points is None:  # sliced only with further connections, on MariaDB
+        sliced = connect_more is not None and server.mariadb
+        points = split_points(req.filters, req.now, PARTS) if sliced else []
     run = GroupRun()
     if not points or connect_more is None:
         return _unsplit_sums(conn, schema, req, server), run
     return _sliced_sums(conn, schema, req, server, connect_more, points, run), run
-
-
-def _split_points(
-    req: ReportRequest, server: Server, connect_more: Callable[[], Any] | None
-) -> list[int]:
-    """Where the selection is sliced: only with further connections, on MariaDB."""
-    if connect_more is not None and server.mariadb:
-        return split_points(req.filters, req.now, PARTS)
-    return []
 
 
 def _unsplit_sums(conn: Any, schema: Schema, req: ReportRequest, server: Server) -> Sums:

@@ -142,20 +142,7 @@ def detect(conn: Any, cluster: str) -> Schema:
         "AND name IN ('gpu', 'gpuutil', 'gpumem')",
     )
     ids = {str(n): int(i) for i, n in tres}
-    have = _columns(conn, name)
-    _check_job_columns(name, have.get(f"{name}_job_table", set()), version)
-    step_ok = all(c in have.get(f"{name}_step_table", set()) for c in STEP_COLUMNS)
-    return Schema(
-        version=version,
-        cluster=name,
-        gpu_tres_id=ids.get("gpu"),
-        gpuutil_tres_id=ids.get("gpuutil") if step_ok else None,
-        gpumem_tres_id=ids.get("gpumem") if step_ok else None,
-    )
-
-
-def _columns(conn: Any, name: str) -> dict[str, set[str]]:
-    """The columns of cluster ``name``'s job and step tables, by table."""
+    # The columns of the cluster's job and step tables, by table.
     cols = fetch_rows(
         conn,
         "SELECT table_name, column_name FROM information_schema.columns "
@@ -165,7 +152,15 @@ def _columns(conn: Any, name: str) -> dict[str, set[str]]:
     have: dict[str, set[str]] = {}
     for table, column in cols:
         have.setdefault(str(table), set()).add(str(column))
-    return have
+    _check_job_columns(name, have.get(f"{name}_job_table", set()), version)
+    step_ok = all(c in have.get(f"{name}_step_table", set()) for c in STEP_COLUMNS)
+    return Schema(
+        version=version,
+        cluster=name,
+        gpu_tres_id=ids.get("gpu"),
+        gpuutil_tres_id=ids.get("gpuutil") if step_ok else None,
+        gpumem_tres_id=ids.get("gpumem") if step_ok else None,
+    )
 
 
 def _check_job_columns(name: str, job_have: set[str], version: int) -> None:

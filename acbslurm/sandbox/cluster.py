@@ -125,18 +125,6 @@ def _gpu_shape(base: Params, gpu_count: int | None, gpu_types: str | None) -> di
     }
 
 
-def _same_gpu_types(root: Path, old: Params, gpu_types: str | None) -> None:
-    """A running sandbox keeps its GPU types: another set needs `down` first."""
-    if gpu_types is None:
-        return
-    wanted = ",".join(f"{n}:{c}" for n, c in parse_gpu_types(gpu_types)) if gpu_types else ""
-    if wanted != old.gpu_types:
-        raise SetupError(
-            f"the sandbox at {root} is up with GPU types {old.gpu_types or '(untyped)'}; "
-            f"run `acbslurm sandbox down` before `up --gpu-types {gpu_types}`"
-        )
-
-
 def _same_network(root: Path, old: Params, node_network: bool | None) -> None:
     """A running sandbox keeps its network: the other needs `down` first."""
     if node_network is not None and node_network != old.node_network:
@@ -157,6 +145,7 @@ def _with_network(p: Params, node_network: bool | None) -> Params:
     return replace(p, node_network=wanted)
 
 
+# complexity: one check per thing a running sandbox keeps, each its own message.
 def _same_shape(
     root: Path,
     old: Params,
@@ -164,8 +153,19 @@ def _same_shape(
     port_base: int | None,
     nodes: int | None,
     install: SlurmInstall | None,
+    gpu_types: str | None,
+    docker_install: DockerInstall | None,
 ) -> None:
-    """A running sandbox keeps its GPUs, ports, nodes and Slurm: others need `down` first."""
+    """A running sandbox keeps its GPUs and their types, ports, nodes, Slurm, Docker and
+    acbslurm (a checkout's or the Debian package's, ACBSLURM_INSTALLED: its hook
+    wrappers, runtime and settings name it): others need `down` first."""
+    if gpu_types is not None:
+        wanted = ",".join(f"{n}:{c}" for n, c in parse_gpu_types(gpu_types)) if gpu_types else ""
+        if wanted != old.gpu_types:
+            raise SetupError(
+                f"the sandbox at {root} is up with GPU types {old.gpu_types or '(untyped)'}; "
+                f"run `acbslurm sandbox down` before `up --gpu-types {gpu_types}`"
+            )
     if gpu_count is not None and gpu_count != old.gpus:
         raise SetupError(
             f"the sandbox at {root} is up with {old.gpus} GPUs; "
@@ -187,16 +187,21 @@ def _same_shape(
             f"{old.slurm_release} ({old.slurm_prefix}); run `acbslurm sandbox down` "
             f"before `up` with Slurm {install.release}"
         )
+    if docker_install is not None and docker_install != old.docker:
+        raise SetupError(
+            f"the sandbox at {root} is up with Docker {old.docker_version}; "
+            f"run `acbslurm sandbox down` before `up --docker {docker_install.version}`"
+        )
+    now = acbslurm_source()["hooks_dir"]
+    if now != old.hooks_dir:
 
+        def says(hooks: str) -> str:
+            return f"the Debian package's ({hooks})" if hooks else "a checkout's"
 
-def _all_idle(states: dict[str, str]) -> bool:
-    """Every node (there is one at least) is idle."""
-    return bool(states) and all(st == "idle" for st in states.values())
-
-
-def _any_out(states: dict[str, str]) -> bool:
-    """A node is drained or down."""
-    return any("drain" in st or st.startswith("down") for st in states.values())
+        raise SetupError(
+            f"the sandbox at {root} is up on {says(old.hooks_dir)} acbslurm, "
+            f"and ACBSLURM_INSTALLED asks for {says(now)}; run `acbslurm sandbox down` first"
+        )
 
 
 class Sandbox:
@@ -318,6 +323,7 @@ class Sandbox:
                 continue
         return sorted(out, key=lambda r: (r.get("time", 0), r.get("container", "")))
 
+    # complexity: one polling loop: cancel, look at the nodes, resume a drained one.
     def wait_idle(self, timeout: float = 60) -> None:
         """Cancel every job (again, while any is left) until no node has anything allocated."""
         from acbslurm.errors import SlurmError
@@ -333,9 +339,9 @@ class Sandbox:
                 left = exc.reason
             states = slurm.node_states(self.layout)
             state = ", ".join(f"{n} {st}" for n, st in sorted(states.items()))
-            if not left and _all_idle(states):
+            if not left and states and all(st == "idle" for st in states.values()):
                 return
-            if _any_out(states):
+            if any("drain" in st or st.startswith("down") for st in states.values()):
                 slurm.resume_if_drained(self.layout, self.params)
             time.sleep(0.3)
         raise SetupError(
@@ -392,6 +398,7 @@ class Sandbox:
         return all(s.running and s.ready for s in self.status())
 
     # -- up -------------------------------------------------------------------------
+    # complexity: one flow: check a running sandbox against what is asked, else start it.
     def up(
         self,
         gpu_count: int | None = None,
@@ -416,14 +423,21 @@ class Sandbox:
         t0 = time.monotonic()
         old = self.layout.load_params()
         preflight.check(install or (old.slurm if old else None))
-        alive, count = self._alive()
+        running = {n: read_proc(self.layout.run, n) for n in self.components()}
+        alive = [n for n, pr in running.items() if pr and pr.alive()]
         if old and alive:
-            _same_gpu_types(self.layout.root, old, gpu_types)
             _same_network(self.layout.root, old, node_network)
-            _same_shape(self.layout.root, old, gpu_count, port_base, nodes, install)
-            self._check_same_docker(old, docker_install)
-            self._check_same_source(old)
-            summary = self._already_up(old, alive, count, progress)
+            _same_shape(
+                self.layout.root,
+                old,
+                gpu_count,
+                port_base,
+                nodes,
+                install,
+                gpu_types,
+                docker_install,
+            )
+            summary = self._already_up(old, alive, len(running), progress)
             if summary is not None:
                 return summary
             self.down(progress)
@@ -446,11 +460,6 @@ class Sandbox:
             f"Slurm {params.slurm_release}, Docker {params.docker_version}) in "
             f"{time.monotonic() - t0:.1f} s"
         )
-
-    def _alive(self) -> tuple[list[str], int]:
-        """The components whose process runs, and how many components there are."""
-        procs = {n: read_proc(self.layout.run, n) for n in self.components()}
-        return [n for n, pr in procs.items() if pr and pr.alive()], len(procs)
 
     def _already_up(
         self, old: Params, alive: list[str], count: int, progress: Progress
@@ -480,27 +489,6 @@ class Sandbox:
             f"sandbox already up at {self.layout.root} ({_shape(old)}, "
             f"Slurm {old.slurm_release}, Docker {old.docker_version}){extra}"
         )
-
-    def _check_same_source(self, old: Params) -> None:
-        """A running sandbox keeps the acbslurm it was started with (its hook wrappers,
-        runtime and settings name it): ACBSLURM_INSTALLED must agree with it."""
-        now = acbslurm_source()["hooks_dir"]
-        if now != old.hooks_dir:
-
-            def says(hooks: str) -> str:
-                return f"the Debian package's ({hooks})" if hooks else "a checkout's"
-
-            raise SetupError(
-                f"the sandbox at {self.layout.root} is up on {says(old.hooks_dir)} acbslurm, "
-                f"and ACBSLURM_INSTALLED asks for {says(now)}; run `acbslurm sandbox down` first"
-            )
-
-    def _check_same_docker(self, old: Params, docker_install: DockerInstall | None) -> None:
-        if docker_install is not None and docker_install != old.docker:
-            raise SetupError(
-                f"the sandbox at {self.layout.root} is up with Docker {old.docker_version}; "
-                f"run `acbslurm sandbox down` before `up --docker {docker_install.version}`"
-            )
 
     def _new_params(
         self,
@@ -582,26 +570,31 @@ class Sandbox:
         step("accounts", lambda: slurm.ensure_accounts(lay, p))
         step("report", lambda: reportsvc.start(lay, p, self.marker))
         step("slurmctld", lambda: slurm.start_slurmctld(lay, self.marker))
-        if p.node_network:
-            self._start_node_daemons(p, pw, step)
+        # With node networks each node has a daemon of the user, its namespace the node's
+        # (nodenet.py), with the test image.
+        for node in p.node_names if p.node_network else []:
+            step(
+                docker.component(p.user, node), partial(docker.start, lay, pw, self.marker, node, p)
+            )
+            host = docker.docker_host(lay, p.user, node)
+            step(f"image on {node}", partial(docker.ensure_image, lay, p.user, host=host))
         for node in p.node_names:
             name = lay.slurmd_component(p, node)
             step(name, partial(slurm.start_slurmd, lay, p, self.marker, node))
         step(f"dockerd-{p.user}", lambda: docker.start(lay, pw, self.marker))
         step("image", lambda: docker.ensure_image(lay, p.user))
-        self._check_user_can_run_acbslurm(p)
-
-    def _start_node_daemons(
-        self, p: Params, pw: pwd.struct_passwd, step: Callable[[str, Callable[[], object]], None]
-    ) -> None:
-        """Each node's daemon of the user, its namespace the node's (nodenet.py), with
-        the test image."""
-        lay = self.layout
-        for node in p.node_names:
-            name = docker.component(p.user, node)
-            step(name, partial(docker.start, lay, pw, self.marker, node, p))
-            host = docker.docker_host(lay, p.user, node)
-            step(f"image on {node}", partial(docker.ensure_image, lay, p.user, host=host))
+        r = self.run_as_user(
+            [p.python, "-c", "import acbslurm"],
+            extra_env={"PYTHONPATH": p.pythonpath},
+            check=False,
+            timeout=30,
+        )
+        if r.returncode != 0:
+            raise SetupError(
+                f"{p.user} cannot run {p.python} with acbslurm from {p.pythonpath}, so jobs "
+                "could not start containers; put the checkout and its .venv where "
+                f"{p.user} can read them (not under /root)\n{r.stderr.strip()}"
+            )
 
     def _check_socket_paths(self, p: Params) -> None:
         """A sandbox directory too long for rootless containerd's sockets fails here,
@@ -640,34 +633,17 @@ class Sandbox:
         render.write_acbslurm_settings(lay, p)
         render.write_report_db_cnf(lay, p, sec["readonly_db"])
 
-    def _check_user_can_run_acbslurm(self, p: Params) -> None:
-        r = self.run_as_user(
-            [p.python, "-c", "import acbslurm"],
-            extra_env={"PYTHONPATH": p.pythonpath},
-            check=False,
-            timeout=30,
-        )
-        if r.returncode != 0:
-            raise SetupError(
-                f"{p.user} cannot run {p.python} with acbslurm from {p.pythonpath}, so jobs "
-                "could not start containers; put the checkout and its .venv where "
-                f"{p.user} can read them (not under /root)\n{r.stderr.strip()}"
-            )
-
     # -- the private registry (started on demand) ---------------------------------------
     def private_registry(self) -> registry.Login:
         """The sandbox's registry with a login (registry.py), started unless it runs,
         holding the sandbox's busybox as ``<address>/private/busybox:1``."""
         p = self.params
         who = registry.start(self.layout, p, self.marker)
-        if not registry.has_image(self.layout):
-            self._push_private_image(p, who)
-        return who
-
-    def _push_private_image(self, p: Params, who: registry.Login) -> None:
-        """Pushed through the user's daemon with a login of root's own (a config
-        directory of its own, not the user's), then untagged there: the user's daemon
-        gets the image only by a pull."""
+        if registry.has_image(self.layout):
+            return who
+        # Pushed through the user's daemon with a login of root's own (a config directory
+        # of its own, not the user's), then untagged there: the user's daemon gets the
+        # image only by a pull.
         lay, ref = self.layout, who.image()
         with tempfile.TemporaryDirectory() as conf:
             login = ["--config", conf, "login", who.address, "-u", who.username]
@@ -686,11 +662,20 @@ class Sandbox:
                 docker.docker(lay, p.user, "--config", conf, "push", ref, timeout=120)
             finally:
                 docker.docker(lay, p.user, "rmi", ref)  # the tag only: the image is IMAGE
+        return who
 
     # -- restart one component ------------------------------------------------------
-    def _starters(self, p: Params) -> dict[str, Callable[[], object]]:
+    def restart(self, name: str, progress: Progress = _quiet) -> str:
+        """Stop one component (if it runs) and start it again; jobs keep running.
+
+        For fault tests and operators: a slurmctld or a dockerd restarted alone, as on a
+        real node, without `down`, which cancels every job first.
+        """
+        p = self.layout.load_params()
+        if p is None:
+            raise SetupError(f"no sandbox at {self.layout.root}; run `acbslurm sandbox up`")
         lay = self.layout
-        return {
+        starters: dict[str, Callable[[], object]] = {
             "munged": lambda: munge.start(lay, self.marker),
             **{
                 name: partial(munge.start, lay, self.marker, name, sock)
@@ -704,23 +689,8 @@ class Sandbox:
                 name: partial(slurm.start_slurmd, lay, p, self.marker, node)
                 for name, node in self._slurmd_nodes(p).items()
             },
-            f"dockerd-{p.user}": lambda: self._start_dockerd(p),
+            f"dockerd-{p.user}": partial(docker.start, lay, pwd.getpwnam(p.user), self.marker),
         }
-
-    def _start_dockerd(self, p: Params) -> None:
-        docker.stop_leftover_containerd(self.layout, p.user)
-        docker.start(self.layout, pwd.getpwnam(p.user), self.marker)
-
-    def restart(self, name: str, progress: Progress = _quiet) -> str:
-        """Stop one component (if it runs) and start it again; jobs keep running.
-
-        For fault tests and operators: a slurmctld or a dockerd restarted alone, as on a
-        real node, without `down`, which cancels every job first.
-        """
-        p = self.layout.load_params()
-        if p is None:
-            raise SetupError(f"no sandbox at {self.layout.root}; run `acbslurm sandbox up`")
-        starters = self._starters(p)
         if name not in starters and name in self.components():
             raise ConfigError(
                 f"{name} cannot be restarted alone: its network namespace is its node's "
@@ -730,6 +700,8 @@ class Sandbox:
             raise ConfigError(f"unknown component {name!r} (one of {', '.join(starters)})")
         t0 = time.monotonic()
         self.stop_component(name, progress)
+        if name == f"dockerd-{p.user}":  # a containerd a killed daemon left stalls a new one
+            docker.stop_leftover_containerd(lay, p.user)
         starters[name]()
         return f"{name} restarted in {time.monotonic() - t0:.1f} s"
 
@@ -744,10 +716,16 @@ class Sandbox:
         return False
 
     # -- down -----------------------------------------------------------------------
+    # complexity: one flow: cancel the jobs, stop each component, then what is left.
     def down(self, progress: Progress = _quiet) -> list[str]:
         """Stop every process this sandbox started (by pid), newest first."""
         stopped = []
-        self._cancel_jobs(progress)
+        slurmctld = read_proc(self.layout.run, "slurmctld")
+        if slurmctld and slurmctld.alive() and self.layout.slurm_conf.exists():
+            try:
+                slurm.cancel_all(self.layout, timeout=15)
+            except Exception as exc:  # stopping must go on even if Slurm is broken
+                progress(f"could not cancel jobs: {exc}")
         for name in [registry.COMPONENT, *reversed(self.components())]:
             pr = read_proc(self.layout.run, name)
             if pr and stop(pr):
@@ -761,14 +739,6 @@ class Sandbox:
         if p is not None and p.node_network:
             nodenet.teardown(p)
         return stopped
-
-    def _cancel_jobs(self, progress: Progress) -> None:
-        slurmctld = read_proc(self.layout.run, "slurmctld")
-        if slurmctld and slurmctld.alive() and self.layout.slurm_conf.exists():
-            try:
-                slurm.cancel_all(self.layout, timeout=15)
-            except Exception as exc:  # stopping must go on even if Slurm is broken
-                progress(f"could not cancel jobs: {exc}")
 
     def log_tail(self, name: str, lines: int = 20) -> str:
         return log_tail(self.layout.log_file(name), lines)

@@ -87,8 +87,14 @@ def ensure_fetched(version: str, progress: Progress) -> DockerInstall:
         return _fetch(version, rel, root, progress)
 
 
-def _apt_options(apt: Path) -> list[str]:
-    return [
+def _apt_setup(apt: Path, suite: str) -> list[str]:
+    """apt's options for the private configuration under ``apt``, its lists updated."""
+    for d in ("lists/partial", "cache/archives/partial"):
+        (apt / d).mkdir(parents=True, exist_ok=True)
+    (apt / "status").touch()
+    lines = [f"deb [signed-by={KEYRING}] {MIRROR} {s} main" for s in (suite, "bookworm")]
+    (apt / "sources.list").write_text("\n".join(lines) + "\n")
+    opts = [
         f"-oDir::Etc::sourcelist={apt / 'sources.list'}",
         "-oDir::Etc::sourceparts=-",
         f"-oDir::State::Lists={apt / 'lists'}",
@@ -97,15 +103,6 @@ def _apt_options(apt: Path) -> list[str]:
         "-oAPT::Sandbox::User=root",  # downloads into root's cache, not _apt's
         "-q",
     ]
-
-
-def _apt_setup(apt: Path, suite: str) -> list[str]:
-    for d in ("lists/partial", "cache/archives/partial"):
-        (apt / d).mkdir(parents=True, exist_ok=True)
-    (apt / "status").touch()
-    lines = [f"deb [signed-by={KEYRING}] {MIRROR} {s} main" for s in (suite, "bookworm")]
-    (apt / "sources.list").write_text("\n".join(lines) + "\n")
-    opts = _apt_options(apt)
     _run(["apt-get", *opts, "update"], f"apt-get update ({suite}, private lists in {apt})")
     return opts
 
@@ -118,46 +115,22 @@ def _run(argv: list[str], what: str, cwd: Path | None = None) -> str:
     return res.stdout
 
 
-def _index_sha256(opts: list[str], name: str, version: str) -> str:
-    out = _run(["apt-cache", *opts, "show", f"{name}={version}"], f"apt-cache show {name}")
-    for line in out.splitlines():
-        if line.startswith("SHA256:"):
-            return line.split()[1].lower()
-    raise SetupError(f"the index has no SHA256 for {name} {version}")
-
-
 def _download(opts: list[str], name: str, version: str, debs: Path) -> dict[str, str]:
     """One package, fetched and checked; its manifest entry."""
-    want = _index_sha256(opts, name, version)
+    out = _run(["apt-cache", *opts, "show", f"{name}={version}"], f"apt-cache show {name}")
+    sums = [line.split()[1].lower() for line in out.splitlines() if line.startswith("SHA256:")]
+    if not sums:
+        raise SetupError(f"the index has no SHA256 for {name} {version}")
+    want = sums[0]
     _run(["apt-get", *opts, "download", f"{name}={version}"], f"download {name}", debs)
-    found = [d for d in debs.glob(f"{name}_*.deb") if _sha256(d) == want]
+    found: list[Path] = []
+    for deb in debs.glob(f"{name}_*.deb"):
+        with deb.open("rb") as f:
+            if hashlib.file_digest(f, "sha256").hexdigest() == want:
+                found.append(deb)
     if not found:
         raise SetupError(f"{name} {version}: no downloaded .deb has the index's SHA256 {want}")
     return {"name": name, "version": version, "sha256": want, "file": found[0].name}
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def _relink(prefix: Path, tools: Path, programs: tuple[str, ...]) -> None:
-    patchelf = str(tools / "usr/bin/patchelf")
-    libdir = prefix / LIBDIR
-    for rel in programs:
-        target = str(prefix / rel)
-        argv = [patchelf, "--set-interpreter", str(libdir / "ld-linux-x86-64.so.2"),
-                "--set-rpath", str(libdir), target]  # fmt: skip
-        _run(argv, f"patchelf {rel}")
-
-
-def _smoke(prefix: Path) -> None:
-    """Each program starts on this host (a missing library shows here, not in dockerd)."""
-    for rel in SMOKE:
-        _run([str(prefix / rel), "--version"], f"{rel} --version")
 
 
 def _fetch(version: str, rel: Release, root: Path, progress: Progress) -> DockerInstall:
@@ -179,8 +152,15 @@ def _fetch(version: str, rel: Release, root: Path, progress: Progress) -> Docker
     for e in entries:
         _run(["dpkg-deb", "-x", str(debs / e["file"]), str(prefix)], f"unpack {e['name']}")
     _run(["dpkg-deb", "-x", str(debs / tool["file"]), str(tools)], "unpack patchelf")
-    _relink(prefix, tools, rel.relink)
-    _smoke(prefix)
+    libdir = prefix / LIBDIR
+    for program in rel.relink:
+        argv = [str(tools / "usr/bin/patchelf"), "--set-interpreter",
+                str(libdir / "ld-linux-x86-64.so.2"), "--set-rpath", str(libdir),
+                str(prefix / program)]  # fmt: skip
+        _run(argv, f"patchelf {program}")
+    # Each program starts on this host (a missing library shows here, not in dockerd).
+    for program in SMOKE:
+        _run([str(prefix / program), "--version"], f"{program} --version")
     shutil.rmtree(debs)  # the prefix is what runs; the index checksums stay recorded
     seconds = round(time.monotonic() - t0, 1)
     manifest = {"version": version, "suite": rel.suite, "packages": entries, "tool": tool,

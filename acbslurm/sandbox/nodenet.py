@@ -107,14 +107,10 @@ def _ip_if_there(*args: str) -> None:
     proc.run(["ip", *args], check=False, timeout=30)
 
 
-def _link_exists(name: str) -> bool:
-    return proc.run(["ip", "link", "show", name], check=False, timeout=30).returncode == 0
-
-
 def ensure_bridge(p: Params) -> None:
     """The bridge the nodes' interfaces hang on, with this machine's address on it."""
     br = bridge(p)
-    if not _link_exists(br):
+    if proc.run(["ip", "link", "show", br], check=False, timeout=30).returncode != 0:
         _ip("link", "add", br, "type", "bridge")
         _ip("addr", "add", f"{gateway(p)}/24", "dev", br)
     _ip("link", "set", br, "up")

@@ -9,12 +9,14 @@ daemons' own children that left the session (slurmstepd, containerd shims).
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import os
 import signal
 import subprocess
 import time
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,6 +61,16 @@ def read_proc(run_dir: Path, name: str) -> Proc | None:
 
 # The daemons this process started, by pid, until _reap sees them end.
 _children: dict[int, subprocess.Popen[bytes]] = {}
+
+
+@atexit.register
+def _let_daemons_run_on() -> None:
+    """The sandbox outlives the process that started it (a test session, `sandbox up`):
+    its daemons' Popen objects are dropped without the warning for a running child
+    ("ResourceWarning: subprocess N is still running", one per daemon)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)
+        _children.clear()
 
 
 def spawn(

@@ -68,22 +68,6 @@ def vllm_python() -> Path:
     return Path(__file__).resolve().parents[2] / ".venv-vllm" / "bin" / "python"
 
 
-def _torch_files(python: Path) -> tuple[str, list[str], Path]:
-    """torch's version, its files and the site-packages they are under."""
-    if not python.exists():
-        raise SetupError(
-            f"no vLLM environment at {python} to take CPU torch from; run `make setup` "
-            "(scripts/setup_vllm.sh)"
-        )
-    out = proc.run([str(python), "-c", _LIST_FILES], timeout=120).stdout
-    data = json.loads(out)
-    site = proc.run(
-        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        timeout=60,
-    ).stdout.strip()
-    return str(data["torch"]), list(data["files"]), Path(site)
-
-
 def image_name(torch_version: str) -> str:
     """``acbslurm/torch:2.13.0-cpu``: the tag says which torch it holds."""
     return f"acbslurm/torch:{torch_version.replace('+', '-')}"
@@ -145,7 +129,21 @@ def _build(dest: Path, files: list[str], site: Path) -> None:
 
 def ensure_rootfs(progress: Callable[[str], None] = print) -> tuple[str, Path]:
     """The image's name and its root file system's tar, built if not cached."""
-    torch_version, files, site = _torch_files(vllm_python())
+    # torch's version, its files and the site-packages they are under
+    python = vllm_python()
+    if not python.exists():
+        raise SetupError(
+            f"no vLLM environment at {python} to take CPU torch from; run `make setup` "
+            "(scripts/setup_vllm.sh)"
+        )
+    data = json.loads(proc.run([str(python), "-c", _LIST_FILES], timeout=120).stdout)
+    torch_version, files = str(data["torch"]), list(data["files"])
+    site = Path(
+        proc.run(
+            [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            timeout=60,
+        ).stdout.strip()
+    )
     root = cache_dir() / f"torch-{_key(torch_version)}"
     root.mkdir(parents=True, exist_ok=True)
     tar = root / "rootfs.tar"

@@ -62,7 +62,7 @@ def test_the_checkpoint_example_requeues_and_resumes(sb: Any, idle: Any, workdir
         saved = (workdir / "ckpt" / "state").read_text().strip()
         fields = wait_job(sb, job, ("PENDING",), 60)
         assert fields.get("Restarts") == "1", fields
-        # Eligible again after the sandbox's cred_expire (30 s): it starts on its own.
+        # Eligible again after the sandbox's cred_expire (10 s): it starts on its own.
         wait_until(
             "the second run", lambda: "run 1 from step" in out.read_text(), timeout=RERUN_WAIT
         )

@@ -115,5 +115,5 @@ def _preempt_and_rerun(sb: Any, job: str, out: Path) -> None:
     wait_job(sb, urgent, ("COMPLETED",), 90)
     fields = wait_job(sb, job, ("PENDING",), 60)
     assert fields.get("Restarts") == "1", fields
-    # It starts again on its own once eligible (the sandbox's cred_expire, 30 s).
+    # It starts again on its own once eligible (the sandbox's cred_expire, 10 s).
     wait_job(sb, job, ("COMPLETED",), RERUN_WAIT)

@@ -304,11 +304,11 @@ def test_several_nodes_each_have_a_port_spool_log_and_gpus(layout: Layout) -> No
     # Each node after the first reads its own copy, naming its own munged (one munged
     # decodes a launch credential once: the second slurmd would find it "replayed").
     assert "DebugFlags=NO_CONF_HASH" in conf
-    assert f"AuthInfo=socket={layout.munge_socket},cred_expire=30" in conf
+    assert f"AuthInfo=socket={layout.munge_socket},cred_expire=10" in conf
     two = (layout.etc / "slurm-vm-2.conf").read_text().splitlines()
     sock = layout.run / "munge-vm-2" / "munge.socket.2"
     assert (
-        f"AuthInfo=socket={sock},cred_expire=30" in two and f"AccountingStoragePass={sock}" in two
+        f"AuthInfo=socket={sock},cred_expire=10" in two and f"AccountingStoragePass={sock}" in two
     )
     assert [ln for ln in two if "munge" not in ln] == [ln for ln in conf if "munge" not in ln]
     gres = [ln for ln in layout.gres_conf.read_text().splitlines() if ln.startswith("NodeName")]
