@@ -52,8 +52,9 @@ from typing import Any
 import grpc  # noqa: F401
 
 from acbslurm.broker.address import check_address, default_address, socket_path
+from acbslurm.broker.core import Device
 from acbslurm.broker.lane_client import Lane, LaneClosed, lane_wanted
-from acbslurm.broker.proto import pb
+from acbslurm.broker.proto import device_of, pb
 from acbslurm.broker.stream import Stream
 from acbslurm.broker.transport import Transport, remaining
 from acbslurm.config import env_float
@@ -68,24 +69,10 @@ RECONNECT_TIMEOUT = 30.0  # s a client tries to get its broker back after losing
 RECONNECT_ENV = "ACBSLURM_BROKER_RECONNECT_TIMEOUT"
 
 
-@dataclass(frozen=True)
-class DeviceInfo:
-    id: str
-    name: str
-    memory_total: int
-    minor: int
-    index: int
-    node: str = ""  # the Slurm node; "" = the broker's own
-
-    @classmethod
-    def from_pb(cls, d: Any) -> DeviceInfo:
-        return cls(d.id, d.name, d.memory_total, d.minor, d.index, d.node)
-
-
 @dataclass
 class Lease:
     lease_id: int
-    devices: list[DeviceInfo]
+    devices: list[Device]
     # Set when the broker asks this holder to give the devices back at its next pause.
     yield_requested: threading.Event = field(default_factory=threading.Event)
     released: bool = False
@@ -230,7 +217,7 @@ class BrokerClient:
         self._session = sess
         self.client_id: int = reg.client_id
         self.policy: str = reg.policy
-        self.devices = [DeviceInfo.from_pb(d) for d in reg.devices]
+        self.devices = [device_of(d) for d in reg.devices]
         self._gen = sess.gen
         self._up = True
 
@@ -339,7 +326,7 @@ class BrokerClient:
     @contextlib.contextmanager
     def gpus(
         self, count: int = 1, memory: str | int | None = None, timeout: float | None = None
-    ) -> Iterator[list[DeviceInfo]]:
+    ) -> Iterator[list[Device]]:
         """``with client.gpus(1, memory="20G") as devices:`` holds a lease for the block."""
         lease = self.acquire(count, memory=memory, timeout=timeout)
         try:
@@ -528,7 +515,7 @@ class BrokerClient:
 
     def _on_granted(self, msg: Any, gen: int) -> None:
         g = msg.granted
-        lease = Lease(g.lease_id, [DeviceInfo.from_pb(d) for d in g.devices])
+        lease = Lease(g.lease_id, [device_of(d) for d in g.devices])
         with self._lock:
             if gen != self._gen or not self._up:
                 return  # a grant of a lost session: void (the request is sent again)

@@ -39,7 +39,7 @@ import grpc
 from acbslurm.broker import core
 from acbslurm.broker.address import parse_address, socket_path
 from acbslurm.broker.lane_server import LaneServer, token_matches
-from acbslurm.broker.proto import pb, pb_grpc
+from acbslurm.broker.proto import device_msg, pb, pb_grpc
 from acbslurm.errors import BrokerError
 from acbslurm.jobsockets import BROKER_SOCKET, check_socket, free_socket_path, lane_path
 
@@ -50,17 +50,6 @@ MAX_SESSIONS = 512  # concurrent sessions (each is one open stream)
 RECOVERY_GRACE = 10.0  # s a broker restarted after an unclean stop waits for old sessions
 
 _EOF: Any = grpc.aio.EOF  # type: ignore[attr-defined]  # missing from grpc-stubs
-
-
-def device_msg(d: core.Device) -> Any:
-    return pb.Device(
-        id=d.id,
-        name=d.name,
-        memory_total=d.memory_total,
-        minor=d.minor,
-        index=d.index,
-        node=d.node,
-    )
 
 
 class BrokerService(pb_grpc.GpuBrokerServicer):  # type: ignore[misc]
