@@ -132,8 +132,10 @@ def stepd_jobs(proc: str = "/proc") -> set[str]:
     return jobs
 
 
-# Job states in which a job holds its node's GPUs; COMPLETING is the epilog's own time.
-HOLDING_STATES = {"RUNNING", "CONFIGURING", "SUSPENDED"}
+# The states in which the fence keeps a job's GPUs open to its user. Not
+# slurm.states.HOLDING_STATES (the jobs holding an allocation): a CONFIGURING job (its
+# prolog running) has its GPUs already; COMPLETING is the epilog's time to take them back.
+GPU_OPEN_STATES = frozenset({"RUNNING", "CONFIGURING", "SUSPENDED"})
 
 
 def slurm_running_jobs(node: str, bin_dir: str, timeout: float = 5.0) -> set[str] | None:
@@ -148,7 +150,7 @@ def slurm_running_jobs(node: str, bin_dir: str, timeout: float = 5.0) -> set[str
     jobs = set()
     for line in out.splitlines():
         job, _, state = line.strip().partition(" ")
-        if state.strip() in HOLDING_STATES:
+        if state.strip() in GPU_OPEN_STATES:
             jobs.add(job)
     return jobs
 
@@ -276,8 +278,3 @@ def fence_node(settings: Settings, node: str, liveness: Liveness) -> tuple[Fence
     if liveness.unknown:
         notes.append("slurmctld did not answer: records without a slurmstepd were kept")
     return result, notes
-
-
-def unfenced(path: str) -> bool:
-    """True when the world may read or write ``path`` (the fence does not hold there)."""
-    return bool(os.lstat(path).st_mode & 0o006)
