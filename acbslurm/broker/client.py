@@ -118,15 +118,6 @@ class _Session:
         self.stream.close()
 
 
-def _memory_bytes(memory: str | int | None) -> int:
-    if memory is None:
-        return 0
-    try:
-        return size_bytes(memory)
-    except ValueError as exc:
-        raise ConfigError(f"memory hint: {exc}") from None
-
-
 def _release_message(lease_id: int, resident: dict[str, int]) -> Any:
     rel = pb.Release(lease_id=lease_id)
     for dev, nbytes in resident.items():
@@ -254,7 +245,11 @@ class BrokerClient:
         new broker; it fails only when no broker comes back within the reconnect time.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
-        req = pb.Request(count=count, memory_bytes=_memory_bytes(memory), per_node=per_node)
+        try:
+            memory_bytes = 0 if memory is None else size_bytes(memory)
+        except ValueError as exc:
+            raise ConfigError(f"memory hint: {exc}") from None
+        req = pb.Request(count=count, memory_bytes=memory_bytes, per_node=per_node)
         req.pin.extend(pin or [])
         while True:
             lease = self._acquire_once(req, deadline, timeout)
@@ -268,7 +263,9 @@ class BrokerClient:
         slot.request.CopyFrom(req)
         slot.request.request_id = next(self._ids)
         with self._lock:
-            self._check_open()
+            self._check_process()
+            if self._lost or self._closed:
+                raise BrokerError(self._lost or "the broker client is closed")
             self._pending[slot.request.request_id] = slot
             if self._up:  # else the reconnect sends it
                 self._send(pb.ClientMessage(request=slot.request))
@@ -372,13 +369,6 @@ class BrokerClient:
                 f"this broker client belongs to process {self._pid}; a forked child "
                 f"(pid {os.getpid()}) must open its own BrokerClient"
             )
-
-    def _check_open(self) -> None:
-        self._check_process()
-        if self._lost:
-            raise BrokerError(self._lost)
-        if self._closed:
-            raise BrokerError("the broker client is closed")
 
     def _send(self, msg: Any) -> None:
         """Send on the current session (callers hold ``_lock`` and checked ``_up``).

@@ -261,11 +261,25 @@ class BrokerService(pb_grpc.GpuBrokerServicer):  # type: ignore[misc]
         b = self.broker
         now = time.monotonic()
         c = b.counters
+        clients = []
+        for info in b.clients.values():
+            waits = b.waiting_for(info.client_id)
+            clients.append(
+                pb.ClientState(
+                    client_id=info.client_id,
+                    name=info.name,
+                    pid=info.pid,
+                    waiting_count=sum(w.count for w in waits),
+                    waiting_seconds=max((now - w.since for w in waits), default=0.0),
+                    on_lane=self.lane is not None and self.lane.is_open(info.client_id),
+                    rejoined=info.rejoined,
+                )
+            )
         return pb.StatusReply(
             policy=b.policy,
             quantum_seconds=b.quantum,
             devices=self._device_states(now),
-            clients=self._client_states(now),
+            clients=clients,
             grants=c.grants,
             evictions=c.evictions,
             yields_asked=c.yields_asked,
@@ -295,24 +309,6 @@ class BrokerService(pb_grpc.GpuBrokerServicer):  # type: ignore[misc]
                 )
             )
         return devices
-
-    def _client_states(self, now: float) -> list[Any]:
-        b = self.broker
-        clients = []
-        for info in b.clients.values():
-            waits = b.waiting_for(info.client_id)
-            clients.append(
-                pb.ClientState(
-                    client_id=info.client_id,
-                    name=info.name,
-                    pid=info.pid,
-                    waiting_count=sum(w.count for w in waits),
-                    waiting_seconds=max((now - w.since for w in waits), default=0.0),
-                    on_lane=self.lane is not None and self.lane.is_open(info.client_id),
-                    rejoined=info.rejoined,
-                )
-            )
-        return clients
 
     async def tick_forever(self) -> None:
         while True:

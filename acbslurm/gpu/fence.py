@@ -59,22 +59,17 @@ def gpu_minor(path: str) -> int | None:
     return minor if minor < FIRST_SHARED_MINOR else None
 
 
-def _listdir(path: str) -> list[str]:
-    """The names in ``path`` (none when it cannot be read); not glob: its import costs
-    the hooks a millisecond."""
-    try:
-        return os.listdir(path)
-    except OSError:
-        return []
-
-
 def node_gpu_files(settings: Settings, node: str) -> dict[str, int]:
     """Every per-GPU device file of the node the fence knows: ``/dev/nvidiaN``, the
     gres.conf ``File=`` lines of ``node`` and the static inventory's ``device`` (the
     sandbox's emulated GPUs live outside /dev); path -> minor."""
     from acbslurm.gpu.gres_conf import gpu_device_files
 
-    paths = [f"/dev/{n}" for n in _listdir("/dev") if _PER_GPU_NAME.match(n)]
+    try:  # not glob: its import costs the hooks a millisecond
+        names = os.listdir("/dev")
+    except OSError:
+        names = []
+    paths = [f"/dev/{n}" for n in names if _PER_GPU_NAME.match(n)]
     with contextlib.suppress(AcbslurmError, OSError):  # AutoDetect, or no gres.conf
         paths += gpu_device_files(settings.gres_conf, node)
     if settings.gpu_inventory:
