@@ -183,7 +183,15 @@ class BrokerClient:
         reg = pb.Register(name=self.name, pid=os.getpid(), session=self._session_key)
         if rejoin:
             reg.rejoin = True
-            for dev, nbytes in self._still_held().items():
+            # Declare what is still held: reported residency, and all of the devices
+            # of void leases the program has not released yet.
+            with self._lock:
+                held = dict(self._resident)
+                total = {d.id: d.memory_total for d in self.devices}
+                for lease in self._lost_leases.values():
+                    for dev in lease.device_ids:
+                        held[dev] = max(total.get(dev, 0), 1)
+            for dev, nbytes in held.items():
                 reg.resident.add(device=dev, bytes=nbytes)
         stream = Stream.open(self.address, reg, timeout)
         gen = next(self._gens)
@@ -211,17 +219,6 @@ class BrokerClient:
         self.devices = [device_of(d) for d in reg.devices]
         self._gen = sess.gen
         self._up = True
-
-    def _still_held(self) -> dict[str, int]:
-        """What to declare when registering again: reported residency, and all of the
-        devices of void leases the program has not released yet."""
-        with self._lock:
-            held = dict(self._resident)
-            total = {d.id: d.memory_total for d in self.devices}
-            for lease in self._lost_leases.values():
-                for dev in lease.device_ids:
-                    held[dev] = max(total.get(dev, 0), 1)
-        return held
 
     @property
     def on_lane(self) -> bool:

@@ -610,7 +610,15 @@ class Broker:
     # complexity: one assertion after another, each naming the invariant it holds
     def check_invariants(self) -> None:
         """Raise AssertionError when the state is inconsistent (used by tests)."""
-        owners = self._lease_owners()
+        owners: dict[str, int] = {}
+        for info in self.clients.values():
+            # No device is leased twice, and each lease is its devices' holder.
+            for lease in info.leases.values():
+                assert lease.client == info.client_id
+                for dev in lease.devices:
+                    assert dev not in owners, f"{dev} leased to {owners[dev]} and {info.client_id}"
+                    owners[dev] = info.client_id
+                    assert self.holder[dev] is lease
         for dev, held in self.holder.items():
             # Each holder is its device's lease owner, and shares it with no resident
             # that still evicts.
@@ -624,16 +632,3 @@ class Broker:
             assert w.client in self.clients
         if self.recovering:
             assert all(h is None for h in self.holder.values()), "granted during recovery"
-
-    def _lease_owners(self) -> dict[str, int]:
-        """Each leased device's client, asserting that no device is leased twice and that
-        each lease is its devices' holder."""
-        owners: dict[str, int] = {}
-        for info in self.clients.values():
-            for lease in info.leases.values():
-                assert lease.client == info.client_id
-                for dev in lease.devices:
-                    assert dev not in owners, f"{dev} leased to {owners[dev]} and {info.client_id}"
-                    owners[dev] = info.client_id
-                    assert self.holder[dev] is lease
-        return owners

@@ -31,7 +31,7 @@ from acbslurm.values import field, mutable
 # On the hook path: no typing at run time (tests/unit/hooks/test_hooks_imports.py).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Iterator
+    from collections.abc import Callable, Iterable
 
     from acbslurm.config import Settings
 
@@ -244,32 +244,27 @@ def reconcile(
     return result
 
 
-@contextlib.contextmanager
-def _node_lock(record_dir: str) -> Iterator[None]:
-    """One reconcile at a time on the node: two hooks that each read a file's ACL and
-    write their own view back could otherwise undo each other's grant or revoke. The
-    lock is the record directory itself (flock on a directory descriptor): no file to
-    create, so a full or read-only directory locks too."""
-    import fcntl
-
-    try:
-        fd = os.open(record_dir, os.O_RDONLY | os.O_DIRECTORY)
-    except OSError:
-        yield  # no record directory (yet): no record grants anything to race over
-        return
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)  # the hook's deadline bounds the wait
-        yield
-    finally:
-        os.close(fd)
-
-
 def fence_node(settings: Settings, node: str, liveness: Liveness) -> tuple[FenceResult, list[str]]:
     """Reconcile every GPU file of ``node``; the result and what was said about records."""
+    import fcntl
+
     files = node_gpu_files(settings, node)
-    with _node_lock(settings.record_dir):
+    # One reconcile at a time on the node: two hooks that each read a file's ACL and
+    # write their own view back could otherwise undo each other's grant or revoke. The
+    # lock is the record directory itself (flock on a directory descriptor): no file to
+    # create, so a full or read-only directory locks too.
+    try:
+        lock = os.open(settings.record_dir, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        lock = -1  # no record directory (yet): no record grants anything to race over
+    try:
+        if lock >= 0:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # the hook's deadline bounds the wait
         records, notes = node_records(settings.record_dir, node)
         result = reconcile(allowed_users(files, records, liveness.alive))
+    finally:
+        if lock >= 0:
+            os.close(lock)
     if liveness.unknown:
         notes.append("slurmctld did not answer: records without a slurmstepd were kept")
     return result, notes

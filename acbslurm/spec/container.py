@@ -172,10 +172,18 @@ def _run_options(get: Any, path: tuple[str, ...], e: Errors) -> dict[str, Any]:
     """The container keys that are `acbslurm run` options of their own, each checked by
     the rule `acbslurm run` applies to it (``runrules``), so a value it would refuse on
     the node is refused here, before the job waits in the queue."""
+    entrypoint = get("entrypoint")  # the program replacing the image's; "" clears it
+    where = (*path, "entrypoint")
+    if entrypoint is not None and not isinstance(entrypoint, str):
+        e.add(where, f'must be a program (text; "" clears the image\'s), got {entrypoint!r}')
+        entrypoint = None
+    elif entrypoint is not None and checks.CONTROL.search(entrypoint):
+        e.add(where, f"must be one line without control characters, got {entrypoint!r}")
+        entrypoint = None
     return {
         "env_files": _env_files(get("env_file"), (*path, "env_file"), e),
         "user": checks.ruled(get("user"), runrules.run_as, (*path, "user"), e),
-        "entrypoint": _entrypoint(get("entrypoint"), (*path, "entrypoint"), e),
+        "entrypoint": entrypoint,
         "shm_size": checks.ruled(get("shm_size"), runrules.shm_bytes, (*path, "shm_size"), e),
         "read_only": bool(checks.boolean(get("read_only"), (*path, "read_only"), e)),
         "grace": _grace(get("grace"), (*path, "grace"), e),
@@ -226,19 +234,6 @@ def _grace(value: Any, path: tuple[str, ...], e: Errors) -> str | None:
         e.add(path, str(exc))
         return None
     return str(value).strip()
-
-
-def _entrypoint(value: Any, path: tuple[str, ...], e: Errors) -> str | None:
-    """The program that replaces the image's entrypoint; ``""`` clears it."""
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        e.add(path, f'must be a program (text; "" clears the image\'s), got {value!r}')
-        return None
-    if checks.CONTROL.search(value):
-        e.add(path, f"must be one line without control characters, got {value!r}")
-        return None
-    return value
 
 
 def _env_files(value: Any, path: tuple[str, ...], e: Errors) -> tuple[str, ...]:
