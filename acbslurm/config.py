@@ -124,30 +124,27 @@ def _coerce(name: str, raw: Any, default: Any, source: str) -> Any:
     return str(raw)
 
 
-def _parse(p: str) -> Any:
+def _file_values(p: str, settings: Settings) -> dict[str, Any]:
+    """The settings a file sets, checked and coerced."""
     text = read_user_text(p, "settings file", limit=SETTINGS_LIMIT)
     if text.lstrip().startswith("{"):
         # JSON is YAML too; read without PyYAML, whose import would cost every Slurm
         # hook and every `acbslurm run` about 12 ms.
         try:
-            return json.loads(text)
+            data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise ConfigError(f"{p}: not valid JSON: {exc}") from None
         except RecursionError:
             raise ConfigError(f"{p}: not valid JSON: nested too deep") from None
-    import yaml
+    else:
+        import yaml
 
-    try:
-        return yaml.safe_load(text) or {}
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{p}: not valid YAML: {exc}") from None
-    except RecursionError:
-        raise ConfigError(f"{p}: not valid YAML: nested too deep") from None
-
-
-def _file_values(p: str, settings: Settings) -> dict[str, Any]:
-    """The settings a file sets, checked and coerced."""
-    data = _parse(p)
+        try:
+            data = yaml.safe_load(text) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{p}: not valid YAML: {exc}") from None
+        except RecursionError:
+            raise ConfigError(f"{p}: not valid YAML: nested too deep") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{p}: must be a mapping of settings")
     known = set(field_names(Settings))
