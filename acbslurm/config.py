@@ -25,7 +25,7 @@ from acbslurm.values import field_names, frozen, replace
 # On the hook path: no typing at run time (tests/unit/hooks/test_hooks_imports.py).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Collection, Mapping
+    from collections.abc import Mapping
     from typing import Any
 
 DEFAULT_CONFIG_FILE = "/etc/acbslurm/acbslurm.yaml"
@@ -124,30 +124,27 @@ def _coerce(name: str, raw: Any, default: Any, source: str) -> Any:
     return str(raw)
 
 
-def _parse(p: str) -> Any:
+def _file_values(p: str, settings: Settings) -> dict[str, Any]:
+    """The settings a file sets, checked and coerced."""
     text = read_user_text(p, "settings file", limit=SETTINGS_LIMIT)
     if text.lstrip().startswith("{"):
         # JSON is YAML too; read without PyYAML, whose import would cost every Slurm
         # hook and every `acbslurm run` about 12 ms.
         try:
-            return json.loads(text)
+            data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise ConfigError(f"{p}: not valid JSON: {exc}") from None
         except RecursionError:
             raise ConfigError(f"{p}: not valid JSON: nested too deep") from None
-    import yaml
+    else:
+        import yaml
 
-    try:
-        return yaml.safe_load(text) or {}
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{p}: not valid YAML: {exc}") from None
-    except RecursionError:
-        raise ConfigError(f"{p}: not valid YAML: nested too deep") from None
-
-
-def _file_values(p: str, settings: Settings) -> dict[str, Any]:
-    """The settings a file sets, checked and coerced."""
-    data = _parse(p)
+        try:
+            data = yaml.safe_load(text) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{p}: not valid YAML: {exc}") from None
+        except RecursionError:
+            raise ConfigError(f"{p}: not valid YAML: nested too deep") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{p}: must be a mapping of settings")
     known = set(field_names(Settings))
@@ -168,22 +165,26 @@ def this_node(env: Mapping[str, str] | None = None) -> str:
     return e.get("SLURMD_NODENAME") or os.uname().nodename.split(".")[0]
 
 
-def _fill_node(values: dict[str, Any]) -> None:
-    node = ""
-    for key, value in values.items():
-        if isinstance(value, str) and NODE_FIELD in value:
-            node = node or this_node()
-            values[key] = value.replace(NODE_FIELD, node)
-
-
 def load_settings(path: str | None = None, **overrides: Any) -> Settings:
     """Settings from packaged defaults, the file, the environment, then ``overrides``."""
     settings = Settings()
     known = field_names(Settings)
     values = _file_layer(path, settings)
-    values.update(_env_layer(known, settings))
-    values.update(_override_layer(overrides, known, settings))
-    _fill_node(values)
+    for key in known:  # the ACBSLURM_<SETTING> variables set
+        name = f"ACBSLURM_{key.upper()}"
+        if (env := os.environ.get(name)) is not None:
+            values[key] = _coerce(key, env, getattr(settings, key), name)
+    for key, raw in overrides.items():  # None: not given
+        if raw is None:
+            continue
+        if key not in known:
+            raise ConfigError(f"unknown setting {key!r}")
+        values[key] = _coerce(key, raw, getattr(settings, key), f"--{key.replace('_', '-')}")
+    node = ""
+    for key, value in values.items():
+        if isinstance(value, str) and NODE_FIELD in value:
+            node = node or this_node()
+            values[key] = value.replace(NODE_FIELD, node)
     return replace(settings, **values)
 
 
@@ -200,30 +201,6 @@ def _file_layer(path: str | None, settings: Settings) -> dict[str, Any]:
         except FileNotFoundError:
             if explicit:
                 raise ConfigError(f"config file {file_path!r} does not exist") from None
-    return values
-
-
-def _env_layer(known: Collection[str], settings: Settings) -> dict[str, Any]:
-    """The values of the ``ACBSLURM_<SETTING>`` variables set."""
-    values: dict[str, Any] = {}
-    for key in known:
-        env = os.environ.get(f"ACBSLURM_{key.upper()}")
-        if env is not None:
-            values[key] = _coerce(key, env, getattr(settings, key), f"ACBSLURM_{key.upper()}")
-    return values
-
-
-def _override_layer(
-    overrides: Mapping[str, Any], known: Collection[str], settings: Settings
-) -> dict[str, Any]:
-    """The values given to ``load_settings`` (None: not given)."""
-    values: dict[str, Any] = {}
-    for key, raw in overrides.items():
-        if raw is None:
-            continue
-        if key not in known:
-            raise ConfigError(f"unknown setting {key!r}")
-        values[key] = _coerce(key, raw, getattr(settings, key), f"--{key.replace('_', '-')}")
     return values
 
 

@@ -317,7 +317,15 @@ class Book:
                 "requests": {rid: round(s, 6) for rid, s in per_request.items()},
             }
         )
-        self._forget(model, released)
+        # Requests that ended before this lease's release cannot be in a later one.
+        gone = [
+            rid
+            for rid, r in self._in_hand.items()
+            if r.end is not None
+            and ((r.model == model and r.end <= released) or released - r.end > KEEP_ENDED)
+        ]
+        for rid in gone:
+            del self._in_hand[rid]
 
     def _shares(self, model: str, devices: int, granted: float, until: float) -> dict[str, float]:
         """The device-seconds of ``model``'s lease from ``granted`` to ``until`` that each
@@ -364,17 +372,6 @@ class Book:
                 gpu_s += share
                 devices = tuple(dict.fromkeys((*devices, *ids)))
         return gpu_s, list(devices)
-
-    def _forget(self, model: str, released: float) -> None:
-        """Requests that ended before this lease's release cannot be in a later one."""
-        gone = [
-            rid
-            for rid, r in self._in_hand.items()
-            if r.end is not None
-            and ((r.model == model and r.end <= released) or released - r.end > KEEP_ENDED)
-        ]
-        for rid in gone:
-            del self._in_hand[rid]
 
     def gpu_seconds(self, rid: str) -> float | None:
         """The GPU-seconds counted to a request still known (tests, the usage answer)."""

@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from acbslurm.accounting.usage import JobUsage
+from acbslurm.accounting.gpuseconds import JobUsage
 
 KEY_CSV_FIELDS = (
     "key",

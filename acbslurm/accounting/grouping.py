@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 
-from acbslurm.accounting.usage import JobUsage
+from acbslurm.accounting.gpuseconds import JobUsage
 
 GROUP_KEYS = ("user", "account", "partition", "day")
 

@@ -28,10 +28,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, TextIO
 
+from acbslurm.accounting.gpuseconds import JobUsage
 from acbslurm.accounting.grouping import Aggregator
 from acbslurm.accounting.output import MAX_OVERLAPS_SHOWN, left_out_note
 from acbslurm.accounting.overlaps import Overlap, OverlapCheck
-from acbslurm.accounting.usage import JobUsage
 from acbslurm.units import iso
 
 WIDTH = 1400  # px of the time axis

@@ -11,7 +11,7 @@ down), running jobs keep no devices, as before: the report still answers.
 
 from __future__ import annotations
 
-from acbslurm.accounting.usage import devices_text
+from acbslurm.accounting.gpuseconds import devices_text
 from acbslurm.errors import CommandError
 from acbslurm.units import is_ascii_int
 

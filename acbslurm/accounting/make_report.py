@@ -15,6 +15,7 @@ from typing import Any, TextIO
 from acbslurm.accounting.bykey import write_by_key
 from acbslurm.accounting.connection import connect
 from acbslurm.accounting.dbconfig import resolve_db_config
+from acbslurm.accounting.gpuseconds import DEFINITION_TEXT, JobUsage
 from acbslurm.accounting.grouping import Aggregator
 from acbslurm.accounting.html import write_html
 from acbslurm.accounting.options import ReportOptions, Selection, resolve
@@ -23,7 +24,6 @@ from acbslurm.accounting.queries import Filters
 from acbslurm.accounting.report import ReportRequest, fill_groups, iter_jobs, server_summable
 from acbslurm.accounting.rights import Rights, rights_for
 from acbslurm.accounting.schema import Schema, detect
-from acbslurm.accounting.usage import DEFINITION_TEXT, JobUsage
 from acbslurm.config import load_settings
 from acbslurm.errors import AccountingError
 from acbslurm.units import iso

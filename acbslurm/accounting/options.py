@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from acbslurm.accounting.gpuseconds import DEFINITIONS
 from acbslurm.accounting.grouping import GROUP_KEYS
 from acbslurm.accounting.output import FORMATS
 from acbslurm.accounting.report import resolve_user
 from acbslurm.accounting.schema import is_cluster_name
-from acbslurm.accounting.usage import DEFINITIONS
 from acbslurm.errors import ConfigError
 from acbslurm.slurm.states import normalize_state
 from acbslurm.units import parse_instant

@@ -12,9 +12,9 @@ import time
 from collections.abc import Iterable
 from typing import Any, TextIO
 
+from acbslurm.accounting.gpuseconds import JobUsage
 from acbslurm.accounting.grouping import Aggregator, Group
 from acbslurm.accounting.overlaps import OverlapCheck
-from acbslurm.accounting.usage import JobUsage
 from acbslurm.units import iso
 
 JSON_FORMAT = "acbslurm.report/1"

@@ -16,7 +16,7 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, field
 
-from acbslurm.accounting.usage import JobUsage
+from acbslurm.accounting.gpuseconds import JobUsage
 from acbslurm.units import iso
 
 

@@ -157,7 +157,7 @@ def step_util_query(schema: Schema, f: Filters) -> tuple[str, list[Any]]:
 
 
 # Grouped reports are summed by the server (one row per group comes back): the same
-# selection as job_query, the same arithmetic as usage.py, written in SQL. Signed casts
+# selection as job_query, the same arithmetic as gpuseconds.py, written in SQL. Signed casts
 # because the time columns are unsigned and differences may be negative.
 _S = "CAST({} AS SIGNED)"
 # gres/gpu count of tres_alloc ("1=2,2=2048,1001=2"): the text after the last ",ID=";

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from acbslurm.accounting.gpuseconds import JobRow, JobUsage, compute, newest_rows, sacct_elapsed
 from acbslurm.accounting.grouping import Aggregator, Group, LeftOut
 from acbslurm.accounting.live import LiveDevices
 from acbslurm.accounting.queries import (
@@ -31,7 +32,6 @@ from acbslurm.accounting.queries import (
 )
 from acbslurm.accounting.schema import Schema
 from acbslurm.accounting.tres import tres_count, tres_value
-from acbslurm.accounting.usage import JobRow, JobUsage, compute, newest_rows, sacct_elapsed
 from acbslurm.errors import AccountingError, short_repr
 from acbslurm.units import is_ascii_int
 

@@ -47,19 +47,6 @@ def _fail_import(exc: ImportError) -> None:
     raise SystemExit(3)
 
 
-def _program_args(args: list[str]) -> list[str]:
-    for flag in ("-u", "-B", "-O"):  # interpreter flags that may precede the script
-        while args and args[0] == flag:
-            args = args[1:]
-    return args
-
-
-def _name(args: list[str]) -> str:
-    if args[:1] in (["-m"], ["-c"]) and len(args) > 1:
-        return args[1] if args[0] == "-m" else "python-c"
-    return os.path.basename(args[0])
-
-
 def main() -> None:
     from acbslurm.broker.grpc_tuning import CLIENT_EXPERIMENTS, inline_io
     from acbslurm.errors import AcbslurmError
@@ -67,7 +54,9 @@ def main() -> None:
     inline_io(CLIENT_EXPERIMENTS)  # before grpc is imported
     client_class, install_hooks = _broker_modules()
     env = os.environ
-    args = _program_args(sys.argv[1:])
+    args = sys.argv[1:]
+    while args[:1] in (["-u"], ["-B"], ["-O"]):  # interpreter flags before the script
+        args = args[1:]
     try:
         _start(client_class, install_hooks, args, env)
     except AcbslurmError as exc:
@@ -84,9 +73,13 @@ def _start(client_class: Any, install: Any, args: list[str], env: Any) -> None:
     reconnect = env_float("ACBSLURM_AGARUN_RECONNECT", 30.0, env=env)
     memory = env_int("ACBSLURM_AGARUN_MEMORY", 0, env=env)
     idle = env_float("ACBSLURM_AGARUN_IDLE", 0.05, minimum=0.001, env=env)
+    if args[:1] in (["-m"], ["-c"]) and len(args) > 1:
+        name = args[1] if args[0] == "-m" else "python-c"
+    else:
+        name = os.path.basename(args[0])
     client = client_class(
         env["ACBSLURM_AGARUN_BROKER"],
-        name=_name(args),
+        name=name,
         connect_timeout=connect,
         reconnect_timeout=reconnect,
     )

@@ -52,8 +52,9 @@ from typing import Any
 import grpc  # noqa: F401
 
 from acbslurm.broker.address import check_address, default_address, socket_path
+from acbslurm.broker.core import Device
 from acbslurm.broker.lane_client import Lane, LaneClosed, lane_wanted
-from acbslurm.broker.proto import pb
+from acbslurm.broker.proto import device_of, pb
 from acbslurm.broker.stream import Stream
 from acbslurm.broker.transport import Transport, remaining
 from acbslurm.config import env_float
@@ -68,24 +69,10 @@ RECONNECT_TIMEOUT = 30.0  # s a client tries to get its broker back after losing
 RECONNECT_ENV = "ACBSLURM_BROKER_RECONNECT_TIMEOUT"
 
 
-@dataclass(frozen=True)
-class DeviceInfo:
-    id: str
-    name: str
-    memory_total: int
-    minor: int
-    index: int
-    node: str = ""  # the Slurm node; "" = the broker's own
-
-    @classmethod
-    def from_pb(cls, d: Any) -> DeviceInfo:
-        return cls(d.id, d.name, d.memory_total, d.minor, d.index, d.node)
-
-
 @dataclass
 class Lease:
     lease_id: int
-    devices: list[DeviceInfo]
+    devices: list[Device]
     # Set when the broker asks this holder to give the devices back at its next pause.
     yield_requested: threading.Event = field(default_factory=threading.Event)
     released: bool = False
@@ -129,15 +116,6 @@ class _Session:
         if self.lane is not None:
             self.lane.close()
         self.stream.close()
-
-
-def _memory_bytes(memory: str | int | None) -> int:
-    if memory is None:
-        return 0
-    try:
-        return size_bytes(memory)
-    except ValueError as exc:
-        raise ConfigError(f"memory hint: {exc}") from None
 
 
 def _release_message(lease_id: int, resident: dict[str, int]) -> Any:
@@ -205,7 +183,15 @@ class BrokerClient:
         reg = pb.Register(name=self.name, pid=os.getpid(), session=self._session_key)
         if rejoin:
             reg.rejoin = True
-            for dev, nbytes in self._still_held().items():
+            # Declare what is still held: reported residency, and all of the devices
+            # of void leases the program has not released yet.
+            with self._lock:
+                held = dict(self._resident)
+                total = {d.id: d.memory_total for d in self.devices}
+                for lease in self._lost_leases.values():
+                    for dev in lease.device_ids:
+                        held[dev] = max(total.get(dev, 0), 1)
+            for dev, nbytes in held.items():
                 reg.resident.add(device=dev, bytes=nbytes)
         stream = Stream.open(self.address, reg, timeout)
         gen = next(self._gens)
@@ -230,20 +216,9 @@ class BrokerClient:
         self._session = sess
         self.client_id: int = reg.client_id
         self.policy: str = reg.policy
-        self.devices = [DeviceInfo.from_pb(d) for d in reg.devices]
+        self.devices = [device_of(d) for d in reg.devices]
         self._gen = sess.gen
         self._up = True
-
-    def _still_held(self) -> dict[str, int]:
-        """What to declare when registering again: reported residency, and all of the
-        devices of void leases the program has not released yet."""
-        with self._lock:
-            held = dict(self._resident)
-            total = {d.id: d.memory_total for d in self.devices}
-            for lease in self._lost_leases.values():
-                for dev in lease.device_ids:
-                    held[dev] = max(total.get(dev, 0), 1)
-        return held
 
     @property
     def on_lane(self) -> bool:
@@ -267,7 +242,11 @@ class BrokerClient:
         new broker; it fails only when no broker comes back within the reconnect time.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
-        req = pb.Request(count=count, memory_bytes=_memory_bytes(memory), per_node=per_node)
+        try:
+            memory_bytes = 0 if memory is None else size_bytes(memory)
+        except ValueError as exc:
+            raise ConfigError(f"memory hint: {exc}") from None
+        req = pb.Request(count=count, memory_bytes=memory_bytes, per_node=per_node)
         req.pin.extend(pin or [])
         while True:
             lease = self._acquire_once(req, deadline, timeout)
@@ -281,7 +260,9 @@ class BrokerClient:
         slot.request.CopyFrom(req)
         slot.request.request_id = next(self._ids)
         with self._lock:
-            self._check_open()
+            self._check_process()
+            if self._lost or self._closed:
+                raise BrokerError(self._lost or "the broker client is closed")
             self._pending[slot.request.request_id] = slot
             if self._up:  # else the reconnect sends it
                 self._send(pb.ClientMessage(request=slot.request))
@@ -339,7 +320,7 @@ class BrokerClient:
     @contextlib.contextmanager
     def gpus(
         self, count: int = 1, memory: str | int | None = None, timeout: float | None = None
-    ) -> Iterator[list[DeviceInfo]]:
+    ) -> Iterator[list[Device]]:
         """``with client.gpus(1, memory="20G") as devices:`` holds a lease for the block."""
         lease = self.acquire(count, memory=memory, timeout=timeout)
         try:
@@ -385,13 +366,6 @@ class BrokerClient:
                 f"this broker client belongs to process {self._pid}; a forked child "
                 f"(pid {os.getpid()}) must open its own BrokerClient"
             )
-
-    def _check_open(self) -> None:
-        self._check_process()
-        if self._lost:
-            raise BrokerError(self._lost)
-        if self._closed:
-            raise BrokerError("the broker client is closed")
 
     def _send(self, msg: Any) -> None:
         """Send on the current session (callers hold ``_lock`` and checked ``_up``).
@@ -528,7 +502,7 @@ class BrokerClient:
 
     def _on_granted(self, msg: Any, gen: int) -> None:
         g = msg.granted
-        lease = Lease(g.lease_id, [DeviceInfo.from_pb(d) for d in g.devices])
+        lease = Lease(g.lease_id, [device_of(d) for d in g.devices])
         with self._lock:
             if gen != self._gen or not self._up:
                 return  # a grant of a lost session: void (the request is sent again)

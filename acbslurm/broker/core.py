@@ -52,11 +52,15 @@ POLICIES = ("fifo", "quantum")
 
 @dataclass(frozen=True)
 class Device:
+    """A device a broker lends, as the broker and its clients' leases know it: a GPU
+    (``id`` its UUID) or a CPU stand-in (``cpuN``). The hardware record it is made from
+    is ``gpu.inventory.GpuInfo``; a job's GPU as the hooks record it is ``gpuvalue.Gpu``."""
+
     id: str
     name: str = ""
     memory_total: int = 0  # bytes; 0 = unknown (every request then needs the whole device)
-    minor: int = -1
-    index: int = -1
+    minor: int | None = None  # /dev/nvidiaN; None where not known (as in ``Gpu``)
+    index: int | None = None  # the GPU's index on its node; None where not known
     node: str = ""  # the Slurm node it is on ("" = this broker's own node)
 
 
@@ -384,7 +388,13 @@ class Broker:
         candidates = head.pin or tuple(self.devices)
         for dev in candidates:
             lease = self.holder[dev]
-            if lease is not None and self._yield_due(lease, head, now):
+            # Another client's lease, held past the quantum and not asked yet.
+            if (
+                lease is not None
+                and lease.client != head.client
+                and not lease.yield_asked
+                and now - lease.since >= self.quantum
+            ):
                 lease.yield_asked, lease.asked_at = True, now
                 self.counters.yields_asked += 1
                 events.append(YieldAsked(lease.client, lease.lease_id))
@@ -397,14 +407,6 @@ class Broker:
             if lease.yield_asked and not lease.overdue and now - lease.asked_at >= self.overdue:
                 lease.overdue = found = True
         return found
-
-    def _yield_due(self, lease: Lease, head: Waiting, now: float) -> bool:
-        """``lease`` (another client's) has held past the quantum and was not asked yet."""
-        return (
-            lease.client != head.client
-            and not lease.yield_asked
-            and now - lease.since >= self.quantum
-        )
 
     # -- scheduling --------------------------------------------------------------------
 
@@ -517,7 +519,8 @@ class Broker:
     def _place(self, w: Waiting, keep: frozenset[str] = frozenset()) -> tuple[str, ...] | None:
         """Free devices for ``w`` (none of ``keep``): its own residency first, then least
         occupied ones."""
-        return self._choose(w, [d for d in self._free_for(w) if d not in keep])
+        free = [d for d in self._fitting_for(w) if self.holder[d] is None and d not in keep]
+        return self._choose(w, free)
 
     def _choose(
         self, w: Waiting, candidates: list[str], first: Callable[[str], int] = lambda _: 0
@@ -556,10 +559,6 @@ class Broker:
     def _fitting_for(self, w: Waiting) -> list[str]:
         """The devices ``w`` may have (its pins, else all) that fit it, held or not."""
         return [d for d in (w.pin or tuple(self.devices)) if self._fits(self.devices[d], w.memory)]
-
-    def _free_for(self, w: Waiting) -> list[str]:
-        """The devices ``w`` may have that fit it and are free."""
-        return [d for d in self._fitting_for(w) if self.holder[d] is None]
 
     def _node_groups(
         self,
@@ -608,9 +607,24 @@ class Broker:
     def waiting_for(self, client: int) -> list[Waiting]:
         return [w for w in self.queue if w.client == client]
 
+    # complexity: one assertion after another, each naming the invariant it holds
     def check_invariants(self) -> None:
         """Raise AssertionError when the state is inconsistent (used by tests)."""
-        self._check_holders(self._lease_owners())
+        owners: dict[str, int] = {}
+        for info in self.clients.values():
+            # No device is leased twice, and each lease is its devices' holder.
+            for lease in info.leases.values():
+                assert lease.client == info.client_id
+                for dev in lease.devices:
+                    assert dev not in owners, f"{dev} leased to {owners[dev]} and {info.client_id}"
+                    owners[dev] = info.client_id
+                    assert self.holder[dev] is lease
+        for dev, held in self.holder.items():
+            # Each holder is its device's lease owner, and shares it with no resident
+            # that still evicts.
+            if held is not None:
+                assert owners.get(dev) == held.client, f"stale holder on {dev}"
+                assert not self._others_evicting(dev, held.client)
         for dev in self.devices:
             for c in self.resident[dev]:
                 assert c in self.clients, f"resident {c} on {dev} is gone"
@@ -618,24 +632,3 @@ class Broker:
             assert w.client in self.clients
         if self.recovering:
             assert all(h is None for h in self.holder.values()), "granted during recovery"
-
-    def _lease_owners(self) -> dict[str, int]:
-        """Each leased device's client, asserting that no device is leased twice and that
-        each lease is its devices' holder."""
-        owners: dict[str, int] = {}
-        for info in self.clients.values():
-            for lease in info.leases.values():
-                assert lease.client == info.client_id
-                for dev in lease.devices:
-                    assert dev not in owners, f"{dev} leased to {owners[dev]} and {info.client_id}"
-                    owners[dev] = info.client_id
-                    assert self.holder[dev] is lease
-        return owners
-
-    def _check_holders(self, owners: dict[str, int]) -> None:
-        """Each holder is its device's lease owner, and no resident still evicts there."""
-        for dev, held in self.holder.items():
-            if held is not None:
-                assert owners.get(dev) == held.client, f"stale holder on {dev}"
-                # A holder never shares its device with a resident that still evicts.
-                assert not self._others_evicting(dev, held.client)

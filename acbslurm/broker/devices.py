@@ -13,7 +13,6 @@ import dataclasses
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from acbslurm.broker.core import Device
 from acbslurm.config import Settings
@@ -23,9 +22,6 @@ from acbslurm.gpu.mapping import comma_tokens
 from acbslurm.gpu.node import job_gpus
 from acbslurm.gpu.nvml import nvml_inventory
 from acbslurm.units import cpu_device_spec
-
-if TYPE_CHECKING:
-    from acbslurm.gpuvalue import Gpu
 
 
 @dataclass(frozen=True)
@@ -44,10 +40,10 @@ def cpu_devices(spec: str) -> list[Device]:
         count, memory = cpu_device_spec(spec)
     except ValueError as exc:
         raise ConfigError(f"device spec {spec!r}: {exc}") from None
-    return [Device(f"cpu{i}", "CPU stand-in", memory, -1, i) for i in range(count)]
+    return [Device(f"cpu{i}", "CPU stand-in", memory, None, i) for i in range(count)]
 
 
-def slurm_job_gpus(env: Mapping[str, str], settings: Settings) -> list[GpuInfo]:
+def slurm_job_gpus(env: Mapping[str, str], settings: Settings) -> list[Device]:
     """The GPUs of the Slurm job described by ``env``, in Slurm's order: the ones
     acbslurm's task prolog exported, else mapped as its prolog maps them (gpu/node.py),
     so a broker in a job lends exactly the GPUs the hooks recorded for it."""
@@ -55,8 +51,8 @@ def slurm_job_gpus(env: Mapping[str, str], settings: Settings) -> list[GpuInfo]:
     if uuids:
         # The task prolog already mapped them; a static inventory adds names and sizes.
         known = load_static(settings.gpu_inventory) if settings.gpu_inventory else []
-        by_uuid = {g.uuid: g for g in known}
-        return [by_uuid.get(u) or GpuInfo(index=-1, minor=-1, uuid=u) for u in uuids]
+        by_uuid = {d.id: d for d in from_gpu_info(known)}
+        return [by_uuid.get(u) or Device(u) for u in uuids]
     gpus = list(job_gpus(env, settings).info)
     if not gpus:
         raise GpuMappingError(
@@ -64,15 +60,14 @@ def slurm_job_gpus(env: Mapping[str, str], settings: Settings) -> list[GpuInfo]:
             "SLURM_JOB_GPUS or CUDA_VISIBLE_DEVICES); request GPUs with --gres=gpu:N "
             "or use --devices"
         )
-    return gpus
+    return from_gpu_info(gpus)
 
 
 def _slurm_job_devices(env: Mapping[str, str], settings: Settings) -> DeviceSet:
     """The GPUs of the Slurm job this broker runs in (``--devices slurm``)."""
     if not env.get("SLURM_JOB_ID"):
         raise ConfigError("--devices slurm: not inside a Slurm job (SLURM_JOB_ID unset)")
-    gpus = slurm_job_gpus(env, settings)
-    return DeviceSet(from_gpu_info(gpus), f"Slurm job {env['SLURM_JOB_ID']}")
+    return DeviceSet(slurm_job_gpus(env, settings), f"Slurm job {env['SLURM_JOB_ID']}")
 
 
 def job_nodes_count(env: Mapping[str, str]) -> int:
@@ -81,6 +76,7 @@ def job_nodes_count(env: Mapping[str, str]) -> int:
     return int(raw) if raw.isascii() and raw.isdigit() and int(raw) > 0 else 1
 
 
+# complexity: one straight flow: this node's GPUs, every node's, each placed, the lost refused
 def all_nodes_devices(env: Mapping[str, str], settings: Settings) -> DeviceSet:
     """Every GPU of the multi-node Slurm job this program runs in, in the job's node
     order, each with its node (for a broker that lends them all: the pool's).
@@ -98,7 +94,16 @@ def all_nodes_devices(env: Mapping[str, str], settings: Settings) -> DeviceSet:
     here = this_node(env)
     job = env["SLURM_JOB_ID"]
     gpus = job_gpus_by_node(job, bin_dir=settings.slurm_bin_dir)
-    out = _on_their_nodes(gpus, mine)
+    # This node's as ``mine`` has them; the others' with this node's name, smallest size.
+    by_uuid = {d.id: d for d in mine}
+    name = mine[0].name if mine else ""
+    size = min((d.memory_total for d in mine), default=0)
+    out = [
+        dataclasses.replace(by_uuid[g.uuid], node=g.node)
+        if g.uuid in by_uuid
+        else Device(g.uuid, name, size, None, g.index, g.node)
+        for g in gpus
+    ]
     lost = [d.id for d in mine if d.id not in {g.uuid for g in gpus}]
     if lost:
         raise GpuMappingError(
@@ -107,20 +112,6 @@ def all_nodes_devices(env: Mapping[str, str], settings: Settings) -> DeviceSet:
         )
     nodes = list(dict.fromkeys(d.node for d in out))
     return DeviceSet(out, f"Slurm job {job} on {len(nodes)} nodes: {','.join(nodes)}")
-
-
-def _on_their_nodes(gpus: list[Gpu], mine: list[Device]) -> list[Device]:
-    """The job's ``gpus`` as devices with their nodes: this node's as ``mine`` has them,
-    the others' with this node's GPU name and smallest size."""
-    by_uuid = {d.id: d for d in mine}
-    name = mine[0].name if mine else ""
-    size = min((d.memory_total for d in mine), default=0)
-    return [
-        dataclasses.replace(by_uuid[g.uuid], node=g.node)
-        if g.uuid in by_uuid
-        else Device(g.uuid, name, size, -1, -1 if g.index is None else g.index, g.node)
-        for g in gpus
-    ]
 
 
 # complexity: a dispatcher: one branch per --devices source, in the order "auto" tries

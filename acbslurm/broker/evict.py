@@ -131,16 +131,16 @@ class StorageEvictor:
     def evicted(self) -> bool:
         return bool(self.saved)
 
-    def _on_device(self, t: torch.Tensor) -> bool:
-        d = t.device
-        if d.type != self.device.type:
-            return False
-        return self.device.index is None or d.index in (None, self.device.index)
-
     def _plain_storage(self, obj: torch.Tensor) -> Any:
         """The storage of a strided tensor on the device; None for any other."""
+        mine = self.device
         try:
-            if obj.layout != torch.strided or obj.is_meta or not self._on_device(obj):
+            d = obj.device
+            if d.type != mine.type or (
+                mine.index is not None and d.index not in (None, mine.index)
+            ):
+                return None  # on another device
+            if obj.layout != torch.strided or obj.is_meta:
                 return None
             return obj.untyped_storage()
         except (RuntimeError, NotImplementedError):

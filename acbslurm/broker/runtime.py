@@ -146,12 +146,11 @@ class DeviceRuntime:
         lease, self._lease = self._lease, None
         if lease is None or self._device_id is None:
             return
-        self.client.release(lease, resident={self._device_id: self._resident_bytes()})
-
-    def _resident_bytes(self) -> int:
         if self.device_type == "cuda" and self.evictor is not None:
-            return int(torch.cuda.memory_reserved(self.evictor.device)) or 1
-        return self.memory or 1  # CPU stand-in: the hint (any positive value marks residency)
+            resident = int(torch.cuda.memory_reserved(self.evictor.device)) or 1
+        else:  # CPU stand-in: the hint (any positive value marks residency)
+            resident = self.memory or 1
+        self.client.release(lease, resident={self._device_id: resident})
 
     # -- background ---------------------------------------------------------------------
 

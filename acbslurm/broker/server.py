@@ -39,7 +39,7 @@ import grpc
 from acbslurm.broker import core
 from acbslurm.broker.address import parse_address, socket_path
 from acbslurm.broker.lane_server import LaneServer, token_matches
-from acbslurm.broker.proto import pb, pb_grpc
+from acbslurm.broker.proto import device_msg, pb, pb_grpc
 from acbslurm.errors import BrokerError
 from acbslurm.jobsockets import BROKER_SOCKET, check_socket, free_socket_path, lane_path
 
@@ -50,17 +50,6 @@ MAX_SESSIONS = 512  # concurrent sessions (each is one open stream)
 RECOVERY_GRACE = 10.0  # s a broker restarted after an unclean stop waits for old sessions
 
 _EOF: Any = grpc.aio.EOF  # type: ignore[attr-defined]  # missing from grpc-stubs
-
-
-def device_msg(d: core.Device) -> Any:
-    return pb.Device(
-        id=d.id,
-        name=d.name,
-        memory_total=d.memory_total,
-        minor=d.minor,
-        index=d.index,
-        node=d.node,
-    )
 
 
 class BrokerService(pb_grpc.GpuBrokerServicer):  # type: ignore[misc]
@@ -272,11 +261,25 @@ class BrokerService(pb_grpc.GpuBrokerServicer):  # type: ignore[misc]
         b = self.broker
         now = time.monotonic()
         c = b.counters
+        clients = []
+        for info in b.clients.values():
+            waits = b.waiting_for(info.client_id)
+            clients.append(
+                pb.ClientState(
+                    client_id=info.client_id,
+                    name=info.name,
+                    pid=info.pid,
+                    waiting_count=sum(w.count for w in waits),
+                    waiting_seconds=max((now - w.since for w in waits), default=0.0),
+                    on_lane=self.lane is not None and self.lane.is_open(info.client_id),
+                    rejoined=info.rejoined,
+                )
+            )
         return pb.StatusReply(
             policy=b.policy,
             quantum_seconds=b.quantum,
             devices=self._device_states(now),
-            clients=self._client_states(now),
+            clients=clients,
             grants=c.grants,
             evictions=c.evictions,
             yields_asked=c.yields_asked,
@@ -306,24 +309,6 @@ class BrokerService(pb_grpc.GpuBrokerServicer):  # type: ignore[misc]
                 )
             )
         return devices
-
-    def _client_states(self, now: float) -> list[Any]:
-        b = self.broker
-        clients = []
-        for info in b.clients.values():
-            waits = b.waiting_for(info.client_id)
-            clients.append(
-                pb.ClientState(
-                    client_id=info.client_id,
-                    name=info.name,
-                    pid=info.pid,
-                    waiting_count=sum(w.count for w in waits),
-                    waiting_seconds=max((now - w.since for w in waits), default=0.0),
-                    on_lane=self.lane is not None and self.lane.is_open(info.client_id),
-                    rejoined=info.rejoined,
-                )
-            )
-        return clients
 
     async def tick_forever(self) -> None:
         while True:

@@ -6,7 +6,25 @@ from __future__ import annotations
 from typing import Any
 
 
-def _status_dict(reply: Any) -> dict[str, Any]:
+def fetch_status(address: str, timeout: float = 5.0) -> dict[str, Any]:
+    """The broker's state as a plain dict (also used by tests and benchmarks)."""
+    import grpc
+
+    from acbslurm.broker.address import check_address
+    from acbslurm.broker.proto import pb, pb_grpc
+    from acbslurm.errors import BrokerError
+
+    check_address(address)  # another user's socket: "permission denied", not a time-out
+    with grpc.insecure_channel(address) as channel:
+        try:
+            reply = pb_grpc.GpuBrokerStub(channel).Status(
+                pb.StatusRequest(), timeout=timeout, wait_for_ready=True
+            )
+        except grpc.RpcError as exc:
+            raise BrokerError(
+                f"no GPU broker answers at {address} ({exc.code().name}); "
+                "start one with `acbslurm broker serve`"
+            ) from None
     return {
         "policy": reply.policy,
         "quantum_seconds": reply.quantum_seconds,
@@ -46,25 +64,3 @@ def _status_dict(reply: Any) -> dict[str, Any]:
             for c in reply.clients
         ],
     }
-
-
-def fetch_status(address: str, timeout: float = 5.0) -> dict[str, Any]:
-    """The broker's state as a plain dict (also used by tests and benchmarks)."""
-    import grpc
-
-    from acbslurm.broker.address import check_address
-    from acbslurm.broker.proto import pb, pb_grpc
-    from acbslurm.errors import BrokerError
-
-    check_address(address)  # another user's socket: "permission denied", not a time-out
-    with grpc.insecure_channel(address) as channel:
-        try:
-            reply = pb_grpc.GpuBrokerStub(channel).Status(
-                pb.StatusRequest(), timeout=timeout, wait_for_ready=True
-            )
-        except grpc.RpcError as exc:
-            raise BrokerError(
-                f"no GPU broker answers at {address} ({exc.code().name}); "
-                "start one with `acbslurm broker serve`"
-            ) from None
-    return _status_dict(reply)

@@ -6,9 +6,9 @@ import sys
 
 import click
 
+from acbslurm.accounting.gpuseconds import DEFINITIONS
 from acbslurm.accounting.options import BY_CHOICES, DEFAULT_START
 from acbslurm.accounting.output import FORMATS
-from acbslurm.accounting.usage import DEFINITIONS
 from acbslurm.clitypes import AsciiInt
 
 

@@ -101,7 +101,12 @@ def run_phase(
     ``slurm_env`` is the one our own squeue/sacct/scontrol calls run with. They differ
     (HOME, USER...) and both must point at the cluster; ``None`` is this process's.
     """
-    traces = _submit_all(scripts, user=user, env=env, cwd=cwd)
+    traces: dict[str, JobTrace] = {}
+    for script, hold in scripts:  # in order: a trace per job, by its id
+        res = submit_script(script, user=user, env=env, cwd=cwd)
+        if res.error is not None:
+            raise res.error
+        traces[res.job_ids[0]] = JobTrace(res.job_ids[0], hold)
     ids = list(traces)
     last: dict[str, tuple[str, str, tuple[int, ...]]] = {}
     # The watcher asks only about unfinished jobs and scontrol once per running job.
@@ -124,23 +129,6 @@ def run_phase(
     phase = Phase(len(ids), list(traces.values()))
     phase.problems = check_phase(phase.jobs, gpus_on_node=len(inventory))
     return phase
-
-
-def _submit_all(
-    scripts: list[tuple[str, float]],
-    *,
-    user: str | int | None,
-    env: Mapping[str, str] | None,
-    cwd: str | None,
-) -> dict[str, JobTrace]:
-    """Submit each (script, hold seconds) in order: a trace per job, by its id."""
-    traces: dict[str, JobTrace] = {}
-    for script, hold in scripts:
-        res = submit_script(script, user=user, env=env, cwd=cwd)
-        if res.error is not None:
-            raise res.error
-        traces[res.job_ids[0]] = JobTrace(res.job_ids[0], hold)
-    return traces
 
 
 def _uuids_from_inventory(traces: Iterable[JobTrace], inventory: Mapping[int, str]) -> None:

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from acbslurm.demo import show
+from acbslurm.demo.accounted import usage_report, wait_until_stored
 from acbslurm.demo.experiment import Phase, run_phase
 from acbslurm.demo.target import Target, sandbox_target
-from acbslurm.demo.usage import usage_report, wait_until_stored
 from acbslurm.errors import SetupError
 from acbslurm.render import render
 from acbslurm.resources import conf_dir

@@ -31,7 +31,7 @@ from acbslurm.values import field, mutable
 # On the hook path: no typing at run time (tests/unit/hooks/test_hooks_imports.py).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Iterator
+    from collections.abc import Callable, Iterable
 
     from acbslurm.config import Settings
 
@@ -57,22 +57,17 @@ def gpu_minor(path: str) -> int | None:
     return minor if minor < FIRST_SHARED_MINOR else None
 
 
-def _listdir(path: str) -> list[str]:
-    """The names in ``path`` (none when it cannot be read); not glob: its import costs
-    the hooks a millisecond."""
-    try:
-        return os.listdir(path)
-    except OSError:
-        return []
-
-
 def node_gpu_files(settings: Settings, node: str) -> dict[str, int]:
     """Every per-GPU device file of the node the fence knows: ``/dev/nvidiaN``, the
     gres.conf ``File=`` lines of ``node`` and the static inventory's ``device`` (the
     sandbox's emulated GPUs live outside /dev); path -> minor."""
     from acbslurm.gpu.gres_conf import gpu_device_files
 
-    paths = [f"/dev/{n}" for n in _listdir("/dev") if _PER_GPU_NAME.match(n)]
+    try:  # not glob: its import costs the hooks a millisecond
+        names = os.listdir("/dev")
+    except OSError:
+        names = []
+    paths = [f"/dev/{n}" for n in names if _PER_GPU_NAME.match(n)]
     with contextlib.suppress(AcbslurmError, OSError):  # AutoDetect, or no gres.conf
         paths += gpu_device_files(settings.gres_conf, node)
     if settings.gpu_inventory:
@@ -130,8 +125,10 @@ def stepd_jobs(proc: str = "/proc") -> set[str]:
     return jobs
 
 
-# Job states in which a job holds its node's GPUs; COMPLETING is the epilog's own time.
-HOLDING_STATES = {"RUNNING", "CONFIGURING", "SUSPENDED"}
+# The states in which the fence keeps a job's GPUs open to its user. Not
+# slurm.states.HOLDING_STATES (the jobs holding an allocation): a CONFIGURING job (its
+# prolog running) has its GPUs already; COMPLETING is the epilog's time to take them back.
+GPU_OPEN_STATES = frozenset({"RUNNING", "CONFIGURING", "SUSPENDED"})
 
 
 def slurm_running_jobs(node: str, bin_dir: str, timeout: float = 5.0) -> set[str] | None:
@@ -146,7 +143,7 @@ def slurm_running_jobs(node: str, bin_dir: str, timeout: float = 5.0) -> set[str
     jobs = set()
     for line in out.splitlines():
         job, _, state = line.strip().partition(" ")
-        if state.strip() in HOLDING_STATES:
+        if state.strip() in GPU_OPEN_STATES:
             jobs.add(job)
     return jobs
 
@@ -245,37 +242,27 @@ def reconcile(
     return result
 
 
-@contextlib.contextmanager
-def _node_lock(record_dir: str) -> Iterator[None]:
-    """One reconcile at a time on the node: two hooks that each read a file's ACL and
-    write their own view back could otherwise undo each other's grant or revoke. The
-    lock is the record directory itself (flock on a directory descriptor): no file to
-    create, so a full or read-only directory locks too."""
-    import fcntl
-
-    try:
-        fd = os.open(record_dir, os.O_RDONLY | os.O_DIRECTORY)
-    except OSError:
-        yield  # no record directory (yet): no record grants anything to race over
-        return
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)  # the hook's deadline bounds the wait
-        yield
-    finally:
-        os.close(fd)
-
-
 def fence_node(settings: Settings, node: str, liveness: Liveness) -> tuple[FenceResult, list[str]]:
     """Reconcile every GPU file of ``node``; the result and what was said about records."""
+    import fcntl
+
     files = node_gpu_files(settings, node)
-    with _node_lock(settings.record_dir):
+    # One reconcile at a time on the node: two hooks that each read a file's ACL and
+    # write their own view back could otherwise undo each other's grant or revoke. The
+    # lock is the record directory itself (flock on a directory descriptor): no file to
+    # create, so a full or read-only directory locks too.
+    try:
+        lock = os.open(settings.record_dir, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        lock = -1  # no record directory (yet): no record grants anything to race over
+    try:
+        if lock >= 0:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # the hook's deadline bounds the wait
         records, notes = node_records(settings.record_dir, node)
         result = reconcile(allowed_users(files, records, liveness.alive))
+    finally:
+        if lock >= 0:
+            os.close(lock)
     if liveness.unknown:
         notes.append("slurmctld did not answer: records without a slurmstepd were kept")
     return result, notes
-
-
-def unfenced(path: str) -> bool:
-    """True when the world may read or write ``path`` (the fence does not hold there)."""
-    return bool(os.lstat(path).st_mode & 0o006)

@@ -48,7 +48,9 @@ def _positions(tokens: list[str], rec: JobRecord, raw: str) -> list[int]:
     has = _names(rec)
     out: list[int] = []
     for t in tokens:
-        pos = by_uuid.get(t) if is_uuid(t) else _index_position(t, by_index, raw)
+        if not is_uuid(t) and not is_ascii_int(t):
+            raise NotTheJobsGpu(f"SLURM_STEP_GPUS={raw}: {t!r} is not a GPU index")
+        pos = by_uuid.get(t) if is_uuid(t) else by_index.get(str(int(t)))
         if pos is None:
             raise NotTheJobsGpu(
                 f"SLURM_STEP_GPUS={raw} names GPU {t}, which Slurm did not give job "
@@ -66,13 +68,6 @@ def _names(rec: JobRecord) -> str:
     return ",".join(indices) or ",".join(rec.uuids) or "no GPUs"
 
 
-def _index_position(t: str, by_index: dict[str, int], raw: str) -> int | None:
-    """Where GPU index ``t`` is in the record (None: not there)."""
-    if not is_ascii_int(t):
-        raise NotTheJobsGpu(f"SLURM_STEP_GPUS={raw}: {t!r} is not a GPU index")
-    return by_index.get(str(int(t)))
-
-
 def can_open(path: str) -> bool:
     """May this process open the GPU device file ``path`` read-write? Refused (EPERM by
     the device cgroup, EACCES by the file's permissions) or not; an open that passes
@@ -82,19 +77,6 @@ def can_open(path: str) -> bool:
     except OSError as exc:
         return exc.errno not in (errno.EPERM, errno.EACCES)
     return True
-
-
-def _relative(tokens: list[str], allowed: list[int], raw: str, rec: JobRecord) -> list[int]:
-    """``SLURM_STEP_GPUS`` read as positions among the GPUs the task may open."""
-    out = []
-    for t in tokens:
-        if not is_ascii_int(t) or int(t) >= len(allowed):
-            raise NotTheJobsGpu(
-                f"SLURM_STEP_GPUS={raw}: this task may open {len(allowed)} of job "
-                f"{rec.job_id}'s GPUs here, so {t!r} names none of them"
-            )
-        out.append(allowed[int(t)])
-    return out
 
 
 def _as_the_task_may_open(
@@ -107,7 +89,15 @@ def _as_the_task_may_open(
     if not all(is_ascii_int(t) for t in tokens):
         return positions
     allowed = [p for p, f in enumerate(device_files) if can_open(f)]
-    return _relative(tokens, allowed, raw, rec)
+    out = []
+    for t in tokens:
+        if int(t) >= len(allowed):
+            raise NotTheJobsGpu(
+                f"SLURM_STEP_GPUS={raw}: this task may open {len(allowed)} of job "
+                f"{rec.job_id}'s GPUs here, so {t!r} names none of them"
+            )
+        out.append(allowed[int(t)])
+    return out
 
 
 def step_record(

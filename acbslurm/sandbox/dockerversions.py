@@ -71,10 +71,6 @@ class DockerInstall:
     prefix: str = ""
 
     @property
-    def is_host(self) -> bool:
-        return not self.prefix
-
-    @property
     def cli(self) -> str:
         return str(Path(self.prefix) / "usr/bin/docker") if self.prefix else HOST_CLI
 

@@ -148,9 +148,7 @@ def _existing(address: str) -> BrokerChoice:
     from acbslurm.broker.client import BrokerClient
 
     with BrokerClient(address, name="serve:probe") as c:
-        devices = [
-            Device(d.id, d.name, d.memory_total, d.minor, d.index, d.node) for d in c.devices
-        ]
+        devices = list(c.devices)
     return BrokerChoice(address, devices, device_kind(devices), None, address)
 
 

@@ -34,7 +34,7 @@ from acbslurm.units import is_ascii_int
 # On the hook path: no typing at run time (tests/unit/hooks/test_hooks_imports.py).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable, Collection, Sequence
+    from collections.abc import Callable, Collection, Iterator, Sequence
 
     from acbslurm.slurm.allocation import JobFacts
 
@@ -86,14 +86,21 @@ def gpu_items(comment: str | None) -> list[str]:
     ``parse_gpus(comment)``'s ``token()`` gives, without building the values: the
     report reads 100,000 comments and more (each item is checked, and rewritten only
     when its index is not written as ``Gpu.token`` writes it)."""
-    out: list[str] = []
+    return [
+        item if _as_written(index, uuid) else _rewritten(node, index, uuid)
+        for item, node, index, uuid in _items(comment)
+    ]
+
+
+def _items(comment: str | None) -> Iterator[tuple[str, str, str, str]]:
+    """Each ``node:index=uuid`` of the comment's tokens, and its three parts as written:
+    the one reader of what ``Gpu.token`` writes."""
     for token in _TOKEN.findall(comment or ""):
         for item in token.split(","):
             where, _, uuid = item.partition("=")
             node, _, index = where.rpartition(":")
             if node and uuid:
-                out.append(item if _as_written(index, uuid) else _rewritten(node, index, uuid))
-    return out
+                yield item, node, index, uuid
 
 
 def _as_written(index: str, uuid: str) -> bool:
@@ -108,15 +115,10 @@ def _rewritten(node: str, index: str, uuid: str) -> str:
 
 def parse_gpus(comment: str | None) -> list[Gpu]:
     """The devices in a stored ``admin_comment`` (no minors: they are not kept there)."""
-    out: list[Gpu] = []
-    for token in _TOKEN.findall(comment or ""):
-        for item in token.split(","):
-            where, _, uuid = item.partition("=")
-            node, _, index = where.rpartition(":")
-            if node and uuid:
-                idx = int(index) if is_ascii_int(index) else None
-                out.append(Gpu(_nvidia_case(uuid), idx, node=node))
-    return out
+    return [
+        Gpu(_nvidia_case(uuid), int(index) if is_ascii_int(index) else None, node=node)
+        for _, node, index, uuid in _items(comment)
+    ]
 
 
 def record_job_gpus(

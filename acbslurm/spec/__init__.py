@@ -11,7 +11,8 @@ from typing import Any
 
 from acbslurm.errors import SpecError, short_repr
 from acbslurm.mountrules import Mount
-from acbslurm.spec.model import CONTAINER_KEYS, JOB_KEYS, ContainerSpec, JobSpec, ServeJob, validate
+from acbslurm.spec.container import CONTAINER_KEYS, ContainerSpec
+from acbslurm.spec.model import JOB_KEYS, JobSpec, ServeJob, validate
 from acbslurm.spec.yamlpos import DuplicateKeyError, Located, load_located
 from acbslurm.userfiles import SPEC_LIMIT, read_user_text
 
@@ -72,20 +73,6 @@ def _override_value(raw: str, key: str) -> Any:
     return value
 
 
-def _override_item(item: str) -> tuple[str, tuple[str, ...], str]:
-    """``a.b=value``: the key, its parts and the value's text."""
-    key, sep, raw = item.partition("=")
-    key = key.strip()
-    if not sep or not key:
-        raise SpecError(f"--set {short_repr(item)}: expected KEY=VALUE (e.g. --set mem=4G)")
-    parts = tuple(key.split("."))
-    if any(not p for p in parts):
-        raise SpecError(
-            f"--set {short_repr(item)}: {short_repr(key)} is not a key (use dots between names)"
-        )
-    return key, parts, raw
-
-
 def _parent_of(root: dict[Any, Any], parts: tuple[str, ...], item: str) -> dict[Any, Any]:
     """The mapping that holds key ``parts`` (made where missing)."""
     node = root
@@ -105,7 +92,15 @@ def apply_overrides(doc: Located, overrides: Sequence[str]) -> None:
     if not isinstance(doc.value, dict):
         return
     for item in overrides:
-        key, parts, raw = _override_item(item)
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise SpecError(f"--set {short_repr(item)}: expected KEY=VALUE (e.g. --set mem=4G)")
+        parts = tuple(key.split("."))
+        if any(not p for p in parts):
+            raise SpecError(
+                f"--set {short_repr(item)}: {short_repr(key)} is not a key (use dots between names)"
+            )
         node = _parent_of(doc.value, parts, item)
         node[parts[-1]] = _override_value(raw, key)
         # the value (and anything below it) now comes from the command line

@@ -4,10 +4,10 @@ totals), never left out silently."""
 
 from __future__ import annotations
 
+from acbslurm.accounting.gpuseconds import JobRow, newest_rows
 from acbslurm.accounting.grouping import Aggregator
 from acbslurm.accounting.output import left_out_note, totals_record
 from acbslurm.accounting.report import _counter
-from acbslurm.accounting.usage import JobRow, newest_rows
 
 GPU = 1001  # the gres/gpu TRES id
 

@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 
 from acbslurm.accounting import make_report as run_mod
+from acbslurm.accounting.gpuseconds import JobUsage
 from acbslurm.accounting.grouping import Aggregator
 from acbslurm.accounting.make_report import metadata, report_request, run_report
 from acbslurm.accounting.options import OptionError, ReportOptions, Selection
 from acbslurm.accounting.report import ReportRequest
 from acbslurm.accounting.schema import Schema
-from acbslurm.accounting.usage import JobUsage
 from acbslurm.config import Settings
 from acbslurm.errors import AccountingError
 from acbslurm.units import iso

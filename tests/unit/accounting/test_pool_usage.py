@@ -9,8 +9,8 @@ import json
 import pytest
 
 from acbslurm.accounting.bykey import write_by_key
+from acbslurm.accounting.gpuseconds import JobUsage, pool_usage
 from acbslurm.accounting.output import pool_line, pool_record
-from acbslurm.accounting.usage import JobUsage, pool_usage
 from acbslurm.slurm.job_history import with_node_words
 from acbslurm.slurm.usage_history import MAX_ENTRIES, MAX_WORD, parse_usage, usage_token
 from acbslurm.usagebook import Totals

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from scriptmodule import load
 
-from acbslurm.accounting.usage import devices_text, pool_usage
+from acbslurm.accounting.gpuseconds import devices_text, pool_usage
 from acbslurm.slurm.gpu_history import parse_gpus
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -12,11 +12,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from acbslurm.accounting.dbconfig import DbConfig, resolve_db_config
+from acbslurm.accounting.gpuseconds import JobUsage
 from acbslurm.accounting.grouping import Aggregator
 from acbslurm.accounting.output import JSON_FORMAT, write_csv, write_json, write_table
 from acbslurm.accounting.queries import Filters, job_query, step_util_query
 from acbslurm.accounting.schema import Schema, check_version, pick_cluster
-from acbslurm.accounting.usage import JobUsage
 from acbslurm.cli.main import cli
 from acbslurm.errors import AccountingError, ConfigError
 from acbslurm.units import parse_instant

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from acbslurm.accounting.gpuseconds import JobUsage
 from acbslurm.accounting.grouping import Aggregator, split_by_day
-from acbslurm.accounting.usage import JobUsage
 
 
 def job(

@@ -16,9 +16,9 @@ import subprocess
 import zlib
 from pathlib import Path
 
+from acbslurm.accounting.gpuseconds import JobUsage
 from acbslurm.accounting.grouping import Aggregator
 from acbslurm.accounting.html import colour, write_html
-from acbslurm.accounting.usage import JobUsage
 
 T0 = 1_790_000_000
 USERS = [f"user{i}" for i in range(1, 7)]
@@ -180,7 +180,7 @@ def _columns_with(data: bytes, rgb: tuple[int, int, int]) -> list[int]:
 def window_page() -> str:
     """Two hours on 4 GPUs: failed, preempted, cancelled, running and pool jobs, and the
     newest job of a user of its own, ending at the window's end."""
-    from acbslurm.accounting.usage import PoolUsage
+    from acbslurm.accounting.gpuseconds import PoolUsage
 
     jobs = [
         job(i, T0 + i * 600, T0 + i * 600 + 500, f"n1:{i % 4}=GPU-{i % 4:08d}") for i in range(11)

@@ -13,9 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from acbslurm.accounting.gpuseconds import JobUsage, PoolUsage
 from acbslurm.accounting.grouping import Aggregator
 from acbslurm.accounting.output import job_json, job_record, write_json
-from acbslurm.accounting.usage import JobUsage, PoolUsage
 from acbslurm.units import iso
 
 text = st.text(max_size=12)  # any characters: quotes, backslashes, control, non-ASCII

@@ -10,10 +10,10 @@ import time
 
 from test_report_html import META, T0, history, job, page
 
+from acbslurm.accounting.gpuseconds import JobUsage
 from acbslurm.accounting.grouping import Aggregator
 from acbslurm.accounting.output import write_json, write_table
 from acbslurm.accounting.overlaps import OverlapCheck
-from acbslurm.accounting.usage import JobUsage
 
 TABLE_META = {
     **META,

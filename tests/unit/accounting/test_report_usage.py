@@ -5,8 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from acbslurm.accounting.tres import tres_count, tres_value
-from acbslurm.accounting.usage import (
+from acbslurm.accounting.gpuseconds import (
     ARRAY_META_TASK,
     JobRow,
     compute,
@@ -15,6 +14,7 @@ from acbslurm.accounting.usage import (
     sacct_elapsed,
     sreport_elapsed,
 )
+from acbslurm.accounting.tres import tres_count, tres_value
 from acbslurm.slurm.states import JOB_REQUEUE, JOB_RESIZING, normalize_state, state_name
 
 NOW = 1_800_000_000

@@ -49,9 +49,9 @@ def _site(tmp_path: Path, gpus: list[GpuInfo], gres: str = "AutoDetect=off\n") -
 def test_slurm_job_prefers_the_task_prolog_uuids(tmp_path: Path) -> None:
     env = {"SLURM_JOB_ID": "5", "ACBSLURM_GPU_UUIDS": "GPU-2,GPU-0", "SLURM_JOB_GPUS": "0"}
     gpus = slurm_job_gpus(env, _site(tmp_path, INV))
-    assert [(g.uuid, g.name) for g in gpus] == [("GPU-2", "H200"), ("GPU-0", "H200")]
+    assert [(g.id, g.name) for g in gpus] == [("GPU-2", "H200"), ("GPU-0", "H200")]
     # Without a static inventory the prolog's UUIDs are taken as they are.
-    assert [g.uuid for g in slurm_job_gpus(env, Settings())] == ["GPU-2", "GPU-0"]
+    assert [g.id for g in slurm_job_gpus(env, Settings())] == ["GPU-2", "GPU-0"]
 
 
 def test_slurm_job_gpus_are_gres_indices_mapped_through_gres_conf(tmp_path: Path) -> None:
@@ -67,7 +67,7 @@ def test_slurm_job_gpus_are_gres_indices_mapped_through_gres_conf(tmp_path: Path
     settings = _site(tmp_path, gpus, f"Name=gpu File={','.join(files)}\n")
     env = {"SLURM_JOB_ID": "5", "SLURM_JOB_GPUS": "3,0", "SLURMD_NODENAME": "n1"}
     want = [f"GPU-{device_minor('/dev/urandom')}", f"GPU-{device_minor('/dev/full')}"]
-    assert [g.uuid for g in slurm_job_gpus(env, settings)] == want
+    assert [g.id for g in slurm_job_gpus(env, settings)] == want
     found = resolve_devices("slurm", env, settings)
     assert [d.id for d in found.devices] == want
     assert job_gpus(env, settings).uuids == want  # what the prolog records

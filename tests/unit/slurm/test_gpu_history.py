@@ -9,8 +9,8 @@ import pytest
 from fake_slurm import FakeSlurm
 
 import acbslurm.slurm.gpu_history as history
+from acbslurm.accounting.gpuseconds import devices_text
 from acbslurm.accounting.output import bar, devices
-from acbslurm.accounting.usage import devices_text
 from acbslurm.gpuvalue import Gpu, from_lists
 from acbslurm.slurm.allocation import JobFacts, query_job_facts
 from acbslurm.slurm.gpu_history import gpu_token, merged_comment, parse_gpus

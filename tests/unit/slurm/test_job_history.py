@@ -4,7 +4,7 @@ older ones, as jobstats leaves the AdminComment and as 22.05's sacctmgr lowercas
 
 from __future__ import annotations
 
-from acbslurm.accounting.usage import devices_text, pool_usage
+from acbslurm.accounting.gpuseconds import devices_text, pool_usage
 from acbslurm.slurm.job_history import has_others_words, record_text, with_node_words
 
 GPUS_A = "acbslurm:gpus=vm-1:0=GPU-aaaa"

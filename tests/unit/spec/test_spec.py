@@ -151,7 +151,7 @@ def test_a_command_or_variable_no_exec_takes_is_refused_with_its_line() -> None:
     """Over Linux's MAX_ARG_STRLEN (128 KiB, its NUL included) one argument or
     environment string fails every exec on the node (E2BIG, exit 126) after the job
     waited in the queue: refused here, with file:line; one byte less passes."""
-    from acbslurm.spec.model import MAX_ARG_STRLEN
+    from acbslurm.spec.checks import MAX_ARG_STRLEN
 
     most = "x" * (MAX_ARG_STRLEN - 1)
     assert parse_spec(f"command: {most}\n", "job.yaml").command == most

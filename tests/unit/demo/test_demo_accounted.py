@@ -9,8 +9,8 @@ from types import SimpleNamespace
 import pytest
 from fake_slurm import FakeSlurm
 
-from acbslurm.demo import usage
-from acbslurm.demo.usage import all_final, usage_report, wait_until_stored
+from acbslurm.demo import accounted
+from acbslurm.demo.accounted import all_final, usage_report, wait_until_stored
 from acbslurm.slurm.jobparse import parse_sacct
 
 
@@ -28,7 +28,7 @@ class Clock:
 def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
     clock = Clock()
     monkeypatch.setattr(
-        usage, "time", SimpleNamespace(monotonic=lambda: clock.now, sleep=clock.sleep)
+        accounted, "time", SimpleNamespace(monotonic=lambda: clock.now, sleep=clock.sleep)
     )
     return clock
 
