@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 
-from acbslurm.container.run_command import RunArgs
+from acbslurm.container.options import RunArgs
 from acbslurm.units import finite_float
 
 # On `acbslurm run`'s path: no typing at run time (tests/unit/cli/test_run_fast.py).
