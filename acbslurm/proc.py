@@ -83,8 +83,7 @@ def start(argv: Sequence[str], *, env: Mapping[str, str] | None = None) -> Start
     """Start ``argv`` for a later ``run``: stdin /dev/null, stdout and stderr captured,
     SIGPIPE and SIGXFSZ at their defaults (as subprocess gives a child). posix_spawn
     rather than subprocess, so that nothing more than os is needed to begin."""
-    # The constants without signal.py's enum classes (no stubs for _signal).
-    from _signal import SIGPIPE, SIGXFSZ  # type: ignore[import-not-found]
+    from signal import SIGPIPE, SIGXFSZ
 
     argv = [str(a) for a in argv]
     _debug("start: %s", argv)
@@ -339,8 +338,8 @@ def _decode(data: bytes) -> str:
     if sys.flags.utf8_mode:
         encoding = "utf-8"
     else:
-        import _locale  # the encoding without locale.py (which imports re)
+        import locale
 
-        encoding = _locale.getencoding()
+        encoding = locale.getencoding()
     text = data.decode(encoding)
     return text.replace("\r\n", "\n").replace("\r", "\n") if "\r" in text else text

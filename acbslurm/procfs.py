@@ -2,7 +2,7 @@
 moment between listing and reading, so every read answers "nothing" rather than raise.
 
 Shared by ``hooks/orphans.py`` (the epilog's sweep of a job's leftover processes),
-``container/membership.py`` (is this process really in job N?), ``container/launch.py``
+``container/run_command.py`` (is this process really in job N?), ``container/launch.py``
 (is the Docker daemon still stopping?), the sandbox's process table and the pool's
 gateway (has a model's vLLM server ended?).
 """

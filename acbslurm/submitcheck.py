@@ -68,13 +68,10 @@ def _job_dir(spec: JobSpec, cwd: str) -> str:
     return os.path.join(cwd, spec.workdir) if spec.workdir else cwd
 
 
-def _may_write_file(full: str | None) -> bool:
-    return full is not None and os.path.exists(full) and os.access(full, os.W_OK)
-
-
+# complexity: the path's checks in turn
 def _directory_problem(kind: str, path: str, spec: JobSpec, cwd: str, user: str) -> str | None:
     full = expand_path(os.path.join(_job_dir(spec, cwd), path), user=user, name=spec.name or "")
-    if _may_write_file(full):
+    if full is not None and os.path.exists(full) and os.access(full, os.W_OK):
         return None  # an existing file it may write (/dev/null, a log it appends to)
     folder = os.path.dirname(os.path.join(_job_dir(spec, cwd), path)) or "/"
     expanded = expand_path(folder, user=user, name=spec.name or "")

@@ -163,9 +163,10 @@ def _time_parts(text: str) -> dict[str, int] | None:
     return None
 
 
+# complexity: one check after another
 def parse_time_limit(value: object) -> str:
     """Check a Slurm time limit and return it as Slurm reads it; ValueError when invalid."""
-    if not _time_typed(value):
+    if not isinstance(value, str | int) or isinstance(value, bool):  # text or a whole number
         raise ValueError(f"{value!r} is not {TIME_HELP}")
     text = str(value).strip()
     if text.upper() in UNLIMITED:
@@ -173,25 +174,16 @@ def parse_time_limit(value: object) -> str:
     p = _time_parts(text)
     if p is None:
         raise ValueError(f"{text!r} is not {TIME_HELP}")
-    _check_time_fields(text, p)
-    if time_limit_seconds(text) <= 0:
-        raise ValueError(f"{text!r} must be more than zero")
-    return text
-
-
-def _time_typed(value: object) -> bool:
-    """A time limit is text or a whole number (not a bool, not None)."""
-    return isinstance(value, str | int) and not isinstance(value, bool)
-
-
-def _check_time_fields(text: str, p: dict[str, int]) -> None:
-    """Seconds below 60, hours below 24 after days, minutes below 60 after hours."""
+    # Seconds below 60, hours below 24 after days, minutes below 60 after hours.
     if p.get("s", 0) >= 60:
         raise ValueError(f"{text!r}: seconds must be below 60 ({TIME_HELP})")
     if "d" in p and p.get("h", 0) >= 24:
         raise ValueError(f"{text!r}: hours must be below 24 after a day count")
     if "h" in p and ":" in text and p.get("m", 0) >= 60:
         raise ValueError(f"{text!r}: minutes must be below 60 ({TIME_HELP})")
+    if time_limit_seconds(text) <= 0:
+        raise ValueError(f"{text!r} must be more than zero")
+    return text
 
 
 def time_limit_seconds(text: str) -> int:
@@ -228,18 +220,7 @@ def _count(digits: str) -> int:
     return int(significant or "0")
 
 
-def _date_value(raw: str) -> int | None:
-    """Unix seconds of a date in one of ``_FORMATS`` (local time); None if none fits."""
-    from datetime import datetime
-
-    for fmt in _FORMATS:
-        try:
-            return int(datetime.strptime(raw, fmt).timestamp())
-        except (ValueError, OverflowError, OSError):
-            continue
-    return None
-
-
+# complexity: each form of an instant in turn
 def parse_instant(text: str, now: float | None = None) -> int:
     """Unix seconds for ``text`` in local time; ValueError says what is accepted."""
     now_i = int(time.time() if now is None else now)
@@ -252,7 +233,14 @@ def parse_instant(text: str, now: float | None = None) -> int:
     elif raw.startswith("@") and is_ascii_int(raw[1:]):
         value = _count(raw[1:])
     elif raw.isascii():
-        value = _date_value(raw)
+        from datetime import datetime
+
+        for fmt in _FORMATS:  # local time
+            try:
+                value = int(datetime.strptime(raw, fmt).timestamp())
+                break
+            except (ValueError, OverflowError, OSError):
+                continue
     if value is None:
         raise ValueError(f"cannot read time {short_repr(text, 60)}: use {INSTANT_HELP}")
     if not INSTANT_MIN <= value <= INSTANT_MAX:

@@ -9,8 +9,8 @@ from __future__ import annotations
 import click
 
 from acbslurm.clitypes import FiniteFloat
-from acbslurm.container.options import REFUSED, OptionError
-from acbslurm.container.run_command import RunArgs, execute
+from acbslurm.container.options import REFUSED, OptionError, RunArgs
+from acbslurm.container.run_command import execute
 
 
 class _RunCommand(click.Command):

@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 
-from acbslurm.container.run_command import RunArgs
+from acbslurm.container.options import RunArgs
 from acbslurm.units import finite_float
 
 # On `acbslurm run`'s path: no typing at run time (tests/unit/cli/test_run_fast.py).
@@ -72,14 +72,6 @@ _OPTIONS: dict[str, tuple[str, Callable[[str], Any] | None, bool]] = {
 _SHORT_FLAGS = "it"  # may come together: -it, -ti
 
 
-def _flags(arg: str) -> list[str] | None:
-    """``-it`` -> ["-i", "-t"]; None for anything but short flags run together."""
-    body = arg[1:]
-    if arg.startswith("--") or not body or any(c not in _SHORT_FLAGS for c in body):
-        return None
-    return [f"-{c}" for c in body]
-
-
 def _option(argv: list[str], i: int) -> tuple[str, Any, int] | None:
     """The option at ``argv[i]``: (its option name, its value, the next index); None
     when click should handle the line."""
@@ -108,6 +100,7 @@ def _store(name: str, value: Any, values: dict[str, Any], repeated: dict[str, li
         values[field] = value
 
 
+# complexity: the one walk over argv, each case in turn
 def parse(argv: list[str]) -> RunArgs | None:
     """``argv`` after ``run``; None when click should handle it."""
     values: dict[str, Any] = {}
@@ -120,10 +113,9 @@ def parse(argv: list[str]) -> RunArgs | None:
             break
         if not arg.startswith("-") or arg == "-":
             break
-        flags = _flags(arg)
-        if flags is not None:
-            for flag in flags:
-                _store(flag, True, values, repeated)
+        if not arg.startswith("--") and all(c in _SHORT_FLAGS for c in arg[1:]):
+            for c in arg[1:]:  # -it: -i and -t
+                _store(f"-{c}", True, values, repeated)
             i += 1
             continue
         taken = _option(argv, i)

@@ -83,6 +83,7 @@ def tasks_on_node(tasks_per_node: str, node_id: int) -> int | None:
     return nodes[node_id] if 0 <= node_id < len(nodes) else None
 
 
+# complexity: one variable after another
 def rendezvous_env(env: Mapping[str, str]) -> dict[str, str]:
     """RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR (the step's first
     node) and MASTER_PORT, for a task of a step (srun); empty outside one."""
@@ -94,30 +95,16 @@ def rendezvous_env(env: Mapping[str, str]) -> dict[str, str]:
         out["WORLD_SIZE"] = world
     if "SLURM_LOCALID" in env:
         out["LOCAL_RANK"] = env["SLURM_LOCALID"]
-    local = _local_world(env)
+    per_node = env.get("SLURM_STEP_TASKS_PER_NODE", "")  # this node's tasks of the step
+    node_id = env.get("SLURM_NODEID", "")
+    local = tasks_on_node(per_node, int(node_id)) if per_node and is_ascii_int(node_id) else None
     if local is not None:
         out["LOCAL_WORLD_SIZE"] = str(local)
-    out.update(_master(env))
-    return out
-
-
-def _local_world(env: Mapping[str, str]) -> int | None:
-    """This node's tasks of the step."""
-    per_node = env.get("SLURM_STEP_TASKS_PER_NODE", "")
-    node_id = env.get("SLURM_NODEID", "")
-    if not per_node or not is_ascii_int(node_id):
-        return None
-    return tasks_on_node(per_node, int(node_id))
-
-
-def _master(env: Mapping[str, str]) -> dict[str, str]:
-    """MASTER_ADDR (the step's first node) and MASTER_PORT (from the job id)."""
-    out: dict[str, str] = {}
     nodes = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST")
     if nodes:
         # A list this parser does not know: the user sets MASTER_ADDR.
         with contextlib.suppress(ConfigError):
-            out["MASTER_ADDR"] = first_host(nodes)
+            out["MASTER_ADDR"] = first_host(nodes)  # the step's first node
     job_id = env.get("SLURM_JOB_ID", "")
     if is_ascii_int(job_id):
         out["MASTER_PORT"] = str(rendezvous_port(job_id))

@@ -116,6 +116,7 @@ def device_request(uuids: Sequence[str], cdi_ids: Sequence[str] = ()) -> dict[st
     }
 
 
+# complexity: one key per choice, in Docker's order
 def container_config(
     spec: LaunchSpec, with_limits: bool, cdi_ids: Sequence[str] = ()
 ) -> dict[str, Any]:
@@ -142,52 +143,7 @@ def container_config(
         "StdinOnce": spec.stdin,  # our EOF closes the container's stdin (`cat` ends)
         "HostConfig": _host_config(spec, with_limits, cdi_ids),
     }
-    _user_choices(config, spec)
-    return config
-
-
-def _host_config(spec: LaunchSpec, with_limits: bool, cdi_ids: Sequence[str]) -> dict[str, Any]:
-    """HostConfig: the init, the mounts, the GPUs, the job's limits where the daemon
-    enforces them, and the user's /dev/shm size and read-only root."""
-    host: dict[str, Any] = {
-        "Init": True,  # docker-init as PID 1 forwards signals to the command
-        "Binds": [m.bind() for m in spec.mounts],
-    }
-    if spec.gpus:
-        host["DeviceRequests"] = [device_request(uuids(spec.gpus), cdi_ids)]
-    limits = {"NanoCpus": spec.limits.nano_cpus, "Memory": spec.limits.mem_bytes}
-    if with_limits:
-        host.update({k: v for k, v in limits.items() if v})
-    if spec.cgroup_socket:
-        host["Runtime"] = RUNTIME_NAME
-    host.update(_user_host_choices(spec))
-    return host
-
-
-def _user_host_choices(spec: LaunchSpec) -> dict[str, Any]:
-    """The HostConfig keys of the user's own options, where given."""
-    chosen: dict[str, Any] = {
-        "ShmSize": spec.shm_bytes,
-        "ReadonlyRootfs": spec.read_only,
-        "PortBindings": _port_bindings(spec.publish),
-        "Ulimits": [u.api() for u in spec.ulimits],
-        "NetworkMode": spec.network,
-        "Devices": [d.api() for d in spec.devices],
-    }
-    return {k: v for k, v in chosen.items() if v}
-
-
-def _port_bindings(publish: Sequence[Publish]) -> dict[str, list[dict[str, str]]]:
-    """HostConfig.PortBindings of ``-p`` (HostPort "": one the daemon picks)."""
-    bindings: dict[str, list[dict[str, str]]] = {}
-    for p in publish:
-        port = str(p.host_port) if p.host_port else ""
-        bindings.setdefault(p.key, []).append({"HostIp": p.host_ip, "HostPort": port})
-    return bindings
-
-
-def _user_choices(config: dict[str, Any], spec: LaunchSpec) -> None:
-    """The command, working directory, user and entrypoint, where given."""
+    # The user's own choices, where given.
     if spec.command:
         config["Cmd"] = list(spec.command)
     if spec.workdir:
@@ -201,6 +157,39 @@ def _user_choices(config: dict[str, Any], spec: LaunchSpec) -> None:
     if spec.entrypoint is not None:
         # As `docker run --entrypoint ""`: an empty one clears the image's.
         config["Entrypoint"] = [spec.entrypoint] if spec.entrypoint else [""]
+    return config
+
+
+# complexity: one key per choice, in Docker's order
+def _host_config(spec: LaunchSpec, with_limits: bool, cdi_ids: Sequence[str]) -> dict[str, Any]:
+    """HostConfig: the init, the mounts, the GPUs, the job's limits where the daemon
+    enforces them, and the user's own options where given (/dev/shm size, read-only
+    root, ports: HostPort "" for one the daemon picks, ulimits, network, devices)."""
+    host: dict[str, Any] = {
+        "Init": True,  # docker-init as PID 1 forwards signals to the command
+        "Binds": [m.bind() for m in spec.mounts],
+    }
+    if spec.gpus:
+        host["DeviceRequests"] = [device_request(uuids(spec.gpus), cdi_ids)]
+    limits = {"NanoCpus": spec.limits.nano_cpus, "Memory": spec.limits.mem_bytes}
+    if with_limits:
+        host.update({k: v for k, v in limits.items() if v})
+    if spec.cgroup_socket:
+        host["Runtime"] = RUNTIME_NAME
+    bindings: dict[str, list[dict[str, str]]] = {}
+    for p in spec.publish:
+        port = str(p.host_port) if p.host_port else ""
+        bindings.setdefault(p.key, []).append({"HostIp": p.host_ip, "HostPort": port})
+    chosen: dict[str, Any] = {
+        "ShmSize": spec.shm_bytes,
+        "ReadonlyRootfs": spec.read_only,
+        "PortBindings": bindings,
+        "Ulimits": [u.api() for u in spec.ulimits],
+        "NetworkMode": spec.network,
+        "Devices": [d.api() for d in spec.devices],
+    }
+    host.update({k: v for k, v in chosen.items() if v})
+    return host
 
 
 def _check_runtime(probe: InfoProbe, host: str) -> None:

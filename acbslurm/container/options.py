@@ -1,6 +1,12 @@
-"""`acbslurm run`'s options, checked against the job's record before Docker is touched.
+"""`acbslurm run`'s options: the command line parsed once, then granted against the job.
 
-Pure functions: every bad value raises ``OptionError`` naming the option and the value.
+Both front ends (the click command, ``cli/container.py``, and the click-free parser of a
+job's start, ``cli/run_fast.py``) build ``RunArgs``, the line as given. ``parse`` checks
+what needs only the line itself, in one pass, into ``RunOptions``; ``grant`` then weighs
+what it asks for against the job's record and the node (GPUs, CPUs, memory, /dev/shm,
+ports, devices) into ``Granted``. The rules a job spec's ``container:`` block shares
+(``runrules``, ``mountrules``, ``envrules``) raise ValueError; here each becomes an
+``OptionError`` naming the option and quoting the value, before Docker is touched.
 """
 
 from __future__ import annotations
@@ -11,25 +17,25 @@ import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 
+from acbslurm import runrules
 from acbslurm.envrules import env_problem
 from acbslurm.errors import ConfigError, GpuMappingError, SetupError
 from acbslurm.gpu.mapping import is_uuid
 from acbslurm.gpuvalue import Gpu
 from acbslurm.jobrecord import JobRecord
 from acbslurm.mountrules import Mount, read_mounts, source_problem
-from acbslurm.runrules import (
-    PUBLISH,
-    PUBLISH_HELP,
-    ULIMITS,
-    UNLIMITED,
-    device_parts,
-    network_mode,
-    run_as,
-    shm_bytes,
-    ulimit,
-)
+from acbslurm.runrules import PUBLISH, PUBLISH_HELP, ULIMITS, UNLIMITED
 from acbslurm.units import size_bytes
+from acbslurm.userfiles import ENV_FILE_LIMIT, read_user_text
 from acbslurm.values import frozen
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import TypeVar
+
+    from acbslurm.config import Settings
+
+    T = TypeVar("T")
 
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -46,24 +52,157 @@ class GpuNotAllocated(GpuMappingError):
     """A GPU asked for is not one Slurm gave this job."""
 
 
-def _mount_parts(spec: str) -> tuple[list[str], str]:
-    """``SRC:DST[:ro|rw]`` split, and its mode ("rw" when not given)."""
-    parts = spec.split(":")
-    if len(parts) not in (2, 3) or not parts[0] or not parts[1]:
-        raise OptionError("--mount", f"expected SRC:DST[:ro|rw], got {spec!r}")
-    mode = parts[2] if len(parts) == 3 else "rw"
-    if mode not in ("ro", "rw"):
-        raise OptionError("--mount", f"mode must be ro or rw in {spec!r}, got {mode!r}")
-    return parts, mode
+@frozen
+class RunArgs:
+    """The command line as given: what both front ends build, nothing checked yet."""
+
+    image: str
+    command: tuple[str, ...] = ()
+    gpus: str = "auto"
+    mounts: tuple[str, ...] = ()
+    envs: tuple[str, ...] = ()
+    workdir: str | None = None
+    name: str | None = None
+    grace: float | None = None
+    cpus: float | None = None
+    memory: str | None = None
+    pull: str = "missing"
+    interactive: bool = False
+    tty: bool = False
+    user: str | None = None
+    shm_size: str | None = None
+    entrypoint: str | None = None
+    env_files: tuple[str, ...] = ()
+    read_only: bool = False
+    hostname: str | None = None
+    publish: tuple[str, ...] = ()
+    ulimits: tuple[str, ...] = ()
+    devices: tuple[str, ...] = ()  # --device, of the site's container_devices
+    network: str | None = None  # --network: bridge, host, none, a network of the user's
+    requeue_exit: str | None = None  # the container's exit code that requeues the job
+    remove: bool = False  # --rm: accepted; the container is always removed
 
 
+@frozen
+class RunOptions:
+    """What ``parse`` made of the line: the values that need only the line itself, in
+    the types the launch takes (the rest is ``grant``'s, against the job)."""
+
+    gpus: str | list[str]  # "auto", "none", or the job's GPUs by UUID or index
+    mounts: list[Mount]
+    env: dict[str, str]  # the env files in order, then --env (which wins)
+    run_as: str | None
+    requeue_exit: int | None
+    network: str | None  # as asked; the job's network is decided at the launch
+    ulimits: list[Ulimit]
+
+
+# complexity: one check per option, in the order they are made
+def parse(args: RunArgs) -> RunOptions:
+    """Every check that needs only the command line, in the order made (a line with
+    two bad values is refused for the first): --pull, --gpus, --mount, --env-file and
+    --env, --workdir, --user, --hostname, --requeue-exit, --network (and what it
+    leaves no sense in: Docker's daemon refuses a host name with the host network
+    itself, less clearly), --ulimit."""
+    if args.pull not in ("missing", "always", "never"):
+        raise OptionError("--pull", f"must be missing, always or never, got {args.pull!r}")
+    gpus = parse_gpus(args.gpus)
+    mounts = [parse_mount(m) for m in args.mounts]
+    env: dict[str, str] = {}
+    for path in args.env_files:
+        try:
+            text = read_user_text(path, "env file", limit=ENV_FILE_LIMIT)
+        except ConfigError as exc:  # missing, not a regular file, too large, not UTF-8
+            raise OptionError("--env-file", str(exc)) from None
+        env.update(parse_env_file(text, path, dict(os.environ)))
+    env.update(kv for kv in (parse_env(e) for e in args.envs) if kv is not None)
+    if args.workdir is not None and not args.workdir.startswith("/"):
+        raise OptionError("--workdir", f"must be an absolute path, got {args.workdir!r}")
+    run_as = None if args.user is None else parse_user(args.user)
+    if args.hostname is not None:
+        parse_hostname(args.hostname)
+    requeue = None
+    if args.requeue_exit is not None:
+        requeue = _ruled("--requeue-exit", runrules.requeue_exit, args.requeue_exit)
+    mode = None if args.network is None else parse_network(args.network)
+    if mode in ("host", "none") and args.publish:
+        raise OptionError(
+            "--publish",
+            f"with --network {mode} there is nothing to publish: "
+            + ("the container's ports are the node's own" if mode == "host" else "no network"),
+        )
+    if mode == "host" and args.hostname is not None:
+        raise OptionError("--hostname", "the host network keeps the node's own host name")
+    return RunOptions(gpus, mounts, env, run_as, requeue, mode, parse_ulimits(args.ulimits))
+
+
+@frozen
+class Granted:
+    """What the job gives the container of what the line asks for."""
+
+    gpus: tuple[Gpu, ...]
+    limits: Limits
+    shm_bytes: int  # 0: Docker's default
+    publish: list[Publish]
+    devices: list[Device]
+
+
+# complexity: one check per option, in the order they are made
+def grant(args: RunArgs, opts: RunOptions, settings: Settings, record: JobRecord | None) -> Granted:
+    """The line's asks weighed against the job's ``record`` (this step's GPUs: see
+    ``step_gpus.py``) and the node, in this order: --gpus, --cpus and --memory,
+    --shm-size, --publish (in the site's range, each host port free on this node now:
+    Docker's own error at the start, for a port taken meanwhile, is less clear),
+    --device (the site's list, never a GPU's device file)."""
+    try:
+        gpus = resolve_gpus(opts.gpus, record)
+    except GpuNotAllocated as exc:
+        raise OptionError("--gpus", str(exc)) from None
+    limits = resolve_limits(args.cpus, args.memory, record)
+    shm = 0 if args.shm_size is None else parse_shm_size(args.shm_size, limits)
+    published = []
+    if args.publish:
+        allowed_ports = port_range(settings.publish_ports)
+        published = [parse_publish(p, allowed_ports) for p in args.publish]
+    for p in published:
+        if p.host_port and not port_free(p):
+            raise OptionError(
+                "--publish",
+                f"port {p.host_port} of this node is taken (another job's, or a service's): "
+                "pick another, or -p PORT for one Docker picks",
+            )
+    devices = []
+    if args.devices:
+        from acbslurm.config import this_node
+        from acbslurm.gpu.fence import node_gpu_files
+
+        gpu_files = list(node_gpu_files(settings, this_node()))
+        allowed = allowed_devices(settings.container_devices)
+        devices = [d for text in args.devices for d in parse_device(text, allowed, gpu_files)]
+    return Granted(gpus, limits, shm, published, devices)
+
+
+def _ruled(option: str, rule: Callable[[str], T], text: str) -> T:
+    """``rule(text)``, a shared rule of ``runrules``; its ValueError is ``option``'s."""
+    try:
+        return rule(text)
+    except ValueError as exc:
+        raise OptionError(option, str(exc)) from None
+
+
+# complexity: the form, then the source's checks, in turn
 def parse_mount(
     spec: str, cwd: str | None = None, mounts: Sequence[tuple[str, str]] | None = None
 ) -> Mount:
     """``SRC:DST[:ro|rw]`` -> a bind of the resolved source; refuses sources that lead to
     device nodes (``acbslurm.mountrules``). ``mounts``: the host's mount table
     (``sources.read_mounts()``, read here when not given)."""
-    parts, mode = _mount_parts(spec)
+    parts = spec.split(":")
+    if len(parts) not in (2, 3) or not parts[0] or not parts[1]:
+        raise OptionError("--mount", f"expected SRC:DST[:ro|rw], got {spec!r}")
+    mode = parts[2] if len(parts) == 3 else "rw"
+    if mode not in ("ro", "rw"):
+        raise OptionError("--mount", f"mode must be ro or rw in {spec!r}, got {mode!r}")
     source = os.path.abspath(os.path.join(cwd or os.getcwd(), parts[0]))
     if not os.path.exists(source):
         raise OptionError("--mount", f"source {source!r} (from {spec!r}) does not exist")
@@ -111,6 +250,7 @@ def parse_size(spec: str) -> int:
 _GPU_COUNT = re.compile(r"^[0-9]+$")
 
 
+# complexity: each form Docker's --gpus takes, in turn
 def parse_gpus(spec: str) -> str | list[str]:
     """``auto`` (``all``: the same in a job) | ``none`` | a comma list of the job's GPUs,
     by UUID (GPU or MIG) or by their index in the job (0 is its first), with or without
@@ -119,7 +259,15 @@ def parse_gpus(spec: str) -> str | list[str]:
         return spec
     if spec == "all":
         return "auto"  # `docker run --gpus all`: in a job, all of the job's
-    items = _gpu_items(spec)
+    if _GPU_COUNT.match(spec):
+        raise OptionError(
+            "--gpus",
+            f"got a count ({spec!r}): in a job the container gets the job's (or this "
+            "task's) GPUs, --gpus auto, the default; to pick some, name them: "
+            "device=0,1 (the job's first two) or their UUIDs",
+        )
+    body = spec.strip("\"'").removeprefix("device=")  # quotes as a shell left them
+    items = [t.strip() for t in body.split(",") if t.strip()]
     bad = [u for u in items if not (is_uuid(u) or _GPU_COUNT.match(u))]
     if not items or bad:
         raise OptionError(
@@ -130,20 +278,6 @@ def parse_gpus(spec: str) -> str | list[str]:
     if len(set(items)) != len(items):
         raise OptionError("--gpus", f"a GPU is named twice in {spec!r}")
     return items
-
-
-def _gpu_items(spec: str) -> list[str]:
-    """The names in ``device=A,B`` or ``A,B`` (quotes as a shell left them); a bare
-    count is refused with what a job gives instead."""
-    if _GPU_COUNT.match(spec):
-        raise OptionError(
-            "--gpus",
-            f"got a count ({spec!r}): in a job the container gets the job's (or this "
-            "task's) GPUs, --gpus auto, the default; to pick some, name them: "
-            "device=0,1 (the job's first two) or their UUIDs",
-        )
-    body = spec.strip("\"'").removeprefix("device=")
-    return [t.strip() for t in body.split(",") if t.strip()]
 
 
 def resolve_gpus(spec: str | list[str], record: JobRecord | None) -> tuple[Gpu, ...]:
@@ -192,8 +326,10 @@ class Limits:
     mem_bytes: int = 0  # 0: none
 
 
+# complexity: each limit's checks in turn
 def resolve_limits(cpus: float | None, memory: str | None, record: JobRecord | None) -> Limits:
-    """The allocation's CPUs/memory, or lower values asked for; never more.
+    """The allocation's CPUs/memory, or lower values asked for; never more. ``cpus`` as
+    Docker's NanoCpus: positive, finite, within the job's CPUs.
 
     A record whose prolog could not read the allocation is refused: a container must
     never run without limits because slurmctld did not answer the prolog.
@@ -206,7 +342,17 @@ def resolve_limits(cpus: float | None, memory: str | None, record: JobRecord | N
         )
     alloc_cpus = record.cpus if record else 0
     alloc_mem = record.mem_mb * 1024**2 if record else 0
-    nano = alloc_cpus * 10**9 if cpus is None else _nano_cpus(cpus, alloc_cpus)
+    nano = alloc_cpus * 10**9
+    if cpus is not None:
+        if not math.isfinite(cpus):
+            raise OptionError("--cpus", f"must be a finite number, got {cpus!r}")
+        if cpus <= 0:
+            raise OptionError("--cpus", f"must be positive, got {cpus:g}")
+        if alloc_cpus and cpus > alloc_cpus:
+            raise OptionError("--cpus", f"{cpus:g} is more than the job's {alloc_cpus} CPUs")
+        nano = int(cpus * 10**9)
+        if nano < 1:  # Docker reads NanoCpus 0 as "no limit"
+            raise OptionError("--cpus", f"must be at least 0.000000001 (1e-9), got {cpus:g}")
     mem = alloc_mem
     if memory is not None:
         mem = parse_size(memory)
@@ -215,20 +361,6 @@ def resolve_limits(cpus: float | None, memory: str | None, record: JobRecord | N
                 "--memory", f"{memory!r} is more than the job's {record.mem_mb if record else 0} MB"
             )
     return Limits(nano, mem)
-
-
-def _nano_cpus(cpus: float, alloc_cpus: int) -> int:
-    """``--cpus`` as Docker's NanoCpus: positive, finite, within the job's CPUs."""
-    if not math.isfinite(cpus):
-        raise OptionError("--cpus", f"must be a finite number, got {cpus!r}")
-    if cpus <= 0:
-        raise OptionError("--cpus", f"must be positive, got {cpus:g}")
-    if alloc_cpus and cpus > alloc_cpus:
-        raise OptionError("--cpus", f"{cpus:g} is more than the job's {alloc_cpus} CPUs")
-    nano = int(cpus * 10**9)
-    if nano < 1:  # Docker reads NanoCpus 0 as "no limit"
-        raise OptionError("--cpus", f"must be at least 0.000000001 (1e-9), got {cpus:g}")
-    return nano
 
 
 def resolve_grace(grace: float | None, default: float) -> float:
@@ -285,6 +417,7 @@ def port_range(text: str) -> tuple[int, int] | None:
     return lo, hi
 
 
+# complexity: the form, then the site's range
 def parse_publish(spec: str, allowed: tuple[int, int] | None) -> Publish:
     """``-p`` as `docker run` takes it, within the site's ``allowed`` range."""
     m = PUBLISH.match(spec)
@@ -293,11 +426,6 @@ def parse_publish(spec: str, allowed: tuple[int, int] | None) -> Publish:
     ctr, host = int(m["ctr"]), int(m["host"] or 0)
     if not 1 <= ctr <= 65535 or host > 65535:
         raise OptionError("--publish", f"ports are 1-65535, got {spec!r}")
-    _check_allowed(host, spec, allowed)
-    return Publish(ctr, host, (m["ip"] or "").strip("[]"), m["proto"] or "tcp")
-
-
-def _check_allowed(host: int, spec: str, allowed: tuple[int, int] | None) -> None:
     if allowed is None:
         raise OptionError(
             "--publish", f"this site publishes no ports (setting publish_ports), got {spec!r}"
@@ -308,6 +436,7 @@ def _check_allowed(host: int, spec: str, allowed: tuple[int, int] | None) -> Non
             f"port {host} (from {spec!r}) is outside this site's {allowed[0]}-{allowed[1]}"
             + (": rootless Docker cannot bind ports below 1024" if host < 1024 else ""),
         )
+    return Publish(ctr, host, (m["ip"] or "").strip("[]"), m["proto"] or "tcp")
 
 
 def port_free(p: Publish) -> bool:
@@ -340,14 +469,6 @@ class Ulimit:
         return {"Name": self.name, "Soft": self.soft, "Hard": self.hard}
 
 
-def _tell(said: Callable[[str], None] | None) -> Callable[[str], None]:
-    if said is not None:
-        return said
-    from acbslurm.container.streams import tell
-
-    return tell
-
-
 def _shown(value: int) -> str:
     return "unlimited" if value == UNLIMITED else str(value)
 
@@ -371,13 +492,12 @@ def parse_ulimits(
     hard_of = node_hard or (lambda res: resource.getrlimit(res)[1])
     out: dict[str, Ulimit] = {}
     for text in texts:
-        try:
-            name, soft, hard = ulimit(text)
-        except ValueError as exc:
-            raise OptionError("--ulimit", str(exc)) from None
+        name, soft, hard = _ruled("--ulimit", runrules.ulimit, text)
         allowed = hard_of(ULIMITS[name])
         if allowed != UNLIMITED and hard == UNLIMITED:
-            _tell(said)(
+            from acbslurm.container.streams import tell
+
+            (said or tell)(
                 f"acbslurm: --ulimit {text} asks for no {name} limit, but this job's hard "
                 f"limit on this node is {allowed} (`ulimit -H`): the container gets "
                 f"{allowed}; ask the site to raise it (docs/multi-node.md, Locked memory)"
@@ -415,56 +535,9 @@ class Device:
 _GPU_MAJORS = frozenset({195, 226})
 
 
-def _is_gpu_device(real: str, rdev: int, gpu_files: Sequence[str]) -> bool:
-    name = os.path.basename(real)
-    return (
-        os.major(rdev) in _GPU_MAJORS
-        or name.startswith("nvidia")
-        or real.startswith("/dev/dri/")
-        or real in {os.path.realpath(f) for f in gpu_files}
-    )
-
-
 def allowed_devices(setting: str) -> list[str]:
     """The setting ``container_devices``: its paths, resolved."""
     return [os.path.realpath(p.strip()) for p in setting.split(",") if p.strip()]
-
-
-def _device_parts(text: str) -> tuple[str, str, str]:
-    try:
-        return device_parts(text)
-    except ValueError as exc:
-        raise OptionError("--device", str(exc)) from None
-
-
-def _device_file(host: str, text: str) -> tuple[str, int]:
-    """The real path of ``host`` and its device number; refused unless a device file."""
-    import stat
-
-    real = os.path.realpath(host)
-    try:
-        st = os.stat(real)
-    except OSError:
-        raise OptionError("--device", f"{host!r} (from {text!r}) does not exist") from None
-    if not (stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)):
-        raise OptionError("--device", f"{real!r} (from {text!r}) is not a device file")
-    return real, st.st_rdev
-
-
-def _one_device(
-    real: str, rdev: int, text: str, allowed: Sequence[str], gpus: Sequence[str]
-) -> None:
-    if _is_gpu_device(real, rdev, gpus):
-        raise OptionError(
-            "--device", f"{real!r} (from {text!r}) is a GPU's: GPUs come only as the job's (--gpus)"
-        )
-    if not any(real == a or real.startswith(a.rstrip("/") + "/") for a in allowed):
-        listed = ", ".join(allowed) if allowed else "none"
-        raise OptionError(
-            "--device",
-            f"{real!r} (from {text!r}) is not among this site's devices (setting "
-            f"container_devices: {listed})",
-        )
 
 
 def _devices_under(folder: str) -> list[tuple[str, int]]:
@@ -483,32 +556,51 @@ def _devices_under(folder: str) -> list[tuple[str, int]]:
     return sorted(found)
 
 
+# complexity: one device file or a folder's, each checked in turn
 def parse_device(text: str, allowed: Sequence[str], gpu_files: Sequence[str] = ()) -> list[Device]:
     """``--device`` as `docker run` takes it (a directory: every device file in it),
     for device files of the site's list (``allowed_devices``) only, and never a GPU's
-    (``gpu_files``: the node's, as the fence knows them): the job's GPUs come only from
-    Slurm."""
-    host, target, perms = _device_parts(text)
+    (``gpu_files``: the node's, as the fence knows them; NVIDIA's and DRM's majors and
+    names besides): the job's GPUs come only from Slurm."""
+    import stat
+
+    host, target, perms = _ruled("--device", runrules.device_parts, text)
     real = os.path.realpath(host)
     if os.path.isdir(real):
         found = _devices_under(real)
         if not found:
             raise OptionError("--device", f"{real!r} (from {text!r}) holds no device file")
-        for path, rdev in found:
-            _one_device(path, rdev, text, allowed, gpu_files)
         inside = target.rstrip("/")
-        return [Device(p, inside + p[len(real) :], perms) for p, _ in found]
-    real, rdev = _device_file(host, text)
-    _one_device(real, rdev, text, allowed, gpu_files)
-    return [Device(real, target, perms)]
+        wanted = [(path, rdev, inside + path[len(real) :]) for path, rdev in found]
+    else:
+        try:
+            st = os.stat(real)
+        except OSError:
+            raise OptionError("--device", f"{host!r} (from {text!r}) does not exist") from None
+        if not (stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)):
+            raise OptionError("--device", f"{real!r} (from {text!r}) is not a device file")
+        wanted = [(real, st.st_rdev, target)]
+    gpus = {os.path.realpath(f) for f in gpu_files}
+    for path, rdev, _ in wanted:
+        named = os.path.basename(path).startswith("nvidia") or path.startswith("/dev/dri/")
+        if os.major(rdev) in _GPU_MAJORS or named or path in gpus:
+            raise OptionError(
+                "--device",
+                f"{path!r} (from {text!r}) is a GPU's: GPUs come only as the job's (--gpus)",
+            )
+        if not any(path == a or path.startswith(a.rstrip("/") + "/") for a in allowed):
+            listed = ", ".join(allowed) if allowed else "none"
+            raise OptionError(
+                "--device",
+                f"{path!r} (from {text!r}) is not among this site's devices (setting "
+                f"container_devices: {listed})",
+            )
+    return [Device(path, inside_path, perms) for path, _, inside_path in wanted]
 
 
 def parse_network(name: str) -> str:
     """``--network`` as ``runrules.network_mode`` takes it."""
-    try:
-        return network_mode(name)
-    except ValueError as exc:
-        raise OptionError("--network", str(exc)) from None
+    return _ruled("--network", runrules.network_mode, name)
 
 
 _HOST_LABEL = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
@@ -526,19 +618,13 @@ def parse_hostname(name: str) -> str:
 def parse_user(spec: str) -> str:
     """``--user NAME|UID[:GROUP|GID]``, as `docker run` takes it (runrules: a spec's
     ``container.user`` is checked by the same rule)."""
-    try:
-        return run_as(spec)
-    except ValueError as exc:
-        raise OptionError("--user", str(exc)) from None
+    return _ruled("--user", runrules.run_as, spec)
 
 
 def parse_shm_size(spec: str, limits: Limits) -> int:
     """``--shm-size`` in bytes, at most the container's memory limit: /dev/shm is a tmpfs
     whose pages count as the container's memory, so more could never be used."""
-    try:
-        value = shm_bytes(spec)
-    except ValueError as exc:
-        raise OptionError("--shm-size", str(exc)) from None
+    value = _ruled("--shm-size", runrules.shm_bytes, spec)
     if limits.mem_bytes and value > limits.mem_bytes:
         raise OptionError(
             "--shm-size",

@@ -60,7 +60,7 @@ class Pump:
             target.flush()
         except OSError as exc:
             name = "stderr" if fd == 2 else "stdout"
-            self.lost[fd] = Lost(name, _reason(exc), self.written[fd], len(data))
+            self.lost[fd] = Lost(name, exc.strerror or str(exc), self.written[fd], len(data))
             _to_devnull(fd)
             return
         self.written[fd] += len(data)
@@ -75,10 +75,6 @@ class Pump:
             )
             if fd == 2 or not _tell_stderr(line):
                 _tell_syslog(line)
-
-
-def _reason(exc: OSError) -> str:
-    return exc.strerror or str(exc)
 
 
 def _to_devnull(fd: int) -> None:

@@ -14,7 +14,7 @@ from processcoverage import UNMEASURED
 
 import acbslurm.cli.container as container_cli
 from acbslurm.cli.run_fast import parse
-from acbslurm.container.run_command import RunArgs
+from acbslurm.container.options import RunArgs
 
 ROOT = Path(__file__).resolve().parents[3]
 

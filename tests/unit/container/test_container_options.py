@@ -249,10 +249,9 @@ def test_cli_refuses_gpus_outside_the_job_it_names(in_job: Path) -> None:
 
 
 def test_no_slurmstepd_above_a_plain_process() -> None:
-    from acbslurm.container.membership import in_job, stepd_job_of_ancestors
+    from acbslurm.procfs import stepd_job_of_ancestors
 
     assert stepd_job_of_ancestors() is None
-    assert in_job("9") is False
 
 
 @pytest.mark.parametrize(

@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 
 from acbslurm.container import run_command
-from acbslurm.container.options import OptionError
-from acbslurm.container.run_command import RunArgs
+from acbslurm.container.options import OptionError, RunArgs
 
 SERVE = (
     "import socket, sys\n"

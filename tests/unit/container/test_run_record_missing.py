@@ -9,6 +9,7 @@ import pytest
 from fake_docker import Answer, FakeDocker
 
 from acbslurm.container import run_command
+from acbslurm.container.options import RunArgs
 from acbslurm.errors import SetupError
 
 
@@ -58,7 +59,7 @@ def test_outside_a_job_it_says_so_in_one_line(
     monkeypatch.setenv("ACBSLURM_CONFIG", str(tmp_path / "none.yaml"))
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
     monkeypatch.setenv("DOCKER_HOST", fake_docker.host)
-    code = run_command.execute(run_command.RunArgs(image="img", command=("true",)))
+    code = run_command.execute(RunArgs(image="img", command=("true",)))
     assert code == 0
     err = capfd.readouterr().err
     assert err.count("\n") == 1
@@ -83,7 +84,7 @@ def test_the_probe_started_before_the_imports_is_the_runs_only_info(
     monkeypatch.setenv("DOCKER_HOST", fake_docker.host)
     early = probe_from_env({"DOCKER_HOST": fake_docker.host})
     assert early is not None and early.api.host == fake_docker.host
-    args = run_command.RunArgs(image="img", command=("true",))
+    args = RunArgs(image="img", command=("true",))
     assert run_command.execute(args, early) == 0
     early.thread.join(5)  # its /info may still be on the way when a run without GPUs ends
     assert len(fake_docker.calls("GET", "/info")) == 1
