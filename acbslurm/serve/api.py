@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -270,7 +271,7 @@ def parse_chat(body: Any) -> dict[str, Any]:
     return out
 
 
-def prompt_chars(work: dict[str, Any]) -> int:
+def prompt_chars(work: Mapping[str, Any]) -> int:
     """Characters of a request's prompt, or of its messages' contents (``work``: what
     the gateway sends the worker)."""
     if "messages" not in work:
@@ -278,7 +279,7 @@ def prompt_chars(work: dict[str, Any]) -> int:
     return sum(len(str(m.get("content", ""))) for m in work["messages"])
 
 
-def check_prompt_size(work: dict[str, Any], max_chars: int, max_context: int) -> None:
+def check_prompt_size(work: Mapping[str, Any], max_chars: int, max_context: int) -> None:
     """A 400 for a prompt too long to fit the context whatever its tokens, before it is
     tokenized: ``max_chars`` is the context times the longest token's characters."""
     field = "messages" if "messages" in work else "prompt"

@@ -33,7 +33,7 @@ import json
 import os
 import re
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
@@ -42,7 +42,7 @@ from typing import Any
 import yaml
 
 from acbslurm.errors import ConfigError, SpecError
-from acbslurm.serve.engines import ENGINES as ENGINE_TABLE
+from acbslurm.serve.engines import ENGINES
 from acbslurm.serve.errors import KeyFileError, ListenError, PoolError
 from acbslurm.serve.limits import KeyLimits, parse_limits
 from acbslurm.spec.yamlpos import Errors, Located, load_located, nearest_origin
@@ -85,7 +85,6 @@ MODEL_KEYS = (
     "routes",
     "tool_call_parser",
 )
-ENGINES = tuple(ENGINE_TABLE)  # a model's engine: (acbslurm.serve.engines)
 # vLLM options acbslurm sets itself (engines/vllm.py): an engine_args entry naming one
 # is refused, with what acbslurm does instead.
 OWNED_VLLM_ARGS = {
@@ -322,7 +321,7 @@ MODEL_CHECKS: tuple[tuple[str, _Check], ...] = (
     ("temperature", partial(_float, low=0.0, high=2.0)),
     ("top_p", partial(_float, low=0.0, high=1.0)),
     ("headroom", _size),
-    ("engine", lambda v, at, e: _choice(v, at, e, ENGINES)),
+    ("engine", lambda v, at, e: _choice(v, at, e, ENGINES)),  # the engine table's names
     ("engine_args", lambda v, at, e: _engine_args(v, at, e)),
     ("sleep_level", lambda v, at, e: _sleep_level(v, at, e)),
     ("routes", lambda v, at, e: _routes(v, at, e)),
@@ -368,7 +367,7 @@ def _sleep_level(value: Any, at: tuple[str, ...], e: Errors) -> int | None:
     return int(value)
 
 
-def _choice(value: Any, at: tuple[str, ...], e: Errors, allowed: tuple[str, ...]) -> str | None:
+def _choice(value: Any, at: tuple[str, ...], e: Errors, allowed: Collection[str]) -> str | None:
     if value not in allowed:
         e.add(at, f"{value!r}: one of {', '.join(allowed)}")
         return None
