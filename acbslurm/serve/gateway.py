@@ -153,18 +153,6 @@ class _KeyCheck:
         await send({"type": "http.response.body", "body": body})
 
 
-def _tee(ledger: Callable[[Any], None] | None, then: Callable[[Any], None]) -> Any:
-    """A ledger line's writer: to the ``ledger`` (when there is one) first, whatever
-    ``then`` does with it."""
-
-    def write(line: Any) -> None:
-        if ledger is not None:
-            ledger(line)
-        then(line)
-
-    return write
-
-
 def _error(e: ApiError) -> JSONResponse:
     headers = {"Retry-After": str(e.retry_after)} if e.retry_after is not None else None
     return JSONResponse(e.body(), status_code=e.status, headers=headers)
@@ -194,7 +182,14 @@ class Gateway:
         # of leases) as the book makes them, asked before a request is queued.
         self.limiter = limiter
         if limiter is not None:
-            self.book.write = _tee(self.book.write, limiter.observe)
+            ledger = self.book.write
+
+            def write(line: Any) -> None:  # to the ledger (when there is one) first
+                if ledger is not None:
+                    ledger(line)
+                limiter.observe(line)
+
+            self.book.write = write
         for h in self.handles.values():
             h.book = self.book
         self.owner = owner  # the key name that sees every name's usage
@@ -405,19 +400,25 @@ class Gateway:
     async def chat(self, request: Request) -> Response:
         return await self._generate(request, chat=True)
 
-    async def _read_json(self, request: Request) -> Any:
+    @staticmethod
+    async def _read_body(request: Request, limit: int, too_big: ApiError) -> bytearray:
+        """The whole body, or ``too_big`` raised once it is over ``limit`` bytes (or its
+        Content-Length says it will be)."""
         length = request.headers.get("content-length")
-        if length is not None and is_ascii_int(length) and int(length) > MAX_BODY:
-            raise ApiError(
-                413, f"request body larger than {MAX_BODY >> 20} MiB", code="body_too_large"
-            )
+        if length is not None and is_ascii_int(length) and int(length) > limit:
+            raise too_big
         data = bytearray()  # appended in place: ``bytes +=`` copies it all per chunk
         async for chunk in request.stream():
             data += chunk
-            if len(data) > MAX_BODY:
-                raise ApiError(
-                    413, f"request body larger than {MAX_BODY >> 20} MiB", code="body_too_large"
-                )
+            if len(data) > limit:
+                raise too_big
+        return data
+
+    async def _read_json(self, request: Request) -> Any:
+        too_big = ApiError(
+            413, f"request body larger than {MAX_BODY >> 20} MiB", code="body_too_large"
+        )
+        data = await self._read_body(request, MAX_BODY, too_big)
         try:
             return json.loads(data)
         except RecursionError:  # "[[[[...": nested past Python's recursion limit
@@ -650,7 +651,15 @@ class Gateway:
         the client sent it; its form read here only for ``model`` and ``stream``."""
         model = ""
         try:
-            data = await self._read_upload(request)
+            # the whole upload, or 413 once it is over max_audio (and its form's fields)
+            too_big = ApiError(
+                413,
+                f"the upload is larger than this pool takes ({self.max_audio >> 20} MiB of "
+                "audio: max_audio in the pool file)",
+                "file",
+                "body_too_large",
+            )
+            data = await self._read_body(request, self.max_audio + FORM_SLACK, too_big)
             form = await self._form(request, data)
             handle = self._served_handle(form.get("model"), request.url.path)
             model = handle.spec.name
@@ -672,26 +681,6 @@ class Gateway:
         except ClientDisconnect:
             log.info("%s: the client went away before sending its body", request.url.path)
             return Response(status_code=400)
-
-    async def _read_upload(self, request: Request) -> bytearray:
-        """The whole body, or 413 once it passes ``max_audio`` (and its form's fields)."""
-        limit = self.max_audio + FORM_SLACK
-        too_big = ApiError(
-            413,
-            f"the upload is larger than this pool takes ({self.max_audio >> 20} MiB of "
-            "audio: max_audio in the pool file)",
-            "file",
-            "body_too_large",
-        )
-        length = request.headers.get("content-length")
-        if length is not None and is_ascii_int(length) and int(length) > limit:
-            raise too_big
-        data = bytearray()
-        async for chunk in request.stream():
-            data += chunk
-            if len(data) > limit:
-                raise too_big
-        return data
 
     @staticmethod
     async def _form(request: Request, data: bytearray) -> Any:

@@ -514,7 +514,18 @@ class Limiter:
             )
             try:
                 fcntl.flock(lock, fcntl.LOCK_EX)
-                kept = self._read_or_set_aside()
+                try:
+                    kept = self._read()
+                except ValueError as exc:
+                    # A file that cannot be trusted is moved to .bad (said in the log: its
+                    # use is lost, the budgets go on from this pool's).
+                    os.replace(self.path, self.path + ".bad")
+                    self._said = False
+                    self._say(
+                        f"limits: the budget file {self.path} cannot be read ({exc}); moved "
+                        f"to {self.path}.bad, the budgets' use counts from this pool's alone"
+                    )
+                    kept = {}
                 for name in self._budgets:
                     self._merge(name, kept)
                 self._write(kept)
@@ -523,20 +534,6 @@ class Limiter:
         except OSError as exc:
             self.dirty = True  # tried again at the next save
             self._say(f"limits: cannot keep the budgets' use in {self.path}: {exc}")
-
-    def _read_or_set_aside(self) -> dict[str, Any]:
-        """The budget file's keys; one that cannot be trusted is moved to ``.bad`` (said
-        in the log: its use is lost, the budgets go on from this pool's)."""
-        try:
-            return self._read()
-        except ValueError as exc:
-            os.replace(self.path, self.path + ".bad")
-            self._said = False
-            self._say(
-                f"limits: the budget file {self.path} cannot be read ({exc}); moved to "
-                f"{self.path}.bad, the budgets' use counts from this pool's alone"
-            )
-            return {}
 
     def _say(self, message: str) -> None:
         if not self._said and self.log is not None:

@@ -181,7 +181,17 @@ class WorkerHandle:
         backoff = 0.5
         while not self._stopping:
             started = time.monotonic()
-            code = await self._run_once()
+            self.state = "starting"
+            folder = tempfile.mkdtemp(prefix="acbslurm-w-")
+            try:
+                code = await self._run_in(os.path.join(folder, "w.sock"))
+            finally:
+                # Every way out: the worker exiting, the gateway stopping (this task is
+                # cancelled), an error starting it.
+                shutil.rmtree(folder, ignore_errors=True)
+                for k in STATS_COUNTERS:  # this life's counters join the earlier lives'
+                    self.base[k] += self.stats.get(k, 0.0)
+                self.stats = {}
             if self._stopping:
                 break
             if code == EXIT_REFUSED and not self.ever_ready:
@@ -198,16 +208,6 @@ class WorkerHandle:
                 backoff = 0.5
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, 10.0)
-
-    async def _run_once(self) -> int | None:
-        self.state = "starting"
-        folder = tempfile.mkdtemp(prefix="acbslurm-w-")
-        try:
-            return await self._run_in(os.path.join(folder, "w.sock"))
-        finally:
-            # Every way out: the worker exiting, the gateway stopping (this task is
-            # cancelled), an error starting it.
-            shutil.rmtree(folder, ignore_errors=True)
 
     async def _run_in(self, sock: str) -> int | None:
         env = {**os.environ, **self.env}
@@ -253,7 +253,6 @@ class WorkerHandle:
             self._fail_all(503, f"the worker of model {self.spec.name} stopped; retry")
             self._drop_writer()
             self.ready_event.clear()
-            self._retire_stats()
         if self._stopping:
             # stop() has sent SIGTERM: a worker with a server of its own (engine: vllm)
             # stops it and removes its folder first; stop() kills it after 5 s.
@@ -509,11 +508,6 @@ class WorkerHandle:
         for proc in followers:
             await _wait_or_kill(proc, 5)
 
-    def _retire_stats(self) -> None:
-        for k in STATS_COUNTERS:
-            self.base[k] += float(self.stats.get(k, 0))
-        self.stats = {}
-
     def _drop_writer(self) -> None:
         if self.writer is not None:
             self.writer.close()
@@ -577,7 +571,14 @@ class WorkerHandle:
                 f"(max_queue {self.max_queue}); retry later",
                 retry_after=1,
             )
-        self._check_share(key)
+        # 429 for a key that holds its share of the queue already; the others go on.
+        held = sum(1 for p in self.pending.values() if p.key == key)
+        if self.queue_share and key != NO_KEY and held >= self.queue_share:
+            raise Overloaded(
+                f"model {self.spec.name} has {held} requests of key {key} waiting "
+                f"(max_queue_per_key {self.queue_share}); retry later",
+                retry_after=1,
+            )
         rid = f"{self.spec.name}-{next(self._ids)}"
         now = time.monotonic()
         p = Pending(key=key, rid=rid, submitted=now)
@@ -585,18 +586,6 @@ class WorkerHandle:
         self.book.opened(self.spec.name, rid, key, now)
         self.writer.write(encode({**work, "id": rid}))
         return rid, p
-
-    def _check_share(self, key: str) -> None:
-        """429 for a key that holds its share of the queue already; the others go on."""
-        if not self.queue_share or key == NO_KEY:
-            return
-        held = sum(1 for p in self.pending.values() if p.key == key)
-        if held >= self.queue_share:
-            raise Overloaded(
-                f"model {self.spec.name} has {held} requests of key {key} waiting "
-                f"(max_queue_per_key {self.queue_share}); retry later",
-                retry_after=1,
-            )
 
     def finish(self, rid: str, cancel: bool = False) -> None:
         if self.pending.pop(rid, None) is None:
