@@ -526,8 +526,21 @@ class Limiter:
                         f"to {self.path}.bad, the budgets' use counts from this pool's alone"
                     )
                     kept = {}
-                for name in self._budgets:
-                    self._merge(name, kept)
+                for name in self._budgets:  # the file's use, and ours since our last save
+                    b = self._budget(name)
+                    if b is None:
+                        continue
+                    theirs = kept.get(name)
+                    base = 0.0
+                    if isinstance(theirs, dict) and theirs.get("start") == b.start:
+                        base = float(theirs.get("gpu_seconds", 0.0))
+                    b.used = b.saved = base + (b.used - b.saved)
+                    kept[name] = {
+                        "period": self.limits[name].period,
+                        "start": b.start,
+                        "start_utc": utc_text(b.start),
+                        "gpu_seconds": round(b.used, 6),
+                    }
                 self._write(kept)
             finally:
                 os.close(lock)
@@ -539,23 +552,6 @@ class Limiter:
         if not self._said and self.log is not None:
             self._said = True
             self.log.error("%s", message)
-
-    def _merge(self, name: str, kept: dict[str, Any]) -> None:
-        b = self._budget(name)
-        if b is None:
-            return
-        theirs = kept.get(name)
-        base = 0.0
-        if isinstance(theirs, dict) and theirs.get("start") == b.start:
-            base = float(theirs.get("gpu_seconds", 0.0))
-        total = base + (b.used - b.saved)  # the file's, plus ours since our last save
-        b.used = b.saved = total
-        kept[name] = {
-            "period": self.limits[name].period,
-            "start": b.start,
-            "start_utc": utc_text(b.start),
-            "gpu_seconds": round(total, 6),
-        }
 
     def _read(self) -> dict[str, Any]:
         """The budget file's keys (empty when there is none); ValueError when it is not

@@ -274,7 +274,15 @@ class WorkerHandle:
         if sid:
             shm |= await asyncio.to_thread(procs.kill_session, sid, 10.0, self.server_started)
             procs.remove_shm(shm)
-        if folder and _own_server_folder(folder):
+        # Only a vLLM server's folder of this user (acbslurm-vllm-*, a real folder, not a
+        # link): what the gateway may remove for its worker.
+        if not os.path.isabs(folder) or not os.path.basename(folder).startswith("acbslurm-vllm-"):
+            return
+        try:
+            st = os.lstat(folder)
+        except OSError:
+            return
+        if stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid():
             await asyncio.to_thread(shutil.rmtree, folder, True)
 
     _exit_code: int | None = None
@@ -594,18 +602,6 @@ class WorkerHandle:
         if cancel and self.writer is not None:
             with contextlib.suppress(Exception):
                 self.writer.write(encode({"type": "cancel", "id": rid}))
-
-
-def _own_server_folder(path: str) -> bool:
-    """``path`` is a vLLM server's folder of this user (``acbslurm-vllm-*``, a real
-    folder, not a link): what the gateway may remove for its worker."""
-    if not os.path.isabs(path) or not os.path.basename(path).startswith("acbslurm-vllm-"):
-        return False
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return False
-    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid()
 
 
 def worker_module(engine: str) -> str:
