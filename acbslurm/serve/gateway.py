@@ -126,21 +126,19 @@ class _KeyCheck:
                 await self._refuse(send, json.dumps(expired.body()).encode())
                 return
             if scope["path"].startswith("/v1/"):
-                send = self._with_limits(send, name, self.limiter)
+                # the key's remaining limits added to the answer's headers, as they are
+                # when the answer starts (this request counted)
+                limiter, reply = self.limiter, send
+
+                async def with_limits(message: Any) -> None:
+                    if message["type"] == "http.response.start":
+                        headers = [*message.get("headers", ()), *limiter.headers(name)]
+                        message = {**message, "headers": headers}
+                    await reply(message)
+
+                send = with_limits
+
         await self.app(scope, receive, send)
-
-    @staticmethod
-    def _with_limits(send: Any, name: str, limiter: Limiter) -> Any:
-        """``send`` with the key's remaining limits added to the answer's headers, as
-        they are when the answer starts (this request counted)."""
-
-        async def sending(message: Any) -> None:
-            if message["type"] == "http.response.start":
-                headers = [*message.get("headers", ()), *limiter.headers(name)]
-                message = {**message, "headers": headers}
-            await send(message)
-
-        return sending
 
     @staticmethod
     async def _refuse(send: Any, body: bytes) -> None:
