@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,14 +74,6 @@ def _model_name(body: dict[str, Any]) -> str:
     return model
 
 
-def _max_tokens(body: dict[str, Any]) -> int | None:
-    """``max_completion_tokens``, OpenAI's newer name, else ``max_tokens``."""
-    mt = _int(body, "max_completion_tokens", 1)
-    if mt is None:
-        mt = _int(body, "max_tokens", 1)
-    return mt
-
-
 # What torch.Generator.manual_seed takes (a 64-bit value, signed or not): a seed
 # outside it would raise in the worker, not here.
 SEED_MIN, SEED_MAX = -(2**63), 2**64 - 1
@@ -96,12 +89,6 @@ def _seed(body: dict[str, Any]) -> int | None:
     if not SEED_MIN <= seed <= SEED_MAX:
         raise _bad("seed", f"must be between -2**63 and 2**64-1, got {short_repr(seed)}")
     return seed
-
-
-def _check_one_choice(body: dict[str, Any]) -> None:
-    n = _int(body, "n", 1)
-    if n not in (None, 1):
-        raise ApiError(400, "n: only n=1 is supported", "n", "unsupported_value")
 
 
 def _stops(body: dict[str, Any]) -> list[str]:
@@ -133,13 +120,6 @@ def _stream(body: dict[str, Any]) -> bool:
     if not isinstance(stream, bool):
         raise _bad("stream", f"must be true or false, got {short_repr(stream)}")
     return stream
-
-
-def _include_usage(body: dict[str, Any]) -> bool:
-    opts = body.get("stream_options") or {}
-    if not isinstance(opts, dict):
-        raise _bad("stream_options", "must be an object")
-    return bool(opts.get("include_usage", False))
 
 
 # Fields that would change the result and are not implemented: refused, not ignored.
@@ -199,15 +179,20 @@ def _common(body: dict[str, Any]) -> dict[str, Any]:
     _check_unicode(body)
     out: dict[str, Any] = {
         "model": _model_name(body),
-        "max_tokens": _max_tokens(body),
+        # max_completion_tokens is OpenAI's newer name: it comes first
+        "max_tokens": _int(body, "max_completion_tokens", 1) or _int(body, "max_tokens", 1),
         "temperature": _number(body, "temperature", 0.0, 2.0),
         "top_p": _number(body, "top_p", 0.0, 1.0),
         "seed": _seed(body),
     }
-    _check_one_choice(body)
+    if _int(body, "n", 1) not in (None, 1):
+        raise ApiError(400, "n: only n=1 is supported", "n", "unsupported_value")
     out["stop"] = _stops(body)
     out["stream"] = _stream(body)
-    out["include_usage"] = _include_usage(body)
+    opts = body.get("stream_options") or {}
+    if not isinstance(opts, dict):
+        raise _bad("stream_options", "must be an object")
+    out["include_usage"] = bool(opts.get("include_usage", False))
     _refuse_unsupported(body)
     return out
 
@@ -270,7 +255,7 @@ def parse_chat(body: Any) -> dict[str, Any]:
     return out
 
 
-def prompt_chars(work: dict[str, Any]) -> int:
+def prompt_chars(work: Mapping[str, Any]) -> int:
     """Characters of a request's prompt, or of its messages' contents (``work``: what
     the gateway sends the worker)."""
     if "messages" not in work:
@@ -278,7 +263,7 @@ def prompt_chars(work: dict[str, Any]) -> int:
     return sum(len(str(m.get("content", ""))) for m in work["messages"])
 
 
-def check_prompt_size(work: dict[str, Any], max_chars: int, max_context: int) -> None:
+def check_prompt_size(work: Mapping[str, Any], max_chars: int, max_context: int) -> None:
     """A 400 for a prompt too long to fit the context whatever its tokens, before it is
     tokenized: ``max_chars`` is the context times the longest token's characters."""
     field = "messages" if "messages" in work else "prompt"
@@ -316,19 +301,13 @@ def parse_passthrough(
         raise ApiError(400, "the request body must be a JSON object", code="invalid_json")
     _check_unicode(body)
     fields = fields or (("messages",) if chat else ("prompt",))
-    return {
-        "model": _model_name(body),
-        "stream": _stream(body),
-        "field": fields[0],
-        "chars": _chars(body, fields, per_item),
-    }
-
-
-def _chars(body: dict[str, Any], fields: tuple[str, ...], per_item: bool) -> int:
+    model, stream = _model_name(body), _stream(body)
     value = body.get(fields[0])
     if per_item and isinstance(value, list) and value and not isinstance(value[0], int):
-        return max(text_chars(item) for item in value)
-    return sum(text_chars(body.get(f)) for f in fields)
+        chars = max(text_chars(item) for item in value)  # a list of token ids is one prompt
+    else:
+        chars = sum(text_chars(body.get(f)) for f in fields)
+    return {"model": model, "stream": stream, "field": fields[0], "chars": chars}
 
 
 def text_chars(value: Any) -> int:

@@ -55,9 +55,13 @@ class RecordingBroker(core.Broker):
 
     def _note(self, events: list[core.Event], now: float) -> list[core.Event]:
         self._close_ended(now)
-        for ev in events:
+        for ev in events:  # the leases granted: their records begin
             if isinstance(ev, core.Granted):
-                self._open_granted(ev, now)
+                info = self.clients.get(ev.client)
+                name = info.name if info else str(ev.client)
+                rec = LeaseRecord(ev.lease_id, name, ev.devices, now)
+                self.record.append(rec)
+                self._open[ev.lease_id] = rec
         try:
             self.check_invariants()
         except AssertionError as exc:
@@ -70,12 +74,6 @@ class RecordingBroker(core.Broker):
         held = {lease.lease_id for info in self.clients.values() for lease in info.leases.values()}
         for lid in [lid for lid in self._open if lid not in held]:
             self._open.pop(lid).ended = now
-
-    def _open_granted(self, ev: core.Granted, now: float) -> None:
-        info = self.clients.get(ev.client)
-        rec = LeaseRecord(ev.lease_id, info.name if info else str(ev.client), ev.devices, now)
-        self.record.append(rec)
-        self._open[ev.lease_id] = rec
 
     def disconnect(self, client: int, now: float) -> list[core.Event]:
         return self._note(super().disconnect(client, now), now)

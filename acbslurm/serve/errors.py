@@ -35,3 +35,9 @@ class TurnBroken(AcbslurmError):
     """A worker's engine cannot go on (a peer of a built-in group failed): the turn's
     lease goes back with nothing resident, and the worker ends (the gateway restarts
     it)."""
+
+
+class ProtocolError(AcbslurmError, ValueError):
+    """A line between the gateway and a worker is not one of serve/protocol.py's
+    messages (not JSON, an unknown type, a required field missing); the reader logs it
+    and reads on."""

@@ -33,6 +33,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from acbslurm.serve.answers import Answers
 from acbslurm.serve.api import (
     ApiError,
     check_passthrough_size,
@@ -45,6 +46,7 @@ from acbslurm.serve.engines import engine_kind
 from acbslurm.serve.keys import NO_KEY, KeyRing, bearer
 from acbslurm.serve.limits import Limiter
 from acbslurm.serve.metrics import CONTENT_TYPE, Metrics
+from acbslurm.serve.protocol import Generate
 from acbslurm.serve.routes import BUILTIN, PROMPT_FIELD, not_served, served
 from acbslurm.serve.supervisor import Overloaded, Pending, Unavailable, WorkerHandle
 from acbslurm.units import is_ascii_int
@@ -54,44 +56,9 @@ log = logging.getLogger(__name__)
 MAX_BODY = 8 << 20  # bytes; a 100k-token prompt is well below
 
 
-def _event(obj: dict[str, Any]) -> bytes:
-    """One server-sent event."""
-    return f"data: {json.dumps(obj)}\n\n".encode()
-
-
-def _sse(name: Any, data: str) -> bytes:
-    """One server-sent event as vLLM wrote it: its name (a response's stream names
-    each event) and its data."""
-    head = f"event: {name}\n".encode() if name else b""
-    return head + b"data: " + data.encode() + b"\n\n"
-
-
-def _with_metrics(data: bytes, pool: dict[str, Any], inside: str = "") -> bytes:
-    """A JSON answer (or event) with the pool's metrics in its ``metrics`` object
-    (beside vLLM's own: queue, first token, generation), as ``metrics.acbslurm``;
-    ``inside``: the member holding that object (a response's last event carries the
-    response). Anything else comes back untouched."""
-    try:
-        obj = json.loads(data)
-    except ValueError:
-        return data
-    holder = obj.get(inside) if inside and isinstance(obj, dict) else obj
-    if not isinstance(holder, dict):
-        return data
-    metrics = holder.get("metrics")
-    holder["metrics"] = {**(metrics if isinstance(metrics, dict) else {}), "acbslurm": pool}
-    return json.dumps(obj).encode()
-
-
 # Bytes of an upload's form besides its file (model, language, prompt, ...).
 FORM_SLACK = 64 << 10
 _TRUE = ("1", "t", "true", "y", "yes", "on")  # what vLLM's form model reads as true
-
-
-def _timing_headers(done: dict[str, Any]) -> dict[str, str]:
-    """``x-acbslurm-wait-s`` and the like: where a request's time went."""
-    timing = done.get("timing") or {}
-    return {f"x-acbslurm-{k.replace('_', '-')}": f"{float(v):.6f}" for k, v in timing.items()}
 
 
 # What a request gets from a stopping pool (new, or still queued), and when to retry:
@@ -159,21 +126,19 @@ class _KeyCheck:
                 await self._refuse(send, json.dumps(expired.body()).encode())
                 return
             if scope["path"].startswith("/v1/"):
-                send = self._with_limits(send, name, self.limiter)
+                # the key's remaining limits added to the answer's headers, as they are
+                # when the answer starts (this request counted)
+                limiter, reply = self.limiter, send
+
+                async def with_limits(message: Any) -> None:
+                    if message["type"] == "http.response.start":
+                        headers = [*message.get("headers", ()), *limiter.headers(name)]
+                        message = {**message, "headers": headers}
+                    await reply(message)
+
+                send = with_limits
+
         await self.app(scope, receive, send)
-
-    @staticmethod
-    def _with_limits(send: Any, name: str, limiter: Limiter) -> Any:
-        """``send`` with the key's remaining limits added to the answer's headers, as
-        they are when the answer starts (this request counted)."""
-
-        async def sending(message: Any) -> None:
-            if message["type"] == "http.response.start":
-                headers = [*message.get("headers", ()), *limiter.headers(name)]
-                message = {**message, "headers": headers}
-            await send(message)
-
-        return sending
 
     @staticmethod
     async def _refuse(send: Any, body: bytes) -> None:
@@ -184,18 +149,6 @@ class _KeyCheck:
         ]
         await send({"type": "http.response.start", "status": 401, "headers": headers})
         await send({"type": "http.response.body", "body": body})
-
-
-def _tee(ledger: Callable[[Any], None] | None, then: Callable[[Any], None]) -> Any:
-    """A ledger line's writer: to the ``ledger`` (when there is one) first, whatever
-    ``then`` does with it."""
-
-    def write(line: Any) -> None:
-        if ledger is not None:
-            ledger(line)
-        then(line)
-
-    return write
 
 
 def _error(e: ApiError) -> JSONResponse:
@@ -217,8 +170,6 @@ class Gateway:
     ) -> None:
         self.handles = dict(handles)
         self.max_audio = max_audio  # bytes of an upload to /v1/audio/* (pool: max_audio)
-        # seconds of audio transcribed, per (key name, model): /usage, /metrics
-        self.audio_seconds: dict[tuple[str, str], float] = {}
         # Who used the GPUs (usagebook): one book for every model, written to the job's
         # runtime folder in a Slurm job (``usage_folder``) for the epilog to keep.
         self.book = Book()
@@ -229,7 +180,14 @@ class Gateway:
         # of leases) as the book makes them, asked before a request is queued.
         self.limiter = limiter
         if limiter is not None:
-            self.book.write = _tee(self.book.write, limiter.observe)
+            ledger = self.book.write
+
+            def write(line: Any) -> None:  # to the ledger (when there is one) first
+                if ledger is not None:
+                    ledger(line)
+                limiter.observe(line)
+
+            self.book.write = write
         for h in self.handles.values():
             h.book = self.book
         self.owner = owner  # the key name that sees every name's usage
@@ -239,6 +197,7 @@ class Gateway:
         self._ready_task: asyncio.Task[None] | None = None
         self.request_timeout = request_timeout
         self.metrics = Metrics(list(self.handles.values()), self.book)
+        self.answers = Answers(self.metrics, self.book, request_timeout)
         self.created = int(time.time())
         self.app = Starlette(
             routes=[
@@ -417,7 +376,7 @@ class Gateway:
                 "prompt_tokens": int(row[1]),
                 "completion_tokens": int(row[2]),
                 "gpu_seconds": round(row[3], 3),
-                "audio_seconds": self.audio_seconds.get((name, model), 0.0),
+                "audio_seconds": self.answers.audio_seconds.get((name, model), 0.0),
             }
             for (name, model), row in sorted(totals.use.items())
             if only is None or name == only
@@ -439,19 +398,25 @@ class Gateway:
     async def chat(self, request: Request) -> Response:
         return await self._generate(request, chat=True)
 
-    async def _read_json(self, request: Request) -> Any:
+    @staticmethod
+    async def _read_body(request: Request, limit: int, too_big: ApiError) -> bytearray:
+        """The whole body, or ``too_big`` raised once it is over ``limit`` bytes (or its
+        Content-Length says it will be)."""
         length = request.headers.get("content-length")
-        if length is not None and is_ascii_int(length) and int(length) > MAX_BODY:
-            raise ApiError(
-                413, f"request body larger than {MAX_BODY >> 20} MiB", code="body_too_large"
-            )
+        if length is not None and is_ascii_int(length) and int(length) > limit:
+            raise too_big
         data = bytearray()  # appended in place: ``bytes +=`` copies it all per chunk
         async for chunk in request.stream():
             data += chunk
-            if len(data) > MAX_BODY:
-                raise ApiError(
-                    413, f"request body larger than {MAX_BODY >> 20} MiB", code="body_too_large"
-                )
+            if len(data) > limit:
+                raise too_big
+        return data
+
+    async def _read_json(self, request: Request) -> Any:
+        too_big = ApiError(
+            413, f"request body larger than {MAX_BODY >> 20} MiB", code="body_too_large"
+        )
+        data = await self._read_body(request, MAX_BODY, too_big)
         try:
             return json.loads(data)
         except RecursionError:  # "[[[[...": nested past Python's recursion limit
@@ -488,24 +453,37 @@ class Gateway:
                 raise self._unknown(body["model"])
             self._check_served(handle, request.url.path)
             deadline = time.monotonic() + self.request_timeout
-            work = {k: body[k] for k in ("max_tokens", "temperature", "top_p", "seed", "stop")}
-            work["messages" if chat else "prompt"] = body["messages" if chat else "prompt"]
+            work: Generate = {
+                "type": "generate",
+                "id": "",  # the supervisor's, once queued
+                "max_tokens": body["max_tokens"],
+                "temperature": body["temperature"],
+                "top_p": body["top_p"],
+                "seed": body["seed"],
+                "stop": body["stop"],
+            }
+            if chat:
+                work["messages"] = body["messages"]
+            else:
+                work["prompt"] = body["prompt"]
             check_prompt_size(work, handle.max_prompt_chars, handle.max_context)
             rid, pending = await self._start(request, handle, work, deadline)
             if body["stream"]:
-                gen = self._sse(handle, rid, pending, deadline, chat, body)
+                gen = self.answers.stream(
+                    handle, rid, pending, deadline, chat, body["include_usage"]
+                )
                 self.metrics.request(model, 200, pending.key)
                 return StreamingResponse(
                     gen, media_type="text/event-stream", headers={"Cache-Control": "no-cache"}
                 )
             async with self._cancel_when_gone(request, handle, rid, pending):
-                return await self._collect(handle, rid, pending, deadline, chat)
+                return await self.answers.collect(handle, rid, pending, deadline, chat)
         except ApiError as e:
             self.metrics.request(model or "-", e.status, _caller(request))
             return _error(e)
 
     async def _start(
-        self, request: Request, handle: WorkerHandle, work: dict[str, Any], deadline: float
+        self, request: Request, handle: WorkerHandle, work: Generate, deadline: float
     ) -> tuple[str, Pending]:
         """The request queued and its worker's first answer read: the request's id and
         its queue, or the worker's refusal raised (the request then forgotten). A client
@@ -516,14 +494,13 @@ class Gateway:
         rid, pending = self._submit(handle, work, _caller(request))
         try:
             async with self._cancel_when_gone(request, handle, rid, pending):
-                first = await self._next(handle, rid, pending, deadline)
-            self._raise_if_error(first)
+                await self.answers.next(handle, rid, pending, deadline)
         except BaseException:
             handle.finish(rid, cancel=True)
             raise
         return rid, pending
 
-    def _submit(self, handle: WorkerHandle, work: dict[str, Any], key: str) -> tuple[str, Pending]:
+    def _submit(self, handle: WorkerHandle, work: Generate, key: str) -> tuple[str, Pending]:
         """The request queued for the model's worker (billed to ``key``), or 429/503 at once."""
         if self.stopping:
             raise ApiError(
@@ -564,14 +541,15 @@ class Gateway:
         checked = parse_passthrough(raw, fields=fields, per_item=per_item)
         self._check_served(handle, request.url.path)
         check_passthrough_size(checked, handle.max_prompt_chars, handle.max_context)
-        work = {"route": request.url.path, "body": raw, "chars": checked["chars"]}
+        path, chars = request.url.path, checked["chars"]
+        work: Generate = {"type": "generate", "id": "", "route": path, "body": raw, "chars": chars}
         return await self._forward(request, handle, work, checked["stream"])
 
     async def _forward(
         self,
         request: Request,
         handle: WorkerHandle,
-        work: dict[str, Any],
+        work: Generate,
         stream: bool,
         metrics: bool = True,
     ) -> Response:
@@ -582,75 +560,12 @@ class Gateway:
         if stream:
             self.metrics.request(handle.spec.name, 200, pending.key)
             return StreamingResponse(
-                self._relay(handle, rid, pending, deadline),
+                self.answers.relay(handle, rid, pending, deadline),
                 media_type="text/event-stream",
                 headers={"Cache-Control": "no-cache"},
             )
         async with self._cancel_when_gone(request, handle, rid, pending):
-            return await self._whole(handle, rid, pending, deadline, metrics)
-
-    async def _relay(
-        self, handle: WorkerHandle, rid: str, pending: Pending, deadline: float
-    ) -> AsyncIterator[bytes]:
-        """vLLM's server-sent events as it sent them, then ``[DONE]``; a stream that
-        fails (its server died or hung, the timeout) ends with an error event in
-        OpenAI's shape and no ``[DONE]``: the ``openai`` client raises on it, and no
-        client takes the cut answer for a whole one."""
-        marker = True
-        try:
-            while True:
-                try:
-                    msg = await self._next(handle, rid, pending, deadline)
-                    self._raise_if_error(msg)
-                except ApiError as e:
-                    self._stream_failed(handle, pending, e)
-                    yield _event(e.body())
-                    return
-                if msg["type"] == "event":
-                    yield _sse(msg.get("event"), str(msg["data"]))
-                elif msg["type"] == "done":
-                    self._usage(handle, pending, msg)
-                    if "tail" in msg:
-                        yield self._tail(handle, pending, msg)
-                    marker = msg.get("sse_done", True) is not False
-                    break
-            if marker:  # a response's stream ends with its last event, as vLLM's does
-                yield b"data: [DONE]\n\n"
-        finally:
-            with contextlib.suppress(Exception):
-                handle.finish(rid, cancel=True)
-
-    async def _whole(
-        self,
-        handle: WorkerHandle,
-        rid: str,
-        pending: Pending,
-        deadline: float,
-        metrics: bool = True,
-    ) -> Response:
-        """vLLM's whole JSON answer, with the request's timing headers."""
-        data = b"{}"
-        kind = "application/json"
-        try:
-            while True:
-                msg = await self._next(handle, rid, pending, deadline)
-                self._raise_if_error(msg)
-                if msg["type"] == "body":
-                    data = str(msg["data"]).encode()
-                    kind = str(msg.get("content_type") or kind)
-                elif msg["type"] == "done":
-                    break
-        finally:
-            handle.finish(rid, cancel=True)
-        self._usage(handle, pending, msg)
-        if metrics and "json" in kind:
-            data = _with_metrics(data, self._pool_metrics(handle, pending, msg))
-        self.metrics.request(handle.spec.name, 200, pending.key)
-        return Response(data, media_type=kind, headers=_timing_headers(msg))
-
-    def _stream_failed(self, handle: WorkerHandle, pending: Pending, e: ApiError) -> None:
-        """A stream answered 200 and then failed: counted by the error's status too."""
-        self.metrics.request(handle.spec.name, e.status, pending.key)
+            return await self.answers.whole(handle, rid, pending, deadline, metrics)
 
     @contextlib.asynccontextmanager
     async def _cancel_when_gone(
@@ -676,154 +591,6 @@ class Gateway:
         pending.queue.put_nowait(
             {"type": "error", "status": 499, "message": "the client went away", "code": "gone"}
         )
-
-    async def _next(
-        self, handle: WorkerHandle, rid: str, pending: Pending, deadline: float
-    ) -> dict[str, Any]:
-        # Once per streamed chunk: the message already there is taken at once, and the
-        # wait is bounded by asyncio.timeout, not wait_for (a task of its own per call).
-        left = deadline - time.monotonic()
-        try:
-            if left <= 0:
-                raise TimeoutError
-            with contextlib.suppress(asyncio.QueueEmpty):
-                return pending.queue.get_nowait()
-            async with asyncio.timeout(left):
-                return await pending.queue.get()
-        except TimeoutError:
-            handle.finish(rid, cancel=True)
-            raise ApiError(
-                503,
-                f"no answer from model {handle.spec.name} within "
-                f"{self.request_timeout:g}s (busy); retry later",
-                None,
-                "timeout",
-                "server_error",
-                5,
-            ) from None
-
-    @staticmethod
-    def _raise_if_error(msg: dict[str, Any]) -> None:
-        if msg.get("type") == "error":
-            status = int(msg.get("status", 500))
-            kind = "invalid_request_error" if status < 500 else "server_error"
-            retry = msg.get("retry_after") or (1 if status in (429, 503) else None)
-            raise ApiError(
-                status, str(msg.get("message")), msg.get("param"), msg.get("code"), kind, retry
-            )
-
-    def _envelope(self, rid: str, chat: bool, model: str, chunk: bool) -> dict[str, Any]:
-        obj = (
-            ("chat.completion.chunk" if chunk else "chat.completion") if chat else "text_completion"
-        )
-        prefix = "chatcmpl" if chat else "cmpl"
-        return {"id": f"{prefix}-{rid}", "object": obj, "created": int(time.time()), "model": model}
-
-    async def _collect(
-        self,
-        handle: WorkerHandle,
-        rid: str,
-        pending: Pending,
-        deadline: float,
-        chat: bool,
-    ) -> Response:
-        parts: list[str] = []
-        try:
-            while True:
-                msg = await self._next(handle, rid, pending, deadline)
-                self._raise_if_error(msg)
-                if msg["type"] == "delta":
-                    parts.append(msg["text"])
-                elif msg["type"] == "done":
-                    break
-        finally:
-            handle.finish(rid, cancel=True)
-        text = "".join(parts)
-        usage = self._usage(handle, pending, msg)
-        out = self._envelope(rid, chat, handle.spec.name, chunk=False)
-        choice: dict[str, Any] = {
-            "index": 0,
-            "finish_reason": msg["finish_reason"],
-            "logprobs": None,
-        }
-        if chat:
-            choice["message"] = {"role": "assistant", "content": text}
-        else:
-            choice["text"] = text
-        out["choices"] = [choice]
-        out["usage"] = usage
-        out["metrics"] = {"acbslurm": self._pool_metrics(handle, pending, msg)}
-        self.metrics.request(handle.spec.name, 200, pending.key)
-        return JSONResponse(out, headers=_timing_headers(msg))
-
-    def _usage(
-        self, handle: WorkerHandle, pending: Pending, done: dict[str, Any]
-    ) -> dict[str, int]:
-        p, c = int(done.get("prompt_tokens", 0)), int(done.get("completion_tokens", 0))
-        self.metrics.usage(handle.spec.name, p, c, pending.key)
-        audio = float(done.get("audio_seconds") or 0)
-        if audio > 0:
-            self._audio_used(handle.spec.name, pending.key, audio)
-        return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
-
-    def _chunk(
-        self, rid: str, chat: bool, model: str, delta: str | None, finish: str | None, role: bool
-    ) -> bytes:
-        """One streamed event: a chat delta (the first one with the role) or a text piece."""
-        out = self._envelope(rid, chat, model, chunk=True)
-        if chat:
-            d: dict[str, Any] = {"role": "assistant", "content": ""} if role else {}
-            if delta:
-                d["content"] = delta
-            out["choices"] = [{"index": 0, "delta": d, "finish_reason": finish, "logprobs": None}]
-        else:
-            out["choices"] = [
-                {"index": 0, "text": delta or "", "finish_reason": finish, "logprobs": None}
-            ]
-        return _event(out)
-
-    async def _sse(
-        self,
-        handle: WorkerHandle,
-        rid: str,
-        pending: Pending,
-        deadline: float,
-        chat: bool,
-        body: dict[str, Any],
-    ) -> AsyncIterator[bytes]:
-        model = handle.spec.name
-
-        def chunk(delta: str | None, finish: str | None, role: bool = False) -> bytes:
-            return self._chunk(rid, chat, model, delta, finish, role)
-
-        try:
-            if chat:
-                yield chunk(None, None, role=True)
-            while True:
-                try:
-                    msg = await self._next(handle, rid, pending, deadline)
-                    self._raise_if_error(msg)
-                except ApiError as e:  # as in _relay: an error event, no [DONE]
-                    self._stream_failed(handle, pending, e)
-                    yield _event(e.body())
-                    return
-                if msg["type"] == "delta":
-                    yield chunk(msg["text"], None)
-                elif msg["type"] == "done":
-                    yield chunk(None, msg["finish_reason"])
-                    usage = self._usage(handle, pending, msg)
-                    if body["include_usage"]:
-                        tail = self._envelope(rid, chat, model, chunk=True)
-                        tail["choices"] = []
-                        tail["usage"] = usage
-                        tail["metrics"] = {"acbslurm": self._pool_metrics(handle, pending, msg)}
-                        yield _event(tail)
-                    break
-            yield b"data: [DONE]\n\n"
-        finally:
-            # Also on a client that went away mid-stream: the worker stops decoding it.
-            with contextlib.suppress(Exception):
-                handle.finish(rid, cancel=True)
 
     # -- the other routes vLLM serves: responses, embeddings, audio ----------------------
 
@@ -882,11 +649,21 @@ class Gateway:
         the client sent it; its form read here only for ``model`` and ``stream``."""
         model = ""
         try:
-            data = await self._read_upload(request)
+            # the whole upload, or 413 once it is over max_audio (and its form's fields)
+            too_big = ApiError(
+                413,
+                f"the upload is larger than this pool takes ({self.max_audio >> 20} MiB of "
+                "audio: max_audio in the pool file)",
+                "file",
+                "body_too_large",
+            )
+            data = await self._read_body(request, self.max_audio + FORM_SLACK, too_big)
             form = await self._form(request, data)
             handle = self._served_handle(form.get("model"), request.url.path)
             model = handle.spec.name
-            work = {
+            work: Generate = {
+                "type": "generate",
+                "id": "",
                 "route": request.url.path,
                 "upload": base64.b64encode(data).decode(),
                 "content_type": request.headers.get("content-type", ""),
@@ -902,26 +679,6 @@ class Gateway:
         except ClientDisconnect:
             log.info("%s: the client went away before sending its body", request.url.path)
             return Response(status_code=400)
-
-    async def _read_upload(self, request: Request) -> bytearray:
-        """The whole body, or 413 once it passes ``max_audio`` (and its form's fields)."""
-        limit = self.max_audio + FORM_SLACK
-        too_big = ApiError(
-            413,
-            f"the upload is larger than this pool takes ({self.max_audio >> 20} MiB of "
-            "audio: max_audio in the pool file)",
-            "file",
-            "body_too_large",
-        )
-        length = request.headers.get("content-length")
-        if length is not None and is_ascii_int(length) and int(length) > limit:
-            raise too_big
-        data = bytearray()
-        async for chunk in request.stream():
-            data += chunk
-            if len(data) > limit:
-                raise too_big
-        return data
 
     @staticmethod
     async def _form(request: Request, data: bytearray) -> Any:
@@ -946,33 +703,3 @@ class Gateway:
         fields = {k: v for k, v in form.items() if isinstance(v, str)}
         await form.close()
         return fields
-
-    def _pool_metrics(
-        self, handle: WorkerHandle, pending: Pending, done: dict[str, Any]
-    ) -> dict[str, Any]:
-        """The pool's part of a request's ``metrics``: its seconds queued at the gateway,
-        waiting for its grant, restoring the model, to its first output; its
-        GPU-seconds (final: its answer has ended, ``usagebook``) and the devices (GPU
-        UUIDs; CPU stand-ins' ids) of the leases it had a share of."""
-        handle.finish(pending.rid)  # its answer has ended (a no-op if it was finished)
-        gpu_s, gpus = self.book.request_gpu_seconds(pending.rid, time.monotonic())
-        timing = done.get("timing") or {}
-        out: dict[str, Any] = {"queued_s": round(pending.queued, 6)}
-        out.update({k: v for k, v in timing.items() if isinstance(v, int | float)})
-        out["gpu_seconds"] = gpu_s
-        out["gpus"] = gpus
-        return out
-
-    def _tail(self, handle: WorkerHandle, pending: Pending, done: dict[str, Any]) -> bytes:
-        """A stream's last event with its usage (vLLM's metrics too), the pool's metrics
-        added: ``metrics.acbslurm`` (a response's: ``response.metrics.acbslurm``)."""
-        name = str(done.get("tail_event") or "")
-        inside = "response" if name.startswith("response.") else ""
-        pool = self._pool_metrics(handle, pending, done)
-        data = _with_metrics(str(done["tail"]).encode(), pool, inside)
-        return _sse(name, data.decode())
-
-    def _audio_used(self, model: str, key: str, seconds: float) -> None:
-        row = (key, model)
-        self.audio_seconds[row] = self.audio_seconds.get(row, 0.0) + seconds
-        self.metrics.audio(model, seconds, key)

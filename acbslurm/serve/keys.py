@@ -122,24 +122,6 @@ def parse_keys(text: str, source: str) -> KeyRing:
     return KeyRing(source, tuple(names), tuple(digests))
 
 
-def _check_private(st: os.stat_result, shown: str) -> None:
-    """A regular file of this user that no one else may read or write."""
-    if not stat.S_ISREG(st.st_mode):
-        raise KeyFileError(f"key file {shown} is {kind_of(st.st_mode)}, not a regular file")
-    if st.st_uid != os.geteuid():
-        raise KeyFileError(
-            f"key file {shown} belongs to uid {st.st_uid}, not to the pool's user "
-            f"(uid {os.geteuid()}): a pool reads only a key file of its own user"
-        )
-    if st.st_mode & 0o077:
-        raise KeyFileError(
-            f"key file {shown} has mode {stat.S_IMODE(st.st_mode):04o}: others may read "
-            f"or change it; make it private with: chmod 600 {shown}"
-        )
-    if st.st_size > KEY_FILE_LIMIT:
-        raise KeyFileError(f"key file {shown} is larger than {size_text(KEY_FILE_LIMIT)}")
-
-
 def read_keys(path: str) -> KeyRing:
     """The keys of the key file ``path``, its owner and mode checked on the open file
     (not the name, which could be swapped in between); KeyFileError naming the file."""
@@ -149,7 +131,22 @@ def read_keys(path: str) -> KeyRing:
     except OSError as exc:
         raise KeyFileError(f"key file {shown} cannot be read: {exc.strerror or exc}") from None
     try:
-        _check_private(os.fstat(fd), shown)
+        # A regular file of this user that no one else may read or write.
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise KeyFileError(f"key file {shown} is {kind_of(st.st_mode)}, not a regular file")
+        if st.st_uid != os.geteuid():
+            raise KeyFileError(
+                f"key file {shown} belongs to uid {st.st_uid}, not to the pool's user "
+                f"(uid {os.geteuid()}): a pool reads only a key file of its own user"
+            )
+        if st.st_mode & 0o077:
+            raise KeyFileError(
+                f"key file {shown} has mode {stat.S_IMODE(st.st_mode):04o}: others may read "
+                f"or change it; make it private with: chmod 600 {shown}"
+            )
+        if st.st_size > KEY_FILE_LIMIT:
+            raise KeyFileError(f"key file {shown} is larger than {size_text(KEY_FILE_LIMIT)}")
         data = os.read(fd, KEY_FILE_LIMIT + 1)  # one read: a regular file, checked above
     finally:
         os.close(fd)

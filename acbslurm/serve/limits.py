@@ -514,9 +514,33 @@ class Limiter:
             )
             try:
                 fcntl.flock(lock, fcntl.LOCK_EX)
-                kept = self._read_or_set_aside()
-                for name in self._budgets:
-                    self._merge(name, kept)
+                try:
+                    kept = self._read()
+                except ValueError as exc:
+                    # A file that cannot be trusted is moved to .bad (said in the log: its
+                    # use is lost, the budgets go on from this pool's).
+                    os.replace(self.path, self.path + ".bad")
+                    self._said = False
+                    self._say(
+                        f"limits: the budget file {self.path} cannot be read ({exc}); moved "
+                        f"to {self.path}.bad, the budgets' use counts from this pool's alone"
+                    )
+                    kept = {}
+                for name in self._budgets:  # the file's use, and ours since our last save
+                    b = self._budget(name)
+                    if b is None:
+                        continue
+                    theirs = kept.get(name)
+                    base = 0.0
+                    if isinstance(theirs, dict) and theirs.get("start") == b.start:
+                        base = float(theirs.get("gpu_seconds", 0.0))
+                    b.used = b.saved = base + (b.used - b.saved)
+                    kept[name] = {
+                        "period": self.limits[name].period,
+                        "start": b.start,
+                        "start_utc": utc_text(b.start),
+                        "gpu_seconds": round(b.used, 6),
+                    }
                 self._write(kept)
             finally:
                 os.close(lock)
@@ -524,41 +548,10 @@ class Limiter:
             self.dirty = True  # tried again at the next save
             self._say(f"limits: cannot keep the budgets' use in {self.path}: {exc}")
 
-    def _read_or_set_aside(self) -> dict[str, Any]:
-        """The budget file's keys; one that cannot be trusted is moved to ``.bad`` (said
-        in the log: its use is lost, the budgets go on from this pool's)."""
-        try:
-            return self._read()
-        except ValueError as exc:
-            os.replace(self.path, self.path + ".bad")
-            self._said = False
-            self._say(
-                f"limits: the budget file {self.path} cannot be read ({exc}); moved to "
-                f"{self.path}.bad, the budgets' use counts from this pool's alone"
-            )
-            return {}
-
     def _say(self, message: str) -> None:
         if not self._said and self.log is not None:
             self._said = True
             self.log.error("%s", message)
-
-    def _merge(self, name: str, kept: dict[str, Any]) -> None:
-        b = self._budget(name)
-        if b is None:
-            return
-        theirs = kept.get(name)
-        base = 0.0
-        if isinstance(theirs, dict) and theirs.get("start") == b.start:
-            base = float(theirs.get("gpu_seconds", 0.0))
-        total = base + (b.used - b.saved)  # the file's, plus ours since our last save
-        b.used = b.saved = total
-        kept[name] = {
-            "period": self.limits[name].period,
-            "start": b.start,
-            "start_utc": utc_text(b.start),
-            "gpu_seconds": round(total, 6),
-        }
 
     def _read(self) -> dict[str, Any]:
         """The budget file's keys (empty when there is none); ValueError when it is not

@@ -33,7 +33,7 @@ import json
 import os
 import re
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
@@ -42,7 +42,7 @@ from typing import Any
 import yaml
 
 from acbslurm.errors import ConfigError, SpecError
-from acbslurm.serve.engines import ENGINES as ENGINE_TABLE
+from acbslurm.serve.engines import ENGINES
 from acbslurm.serve.errors import KeyFileError, ListenError, PoolError
 from acbslurm.serve.limits import KeyLimits, parse_limits
 from acbslurm.spec.yamlpos import Errors, Located, load_located, nearest_origin
@@ -85,7 +85,6 @@ MODEL_KEYS = (
     "routes",
     "tool_call_parser",
 )
-ENGINES = tuple(ENGINE_TABLE)  # a model's engine: (acbslurm.serve.engines)
 # vLLM options acbslurm sets itself (engines/vllm.py): an engine_args entry naming one
 # is refused, with what acbslurm does instead.
 OWNED_VLLM_ARGS = {
@@ -262,18 +261,6 @@ def check_listen(text: str) -> str:
     return text
 
 
-def _policy(value: Any, at: tuple[str, ...], e: Errors) -> Any:
-    if value not in ("fifo", "quantum"):
-        e.add(at, f"must be fifo or quantum, got {value!r}")
-    return value
-
-
-def _dtype(value: Any, at: tuple[str, ...], e: Errors) -> Any:
-    if value not in DTYPES:
-        e.add(at, f"must be one of {', '.join(DTYPES)}, got {value!r}")
-    return value
-
-
 def _listen(value: Any, at: tuple[str, ...], e: Errors) -> str | None:
     try:
         return check_listen(str(value))
@@ -294,6 +281,13 @@ def _devices(value: Any, at: tuple[str, ...], e: Errors) -> str | None:
     return dev
 
 
+def _choice(value: Any, at: tuple[str, ...], e: Errors, allowed: Collection[str]) -> str | None:
+    if value not in allowed:
+        e.add(at, f"{value!r}: one of {', '.join(allowed)}")
+        return None
+    return str(value)
+
+
 # key -> check(value, at, errors): the value to keep (None after an error); in the order
 # the keys are checked, which is the order their errors are listed in.
 _Check = Callable[[Any, tuple[str, ...], Errors], Any]
@@ -301,7 +295,7 @@ POOL_CHECKS: tuple[tuple[str, _Check], ...] = (
     ("listen", _listen),
     ("broker", _str),
     ("devices", _devices),
-    ("policy", _policy),
+    ("policy", partial(_choice, allowed=("fifo", "quantum"))),
     ("quantum", partial(_float, low=0.01, high=3600.0)),
     ("backfill", _bool),
     ("request_timeout", partial(_float, low=0.1, high=86400.0)),
@@ -318,11 +312,11 @@ MODEL_CHECKS: tuple[tuple[str, _Check], ...] = (
     ("max_batch", _int),
     ("max_tokens", _int),
     ("max_context", partial(_int, low=2)),
-    ("dtype", _dtype),
+    ("dtype", partial(_choice, allowed=DTYPES)),
     ("temperature", partial(_float, low=0.0, high=2.0)),
     ("top_p", partial(_float, low=0.0, high=1.0)),
     ("headroom", _size),
-    ("engine", lambda v, at, e: _choice(v, at, e, ENGINES)),
+    ("engine", partial(_choice, allowed=ENGINES)),  # the engine table's names
     ("engine_args", lambda v, at, e: _engine_args(v, at, e)),
     ("sleep_level", lambda v, at, e: _sleep_level(v, at, e)),
     ("routes", lambda v, at, e: _routes(v, at, e)),
@@ -366,13 +360,6 @@ def _sleep_level(value: Any, at: tuple[str, ...], e: Errors) -> int | None:
         e.add(at, f"{value!r}: 1 (weights to host memory) or 2 (weights discarded, reloaded)")
         return None
     return int(value)
-
-
-def _choice(value: Any, at: tuple[str, ...], e: Errors, allowed: tuple[str, ...]) -> str | None:
-    if value not in allowed:
-        e.add(at, f"{value!r}: one of {', '.join(allowed)}")
-        return None
-    return str(value)
 
 
 def _engine_args(value: Any, at: tuple[str, ...], e: Errors) -> dict[str, Any] | None:

@@ -29,7 +29,16 @@ def pool_job(spec: JobSpec, check_paths: bool = True) -> JobSpec:
     if spec.serve is None:
         return spec
     pool = load_pool(spec.serve.pool, check_paths=check_paths)
-    problems = _pool_problems(pool)
+    problems = []  # what a pool may say on a bare node but not inside its own job
+    if pool.devices != "auto":
+        problems.append(
+            f"{pool.where('devices')}: devices: {pool.devices}: a pool job serves on the "
+            "job's GPUs; use devices: auto (or leave it out)"
+        )
+    if pool.broker:
+        problems.append(
+            f"{pool.where('broker')}: broker: a pool job uses its own job's broker; remove broker:"
+        )
     nodes = int(spec.nodes or 1)
     problems += _procs_problems(pool, nodes)
     need = max(node_share(m, nodes) for m in pool.models)
@@ -67,18 +76,3 @@ def _procs_problems(pool: PoolSpec, nodes: int) -> list[str]:
         for m in pool.models
         if m.procs > nodes
     ]
-
-
-def _pool_problems(pool: PoolSpec) -> list[str]:
-    """What a pool may say on a bare node but not inside its own job."""
-    out = []
-    if pool.devices != "auto":
-        out.append(
-            f"{pool.where('devices')}: devices: {pool.devices}: a pool job serves on the "
-            "job's GPUs; use devices: auto (or leave it out)"
-        )
-    if pool.broker:
-        out.append(
-            f"{pool.where('broker')}: broker: a pool job uses its own job's broker; remove broker:"
-        )
-    return out

@@ -14,12 +14,21 @@ false when it ends), ``progress`` (a vLLM server's counters moved, with no chunk
 show for it: a non-streamed answer being computed), ``server`` (pid of the worker's
 vLLM server, whose session the gateway kills when the model hangs or the worker ends,
 its shared memory files and its folder).
+
+``decode_to_worker`` and ``decode_to_gateway`` return a line as its message type (the
+fields each type requires checked; ``ProtocolError`` otherwise), so that a reader
+dispatches with ``match msg["type"]`` and mypy narrows ``msg`` in each case.
+
+No ``from __future__ import annotations`` here: ``decode`` reads each message's
+required fields from its class at run time (``__required_keys__``), which string
+annotations hide ``NotRequired`` from on Python 3.11.
 """
 
-from __future__ import annotations
-
 import json
-from typing import Any, Literal, NotRequired, TypedDict
+from collections.abc import Mapping
+from typing import Any, Literal, NotRequired, Required, TypedDict, cast
+
+from acbslurm.serve.errors import ProtocolError
 
 MAX_LINE = 64 << 20  # a 100k-token prompt is far below this; the gateway limits bodies
 
@@ -27,17 +36,23 @@ MAX_LINE = 64 << 20  # a 100k-token prompt is far below this; the gateway limits
 # -- gateway to worker ------------------------------------------------------------------
 
 
-class Generate(TypedDict, total=False):
+class Generate(TypedDict):
     type: Literal["generate"]
     id: str
-    # the built-in engine: prompt or messages, max_tokens, temperature, top_p, seed, stop;
-    # vLLM: route, body (the client's, whole), chars
-    prompt: Any
-    messages: Any
-    route: str
-    body: dict[str, Any]
-    upload: str  # an upload's bytes, base64
-    content_type: str
+    # the built-in engine: prompt or messages, and the sampling (serve/api.py checked it)
+    prompt: NotRequired[str]
+    messages: NotRequired[list[dict[str, str]]]
+    max_tokens: NotRequired[int | None]
+    temperature: NotRequired[float | None]
+    top_p: NotRequired[float | None]
+    seed: NotRequired[int | None]
+    stop: NotRequired[list[str]]
+    # vLLM: the route and the client's body whole, or an upload, and the prompt's size
+    route: NotRequired[str]
+    body: NotRequired[dict[str, Any]]
+    chars: NotRequired[int]
+    upload: NotRequired[str]  # an upload's bytes, base64
+    content_type: NotRequired[str]
 
 
 class Cancel(TypedDict):
@@ -62,20 +77,20 @@ class Fatal(TypedDict):
     message: str
 
 
-class Accepted(TypedDict, total=False):
+class Accepted(TypedDict):
     type: Literal["accepted"]
     id: str
-    prompt_tokens: int
+    prompt_tokens: NotRequired[int]  # the built-in engine's (it tokenizes)
 
 
-class Error(TypedDict, total=False):
+class Error(TypedDict):
     type: Literal["error"]
-    id: str
+    id: NotRequired[str]  # not on those the gateway makes for its own waiters
     status: int
     message: str
-    param: str | None
+    param: NotRequired[str | None]
     code: str
-    retry_after: int
+    retry_after: NotRequired[int]
 
 
 class Delta(TypedDict):
@@ -119,11 +134,11 @@ class Done(TypedDict):
     sse_done: NotRequired[bool]
 
 
-class Busy(TypedDict, total=False):
+class Busy(TypedDict):
     type: Literal["busy"]
     busy: bool
-    granted: float  # with busy: the lease the turn computes in (usagebook)
-    devices: list[str]
+    granted: NotRequired[float]  # with busy: the lease the turn computes in (usagebook)
+    devices: NotRequired[list[str]]
 
 
 class Progress(TypedDict):
@@ -157,7 +172,7 @@ class GroupFailed(TypedDict):
 class Stats(TypedDict, total=False):
     """The worker's counters (supervisor.STATS_COUNTERS) and bytes, for /metrics."""
 
-    type: Literal["stats"]
+    type: Required[Literal["stats"]]
     gpu_wait_seconds: float
     turns: int
     swaps_in: int
@@ -195,8 +210,52 @@ def encode(msg: ToWorker | ToGateway) -> bytes:
     return (json.dumps(msg, separators=(",", ":")) + "\n").encode()
 
 
-def decode(line: bytes) -> dict[str, Any]:
-    msg = json.loads(line)
-    if not isinstance(msg, dict):  # readers catch ValueError, as for json.loads's own
-        raise ValueError("message is not an object")
+# What a request's waiter at the gateway gets (supervisor.Pending's queue).
+ForRequest = Accepted | Error | Delta | Event | Body | Done
+
+_TO_WORKER: dict[str, type[Any]] = {"generate": Generate, "cancel": Cancel}
+_TO_GATEWAY: dict[str, type[Any]] = {
+    "ready": Ready,
+    "fatal": Fatal,
+    "accepted": Accepted,
+    "error": Error,
+    "delta": Delta,
+    "event": Event,
+    "body": Body,
+    "done": Done,
+    "busy": Busy,
+    "progress": Progress,
+    "server": Server,
+    "lease": Lease,
+    "rendezvous": Rendezvous,
+    "group_failed": GroupFailed,
+    "stats": Stats,
+}
+
+
+def _checked(line: bytes, kinds: Mapping[str, type[Any]]) -> dict[str, Any]:
+    """``line`` as a message of one of ``kinds``, with every field its type requires."""
+    try:
+        msg = json.loads(line)
+    except (ValueError, RecursionError) as exc:
+        raise ProtocolError(f"a message is not JSON: {exc}: {line[:80]!r}") from None
+    if not isinstance(msg, dict):
+        raise ProtocolError(f"a message is not a JSON object: {line[:80]!r}")
+    kind = msg.get("type")
+    if not isinstance(kind, str) or kind not in kinds:
+        expected = ", ".join(kinds)
+        raise ProtocolError(f"a message of unknown type {kind!r} (expected one of {expected})")
+    missing = kinds[kind].__required_keys__ - msg.keys()
+    if missing:
+        raise ProtocolError(f"a {kind!r} message without {', '.join(sorted(missing))}")
     return msg
+
+
+def decode_to_worker(line: bytes) -> ToWorker:
+    """A line from the gateway, as its message (``ProtocolError`` if it is not one)."""
+    return cast(ToWorker, _checked(line, _TO_WORKER))
+
+
+def decode_to_gateway(line: bytes) -> ToGateway:
+    """A line from a worker, as its message (``ProtocolError`` if it is not one)."""
+    return cast(ToGateway, _checked(line, _TO_GATEWAY))

@@ -192,21 +192,6 @@ def check_fits(
 DRAIN_GRACE = 4.0
 
 
-def _gateway_server(config: Any, gateway: Gateway) -> Any:
-    """uvicorn's server whose shutdown drains the gateway first (``Gateway.drain``).
-    uvicorn alone would wait its graceful seconds and then cancel the tasks of requests
-    still waiting for a worker: each a plain-text 500 and a traceback in the log.
-    (uvicorn imported here, as in ``_build``: not for every command's start.)"""
-    import uvicorn
-
-    class GatewayServer(uvicorn.Server):
-        async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
-            await gateway.drain(DRAIN_GRACE)
-            await super().shutdown(sockets)
-
-    return GatewayServer(config)
-
-
 class PoolServer:
     """The broker (own or the job's), the workers and the HTTP server of one pool."""
 
@@ -312,7 +297,19 @@ class PoolServer:
             # closing was cut (httpx.ReadError), seen under load in CI.
             timeout_keep_alive=75,
         )
-        self.server = _gateway_server(config, self.gateway)
+        gateway = self.gateway
+
+        class GatewayServer(uvicorn.Server):
+            """uvicorn's server whose shutdown drains the gateway first (``Gateway.drain``).
+            uvicorn alone would wait its graceful seconds and then cancel the tasks of
+            requests still waiting for a worker: each a plain-text 500 and a traceback in
+            the log."""
+
+            async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+                await gateway.drain(DRAIN_GRACE)
+                await super().shutdown(sockets)
+
+        self.server = GatewayServer(config)
         return self.server
 
     @property

@@ -48,15 +48,27 @@ import tempfile
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 from acbslurm import procfs
 from acbslurm.serve import procs
 from acbslurm.serve.engines import engine_kind
+from acbslurm.serve.errors import ProtocolError
 from acbslurm.serve.keys import NO_KEY
 from acbslurm.serve.placement import Placement, from_env
 from acbslurm.serve.pool import HANG_TIMEOUT, ModelSpec
-from acbslurm.serve.protocol import MAX_LINE, Generate, decode, encode
+from acbslurm.serve.protocol import (
+    MAX_LINE,
+    Busy,
+    Error,
+    ForRequest,
+    Generate,
+    Progress,
+    Server,
+    ToGateway,
+    decode_to_gateway,
+    encode,
+)
 from acbslurm.usagebook import Book
 
 log = logging.getLogger(__name__)
@@ -89,7 +101,7 @@ class Overloaded(Unavailable):
 
 @dataclass
 class Pending:
-    queue: asyncio.Queue[dict[str, Any]] = field(default_factory=asyncio.Queue)
+    queue: asyncio.Queue[ForRequest] = field(default_factory=asyncio.Queue)
     key: str = NO_KEY  # the NAME of the request's key: who it is billed to (serve/keys.py)
     rid: str = ""
     submitted: float = 0.0  # monotonic: when it was queued for the worker
@@ -132,7 +144,7 @@ class WorkerHandle:
         # Pieces of text its workers sent ("delta"), over all lives: a request is being
         # decoded once this grows (tests kill a worker mid-decoding on that state).
         self.deltas = 0
-        self.stats: dict[str, Any] = {}
+        self.stats: dict[str, float] = {}  # its last ``stats`` message's numbers
         self.base: dict[str, float] = dict.fromkeys(STATS_COUNTERS, 0.0)  # earlier lives
         self.restarts = 0
         self.ever_ready = False  # a refusal after this is a fault: restarted
@@ -169,7 +181,17 @@ class WorkerHandle:
         backoff = 0.5
         while not self._stopping:
             started = time.monotonic()
-            code = await self._run_once()
+            self.state = "starting"
+            folder = tempfile.mkdtemp(prefix="acbslurm-w-")
+            try:
+                code = await self._run_in(os.path.join(folder, "w.sock"))
+            finally:
+                # Every way out: the worker exiting, the gateway stopping (this task is
+                # cancelled), an error starting it.
+                shutil.rmtree(folder, ignore_errors=True)
+                for k in STATS_COUNTERS:  # this life's counters join the earlier lives'
+                    self.base[k] += self.stats.get(k, 0.0)
+                self.stats = {}
             if self._stopping:
                 break
             if code == EXIT_REFUSED and not self.ever_ready:
@@ -186,16 +208,6 @@ class WorkerHandle:
                 backoff = 0.5
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, 10.0)
-
-    async def _run_once(self) -> int | None:
-        self.state = "starting"
-        folder = tempfile.mkdtemp(prefix="acbslurm-w-")
-        try:
-            return await self._run_in(os.path.join(folder, "w.sock"))
-        finally:
-            # Every way out: the worker exiting, the gateway stopping (this task is
-            # cancelled), an error starting it.
-            shutil.rmtree(folder, ignore_errors=True)
 
     async def _run_in(self, sock: str) -> int | None:
         env = {**os.environ, **self.env}
@@ -241,7 +253,6 @@ class WorkerHandle:
             self._fail_all(503, f"the worker of model {self.spec.name} stopped; retry")
             self._drop_writer()
             self.ready_event.clear()
-            self._retire_stats()
         if self._stopping:
             # stop() has sent SIGTERM: a worker with a server of its own (engine: vllm)
             # stops it and removes its folder first; stop() kills it after 5 s.
@@ -263,7 +274,15 @@ class WorkerHandle:
         if sid:
             shm |= await asyncio.to_thread(procs.kill_session, sid, 10.0, self.server_started)
             procs.remove_shm(shm)
-        if folder and _own_server_folder(folder):
+        # Only a vLLM server's folder of this user (acbslurm-vllm-*, a real folder, not a
+        # link): what the gateway may remove for its worker.
+        if not os.path.isabs(folder) or not os.path.basename(folder).startswith("acbslurm-vllm-"):
+            return
+        try:
+            st = os.lstat(folder)
+        except OSError:
+            return
+        if stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid():
             await asyncio.to_thread(shutil.rmtree, folder, True)
 
     _exit_code: int | None = None
@@ -278,8 +297,9 @@ class WorkerHandle:
             if not line:
                 return
             try:
-                msg = decode(line)
-            except ValueError:
+                msg = decode_to_gateway(line)
+            except ProtocolError as exc:
+                log.warning("model %s: a line from its worker skipped: %s", self.spec.name, exc)
                 continue
             await self._handle(msg)
 
@@ -372,71 +392,72 @@ class WorkerHandle:
         _signal(proc, signal.SIGKILL)
         procs.remove_shm(shm)
 
-    def _beat(self, kind: Any, msg: dict[str, Any]) -> bool:
-        """Any message is progress; True when it was one of the heartbeat's own."""
-        self.progress = time.monotonic()
-        if kind == "busy":
-            self.busy = bool(msg.get("busy", True))
-            if self.busy and "granted" in msg:
-                self._lease_open = (len(msg.get("devices", ())), float(msg["granted"]))
-                devices = [str(d) for d in msg.get("devices", ())]
-                self.book.open_lease(self.spec.name, devices, float(msg["granted"]))
-        elif kind == "server":
-            self.server_pid = int(msg.get("pid", 0))
-            self.server_shm = {str(f) for f in msg.get("shm", ())}
-            self.server_folder = str(msg.get("folder", ""))
-            self.server_started = procs.start_time(self.server_pid) if self.server_pid else 0
-        return kind in ("busy", "progress", "server")
+    # complexity: a dispatcher, one case per message type (serve/protocol.py), each a few
+    # lines; a table of handlers would lose mypy's narrowing of each message.
+    async def _handle(self, msg: ToGateway) -> None:
+        """One message from the worker: about the heartbeat (``_beat``), about a request
+        (to its waiter), or about the worker's life."""
+        self.progress = time.monotonic()  # any message is progress (the heartbeat)
+        match msg["type"]:
+            case "busy" | "progress" | "server":
+                self._beat(msg)
+            case "accepted" | "error" | "delta" | "event" | "body" | "done":
+                self._to_request(msg)
+            case "ready":
+                self.routes = msg["routes"]
+                self.weights_bytes = msg["weights_bytes"]
+                self.max_context = msg["max_context"]
+                self.max_prompt_chars = msg["max_prompt_chars"]
+                self.state = "ready"
+                self.ever_ready = True
+                self.reason = ""
+                self.ready_event.set()
+            case "fatal":
+                self.reason = msg["message"]
+                self._exit_code = msg["exit"]
+            case "stats":
+                self.stats = {k: v for k, v in msg.items() if isinstance(v, int | float)}
+            case "lease":
+                devices, granted, released = msg["devices"], msg["granted"], msg["released"]
+                self.lease_log.append((tuple(devices), granted, released))
+                self._lease_open = None
+                self.book.lease(self.spec.name, len(devices), granted, released)
+            case "rendezvous":
+                await self._start_followers(msg["address"])
+            case "group_failed":
+                self.reason = f"worker group failed: {msg['message']}"
 
-    async def _handle(self, msg: dict[str, Any]) -> None:
-        kind = msg.get("type")
-        if self._beat(kind, msg):
-            return
-        if kind == "ready":
-            self.routes = [str(r) for r in msg.get("routes", ())]
-            self.weights_bytes = int(msg.get("weights_bytes", 0))
-            self.max_context = int(msg.get("max_context", 0))
-            self.max_prompt_chars = int(msg.get("max_prompt_chars", 0))
-            self.state = "ready"
-            self.ever_ready = True
-            self.reason = ""
-            self.ready_event.set()
-        elif kind == "fatal":
-            self.reason = str(msg.get("message", "worker failed"))
-            self._exit_code = int(msg.get("exit", 1))
-        elif kind == "stats":
-            self.stats = msg
-        elif kind == "lease":
-            self.lease_log.append((tuple(msg["devices"]), msg["granted"], msg["released"]))
-            self._lease_open = None
-            self.book.lease(
-                self.spec.name, len(msg["devices"]), float(msg["granted"]), msg["released"]
-            )
-        elif kind == "rendezvous":
-            await self._start_followers(str(msg["address"]))
-        elif kind == "group_failed":
-            self.reason = f"worker group failed: {msg.get('message', '')}"
-        else:
-            self._to_request(kind, msg)
+    def _beat(self, msg: Busy | Progress | Server) -> None:
+        """The heartbeat's own messages: a turn computing or not (with its lease), the
+        worker's vLLM server (what to kill and remove when the worker ends)."""
+        match msg["type"]:
+            case "busy":
+                self.busy = msg["busy"]
+                if self.busy and "granted" in msg:
+                    devices = msg.get("devices", [])
+                    self._lease_open = (len(devices), msg["granted"])
+                    self.book.open_lease(self.spec.name, devices, msg["granted"])
+            case "server":
+                self.server_pid = msg["pid"]
+                self.server_shm = set(msg["shm"])
+                self.server_folder = msg["folder"]
+                self.server_started = procs.start_time(self.server_pid) if self.server_pid else 0
 
-    def _to_request(self, kind: Any, msg: dict[str, Any]) -> None:
+    def _to_request(self, msg: ForRequest) -> None:
         """A message about one request (accepted, text, its end, its error) to its waiter."""
+        kind = msg["type"]
         if kind == "delta":
             self.deltas += 1
-        p = self.pending.get(str(msg.get("id")))
-        if p is not None:
-            # "accepted" comes on arrival, computed or queued in the worker alike.
-            if not p.started and kind != "accepted":
-                p.started = True
-                p.queued = time.monotonic() - p.submitted
-            if kind == "done":
-                self._count_tokens(p, msg)
-            p.queue.put_nowait(msg)
-
-    def _count_tokens(self, p: Pending, done: dict[str, Any]) -> None:
-        prompt, completion = done.get("prompt_tokens", 0), done.get("completion_tokens", 0)
-        if isinstance(prompt, int) and isinstance(completion, int):
-            self.book.tokens(p.rid, prompt, completion, p.queued)
+        p = self.pending.get(msg.get("id", ""))
+        if p is None:
+            return
+        # "accepted" comes on arrival, computed or queued in the worker alike.
+        if not p.started and kind != "accepted":
+            p.started = True
+            p.queued = time.monotonic() - p.submitted
+        if msg["type"] == "done":
+            self.book.tokens(p.rid, msg["prompt_tokens"], msg["completion_tokens"], p.queued)
+        p.queue.put_nowait(msg)
 
     def _lease_lost(self) -> None:
         """The worker is gone in the middle of a turn: its lease ended with it (the broker
@@ -495,11 +516,6 @@ class WorkerHandle:
         for proc in followers:
             await _wait_or_kill(proc, 5)
 
-    def _retire_stats(self) -> None:
-        for k in STATS_COUNTERS:
-            self.base[k] += float(self.stats.get(k, 0))
-        self.stats = {}
-
     def _drop_writer(self) -> None:
         if self.writer is not None:
             self.writer.close()
@@ -508,8 +524,9 @@ class WorkerHandle:
     def _fail_all(self, status: int, message: str, code: str = "worker_restarted") -> None:
         now = time.monotonic()
         for rid, p in self.pending.items():
-            err = {"type": "error", "status": status, "message": message, "code": code}
-            p.queue.put_nowait(err)
+            p.queue.put_nowait(
+                {"type": "error", "status": status, "message": message, "code": code}
+            )
             self.book.closed(rid, now)
         self.pending.clear()
 
@@ -518,7 +535,7 @@ class WorkerHandle:
         in the worker; those it computes go on. How many there were."""
         queued = [rid for rid, p in self.pending.items() if not p.started]
         for rid in queued:
-            err = {"type": "error", "status": 503, "message": message, "code": code}
+            err: Error = {"type": "error", "status": 503, "message": message, "code": code}
             err["retry_after"] = retry_after
             self.pending[rid].queue.put_nowait(err)
             self.finish(rid, cancel=True)
@@ -550,7 +567,8 @@ class WorkerHandle:
     def queue_length(self) -> int:
         return len(self.pending)
 
-    def submit(self, body: dict[str, Any], key: str = NO_KEY) -> tuple[str, Pending]:
+    def submit(self, work: Generate, key: str = NO_KEY) -> tuple[str, Pending]:
+        """``work`` queued for the worker under a new id (``work``'s own is replaced)."""
         if self.state == "refused":
             raise Unavailable(f"model {self.spec.name} cannot run: {self.reason}", retry_after=60)
         if self.state != "ready" or self.writer is None:
@@ -561,27 +579,21 @@ class WorkerHandle:
                 f"(max_queue {self.max_queue}); retry later",
                 retry_after=1,
             )
-        self._check_share(key)
-        rid = f"{self.spec.name}-{next(self._ids)}"
-        now = time.monotonic()
-        p = Pending(key=key, rid=rid, submitted=now)
-        self.pending[rid] = p
-        self.book.opened(self.spec.name, rid, key, now)
-        # The body's fields are the engine's (Generate lists them); checked by the gateway.
-        self.writer.write(encode(cast(Generate, {"type": "generate", "id": rid, **body})))
-        return rid, p
-
-    def _check_share(self, key: str) -> None:
-        """429 for a key that holds its share of the queue already; the others go on."""
-        if not self.queue_share or key == NO_KEY:
-            return
+        # 429 for a key that holds its share of the queue already; the others go on.
         held = sum(1 for p in self.pending.values() if p.key == key)
-        if held >= self.queue_share:
+        if self.queue_share and key != NO_KEY and held >= self.queue_share:
             raise Overloaded(
                 f"model {self.spec.name} has {held} requests of key {key} waiting "
                 f"(max_queue_per_key {self.queue_share}); retry later",
                 retry_after=1,
             )
+        rid = f"{self.spec.name}-{next(self._ids)}"
+        now = time.monotonic()
+        p = Pending(key=key, rid=rid, submitted=now)
+        self.pending[rid] = p
+        self.book.opened(self.spec.name, rid, key, now)
+        self.writer.write(encode({**work, "id": rid}))
+        return rid, p
 
     def finish(self, rid: str, cancel: bool = False) -> None:
         if self.pending.pop(rid, None) is None:
@@ -590,18 +602,6 @@ class WorkerHandle:
         if cancel and self.writer is not None:
             with contextlib.suppress(Exception):
                 self.writer.write(encode({"type": "cancel", "id": rid}))
-
-
-def _own_server_folder(path: str) -> bool:
-    """``path`` is a vLLM server's folder of this user (``acbslurm-vllm-*``, a real
-    folder, not a link): what the gateway may remove for its worker."""
-    if not os.path.isabs(path) or not os.path.basename(path).startswith("acbslurm-vllm-"):
-        return False
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return False
-    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid()
 
 
 def worker_module(engine: str) -> str:

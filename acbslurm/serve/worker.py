@@ -32,10 +32,10 @@ from typing import Any, NoReturn
 
 from acbslurm.config import env_float
 from acbslurm.serve.api import prompt_chars
-from acbslurm.serve.errors import TurnBroken
+from acbslurm.serve.errors import ProtocolError, TurnBroken
 from acbslurm.serve.modelproc import prepare_model_process
 from acbslurm.serve.pool import ModelSpec
-from acbslurm.serve.protocol import MAX_LINE, Ready, ToGateway, decode, encode
+from acbslurm.serve.protocol import MAX_LINE, Generate, Ready, ToGateway, decode_to_worker, encode
 
 log = logging.getLogger("acbslurm.serve.worker")
 
@@ -108,7 +108,7 @@ class Worker:
         # Requests are tokenized on a thread of their own (``tokenize_loop``), never on
         # the reader (cancels and newcomers would wait behind a long prompt) nor on the
         # decoding loop. A cancel that comes while its request is there is kept for it.
-        self.intake: queue.SimpleQueue[dict[str, Any]] = queue.SimpleQueue()
+        self.intake: queue.SimpleQueue[Generate] = queue.SimpleQueue()
         self.tokenizing: set[str] = set()
         self.cancelled_early: set[str] = set()
 
@@ -170,7 +170,7 @@ class Worker:
         """The ``stats`` message (counters the gateway's /metrics shows)."""
         raise NotImplementedError
 
-    def accept(self, msg: dict[str, Any]) -> None:
+    def accept(self, msg: Generate) -> None:
         """A ``generate`` request, on the tokenizer thread: queue it or fail it."""
         raise NotImplementedError
 
@@ -289,15 +289,17 @@ class Worker:
             if not line:
                 self.exit(0)  # the gateway closed us
             try:
-                msg = decode(line)
-            except ValueError:
+                msg = decode_to_worker(line)
+            except ProtocolError as exc:
+                log.warning("a line from the gateway skipped: %s", exc)
                 continue
-            if msg.get("type") == "generate":
-                with self.cond:
-                    self.tokenizing.add(str(msg.get("id")))
-                self.intake.put(msg)
-            elif msg.get("type") == "cancel":
-                self.cancel(str(msg.get("id")))
+            match msg["type"]:
+                case "generate":
+                    with self.cond:
+                        self.tokenizing.add(msg["id"])
+                    self.intake.put(msg)
+                case "cancel":
+                    self.cancel(msg["id"])
 
     def cancel(self, rid: str) -> None:
         with self.cond:
@@ -313,7 +315,7 @@ class Worker:
     def tokenize_loop(self) -> None:
         while True:
             msg = self.intake.get()
-            rid = str(msg.get("id"))
+            rid = msg["id"]
             big = prompt_chars(msg) > BIG_PROMPT
             try:
                 self.accept(msg)

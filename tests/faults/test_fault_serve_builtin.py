@@ -142,10 +142,12 @@ def test_worker_losing_a_thread_exits_and_is_restarted(
     before = handle.deltas
     long.start()
     _wait("the long request decoding", lambda: handle.deltas > before, 30)
-    # A message its tokenizing thread cannot take (no id): the thread fails. Before,
-    # such a thread died alone and the process lived on, answering nothing.
+    # A message its tokenizing thread cannot take (messages that are not a list; the
+    # protocol checks fields are there, the gateway what they hold): the thread fails.
+    # Before, such a thread died alone and the process lived on, answering nothing.
     assert handle.writer is not None and handle._task is not None
-    handle._task.get_loop().call_soon_threadsafe(handle.writer.write, encode({"type": "generate"}))
+    bad = encode({"type": "generate", "id": "bad", "messages": 5})
+    handle._task.get_loop().call_soon_threadsafe(handle.writer.write, bad)
     t0 = time.monotonic()
     long.join(30)
     # 503 at once (the worker exited), not after request_timeout (60 s)
@@ -161,7 +163,7 @@ def test_worker_losing_a_thread_exits_and_is_restarted(
     health = _wait("/health saying a cannot serve, and why", down, 10)
     assert health["models"]["b"] == "ready", health
     # 6: the worker's exit when a thread failed (its stderr has the traceback and the
-    # line "worker exits: thread tokenizer failed: KeyError: 'id'")
+    # line "worker exits: thread tokenizer failed: TypeError: ...")
     assert "the worker exited (6)" in health["reasons"]["a"]
     metrics = http.get("/metrics").text
     assert 'acbslurm_serve_worker_up{model="a"} 0.0' in metrics

@@ -48,7 +48,7 @@ from acbslurm.config import env_float
 from acbslurm.serve import procs, worker
 from acbslurm.serve.engines import vllm_nodes
 from acbslurm.serve.pool import ModelSpec, weights_bytes
-from acbslurm.serve.protocol import Body, Done, Event, Ready
+from acbslurm.serve.protocol import Body, Done, Event, Generate, Ready
 from acbslurm.serve.worker import EXIT_BROKER, EXIT_REFUSED, EXIT_THREAD, Worker, longest_token
 from acbslurm.units import is_ascii_int
 
@@ -511,7 +511,7 @@ LINGER = 0.025
 class Request:
     """A request waiting for, or being served in, a turn."""
 
-    def __init__(self, rid: str, msg: dict[str, Any]) -> None:
+    def __init__(self, rid: str, msg: Generate) -> None:
         self.rid = rid
         self.msg = msg
         self.cancelled = False
@@ -826,7 +826,7 @@ class VllmWorker(Worker):
 
     # -- requests -------------------------------------------------------------------------
 
-    def accept(self, msg: dict[str, Any]) -> None:
+    def accept(self, msg: Generate) -> None:
         rid = str(msg["id"])
         d = Request(rid, msg)
         self.enqueue(rid, d)
@@ -855,7 +855,7 @@ class VllmWorker(Worker):
 
         return keep
 
-    def body(self, msg: dict[str, Any]) -> tuple[str, dict[str, Any] | bytes, bool]:
+    def body(self, msg: Generate) -> tuple[str, dict[str, Any] | bytes, bool]:
         """The client's body for vLLM, whole: the model name mapped to the server's, the
         pool's defaults for what the client left out (on the routes that generate),
         and usage asked for in a stream (the gateway counts tokens); with whether the

@@ -23,8 +23,12 @@ server = subprocess.Popen(["sleep", "600"], start_new_session=True)
 shm = f"/dev/shm/psm_acbslurm_test_{os.getpid()}"
 with open(shm, "w") as f:
     f.write("queue")
-conn.sendall(encode({"type": "server", "pid": server.pid, "shm": [shm]}))
-conn.sendall(encode({"type": "ready", "weights_bytes": 0, "max_context": 8, "max_prompt_chars": 8}))
+conn.sendall(encode({"type": "server", "pid": server.pid, "shm": [shm], "folder": ""}))
+conn.sendall(
+    encode(
+        {"type": "ready", "weights_bytes": 0, "max_context": 8, "max_prompt_chars": 8, "routes": []}
+    )
+)
 server.wait()  # reaped: its pid is gone, as a worker's watch thread leaves it
 while True:
     time.sleep(60)

@@ -55,7 +55,7 @@ models:
     assert "pool.yaml:1: listen: 'nowhere' is not HOST:PORT" in msg
     assert "pool.yaml:2: polcy: unknown key (did you mean 'policy'?)" in msg
     assert "pool.yaml:6: models.0.devices: must be at least 1" in msg
-    assert "pool.yaml:7: models.0.dtype: must be one of float32" in msg
+    assert "pool.yaml:7: models.0.dtype: 'float8': one of float32, float16, bfloat16" in msg
     assert "pool.yaml:8: models.0.temprature: unknown key (did you mean 'temperature'?)" in msg
     assert "pool.yaml:10: models.1.path: /does/not/exist: no config.json" in msg
 

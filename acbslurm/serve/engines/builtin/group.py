@@ -237,15 +237,13 @@ class Follower:
         box: list[Any] = [None]
         dist.broadcast_object_list(box, 0)
         mine = box[0][self.stage.rank]
-        seconds = self.residency.ensure_on_device(self._ordinal(mine))
+        ordinal = 0  # a CPU stand-in's
+        if self.device == "cuda":
+            from acbslurm.broker.runtime import _cuda_ordinal
+
+            ordinal = _cuda_ordinal(mine[0])
+        seconds = self.residency.ensure_on_device(ordinal)
         report(seconds, self.residency.resident_bytes, self.stage.procs)
-
-    def _ordinal(self, devices: list[str]) -> int:
-        if self.device != "cuda":
-            return 0
-        from acbslurm.broker.runtime import _cuda_ordinal
-
-        return _cuda_ordinal(devices[0])
 
     def _drop(self, key: int, _tokens: int) -> None:
         self.caches.pop(key, None)

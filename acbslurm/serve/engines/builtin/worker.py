@@ -29,7 +29,7 @@ from acbslurm.serve import worker
 from acbslurm.serve.engines.builtin.gang import Gang
 from acbslurm.serve.modelproc import load_causal_lm
 from acbslurm.serve.placement import large_enough
-from acbslurm.serve.protocol import Ready
+from acbslurm.serve.protocol import Generate, Ready
 from acbslurm.serve.routes import BUILTIN, served
 from acbslurm.serve.worker import EXIT_BROKER, EXIT_GROUP, EXIT_REFUSED, Worker, longest_token
 
@@ -144,7 +144,7 @@ class BuiltinWorker(Worker):
         self.client.on_evict(self.on_evict)
         return 0
 
-    def prompt_text(self, msg: dict[str, Any]) -> str:
+    def prompt_text(self, msg: Generate) -> str:
         if "messages" not in msg:
             return str(msg.get("prompt", ""))
         messages = msg["messages"]
@@ -156,7 +156,7 @@ class BuiltinWorker(Worker):
         parts = [f"{m['role']}: {m['content']}\n" for m in messages]
         return "".join(parts) + "assistant:"
 
-    def tokenize(self, rid: str, msg: dict[str, Any]) -> list[int] | None:
+    def tokenize(self, rid: str, msg: Generate) -> list[int] | None:
         """The prompt's token ids, or None when it cannot be tokenized (the gateway told)."""
         field = "messages" if "messages" in msg else "prompt"
         try:
@@ -172,8 +172,8 @@ class BuiltinWorker(Worker):
             ids = [self.eos_id]
         return ids
 
-    def accept(self, msg: dict[str, Any]) -> None:
-        rid = str(msg["id"])
+    def accept(self, msg: Generate) -> None:
+        rid = msg["id"]
         ids = self.tokenize(rid, msg)
         if ids is None:
             return
@@ -198,9 +198,7 @@ class BuiltinWorker(Worker):
         self.send({"type": "accepted", "id": rid, "prompt_tokens": len(ids)})
         self.enqueue(rid, d)
 
-    def decoding(
-        self, rid: str, ids: list[int], max_tokens: int, msg: dict[str, Any]
-    ) -> Any | None:
+    def decoding(self, rid: str, ids: list[int], max_tokens: int, msg: Generate) -> Any | None:
         """The request's ``Decoding``, or None (a 400 sent) when its parameters cannot be
         used: the gateway checks them, and this keeps a value it let through from
         taking the thread down."""
