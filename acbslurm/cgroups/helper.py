@@ -188,13 +188,6 @@ def _still_there(dir_fd: int, ident: int) -> bool:
         return False
 
 
-def _peer(conn: socket.socket) -> tuple[int, int]:
-    """(pid, uid) of the process that connected, as the kernel saw it."""
-    raw = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    pid, uid, _ = struct.unpack("3i", raw)
-    return int(pid), int(uid)
-
-
 class Warmer:
     """Moves this helper into the cgroup it is in (``warm``), which gets the kernel's
     move path ready (WARM_EVERY). Quietly does nothing where that cannot be done."""
@@ -232,7 +225,9 @@ def _receive(conn: socket.socket, warmer: Warmer | None) -> bytes:
     start = time.monotonic()
     warm_until = start + WARM_FOR if warmer is not None else start
     while b"\n" not in data:
-        left = _time_left(data, start)
+        left = start + REQUEST_TIMEOUT - time.monotonic()
+        if len(data) > REQUEST_LIMIT or left <= 0:
+            raise ValueError("request too long or too slow")
         warming = not data and time.monotonic() < warm_until
         chunk = _chunk(conn, min(left, WARM_EVERY) if warming else left)
         if chunk is None:  # nothing within the timeout
@@ -243,13 +238,6 @@ def _receive(conn: socket.socket, warmer: Warmer | None) -> bytes:
             break
         data += chunk
     return data
-
-
-def _time_left(data: bytes, start: float) -> float:
-    left = start + REQUEST_TIMEOUT - time.monotonic()
-    if len(data) > REQUEST_LIMIT or left <= 0:
-        raise ValueError("request too long or too slow")
-    return left
 
 
 def _chunk(conn: socket.socket, timeout: float) -> bytes | None:
@@ -293,7 +281,9 @@ def answer(
     from acbslurm.cgroups.join import join, join_asker  # imported at the helper's start
 
     try:
-        peer_pid, peer = _peer(conn)
+        # The process that connected, as the kernel saw it: (pid, uid, gid).
+        raw = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        peer_pid, peer, _ = struct.unpack("3i", raw)
         req = _read_request(conn, warmer)
         run_pid = _pid_of(req, "run_pid")
         if req.get("exec") is True:

@@ -132,7 +132,19 @@ def _update(dirs: MapDirs, job_id: str, state: dict[str, object] | None) -> None
     lock = -1
     try:
         lock = _lock(sfd, folder)
-        states, touched = _changed_states(sfd, folder, dirs.record_dir, job_id, state)
+        # Every job's state after job_id's is ``state`` (None: gone) and stale jobs are
+        # dropped, the earliest first; and the GPUs whose files that changes.
+        states = _read_states(sfd, dirs.record_dir)
+        gone = [s for s in states if s["job"] == job_id or s.get("_stale")]
+        touched: list[list[object]] = [g for s in gone for g in s["gpus"]]  # type: ignore[attr-defined]
+        for s in gone:
+            _remove(sfd, f"{s['job']}.json")
+        states = [s for s in states if s not in gone]
+        if state is not None:
+            replace_file(sfd, folder, f"{job_id}.json", json.dumps(state) + "\n", 0o600)
+            states.append(state)
+            touched += state["gpus"]  # type: ignore[arg-type]
+        states.sort(key=lambda s: (float(s["t"]), str(s["job"])))  # type: ignore[arg-type]
         if dirs.dcgm:
             names = sorted(_names(touched, False))
             _rewrite(dirs.dcgm, {n: dcgm_text(states, n) for n in names})
@@ -143,25 +155,6 @@ def _update(dirs: MapDirs, job_id: str, state: dict[str, object] | None) -> None
         if lock >= 0:
             os.close(lock)  # releases the lock
         os.close(sfd)
-
-
-def _changed_states(
-    sfd: int, folder: str, record_dir: str, job_id: str, state: dict[str, object] | None
-) -> tuple[list[dict[str, object]], list[list[object]]]:
-    """Every job's state after ``job_id``'s is ``state`` (None: gone) and stale jobs are
-    dropped, the earliest first; and the GPUs whose files that changes."""
-    states = _read_states(sfd, record_dir)
-    gone = [s for s in states if s["job"] == job_id or s.get("_stale")]
-    touched: list[list[object]] = [g for s in gone for g in s["gpus"]]  # type: ignore[attr-defined]
-    for s in gone:
-        _remove(sfd, f"{s['job']}.json")
-    states = [s for s in states if s not in gone]
-    if state is not None:
-        replace_file(sfd, folder, f"{job_id}.json", json.dumps(state) + "\n", 0o600)
-        states.append(state)
-        touched += state["gpus"]  # type: ignore[arg-type]
-    states.sort(key=lambda s: (float(s["t"]), str(s["job"])))  # type: ignore[arg-type]
-    return states, touched
 
 
 def _lock(dir_fd: int, folder: str) -> int:

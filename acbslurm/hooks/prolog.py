@@ -49,6 +49,7 @@ def prolog_main() -> int:
 
 def run_prolog(env: Mapping[str, str]) -> int:
     job_id = ""
+    settings: Settings | None = None
     try:
         job_id = check_job_id(env.get("SLURM_JOB_ID", ""))
         settings = load_settings()
@@ -75,8 +76,12 @@ def run_prolog(env: Mapping[str, str]) -> int:
         fence(settings, env, keep=job_id, must=tuple(gpu_files(settings, env, own) if own else ()))
     except (AcbslurmError, OSError, ValueError) as exc:
         say("error", f"job {job_id or '?'}: {exc}")
-        if job_id:
-            _fence_quietly(env, drop=job_id)
+        if job_id and settings is not None:
+            # A failed prolog takes its job's grant back (never raises: it is failing already).
+            try:
+                fence(settings, env, drop=job_id)
+            except (AcbslurmError, OSError) as err:
+                say("error", f"GPU fence: {err}")
         return 1
     say("info", f"job {job_id}: GPUs {','.join(rec.uuids) or '-'} recorded in {path}")
     # The site's GPU-to-job files (hooks/jobmap.py; nothing when unset). Monitoring, not
@@ -88,18 +93,6 @@ def run_prolog(env: Mapping[str, str]) -> int:
     _keep_gpu_history(rec, slurm_job_ref(env, facts), facts, slurm)
     _sweep_earlier_if_any(uid, user, settings)
     return 0
-
-
-def _fence_quietly(env: Mapping[str, str], drop: str) -> None:
-    """A failed prolog takes its job's grant back (never raises: it is failing already)."""
-    try:
-        settings = load_settings()
-    except AcbslurmError:
-        return  # the prolog has said why
-    try:
-        fence(settings, env, drop=drop)
-    except (AcbslurmError, OSError) as exc:
-        say("error", f"GPU fence: {exc}")
 
 
 def slurm_job_ref(env: Mapping[str, str], facts: JobFacts | None) -> str:

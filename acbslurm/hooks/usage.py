@@ -112,7 +112,23 @@ def keep_history(
     if got is None and not gpus_word:
         return False
     totals, lost = (got[0], got[2]) if got is not None else (None, 0)
-    _keep_pending(record_dir, job_id, node, gpus_word, totals, lost)
+    from acbslurm.hooks.jobmap import replace_file
+
+    pending = os.path.join(record_dir, PENDING)
+    os.makedirs(pending, mode=0o700, exist_ok=True)
+    data = {
+        "job_id": job_id,
+        "node": node,
+        "gpus": gpus_word,
+        "lost": lost,
+        "kept": time.time(),  # its age: the file's time moves when it waits its turn
+        "totals": None if totals is None else totals.as_dict(),
+    }
+    fd = os.open(pending, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        replace_file(fd, pending, pending_name(job_id, node), json.dumps(data), 0o600)
+    finally:
+        os.close(fd)
     return True
 
 
@@ -244,16 +260,14 @@ def _row(job_id: str, bin_dir: str, wait: float, need_end: bool) -> Row:
             raise Unreachable(f"sacct: {exc.reason or exc}") from None
         fields = _own_fields(out, job_id)
         row = Row(fields) if fields is not None else None
-        if row is not None and _writable(row, need_end):
+        if row is not None and (
+            row.ended or not (need_end or has_others_words(row.system_comment))
+        ):
             return row
         if time.monotonic() >= deadline:
             what = "the job" if row is None else "the job's end"
             raise NotYet(f"{what} is not recorded in slurmdbd yet")
         time.sleep(0.1)
-
-
-def _writable(row: Row, need_end: bool) -> bool:
-    return row.ended or not (need_end or has_others_words(row.system_comment))
 
 
 def _own_fields(sacct_out: str, job_id: str) -> list[str] | None:
@@ -276,30 +290,6 @@ def _gpus(alloc_tres: str) -> int:
 def pending_name(job_id: str, node: str) -> str:
     """The name of the file the epilog of ``job_id`` on ``node`` keeps its words in."""
     return f"{job_id}.{node}.json"
-
-
-def _keep_pending(
-    record_dir: str, job_id: str, node: str, gpus_word: str, totals: Totals | None, lost: int
-) -> str:
-    from acbslurm.hooks.jobmap import replace_file
-
-    folder = os.path.join(record_dir, PENDING)
-    os.makedirs(folder, mode=0o700, exist_ok=True)
-    name = pending_name(job_id, node)
-    data = {
-        "job_id": job_id,
-        "node": node,
-        "gpus": gpus_word,
-        "lost": lost,
-        "kept": time.time(),  # its age: the file's time moves when it waits its turn
-        "totals": None if totals is None else totals.as_dict(),
-    }
-    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-    try:
-        replace_file(fd, folder, name, json.dumps(data), 0o600)
-    finally:
-        os.close(fd)
-    return os.path.join(folder, name)
 
 
 def send_pending(
@@ -372,7 +362,17 @@ def _send_one(
     except Unreachable:
         return "away"
     except (NotYet, SlurmError) as exc:
-        return _later(path, kept, exc, say)
+        # A sacctmgr that failed (slurmdbd going away as it answered) may work at the
+        # next look, as a job slurmdbd has not recorded yet may be recorded by then:
+        # kept for a later sender, to the back of the line; after MAX_AGE put aside.
+        if time.time() - kept > MAX_AGE:
+            _put_aside(path, f"{exc} after {MAX_AGE / 86400:.0f} days", say)
+            return "done"
+        with contextlib.suppress(OSError):
+            os.utime(path, follow_symlinks=False)
+        if isinstance(exc, SlurmError):
+            say("warning", f"the record kept in {path} waits for a later epilog: {exc}")
+        return "later"
     except (AcbslurmError, OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         _put_aside(path, str(exc), say)
         return "done"
@@ -380,20 +380,6 @@ def _send_one(
         os.unlink(path)
     say("info", f"job {data['job_id']}: its record kept in {path} is in slurmdbd now")
     return "done"
-
-
-def _later(path: str, kept: float, exc: Exception, say: Callable[[str, str], None]) -> str:
-    """Kept for a later sender ("later"), to the back of the line, or after a week put
-    aside ("done"). A sacctmgr that failed (slurmdbd going away as it answered) may work
-    at the next look, as a job slurmdbd has not recorded yet may be recorded by then."""
-    if time.time() - kept > MAX_AGE:
-        _put_aside(path, f"{exc} after {MAX_AGE / 86400:.0f} days", say)
-        return "done"
-    with contextlib.suppress(OSError):
-        os.utime(path, follow_symlinks=False)
-    if isinstance(exc, SlurmError):
-        say("warning", f"the record kept in {path} waits for a later epilog: {exc}")
-    return "later"
 
 
 def _put_aside(path: str, why: str, say: Callable[[str, str], None]) -> None:
