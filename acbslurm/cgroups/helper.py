@@ -218,6 +218,8 @@ class Warmer:
             self.path = None
 
 
+# complexity: one read loop; each turn checks the request's size and deadline, and
+# warms the move while nothing has come.
 def _receive(conn: socket.socket, warmer: Warmer | None) -> bytes:
     """The caller's bytes up to its first newline (or its close), warming the move while
     nothing has come yet (for at most WARM_FOR s)."""
@@ -313,42 +315,37 @@ def serve(job_id: str, job_uid: int, job_gid: int, runtime_dir: str) -> int:
         dir_fd = _open_own_dir(job_id + HELPER_DIR_SUFFIX, helper_dir(runtime_dir, job_id), base)
     finally:
         os.close(base)
-    try:
-        sock, ident = _bind(dir_fd, job_uid, job_gid)
-        with sock:
-            return _accept_until_gone(sock, dir_fd, ident, job_id, job_uid)
-    finally:
-        os.close(dir_fd)
-
-
-def _accept_until_gone(
-    sock: socket.socket, dir_fd: int, ident: int, job_id: str, job_uid: int
-) -> int:
-    import acbslurm.cgroups.join  # noqa: F401 - now, not on the first container's start
-
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    warmer = Warmer()
     slots = threading.BoundedSemaphore(MAX_AT_ONCE)
 
-    def one(conn: socket.socket) -> None:
+    def one(conn: socket.socket, warmer: Warmer) -> None:
         try:
             with conn:
                 answer(conn, job_id, job_uid, warmer)
         finally:
             slots.release()
 
-    while True:
-        try:
-            conn, _ = sock.accept()
-        except TimeoutError:
-            if not _still_there(dir_fd, ident):
-                return 0
-            continue
-        # A request comes only once runc has created its container: answer each in
-        # a thread of its own, so that a job's containers start side by side.
-        slots.acquire()
-        threading.Thread(target=one, args=(conn,), daemon=True).start()
+    try:
+        sock, ident = _bind(dir_fd, job_uid, job_gid)
+        with sock:
+            import acbslurm.cgroups.join  # noqa: F401 - now, not on the first container's start
+
+            if threading.current_thread() is threading.main_thread():
+                signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+            warmer = Warmer()
+            while True:
+                try:
+                    conn, _ = sock.accept()
+                except TimeoutError:
+                    if not _still_there(dir_fd, ident):
+                        return 0
+                    continue
+                # A request comes only once runc has created its container: answer
+                # each in a thread of its own, so that a job's containers start side
+                # by side.
+                slots.acquire()
+                threading.Thread(target=one, args=(conn, warmer), daemon=True).start()
+    finally:
+        os.close(dir_fd)
 
 
 def start(record_dir: str, job_id: str, job_uid: int, job_gid: int, runtime_dir: str) -> int:

@@ -282,19 +282,24 @@ def exec_joined(args: list[str]) -> int:
     os.execvp("runc", ["runc", *args])  # noqa: S606 - becoming runc, in the job, is the point
 
 
+def _reach(args: list[str]) -> tuple[tuple[str, int] | None, socket.socket | None, str]:
+    """While runc creates: the container's job (from its bundle), a connection to the
+    job's helper (which gets the kernel ready for the move meanwhile), or why not."""
+    try:
+        job = _container_job(args)
+        return job, (_connect(job[0]) if job is not None else None), ""
+    except (JoinFailed, OSError, ValueError) as exc:
+        return None, None, str(exc)
+
+
+# complexity: the create's one flow: runc's status, then the join or, when either
+# failed, the container's removal; each branch one way a create ends.
 def created(argv: list[str] | None = None, status: object = None) -> int:
     """The script's ``create``: runc runs beside this process and its exit status comes
     on stdin (``status``). The join as in ``main``, its helper reached while runc worked;
     the exit status is the create's."""
     args = sys.argv[1:] if argv is None else argv
-    # While runc creates: the container's job (from its bundle), a connection to the
-    # job's helper (which gets the kernel ready for the move meanwhile), or why not.
-    try:
-        job = _container_job(args)
-        conn = _connect(job[0]) if job is not None else None
-        failed = ""
-    except (JoinFailed, OSError, ValueError) as exc:
-        job, conn, failed = None, None, str(exc)
+    job, conn, failed = _reach(args)
     # runc's exit status, as the script's shell writes it on the pipe (1 when the line
     # never came: the shell was killed).
     stream = sys.stdin if status is None else status

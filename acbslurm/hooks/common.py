@@ -130,9 +130,9 @@ def fence(
     result, notes = fence_node(settings, node, live)
     for note in notes:
         say("warning", f"GPU fence: {note}")
-    if result.granted or result.revoked:
-        what = [f"+{g}" for g in result.granted] + [f"-{r}" for r in result.revoked]
-        say("info", f"GPU fence: {' '.join(what)}")
+    changes = [f"+{g}" for g in result.granted] + [f"-{r}" for r in result.revoked]
+    if changes:
+        say("info", f"GPU fence: {' '.join(changes)}")
     for path, why in result.failed.items():
         say("error", f"GPU fence: cannot set the ACL of {path}: {why}")
     bad = [p for p in must if p in result.failed]

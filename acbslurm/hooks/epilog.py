@@ -158,6 +158,8 @@ def _clean_up_containers(
     return problems
 
 
+# complexity: one flow: kill what the daemon left, say it, and keep the job for the
+# next sweep; each branch a case of "nothing to sweep" or a problem found.
 def _after_unreachable(
     job_id: str,
     uid: int,
@@ -195,6 +197,8 @@ def _after_unreachable(
     return problems
 
 
+# complexity: one flow: revoke, find the files now closed to the user, kill what still
+# holds one; each branch is a case where there is nothing to revoke or kill.
 def _fence_at_end(
     job_id: str, uid: int, user: str, minors: list[int], settings: Settings, env: Mapping[str, str]
 ) -> list[str]:

@@ -132,19 +132,7 @@ def _update(dirs: MapDirs, job_id: str, state: dict[str, object] | None) -> None
     lock = -1
     try:
         lock = _lock(sfd, folder)
-        # Every job's state after job_id's is ``state`` (None: gone) and stale jobs are
-        # dropped, the earliest first; and the GPUs whose files that changes.
-        states = _read_states(sfd, dirs.record_dir)
-        gone = [s for s in states if s["job"] == job_id or s.get("_stale")]
-        touched: list[list[object]] = [g for s in gone for g in s["gpus"]]  # type: ignore[attr-defined]
-        for s in gone:
-            _remove(sfd, f"{s['job']}.json")
-        states = [s for s in states if s not in gone]
-        if state is not None:
-            replace_file(sfd, folder, f"{job_id}.json", json.dumps(state) + "\n", 0o600)
-            states.append(state)
-            touched += state["gpus"]  # type: ignore[arg-type]
-        states.sort(key=lambda s: (float(s["t"]), str(s["job"])))  # type: ignore[arg-type]
+        states, touched = _changed_states(sfd, folder, dirs.record_dir, job_id, state)
         if dirs.dcgm:
             names = sorted(_names(touched, False))
             _rewrite(dirs.dcgm, {n: dcgm_text(states, n) for n in names})
@@ -155,6 +143,25 @@ def _update(dirs: MapDirs, job_id: str, state: dict[str, object] | None) -> None
         if lock >= 0:
             os.close(lock)  # releases the lock
         os.close(sfd)
+
+
+def _changed_states(
+    sfd: int, folder: str, record_dir: str, job_id: str, state: dict[str, object] | None
+) -> tuple[list[dict[str, object]], list[list[object]]]:
+    """Every job's state after ``job_id``'s is ``state`` (None: gone) and stale jobs are
+    dropped, the earliest first; and the GPUs whose files that changes."""
+    states = _read_states(sfd, record_dir)
+    gone = [s for s in states if s["job"] == job_id or s.get("_stale")]
+    touched: list[list[object]] = [g for s in gone for g in s["gpus"]]  # type: ignore[attr-defined]
+    for s in gone:
+        _remove(sfd, f"{s['job']}.json")
+    states = [s for s in states if s not in gone]
+    if state is not None:
+        replace_file(sfd, folder, f"{job_id}.json", json.dumps(state) + "\n", 0o600)
+        states.append(state)
+        touched += state["gpus"]  # type: ignore[arg-type]
+    states.sort(key=lambda s: (float(s["t"]), str(s["job"])))  # type: ignore[arg-type]
+    return states, touched
 
 
 def _lock(dir_fd: int, folder: str) -> int:
@@ -248,8 +255,21 @@ def _rewrite(path: str, texts: dict[str, str]) -> None:
         for name, text in texts.items():
             if not text:
                 _remove(fd, name)
-            elif _current(fd, name) != text:
-                replace_file(fd, path, name, text, 0o644)
+                continue
+            # A file that holds the text already is left alone; none, a link, not a
+            # file or an unreadable one is replaced.
+            try:
+                now = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=fd)
+            except OSError:
+                now = -1
+            if now >= 0:
+                with os.fdopen(now, "rb") as fh:
+                    same = stat.S_ISREG(os.fstat(fh.fileno()).st_mode) and (
+                        fh.read(MAX_STATE).decode(errors="replace") == text
+                    )
+                if same:
+                    continue
+            replace_file(fd, path, name, text, 0o644)
     finally:
         os.close(fd)
 
@@ -277,15 +297,3 @@ def _open_dir(path: str, what: str) -> int:
             f"mode {stat.S_IMODE(st.st_mode):04o}): not written"
         )
     return fd
-
-
-def _current(dir_fd: int, name: str) -> str | None:
-    """What file ``name`` holds now (None: none, a link, not a file, or unreadable)."""
-    try:
-        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
-    except OSError:
-        return None
-    with os.fdopen(fd, "rb") as fh:
-        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
-            return None
-        return fh.read(MAX_STATE).decode(errors="replace")

@@ -260,14 +260,16 @@ def _row(job_id: str, bin_dir: str, wait: float, need_end: bool) -> Row:
             raise Unreachable(f"sacct: {exc.reason or exc}") from None
         fields = _own_fields(out, job_id)
         row = Row(fields) if fields is not None else None
-        if row is not None and (
-            row.ended or not (need_end or has_others_words(row.system_comment))
-        ):
+        if row is not None and _writable(row, need_end):
             return row
         if time.monotonic() >= deadline:
             what = "the job" if row is None else "the job's end"
             raise NotYet(f"{what} is not recorded in slurmdbd yet")
         time.sleep(0.1)
+
+
+def _writable(row: Row, need_end: bool) -> bool:
+    return row.ended or not (need_end or has_others_words(row.system_comment))
 
 
 def _own_fields(sacct_out: str, job_id: str) -> list[str] | None:
@@ -343,6 +345,8 @@ def _next_pending(folder: str, first: str, tried: set[str]) -> str | None:
     return min(aged)[1] if aged else None
 
 
+# complexity: one pending file's fate, a branch each: sent, kept for later, put aside
+# (after MAX_AGE, or unreadable), or kept because slurmdbd cannot be asked.
 def _send_one(
     path: str, bin_dir: Callable[[], str], say: Callable[[str, str], None], own: bool
 ) -> str:
