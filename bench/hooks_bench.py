@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -68,6 +69,8 @@ def wrappers_for(libexec: Path, checkout: Path, config: Path) -> Path:
     out = Path(tempfile.mkdtemp(prefix="acbslurm-hooks-"))
     settings = {k: v for k, v in json.loads(config.read_text()).items() if k in known}
     (out / "settings.json").write_text(json.dumps(settings))
+    # A checkout from before the hooks were split by Slurm context has them in hooks/entry.py.
+    split = (checkout / "acbslurm" / "hooks" / "prolog.py").exists()
     for name in ("acbslurm-prolog", "acbslurm-epilog"):
         lines = (libexec / name).read_text().splitlines()
         text = "\n".join(
@@ -75,6 +78,10 @@ def wrappers_for(libexec: Path, checkout: Path, config: Path) -> Path:
             if ln.startswith("sys.path.insert")
             else f"os.environ['ACBSLURM_CONFIG'] = {str(out / 'settings.json')!r}"
             if ln.startswith('os.environ["ACBSLURM_CONFIG"]')
+            else re.sub(
+                r"^from acbslurm\.hooks\.\w+ import", "from acbslurm.hooks.entry import", ln
+            )
+            if not split
             else ln
             for ln in lines
         )

@@ -41,9 +41,9 @@ VENDORED = ("nvidia-ml-py==13.615.71",)
 ENTRY_POINTS = {
     "usr/bin/acbslurm": "acbslurm.cli.entry:main",
     "usr/bin/agarun": "acbslurm.broker.agarun:main",
-    "usr/libexec/acbslurm/acbslurm-prolog": "acbslurm.hooks.entry:prolog_main",
-    "usr/libexec/acbslurm/acbslurm-epilog": "acbslurm.hooks.entry:epilog_main",
-    "usr/libexec/acbslurm/acbslurm-task-prolog": "acbslurm.hooks.entry:task_prolog_main",
+    "usr/libexec/acbslurm/acbslurm-prolog": "acbslurm.hooks.prolog:prolog_main",
+    "usr/libexec/acbslurm/acbslurm-epilog": "acbslurm.hooks.epilog:epilog_main",
+    "usr/libexec/acbslurm/acbslurm-task-prolog": "acbslurm.hooks.task_prolog:task_prolog_main",
 }
 DEPENDS = (
     "python3 (>= 3.11~)",

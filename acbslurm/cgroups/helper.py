@@ -188,13 +188,6 @@ def _still_there(dir_fd: int, ident: int) -> bool:
         return False
 
 
-def _peer(conn: socket.socket) -> tuple[int, int]:
-    """(pid, uid) of the process that connected, as the kernel saw it."""
-    raw = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    pid, uid, _ = struct.unpack("3i", raw)
-    return int(pid), int(uid)
-
-
 class Warmer:
     """Moves this helper into the cgroup it is in (``warm``), which gets the kernel's
     move path ready (WARM_EVERY). Quietly does nothing where that cannot be done."""
@@ -225,6 +218,8 @@ class Warmer:
             self.path = None
 
 
+# complexity: one read loop; each turn checks the request's size and deadline, and
+# warms the move while nothing has come.
 def _receive(conn: socket.socket, warmer: Warmer | None) -> bytes:
     """The caller's bytes up to its first newline (or its close), warming the move while
     nothing has come yet (for at most WARM_FOR s)."""
@@ -232,7 +227,9 @@ def _receive(conn: socket.socket, warmer: Warmer | None) -> bytes:
     start = time.monotonic()
     warm_until = start + WARM_FOR if warmer is not None else start
     while b"\n" not in data:
-        left = _time_left(data, start)
+        left = start + REQUEST_TIMEOUT - time.monotonic()
+        if len(data) > REQUEST_LIMIT or left <= 0:
+            raise ValueError("request too long or too slow")
         warming = not data and time.monotonic() < warm_until
         chunk = _chunk(conn, min(left, WARM_EVERY) if warming else left)
         if chunk is None:  # nothing within the timeout
@@ -243,13 +240,6 @@ def _receive(conn: socket.socket, warmer: Warmer | None) -> bytes:
             break
         data += chunk
     return data
-
-
-def _time_left(data: bytes, start: float) -> float:
-    left = start + REQUEST_TIMEOUT - time.monotonic()
-    if len(data) > REQUEST_LIMIT or left <= 0:
-        raise ValueError("request too long or too slow")
-    return left
 
 
 def _chunk(conn: socket.socket, timeout: float) -> bytes | None:
@@ -293,7 +283,9 @@ def answer(
     from acbslurm.cgroups.join import join, join_asker  # imported at the helper's start
 
     try:
-        peer_pid, peer = _peer(conn)
+        # The process that connected, as the kernel saw it: (pid, uid, gid).
+        raw = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        peer_pid, peer, _ = struct.unpack("3i", raw)
         req = _read_request(conn, warmer)
         run_pid = _pid_of(req, "run_pid")
         if req.get("exec") is True:
@@ -323,42 +315,37 @@ def serve(job_id: str, job_uid: int, job_gid: int, runtime_dir: str) -> int:
         dir_fd = _open_own_dir(job_id + HELPER_DIR_SUFFIX, helper_dir(runtime_dir, job_id), base)
     finally:
         os.close(base)
-    try:
-        sock, ident = _bind(dir_fd, job_uid, job_gid)
-        with sock:
-            return _accept_until_gone(sock, dir_fd, ident, job_id, job_uid)
-    finally:
-        os.close(dir_fd)
-
-
-def _accept_until_gone(
-    sock: socket.socket, dir_fd: int, ident: int, job_id: str, job_uid: int
-) -> int:
-    import acbslurm.cgroups.join  # noqa: F401 - now, not on the first container's start
-
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    warmer = Warmer()
     slots = threading.BoundedSemaphore(MAX_AT_ONCE)
 
-    def one(conn: socket.socket) -> None:
+    def one(conn: socket.socket, warmer: Warmer) -> None:
         try:
             with conn:
                 answer(conn, job_id, job_uid, warmer)
         finally:
             slots.release()
 
-    while True:
-        try:
-            conn, _ = sock.accept()
-        except TimeoutError:
-            if not _still_there(dir_fd, ident):
-                return 0
-            continue
-        # A request comes only once runc has created its container: answer each in
-        # a thread of its own, so that a job's containers start side by side.
-        slots.acquire()
-        threading.Thread(target=one, args=(conn,), daemon=True).start()
+    try:
+        sock, ident = _bind(dir_fd, job_uid, job_gid)
+        with sock:
+            import acbslurm.cgroups.join  # noqa: F401 - now, not on the first container's start
+
+            if threading.current_thread() is threading.main_thread():
+                signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+            warmer = Warmer()
+            while True:
+                try:
+                    conn, _ = sock.accept()
+                except TimeoutError:
+                    if not _still_there(dir_fd, ident):
+                        return 0
+                    continue
+                # A request comes only once runc has created its container: answer
+                # each in a thread of its own, so that a job's containers start side
+                # by side.
+                slots.acquire()
+                threading.Thread(target=one, args=(conn, warmer), daemon=True).start()
+    finally:
+        os.close(dir_fd)
 
 
 def start(record_dir: str, job_id: str, job_uid: int, job_gid: int, runtime_dir: str) -> int:

@@ -204,19 +204,15 @@ def _checked_move(
     try:
         born = start_time(pid)
         checks()
-        return Joined(pid, tuple(_move(pidfd, pid, born, _goal(job_id, run_pid))))
+        goal = targets(run_pid, memberships(os.getpid()))
+        if not goal:
+            raise CgroupJoinError(
+                f"job {job_id} has no cgroups of its own here (is "
+                "ProctrackType=proctrack/cgroup or TaskPlugin=task/cgroup set in slurm.conf?)"
+            )
+        return Joined(pid, tuple(_move(pidfd, pid, born, goal)))
     finally:
         os.close(pidfd)
-
-
-def _goal(job_id: str, run_pid: int) -> list[Membership]:
-    goal = targets(run_pid, memberships(os.getpid()))
-    if not goal:
-        raise CgroupJoinError(
-            f"job {job_id} has no cgroups of its own here (is ProctrackType=proctrack/cgroup "
-            "or TaskPlugin=task/cgroup set in slurm.conf?)"
-        )
-    return goal
 
 
 def _move(pidfd: int, pid: int, born: str, goal: list[Membership]) -> list[str]:
@@ -228,7 +224,11 @@ def _move(pidfd: int, pid: int, born: str, goal: list[Membership]) -> list[str]:
     mounts = mount_points()
     files = [_procs_file(mounts, m) for m in goal]
     _same_process(pidfd, pid, born, "before")
-    back = _now_in(pid, goal, mounts)  # after the check: the process then named by pid
+    # The cgroup.procs files of the cgroups pid is in now, in goal's hierarchies ("" where
+    # it is in none); read after the check: the process then named by pid.
+    now = {(m.hierarchy, m.controllers): m for m in memberships(pid)}
+    member = [now.get((m.hierarchy, m.controllers)) for m in goal]
+    back = [(procs_file(mounts, m) or "") if m else "" for m in member]
     done = 0
     try:
         for path in files:
@@ -236,15 +236,11 @@ def _move(pidfd: int, pid: int, born: str, goal: list[Membership]) -> list[str]:
             done += 1
         _same_process(pidfd, pid, born, "while")
     except CgroupJoinError:
-        _move_back(pid, back[:done])
+        for path in filter(None, back[:done]):
+            with contextlib.suppress(CgroupJoinError):  # gone: nothing to move back
+                _write_pid(path, pid)
         raise
     return files
-
-
-def _move_back(pid: int, files: list[str]) -> None:
-    for path in filter(None, files):
-        with contextlib.suppress(CgroupJoinError):  # gone: nothing to move back
-            _write_pid(path, pid)
 
 
 def _procs_file(mounts: dict[str, str], m: Membership) -> str:
@@ -265,17 +261,6 @@ def _same_process(pidfd: int, pid: int, born: str, when: str) -> None:
         raise CgroupJoinError(f"process {pid} ended {when} it was moved") from None
     if start_time(pid) != born:
         raise CgroupJoinError(f"process {pid} was replaced {when} it was moved")
-
-
-def _now_in(pid: int, goal: list[Membership], mounts: dict[str, str]) -> list[str]:
-    """The cgroup.procs files of the cgroups ``pid`` is in now, in ``goal``'s hierarchies
-    ("" where it is in none)."""
-    now = {(m.hierarchy, m.controllers): m for m in memberships(pid)}
-    out = []
-    for m in goal:
-        member = now.get((m.hierarchy, m.controllers))
-        out.append((procs_file(mounts, member) or "") if member else "")
-    return out
 
 
 def _write_pid(path: str, pid: int) -> None:

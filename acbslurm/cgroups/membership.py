@@ -87,8 +87,9 @@ def _unescape(field: str) -> str:
         return field
     out, i = [], 0
     while i < len(field):
-        if field[i] == "\\" and _octal(field[i + 1 : i + 4]):
-            out.append(chr(int(field[i + 1 : i + 4], 8)))
+        code = field[i + 1 : i + 4]
+        if field[i] == "\\" and len(code) == 3 and all(c in "01234567" for c in code):
+            out.append(chr(int(code, 8)))
             i += 4
         else:
             out.append(field[i])
@@ -103,7 +104,3 @@ def procs_file(mounts: dict[str, str], member: Membership) -> str | None:
     if point is None:
         return None
     return os.path.join(point, member.path.lstrip("/"), "cgroup.procs")
-
-
-def _octal(text: str) -> bool:
-    return len(text) == 3 and all(c in "01234567" for c in text)

@@ -26,10 +26,10 @@ runc's alone: nothing changes for them.
 
 from __future__ import annotations
 
-# On every container start: only what costs nothing to import (no json, socket,
-# subprocess: 20 ms together, against the 1.10x budget of `acbslurm run`).
-import _socket
+# On every container start: no json or subprocess (imported on the failure's path
+# alone). socket's import runs while runc creates the container.
 import os
+import socket
 import sys
 import time
 
@@ -57,8 +57,8 @@ CREATE_LINE = '{ runc "$@" 3>&- 4>&-; echo "$?" >&3; } 3>&1 1>&4 4>&- |'
 def script(python: str, package_root: str | None = None) -> str:
     """The executable Docker is given as the runtime (``--add-runtime`` or daemon.json
     ``runtimes``): a shell script, so that the steps other than ``create`` and ``exec``
-    cost runc's time alone, not a Python start. Python starts without ``site`` (-S:
-    5 ms), acbslurm found through PYTHONPATH (``package_root``: default, this
+    cost runc's time alone, not a Python start. Python starts without ``site`` (-S),
+    acbslurm found through PYTHONPATH (``package_root``: default, this
     installation's). At ``create``, runc and Python start together: runc keeps the
     container's stdio (the shim's, kept on descriptor 4 meanwhile), and its exit status
     reaches Python on the pipe, whose exit status is the runtime's."""
@@ -122,11 +122,11 @@ def _env_in(path: str, names: tuple[str, ...]) -> dict[str, str]:
     return env
 
 
-def _connect(sock_path: str) -> _socket.socket:
+def _connect(sock_path: str) -> socket.socket:
     """A connection to the job's helper, waiting a little for it to listen."""
     deadline = time.monotonic() + CONNECT_WAIT
     while True:
-        conn = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         conn.settimeout(ANSWER_TIMEOUT)
         try:
             conn.connect(sock_path)
@@ -141,25 +141,12 @@ def _connect(sock_path: str) -> _socket.socket:
             time.sleep(0.05)
 
 
-def _read_line(conn: _socket.socket, sock_path: str) -> bytes:
-    data = b""
-    try:
-        while b"\n" not in data:
-            chunk = conn.recv(65536)
-            if not chunk:
-                break
-            data += chunk
-    except (TimeoutError, _socket.timeout):
-        raise JoinFailed(f"the job's cgroup helper at {sock_path} did not answer") from None
-    return data.split(b"\n", 1)[0]
-
-
 def ask(sock_path: str, run_pid: int, container_pid: int) -> None:
     """Ask the job's helper to move ``container_pid`` (raises ``JoinFailed``)."""
     _ask_on(_connect(sock_path), sock_path, run_pid, container_pid)
 
 
-def _ask_on(conn: _socket.socket, sock_path: str, run_pid: int, container_pid: int) -> None:
+def _ask_on(conn: socket.socket, sock_path: str, run_pid: int, container_pid: int) -> None:
     """``ask`` on a connection made before the container existed."""
     _answer(conn, sock_path, b'{"run_pid": %d, "container_pid": %d}\n' % (run_pid, container_pid))
 
@@ -174,13 +161,21 @@ def _request(sock_path: str, request: bytes) -> None:
     _answer(_connect(sock_path), sock_path, request)
 
 
-def _answer(conn: _socket.socket, sock_path: str, request: bytes) -> None:
+def _answer(conn: socket.socket, sock_path: str, request: bytes) -> None:
     """Send ``request`` on ``conn`` (closed after) and read the helper's answer."""
+    data = b""
     try:
         conn.sendall(request)
-        line = _read_line(conn, sock_path)
+        while b"\n" not in data:
+            chunk = conn.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    except TimeoutError:
+        raise JoinFailed(f"the job's cgroup helper at {sock_path} did not answer") from None
     finally:
         conn.close()
+    line = data.split(b"\n", 1)[0]
     if line.startswith(b'{"ok": true'):
         return  # the helper's own answer; its files are in its log
     import json  # only to say why: the rare path
@@ -276,15 +271,6 @@ def _runc(args: list[str], quiet: bool = False) -> int:
     return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
 
 
-def _subcommand(args: list[str]) -> str:
-    """``create`` or ``exec`` when runc is asked for it, else ""; a container id is a
-    hexadecimal string, never either word."""
-    for a in args:
-        if a in ("create", "exec"):
-            return a
-    return ""
-
-
 def exec_joined(args: list[str]) -> int:
     """``runc exec`` once this process is in the job's cgroups (when the container is a
     job's); a refused join fails the exec with why, and runc never runs."""
@@ -296,15 +282,7 @@ def exec_joined(args: list[str]) -> int:
     os.execvp("runc", ["runc", *args])  # noqa: S606 - becoming runc, in the job, is the point
 
 
-def _runc_status(stream: object) -> int:
-    """runc's exit status, as the script's shell writes it on the pipe (1 when the
-    line never came: the shell was killed)."""
-    line = stream.readline()  # type: ignore[attr-defined]
-    text = line.strip()
-    return int(text) if text.isascii() and text.isdigit() else 1
-
-
-def _reach(args: list[str]) -> tuple[tuple[str, int] | None, _socket.socket | None, str]:
+def _reach(args: list[str]) -> tuple[tuple[str, int] | None, socket.socket | None, str]:
     """While runc creates: the container's job (from its bundle), a connection to the
     job's helper (which gets the kernel ready for the move meanwhile), or why not."""
     try:
@@ -314,13 +292,19 @@ def _reach(args: list[str]) -> tuple[tuple[str, int] | None, _socket.socket | No
         return None, None, str(exc)
 
 
+# complexity: the create's one flow: runc's status, then the join or, when either
+# failed, the container's removal; each branch one way a create ends.
 def created(argv: list[str] | None = None, status: object = None) -> int:
     """The script's ``create``: runc runs beside this process and its exit status comes
     on stdin (``status``). The join as in ``main``, its helper reached while runc worked;
     the exit status is the create's."""
     args = sys.argv[1:] if argv is None else argv
     job, conn, failed = _reach(args)
-    rc = _runc_status(sys.stdin if status is None else status)
+    # runc's exit status, as the script's shell writes it on the pipe (1 when the line
+    # never came: the shell was killed).
+    stream = sys.stdin if status is None else status
+    text = stream.readline().strip()  # type: ignore[union-attr]
+    rc = int(text) if text.isascii() and text.isdigit() else 1
     if rc != 0 or job is None or conn is None:
         if conn is not None:
             conn.close()  # runc failed (Docker says why): nothing to move
@@ -342,7 +326,8 @@ def _undo_create(args: list[str], why: str) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if _subcommand(args) == "exec":
+    # runc's subcommand: the first of these words (a container id is hexadecimal).
+    if next((a for a in args if a in ("create", "exec")), "") == "exec":
         return exec_joined(args)
     rc = _runc(args)
     if rc != 0 or "create" not in args:

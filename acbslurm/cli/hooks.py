@@ -14,7 +14,7 @@ from acbslurm.errors import ConfigError
 @click.pass_context
 def prolog(ctx: click.Context) -> None:
     """Slurm Prolog: map the job's GPUs to UUIDs and write the job record (runs as root)."""
-    from acbslurm.hooks.entry import run_prolog
+    from acbslurm.hooks.prolog import run_prolog
 
     ctx.exit(run_prolog(os.environ))
 
@@ -23,7 +23,7 @@ def prolog(ctx: click.Context) -> None:
 @click.pass_context
 def epilog(ctx: click.Context) -> None:
     """Slurm Epilog: remove every container of the job and its record (runs as root)."""
-    from acbslurm.hooks.entry import run_epilog
+    from acbslurm.hooks.epilog import run_epilog
 
     ctx.exit(run_epilog(os.environ))
 
@@ -32,7 +32,7 @@ def epilog(ctx: click.Context) -> None:
 @click.pass_context
 def task_prolog(ctx: click.Context) -> None:
     """Slurm TaskProlog: export ACBSLURM_GPU_UUIDS into the job's environment."""
-    from acbslurm.hooks.entry import run_task_prolog
+    from acbslurm.hooks.task_prolog import run_task_prolog
 
     ctx.exit(run_task_prolog(os.environ))
 

@@ -255,8 +255,21 @@ def _rewrite(path: str, texts: dict[str, str]) -> None:
         for name, text in texts.items():
             if not text:
                 _remove(fd, name)
-            elif _current(fd, name) != text:
-                replace_file(fd, path, name, text, 0o644)
+                continue
+            # A file that holds the text already is left alone; none, a link, not a
+            # file or an unreadable one is replaced.
+            try:
+                now = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=fd)
+            except OSError:
+                now = -1
+            if now >= 0:
+                with os.fdopen(now, "rb") as fh:
+                    same = stat.S_ISREG(os.fstat(fh.fileno()).st_mode) and (
+                        fh.read(MAX_STATE).decode(errors="replace") == text
+                    )
+                if same:
+                    continue
+            replace_file(fd, path, name, text, 0o644)
     finally:
         os.close(fd)
 
@@ -284,15 +297,3 @@ def _open_dir(path: str, what: str) -> int:
             f"mode {stat.S_IMODE(st.st_mode):04o}): not written"
         )
     return fd
-
-
-def _current(dir_fd: int, name: str) -> str | None:
-    """What file ``name`` holds now (None: none, a link, not a file, or unreadable)."""
-    try:
-        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
-    except OSError:
-        return None
-    with os.fdopen(fd, "rb") as fh:
-        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
-            return None
-        return fh.read(MAX_STATE).decode(errors="replace")

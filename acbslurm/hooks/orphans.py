@@ -119,8 +119,13 @@ def device_holders(
     return sorted(found)
 
 
+_O_PATH = 0o10000000
+
+
 def _holds(proc: str, pid: str, wanted: set[int]) -> bool:
-    """Whether process ``pid`` has a device of ``wanted`` (device numbers) open."""
+    """Whether process ``pid`` has a device of ``wanted`` (device numbers) open, other
+    than by an O_PATH descriptor: that names the file but cannot read or write it (nor
+    ioctl), so it holds no GPU; anyone may take one of a file they can reach."""
     try:
         fds = os.listdir(f"{proc}/{pid}/fd")
     except OSError:
@@ -130,23 +135,15 @@ def _holds(proc: str, pid: str, wanted: set[int]) -> bool:
             st = os.stat(f"{proc}/{pid}/fd/{fd}")
         except OSError:
             continue
-        if st.st_rdev in wanted and st.st_rdev and not _path_only(proc, pid, fd):
-            return True
-    return False
-
-
-_O_PATH = 0o10000000
-
-
-def _path_only(proc: str, pid: str, fd: str) -> bool:
-    """An O_PATH descriptor: it names the file but cannot read or write it (nor ioctl),
-    so it holds no GPU; anyone may take one of a file they can reach."""
-    for line in read_bytes(f"{proc}/{pid}/fdinfo/{fd}").splitlines():
-        if line.startswith(b"flags:"):
-            try:
-                return bool(int(line.split()[1], 8) & _O_PATH)
-            except (IndexError, ValueError):
-                return False
+        if st.st_rdev not in wanted or not st.st_rdev:
+            continue
+        info = read_bytes(f"{proc}/{pid}/fdinfo/{fd}").splitlines()
+        flags = [line for line in info if line.startswith(b"flags:")]
+        try:
+            if not int(flags[0].split()[1], 8) & _O_PATH:
+                return True
+        except (IndexError, ValueError):
+            return True  # no flags to read: not known to be O_PATH
     return False
 
 

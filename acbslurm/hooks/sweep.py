@@ -14,7 +14,7 @@ from acbslurm.values import field, mutable
 # hook's timeout; one that still answers its ping is asked again rather than taken for
 # stuck (the node would be drained for it), until this many seconds after the sweep
 # began, for every daemon together. Past it nothing more is asked: the hook's own
-# deadline (hooks/entry.py, HOOK_DEADLINE_S) must leave the steps after the sweep (the
+# deadline (hooks/common.py, HOOK_DEADLINE_S) must leave the steps after the sweep (the
 # GPU fence, the kill of processes still holding the job's GPUs, the record's removal)
 # the time to run, whatever a user's daemon does.
 BUSY_PATIENCE = 15.0

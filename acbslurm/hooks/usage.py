@@ -112,7 +112,23 @@ def keep_history(
     if got is None and not gpus_word:
         return False
     totals, lost = (got[0], got[2]) if got is not None else (None, 0)
-    _keep_pending(record_dir, job_id, node, gpus_word, totals, lost)
+    from acbslurm.hooks.jobmap import replace_file
+
+    pending = os.path.join(record_dir, PENDING)
+    os.makedirs(pending, mode=0o700, exist_ok=True)
+    data = {
+        "job_id": job_id,
+        "node": node,
+        "gpus": gpus_word,
+        "lost": lost,
+        "kept": time.time(),  # its age: the file's time moves when it waits its turn
+        "totals": None if totals is None else totals.as_dict(),
+    }
+    fd = os.open(pending, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        replace_file(fd, pending, pending_name(job_id, node), json.dumps(data), 0o600)
+    finally:
+        os.close(fd)
     return True
 
 
@@ -278,30 +294,6 @@ def pending_name(job_id: str, node: str) -> str:
     return f"{job_id}.{node}.json"
 
 
-def _keep_pending(
-    record_dir: str, job_id: str, node: str, gpus_word: str, totals: Totals | None, lost: int
-) -> str:
-    from acbslurm.hooks.jobmap import replace_file
-
-    folder = os.path.join(record_dir, PENDING)
-    os.makedirs(folder, mode=0o700, exist_ok=True)
-    name = pending_name(job_id, node)
-    data = {
-        "job_id": job_id,
-        "node": node,
-        "gpus": gpus_word,
-        "lost": lost,
-        "kept": time.time(),  # its age: the file's time moves when it waits its turn
-        "totals": None if totals is None else totals.as_dict(),
-    }
-    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-    try:
-        replace_file(fd, folder, name, json.dumps(data), 0o600)
-    finally:
-        os.close(fd)
-    return os.path.join(folder, name)
-
-
 def send_pending(
     record_dir: str,
     bin_dir: Callable[[], str],
@@ -353,6 +345,8 @@ def _next_pending(folder: str, first: str, tried: set[str]) -> str | None:
     return min(aged)[1] if aged else None
 
 
+# complexity: one pending file's fate, a branch each: sent, kept for later, put aside
+# (after MAX_AGE, or unreadable), or kept because slurmdbd cannot be asked.
 def _send_one(
     path: str, bin_dir: Callable[[], str], say: Callable[[str, str], None], own: bool
 ) -> str:
@@ -372,7 +366,17 @@ def _send_one(
     except Unreachable:
         return "away"
     except (NotYet, SlurmError) as exc:
-        return _later(path, kept, exc, say)
+        # A sacctmgr that failed (slurmdbd going away as it answered) may work at the
+        # next look, as a job slurmdbd has not recorded yet may be recorded by then:
+        # kept for a later sender, to the back of the line; after MAX_AGE put aside.
+        if time.time() - kept > MAX_AGE:
+            _put_aside(path, f"{exc} after {MAX_AGE / 86400:.0f} days", say)
+            return "done"
+        with contextlib.suppress(OSError):
+            os.utime(path, follow_symlinks=False)
+        if isinstance(exc, SlurmError):
+            say("warning", f"the record kept in {path} waits for a later epilog: {exc}")
+        return "later"
     except (AcbslurmError, OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         _put_aside(path, str(exc), say)
         return "done"
@@ -380,20 +384,6 @@ def _send_one(
         os.unlink(path)
     say("info", f"job {data['job_id']}: its record kept in {path} is in slurmdbd now")
     return "done"
-
-
-def _later(path: str, kept: float, exc: Exception, say: Callable[[str, str], None]) -> str:
-    """Kept for a later sender ("later"), to the back of the line, or after a week put
-    aside ("done"). A sacctmgr that failed (slurmdbd going away as it answered) may work
-    at the next look, as a job slurmdbd has not recorded yet may be recorded by then."""
-    if time.time() - kept > MAX_AGE:
-        _put_aside(path, f"{exc} after {MAX_AGE / 86400:.0f} days", say)
-        return "done"
-    with contextlib.suppress(OSError):
-        os.utime(path, follow_symlinks=False)
-    if isinstance(exc, SlurmError):
-        say("warning", f"the record kept in {path} waits for a later epilog: {exc}")
-    return "later"
 
 
 def _put_aside(path: str, why: str, say: Callable[[str, str], None]) -> None:

@@ -113,7 +113,7 @@ kill %1; wait
     (pending / f"{job}.vm.json").write_text(
         json.dumps({"job_id": job, "node": "vm", "gpus": gpus, "lost": 0, "totals": None})
     )
-    send = "from acbslurm.hooks.entry import history_sender_main as m; m()"
+    send = "from acbslurm.hooks.epilog import history_sender_main as m; m()"
     env = {**os.environ, **idle.env(), "PYTHONPATH": str(REPO)}
     subprocess.run([sys.executable, "-c", send], env=env, check=True, timeout=60)
     assert not (pending / f"{job}.vm.json").exists()

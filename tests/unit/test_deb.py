@@ -104,7 +104,7 @@ def test_files_where_packages_put_them(files: dict[str, tarfile.TarInfo]) -> Non
         "/usr/share/doc/acbslurm/slurm.conf.acbslurm",
         "/usr/share/doc/acbslurm/gres.conf.acbslurm",
         "/usr/share/doc/acbslurm/examples/sandbox-gpu.yaml",
-        "/usr/lib/acbslurm/acbslurm/hooks/entry.py",
+        "/usr/lib/acbslurm/acbslurm/hooks/epilog.py",
         "/usr/lib/acbslurm/acbslurm/templates/sbatch.sh.j2",
         "/usr/lib/acbslurm/acbslurm/conf/systemd/acbslurm-report.service",
         "/usr/lib/acbslurm/vendor/pynvml.py",
@@ -131,7 +131,7 @@ def test_paths_are_the_packages(deb: Path, tmp_path: Path) -> None:
 
     hook = _read(deb, "/usr/libexec/acbslurm/acbslurm-epilog")
     assert hook.startswith("#!/usr/bin/python3 -I\n")
-    assert "from acbslurm.hooks.entry import epilog_main" in hook
+    assert "from acbslurm.hooks.epilog import epilog_main" in hook
     conf = _read(deb, "/usr/share/doc/acbslurm/slurm.conf.acbslurm")
     assert "Epilog=/usr/libexec/acbslurm/acbslurm-epilog" in conf
     assert "/opt/acbslurm" not in conf

@@ -14,8 +14,8 @@ import pytest
 from fake_docker import Answer, FakeDocker, Raw, Request
 from fake_slurm import FakeSlurm
 
-from acbslurm.hooks import entry
-from acbslurm.hooks.entry import run_epilog
+from acbslurm.hooks import epilog
+from acbslurm.hooks.epilog import run_epilog
 from acbslurm.jobrecord import JobRecord, write_record
 
 ATTACKER, VICTIM = 65533, 65534  # two users' uids (no passwd entry needed)
@@ -157,9 +157,9 @@ def test_a_step_that_fails_unexpectedly_leaves_the_safety_steps_to_run(
     job directory and the record still go."""
     uid = os.getuid()
     ran = []
-    monkeypatch.setattr(entry, "_clean_up_containers", crash)
-    monkeypatch.setattr(entry, "_fence_at_end", lambda *_: ran.append("fence") or [])
-    monkeypatch.setattr(entry, "_stop_cgroup_helper", lambda *_: ran.append("helper"))
+    monkeypatch.setattr(epilog, "_clean_up_containers", crash)
+    monkeypatch.setattr(epilog, "_fence_at_end", lambda *_: ran.append("fence") or [])
+    monkeypatch.setattr(epilog, "_stop_cgroup_helper", lambda *_: ran.append("helper"))
     node.record(uid)
     node.job_dir(uid)
     assert run_epilog(env(uid)) == 1
@@ -179,7 +179,7 @@ def test_a_non_safety_step_that_fails_unexpectedly_drains_nothing(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     uid = os.getuid()
-    monkeypatch.setattr(entry, "_keep_history", crash)
+    monkeypatch.setattr(epilog, "_keep_history", crash)
     node.record(uid)
     node.job_dir(uid)
     assert run_epilog(env(uid)) == 0

@@ -17,7 +17,7 @@ from fake_slurm import FakeSlurm
 from processcoverage import UNMEASURED
 
 from acbslurm.errors import SlurmError
-from acbslurm.hooks import entry
+from acbslurm.hooks import epilog
 from acbslurm.hooks.usage import PENDING, keep_history, send, send_pending
 from acbslurm.usagebook import Totals
 
@@ -205,7 +205,7 @@ def test_the_sender_never_imports_from_its_working_directory(
     assert control.returncode == 0 and marker.exists()
     marker.unlink()
     monkeypatch.chdir(hostile)
-    pid = entry._start_sender(env)
+    pid = epilog._start_sender(env)
     assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
     assert Path(f"{bad}.failed").exists() and not marker.exists()
 
@@ -213,6 +213,6 @@ def test_the_sender_never_imports_from_its_working_directory(
 def test_the_sender_starts_isolated(monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[list[str]] = []
     monkeypatch.setattr(os, "posix_spawn", lambda _exe, argv, *_a, **_k: seen.append(argv) or 1)
-    entry._start_sender({}, "7.vm.json")
+    epilog._start_sender({}, "7.vm.json")
     ((_, flag, c, code),) = seen
     assert (flag, c) == ("-I", "-c") and code.startswith("import os, sys; os.chdir('/');")

@@ -9,7 +9,9 @@ import pytest
 from fake_slurm import FakeSlurm
 
 from acbslurm.gpu.inventory import GpuInfo, write_static
-from acbslurm.hooks.entry import run_epilog, run_prolog, run_task_prolog
+from acbslurm.hooks.epilog import run_epilog
+from acbslurm.hooks.prolog import run_prolog
+from acbslurm.hooks.task_prolog import run_task_prolog
 
 
 @pytest.fixture
@@ -170,8 +172,9 @@ def test_a_hook_that_hangs_gives_up_at_its_deadline(hook: str, code: int) -> Non
     import time
 
     prog = (
-        "import time, acbslurm.hooks.entry as e\n"
-        "e.HOOK_DEADLINE_S = 1\n"
+        "import time, acbslurm.hooks.common as c\n"
+        f"import acbslurm.hooks.{hook} as e\n"
+        "c.HOOK_DEADLINE_S = 1\n"
         f"e.run_{hook} = lambda env: time.sleep(30) or 0\n"
         f"raise SystemExit(e.{hook}_main())\n"
     )
@@ -297,11 +300,11 @@ def test_epilog_without_daemon_drains_naming_the_job_while_its_gpu_is_held(
 def held_device(node: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A device file a process can hold open (/dev/full's number: nobody else holds it),
     standing in for the job's GPU files in the epilog."""
-    from acbslurm.hooks import entry
+    from acbslurm.hooks import epilog
 
     dev = node / "dev" / "held"
     os.mknod(dev, 0o666 | 0o020000, os.makedev(1, 7))
-    monkeypatch.setattr(entry, "_gpu_files", lambda *_: [str(dev)])
+    monkeypatch.setattr(epilog, "gpu_files", lambda *_: [str(dev)])
     return dev
 
 
@@ -362,7 +365,7 @@ def test_with_the_fence_the_epilog_kills_a_process_still_holding_the_jobs_gpu(
 
 def test_a_failed_prolog_leaves_no_gpu_open(node: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from acbslurm.gpu.fence import read_acl
-    from acbslurm.hooks import entry
+    from acbslurm.hooks import prolog
 
     monkeypatch.setenv("ACBSLURM_GPU_FENCE", "true")
 
@@ -374,7 +377,7 @@ def test_a_failed_prolog_leaves_no_gpu_open(node: Path, monkeypatch: pytest.Monk
     # Job 78's epilog was killed: its record stays. Job 79's prolog fails on its runtime
     # directory; on its way out it reconciles the node: 78 has no slurmstepd and
     # slurmctld does not list it, so nobody keeps nvidia0.
-    monkeypatch.setattr(entry, "_make_job_dir", broken)
+    monkeypatch.setattr(prolog, "_make_job_dir", broken)
     assert run_prolog(job_env(SLURM_JOB_ID="79", SLURM_JOB_GPUS="0")) == 1
     assert read_acl(str(node / "dev" / "nvidia0")).users == ()
 
@@ -419,14 +422,14 @@ def test_hook_messages_go_to_syslog_too(
 ) -> None:
     import syslog
 
-    from acbslurm.hooks import entry
+    from acbslurm.hooks import common
 
     opened: list[tuple[str, int, int]] = []
     logged: list[tuple[int, str]] = []
     monkeypatch.setattr(syslog, "openlog", lambda *a: opened.append(a))
     monkeypatch.setattr(syslog, "syslog", lambda prio, msg: logged.append((prio, msg)))
-    monkeypatch.setattr(entry, "_NAME", "acbslurm-prolog")
-    monkeypatch.setattr(entry, "_SYSLOG_OPEN", "")
+    monkeypatch.setattr(common, "_NAME", "acbslurm-prolog")
+    monkeypatch.setattr(common, "_SYSLOG_OPEN", "")
     # Index 5 does not exist: the prolog fails, and says why on stderr and in syslog.
     assert run_prolog(job_env(SLURM_JOB_GPUS="5")) == 1
     err = capsys.readouterr().err

@@ -43,13 +43,13 @@ def test_the_hooks_import_nothing_slow(tmp_path: Path) -> None:
     probe = textwrap.dedent(
         f"""
         import os, sys
-        from acbslurm.hooks import entry
+        from acbslurm.hooks import epilog, prolog, task_prolog
         env = dict(SLURM_JOB_ID="7", SLURM_JOB_UID=str(os.getuid()), SLURM_JOB_USER="u",
                    SLURMD_NODENAME="n1", CUDA_VISIBLE_DEVICES="{uuid}")
-        codes = [entry.run_prolog(env), entry.run_task_prolog(env), entry.run_epilog(env)]
+        codes = [prolog.run_prolog(env), task_prolog.run_task_prolog(env), epilog.run_epilog(env)]
         # The epilog's drain (its answer to a container it could not remove), as called there.
         from acbslurm.config import load_settings
-        entry._drain(env, load_settings(), "probe")
+        epilog._drain(env, load_settings(), "probe")
         slow = {SLOW!r}
         print(codes, sorted(m for m in sys.modules if m.split(".")[0] in slow))
         """

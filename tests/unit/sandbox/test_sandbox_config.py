@@ -84,7 +84,7 @@ def test_hook_wrapper_runs_the_named_hook(layout: Layout, tmp_path: Path) -> Non
     pkg.mkdir(parents=True)
     (pkg.parent / "__init__.py").write_text("")
     (pkg / "__init__.py").write_text("")
-    (pkg / "entry.py").write_text(
+    (pkg / "prolog.py").write_text(
         "import os, sys\n"
         "def prolog_main():\n    print('prolog', os.environ['ACBSLURM_CONFIG'])\n"
         "    print('acbslurm-prolog: error: job 5: why', file=sys.stderr); return 7\n"
