@@ -45,12 +45,10 @@ class JoinFailed(Exception):
     """Why the container is not started (goes to runc's log, so to Docker's error)."""
 
 
-# The lines of ``script`` that send an exec to Python: a runtime installed by an older
-# release has neither (`acbslurm doctor` says so; the exec'd process then runs outside
-# the job's cgroups). The first is the previous release's.
-EXEC_LINES = ('if [ "$a" = create ] || [ "$a" = exec ]; then', 'if [ "$a" = exec ]; then')
-# The line of ``script`` that runs runc's create beside Python's start (the previous
-# release ran them one after the other: each job's container started ~20 ms later).
+# The lines of ``script`` `acbslurm doctor` looks for in the runtime a daemon has: the
+# one that sends an exec to Python, and the one that runs runc's create beside Python's
+# start. A script without them is not this release's (reinstall it).
+EXEC_LINE = 'if [ "$a" = exec ]; then'
 CREATE_LINE = '{ runc "$@" 3>&- 4>&-; echo "$?" >&3; } 3>&1 1>&4 4>&- |'
 
 
@@ -79,7 +77,7 @@ def script(python: str, package_root: str | None = None) -> str:
         '      "$@" >/dev/null 4>&-\n'
         "    exit $?\n"
         "  fi\n"
-        f"  {EXEC_LINES[1]}\n"
+        f"  {EXEC_LINE}\n"
         f"    PYTHONPATH={_sh_quote(root)}; export PYTHONPATH\n"
         f'    exec {py} -S -m acbslurm.cgroups.runtime "$@"\n'
         "  fi\n"
@@ -241,13 +239,6 @@ def _container_pid(args: list[str]) -> int:
         return int(f.read().strip())
 
 
-def join_after_create(args: list[str]) -> None:
-    """The join for the container runc has just created (raises ``JoinFailed``)."""
-    job = _container_job(args)
-    if job is not None:
-        ask(job[0], job[1], _container_pid(args))
-
-
 def join_before_exec(args: list[str]) -> None:
     """For an exec into a job's container: this process into the job step's cgroups,
     so that runc (which it becomes) and what runc starts are born there (raises
@@ -325,18 +316,14 @@ def _undo_create(args: list[str], why: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The script's ``exec`` (``python -m``): joined, then runc; any other subcommand
+    (the script sends none here) is runc's alone."""
     args = sys.argv[1:] if argv is None else argv
     # runc's subcommand: the first of these words (a container id is hexadecimal).
     if next((a for a in args if a in ("create", "exec")), "") == "exec":
         return exec_joined(args)
     rc = _runc(args)
-    if rc != 0 or "create" not in args:
-        return rc if rc >= 0 else 128 - rc
-    try:
-        join_after_create(args)
-    except (JoinFailed, OSError, ValueError) as exc:
-        return _undo_create(args, str(exc))
-    return 0
+    return rc if rc >= 0 else 128 - rc
 
 
 if __name__ == "__main__":

@@ -217,26 +217,18 @@ def _runtime_in_daemon(ctx: Context, name: str) -> Check:
 
 
 def stale_runtime(path: str) -> str:
-    """Why the daemon's acbslurm runtime at ``path`` is an older release's script, or "":
-    one that lets a `docker exec` into a job's container run outside the job, or one
-    that runs runc's create and the join one after the other (slower starts)."""
-    from acbslurm.cgroups.runtime import CREATE_LINE, EXEC_LINES
+    """Why the daemon's acbslurm runtime at ``path`` is not this release's script, or
+    "": the join of a `docker exec` and of a create are in the script's lines."""
+    from acbslurm.cgroups.runtime import CREATE_LINE, EXEC_LINE
 
     try:
         with open(path, errors="replace") as f:
             text = f.read(65536)
     except OSError:
         return ""  # not readable from here: the daemon's own listing is all there is
-    if "acbslurm.cgroups.runtime" not in text:
+    if "acbslurm.cgroups.runtime" not in text or (EXEC_LINE in text and CREATE_LINE in text):
         return ""
-    if not any(line in text for line in EXEC_LINES):
-        return (
-            f"the runtime {path} is an older acbslurm's: a `docker exec` into a job's "
-            "container runs outside the job's cgroups"
-        )
-    if CREATE_LINE not in text:
-        return (
-            f"the runtime {path} is an older acbslurm's: it moves each job's container "
-            "only after runc's create, not beside it (each start about 10 ms slower)"
-        )
-    return ""
+    return (
+        f"the runtime {path} is another acbslurm release's script: a `docker exec` into a "
+        "job's container may run outside the job's cgroups"
+    )

@@ -207,7 +207,9 @@ def test_a_refused_join_deletes_the_container_and_says_why_in_runcs_log(
     log = tmp_path / "log.json"
     args = ["--log", str(log), "--log-format", "json", "create", "--bundle", str(b)]
     args += ["--pid-file", str(b / "init.pid"), "c2"]
-    assert runtime.main(args) == 1
+    (b / "init.pid").write_text("4242\n")
+    # The script's create: runc has created (its status 0 on the pipe), the join refused.
+    assert runtime.created(args, status=io.StringIO("0\n")) == 1
     assert calls.read_text().splitlines()[-1] == f"--log {log} --log-format json delete --force c2"
     entry = json.loads(log.read_text().splitlines()[-1])
     assert entry["level"] == "error" and "refused: not yours" in entry["msg"]
@@ -288,7 +290,7 @@ def test_the_runtime_script_hands_all_but_create_and_exec_to_runc() -> None:
     text = runtime.script("/opt/py it's/python", "/opt/acbslurm")
     assert text.startswith("#!/bin/sh\n")
     assert 'if [ "$a" = create ]; then' in text and runtime.CREATE_LINE in text
-    assert runtime.EXEC_LINES[1] in text
+    assert runtime.EXEC_LINE in text
     assert "PYTHONPATH='/opt/acbslurm'; export PYTHONPATH" in text
     assert "exec '/opt/py it'\\''s/python' -S -m acbslurm.cgroups.runtime \"$@\"" in text
     assert text.rstrip().endswith('exec runc "$@"')

@@ -260,11 +260,10 @@ exec runc "$@"
 CREATE_ONLY = SERIAL_CREATE.replace(' || [ "$a" = exec ]', "")
 
 
-def test_a_runtime_of_an_older_release_is_named(tmp_path: Path) -> None:
-    """A runtime script that sends only create to Python (the release before exec
-    joined the job) is named with what it lets through, one that runs runc's create
-    and the join one after the other (the release before this) with what it costs; the
-    current one, or a file that is not acbslurm's or cannot be read, says nothing."""
+def test_a_runtime_of_another_release_is_named(tmp_path: Path) -> None:
+    """A runtime script of acbslurm's without this release's exec and create lines is
+    named with what it may let through; the current one, or a file that is not
+    acbslurm's or cannot be read, says nothing."""
     from acbslurm.cgroups.runtime import script
 
     current = tmp_path / "acbslurm-runc"
@@ -275,7 +274,7 @@ def test_a_runtime_of_an_older_release_is_named(tmp_path: Path) -> None:
     assert "docker exec" in docker.stale_runtime(str(old))
     assert str(old) in docker.stale_runtime(str(old))
     old.write_text(SERIAL_CREATE)
-    assert "only after runc's create" in docker.stale_runtime(str(old))
+    assert "docker exec" in docker.stale_runtime(str(old))
     other = tmp_path / "runc"
     other.write_text('#!/bin/sh\nexec runc "$@"\n')
     assert docker.stale_runtime(str(other)) == ""
