@@ -388,7 +388,7 @@ def start_gateway(
 
 def start_direct(path: Path, args: argparse.Namespace, tmp: Path) -> Target:
     """vLLM alone, with the engine's own command line (a loopback port for its socket)."""
-    from acbslurm.serve.engines.vllm import VllmServer
+    from acbslurm.serve.engines.vllm.server import VllmServer
 
     spec = load_pool_text(single_pool(path, "vllm", args), "<bench>").models[0]
     server = VllmServer(spec, "cpu")
@@ -489,7 +489,7 @@ VLLM_CLIENT = (
 
 def vllm_client_run(url: str, args: argparse.Namespace, level: int) -> dict[str, Any]:
     """One level measured by vLLM's own client: tok/s, p50 latency, p50 TTFT."""
-    from acbslurm.serve.engines.vllm import default_python
+    from acbslurm.serve.engines.vllm.server import default_python
 
     folder = Path(tempfile.mkdtemp(prefix="vllm-client-"))
     argv = [default_python(), "-c", VLLM_CLIENT, "--backend", "vllm", "--base-url", url,
@@ -708,7 +708,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parse(argv)
     engines = ("vllm", "builtin") if args.engine == "both" else (args.engine,)
     if "vllm" in engines:
-        from acbslurm.serve.engines.vllm import default_python
+        from acbslurm.serve.engines.vllm.server import default_python
 
         if not Path(default_python()).is_file():
             sys.exit(

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""The vLLM worker's client: the standard library's http.client over the server's unix
-socket (what engines/vllm.py uses) against httpx over the same socket.
+"""The vLLM worker's client: acbslurm.unixhttp over the server's unix socket (what
+engines/vllm/client.py uses), the standard library's http.client (what it used before)
+and httpx over the same socket.
 
 A Starlette app under uvicorn on a unix socket (vLLM's own server stack) answers a
 JSON body like a non-streamed completion, and streams 64 server-sent events like a
@@ -34,6 +35,8 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
+
+from acbslurm import unixhttp
 
 EVENTS = 64
 ANSWER = {"id": "cmpl-1", "object": "text_completion", "choices": [{"text": "x" * 256}]}
@@ -82,6 +85,18 @@ def stdlib(uds: str, path: str) -> int:
         conn.close()
 
 
+def ours(uds: str, path: str) -> int:
+    sock = unixhttp.connect(uds, 10)
+    try:
+        sock.sendall(unixhttp.request("POST", path, BODY, {"Content-Type": "application/json"}))
+        r = unixhttp.Answer(sock)
+        if path == "/stream":
+            return sum(1 for line in r.lines() if line.startswith(b"data: "))
+        return len(r.read())
+    finally:
+        sock.close()
+
+
 def with_httpx(client: httpx.Client, path: str) -> int:
     headers = {"Content-Type": "application/json"}
     with client.stream("POST", f"http://localhost{path}", content=BODY, headers=headers) as r:
@@ -117,9 +132,11 @@ def main() -> int:
     kept = httpx.Client(transport=httpx.HTTPTransport(uds=uds), timeout=10)
     print(f"{args.requests} requests each, one at a time; mean ms per request")
     print(
-        f"{'route':<8} {'http.client':>12} {'httpx kept':>11} {'httpx new':>10} {'ratio kept':>11}"
+        f"{'route':<8} {'unixhttp':>9} {'http.client':>12} {'httpx kept':>11} {'httpx new':>10} "
+        f"{'ratio kept':>11}"
     )
     for path in ("/whole", "/stream"):
+        u = timed(args.requests, ours, uds, path)
         a = timed(args.requests, stdlib, uds, path)
         b = timed(args.requests, with_httpx, kept, path)
 
@@ -128,7 +145,10 @@ def main() -> int:
                 return with_httpx(c, path)
 
         c = timed(args.requests, new_client)
-        print(f"{path:<8} {a * 1e3:>12.3f} {b * 1e3:>11.3f} {c * 1e3:>10.3f} {b / a:>10.2f}x")
+        print(
+            f"{path:<8} {u * 1e3:>9.3f} {a * 1e3:>12.3f} {b * 1e3:>11.3f} {c * 1e3:>10.3f} "
+            f"{b / u:>10.2f}x"
+        )
     kept.close()
     server.should_exit = True
     return 0

@@ -7,7 +7,7 @@ For a GPU node with vLLM's CUDA build (``vllm==0.32.0`` in its own environment:
 ``--vllm-python``, default ``ACBSLURM_VLLM_PYTHON`` or the checkout's
 ``.venv-vllm``). Runs under the project's Python (it needs pynvml, httpx and, for
 ``--gb``, torch and transformers). The servers are started with the engine's own
-command line (``VllmServer.command`` of acbslurm/serve/engines/vllm.py, kind
+command line (``VllmServer.command`` of acbslurm/serve/engines/vllm/server.py, kind
 ``cuda``: ``--enable-sleep-mode``, ``--kv-cache-memory-bytes``, ``--uds``,
 ``VLLM_SERVER_DEV_MODE=1``, ``CUDA_VISIBLE_DEVICES``) and reached over their unix
 sockets with httpx. It measures, on one GPU:
@@ -99,7 +99,7 @@ def vllm_problem(python: str) -> str:
 
 def default_vllm_python() -> str:
     try:
-        from acbslurm.serve.engines.vllm import default_python
+        from acbslurm.serve.engines.vllm.server import default_python
     except ImportError:
         return str(ROOT / ".venv-vllm" / "bin" / "python")
     return default_python()
@@ -162,7 +162,7 @@ class Server:
 
     def __init__(self, name: str, model: Path, args: argparse.Namespace) -> None:
         from acbslurm.broker.core import Device
-        from acbslurm.serve.engines.vllm import VllmServer
+        from acbslurm.serve.engines.vllm.server import VllmServer
         from acbslurm.serve.pool import load_pool_text
 
         text = (
@@ -421,7 +421,7 @@ def main(argv: list[str] | None = None) -> int:
     import httpx
 
     from acbslurm.errors import AcbslurmError
-    from acbslurm.serve.engines.vllm import VllmError
+    from acbslurm.serve.engines.vllm.client import VllmError
 
     try:
         return run(args)

@@ -39,7 +39,7 @@ from typing import Any
 import httpx
 
 from acbslurm.serve import procs
-from acbslurm.serve.engines.vllm import default_python
+from acbslurm.serve.engines.vllm.server import default_python
 from acbslurm.serve.modelmaker import demo_pool_yaml
 from acbslurm.serve.pool import load_pool_text
 from acbslurm.serve.runner import PoolServer

@@ -122,15 +122,6 @@ def config_dir(env: Mapping[str, str]) -> str:
     return os.path.join(home, ".docker")
 
 
-def _hostname(key: str) -> str:
-    """A key without its scheme and path (the CLI's ConvertToHostname)."""
-    for scheme in ("http://", "https://"):
-        if key.startswith(scheme):
-            key = key[len(scheme) :]
-            break
-    return key.partition("/")[0]
-
-
 def find(ref: str, env: Mapping[str, str]) -> Found:
     """The user's login for pulling ``ref``. DockerError when a credential helper that
     config.json names fails (as ``docker pull`` fails then)."""
@@ -176,7 +167,13 @@ def _entry(auths: object, key: str) -> object:
         return None
     if key in auths:
         return auths[key]
-    matching = sorted(k for k in auths if isinstance(k, str) and _hostname(k) == key)
+    # a key's host: without its scheme and path (the CLI's ConvertToHostname)
+    hosts = {
+        k: (k.split("://", 1)[1] if k.startswith(("http://", "https://")) else k).partition("/")[0]
+        for k in auths
+        if isinstance(k, str)
+    }
+    matching = sorted(k for k, host in hosts.items() if host == key)
     return auths[matching[0]] if matching else None
 
 

@@ -17,6 +17,7 @@ import struct
 import time
 from collections.abc import Iterator
 
+from acbslurm import unixhttp
 from acbslurm.errors import DockerError
 from acbslurm.jobsockets import peer_credentials
 
@@ -107,6 +108,9 @@ class Conflict(EngineError):
     """HTTP 409: e.g. a container name in use, or a container that is not running."""
 
 
+# The attach's request: the connection becomes the container's streams (hijacked).
+UPGRADE = {"Connection": "Upgrade", "Upgrade": "tcp"}
+
 _BY_STATUS: dict[int, type[EngineError]] = {404: NotFound, 409: Conflict}
 # What a 409 on DELETE says when another caller is removing the container.
 _REMOVING = "is already in progress"
@@ -145,20 +149,6 @@ def negotiate(daemon_newest: str, daemon_oldest: str = "") -> str:
             f"{daemon_oldest} or newer"
         )
     return chosen
-
-
-def _header(head: bytes, name: bytes) -> str:
-    for line in head.split(b"\r\n")[1:]:
-        key, _, value = line.partition(b":")
-        if key.strip().lower() == name:
-            return value.strip().decode("ascii", "replace")
-    return ""
-
-
-def _api_version_of(head: bytes) -> str:
-    """The daemon's newest Engine API version (``Api-Version``), "" when not sent."""
-    found = _header(head, b"api-version")
-    return found if _is_version(found) else ""
 
 
 def _after(text: str, marker: str) -> str:
@@ -200,28 +190,6 @@ def socket_path(docker_host: str) -> str:
     raise DockerError(f"only unix:// Docker hosts are supported, got {docker_host!r}")
 
 
-def _status_and_rest(data: bytes, what: str) -> tuple[int, bytes, bytes]:
-    if not data:
-        raise DockerError(f"{what}: the connection closed without an answer")
-    head, _, rest = data.partition(b"\r\n\r\n")
-    try:
-        status = int(head.split(b" ", 2)[1])
-    except (IndexError, ValueError):
-        raise DockerError(f"{what}: bad answer {head[:80]!r}") from None
-    return status, head, rest
-
-
-def _content_length(head: bytes) -> int | None:
-    for line in head.split(b"\r\n")[1:]:
-        name, _, value = line.partition(b":")
-        if name.strip().lower() == b"content-length":
-            try:
-                return int(value)
-            except ValueError:
-                return None
-    return None
-
-
 def _of_type(answer: Any, kind: type, what: str) -> Any:
     """``answer`` when it is a ``kind``; an answer of another shape is not Docker's."""
     if not isinstance(answer, kind):
@@ -261,10 +229,14 @@ class AttachStream:
 
     def frames(self) -> Iterator[tuple[int, bytes]]:
         """(1 for stdout or 2 for stderr, bytes) until the container's streams close."""
-        if self.raw:
-            yield from self._raw()
-            return
         try:
+            if self.raw:
+                if self.buf:
+                    yield 1, self.buf
+                    self.buf = b""
+                while data := self.sock.recv(65536):
+                    yield 1, data
+                return
             while self._fill(8):
                 kind, size = self.buf[0], struct.unpack(">I", self.buf[4:8])[0]
                 if not self._fill(8 + size):
@@ -273,50 +245,6 @@ class AttachStream:
                 self.buf = self.buf[8 + size :]
         finally:
             self.sock.close()
-
-    def _raw(self) -> Iterator[tuple[int, bytes]]:
-        try:
-            if self.buf:
-                yield 1, self.buf
-                self.buf = b""
-            while data := self.sock.recv(65536):
-                yield 1, data
-        finally:
-            self.sock.close()
-
-
-def _read_to_close(sock: socket.socket, total: float | None, limit: int | None) -> bytes:
-    """Everything the daemon sends until it closes (HTTP/1.0), within ``total`` seconds
-    in all (TimeoutError after that; each read has the socket's own timeout) and
-    ``limit`` bytes (AnswerTooLarge past that; None: no limit)."""
-    chunks: list[bytes] = []
-    size = 0
-    deadline = None if total is None else time.monotonic() + total
-    while True:
-        if deadline is not None and time.monotonic() > deadline:
-            raise TimeoutError(f"no complete answer in {total:g} s")
-        data = sock.recv(65536)
-        if not data:
-            return b"".join(chunks)
-        size += len(data)
-        if limit is not None and size > limit:
-            raise AnswerTooLarge(f"the answer is over {limit >> 20} MiB: refused")
-        chunks.append(data)
-
-
-def _read_head(sock: socket.socket, what: str) -> bytes:
-    """What the daemon sends up to the end of its headers (and maybe more), or until it
-    closes (``_status_and_rest`` names what came, if anything); AnswerTooLarge when the
-    headers pass ``MAX_ANSWER`` bytes."""
-    data = b""
-    while b"\r\n\r\n" not in data:
-        if len(data) > MAX_ANSWER:
-            raise AnswerTooLarge(f"{what}: headers of over {MAX_ANSWER >> 20} MiB: refused")
-        more = sock.recv(65536)
-        if not more:
-            break
-        data += more
-    return data
 
 
 def _loads(data: bytes | str) -> Any:
@@ -453,17 +381,6 @@ class EngineApi:
                 f"{os.getuid()} or root: your registry login is not sent there"
             )
 
-    def _request(
-        self, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None
-    ) -> bytes:
-        payload = b"" if body is None else json.dumps(body).encode()
-        head = f"{method} {path} HTTP/1.0\r\nHost: docker\r\n"
-        if body is not None:
-            head += "Content-Type: application/json\r\n"
-        for name, value in (headers or {}).items():
-            head += f"{name}: {value}\r\n"
-        return (head + f"Content-Length: {len(payload)}\r\n\r\n").encode() + payload
-
     def call(self, method: str, url: str, body: Any = None, timeout: float | None = -1.0) -> Any:
         """One request to ``url`` (without the version); HTTP/1.0, so the daemon sends a
         plain body and closes.
@@ -471,7 +388,19 @@ class EngineApi:
         ``timeout`` None waits forever (only for /wait); the default is the client's.
         """
         limit = self.timeout if timeout == -1.0 else timeout
-        return self._json(*self._stepping_up(method, url, body, limit, limit))
+        answer, rest, what = self._stepping_up(method, url, body, limit, limit)
+        # A 2xx that cannot be read (a daemon that died mid-answer, a proxy's page) is
+        # a DockerError like any other trouble: the epilog must not crash on it.
+        if answer.cut:
+            raise DockerError(
+                f"{what}: truncated or invalid answer ({len(rest)} of {answer.length} bytes)"
+            )
+        if not rest.strip():
+            return None
+        try:
+            return _loads(rest)
+        except ValueError as exc:  # bad JSON, bad UTF-8, nested too deeply
+            raise DockerError(f"{what}: truncated or invalid answer ({exc})") from None
 
     def _stepping_up(
         self,
@@ -482,7 +411,7 @@ class EngineApi:
         total: float | None,
         limit: int | None = MAX_ANSWER,
         headers: dict[str, str] | None = None,
-    ) -> tuple[bytes, bytes, str]:
+    ) -> tuple[unixhttp.Answer, bytes, str]:
         """``_exchange``; once more at the negotiated version if the daemon refused ours
         (Docker >= 29 refuses 1.41), which its refusal's headers and text tell.
 
@@ -508,6 +437,8 @@ class EngineApi:
             raise DockerError(f"Docker at {self.host}: {exc}") from None
         self.negotiated = True
 
+    # complexity: one exchange, straight: connect, the login's peer check, send, read,
+    # each failure mapped to its typed error, the version learned from the answer.
     def _exchange(
         self,
         method: str,
@@ -518,8 +449,8 @@ class EngineApi:
         version: str,
         limit: int | None = MAX_ANSWER,
         headers: dict[str, str] | None = None,
-    ) -> tuple[bytes, bytes, str]:
-        """(head, body, what) of one 2xx answer; ``idle`` bounds each read, ``total`` all,
+    ) -> tuple[unixhttp.Answer, bytes, str]:
+        """(answer, body, what) of one 2xx answer; ``idle`` bounds each read, ``total`` all,
         ``limit`` its bytes; ``headers`` go with the request (never into a message).
 
         An HTTP error is raised as its typed EngineError."""
@@ -528,9 +459,16 @@ class EngineApi:
         try:
             if headers:
                 self._check_secret_peer(sock)
-            sock.sendall(self._request(method, f"/v{version}{url}", body, headers))
-            answer = _read_to_close(sock, total, limit)
-        except AnswerTooLarge as exc:
+            sent, payload = dict(headers or {}), None
+            if body is not None:
+                sent["Content-Type"] = "application/json"
+                payload = json.dumps(body).encode()
+            sock.sendall(
+                unixhttp.request(method, f"/v{version}{url}", payload, sent, version="1.0")
+            )
+            answer = unixhttp.Answer(sock, limit)
+            rest = answer.read(total, limit)
+        except unixhttp.TooLarge as exc:
             raise AnswerTooLarge(f"{what}: {exc}") from None
         except TimeoutError as exc:
             raise DaemonTimeout(f"{what}: {exc or 'timed out'}") from None
@@ -538,29 +476,15 @@ class EngineApi:
             raise DockerError(f"{what}: {exc}") from None
         finally:
             sock.close()
-        status, head, rest = _status_and_rest(answer, what)
-        newest = _api_version_of(head)
-        if status >= 400:
-            raise http_error(status, f"{what}: {_error_message(rest)}", newest)
+        newest = answer.header("api-version")
+        newest = newest if _is_version(newest) else ""
+        if answer.status >= 400:
+            raise http_error(answer.status, f"{what}: {_error_message(rest)}", newest)
         if newest and not self.negotiated:
             # Free: the answer says the daemon's newest; the next calls speak the
             # highest version both know (a daemon that accepted ours speaks ours).
             self._learn(newest)
-        return head, rest, what
-
-    @staticmethod
-    def _json(head: bytes, rest: bytes, what: str) -> Any:
-        # A 2xx that cannot be read (a daemon that died mid-answer, a proxy's page) is
-        # a DockerError like any other trouble: the epilog must not crash on it.
-        size = _content_length(head)
-        if size is not None and len(rest) < size:
-            raise DockerError(f"{what}: truncated or invalid answer ({len(rest)} of {size} bytes)")
-        if not rest.strip():
-            return None
-        try:
-            return _loads(rest)
-        except ValueError as exc:  # bad JSON, bad UTF-8, nested too deeply
-            raise DockerError(f"{what}: truncated or invalid answer ({exc})") from None
+        return answer, rest, what
 
     # -- the calls acbslurm needs ---------------------------------------------------
     def info(self) -> dict[str, Any]:
@@ -632,15 +556,14 @@ class EngineApi:
         )
         attached = False
         try:
-            sock.sendall(
-                f"POST {url} HTTP/1.1\r\nHost: docker\r\nConnection: Upgrade\r\n"
-                "Upgrade: tcp\r\nContent-Length: 0\r\n\r\n".encode()
-            )
-            status, _, rest = _status_and_rest(_read_head(sock, what), what)
-            if status not in (101, 200):
-                raise http_error(status, f"{what}: HTTP {status}")
+            sock.sendall(unixhttp.request("POST", url, headers=UPGRADE))
+            answer = unixhttp.Answer(sock, MAX_ANSWER)
+            if answer.status not in (101, 200):
+                raise http_error(answer.status, f"{what}: HTTP {answer.status}")
             sock.settimeout(None)  # output may pause for as long as the job runs
             attached = True
+        except unixhttp.TooLarge as exc:
+            raise AnswerTooLarge(f"{what}: {exc}") from None
         except TimeoutError as exc:
             raise DaemonTimeout(f"{what}: {exc or 'timed out'}") from None
         except OSError as exc:
@@ -648,7 +571,7 @@ class EngineApi:
         finally:
             if not attached:  # every way out but success: one fd leaked per failure else
                 sock.close()
-        return AttachStream(sock, rest, raw=tty)
+        return AttachStream(sock, answer.buf, raw=tty)
 
     def start(self, cid: str) -> None:
         self.call("POST", f"/containers/{_quote(cid)}/start")

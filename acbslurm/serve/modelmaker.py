@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from acbslurm.serve.engines import engine_kind
+
 CORPUS = """\
 The broker lends GPUs to programs per request, not per job. A model holds its GPUs
 only while it computes; its weights move to host memory when another model needs the
@@ -263,8 +265,7 @@ def demo_pool_yaml(
         ]
         if engine != "builtin":
             lines.append(f"    engine: {engine}")
-        if engine == "vllm":
-            lines.append("    tool_call_parser: hermes")
-    if engine == "vllm":
+        lines += [f"    {line}" for line in engine_kind(engine).demo_lines]
+    if engine_kind(engine).demo_extras:
         lines += demo_extra_yaml(root)
     return "\n".join(lines) + "\n"

@@ -85,7 +85,7 @@ MODEL_KEYS = (
     "routes",
     "tool_call_parser",
 )
-# vLLM options acbslurm sets itself (engines/vllm.py): an engine_args entry naming one
+# vLLM options acbslurm sets itself (engines/vllm/server.py): an engine_args entry naming one
 # is refused, with what acbslurm does instead.
 OWNED_VLLM_ARGS = {
     "tensor_parallel_size": "the gang's size on CUDA, 1 on CPU stand-ins",

@@ -75,7 +75,7 @@ log = logging.getLogger(__name__)
 
 EXIT_REFUSED = 3
 # s a worker may outlive its vLLM server: one exits on its own within 15 s of its
-# server's death (engines/vllm.py's DEATH_CLEANUP_S); past this, the gateway kills it.
+# server's death (engines/vllm/worker.py's DEATH_CLEANUP_S); past this, the gateway kills it.
 SERVER_GONE_GRACE = 20.0
 STATS_COUNTERS = (
     "gpu_wait_seconds",

@@ -40,7 +40,7 @@ from sandboxtest import acbslurm_as as as_user
 from sandboxtest import wait_until as wait
 
 from acbslurm.procfs import running
-from acbslurm.serve.engines.vllm import default_python
+from acbslurm.serve.engines.vllm.server import default_python
 from acbslurm.serve.modelmaker import TinyShape, make_model
 
 pytestmark = pytest.mark.skipif(
@@ -137,7 +137,7 @@ def _argv_value(argv: list[str], flag: str) -> str:
 def _sockets(job_id: str) -> tuple[str, str]:
     """(the worker's socket, vLLM's ``--uds``) of the job's one model."""
     procs = _procs(job_id)
-    (worker,) = [a for a in procs.values() if "acbslurm.serve.engines.vllm" in a]
+    (worker,) = [a for a in procs.values() if "acbslurm.serve.engines.vllm.worker" in a]
     (server,) = [a for a in procs.values() if "vllm.entrypoints.openai.api_server" in a]
     return _argv_value(worker, "--socket"), _argv_value(server, "--uds")
 
@@ -257,7 +257,7 @@ def _spans_both_nodes(sb: Any, job_id: str) -> None:
     assert len(headless) == 1, procs
     assert _argv_value(procs[headless[0]], "--node-rank") == "1"
     assert envs[headless[0]].get("SLURMD_NODENAME") == node2
-    follower = ["-m", "acbslurm.serve.engines.builtin.follower"]
+    follower = ["-m", "acbslurm.serve.engines.vllm.follower"]
     followers = [p for p, a in procs.items() if a[1:3] == follower]
     assert [envs[p].get("SLURMD_NODENAME") for p in followers] == [node2], procs
     assert envs[followers[0]].get("SLURM_STEP_ID") not in (None, "batch")

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from acbslurm.serve.engines.vllm import VllmServer, default_python
+from acbslurm.serve.engines.vllm.server import VllmServer, default_python
 from acbslurm.serve.errors import PoolError
 from acbslurm.serve.pool import ModelSpec, load_pool_text
 from acbslurm.serve.worker import EXIT_THREAD
@@ -148,7 +148,7 @@ def test_command_on_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_a_vllm_model_may_span_nodes() -> None:
-    """procs: 2 with engine: vllm is one pipeline stage per node (engines/vllm_nodes.py)."""
+    """procs: 2 with engine: vllm is one pipeline stage per node (engines/vllm/nodes.py)."""
     text = _pool("{name: a, path: /m, devices: 4, procs: 2, engine: vllm}")
     (m,) = load_pool_text(text, "p.yaml", check_paths=False).models
     assert (m.engine, m.devices, m.procs) == ("vllm", 4, 2)
@@ -161,7 +161,7 @@ def _flag(argv: list[str], flag: str) -> str:
 def test_group_command_on_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
     """The head: its server plus the group's flags; not eager and no VLLM_CPU_CI_ENV (a
     later stage needs the warm-up both skip); the follower: vLLM's headless node."""
-    from acbslurm.serve.engines.vllm_nodes import HEADLESS, headless_argv
+    from acbslurm.serve.engines.vllm.nodes import HEADLESS, headless_argv
 
     monkeypatch.setenv("VLLM_CPU_CI_ENV", "1")
     s = VllmServer(_spec(devices=4, procs=2), "cpu")
@@ -234,7 +234,7 @@ def test_demo_pool_engine(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> No
 def test_worker_module() -> None:
     from acbslurm.serve.supervisor import worker_module
 
-    assert worker_module("vllm") == "acbslurm.serve.engines.vllm"
+    assert worker_module("vllm") == "acbslurm.serve.engines.vllm.worker"
     assert worker_module("builtin") == "acbslurm.serve.engines.builtin.worker"
 
 
@@ -245,7 +245,7 @@ def test_a_worker_whose_dead_servers_clean_up_hangs_still_exits(tmp_path: Path) 
     code = f"""
 import threading, time
 from types import SimpleNamespace
-from acbslurm.serve.engines import vllm
+from acbslurm.serve.engines.vllm import worker as vllm
 vllm.DEATH_CLEANUP_S = 0.5
 server = SimpleNamespace(log_tail=lambda: "tail", stop=lambda: threading.Event().wait())
 me = SimpleNamespace(spec=SimpleNamespace(name="m"), server=server)

@@ -38,7 +38,7 @@ import openai
 import pytest
 from test_serve_vllm import alive, descendants, server_folder, vllm_env
 
-from acbslurm.serve.engines.vllm import default_python
+from acbslurm.serve.engines.vllm.server import default_python
 from acbslurm.serve.modelmaker import demo_extra_yaml
 
 pytestmark = pytest.mark.skipif(

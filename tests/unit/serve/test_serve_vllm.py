@@ -40,7 +40,8 @@ from servehelp import _get
 
 from acbslurm.broker.client import BrokerClient
 from acbslurm.serve import procs
-from acbslurm.serve.engines.vllm import DEATH_CLEANUP_S, VllmWorker, default_python
+from acbslurm.serve.engines.vllm.server import default_python
+from acbslurm.serve.engines.vllm.worker import DEATH_CLEANUP_S, VllmWorker
 from acbslurm.serve.pool import ModelSpec, load_pool_text
 from acbslurm.serve.runner import PoolServer
 from acbslurm.serve.supervisor import SERVER_GONE_GRACE
@@ -399,7 +400,7 @@ def test_worker_in_this_process_on_model_as_server(
     memory resident), a yield (sleep, nothing resident), a turn after it (the wake),
     a stream with and without usage asked, a whole answer, vLLM's refusal, a
     cancelled request; the server is left awake, as model-a's worker knows it."""
-    from acbslurm.serve.engines.vllm import Request
+    from acbslurm.serve.engines.vllm.worker import Request
 
     client.completions.create(model="model-a", prompt="awake", max_tokens=1)
     wait_for(lambda: not is_sleeping(pool, "model-a"))

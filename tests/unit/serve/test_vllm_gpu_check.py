@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from scriptmodule import load
 
-from acbslurm.serve.engines.vllm import default_python
+from acbslurm.serve.engines.vllm.server import default_python
 
 ROOT = Path(__file__).resolve().parents[3]
 CHECK = ROOT / "bench" / "vllm_gpu_check.py"

@@ -9,14 +9,13 @@ until STOP or until the leader goes away (``group``).
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from typing import Any
 
+from acbslurm.serve.engines import follower_args
 from acbslurm.serve.modelproc import load_causal_lm, prepare_model_process
 from acbslurm.serve.pool import ModelSpec
-from acbslurm.units import ascii_int
 
 EXIT_REFUSED = 3  # this stage cannot run (the leader tells the gateway why)
 EXIT_GROUP = 5  # the leader went away or failed
@@ -54,17 +53,8 @@ def run(spec: ModelSpec, rank: int, rendezvous: str, device: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="acbslurm.serve.engines.builtin.follower")
-    p.add_argument("--spec", required=True, help="the model's spec as JSON")
-    p.add_argument("--rank", type=ascii_int, required=True)
-    p.add_argument("--rendezvous", required=True, help="HOST:PORT of the leader's store")
-    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
-    args = p.parse_args(argv)
+    args = follower_args("acbslurm.serve.engines.builtin.follower", argv)
     spec = ModelSpec.from_dict(json.loads(args.spec))
-    if spec.engine == "vllm":  # a headless vLLM node of the model's group
-        from acbslurm.serve.engines.vllm_follower import follow
-
-        return follow(spec, args.rank, args.rendezvous, args.device)
     prepare_model_process()
     try:
         return run(spec, args.rank, args.rendezvous, args.device)
