@@ -37,7 +37,7 @@ from acbslurm.serve.engines.vllm.answers import Seen, ask_usage, client_chunk, u
 from acbslurm.serve.engines.vllm.client import VllmError
 from acbslurm.serve.engines.vllm.server import VllmServer, gpu_residue
 from acbslurm.serve.pool import weights_bytes
-from acbslurm.serve.protocol import Body, Event, Ready
+from acbslurm.serve.protocol import Body, Event, Generate, Ready
 from acbslurm.serve.worker import EXIT_BROKER, EXIT_REFUSED, EXIT_THREAD, Worker, longest_token
 
 log = logging.getLogger("acbslurm.serve.engines.vllm")
@@ -77,7 +77,7 @@ def _shut(sock: socket.socket) -> None:
 class Request:
     """A request waiting for, or being served in, a turn."""
 
-    def __init__(self, rid: str, msg: dict[str, Any]) -> None:
+    def __init__(self, rid: str, msg: Generate) -> None:
         self.rid = rid
         self.msg = msg
         self.cancelled = False
@@ -392,7 +392,7 @@ class VllmWorker(Worker):
 
     # -- requests -------------------------------------------------------------------------
 
-    def accept(self, msg: dict[str, Any]) -> None:
+    def accept(self, msg: Generate) -> None:
         rid = str(msg["id"])
         d = Request(rid, msg)
         self.enqueue(rid, d)
@@ -421,7 +421,7 @@ class VllmWorker(Worker):
 
         return keep
 
-    def body(self, msg: dict[str, Any]) -> tuple[str, dict[str, Any] | bytes, bool]:
+    def body(self, msg: Generate) -> tuple[str, dict[str, Any] | bytes, bool]:
         """The client's body for vLLM, whole: the model name mapped to the server's, the
         pool's defaults for what the client left out (on the routes that generate),
         and usage asked for in a stream (the gateway counts tokens); with whether the
