@@ -130,7 +130,7 @@ class VllmServer:
             spec.dtype,
             "--disable-uvicorn-access-log",
             # vLLM's timing of each request (queue, first token, generation) in its
-            # answer's ``metrics``, beside the pool's own (gateway.py, ``_metrics``)
+            # answer's ``metrics``, beside the pool's own (answers.py, ``_with_metrics``)
             "--enable-per-request-metrics",
         ]
         if spec.tool_call_parser:
@@ -141,7 +141,9 @@ class VllmServer:
         env.setdefault("HF_HUB_OFFLINE", "1")  # the model is a local folder
         env.setdefault("VLLM_NO_USAGE_STATS", "1")  # vLLM reports usage home otherwise
         if self.kind == "cuda":
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(d.index) for d in devices)
+            # By index; by UUID where one index is not known (CUDA takes either, not both).
+            known = all(d.index is not None for d in devices)
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(d.index) if known else d.id for d in devices)
             argv += ["--kv-cache-memory-bytes", str(spec.headroom), "--enable-sleep-mode"]
         else:
             env["CUDA_VISIBLE_DEVICES"] = ""
