@@ -22,8 +22,7 @@ from acbslurm.units import finite_float, is_ascii_int
 from acbslurm.userfiles import SETTINGS_LIMIT, read_user_text
 from acbslurm.values import field_names, frozen, replace
 
-# On the hook path: no typing at run time (tests/unit/hooks/test_hooks_imports.py).
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # a lean-path module: CONTRIBUTING.md, "Lean imports"
 if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Any

@@ -6,9 +6,7 @@ anything else is a bug and keeps its traceback.
 
 from __future__ import annotations
 
-# On the hook path: no typing at run time (tests/unit/hooks/test_hooks_imports.py), nor
-# collections.abc (1.4 ms of every `acbslurm status` before it can ask squeue).
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # a lean-path module: CONTRIBUTING.md, "Lean imports"
 if TYPE_CHECKING:
     from collections.abc import Sequence
     from typing import Any

@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from acbslurm.values import frozen
 
-# On the hook path: no typing at run time (tests/unit/hooks/test_hooks_imports.py).
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # a lean-path module: CONTRIBUTING.md, "Lean imports"
 if TYPE_CHECKING:
     from collections.abc import Iterable
 

@@ -18,9 +18,7 @@ import stat
 
 from acbslurm.errors import AcbslurmError
 
-# `acbslurm status` reads these files: no typing at run time there
-# (tests/unit/cli/test_status_fast.py).
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # a lean-path module: CONTRIBUTING.md, "Lean imports"
 if TYPE_CHECKING:
     from typing import Any
 

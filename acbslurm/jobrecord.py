@@ -22,8 +22,7 @@ from acbslurm.errors import ConfigError
 from acbslurm.gpuvalue import Gpu, from_lists
 from acbslurm.values import as_dict, frozen
 
-# On the hook path: no typing at run time (tests/unit/hooks/test_hooks_imports.py).
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # a lean-path module: CONTRIBUTING.md, "Lean imports"
 if TYPE_CHECKING:
     from typing import Any
 

@@ -21,8 +21,7 @@ import stat
 
 from acbslurm.errors import BrokerError
 
-# On the hook path: no socket or typing at import (tests/unit/hooks/test_hooks_imports.py).
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # a lean-path module: CONTRIBUTING.md, "Lean imports"
 if TYPE_CHECKING:
     import socket
 

@@ -14,10 +14,7 @@ import time
 from acbslurm.errors import CommandError
 from acbslurm.values import frozen
 
-# On the hook path: no typing at run time (tests/unit/hooks/test_hooks_imports.py). Nor
-# subprocess (imported where a command is run): with locale and re it is 6-8 ms, which
-# `acbslurm status` spends while the squeue it started runs (``start``).
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # a lean-path module: CONTRIBUTING.md, "Lean imports"
 if TYPE_CHECKING:
     import subprocess
     from collections.abc import Callable, Mapping, Sequence

@@ -17,10 +17,10 @@ import os
 import re
 import stat
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from acbslurm.errors import ConfigError
+from acbslurm.values import field, mutable
 
 if TYPE_CHECKING:
     from acbslurm.slurm.jobtypes import JobInfo
@@ -35,7 +35,7 @@ class SubmitCheckError(ConfigError):
     """A job would fail at once: nothing was submitted (exit code 2)."""
 
 
-@dataclass
+@mutable
 class Findings:
     errors: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)

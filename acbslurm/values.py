@@ -19,7 +19,7 @@ time went").
 
 from __future__ import annotations
 
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # a lean-path module: CONTRIBUTING.md, "Lean imports"
 if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any, TypeVar, dataclass_transform

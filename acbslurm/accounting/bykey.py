@@ -16,10 +16,10 @@ import csv
 import datetime as dt
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from acbslurm.accounting.gpuseconds import JobUsage
+from acbslurm.values import field, mutable
 
 KEY_CSV_FIELDS = (
     "key",
@@ -33,7 +33,7 @@ KEY_CSV_FIELDS = (
 )
 
 
-@dataclass
+@mutable
 class KeyRow:
     key: str
     model: str
@@ -44,7 +44,7 @@ class KeyRow:
     gpu_seconds: float = 0.0
 
 
-@dataclass
+@mutable
 class KeyTotals:
     pools: int = 0
     allocated: int = 0

@@ -11,18 +11,18 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from acbslurm.errors import ConfigError
+from acbslurm.values import field, frozen
 
 # slurmdbd's default StorageLoc; used when neither flag, env nor option file names one.
 DEFAULT_DATABASE = "slurm_acct_db"
 PASSWORD_ENV = "ACBSLURM_DB_PASSWORD"  # noqa: S105 (a variable name, not a secret)
 
 
-@dataclass(frozen=True)
+@frozen
 class DbConfig:
     option_file: str = ""
     host: str = ""

@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from acbslurm.accounting.tres import tres_count
@@ -20,6 +19,7 @@ from acbslurm.slurm.job_history import record_text
 from acbslurm.slurm.states import JOB_RESIZING, state_name
 from acbslurm.slurm.usage_history import PREFIX as USAGE_PREFIX
 from acbslurm.slurm.usage_history import parse_usage
+from acbslurm.values import frozen, mutable
 
 DEFINITIONS = ("sacct", "sreport")
 DEFINITION_TEXT = {
@@ -63,7 +63,7 @@ class JobRow(NamedTuple):
     system_comment: str | None = None
 
 
-@dataclass(slots=True)
+@mutable
 class JobUsage:
     job_id: str
     job_id_raw: int
@@ -95,7 +95,7 @@ class JobUsage:
     pool: PoolUsage | None = None
 
 
-@dataclass(slots=True, frozen=True)
+@frozen
 class PoolUsage:
     """A pool job's usage: its leased GPU-seconds, the ledger lines its pool could not
     write (0: complete), and per key name and model its requests, tokens and share."""

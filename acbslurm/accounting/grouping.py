@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 
 from acbslurm.accounting.gpuseconds import JobUsage
+from acbslurm.values import mutable
 
 GROUP_KEYS = ("user", "account", "partition", "day")
 
 
-@dataclass(slots=True)
+@mutable
 class Group:
     key: str
     jobs: int = 0
@@ -49,7 +49,7 @@ def split_by_day(job: JobUsage, definition: str) -> Iterator[tuple[str, int]]:
         t = stop
 
 
-@dataclass(slots=True)
+@mutable
 class LeftOut:
     """Earlier runs of requeued or preempted jobs that sacct's definition leaves out
     (it counts a job's newest run only), and their GPU-seconds; known when the report

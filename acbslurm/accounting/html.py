@@ -25,7 +25,6 @@ import html
 import re
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any, TextIO
 
 from acbslurm.accounting.gpuseconds import JobUsage
@@ -33,6 +32,7 @@ from acbslurm.accounting.grouping import Aggregator
 from acbslurm.accounting.output import MAX_OVERLAPS_SHOWN, left_out_note
 from acbslurm.accounting.overlaps import Overlap, OverlapCheck
 from acbslurm.units import iso
+from acbslurm.values import frozen
 
 WIDTH = 1400  # px of the time axis
 LANE = 18  # px per lane
@@ -40,7 +40,7 @@ LEFT = 190  # px for lane labels
 DAY = 86400
 
 
-@dataclass(frozen=True)
+@frozen
 class Bar:
     lane: str
     start: int

@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
 from typing import Any, TextIO
 
 from acbslurm.accounting.bykey import write_by_key
@@ -27,9 +26,10 @@ from acbslurm.accounting.schema import Schema, detect
 from acbslurm.config import load_settings
 from acbslurm.errors import AccountingError
 from acbslurm.units import iso
+from acbslurm.values import frozen, replace
 
 
-@dataclass(frozen=True)
+@frozen
 class Viewer:
     """Who asked, for the report service: their rights are applied in SQL."""
 

@@ -8,7 +8,6 @@ the flag and quotes the value; the CLI shows it as a usage error (exit 2), and a
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 from acbslurm.accounting.gpuseconds import DEFINITIONS
 from acbslurm.accounting.grouping import GROUP_KEYS
@@ -18,6 +17,7 @@ from acbslurm.accounting.schema import is_cluster_name
 from acbslurm.errors import ConfigError
 from acbslurm.slurm.states import normalize_state
 from acbslurm.units import parse_instant
+from acbslurm.values import frozen
 
 DEFAULT_START = "now-30d"
 BY_CHOICES = ("job", *GROUP_KEYS, "key")
@@ -31,7 +31,7 @@ class OptionError(ConfigError):
         super().__init__(message)
 
 
-@dataclass(frozen=True)
+@frozen
 class ReportOptions:
     """The report as asked for, values as given; ``None`` leaves a setting to the
     environment or the settings file."""
@@ -54,7 +54,7 @@ class ReportOptions:
     db_name: str | None = None
 
 
-@dataclass(frozen=True)
+@frozen
 class Selection:
     """The options resolved: the window in unix seconds, uids, state names."""
 

@@ -14,13 +14,13 @@ those that start within that length before it: no quadratic scan on a big window
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass, field
 
 from acbslurm.accounting.gpuseconds import JobUsage
 from acbslurm.units import iso
+from acbslurm.values import field, frozen, mutable
 
 
-@dataclass(frozen=True)
+@frozen
 class Overlap:
     device: str  # node:index=uuid, as kept in the AdminComment
     first: str  # the job listed first
@@ -48,7 +48,7 @@ class Overlap:
         )
 
 
-@dataclass
+@mutable
 class _Device:
     """One GPU's intervals in (start, end, job) order, as two lists at the same
     positions: bisecting plain starts costs a third of bisecting tuples."""

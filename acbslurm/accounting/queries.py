@@ -10,12 +10,12 @@ all-user reports; a slice of it (``slices``) is a narrower range of the same ind
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from acbslurm.accounting.schema import Schema
 from acbslurm.slurm.states import JOB_RESIZING, JOB_REVOKED
 from acbslurm.slurm.usage_history import PREFIX as USAGE_WORD
+from acbslurm.values import frozen
 
 # Order matters: usage.JobRow is built positionally from these.
 JOB_SELECT = (
@@ -40,7 +40,7 @@ JOB_SELECT = (
 )
 
 
-@dataclass(frozen=True)
+@frozen
 class Filters:
     start: int
     end: int
@@ -180,7 +180,7 @@ _SREPORT_ELAPSED = (
 GROUP_COLUMNS = {"user": "t1.id_user", "account": "t1.account", "partition": "t1.`partition`"}
 
 
-@dataclass(frozen=True)
+@frozen
 class Server:
     """What the database server can do, from the connection handshake (no query)."""
 

@@ -13,7 +13,6 @@ import logging
 import pwd
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 from acbslurm.accounting.gpuseconds import JobRow, JobUsage, compute, newest_rows, sacct_elapsed
@@ -34,12 +33,13 @@ from acbslurm.accounting.schema import Schema
 from acbslurm.accounting.tres import tres_count, tres_value
 from acbslurm.errors import AccountingError, short_repr
 from acbslurm.units import is_ascii_int
+from acbslurm.values import field, frozen, mutable
 
 FETCH = 2000
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
+@frozen
 class ReportRequest:
     filters: Filters
     now: int
@@ -183,7 +183,7 @@ def server_summable(req: ReportRequest) -> bool:
 PARTS = 2
 
 
-@dataclass
+@mutable
 class GroupRun:
     """How a server-summed report ran: slices, job ids corrected, fallback taken."""
 

@@ -10,16 +10,16 @@ coordinate (and of those accounts' sub-accounts), and an operator or administrat
 from __future__ import annotations
 
 import pwd
-from dataclasses import dataclass
 from typing import Any
 
 from acbslurm.accounting.schema import Schema, fetch_rows
+from acbslurm.values import frozen
 
 # user_table.admin_level: 1 none, 2 operator, 3 administrator.
 OPERATOR = 2
 
 
-@dataclass(frozen=True)
+@frozen
 class Rights:
     uid: int
     user: str

@@ -8,11 +8,11 @@ SQL error halfway through a report.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Any
 
 from acbslurm.errors import AccountingError
 from acbslurm.slurm.versions import GPU_UTIL_MIN_SCHEMA, SCHEMA_RELEASES
+from acbslurm.values import frozen
 
 # convert_version_table.version -> the Slurm releases that write it (14 is 23.11's first
 # schema, not 23.02's: the labels live with every other release difference).
@@ -45,7 +45,7 @@ STEP_COLUMNS = ("job_db_inx", "tres_usage_in_ave", "tres_usage_in_max", "deleted
 _CLUSTER_RE = re.compile(r"^[A-Za-z0-9_]{1,64}$")
 
 
-@dataclass(frozen=True)
+@frozen
 class Schema:
     version: int
     cluster: str

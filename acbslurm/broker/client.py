@@ -44,7 +44,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any
 
 # Imported first, though only ``stream`` uses it: a Python that lacks it is told so by
@@ -61,6 +60,7 @@ from acbslurm.config import env_float
 from acbslurm.errors import BrokerError, ConfigError
 from acbslurm.jobsockets import lane_path
 from acbslurm.units import size_bytes
+from acbslurm.values import field, mutable
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ RECONNECT_TIMEOUT = 30.0  # s a client tries to get its broker back after losing
 RECONNECT_ENV = "ACBSLURM_BROKER_RECONNECT_TIMEOUT"
 
 
-@dataclass
+@mutable
 class Lease:
     lease_id: int
     devices: list[Device]
@@ -89,7 +89,7 @@ class Lease:
         return not self.released and not self.lost
 
 
-@dataclass
+@mutable
 class _Pending:
     request: Any  # the pb.Request, sent again after a reconnect
     done: threading.Event = field(default_factory=threading.Event)
@@ -99,7 +99,7 @@ class _Pending:
     abandoned: bool = False
 
 
-@dataclass
+@mutable
 class _Session:
     """One registered session (a reconnect makes a new one)."""
 

@@ -43,14 +43,14 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 
 from acbslurm.errors import ConfigError
+from acbslurm.values import field, frozen, mutable
 
 POLICIES = ("fifo", "quantum")
 
 
-@dataclass(frozen=True)
+@frozen
 class Device:
     """A device a broker lends, as the broker and its clients' leases know it: a GPU
     (``id`` its UUID) or a CPU stand-in (``cpuN``). The hardware record it is made from
@@ -64,7 +64,7 @@ class Device:
     node: str = ""  # the Slurm node it is on ("" = this broker's own node)
 
 
-@dataclass(frozen=True)
+@frozen
 class Granted:
     client: int
     request_id: int
@@ -72,20 +72,20 @@ class Granted:
     devices: tuple[str, ...]
 
 
-@dataclass(frozen=True)
+@frozen
 class Rejected:
     client: int
     request_id: int
     reason: str
 
 
-@dataclass(frozen=True)
+@frozen
 class YieldAsked:
     client: int
     lease_id: int
 
 
-@dataclass(frozen=True)
+@frozen
 class EvictAsked:
     client: int
     devices: tuple[str, ...]
@@ -94,7 +94,7 @@ class EvictAsked:
 Event = Granted | Rejected | YieldAsked | EvictAsked
 
 
-@dataclass
+@mutable
 class Lease:
     lease_id: int
     client: int
@@ -106,7 +106,7 @@ class Lease:
     backfill: bool = False  # granted past a waiting head: yields to it (``_backfill``)
 
 
-@dataclass
+@mutable
 class Waiting:
     client: int
     request_id: int
@@ -117,7 +117,7 @@ class Waiting:
     per_node: int = 0  # 0: anywhere; k: groups of k devices, each on one node
 
 
-@dataclass
+@mutable
 class ClientInfo:
     client_id: int
     name: str
@@ -127,7 +127,7 @@ class ClientInfo:
     rejoined: bool = False
 
 
-@dataclass
+@mutable
 class Counters:
     grants: int = 0
     evictions: int = 0

@@ -9,10 +9,8 @@ gave the job, so one allocation can be shared by many programs and never grows:
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 from acbslurm.broker.core import Device
 from acbslurm.config import Settings
@@ -22,9 +20,10 @@ from acbslurm.gpu.mapping import comma_tokens
 from acbslurm.gpu.node import job_gpus
 from acbslurm.gpu.nvml import nvml_inventory
 from acbslurm.units import cpu_device_spec
+from acbslurm.values import frozen, replace
 
 
-@dataclass(frozen=True)
+@frozen
 class DeviceSet:
     devices: list[Device]
     source: str  # human-readable origin, shown by `broker status`
@@ -99,7 +98,7 @@ def all_nodes_devices(env: Mapping[str, str], settings: Settings) -> DeviceSet:
     name = mine[0].name if mine else ""
     size = min((d.memory_total for d in mine), default=0)
     out = [
-        dataclasses.replace(by_uuid[g.uuid], node=g.node)
+        replace(by_uuid[g.uuid], node=g.node)
         if g.uuid in by_uuid
         else Device(g.uuid, name, size, None, g.index, g.node)
         for g in gpus

@@ -26,13 +26,14 @@ import functools
 import gc
 import itertools
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
+from acbslurm.values import field, mutable
 
-@dataclass
+
+@mutable
 class EvictStats:
     evictions: int = 0
     restores: int = 0
@@ -46,7 +47,7 @@ class EvictStats:
         return dict(self.__dict__)
 
 
-@dataclass
+@mutable
 class _Saved:
     storage: Any  # torch.UntypedStorage, the very object the tensors share
     host: torch.Tensor  # uint8 copy of its bytes
@@ -118,7 +119,7 @@ def empty_host_cache() -> bool:
     return True
 
 
-@dataclass
+@mutable
 class StorageEvictor:
     """Evict/restore all live tensors of one device (``cpu`` stands in for a GPU in tests)."""
 

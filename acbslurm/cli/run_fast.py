@@ -16,8 +16,7 @@ from collections.abc import Callable
 from acbslurm.container.options import RunArgs
 from acbslurm.units import finite_float
 
-# On `acbslurm run`'s path: no typing at run time (tests/unit/cli/test_run_fast.py).
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # a lean-path module: CONTRIBUTING.md, "Lean imports"
 if TYPE_CHECKING:
     from typing import Any
 

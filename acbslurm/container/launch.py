@@ -46,8 +46,7 @@ from acbslurm.procfs import running
 from acbslurm.units import is_ascii_int
 from acbslurm.values import field, frozen
 
-# On `acbslurm run`'s path: no typing at run time (tests/unit/cli/test_run_fast.py).
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # a lean-path module: CONTRIBUTING.md, "Lean imports"
 if TYPE_CHECKING:
     from typing import Any
 

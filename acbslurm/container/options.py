@@ -29,7 +29,7 @@ from acbslurm.units import size_bytes
 from acbslurm.userfiles import ENV_FILE_LIMIT, read_user_text
 from acbslurm.values import frozen
 
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # a lean-path module: CONTRIBUTING.md, "Lean imports"
 if TYPE_CHECKING:
     from typing import TypeVar
 

@@ -27,8 +27,7 @@ from acbslurm.errors import DockerError
 START_PATIENCE = 600.0  # s in all, from the run's first call that timed out
 PING_TIMEOUT = 5.0  # the ping waits for no container's lock: a live daemon answers it
 
-# On `acbslurm run`'s path: no typing at run time (tests/unit/cli/test_run_fast.py).
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # a lean-path module: CONTRIBUTING.md, "Lean imports"
 if TYPE_CHECKING:
     from typing import TypeVar
 

@@ -15,8 +15,7 @@ import os
 
 from acbslurm import jobfiles
 
-# On `acbslurm run`'s path: no typing at run time (tests/unit/cli/test_run_fast.py).
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # a lean-path module: CONTRIBUTING.md, "Lean imports"
 if TYPE_CHECKING:
     from typing import Any
 

@@ -20,8 +20,7 @@ from acbslurm.dockerapi.engine import DaemonTimeout, EngineApi
 from acbslurm.dockerapi.hosts import env_docker_host
 from acbslurm.errors import DockerError
 
-# On `acbslurm run`'s path: no typing at run time (tests/unit/cli/test_run_fast.py).
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # a lean-path module: CONTRIBUTING.md, "Lean imports"
 if TYPE_CHECKING:
     from typing import Any
 

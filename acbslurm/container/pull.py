@@ -21,7 +21,7 @@ from acbslurm.dockerapi.daemon import start_hint
 from acbslurm.dockerapi.engine import DaemonUnreachable, EngineApi, EngineError
 from acbslurm.errors import DockerError, SetupError
 
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # a lean-path module: CONTRIBUTING.md, "Lean imports"
 if TYPE_CHECKING:
     from collections.abc import Mapping
 

@@ -28,7 +28,7 @@ from acbslurm.errors import SetupError
 from acbslurm.jobrecord import JobRecord, check_job_id, read_trusted_record
 from acbslurm.units import is_ascii_int
 
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # a lean-path module: CONTRIBUTING.md, "Lean imports"
 if TYPE_CHECKING:
     from acbslurm.container.launch import LaunchSpec
     from acbslurm.container.probe import InfoProbe

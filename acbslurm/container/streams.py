@@ -19,8 +19,7 @@ from collections.abc import Callable, Iterator
 from acbslurm.dockerapi.engine import AttachStream
 from acbslurm.values import field, mutable
 
-# On `acbslurm run`'s path: no typing at run time (tests/unit/cli/test_run_fast.py).
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # a lean-path module: CONTRIBUTING.md, "Lean imports"
 if TYPE_CHECKING:
     from typing import BinaryIO
 

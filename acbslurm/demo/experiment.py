@@ -10,16 +10,16 @@ Slurm, UUID from the job record or the inventory).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from acbslurm.slurm.jobs import submit_script
 from acbslurm.slurm.jobtypes import JobInfo
 from acbslurm.slurm.watch import watch_jobs
+from acbslurm.values import field, mutable
 
 
-@dataclass
+@mutable
 class JobTrace:
     job_id: str
     hold: float
@@ -75,7 +75,7 @@ def _ts(text: str) -> datetime:
     return datetime.fromisoformat(text)
 
 
-@dataclass
+@mutable
 class Phase:
     count: int
     jobs: list[JobTrace]

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from acbslurm.demo import show
@@ -21,13 +20,14 @@ from acbslurm.resources import conf_dir
 from acbslurm.slurm.jobs import cancel_and_wait
 from acbslurm.slurm.jobtypes import JobInfo
 from acbslurm.spec import load_spec
+from acbslurm.values import field, frozen, mutable
 
 EXAMPLE = conf_dir() / "examples" / "sandbox-gpu.yaml"
 COUNTS = (1, 2, 4)  # jobs per phase, on a node with 2 GPUs: fits, fills, queues
 Say = Callable[[str], None]
 
 
-@dataclass(frozen=True)
+@frozen
 class DemoOptions:
     sandbox_dir: str | None = None
     spec: str | None = None  # default: EXAMPLE
@@ -36,7 +36,7 @@ class DemoOptions:
     timeout: float = 180.0  # seconds each phase may take
 
 
-@dataclass
+@mutable
 class DemoResult:
     gpus: int
     phases: list[Phase] = field(default_factory=list)

@@ -7,12 +7,12 @@ call and to `acbslurm report`; this process's own environment is never changed.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 
 from acbslurm.errors import SetupError
+from acbslurm.values import frozen
 
 
-@dataclass(frozen=True)
+@frozen
 class Target:
     root: str
     user: str  # the sandbox user the jobs run as

@@ -39,7 +39,7 @@ from acbslurm.errors import CommandError, ConfigError, DockerError, clip
 from acbslurm.userfiles import MIB, read_user_text
 from acbslurm.values import field, frozen
 
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # a lean-path module: CONTRIBUTING.md, "Lean imports"
 if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Any

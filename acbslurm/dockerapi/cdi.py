@@ -18,8 +18,7 @@ from acbslurm.errors import ConfigError
 from acbslurm.userfiles import MIB, read_user_text
 from acbslurm.values import field, mutable
 
-# On `acbslurm run`'s path: no typing at run time (tests/unit/cli/test_run_fast.py).
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # a lean-path module: CONTRIBUTING.md, "Lean imports"
 if TYPE_CHECKING:
     from typing import Any
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-# Imported before the rest of `acbslurm run` (container/probe.py): no config at run time.
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # a lean-path module: CONTRIBUTING.md, "Lean imports"
 if TYPE_CHECKING:
     from acbslurm.config import Settings
 

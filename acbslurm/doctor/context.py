@@ -5,14 +5,14 @@ from __future__ import annotations
 import os
 import pwd
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 
 from acbslurm.config import Settings
 from acbslurm.errors import ConfigError
 from acbslurm.gpu.node import node_name
+from acbslurm.values import field, frozen
 
 
-@dataclass(frozen=True)
+@frozen
 class Context:
     settings: Settings
     env: Mapping[str, str]

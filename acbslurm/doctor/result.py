@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
+
+from acbslurm.values import frozen
 
 OK, WARN, FAIL, SKIP = "ok", "warn", "fail", "skip"
 
 
-@dataclass(frozen=True)
+@frozen
 class Check:
     name: str
     status: str

@@ -28,8 +28,7 @@ from acbslurm.gpuvalue import minors as known_minors
 from acbslurm.jobrecord import JOB_ID, JobRecord, read_trusted_record
 from acbslurm.values import field, mutable
 
-# On the hook path: no typing at run time (tests/unit/hooks/test_hooks_imports.py).
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # a lean-path module: CONTRIBUTING.md, "Lean imports"
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
 

@@ -15,8 +15,7 @@ from collections.abc import Callable, Mapping
 from acbslurm.errors import AcbslurmError, ConfigError
 from acbslurm.units import is_ascii_int
 
-# On the hook path: no typing at run time (tests/unit/hooks/test_hooks_imports.py).
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # a lean-path module: CONTRIBUTING.md, "Lean imports"
 if TYPE_CHECKING:
     from acbslurm.config import Settings
     from acbslurm.hooks.jobmap import MapDirs

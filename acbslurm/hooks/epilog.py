@@ -33,8 +33,7 @@ from acbslurm.hooks.jobmap import drop_job
 from acbslurm.jobrecord import check_job_id, read_record, remove_record
 from acbslurm.jobsockets import remove_job_dir
 
-# On the hook path: no typing at run time (tests/unit/hooks/test_hooks_imports.py).
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # a lean-path module: CONTRIBUTING.md, "Lean imports"
 if TYPE_CHECKING:
     from acbslurm.config import Settings
     from acbslurm.jobrecord import JobRecord

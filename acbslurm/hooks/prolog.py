@@ -35,8 +35,7 @@ from acbslurm.hooks.jobmap import add_job
 from acbslurm.jobrecord import JobRecord, check_job_id, write_record
 from acbslurm.units import is_ascii_int
 
-# On the hook path: no typing at run time (tests/unit/hooks/test_hooks_imports.py).
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # a lean-path module: CONTRIBUTING.md, "Lean imports"
 if TYPE_CHECKING:
     from acbslurm.config import Settings
     from acbslurm.slurm.allocation import Allocation, JobFacts

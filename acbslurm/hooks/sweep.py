@@ -20,7 +20,7 @@ from acbslurm.values import field, mutable
 BUSY_PATIENCE = 15.0
 PING_TIMEOUT = 2.0
 
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # a lean-path module: CONTRIBUTING.md, "Lean imports"
 if TYPE_CHECKING:
     from typing import TypeVar
 

@@ -37,8 +37,7 @@ from acbslurm.slurm.usage_history import usage_token
 from acbslurm.units import is_ascii_int
 from acbslurm.usagebook import Totals, read_broker_usage, read_job_usage
 
-# On the hook path: no typing at run time (tests/unit/hooks/test_hooks_imports.py).
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # a lean-path module: CONTRIBUTING.md, "Lean imports"
 if TYPE_CHECKING:
     from collections.abc import Callable
 

@@ -11,7 +11,6 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -46,6 +45,7 @@ from acbslurm.sandbox.layout import (
 )
 from acbslurm.sandbox.procs import kill_marked, log_tail, read_proc, stop
 from acbslurm.slurm.versions import SlurmInstall
+from acbslurm.values import frozen, replace
 
 Progress = Callable[[str], None]
 
@@ -79,7 +79,7 @@ def _quiet(_: str) -> None:
     pass
 
 
-@dataclass(frozen=True)
+@frozen
 class ComponentStatus:
     name: str
     pid: int | None

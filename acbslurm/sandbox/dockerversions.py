@@ -8,15 +8,16 @@ sandbox runs without importing the fetching code.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
+
+from acbslurm.values import frozen
 
 HOST_VERSION = "20.10"
 HOST_ROOTLESS_SCRIPT = "/usr/share/docker.io/contrib/dockerd-rootless.sh"
 HOST_CLI = "/usr/bin/docker"  # Debian's client, matching its daemon
 
 
-@dataclass(frozen=True)
+@frozen
 class Release:
     """A Docker release as Debian packages it: the suite and the exact versions."""
 
@@ -63,7 +64,7 @@ def offered() -> list[str]:
     return [HOST_VERSION, *OFFERED]
 
 
-@dataclass(frozen=True)
+@frozen
 class DockerInstall:
     """One Docker installation: the host's (``prefix`` empty) or a cached one."""
 

@@ -6,12 +6,12 @@ import json
 import os
 import re
 import socket
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import ClassVar
 
 from acbslurm.sandbox.dockerversions import HOST_VERSION, DockerInstall
 from acbslurm.slurm.versions import DEBIAN_PREFIX, DEBIAN_RELEASE, SlurmInstall
+from acbslurm.values import as_dict, field_names, frozen
 
 DEFAULT_DIR = "/var/lib/acbslurm/sandbox"
 DEFAULT_PORT_BASE = 16817
@@ -59,7 +59,7 @@ def default_port_base() -> int:
     return int(raw) if raw.isdigit() and raw.isascii() else DEFAULT_PORT_BASE
 
 
-@dataclass(frozen=True)
+@frozen
 class Params:
     """What ``up`` was asked for; saved so that later commands and a second ``up`` agree."""
 
@@ -256,11 +256,11 @@ class Layout:
             data = json.loads(self.params_file.read_text())
         except (OSError, ValueError):
             return None
-        known = {k: v for k, v in data.items() if k in Params.__dataclass_fields__}
+        known = {k: v for k, v in data.items() if k in field_names(Params)}
         return Params(**known)
 
     def save_params(self, params: Params) -> None:
-        self.params_file.write_text(json.dumps(asdict(params), indent=2) + "\n")
+        self.params_file.write_text(json.dumps(as_dict(params), indent=2) + "\n")
 
 
 def node_name() -> str:

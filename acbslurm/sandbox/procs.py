@@ -18,12 +18,12 @@ import subprocess
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from acbslurm.errors import SetupError
 from acbslurm.procfs import running
 from acbslurm.units import is_ascii_int
+from acbslurm.values import frozen
 
 MARKER = "ACBSLURM_SANDBOX"
 
@@ -37,7 +37,7 @@ def _start_time(pid: int) -> int | None:
     return int(stat.rsplit(")", 1)[1].split()[19])
 
 
-@dataclass(frozen=True)
+@frozen
 class Proc:
     name: str
     pid: int

@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import os
 import socket
+from typing import TYPE_CHECKING
 
 from acbslurm import jobfiles
 from acbslurm.serve.errors import ServeError
 
-# `acbslurm status` reads these files: no typing at run time there
-# (tests/unit/cli/test_status_fast.py).
-TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 

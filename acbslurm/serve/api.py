@@ -13,13 +13,13 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from acbslurm.errors import short_repr
+from acbslurm.values import mutable
 
 
-@dataclass
+@mutable
 class ApiError(Exception):
     status: int
     message: str

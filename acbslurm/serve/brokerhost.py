@@ -17,18 +17,18 @@ import os
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
 from typing import Any
 
 from acbslurm.broker import core
 from acbslurm.broker.server import RunningBroker
 from acbslurm.errors import BrokerError
+from acbslurm.values import mutable
 
 RECORD_LIMIT = 50_000  # leases kept (~10 MB); older ones are dropped, oldest first
 VIOLATION_LIMIT = 100  # the first ones say what went wrong; more add nothing
 
 
-@dataclass
+@mutable
 class LeaseRecord:
     lease_id: int
     client: str

@@ -32,10 +32,10 @@ import pwd
 import re
 import secrets
 import stat
-from dataclasses import dataclass, field
 
 from acbslurm.serve.errors import KeyFileError
 from acbslurm.userfiles import KIB, kind_of, size_text
+from acbslurm.values import field, frozen
 
 # A name is who is billed (a user name, an e-mail, a program): a /metrics label value
 # and a report's column, so plain characters only.
@@ -50,7 +50,7 @@ KEY_FILE_LIMIT = 256 * KIB  # thousands of keys; a file larger is not a key file
 NO_KEY = "-"  # the name a request without a valid key is counted under
 
 
-@dataclass(frozen=True)
+@frozen
 class KeyRing:
     """The keys of a pool, kept as digests; ``check`` gives the NAME a key belongs to."""
 

@@ -46,11 +46,11 @@ import stat
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from acbslurm.serve.api import ApiError
 from acbslurm.spec.yamlpos import Errors
+from acbslurm.values import frozen
 
 LIMIT_KEYS = (
     "requests_per_minute",
@@ -66,7 +66,7 @@ BUDGET_FILE_LIMIT = 1 << 20  # bytes: thousands of names
 MAX_KEPT = 1e12  # the budget file's numbers: seconds since 1970, GPU-seconds used
 
 
-@dataclass(frozen=True)
+@frozen
 class KeyLimits:
     """The limits of one key NAME; None: that limit is not set."""
 

@@ -15,11 +15,11 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from acbslurm.serve.engines import engine_kind
+from acbslurm.values import frozen
 
 CORPUS = """\
 The broker lends GPUs to programs per request, not per job. A model holds its GPUs
@@ -34,7 +34,7 @@ A graphics processing unit computes many things at once. Memory, bandwidth, late
 SPECIAL = ["<|endoftext|>", "<|pad|>"]
 
 
-@dataclass(frozen=True)
+@frozen
 class TinyShape:
     layers: int = 2
     width: int = 64
@@ -71,10 +71,12 @@ def make_tokenizer(vocab: int) -> object:
     )
 
 
-def make_model(dest: str | os.PathLike[str], shape: TinyShape = TinyShape(), seed: int = 0) -> Path:
+def make_model(dest: str | os.PathLike[str], shape: TinyShape | None = None, seed: int = 0) -> Path:
     """Write a random GPT-2 with a trained tokenizer to ``dest`` (atomically)."""
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
+
+    shape = shape or TinyShape()
 
     out = Path(dest)
     tokenizer = make_tokenizer(shape.vocab)

@@ -22,17 +22,17 @@ from __future__ import annotations
 import os
 import socket
 import sys
-from dataclasses import dataclass
 from typing import Any
 
 from acbslurm.serve.engines import engine_kind
 from acbslurm.slurm.hostlist import expand_hostlist
 from acbslurm.slurm.steps import overlap_step_argv
+from acbslurm.values import frozen
 
 LOCAL_HOST = "127.0.0.1"
 
 
-@dataclass(frozen=True)
+@frozen
 class Placement:
     nodes: tuple[str, ...] = ()  # the job's nodes, this one first; empty: all local
     host: str = LOCAL_HOST  # where followers find the leader's rendezvous

@@ -34,7 +34,6 @@ import os
 import re
 import struct
 from collections.abc import Callable, Collection
-from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -48,6 +47,7 @@ from acbslurm.serve.limits import KeyLimits, parse_limits
 from acbslurm.spec.yamlpos import Errors, Located, load_located, nearest_origin
 from acbslurm.units import cpu_device_spec, size_bytes
 from acbslurm.userfiles import MODEL_CONFIG_LIMIT, POOL_LIMIT, read_user_file, read_user_text
+from acbslurm.values import field, frozen, replace
 
 POOL_KEYS = (
     "listen",
@@ -133,7 +133,7 @@ DEFAULT_LISTEN = "127.0.0.1:8000"
 HANG_TIMEOUT = 60.0
 
 
-@dataclass(frozen=True)
+@frozen
 class ModelSpec:
     name: str
     path: str
@@ -164,7 +164,7 @@ class ModelSpec:
         return cls(**{**d, "routes": tuple(d.get("routes") or ())})
 
 
-@dataclass(frozen=True)
+@frozen
 class PoolSpec:
     models: tuple[ModelSpec, ...]
     listen: str = DEFAULT_LISTEN

@@ -13,11 +13,10 @@ on ``devices / N`` GPUs of its own node, so N may not exceed the job's nodes.
 
 from __future__ import annotations
 
-import dataclasses
-
 from acbslurm.serve.errors import PoolError
 from acbslurm.serve.pool import ModelSpec, PoolSpec, load_pool
 from acbslurm.spec import JobSpec
+from acbslurm.values import replace
 
 
 def pool_job(spec: JobSpec, check_paths: bool = True) -> JobSpec:
@@ -56,7 +55,7 @@ def pool_job(spec: JobSpec, check_paths: bool = True) -> JobSpec:
             )
     if problems:
         raise PoolError("invalid pool job:\n  " + "\n  ".join(problems))
-    return dataclasses.replace(spec, gpus=gpus)
+    return replace(spec, gpus=gpus)
 
 
 def node_share(model: ModelSpec, nodes: int) -> int:

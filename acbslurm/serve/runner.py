@@ -16,7 +16,6 @@ import signal
 import socket
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,12 +31,13 @@ from acbslurm.serve.placement import from_env as placement_from_env
 from acbslurm.serve.placement import large_enough, node_plan, placeable
 from acbslurm.serve.pool import PoolSpec, check_listen, per_device_need, weights_bytes
 from acbslurm.serve.supervisor import WorkerHandle
+from acbslurm.values import mutable
 
 log = logging.getLogger(__name__)
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
-@dataclass
+@mutable
 class BrokerChoice:
     address: str
     devices: list[Device]

@@ -47,7 +47,6 @@ import sys
 import tempfile
 import time
 from collections import deque
-from dataclasses import dataclass, field
 from typing import Any
 
 from acbslurm import procfs
@@ -70,6 +69,7 @@ from acbslurm.serve.protocol import (
     encode,
 )
 from acbslurm.usagebook import Book
+from acbslurm.values import field, mutable
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +99,7 @@ class Overloaded(Unavailable):
     """Too many requests wait for this model."""
 
 
-@dataclass
+@mutable
 class Pending:
     queue: asyncio.Queue[ForRequest] = field(default_factory=asyncio.Queue)
     key: str = NO_KEY  # the NAME of the request's key: who it is billed to (serve/keys.py)

@@ -29,8 +29,7 @@ from acbslurm.slurm.hostlist import expand_hostlist
 from acbslurm.units import expand_ranges, is_ascii_int, size_bytes
 from acbslurm.values import frozen
 
-# On the hook path: no typing at run time (tests/unit/hooks/test_hooks_imports.py).
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # a lean-path module: CONTRIBUTING.md, "Lean imports"
 if TYPE_CHECKING:
     from collections.abc import Callable
 

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from acbslurm.errors import AcbslurmError
 from acbslurm.slurm.commands import slurm
 from acbslurm.slurm.states import HOLDING_STATES
+from acbslurm.values import frozen
 
 if TYPE_CHECKING:
     from acbslurm.slurm.jobtypes import JobInfo
@@ -60,7 +60,7 @@ def account_has_user(
     return any(line.strip() for line in res.stdout.splitlines())
 
 
-@dataclass(frozen=True)
+@frozen
 class NodeInfo:
     """One node of ``scontrol -o show node``: its GPUs, state and the admin's reason."""
 
@@ -120,7 +120,7 @@ def job_details(job_id: str, *, env: Mapping[str, str] | None = None) -> dict[st
     return {k: v for k in keys if (v := _field(line, k)) and v not in ("None", "(null)")}
 
 
-@dataclass(frozen=True)
+@frozen
 class GpuSlot:
     """One GPU Slurm manages: the running job holding it, or why no job can get it."""
 

@@ -16,8 +16,7 @@ from acbslurm.proc import start as start_process
 from acbslurm.proc import stop as stop_process
 from acbslurm.slurm.binaries import BIN_DIR_ENV, client
 
-# No collections.abc at run time: the prolog imports this before its scontrol starts.
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # a lean-path module: CONTRIBUTING.md, "Lean imports"
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 

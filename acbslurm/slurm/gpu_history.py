@@ -31,8 +31,7 @@ from acbslurm.errors import SlurmError
 from acbslurm.gpuvalue import Gpu
 from acbslurm.units import is_ascii_int
 
-# On the hook path: no typing at run time (tests/unit/hooks/test_hooks_imports.py).
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # a lean-path module: CONTRIBUTING.md, "Lean imports"
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Iterator, Sequence
 

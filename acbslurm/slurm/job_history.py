@@ -26,8 +26,7 @@ from __future__ import annotations
 from acbslurm.slurm.gpu_history import PREFIX as GPUS
 from acbslurm.slurm.usage_history import PREFIX as USAGE
 
-# On the hook path: no typing at run time (tests/unit/hooks/test_hooks_imports.py).
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # a lean-path module: CONTRIBUTING.md, "Lean imports"
 if TYPE_CHECKING:
     from collections.abc import Iterable
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from acbslurm.errors import ConfigError, SlurmError
 from acbslurm.gpuvalue import Gpu
@@ -34,8 +35,6 @@ from acbslurm.slurm.jobtypes import JobGres, JobInfo, SubmitResult
 from acbslurm.slurm.states import HOLDING_STATES, LIVE_STATES
 from acbslurm.values import frozen, replace
 
-# No logging or thread pool imported until needed: a query of a few jobs uses neither.
-TYPE_CHECKING = False
 if TYPE_CHECKING:
     from acbslurm.jobrecord import JobRecord
 

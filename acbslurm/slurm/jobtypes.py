@@ -5,6 +5,7 @@ can build them without importing ``jobs`` back."""
 from __future__ import annotations
 
 import functools
+from typing import TYPE_CHECKING
 
 from acbslurm.errors import SlurmError
 from acbslurm.gpuvalue import Gpu
@@ -12,7 +13,6 @@ from acbslurm.slurm.states import TERMINAL_STATES
 from acbslurm.units import is_ascii_int
 from acbslurm.values import field, frozen, mutable
 
-TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 

@@ -30,8 +30,7 @@ import re
 
 from acbslurm.usagebook import Totals, valid_name
 
-# On the hook path: no typing at run time (tests/unit/hooks/test_hooks_imports.py).
-TYPE_CHECKING = False
+TYPE_CHECKING = False  # a lean-path module: CONTRIBUTING.md, "Lean imports"
 if TYPE_CHECKING:
     from typing import Any
 

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
 
 from acbslurm.errors import ConfigError
+from acbslurm.values import frozen
 
 # Debian's packages put the daemons in /usr/sbin and the clients in /usr/bin.
 DEBIAN_PREFIX = "/usr"
@@ -49,7 +49,7 @@ def major(text: str) -> str:
     return f"{y:02d}.{m:02d}"
 
 
-@dataclass(frozen=True)
+@frozen
 class SlurmInstall:
     """Where one Slurm installation keeps its programs (``prefix`` of ./configure)."""
 
@@ -90,7 +90,7 @@ class SlurmInstall:
         return f"{self.bin_dir}:{self.sbin_dir}:{rest}"
 
 
-@dataclass(frozen=True)
+@frozen
 class ConfigChoices:
     """The slurm.conf lines and database settings that differ between releases."""
 

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
 from typing import Any
 
 from acbslurm import runrules
 from acbslurm.mountrules import Mount, lexical, path_problem
 from acbslurm.spec import checks
 from acbslurm.spec.yamlpos import Errors
+from acbslurm.values import field, frozen
 
 CONTAINER_KEYS = (
     "image",
@@ -38,7 +38,7 @@ PULL_POLICIES = ("missing", "always", "never")
 _IMAGE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-/:@]*$")
 
 
-@dataclass(frozen=True)
+@frozen
 class ContainerSpec:
     image: str
     pull: str = "missing"

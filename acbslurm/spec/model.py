@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
 from typing import Any
 
 from acbslurm import runrules, units
@@ -17,6 +16,7 @@ from acbslurm.errors import SpecError, short_repr
 from acbslurm.spec import checks
 from acbslurm.spec.container import ContainerSpec, container
 from acbslurm.spec.yamlpos import Errors, Located
+from acbslurm.values import field, frozen
 
 JOB_KEYS = (
     "name",
@@ -108,7 +108,7 @@ _LONG_OPTION = re.compile(r"^--[A-Za-z][A-Za-z0-9\-]*(=|$)")
 _LISTEN = re.compile(r"^(\[[0-9a-fA-F:]+\]|[A-Za-z0-9.-]+):([0-9]{1,5}|auto)$")
 
 
-@dataclass(frozen=True)
+@frozen
 class ServeJob:
     """A pool job: ``acbslurm serve POOL`` on the job's GPUs (docs/serve.md).
 
@@ -121,7 +121,7 @@ class ServeJob:
     where: str = ""  # file:line of the serve key
 
 
-@dataclass(frozen=True)
+@frozen
 class JobSpec:
     name: str | None = None
     partition: str | None = None

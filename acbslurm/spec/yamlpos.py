@@ -6,12 +6,12 @@ of its value; validation errors can then say ``spec.yaml:7: mem: ...``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
 
 from acbslurm.errors import SpecError, clip, short_repr
+from acbslurm.values import field, mutable
 
 try:  # the C parser is several times faster; fall back to pure Python
     from yaml import CSafeLoader as _Loader
@@ -19,7 +19,7 @@ except ImportError:  # pragma: no cover - depends on how PyYAML was built
     from yaml import SafeLoader as _Loader  # type: ignore[assignment]
 
 
-@dataclass
+@mutable
 class Located:
     """A loaded document: plain values plus ``origins[(key, ...)] = "file:line"``."""
 

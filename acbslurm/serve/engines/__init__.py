@@ -28,12 +28,12 @@ file (``demo_lines``, ``demo_extras``).
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
 
 from acbslurm.units import ascii_int
+from acbslurm.values import frozen
 
 
-@dataclass(frozen=True)
+@frozen
 class EngineKind:
     name: str
     worker: str  # the worker process's module (python -m)

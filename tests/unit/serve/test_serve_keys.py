@@ -13,7 +13,6 @@ import os
 import stat
 import time
 from collections.abc import Iterator
-from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -33,6 +32,7 @@ from acbslurm.serve.keys import (
 )
 from acbslurm.serve.pool import load_pool, load_pool_text
 from acbslurm.serve.runner import PoolServer
+from acbslurm.values import replace
 
 ALICE = "sk-alice-0123456789abcdef"
 BOB = "sk-bob-fedcba9876543210"

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import re
-from dataclasses import replace
 from pathlib import Path
 
 from acbslurm.render import render
 from acbslurm.spec import load_spec, parse_spec
+from acbslurm.values import replace
 
 REPO = Path(__file__).resolve().parents[3]
 

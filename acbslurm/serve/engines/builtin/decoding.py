@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+
+from acbslurm.values import field, mutable
 
 PENDING = 6  # tokens still ending in U+FFFD after which a split is looked for
 
@@ -35,7 +36,7 @@ def local_forward(model: Any) -> Forward:
     return forward
 
 
-@dataclass
+@mutable
 class Params:
     max_tokens: int
     temperature: float
@@ -44,7 +45,7 @@ class Params:
     stop: tuple[str, ...] = ()
 
 
-@dataclass
+@mutable
 class Decoding:
     """One request's decoding state.
 

@@ -35,7 +35,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -44,6 +43,7 @@ from torch.distributed import TCPStore  # type: ignore[attr-defined]
 
 from acbslurm.config import env_float
 from acbslurm.serve.errors import TurnBroken
+from acbslurm.values import mutable
 
 log = logging.getLogger("acbslurm.serve.engines.builtin.group")
 
@@ -105,7 +105,7 @@ def report(seconds: float, nbytes: int, procs: int) -> list[tuple[float, int]]:
     return [(float(t[0]), int(t[1])) for t in out]
 
 
-@dataclass
+@mutable
 class Peer:
     """What a follower told the leader at start."""
 
@@ -145,7 +145,7 @@ class Watchdog:
                 return
 
 
-@dataclass
+@mutable
 class PipePast:
     key: int  # the followers' name for this request's KV caches
     local: Any  # the leader's own stage cache

@@ -17,15 +17,15 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from acbslurm.broker.evict import StorageEvictor
+from acbslurm.values import mutable
 
 
-@dataclass
+@mutable
 class SwapStats:
     swaps_out: int = 0
     swaps_in: int = 0

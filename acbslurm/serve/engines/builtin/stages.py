@@ -24,12 +24,12 @@ Llama, Mistral, Qwen2, ...); others are refused with a clear message.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from acbslurm.serve.errors import ServeError
+from acbslurm.values import mutable
 
 FINAL_NORMS = ("ln_f", "norm", "final_layer_norm", "final_layernorm")
 POSITION_EMBEDDINGS = ("wpe", "embed_positions")
@@ -42,7 +42,7 @@ class NoPositions(torch.nn.Module):
         return torch.zeros((), dtype=torch.float32)
 
 
-@dataclass
+@mutable
 class Stage:
     model: Any  # the (cut) CausalLM
     rank: int

@@ -77,7 +77,7 @@ class VllmServer:
         self.stopping = False
         self.stop_lock = threading.Lock()
         # (master host, master port, node rank) of a model over several nodes
-        # (``procs`` > 1: engines/nodes.py), else None.
+        # (``procs`` > 1: engines/vllm/nodes.py), else None.
         self.group: tuple[str, int, int] | None = None
         # The /dev/shm/psm_* files its processes made (vLLM's message queues), removed
         # once they are gone: a SIGKILLed server leaves them otherwise.

@@ -123,7 +123,7 @@ class VllmWorker(Worker):
         self.inflight: set[str] = set()
         self.streamed_at = 0.0  # when a streamed chunk last went to the gateway
 
-    # -- several nodes (procs > 1): engines/nodes.py -----------------------------
+    # -- several nodes (procs > 1): engines/vllm/nodes.py -------------------------
 
     def open_group(self, host: str) -> Any:
         """The group's master address; the gateway starts the headless followers."""
