@@ -124,7 +124,13 @@ class Restarts:
             # RUNNING only: a requeued job's COMPLETING row already shows another start
             # time (the sandbox's 22.05), which is no second run
             running = job.state == "RUNNING"
-            if before is not None and _restarted(job, before, running=running):
+            # Back in the queue after running, or running from a later start (squeue may
+            # not say a start time at once: only two that differ count).
+            if running:
+                restarted = bool(job.start_time and before) and job.start_time != before
+            else:
+                restarted = job.state in (*_QUEUED, "REQUEUED", "REQUEUE_FED")
+            if before is not None and restarted:
                 again = "it runs again" if running else "it waits to run again"
                 lines.append(
                     f"job {job.job_id} was requeued (preempted, its node failed or "
@@ -134,13 +140,6 @@ class Restarts:
             if running:
                 self.started[job.job_id] = job.start_time
         return lines
-
-
-def _restarted(job: JobInfo, before: str, *, running: bool) -> bool:
-    """Back in the queue after running, or running from a later start."""
-    if running:  # squeue may not say a start time at once: only two that differ count
-        return bool(job.start_time and before) and job.start_time != before
-    return job.state in (*_QUEUED, "REQUEUED", "REQUEUE_FED")
 
 
 def clock(seconds: float) -> str:
