@@ -152,6 +152,8 @@ def check_phase(jobs: list[JobTrace], *, gpus_on_node: int) -> list[str]:
     return problems + _queue_problems(jobs, ordered[:gpus_on_node], ordered[gpus_on_node:])
 
 
+# complexity: one check after another: the first jobs together, each later one waited
+# and took a freed GPU, one showed Resources.
 def _queue_problems(
     jobs: list[JobTrace], first: list[JobTrace], later: list[JobTrace]
 ) -> list[str]:
@@ -160,7 +162,15 @@ def _queue_problems(
     for j in later:
         if not {"Resources", "Priority"} & set(j.reasons):
             problems.append(f"job {j.job_id} did not wait for a GPU (pending reasons {j.reasons})")
-        freed = [o for o in jobs if _handed_over(o, j)]
+        # Another job that ended on j's GPUs after j was submitted, before it started.
+        freed = [
+            o
+            for o in jobs
+            if o is not j
+            and o.gpu_indices == j.gpu_indices
+            and _ts(j.submit) <= _ts(o.end)
+            and _ts(o.end) <= _ts(j.start)
+        ]
         if not freed:
             problems.append(f"job {j.job_id} did not start on a GPU freed by an ended job")
     if later and not any("Resources" in j.reasons for j in later):
@@ -176,16 +186,6 @@ def _not_together(first: list[JobTrace]) -> list[str]:
         for b in first
         if a is not b and not _overlap(a, b)
     ]
-
-
-def _handed_over(o: JobTrace, j: JobTrace) -> bool:
-    """``o`` (another job) ended on ``j``'s GPUs after ``j`` was submitted, before it started."""
-    return (
-        o is not j
-        and o.gpu_indices == j.gpu_indices
-        and _ts(j.submit) <= _ts(o.end)
-        and _ts(o.end) <= _ts(j.start)
-    )
 
 
 def _overlap(a: JobTrace, b: JobTrace) -> bool:
