@@ -30,7 +30,7 @@ from typing import Any, TextIO
 from acbslurm.accounting.gpuseconds import JobUsage
 from acbslurm.accounting.grouping import Aggregator
 from acbslurm.accounting.output import MAX_OVERLAPS_SHOWN, left_out_note
-from acbslurm.accounting.overlaps import Overlap, OverlapCheck
+from acbslurm.accounting.overlaps import OverlapCheck
 from acbslurm.units import iso
 from acbslurm.values import frozen
 
@@ -101,20 +101,6 @@ def _packed_bars(unrecorded: list[JobUsage], now: int) -> tuple[list[Bar], int]:
     return bars, len(free_at)
 
 
-def _overlap_note(found: list[Overlap]) -> str:
-    """The banner over a timeline that would draw two jobs on one GPU at once."""
-    if not found:
-        return ""
-    items = "".join(f"<li>{html.escape(o.text())}</li>" for o in found[:MAX_OVERLAPS_SHOWN])
-    more = len(found) - MAX_OVERLAPS_SHOWN
-    rest = f"<li>... and {more} more (--format json lists all)</li>" if more > 0 else ""
-    return (
-        f'<div class="dataerror"><p><b>Data error: {len(found)} GPU overlap(s)</b>: two '
-        "jobs on one GPU at once, which Slurm never does, so their recorded devices are "
-        f"wrong. Their bars are outlined in red.</p><ul>{items}{rest}</ul></div>"
-    )
-
-
 # complexity: the SVG drawn part after part: the lanes, the ticks, the bars, the banner.
 def _timeline(jobs: list[JobUsage], t0: int, t1: int, now: int) -> str:
     lanes, bars, uuids = _lanes(jobs, now)
@@ -161,7 +147,18 @@ def _timeline(jobs: list[JobUsage], t0: int, t1: int, now: int) -> str:
         w = max(1.0, (min(b.end, t1) - max(b.start, t0)) * scale)
         out.append(_bar(b.job, x0, 20 + row[b.lane] * LANE, w, b.job.job_id in flagged))
     out.append("</svg>")
-    return _overlap_note(check.found) + "".join(out)
+    found = check.found
+    if found:  # the banner over a timeline that would draw two jobs on one GPU at once
+        items = "".join(f"<li>{html.escape(o.text())}</li>" for o in found[:MAX_OVERLAPS_SHOWN])
+        more = len(found) - MAX_OVERLAPS_SHOWN
+        rest = f"<li>... and {more} more (--format json lists all)</li>" if more > 0 else ""
+        out.insert(
+            0,
+            f'<div class="dataerror"><p><b>Data error: {len(found)} GPU overlap(s)</b>: two '
+            "jobs on one GPU at once, which Slurm never does, so their recorded devices are "
+            f"wrong. Their bars are outlined in red.</p><ul>{items}{rest}</ul></div>",
+        )
+    return "".join(out)
 
 
 _STATE_CLASS = {
