@@ -158,7 +158,13 @@ def _queue_problems(
     jobs: list[JobTrace], first: list[JobTrace], later: list[JobTrace]
 ) -> list[str]:
     """The first jobs ran together; each later one waited and took a GPU another freed."""
-    problems = _not_together(first)
+    # Each pair of the first jobs that did not run at the same time.
+    problems = [
+        f"jobs {a.job_id} and {b.job_id} did not run at the same time"
+        for a in first
+        for b in first
+        if a is not b and not _overlap(a, b)
+    ]
     for j in later:
         if not {"Resources", "Priority"} & set(j.reasons):
             problems.append(f"job {j.job_id} did not wait for a GPU (pending reasons {j.reasons})")
@@ -176,16 +182,6 @@ def _queue_problems(
     if later and not any("Resources" in j.reasons for j in later):
         problems.append("no waiting job showed the pending reason Resources")
     return problems
-
-
-def _not_together(first: list[JobTrace]) -> list[str]:
-    """Each pair of the first jobs that did not run at the same time."""
-    return [
-        f"jobs {a.job_id} and {b.job_id} did not run at the same time"
-        for a in first
-        for b in first
-        if a is not b and not _overlap(a, b)
-    ]
 
 
 def _overlap(a: JobTrace, b: JobTrace) -> bool:
