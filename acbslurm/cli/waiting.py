@@ -89,12 +89,6 @@ def stuck(jobs: list[JobInfo]) -> list[JobInfo]:
     return [j for j in jobs if never_clears(j)]
 
 
-def _only_stuck_left(jobs: list[JobInfo]) -> bool:
-    """Every job has ended or will never start: waiting on would be for ever."""
-    left = [j for j in jobs if not j.finished]
-    return bool(left) and all(never_clears(j) for j in left)
-
-
 def explain_stuck(jobs: list[JobInfo], spec: JobSpec | None) -> None:
     """Why each job that will never start waits, and what to do, on stderr."""
     for job in jobs[:EXPLAIN_AT_MOST]:
@@ -220,6 +214,8 @@ class Progress:
             sys.stderr.flush()
 
 
+# complexity: one watch: show each snapshot, stop when only stuck jobs are left, and on
+# Ctrl-C say which jobs keep running.
 def follow(
     job_ids: list[str],
     interval: float,
@@ -241,7 +237,9 @@ def follow(
         query = functools.partial(query_jobs, backend=backend)
         for snapshot in watch_jobs(job_ids, interval=interval, record_dir=record_dir, query=query):
             progress.show(snapshot)
-            if _only_stuck_left(snapshot):
+            # Every job has ended or will never start: waiting on would be for ever.
+            waiting = [j for j in snapshot if not j.finished]
+            if waiting and all(never_clears(j) for j in waiting):
                 break  # the caller explains them (explain_stuck)
     except KeyboardInterrupt:
         if live and not quiet:
