@@ -30,7 +30,7 @@ from typing import Any, TextIO
 from acbslurm.accounting.gpuseconds import JobUsage
 from acbslurm.accounting.grouping import Aggregator
 from acbslurm.accounting.output import MAX_OVERLAPS_SHOWN, left_out_note
-from acbslurm.accounting.overlaps import Overlap, OverlapCheck
+from acbslurm.accounting.overlaps import OverlapCheck
 from acbslurm.units import iso
 from acbslurm.values import frozen
 
@@ -59,6 +59,7 @@ def _lanes(jobs: list[JobUsage], now: int) -> tuple[list[str], list[Bar], dict[s
     job recorded (its lane the GPU's), then those of the jobs that recorded none."""
     bars: list[Bar] = []
     uuids: dict[str, str] = {}
+    order: dict[str, tuple[str, int, str]] = {}  # lanes by node, then index as a number
     unrecorded: list[JobUsage] = []
     for j in jobs:
         if not j.start or not j.gpus:
@@ -69,8 +70,14 @@ def _lanes(jobs: list[JobUsage], now: int) -> tuple[list[str], list[Bar], dict[s
         for item in j.gpu_devices.split(","):
             where, _, uuid = item.partition("=")
             uuids[where] = uuid
+            node, _, index = where.rpartition(":")
+            order[where] = (
+                node,
+                int(index) if index.isascii() and index.isdigit() else 1 << 30,
+                index,
+            )
             bars.append(Bar(where, j.start, j.end or now, j))
-    lanes = sorted(uuids, key=_lane_order)
+    lanes = sorted(uuids, key=order.__getitem__)
     packed, count = _packed_bars(unrecorded, now)
     bars += packed
     lanes += [f"unrecorded {i + 1}" for i in range(count)]
@@ -94,36 +101,7 @@ def _packed_bars(unrecorded: list[JobUsage], now: int) -> tuple[list[Bar], int]:
     return bars, len(free_at)
 
 
-def _lane_order(where: str) -> tuple[str, int, str]:
-    node, _, index = where.rpartition(":")
-    return (node, int(index) if index.isascii() and index.isdigit() else 1 << 30, index)
-
-
-def _ticks(t0: int, t1: int) -> list[int]:
-    span = max(1, t1 - t0)
-    step = next(
-        s
-        for s in (60, 600, 3600, 6 * 3600, DAY, 7 * DAY, 30 * DAY, 365 * DAY, 1 << 40)
-        if span / s <= 12
-    )
-    first = (t0 // step + 1) * step
-    return list(range(first, t1, step))
-
-
-def _overlap_note(found: list[Overlap]) -> str:
-    """The banner over a timeline that would draw two jobs on one GPU at once."""
-    if not found:
-        return ""
-    items = "".join(f"<li>{html.escape(o.text())}</li>" for o in found[:MAX_OVERLAPS_SHOWN])
-    more = len(found) - MAX_OVERLAPS_SHOWN
-    rest = f"<li>... and {more} more (--format json lists all)</li>" if more > 0 else ""
-    return (
-        f'<div class="dataerror"><p><b>Data error: {len(found)} GPU overlap(s)</b>: two '
-        "jobs on one GPU at once, which Slurm never does, so their recorded devices are "
-        f"wrong. Their bars are outlined in red.</p><ul>{items}{rest}</ul></div>"
-    )
-
-
+# complexity: the SVG drawn part after part: the lanes, the ticks, the bars, the banner.
 def _timeline(jobs: list[JobUsage], t0: int, t1: int, now: int) -> str:
     lanes, bars, uuids = _lanes(jobs, now)
     if not bars:
@@ -148,7 +126,13 @@ def _timeline(jobs: list[JobUsage], t0: int, t1: int, now: int) -> str:
             f"<title>{tip}</title>{label}</text>"
             f'<rect x="{LEFT}" y="{y}" width="{WIDTH}" height="{LANE - 2}" class="bg"/>'
         )
-    for t in _ticks(t0, t1):
+    # Ticks at the first round step (a minute ... a year) giving 12 or fewer.
+    step = next(
+        s
+        for s in (60, 600, 3600, 6 * 3600, DAY, 7 * DAY, 30 * DAY, 365 * DAY, 1 << 40)
+        if max(1, t1 - t0) / s <= 12
+    )
+    for t in range((t0 // step + 1) * step, t1, step):
         x = LEFT + (t - t0) * scale
         # A label near the right edge ends at its tick (it would be cut otherwise).
         end = ' text-anchor="end"' if x > LEFT + WIDTH - 70 else ""
@@ -163,7 +147,18 @@ def _timeline(jobs: list[JobUsage], t0: int, t1: int, now: int) -> str:
         w = max(1.0, (min(b.end, t1) - max(b.start, t0)) * scale)
         out.append(_bar(b.job, x0, 20 + row[b.lane] * LANE, w, b.job.job_id in flagged))
     out.append("</svg>")
-    return _overlap_note(check.found) + "".join(out)
+    found = check.found
+    if found:  # the banner over a timeline that would draw two jobs on one GPU at once
+        items = "".join(f"<li>{html.escape(o.text())}</li>" for o in found[:MAX_OVERLAPS_SHOWN])
+        more = len(found) - MAX_OVERLAPS_SHOWN
+        rest = f"<li>... and {more} more (--format json lists all)</li>" if more > 0 else ""
+        out.insert(
+            0,
+            f'<div class="dataerror"><p><b>Data error: {len(found)} GPU overlap(s)</b>: two '
+            "jobs on one GPU at once, which Slurm never does, so their recorded devices are "
+            f"wrong. Their bars are outlined in red.</p><ul>{items}{rest}</ul></div>",
+        )
+    return "".join(out)
 
 
 _STATE_CLASS = {

@@ -130,10 +130,6 @@ def devices_json(text: str) -> str:
     return "[" + ", ".join(out) + "]"
 
 
-def _num(v: int | None) -> str:
-    return "null" if v is None else str(v)
-
-
 # complexity: a hand-written encoder on the hot path (100k+ jobs); each conditional is
 # one nullable field's JSON, in json.dumps' key order: a call per field would cost time.
 def job_json(job: JobUsage) -> str:
@@ -158,7 +154,7 @@ def job_json(job: JobUsage) -> str:
         f'"start_unix": {job.start or "null"}, "state": {_str(job.state)}, '
         f'"submit": {"null" if submit is None else _str(submit)}, '
         f'"submit_unix": {job.submit}, "uid": {job.uid}, "user": {_str(job.user)}, '
-        f'"wait_s": {_num(job.wait)}}}'
+        f'"wait_s": {"null" if job.wait is None else job.wait}}}'
     )
 
 
@@ -299,20 +295,11 @@ def bar(value: float, widest: float) -> str:
     return "\u2588" * full + ("" if not part else chr(0x2590 - part))
 
 
-def _where(devices: str) -> str:
-    """``vm:0=GPU-a,vm:1=GPU-b`` -> ``vm:0,1`` (UUIDs: --format json or csv)."""
-    nodes: dict[str, list[str]] = {}
-    for item in filter(None, devices.split(",")):
-        node, _, index = item.partition("=")[0].rpartition(":")
-        nodes.setdefault(node, []).append(index)
-    return " ".join(f"{n}:{','.join(ix)}" for n, ix in nodes.items()) or "-"
-
-
 def write_table(
     out: TextIO, meta: dict[str, Any], jobs: Iterable[JobUsage], agg: Aggregator
 ) -> None:
-    """The report as a table: its head, a row per job (or per group), the totals, and
-    the overlaps found."""
+    """The report as a table: its head, a row per job (or per group, the largest first,
+    with a bar of its share), the totals, and the overlaps found."""
     win = meta["window"]
     out.write(
         f"# cluster {meta['cluster']}, slurmdbd schema {meta['schema_version']} "
@@ -329,7 +316,28 @@ def write_table(
         for job in jobs:
             agg.add(job)
             check.add(job)
-        _write_group_rows(out, agg)
+        # A row per group, the largest first, with a bar of its share.
+        out.write(
+            _GROUP_ROW.format(
+                agg.by.upper(), "JOBS", "RUNNING", "GPU-HOURS", "MEAN-WAIT", "SHARE", "GPU-HOURS"
+            ).rstrip()
+            + "\n"
+        )
+        groups = agg.sorted_groups()
+        widest = max((g.gpu_seconds for g in groups), default=0)
+        for g in groups:
+            out.write(
+                _GROUP_ROW.format(
+                    g.key[:20],
+                    g.jobs,
+                    g.running,
+                    f"{hours(g.gpu_seconds):.2f}",
+                    _dur(g.mean_wait),
+                    f"{100 * agg.share(g):.1f}%",
+                    bar(g.gpu_seconds, widest),
+                ).rstrip()
+                + "\n"
+            )
     t = agg.total
     out.write(
         f"# total: {t.jobs} jobs ({t.running} running, marked *), "
@@ -375,6 +383,13 @@ def _write_job_rows(
         agg.add(job)
         found = check.add(job)
         state = job.state + ("*" if job.running else "")
+        # The devices as ``vm:0,1`` for ``vm:0=GPU-a,vm:1=GPU-b`` (UUIDs: --format json
+        # or csv).
+        nodes: dict[str, list[str]] = {}
+        for item in filter(None, job.gpu_devices.split(",")):
+            node, _, index = item.partition("=")[0].rpartition(":")
+            nodes.setdefault(node, []).append(index)
+        where = " ".join(f"{n}:{','.join(ix)}" for n, ix in nodes.items()) or "-"
         # ``!overlaps 12,13`` after a job's devices: it shares a GPU with those jobs.
         mark = f" !overlaps {','.join(o.first for o in found)}" if found else ""
         out.write(
@@ -391,37 +406,12 @@ def _write_job_rows(
                 _dur(job.wait),
                 _dur(job.elapsed),
                 f"{hours(job.gpu_seconds):.2f}",
-                _where(job.gpu_devices) + mark,
+                where + mark,
             )
             + "\n"
         )
         if job.pool is not None:
             out.write(pool_line(job) + "\n")
-
-
-def _write_group_rows(out: TextIO, agg: Aggregator) -> None:
-    """A row per group, the largest first, with a bar of its share."""
-    out.write(
-        _GROUP_ROW.format(
-            agg.by.upper(), "JOBS", "RUNNING", "GPU-HOURS", "MEAN-WAIT", "SHARE", "GPU-HOURS"
-        ).rstrip()
-        + "\n"
-    )
-    groups = agg.sorted_groups()
-    widest = max((g.gpu_seconds for g in groups), default=0)
-    for g in groups:
-        out.write(
-            _GROUP_ROW.format(
-                g.key[:20],
-                g.jobs,
-                g.running,
-                f"{hours(g.gpu_seconds):.2f}",
-                _dur(g.mean_wait),
-                f"{100 * agg.share(g):.1f}%",
-                bar(g.gpu_seconds, widest),
-            ).rstrip()
-            + "\n"
-        )
 
 
 # A report names this many overlaps at most (the count is always whole).

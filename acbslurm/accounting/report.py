@@ -309,6 +309,8 @@ def _unsplit_sums(conn: Any, schema: Schema, req: ReportRequest, server: Server)
     return sums
 
 
+# complexity: one flow: run the slices, find the ids counted twice (or fall back), add
+# the rows up, subtract the surplus.
 def _sliced_sums(
     conn: Any,
     schema: Schema,
@@ -328,7 +330,13 @@ def _sliced_sums(
     ]
     results = _run_parallel(conn, connect_more, queries)
     run.slices = len(queries)
-    straddling = _straddling_ids(results) if with_ids else []
+    # The job ids counted in more than one slice's result; None when a result's id
+    # list was cut.
+    straddling: list[int] | None = []
+    if with_ids:
+        lists = [_id_lists(rows) for rows in results]
+        cut = any(ids is None for ids in lists)
+        straddling = None if cut else _straddling([ids for ids in lists if ids is not None])
     if straddling is None:
         # A list was cut (a result over max_allowed_packet): ask once, unsplit.
         run.fallback = True
@@ -342,15 +350,6 @@ def _sliced_sums(
         _add_rows(sums, _fetch(conn, sql, params), sign=-1)
     # A group whose only counted row was a surplus one is not in the selection's result.
     return {k: v for k, v in sums.items() if v[1] > 0}
-
-
-def _straddling_ids(results: list[Any]) -> list[int] | None:
-    """The job ids counted in more than one slice's result; None when a result's id
-    list was cut."""
-    lists = [_id_lists(rows) for rows in results]
-    if any(ids is None for ids in lists):
-        return None
-    return _straddling([ids for ids in lists if ids is not None])
 
 
 def fill_groups(

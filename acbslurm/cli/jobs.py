@@ -37,18 +37,6 @@ def default_acbslurm_command() -> list[str]:
     return [str(Path(path).resolve())]
 
 
-def _acbslurm_words(value: str | None) -> list[str]:
-    """--acbslurm, else the site's ``node_acbslurm`` (the path on the nodes), else this one."""
-    if value:
-        return [value]
-    import shlex
-
-    from acbslurm.config import load_settings
-
-    configured = load_settings().node_acbslurm
-    return shlex.split(configured) if configured else default_acbslurm_command()
-
-
 def _load(spec_path: str, overrides: tuple[str, ...], check_paths: bool = True) -> JobSpec:
     """The spec; for a pool job (``serve:``) with its pool file checked and its GPUs set."""
     from acbslurm.spec import load_spec
@@ -62,9 +50,20 @@ def _load(spec_path: str, overrides: tuple[str, ...], check_paths: bool = True) 
 
 
 def _render(spec: JobSpec, template: str | None, acbslurm: str | None) -> str:
+    """The job script; acbslurm is called as --acbslurm, else the site's
+    ``node_acbslurm`` (the path on the nodes), else as this one."""
     from acbslurm.render import render as render_script
 
-    return render_script(spec, acbslurm=_acbslurm_words(acbslurm), template=template)
+    if acbslurm:
+        words = [acbslurm]
+    else:
+        import shlex
+
+        from acbslurm.config import load_settings
+
+        configured = load_settings().node_acbslurm
+        words = shlex.split(configured) if configured else default_acbslurm_command()
+    return render_script(spec, acbslurm=words, template=template)
 
 
 def _template_default(template: str | None) -> str | None:

@@ -89,12 +89,6 @@ def stuck(jobs: list[JobInfo]) -> list[JobInfo]:
     return [j for j in jobs if never_clears(j)]
 
 
-def _only_stuck_left(jobs: list[JobInfo]) -> bool:
-    """Every job has ended or will never start: waiting on would be for ever."""
-    left = [j for j in jobs if not j.finished]
-    return bool(left) and all(never_clears(j) for j in left)
-
-
 def explain_stuck(jobs: list[JobInfo], spec: JobSpec | None) -> None:
     """Why each job that will never start waits, and what to do, on stderr."""
     for job in jobs[:EXPLAIN_AT_MOST]:
@@ -124,7 +118,13 @@ class Restarts:
             # RUNNING only: a requeued job's COMPLETING row already shows another start
             # time (the sandbox's 22.05), which is no second run
             running = job.state == "RUNNING"
-            if before is not None and _restarted(job, before, running=running):
+            # Back in the queue after running, or running from a later start (squeue may
+            # not say a start time at once: only two that differ count).
+            if running:
+                restarted = bool(job.start_time and before) and job.start_time != before
+            else:
+                restarted = job.state in (*_QUEUED, "REQUEUED", "REQUEUE_FED")
+            if before is not None and restarted:
                 again = "it runs again" if running else "it waits to run again"
                 lines.append(
                     f"job {job.job_id} was requeued (preempted, its node failed or "
@@ -134,13 +134,6 @@ class Restarts:
             if running:
                 self.started[job.job_id] = job.start_time
         return lines
-
-
-def _restarted(job: JobInfo, before: str, *, running: bool) -> bool:
-    """Back in the queue after running, or running from a later start."""
-    if running:  # squeue may not say a start time at once: only two that differ count
-        return bool(job.start_time and before) and job.start_time != before
-    return job.state in (*_QUEUED, "REQUEUED", "REQUEUE_FED")
 
 
 def clock(seconds: float) -> str:
@@ -221,6 +214,8 @@ class Progress:
             sys.stderr.flush()
 
 
+# complexity: one watch: show each snapshot, stop when only stuck jobs are left, and on
+# Ctrl-C say which jobs keep running.
 def follow(
     job_ids: list[str],
     interval: float,
@@ -242,7 +237,9 @@ def follow(
         query = functools.partial(query_jobs, backend=backend)
         for snapshot in watch_jobs(job_ids, interval=interval, record_dir=record_dir, query=query):
             progress.show(snapshot)
-            if _only_stuck_left(snapshot):
+            # Every job has ended or will never start: waiting on would be for ever.
+            waiting = [j for j in snapshot if not j.finished]
+            if waiting and all(never_clears(j) for j in waiting):
                 break  # the caller explains them (explain_stuck)
     except KeyboardInterrupt:
         if live and not quiet:

@@ -236,27 +236,24 @@ class Relay:
         try:
             self.api.pause(self.cid)
         except EngineError as exc:
-            self._stop_processes(exc)  # no freezer (rootless on cgroup v1)
+            # No freezer (rootless on cgroup v1): SIGSTOP to the container's processes.
+            from acbslurm.container.freeze import signal_tree  # a suspend's only
+
+            took, refused = signal_tree(self.pid, signal.SIGSTOP) if self.pid else ([], 0)
+            if not took:
+                _say(f"the job was suspended but the container could not be paused: {exc}")
+                return
+            self.stopped, self.paused = took, True
+            if refused:
+                _say(
+                    f"the job was suspended: {len(took)} processes of the container stopped, "
+                    f"{refused} of other users in it could not be (no pause: {exc})"
+                )
             return
         except DockerError as exc:
             _say(f"the job was suspended but the container could not be paused: {exc}")
             return
         self.paused = True
-
-    def _stop_processes(self, why: EngineError) -> None:
-        """SIGSTOP to the container's processes where the daemon cannot pause it."""
-        from acbslurm.container.freeze import signal_tree  # a suspend's only
-
-        took, refused = signal_tree(self.pid, signal.SIGSTOP) if self.pid else ([], 0)
-        if not took:
-            _say(f"the job was suspended but the container could not be paused: {why}")
-            return
-        self.stopped, self.paused = took, True
-        if refused:
-            _say(
-                f"the job was suspended: {len(took)} processes of the container stopped, "
-                f"{refused} of other users in it could not be (no pause: {why})"
-            )
 
     def _resume(self) -> None:
         if self.paused:

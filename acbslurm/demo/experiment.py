@@ -9,7 +9,7 @@ Slurm, UUID from the job record or the inventory).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -32,22 +32,20 @@ class JobTrace:
     gpu_uuids: list[str] = field(default_factory=list)
     uuid_source: str = ""
 
+    # complexity: one field after another, each taken from the snapshot or kept.
     def update(self, info: JobInfo) -> None:
         """Take what a new snapshot of the job says; keep what Slurm said only once."""
         self.state = info.state
         self.submit = info.submit_time or self.submit
         self.start = info.start_time or self.start
         self.end = info.end_time or self.end
-        self._note_reason(info)
+        # A pending reason not seen before, in the order Slurm gave them.
+        if info.state == "PENDING" and info.reason and info.reason not in self.reasons:
+            self.reasons.append(info.reason)
         if info.gpu_indices and not self.gpu_indices:
             self.gpu_indices = list(info.gpu_indices)
         if info.gpu_uuids and not self.gpu_uuids:
             self.gpu_uuids, self.uuid_source = list(info.gpu_uuids), "job record"
-
-    def _note_reason(self, info: JobInfo) -> None:
-        """A pending reason not seen before, in the order Slurm gave them."""
-        if info.state == "PENDING" and info.reason and info.reason not in self.reasons:
-            self.reasons.append(info.reason)
 
     @property
     def waited(self) -> float:
@@ -82,6 +80,7 @@ class Phase:
     problems: list[str] = field(default_factory=list)
 
 
+# complexity: one flow of steps: submit, follow, fill the UUIDs from the inventory, check.
 def run_phase(
     scripts: list[tuple[str, float]],
     *,
@@ -95,7 +94,8 @@ def run_phase(
     interval: float = 0.5,
     on_update: Callable[[JobInfo], None] | None = None,
 ) -> Phase:
-    """Submit each (script, hold seconds) in order and follow the jobs until they end.
+    """Submit each (script, hold seconds) in order and follow the jobs until they end;
+    a job whose record gave no UUIDs gets those of ``inventory`` (the node's, by index).
 
     ``env`` is sbatch's environment, which the job inherits (the submitting user's);
     ``slurm_env`` is the one our own squeue/sacct/scontrol calls run with. They differ
@@ -125,18 +125,13 @@ def run_phase(
         phase = Phase(len(ids), list(traces.values()))
         phase.problems.append(str(exc))
         return phase
-    _uuids_from_inventory(traces.values(), inventory)
-    phase = Phase(len(ids), list(traces.values()))
-    phase.problems = check_phase(phase.jobs, gpus_on_node=len(inventory))
-    return phase
-
-
-def _uuids_from_inventory(traces: Iterable[JobTrace], inventory: Mapping[int, str]) -> None:
-    """The UUIDs of jobs whose record gave none, from the node's inventory by index."""
-    for t in traces:
+    for t in traces.values():  # the UUIDs a job record gave none of: by index
         if not t.gpu_uuids and t.gpu_indices:
             t.gpu_uuids = [inventory.get(i, "?") for i in t.gpu_indices]
             t.uuid_source = "inventory"
+    phase = Phase(len(ids), list(traces.values()))
+    phase.problems = check_phase(phase.jobs, gpus_on_node=len(inventory))
+    return phase
 
 
 def check_phase(jobs: list[JobTrace], *, gpus_on_node: int) -> list[str]:
@@ -157,40 +152,36 @@ def check_phase(jobs: list[JobTrace], *, gpus_on_node: int) -> list[str]:
     return problems + _queue_problems(jobs, ordered[:gpus_on_node], ordered[gpus_on_node:])
 
 
+# complexity: one check after another: the first jobs together, each later one waited
+# and took a freed GPU, one showed Resources.
 def _queue_problems(
     jobs: list[JobTrace], first: list[JobTrace], later: list[JobTrace]
 ) -> list[str]:
     """The first jobs ran together; each later one waited and took a GPU another freed."""
-    problems = _not_together(first)
-    for j in later:
-        if not {"Resources", "Priority"} & set(j.reasons):
-            problems.append(f"job {j.job_id} did not wait for a GPU (pending reasons {j.reasons})")
-        freed = [o for o in jobs if _handed_over(o, j)]
-        if not freed:
-            problems.append(f"job {j.job_id} did not start on a GPU freed by an ended job")
-    if later and not any("Resources" in j.reasons for j in later):
-        problems.append("no waiting job showed the pending reason Resources")
-    return problems
-
-
-def _not_together(first: list[JobTrace]) -> list[str]:
-    """Each pair of the first jobs that did not run at the same time."""
-    return [
+    # Each pair of the first jobs that did not run at the same time.
+    problems = [
         f"jobs {a.job_id} and {b.job_id} did not run at the same time"
         for a in first
         for b in first
         if a is not b and not _overlap(a, b)
     ]
-
-
-def _handed_over(o: JobTrace, j: JobTrace) -> bool:
-    """``o`` (another job) ended on ``j``'s GPUs after ``j`` was submitted, before it started."""
-    return (
-        o is not j
-        and o.gpu_indices == j.gpu_indices
-        and _ts(j.submit) <= _ts(o.end)
-        and _ts(o.end) <= _ts(j.start)
-    )
+    for j in later:
+        if not {"Resources", "Priority"} & set(j.reasons):
+            problems.append(f"job {j.job_id} did not wait for a GPU (pending reasons {j.reasons})")
+        # Another job that ended on j's GPUs after j was submitted, before it started.
+        freed = [
+            o
+            for o in jobs
+            if o is not j
+            and o.gpu_indices == j.gpu_indices
+            and _ts(j.submit) <= _ts(o.end)
+            and _ts(o.end) <= _ts(j.start)
+        ]
+        if not freed:
+            problems.append(f"job {j.job_id} did not start on a GPU freed by an ended job")
+    if later and not any("Resources" in j.reasons for j in later):
+        problems.append("no waiting job showed the pending reason Resources")
+    return problems
 
 
 def _overlap(a: JobTrace, b: JobTrace) -> bool:

@@ -82,26 +82,22 @@ def _mapping(devices: list[str], gpus: list[GpuInfo]) -> tuple[list[str], list[s
     return lines, problems
 
 
-def _unknown_node(ctx: Context, conf: SlurmConf | None) -> str:
-    """Why ``ctx.node`` is not a node of slurm.conf, or ``""``. Checked first: with
-    several slurmd on this host (the sandbox's ``--nodes``), the host name is none of
-    them and gres.conf has no line for it, which said "fix gres.conf" wrongly."""
-    names = conf.node_names() if conf else []
-    if not names or ctx.node in names:
-        return ""  # configless (no NodeName lines here), or a node Slurm has
-    host = socket.gethostname()
-    local = conf.local_nodes({host, host.split(".")[0], socket.getfqdn()}) if conf else []
-    if len(local) > 1:
-        return (
-            f"several nodes share this host ({', '.join(local)}) and slurm.conf has no node "
-            f"{ctx.node}: the doctor checks one node at a time"
-        )
-    return f"slurm.conf has no node {ctx.node} (it has {', '.join(names)})"
-
-
+# complexity: one check after another, each its own outcome: a node slurm.conf has, the
+# inventory and gres.conf read, their problems, a GPU gres.conf leaves out.
 def check_gres(ctx: Context, conf: SlurmConf | None) -> Check:
-    unknown = _unknown_node(ctx, conf)
-    if unknown:
+    # ctx.node must be a node of slurm.conf (configless: no NodeName lines here). Checked
+    # first: with several slurmd on this host (the sandbox's ``--nodes``), the host name
+    # is none of them and gres.conf has no line for it, which said "fix gres.conf" wrongly.
+    names = conf.node_names() if conf else []
+    if conf and names and ctx.node not in names:
+        host = socket.gethostname()
+        local = conf.local_nodes({host, host.split(".")[0], socket.getfqdn()})
+        unknown = f"slurm.conf has no node {ctx.node} (it has {', '.join(names)})"
+        if len(local) > 1:
+            unknown = (
+                f"several nodes share this host ({', '.join(local)}) and slurm.conf has no "
+                f"node {ctx.node}: the doctor checks one node at a time"
+            )
         return fail("gres", unknown, "pass Slurm's name for this node: `--node NAME`")
     s = ctx.settings
     source = f"the static inventory {s.gpu_inventory}" if s.gpu_inventory else "NVML"

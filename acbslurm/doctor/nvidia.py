@@ -72,20 +72,6 @@ def find_hook(path: str) -> str:
     return ""
 
 
-def _config_problem(config: str) -> str:
-    try:
-        with open(config, "rb") as f:
-            data = tomllib.load(f)
-    except FileNotFoundError:
-        return f"{config} does not exist (the toolkit would try to write device cgroups)"
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        return f"{config} cannot be read: {exc}"
-    cli = data.get("nvidia-container-cli")
-    if not isinstance(cli, dict) or cli.get("no-cgroups") is not True:
-        return f"{config} does not set no-cgroups = true under [nvidia-container-cli]"
-    return ""
-
-
 def _hook_search(ctx: Context, proc: str, config: str) -> tuple[str, str, str]:
     """Where the hook is looked for (said in words), that PATH, and the toolkit config
     that counts: the running dockerd's (its own config if it has one), else the
@@ -115,6 +101,8 @@ def _hook_search(ctx: Context, proc: str, config: str) -> tuple[str, str, str]:
     return where, path, config
 
 
+# complexity: one check after another: the hook on the daemon's PATH, the sandbox's
+# stand-in, the toolkit's config.
 def check_nvidia_hook(ctx: Context, proc: str = "/proc", config: str = TOOLKIT_CONFIG) -> Check:
     skipped = root_skip(ctx, "nvidia-hook")  # as `dockerd`: no daemon of root's to look at
     if skipped is not None:
@@ -137,7 +125,16 @@ def check_nvidia_hook(ctx: Context, proc: str = "/proc", config: str = TOOLKIT_C
                 "remove it from the daemon's PATH and " + FIX_INSTALL,
             )
         return ok("nvidia-hook", f"{hook} on {where}: the sandbox's stand-in (grants nothing)")
-    problem = _config_problem(config)
+    problem = ""
+    try:
+        with open(config, "rb") as f:
+            cli = tomllib.load(f).get("nvidia-container-cli")
+        if not isinstance(cli, dict) or cli.get("no-cgroups") is not True:
+            problem = f"{config} does not set no-cgroups = true under [nvidia-container-cli]"
+    except FileNotFoundError:
+        problem = f"{config} does not exist (the toolkit would try to write device cgroups)"
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        problem = f"{config} cannot be read: {exc}"
     if problem:
         return fail(
             "nvidia-hook",

@@ -10,16 +10,7 @@ from acbslurm.doctor.context import Context
 from acbslurm.doctor.result import Check, fail, ok
 
 
-def _owner_problem(path: str, st: os.stat_result) -> str:
-    if st.st_uid != 0:
-        return f"{path} is owned by uid {st.st_uid}, not root"
-    if st.st_mode & stat.S_IWOTH and not st.st_mode & stat.S_ISVTX:
-        return f"{path} is writable by everyone (mode {stat.S_IMODE(st.st_mode):04o})"
-    if st.st_mode & stat.S_IWGRP and st.st_gid != 0:
-        return f"{path} is writable by group {st.st_gid} (mode {stat.S_IMODE(st.st_mode):04o})"
-    return ""
-
-
+# complexity: the path, then each of its parents in turn, each test one problem said.
 def _dir_problems(path: str) -> tuple[bool, list[str]]:
     """(whether ``path`` exists, what lets others than root change it or its parents)."""
     problems: list[str] = []
@@ -35,10 +26,17 @@ def _dir_problems(path: str) -> tuple[bool, list[str]]:
             )
     parent = os.path.dirname(os.path.abspath(path))
     while True:
+        # Each parent up to /: owned by root, and no one else may write there (only a
+        # sticky directory may be everyone's, a group-writable one root's group's).
         if os.path.exists(parent):
-            problem = _owner_problem(parent, os.stat(parent))
-            if problem:
-                problems.append(problem)
+            st = os.stat(parent)
+            mode = f"(mode {stat.S_IMODE(st.st_mode):04o})"
+            if st.st_uid != 0:
+                problems.append(f"{parent} is owned by uid {st.st_uid}, not root")
+            elif st.st_mode & stat.S_IWOTH and not st.st_mode & stat.S_ISVTX:
+                problems.append(f"{parent} is writable by everyone {mode}")
+            elif st.st_mode & stat.S_IWGRP and st.st_gid != 0:
+                problems.append(f"{parent} is writable by group {st.st_gid} {mode}")
         up = os.path.dirname(parent)
         if up == parent:
             return exists, problems
