@@ -140,6 +140,7 @@ def serve(
     help="Seconds to wait for the broker.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the state as JSON.")
+# complexity: the broker's state printed part after part
 def status(address: str | None, timeout: float, as_json: bool) -> None:
     """Show the broker's devices, holders, waiting clients and counters."""
     from acbslurm.broker.status import fetch_status

@@ -43,6 +43,7 @@ def record_dir() -> str:
     return load_settings().record_dir
 
 
+# complexity: one flow: the query, then the table or the JSON
 def show(ids: Sequence[str], user: str | None, long: bool, as_json: bool) -> int:
     """Print the jobs (``ids``, else all, or ``user``'s) as a table or JSON; 1 when an
     id is unknown to Slurm (named on stderr), else 0."""
@@ -111,6 +112,7 @@ def status_json(
     }
 
 
+# complexity: each running job's two files read in turn, each bounded
 def _job_files(
     jobs: list[JobInfo],
 ) -> tuple[dict[str, dict[str, Any]], dict[str, list[dict[str, str]]]]:
@@ -289,6 +291,7 @@ def _signal_name(ctx: click.Context, param: click.Parameter, value: str | None) 
 )
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_context
+# complexity: one flow: the ids, the cancel, each id's outcome said
 def cancel(
     ctx: click.Context, job_ids: tuple[str, ...], signal_name: str, full: bool, as_json: bool
 ) -> None:

@@ -160,6 +160,7 @@ class GpuSlot:
         }
 
 
+# complexity: each node's GPUs, then each one's holder and state
 def gpu_slots(*, record_dir: str = "", env: Mapping[str, str] | None = None) -> list[GpuSlot]:
     """Every GPU Slurm manages, with the running job holding it (or None) and, for a
     drained or down node, that state and the reason: its idle GPUs are not free.

@@ -64,6 +64,7 @@ def discard_started() -> None:
         stop_process(_STARTED.popitem()[1])
 
 
+# complexity: one run: the binary, its environment, the watchdog, the errors
 def slurm(
     argv: Sequence[str],
     *,

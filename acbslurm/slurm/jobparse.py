@@ -85,6 +85,7 @@ def parse_squeue(text: str) -> list[JobInfo]:
     return parse_squeue_gpus(text)[0]
 
 
+# complexity: each row in turn, its GPUs beside it
 def parse_squeue_gpus(text: str) -> tuple[list[JobInfo], dict[str, JobGres]]:
     """``squeue -h -O SQUEUE_FORMAT``'s rows, and the GPUs of the running ones whose
     prologs all wrote theirs into the job's AdminComment (by squeue's id)."""
@@ -192,6 +193,7 @@ def _gpu_indices(gres: str) -> list[int]:
     return indices
 
 
+# complexity: each GPU group of one line in turn
 def _line_gpus(line: str) -> list[Gpu]:
     """Each GPU of one ``scontrol -d -o show job`` line, on its node (scontrol -d's
     groups; node "" without them), by index: the UUIDs come from the AdminComment

@@ -133,6 +133,7 @@ def query_jobs(
     return jobs
 
 
+# complexity: the controller's rows, then sacct's for the rest, in order
 def _scoped_rows(
     wanted: list[str], found: dict[str, JobInfo], env: Mapping[str, str] | None
 ) -> list[JobInfo]:
@@ -165,6 +166,7 @@ def _scoped_rows(
     return jobs
 
 
+# complexity: the three kinds of id sacct is asked about, in turn
 def _sacct_asked(wanted: list[str], found: Mapping[str, JobInfo]) -> list[str]:
     """The wanted ids sacct is asked about: those the controller does not show, arrays
     it shows (it may have forgotten tasks) and jobs it shows ended (for exit codes)."""
@@ -183,6 +185,7 @@ def _sacct_asked(wanted: list[str], found: Mapping[str, JobInfo]) -> list[str]:
     return [w for w in wanted if w not in found or w in arrays_shown or w in ended]
 
 
+# complexity: one id's own row, then its array tasks'
 def _rows_of(w: str, found: Mapping[str, JobInfo], old: Mapping[str, JobInfo]) -> list[JobInfo]:
     """The rows of one wanted id: its own record and, for an array's id, its tasks'
     rows (``12_1``, ``12_[2-3]``; the controller's before sacct's); [] if none."""
@@ -267,6 +270,7 @@ def _squeue(
         raise
 
 
+# complexity: each job's GPUs from the first source that has them
 def _add_gpus(
     jobs: list[JobInfo],
     record_dir: str,
@@ -367,6 +371,7 @@ def _show_job(job_id: str, env: Mapping[str, str] | None) -> str:
     return res.stdout
 
 
+# complexity: one flow: the script, sbatch, its answer read
 def submit_script(
     script: str,
     *,
@@ -441,6 +446,7 @@ class CancelOutcome:
     unknown_rows: list[JobInfo]  # the UNKNOWN rows of ``unknown`` (their reasons)
 
 
+# complexity: one flow: which ids ran, ended or are unknown, then the cancel
 def cancel_known(
     job_ids: Sequence[str], *, backend: str = "cli", signal: str = "", full: bool = False
 ) -> CancelOutcome:

@@ -39,6 +39,7 @@ class JobWatcher:
         """Every job has reached a final state."""
         return len(self._final) == len(self.job_ids)
 
+    # complexity: one snapshot: ask, merge, keep the final ones
     def poll(self) -> list[JobInfo]:
         """One snapshot of every job, in the order of ``job_ids``."""
         ask = [i for i in self.job_ids if i not in self._final]

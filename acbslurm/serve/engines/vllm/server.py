@@ -111,6 +111,7 @@ class VllmServer:
             args += ["--chat-template", template]
         return args
 
+    # complexity: the server's command line, option after option
     def command(self, devices: list[Any]) -> tuple[list[str], dict[str, str]]:
         spec = self.spec
         devices, gang = nodes.local_gang(spec, self.kind, devices, self.group)
