@@ -412,11 +412,12 @@ class Gateway:
                 raise too_big
         return data
 
-    async def _read_json(self, request: Request) -> Any:
+    @staticmethod
+    async def _read_json(request: Request) -> Any:
         too_big = ApiError(
             413, f"request body larger than {MAX_BODY >> 20} MiB", code="body_too_large"
         )
-        data = await self._read_body(request, MAX_BODY, too_big)
+        data = await Gateway._read_body(request, MAX_BODY, too_big)
         try:
             return json.loads(data)
         except RecursionError:  # "[[[[...": nested past Python's recursion limit

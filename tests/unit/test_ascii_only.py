@@ -111,10 +111,10 @@ def test_the_gateway_reads_a_non_ascii_content_length_as_absent() -> None:
         "headers": [(b"content-length", "²".encode("latin-1"))],
     }
     request = Request(scope, receive)
-    assert asyncio.run(Gateway._read_json(None, request)) == {}  # type: ignore[arg-type]
+    assert asyncio.run(Gateway._read_json(request)) == {}
     big = [(b"content-length", str(1 << 30).encode())]
     with pytest.raises(ApiError, match="larger than"):
-        asyncio.run(Gateway._read_json(None, Request({**scope, "headers": big}, receive)))  # type: ignore[arg-type]
+        asyncio.run(Gateway._read_json(Request({**scope, "headers": big}, receive)))
 
 
 def test_a_pool_job_node_count_is_ascii() -> None:
