@@ -56,23 +56,29 @@ def request(
 
 
 class Answer:
-    """One answer on ``sock``: its status and headers read at once (``limit``: the most
-    bytes they may take, TooLarge past it), its body when asked."""
+    """One answer on ``sock``: its status and headers read at once, its body when asked.
+    ``limit``: the most bytes the whole answer may take (TooLarge past it); ``deadline``
+    (``time.monotonic()``'s clock): when it must have come whole (TimeoutError after).
+    Both are checked at every receive, the headers' and a chunked body's included: a
+    root hook reads a user's daemon through this (docs/security.md, the epilog)."""
 
-    def __init__(self, sock: socket.socket, limit: int | None = None) -> None:
+    def __init__(
+        self, sock: socket.socket, limit: int | None = None, deadline: float | None = None
+    ) -> None:
         self.sock = sock
+        self.limit = limit
+        self.deadline = deadline
+        self.size = 0  # bytes received so far
+        self.buf = b""
         data = b""
         while b"\r\n\r\n" not in data:
-            if limit is not None and len(data) > limit:
-                raise TooLarge(f"headers of over {limit >> 20} MiB: refused")
-            more = sock.recv(65536)
+            more = self._recv()
             if not more:
                 break
             data += more
         if not data:
             raise BadAnswer("the connection closed without an answer")
         self.head, _, self.buf = data.partition(b"\r\n\r\n")
-        self.size = len(data)  # bytes received so far
         try:
             self.status = int(self.head.split(b" ", 2)[1])
         except (IndexError, ValueError):
@@ -91,8 +97,12 @@ class Answer:
         return ""
 
     def _recv(self) -> bytes:
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            raise TimeoutError("no complete answer in time")
         data = self.sock.recv(65536)
         self.size += len(data)
+        if self.limit is not None and self.size > self.limit:
+            raise TooLarge(f"the answer is over {self.limit >> 20} MiB: refused")
         return data
 
     def _until(self, marker: bytes) -> bytes | None:
@@ -142,18 +152,12 @@ class Answer:
             data = b""
         self.cut = bool(left)
 
-    def read(self, total: float | None = None, limit: int | None = None) -> bytes:
-        """The whole body, within ``total`` seconds (TimeoutError after that; each read
-        has the socket's own timeout) and ``limit`` bytes of answer (TooLarge)."""
-        deadline = None if total is None else time.monotonic() + total
-        parts: list[bytes] = []
-        for data in self.chunks():
-            if limit is not None and self.size > limit:
-                raise TooLarge(f"the answer is over {limit >> 20} MiB: refused")
-            parts.append(data)
-            if deadline is not None and time.monotonic() > deadline:
-                raise TimeoutError(f"no complete answer in {total:g} s")
-        return b"".join(parts)
+    def read(self, total: float | None = None) -> bytes:
+        """The whole body; ``total``: seconds from now it must have come in, when the
+        answer has no deadline of its own (each read also has the socket's timeout)."""
+        if total is not None and self.deadline is None:
+            self.deadline = time.monotonic() + total
+        return b"".join(self.chunks())
 
     def lines(self) -> Iterator[bytes]:
         """The body's lines as they come, without their line ends (a server-sent event's

@@ -465,8 +465,9 @@ class EngineApi:
             sock.sendall(
                 unixhttp.request(method, f"/v{version}{url}", payload, sent, version="1.0")
             )
-            answer = unixhttp.Answer(sock, limit)
-            rest = answer.read(total, limit)
+            deadline = None if total is None else time.monotonic() + total
+            answer = unixhttp.Answer(sock, limit, deadline)
+            rest = answer.read()
         except unixhttp.TooLarge as exc:
             raise AnswerTooLarge(f"{what}: {exc}") from None
         except TimeoutError as exc:

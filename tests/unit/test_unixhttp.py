@@ -79,10 +79,58 @@ def test_what_is_not_http_is_a_bad_answer(reply: bytes, message: str) -> None:
 
 
 def test_the_answer_over_its_limit_is_refused() -> None:
-    a = answer_of(b"HTTP/1.0 200 OK\r\n\r\n", b"x" * (3 << 20))
-    with pytest.raises(unixhttp.TooLarge, match="over 1 MiB"):
-        a.read(limit=1 << 20)
-    a.close()
+    with sent(b"HTTP/1.0 200 OK\r\n\r\n", b"x" * (3 << 20)) as sock:
+        a = unixhttp.Answer(sock, limit=1 << 20)
+        with pytest.raises(unixhttp.TooLarge, match="over 1 MiB"):
+            a.read()
+
+
+def test_a_chunk_bigger_than_the_limit_is_refused_before_its_end() -> None:
+    """A chunk size of 2^63 - 1 and data that keeps coming: refused at the limit, not
+    buffered until the chunk's end (a root hook reads a user's daemon this way)."""
+    head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n7fffffffffffffff\r\n"
+    with sent(head, *[b"x" * 65536] * 48) as sock:
+        a = unixhttp.Answer(sock, limit=1 << 20)
+        with pytest.raises(unixhttp.TooLarge):
+            a.read()
+
+
+def trickle(first: bytes, then: bytes, every: float) -> socket.socket:
+    """Our end of a connection whose peer sends ``first``, then ``then`` a byte at a time,
+    ``every`` seconds apart, until we close."""
+    ours, peer = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    stop = threading.Event()
+
+    def send() -> None:
+        with peer, contextlib.suppress(OSError):
+            peer.sendall(first)
+            for i in range(10_000):
+                if stop.wait(every):
+                    return
+                peer.sendall(then[i % len(then) : i % len(then) + 1])
+
+    threading.Thread(target=send, daemon=True).start()
+    ours.settimeout(5)
+    return ours
+
+
+@pytest.mark.parametrize(
+    ("first", "then"),
+    [
+        (b"HTTP/1.0 200 OK\r\n", b"X-Slow: yes\r\n"),  # headers that never end
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n100000\r\n", b"x"),
+    ],
+)
+def test_a_deadline_holds_while_headers_or_a_chunk_trickle_in(first: bytes, then: bytes) -> None:
+    """Each byte comes well within the socket's timeout; the deadline over the whole
+    answer still ends the read, in the headers as in a chunk."""
+    import time
+
+    with trickle(first, then, 0.01) as sock:
+        t0 = time.monotonic()
+        with pytest.raises(TimeoutError):
+            unixhttp.Answer(sock, deadline=t0 + 0.3).read()
+        assert time.monotonic() - t0 < 4
 
 
 def test_a_request_asks_for_the_close_unless_it_says_otherwise() -> None:
