@@ -316,12 +316,22 @@ def _undo_create(args: list[str], why: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The script's ``exec`` (``python -m``): joined, then runc; any other subcommand
-    (the script sends none here) is runc's alone."""
+    """The script's ``exec`` (``python -m``): joined, then runc. A ``create`` comes here
+    only from another release's script: refused (a container created outside its job's
+    cgroups would run without limits, since `acbslurm run` leaves them to the join);
+    any other subcommand is runc's alone."""
     args = sys.argv[1:] if argv is None else argv
     # runc's subcommand: the first of these words (a container id is hexadecimal).
-    if next((a for a in args if a in ("create", "exec")), "") == "exec":
+    word = next((a for a in args if a in ("create", "exec")), "")
+    if word == "exec":
         return exec_joined(args)
+    if word == "create":
+        _log_error(
+            args,
+            "this acbslurm runtime script is another release's: run "
+            "`acbslurm install-runtime` again (acbslurm doctor names it)",
+        )
+        return 1
     rc = _runc(args)
     return rc if rc >= 0 else 128 - rc
 

@@ -192,9 +192,22 @@ def test_the_runtime_is_runc_for_a_container_not_of_a_job(
     calls = _fake_runc(tmp_path, monkeypatch)
     b = _bundle(tmp_path, ["PATH=/bin"])
     args = ["--root", "/r", "create", "--bundle", str(b), "--pid-file", str(b / "init.pid"), "c1"]
-    assert runtime.main(args) == 0
+    assert runtime.created(args, status=io.StringIO("0\n")) == 0
     assert runtime.main(["--root", "/r", "start", "c1"]) == 0
-    assert calls.read_text().splitlines() == [" ".join(args), "--root /r start c1"]
+    assert calls.read_text().splitlines() == ["--root /r start c1"]
+
+
+def test_a_create_from_another_releases_script_is_refused_before_runc(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only an older script sends create to ``python -m``: no container is created
+    (it would run outside its job's cgroups, without limits), why in runc's log."""
+    calls = _fake_runc(tmp_path, monkeypatch)
+    log = tmp_path / "log.json"
+    args = ["--log", str(log), "--log-format", "json", "create", "--bundle", "/b", "c3"]
+    assert runtime.main(args) == 1
+    assert not calls.exists()
+    assert "install-runtime" in json.loads(log.read_text().splitlines()[-1])["msg"]
 
 
 def test_a_refused_join_deletes_the_container_and_says_why_in_runcs_log(
