@@ -8,6 +8,7 @@ the node sends them, and `acbslurm report` shows the job's usage as if nothing h
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -46,12 +47,23 @@ kill %1; wait
         assert len(kept) == 1, kept
     finally:
         sb.restart("slurmdbd")
-    # A later job's epilog on the node sends it, once slurmdbd has the job's end.
+
+    # A later job's epilog on the node sends it, once slurmdbd has the job's end (which
+    # slurmctld sends it when it has reconnected: wait for that state, not for a number
+    # of later jobs, which a fast scheduler runs before it).
+    def ended_in_slurmdbd() -> bool:
+        out = sb.run_slurm(["sacct", "-X", "-n", "-P", "-j", job, "-o", "End"], check=False)
+        return any(e and e != "Unknown" for e in out.stdout.split())
+
+    wait_until("slurmdbd to have the job's end", ended_in_slurmdbd, 120)
+    # Each later epilog starts a detached sender; one that finds slurmdbd still busy
+    # after its restart leaves the file to the next epilog, as on a real node.
     for _ in range(6):
-        if not list(pending.glob(f"{job}.*.json")):
-            break
         other = submit(sb, scripts, "true", "--gres=gpu:1", "-t", "1")
         wait_gone(sb, other, 60)
+        with contextlib.suppress(AssertionError):
+            wait_until("the usage sent", lambda: not list(pending.glob(f"{job}.*.json")), 15)
+            break
     assert not list(pending.glob(f"{job}.*.json")), "the usage was never sent"
     assert not list(pending.glob(f"{job}.*.failed"))  # another run's may be there
     got = wait_for_pool_usage(sb, job)
