@@ -152,11 +152,9 @@ class Answer:
             data = b""
         self.cut = bool(left)
 
-    def read(self, total: float | None = None) -> bytes:
-        """The whole body; ``total``: seconds from now it must have come in, when the
-        answer has no deadline of its own (each read also has the socket's timeout)."""
-        if total is not None and self.deadline is None:
-            self.deadline = time.monotonic() + total
+    def read(self) -> bytes:
+        """The whole body, within the answer's deadline and limit (each read also has the
+        socket's timeout)."""
         return b"".join(self.chunks())
 
     def lines(self) -> Iterator[bytes]:
