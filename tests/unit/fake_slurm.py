@@ -606,4 +606,9 @@ def fake_slurm(
     """Fake Slurm commands first on PATH for this test (see the module's docstring)."""
     fake = FakeSlurm(tmp_path_factory.mktemp("fake_slurm"))
     monkeypatch.setenv("PATH", f"{fake.bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
+    # The fake controller is never down: a fake command slower than the watchdog's
+    # patience is the machine's load (each is a Python start), and the `scontrol ping`
+    # that would follow is not a call the tests' exact lists of calls expect.
+    # tests/unit/slurm/test_controller_down.py tests the watchdog with real processes.
+    monkeypatch.setattr("acbslurm.slurm.commands.CONTROLLER_PATIENCE", 60.0)
     yield fake

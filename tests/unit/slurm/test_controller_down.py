@@ -84,10 +84,10 @@ def test_the_watchdog_is_asked_once_and_only_for_slow_commands() -> None:
 def test_a_started_query_is_read_once_and_watched_as_a_run_one(
     bin_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """`status` starts its squeue early (``commands.start``): the query's own call reads
-    that run instead of starting another, only a call with the same command line and
-    nothing else asked of it does, and a controller that is down still ends it in
-    about CONTROLLER_PATIENCE with scontrol ping's line."""
+    """A command started early (``commands.start``: the prolog's scontrol while squeue
+    answers) is read by the query's own call instead of starting another, only a call
+    with the same command line and nothing else asked of it does, and a controller that
+    is down still ends it in about CONTROLLER_PATIENCE with scontrol ping's line."""
     from acbslurm.slurm import commands
     from acbslurm.slurm.jobs import squeue_argv
 
