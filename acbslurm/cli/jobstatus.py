@@ -136,25 +136,27 @@ def _job_files(
     }
     if not mine:
         return {}, {}
-    from acbslurm.container.ports import of_job
+    from acbslurm.container.ports import by_job, of_job
     from acbslurm.serve.address import address_file, read
 
     pools: dict[str, dict[str, Any]] = {}
     ports: dict[str, list[dict[str, str]]] = {}
-    listed: dict[str, frozenset[str] | None] = {}
+    # Each folder's listing and its port files by job; None: it could not be listed.
+    listed: dict[str, tuple[frozenset[str], dict[str, list[str]]] | None] = {}
     for jid, folder in mine.items():
         if folder not in listed:
             try:
-                listed[folder] = frozenset(os.listdir(folder))
-            except OSError:  # then each file is tried
+                names = frozenset(os.listdir(folder))
+                listed[folder] = names, by_job(names)
+            except OSError:  # then the pool's file is tried; port files need a listing
                 listed[folder] = None
-        names = listed[folder]
+        here = listed[folder]
         path = address_file(folder, jid)
-        if names is None or os.path.basename(path) in names:
+        if here is None or os.path.basename(path) in here[0]:
             data = read(path)
             if data is not None and "url" in data:
                 pools[jid] = {**data, "file": path}
-        if found := of_job(jid, names, folder):
+        if here and (found := of_job(jid, here[1].get(jid, []), folder)):
             ports[jid] = found
     return pools, ports
 

@@ -17,6 +17,7 @@ from acbslurm import jobfiles
 
 TYPE_CHECKING = False  # a lean-path module: CONTRIBUTING.md, "Lean imports"
 if TYPE_CHECKING:
+    from collections.abc import Iterable
     from typing import Any
 
 PREFIX = "acbslurm-ports-"
@@ -159,14 +160,21 @@ def forget(path: str | None) -> None:
         jobfiles.remove(path)
 
 
-def of_job(job_id: str, names: frozenset[str] | None, folder: str) -> list[dict[str, str]]:
-    """The ports every run of ``job_id`` keeps in ``folder`` (its listing ``names``;
-    None: it could not be listed, so nothing is found): each with its ``node``."""
-    mine = sorted(
-        n for n in names or () if n.startswith(f"{PREFIX}{job_id}.") and n.endswith(".json")
-    )
+def by_job(names: Iterable[str]) -> dict[str, list[str]]:
+    """A working directory's port files (its listing ``names``) by job id, each job's
+    in order: one pass over the listing, however many of the caller's jobs share it."""
+    out: dict[str, list[str]] = {}
+    for name in sorted(names):
+        if name.startswith(PREFIX) and name.endswith(".json"):
+            out.setdefault(name[len(PREFIX) :].split(".", 1)[0], []).append(name)
+    return out
+
+
+def of_job(job_id: str, names: list[str], folder: str) -> list[dict[str, str]]:
+    """The ports the runs of ``job_id`` keep in ``folder`` (its files ``names``, from
+    ``by_job``): each with its ``node``."""
     out: list[dict[str, str]] = []
-    for name in mine:
+    for name in names:
         data = jobfiles.read_private(os.path.join(folder, name))
         if data and str(data.get("job_id")) == job_id:
             out.extend(_entries(data))

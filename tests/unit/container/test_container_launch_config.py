@@ -207,7 +207,7 @@ def test_the_published_ports_are_kept_for_status_while_the_run_lasts(
     path = ports.keep("12", "vm-1", ports.published(INSPECTED, "vm-1"))
     assert path is not None and os.stat(path).st_mode & 0o777 == 0o600
     (tmp_path / "acbslurm-ports-123.vm-1.1.json").write_text('{"job_id": "123", "ports": []}')
-    names = frozenset(os.listdir(tmp_path))
+    names = ports.by_job(os.listdir(tmp_path))["12"]
     assert ports.of_job("12", names, str(tmp_path)) == [
         {"node": "vm-1", "port": "8080/tcp", "address": "vm-1:32768"},
         {"node": "vm-1", "port": "9090/tcp", "address": "127.0.0.1:19090 of vm-1"},
