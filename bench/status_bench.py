@@ -7,7 +7,8 @@ On an UP sandbox, as its user (user1): submits ``-n`` held jobs (``sbatch --hold
 ``--running K``, K of them one-GPU ``sleep`` jobs that run instead), then times plain
 ``squeue`` and ``acbslurm status`` (and ``--json``) as user1, each ``--repeat`` times,
 and prints the medians, the fastest, the CPU time (user + system, the command and what
-it waited for: on a busy machine the steadier number) and the ratio. ``--big N``: the
+it waited for: on a busy machine the steadier number) and the ratio, beside the floor
+of any click command (``python -c 'import click'``: no status can be faster). ``--big N``: the
 same with N held jobs, to see how both grow.
 
 ``--standin N`` (default 10,000) measures what a queue that size costs acbslurm beyond
@@ -46,6 +47,7 @@ from acbslurm.slurm.jobparse import SQUEUE_FORMAT  # noqa: E402
 # `acbslurm status` as the installed command runs it (its console script), with the
 # checkout's code: `python -m acbslurm` would add runpy's imports (1-2 ms).
 CONSOLE = "import sys; from acbslurm.cli.entry import main; sys.exit(main())"
+CLICK_FLOOR = [sys.executable, "-c", "import click"]
 
 
 class User:
@@ -149,7 +151,10 @@ def queue_round(
         flush=True,
     )
     sq = measure(user, "squeue", ["squeue"], repeat)
-    got = {"squeue": sq["median"], "squeue_cpu": sq["cpu"]}
+    # What any click command costs before its own work: Python's start and click's
+    # import (status uses the CLI's one parser; CONTRIBUTING.md, "Lean imports").
+    floor = measure(user, "python -c 'import click' (the floor)", CLICK_FLOOR, repeat)
+    got = {"squeue": sq["median"], "squeue_cpu": sq["cpu"], "floor": floor["median"]}
     for i, checkout in enumerate(checkouts):
         name = "" if i == 0 else f" ({checkout})"
         argv, extra = acbslurm(checkout)
@@ -242,7 +247,9 @@ def main() -> None:
     ratio = small["status"] / small["squeue"]
     print(
         f"status/squeue at {args.n} jobs: {ratio:.2f} "
-        f"(goal <= 2: {'met' if ratio <= 2 else 'MISSED'}); load {os.getloadavg()}"
+        f"(goal <= 2: {'met' if ratio <= 2 else 'MISSED'}); the floor alone "
+        f"(Python and click, no query): {small['floor'] / small['squeue']:.2f}; "
+        f"load {os.getloadavg()}"
     )
 
 
