@@ -33,6 +33,8 @@ import os
 import re
 import stat
 
+from acbslurm.errors import AccountingError
+
 TYPE_CHECKING = False  # a lean-path module: CONTRIBUTING.md, "Lean imports"
 if TYPE_CHECKING:
     from typing import Any
@@ -528,7 +530,13 @@ class UsageFiles:
     reads them can say so too. A line cut short is cut off (the ledger stays whole
     lines), and lines written once there is room again follow it."""
 
+    # complexity: one start in order: open, claim, go on from an earlier pool, mark
     def __init__(self, folder: str, book: Book, log: Any) -> None:
+        """AccountingError when another pool of the job keeps its usage in ``folder``
+        now. A pool started again in the job goes on from the totals the earlier ones
+        kept there (the epilog reads one pair of files per job and node)."""
+        import fcntl
+
         self.folder = folder
         self.book = book
         self.log = log
@@ -537,12 +545,47 @@ class UsageFiles:
         self._fd = -1
         self._said = False
         self._mark = ""
-        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0)
+        # Read and write: a killed pool's half line is found (pread) and cut off.
+        flags = os.O_RDWR | os.O_CREAT | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0)
         try:
             # Empty files: made even on a full file system (no data blocks).
             self._fd = os.open(os.path.join(folder, LEDGER), flags, 0o600)
-            self.offset = os.fstat(self._fd).st_size
-            mark = os.path.join(folder, LOST_MARK + "0")
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self._fd)
+            self._fd = -1
+            # Two pools would each rewrite the totals with their own alone.
+            raise AccountingError(
+                f"another `acbslurm serve` of this job keeps its usage in {folder} on this "
+                "node: run one pool per job and node, with every model in its pool file"
+            ) from None
+        except OSError as exc:
+            self._failed(exc)
+            return
+        size = os.fstat(self._fd).st_size
+        whole = size  # where the last whole line ends
+        while whole and (tail := os.pread(self._fd, min(whole, 4096), max(0, whole - 4096))):
+            cut = tail.rfind(b"\n")
+            whole -= len(tail) - (cut + 1) if cut >= 0 else len(tail)
+            if cut >= 0:
+                break
+        try:
+            if whole < size:
+                os.ftruncate(self._fd, whole)
+            kept = read_job_usage(folder, os.getuid())
+        except (OSError, ValueError) as exc:
+            self.log.error(
+                "usage: what an earlier pool of this job kept in %s cannot be read (%s); "
+                "this pool's usage is kept after it",
+                folder,
+                exc,
+            )
+            kept = None
+        if kept is not None:
+            book.totals, _, self.lost = kept
+        self.offset = whole
+        try:
+            mark = os.path.join(folder, f"{LOST_MARK}{self.lost}")
             os.close(os.open(mark, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600))
             self._mark = mark
         except OSError as exc:

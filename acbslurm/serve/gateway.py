@@ -164,16 +164,16 @@ class Gateway:
         on_ready: Callable[[], None] | None = None,
         keys: KeyRing | None = None,
         owner: str = "",
-        usage_folder: str = "",
+        usage_files: UsageFiles | None = None,
         limiter: Limiter | None = None,
         max_audio: int = 25 << 20,
     ) -> None:
         self.handles = dict(handles)
         self.max_audio = max_audio  # bytes of an upload to /v1/audio/* (pool: max_audio)
         # Who used the GPUs (usagebook): one book for every model, written to the job's
-        # runtime folder in a Slurm job (``usage_folder``) for the epilog to keep.
-        self.book = Book()
-        self.usage_files = UsageFiles(usage_folder, self.book, log) if usage_folder else None
+        # runtime folder in a Slurm job (``usage_files``) for the epilog to keep.
+        self.usage_files = usage_files
+        self.book = Book() if usage_files is None else usage_files.book
         if self.usage_files is not None:
             self.book.write = self.usage_files.line
         # Limits per key NAME (serve/limits.py): fed the ledger's lines (tokens, shares

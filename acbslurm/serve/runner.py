@@ -31,6 +31,7 @@ from acbslurm.serve.placement import from_env as placement_from_env
 from acbslurm.serve.placement import large_enough, node_plan, placeable
 from acbslurm.serve.pool import PoolSpec, check_listen, per_device_need, weights_bytes
 from acbslurm.serve.supervisor import WorkerHandle
+from acbslurm.usagebook import Book, UsageFiles
 from acbslurm.values import mutable
 
 log = logging.getLogger(__name__)
@@ -247,9 +248,13 @@ class PoolServer:
     def _build(self) -> Any:
         import uvicorn
 
+        # First: a second pool of the job on this node stops here (AccountingError),
+        # before it takes the job's address file, key or GPUs from the first.
+        folder = usage_folder(dict(os.environ))
+        usage = UsageFiles(folder, Book(), log) if folder else None
         # Bound here rather than by uvicorn: port 0 becomes a real port before anything
-        # is served, and the address file names the port actually bound. First, so that
-        # an address in use stops the pool before its broker starts.
+        # is served, and the address file names the port actually bound. Before the
+        # broker, so that an address in use stops the pool before its broker starts.
         self.sock = bind(self.listen)
         if self.make_key:  # before anything is served: no request is let in without
             self.keys = generate(self.make_key, user_name())
@@ -282,7 +287,7 @@ class PoolServer:
             on_ready=self._ready,
             keys=self.keys,
             owner=user_name(),
-            usage_folder=usage_folder(dict(os.environ)),
+            usage_files=usage,
             limiter=self._limiter(),
             max_audio=self.pool.max_audio,
         )

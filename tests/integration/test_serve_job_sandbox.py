@@ -156,6 +156,7 @@ def test_pool_job_as_user1_and_user2(sb: Any, folder: Path) -> None:
         assert pool["models"] == {"model-a": "ready", "model-b": "ready"}
         assert pool["url"] == f"http://127.0.0.1:{pool['port']}/v1" and pool["port"] > 0
         assert (path.stat().st_mode & 0o777) == 0o600
+        _a_second_pool_is_refused(sb, job_id, folder, path)
         # the pool's broker is the job's broker, on exactly the job's (emulated) GPUs
         assert f"(broker: Slurm job {job_id})" in (jobs / f"out-{job_id}.txt").read_text()
         broker = _broker_status(sb, job_id)
@@ -208,6 +209,20 @@ def test_pool_job_as_user1_and_user2(sb: Any, folder: Path) -> None:
         no_jobs(sb)
     _nothing_left(sb, job_id, jobs)
     _usage_in_the_report(sb, job_id, since)
+
+
+def _a_second_pool_is_refused(sb: Any, job_id: str, folder: Path, address: Path) -> None:
+    """A second `acbslurm serve` in the running pool's job, on its node, is refused
+    before it takes the first pool's address file, key or GPUs (two pools would each
+    rewrite the job's usage totals with their own alone)."""
+    before = address.read_bytes()
+    argv = ["srun", f"--jobid={job_id}", "--overlap", "-n1", *ACBSLURM, "serve"]
+    argv.append(str(folder / "pool.yaml"))
+    res = sb.run_as("user1", argv, check=False, extra_env={"PYTHONPATH": str(REPO)})
+    assert res.returncode == 1, res.stderr
+    assert "Error: another `acbslurm serve` of this job keeps its usage in " in res.stderr
+    assert "Traceback" not in res.stderr
+    assert address.read_bytes() == before
 
 
 def _submit_pool(sb: Any, jobs: Path) -> tuple[str, int]:

@@ -11,6 +11,7 @@ import os
 import pytest
 from mounts import tmpfs
 
+from acbslurm.errors import AccountingError
 from acbslurm.usagebook import (
     BROKER_USAGE,
     LEDGER,
@@ -89,6 +90,68 @@ def test_the_epilog_reads_the_totals_and_replays_the_lines_after_them(tmp_path) 
     assert totals.use == book.totals.use
     assert os.stat(tmp_path / SUMMARY).st_mode & 0o777 == 0o600
     assert os.stat(tmp_path / LEDGER).st_mode & 0o777 == 0o600
+
+
+def _pool(folder, prompt: int) -> tuple[Book, UsageFiles]:
+    """A pool's book and files in ``folder`` after one request and its lease."""
+    files = UsageFiles(str(folder), Book(), logging.getLogger("t"))
+    book = files.book
+    book.write = files.line
+    book.opened("m", f"r{prompt}", "alice", 0.0)
+    book.tokens(f"r{prompt}", prompt, 1, 0.0)
+    book.closed(f"r{prompt}", 1.0)
+    book.lease("m", 1, 0.0, 2.0)
+    return book, files
+
+
+def test_a_pool_started_again_in_the_job_goes_on_from_the_earlier_totals(tmp_path) -> None:
+    """The epilog reads one pair of files per job and node: a second pool (a restart
+    in the same job) starts from what the first kept, whole lines only (a killed pool's
+    half line is cut), and the epilog reads both pools' usage."""
+    pid = os.fork()
+    if pid == 0:  # the first pool: a request, a lease past its last totals, then killed
+        _, files = _pool(tmp_path, 3)
+        files.flush()
+        files.book.lease("m", 1, 2.0, 3.0)
+        with open(tmp_path / LEDGER, "ab") as fh:
+            fh.write(b'{"t":"lease","model":"m"')  # killed mid-line
+        os._exit(0)  # no close: the kernel closes its files, as for SIGKILL
+    assert os.waitpid(pid, 0)[1] == 0
+    second, files = _pool(tmp_path, 5)
+    ledger = (tmp_path / LEDGER).read_bytes().splitlines()
+    assert len(ledger) == 5 and all(json.loads(line) for line in ledger)  # none glued
+    assert second.totals.leased == {"m": 5.0}  # 2 + 1 of the first, 2 of its own
+    assert second.totals.use[("alice", "m")][:3] == [2, 8, 2]
+    files.flush()
+    got = read_job_usage(str(tmp_path), os.getuid())
+    assert got is not None and (got[0].leased, got[1]) == ({"m": 5.0}, 0)
+    assert got[0].use == second.totals.use
+    files.close()
+
+
+def test_a_second_pool_of_the_job_is_refused_while_the_first_runs(tmp_path) -> None:
+    """Two pools would each rewrite the totals with their own alone: the second is
+    refused, naming the folder, and the first's files are untouched; once the first
+    is gone, a pool may start there again."""
+    _, files = _pool(tmp_path, 3)
+    files.flush()
+    before = (tmp_path / LEDGER).read_bytes(), (tmp_path / SUMMARY).read_bytes()
+    with pytest.raises(AccountingError, match=f"keeps its usage in {tmp_path} on this node"):
+        UsageFiles(str(tmp_path), Book(), logging.getLogger("t"))
+    assert ((tmp_path / LEDGER).read_bytes(), (tmp_path / SUMMARY).read_bytes()) == before
+    files.close()
+    later = UsageFiles(str(tmp_path), Book(), logging.getLogger("t"))
+    assert later.book.totals.leased == {"m": 2.0}
+    later.close()
+
+
+def test_an_earlier_pool_s_files_that_cannot_be_read_are_said_and_left(tmp_path, caplog) -> None:
+    (tmp_path / SUMMARY).write_text("{not json")
+    files = UsageFiles(str(tmp_path), Book(), logging.getLogger("t"))
+    assert files.book.totals.leased == {}
+    said = [r.message for r in caplog.records if "earlier pool of this job" in r.message]
+    assert len(said) == 1 and f"kept in {tmp_path} cannot be read" in said[0]
+    files.close()
 
 
 @pytest.mark.parametrize("name", [SUMMARY, LEDGER, BROKER_USAGE])
