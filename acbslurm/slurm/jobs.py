@@ -52,10 +52,10 @@ _INVALID_JOB_ID = "invalid job id specified"
 # gentle on slurmctld (each is a cheap single-job request).
 _SCONTROL_PARALLEL = 4
 # More running jobs than this to ask about: one listing of every job instead of a call
-# each. A call is a fork, a munge credential and a request (10-20 ms on the sandbox), so
-# 256 jobs took seconds; the listing costs what the controller's whole table does, ended
-# jobs included until MinJobAge (0.45 s for a table of 6,000), so a few jobs are asked
-# one by one, by `status` without ids too (bench/status_bench.py).
+# each. A call is a fork, a munge credential and a request, so hundreds of jobs took
+# seconds; the listing costs what the controller's whole table does, ended jobs included
+# until MinJobAge, so a few jobs are asked one by one, by `status` without ids too
+# (docs/benchmarks.md, "`acbslurm status` on a long queue").
 _SCONTROL_ONE_BY_ONE = 16
 
 
