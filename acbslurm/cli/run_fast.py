@@ -1,10 +1,10 @@
 """`acbslurm run` without click, for the start of every job's container.
 
-Importing click costs about 21 ms, most of what `acbslurm run` adds to a plain
-`docker run` (bench/run_bench.py). This parser accepts exactly the well-formed
-command lines of the click command in ``cli/container.py`` and gives up (returns
-None) on anything else: help, unknown or malformed options, or a value the command
-itself rejects. The click command then handles that line, so usage messages come
+Importing click would be most of what `acbslurm run` adds to a plain `docker run`
+(docs/benchmarks.md, "Where the client's time went"). This parser accepts exactly the
+well-formed command lines of the click command in ``cli/container.py`` and gives up
+(returns None) on anything else: help, unknown or malformed options, or a value the
+command itself rejects. The click command then handles that line, so usage messages come
 from one place. A unit test checks that both parse the same lines alike.
 """
 
