@@ -56,7 +56,8 @@ def finite_float(text: str | float) -> float:
 # re.ASCII: without it IGNORECASE folds the Kelvin sign (U+212A) into k, and \s is
 # any Unicode space.
 # Patterns as text, compiled at first use (re caches them): the hooks import this module
-# for is_ascii_int, and compiling every pattern at import cost them ~6 ms (hooks_bench).
+# for is_ascii_int, and compiling every pattern at import would cost each hook
+# (docs/benchmarks.md, "Where the client's time went").
 _SIZE = r"^([0-9]+(?:\.[0-9]+)?)\s*([KMGTP]?)(?:I?B)?$"
 _SIZE_FLAGS = re.IGNORECASE | re.ASCII
 _POWER = {"": 0, "K": 1, "M": 2, "G": 3, "T": 4, "P": 5}
