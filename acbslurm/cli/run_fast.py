@@ -99,7 +99,9 @@ def _store(name: str, value: Any, values: dict[str, Any], repeated: dict[str, li
         values[field] = value
 
 
-# complexity: the one walk over argv, each case in turn
+# complexity: a scanner over argv: each branch is one shape of argument (`--`, the image, bundled
+# short flags, an option and its value), and the position carries from one to the next; split, it
+# would be passed in and returned.
 def parse(argv: list[str]) -> RunArgs | None:
     """``argv`` after ``run``; None when click should handle it."""
     values: dict[str, Any] = {}
