@@ -127,8 +127,9 @@ def _file_values(p: str, settings: Settings) -> dict[str, Any]:
     """The settings a file sets, checked and coerced."""
     text = read_user_text(p, "settings file", limit=SETTINGS_LIMIT)
     if text.lstrip().startswith("{"):
-        # JSON is YAML too; read without PyYAML, whose import would cost every Slurm
-        # hook and every `acbslurm run` about 12 ms.
+        # JSON is YAML too; read without PyYAML, whose import every Slurm hook and
+        # every `acbslurm run` would pay
+        # (docs/benchmarks.md, "Where the client's time went").
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:

@@ -72,7 +72,9 @@ def remove_job_dir(base: str, job_id: str) -> bool:
     if not stat.S_ISDIR(st.st_mode):
         os.unlink(path)
     elif not _remove_flat_dir(path):
-        import shutil  # ~10 ms to import (zlib, bz2, lzma): only for a nested directory
+        # Only for a nested directory: shutil imports zlib, bz2 and lzma
+        # (docs/benchmarks.md, "Where the client's time went").
+        import shutil
 
         shutil.rmtree(path)
     return True

@@ -23,7 +23,8 @@ if TYPE_CHECKING:
 
 def _debug(msg: str, *args: object) -> None:
     # Logging is imported only by entry points that configure it: if nobody did, no
-    # handler would show this anyway, and the Slurm hooks save ~5 ms of import.
+    # handler would show this anyway, and the Slurm hooks skip its import
+    # (docs/benchmarks.md, "Where the client's time went").
     logging = sys.modules.get("logging")
     if logging is not None:
         logging.getLogger(__name__).debug(msg, *args)

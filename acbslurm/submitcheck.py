@@ -68,7 +68,9 @@ def _job_dir(spec: JobSpec, cwd: str) -> str:
     return os.path.join(cwd, spec.workdir) if spec.workdir else cwd
 
 
-# complexity: the path's checks in turn
+# complexity: the checks end at the first answer (writable file, unknown until the job runs,
+# missing, not writable), each its own message; split, each helper would return a problem or None
+# and the caller would test each.
 def _directory_problem(kind: str, path: str, spec: JobSpec, cwd: str, user: str) -> str | None:
     full = expand_path(os.path.join(_job_dir(spec, cwd), path), user=user, name=spec.name or "")
     if full is not None and os.path.exists(full) and os.access(full, os.W_OK):

@@ -56,7 +56,8 @@ def finite_float(text: str | float) -> float:
 # re.ASCII: without it IGNORECASE folds the Kelvin sign (U+212A) into k, and \s is
 # any Unicode space.
 # Patterns as text, compiled at first use (re caches them): the hooks import this module
-# for is_ascii_int, and compiling every pattern at import cost them ~6 ms (hooks_bench).
+# for is_ascii_int, and compiling every pattern at import would cost each hook
+# (docs/benchmarks.md, "Where the client's time went").
 _SIZE = r"^([0-9]+(?:\.[0-9]+)?)\s*([KMGTP]?)(?:I?B)?$"
 _SIZE_FLAGS = re.IGNORECASE | re.ASCII
 _POWER = {"": 0, "K": 1, "M": 2, "G": 3, "T": 4, "P": 5}
@@ -163,7 +164,8 @@ def _time_parts(text: str) -> dict[str, int] | None:
     return None
 
 
-# complexity: one check after another
+# complexity: a validator: each `if` is one refusal with its own message, in the order Slurm's
+# format is read (the form, each part's range, then zero); a helper per rule would be called once.
 def parse_time_limit(value: object) -> str:
     """Check a Slurm time limit and return it as Slurm reads it; ValueError when invalid."""
     if not isinstance(value, str | int) or isinstance(value, bool):  # text or a whole number
@@ -220,7 +222,9 @@ def _count(digits: str) -> int:
     return int(significant or "0")
 
 
-# complexity: each form of an instant in turn
+# complexity: the forms of an instant (relative, @seconds, the dates) are tried in order and the
+# range check applies to whichever matched; split, each form's helper would return None and the
+# caller would test each, the same branches one hop away.
 def parse_instant(text: str, now: float | None = None) -> int:
     """Unix seconds for ``text`` in local time; ValueError says what is accepted."""
     now_i = int(time.time() if now is None else now)

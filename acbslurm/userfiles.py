@@ -1,10 +1,10 @@
 """Files acbslurm reads on a user's behalf, read with bounds.
 
 A path a user gives (a job spec, ``--template``, a pool file, a settings file, an env
-file...) may name anything: ``/dev/zero`` or ``/dev/urandom`` (endless: the reader grew
-to 9 GB in 20 s), a FIFO (an ``open`` that blocks until a writer comes, so for ever),
-a directory, ``/proc/self/mem``. ``read_user_file`` takes only a regular file of at
-most ``limit`` bytes, and says which rule the path broke:
+file...) may name anything: ``/dev/zero`` or ``/dev/urandom`` (endless: an unbounded
+read grows until memory runs out), a FIFO (an ``open`` that blocks until a writer comes,
+so for ever), a directory, ``/proc/self/mem``. ``read_user_file`` takes only a regular
+file of at most ``limit`` bytes, and says which rule the path broke:
 
 - it opens with ``O_NONBLOCK``, so a FIFO's open returns at once and ``fstat`` on the
   open descriptor (not the name, which could be swapped in between) tells its type;

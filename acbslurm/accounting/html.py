@@ -101,7 +101,8 @@ def _packed_bars(unrecorded: list[JobUsage], now: int) -> tuple[list[Bar], int]:
     return bars, len(free_at)
 
 
-# complexity: the SVG drawn part after part: the lanes, the ticks, the bars, the banner.
+# complexity: an SVG is written in drawing order (lanes, ticks, bars, the banner on top), each loop
+# one layer placed by the same scale, rows and height; split, every helper would take all three.
 def _timeline(jobs: list[JobUsage], t0: int, t1: int, now: int) -> str:
     lanes, bars, uuids = _lanes(jobs, now)
     if not bars:

@@ -309,8 +309,9 @@ def _unsplit_sums(conn: Any, schema: Schema, req: ReportRequest, server: Server)
     return sums
 
 
-# complexity: one flow: run the slices, find the ids counted twice (or fall back), add
-# the rows up, subtract the surplus.
+# complexity: each step needs the one before (the slices' rows, their id lists, the fallback when a
+# list was cut, the surplus query on the same connection), and the fallback returns early; split,
+# the results would be passed from helper to helper.
 def _sliced_sums(
     conn: Any,
     schema: Schema,

@@ -75,7 +75,9 @@ def job_nodes_count(env: Mapping[str, str]) -> int:
     return int(raw) if raw.isascii() and raw.isdigit() and int(raw) > 0 else 1
 
 
-# complexity: one straight flow: this node's GPUs, every node's, each placed, the lost refused
+# complexity: the count is the comprehension's choice (this node's device, or one built from the
+# comment) and the check that none of this node's is missing, both over the same maps; nothing in it
+# is reused.
 def all_nodes_devices(env: Mapping[str, str], settings: Settings) -> DeviceSet:
     """Every GPU of the multi-node Slurm job this program runs in, in the job's node
     order, each with its node (for a broker that lends them all: the pool's).

@@ -7,10 +7,10 @@ rejections leave here, one serialized protobuf message per datagram. Everything 
 on the server's event loop through reader callbacks, like the gRPC sessions, so the
 core still needs no lock.
 
-Why: on the 2-core box gRPC's Python layer costs about 200-350 us of client CPU and
-170 us of server CPU per grant (docs/broker.md); a datagram each way costs a few
-system calls. gRPC keeps registration, status, the server's pushes (yield, evict) and
-every remote client.
+Why: gRPC's Python layer hands each message between threads and costs most of a
+grant's client and server CPU (docs/benchmarks.md, "The GPU broker"); a datagram each
+way costs a few system calls. gRPC keeps registration, status, the server's pushes
+(yield, evict) and every remote client.
 """
 
 from __future__ import annotations

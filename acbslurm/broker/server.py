@@ -15,9 +15,8 @@ predecessor died with those sessions, which may still hold device memory and com
 it starts in recovery (``core.Broker.start_recovery``) and grants nothing until they
 have rejoined or ``recovery_grace`` seconds have passed.
 
-Measured on the 2-core box (docs/broker.md): the synchronous gRPC server with a reader
-thread and a writer thread per session cost about 400 us of server CPU per grant;
-this loop costs about 170 us.
+Why one loop: the synchronous gRPC server, with a reader thread and a writer thread per
+session, cost far more server CPU per grant (docs/benchmarks.md, "The GPU broker").
 """
 
 from __future__ import annotations

@@ -46,9 +46,10 @@ REQUEST_TIMEOUT = 60.0
 REQUEST_LIMIT = 4096
 # While a caller's request has not come: every WARM_EVERY s, for at most WARM_FOR s, a
 # move of this helper into its own cgroup (a move that changes nothing). The kernel's
-# first move after a quiet spell waits for an RCU grace period (19 ms measured here,
-# later ones 0.05 ms), and keeps its fast path only about a grace period after the last
-# move. So the container's move, when its request comes, does not wait for it.
+# first move after a quiet spell waits for an RCU grace period (the moves right after it
+# do not: docs/benchmarks.md, "Hooks and `acbslurm run`"), and keeps its fast path only
+# about a grace period after the last move. So the container's move, when its request
+# comes, does not wait for it.
 WARM_EVERY = 0.003
 WARM_FOR = 3.0
 # Requests answered at once (a job's tasks start their containers together); more

@@ -140,7 +140,8 @@ def serve(
     help="Seconds to wait for the broker.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the state as JSON.")
-# complexity: the broker's state printed part after part
+# complexity: the text follows the status's parts in order, each conditional one optional part
+# (recovery, a holder, a waiting client); a helper per part would be a one-use printer.
 def status(address: str | None, timeout: float, as_json: bool) -> None:
     """Show the broker's devices, holders, waiting clients and counters."""
     from acbslurm.broker.status import fetch_status

@@ -15,8 +15,8 @@ import sys
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     if args[:1] == ["run"]:
-        # The collector's passes over what the imports create cost 2.5 ms of the
-        # container's start (of about 45 ms before the daemon's part; bench/run_bench.py):
+        # The collector's passes over what the imports create would lengthen the
+        # container's start (docs/benchmarks.md, "Where the client's time went"):
         # off until the container runs (launch.run_container turns it on again).
         gc.disable()
         from acbslurm.container.probe import probe_from_env

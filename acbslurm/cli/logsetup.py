@@ -9,7 +9,8 @@ def configure_logging(verbose: int) -> None:
     env_level = os.environ.get("ACBSLURM_LOG_LEVEL")
     if not verbose and not env_level:
         # Python's last-resort handler already prints warnings; importing logging here
-        # would cost `acbslurm run` (a job's start) about 15 ms.
+        # would lengthen `acbslurm run`, a job's start
+        # (docs/benchmarks.md, "Where the client's time went").
         return
     import logging
 

@@ -1,10 +1,10 @@
 """`acbslurm run` without click, for the start of every job's container.
 
-Importing click costs about 21 ms, most of what `acbslurm run` adds to a plain
-`docker run` (bench/run_bench.py). This parser accepts exactly the well-formed
-command lines of the click command in ``cli/container.py`` and gives up (returns
-None) on anything else: help, unknown or malformed options, or a value the command
-itself rejects. The click command then handles that line, so usage messages come
+Importing click would be most of what `acbslurm run` adds to a plain `docker run`
+(docs/benchmarks.md, "Where the client's time went"). This parser accepts exactly the
+well-formed command lines of the click command in ``cli/container.py`` and gives up
+(returns None) on anything else: help, unknown or malformed options, or a value the
+command itself rejects. The click command then handles that line, so usage messages come
 from one place. A unit test checks that both parse the same lines alike.
 """
 
@@ -99,7 +99,9 @@ def _store(name: str, value: Any, values: dict[str, Any], repeated: dict[str, li
         values[field] = value
 
 
-# complexity: the one walk over argv, each case in turn
+# complexity: a scanner over argv: each branch is one shape of argument (`--`, the image, bundled
+# short flags, an option and its value), and the position carries from one to the next; split, it
+# would be passed in and returned.
 def parse(argv: list[str]) -> RunArgs | None:
     """``argv`` after ``run``; None when click should handle it."""
     values: dict[str, Any] = {}

@@ -214,8 +214,9 @@ class Progress:
             sys.stderr.flush()
 
 
-# complexity: one watch: show each snapshot, stop when only stuck jobs are left, and on
-# Ctrl-C say which jobs keep running.
+# complexity: one watch loop and its Ctrl-C: the handler names the jobs that keep running from the
+# loop's last snapshot, so both stay in one frame; split, that snapshot would have to leave a helper
+# through shared state.
 def follow(
     job_ids: list[str],
     interval: float,

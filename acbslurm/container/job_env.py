@@ -83,7 +83,8 @@ def tasks_on_node(tasks_per_node: str, node_id: int) -> int | None:
     return nodes[node_id] if 0 <= node_id < len(nodes) else None
 
 
-# complexity: one variable after another
+# complexity: one `if` per variable, each set only where Slurm gives what it needs; the variables
+# are independent, so a helper per variable would be a one-use function for a two-line rule.
 def rendezvous_env(env: Mapping[str, str]) -> dict[str, str]:
     """RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR (the step's first
     node) and MASTER_PORT, for a task of a step (srun); empty outside one."""

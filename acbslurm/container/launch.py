@@ -115,7 +115,8 @@ def device_request(uuids: Sequence[str], cdi_ids: Sequence[str] = ()) -> dict[st
     }
 
 
-# complexity: one key per choice, in Docker's order
+# complexity: a body of Docker's API built key by key in Docker's order; each conditional is a key a
+# run may leave out, which a reader checks against Docker's reference in one place.
 def container_config(
     spec: LaunchSpec, with_limits: bool, cdi_ids: Sequence[str] = ()
 ) -> dict[str, Any]:
@@ -159,7 +160,8 @@ def container_config(
     return config
 
 
-# complexity: one key per choice, in Docker's order
+# complexity: a body of Docker's API built key by key in Docker's order; each conditional is a key a
+# run may leave out, which a reader checks against Docker's reference in one place.
 def _host_config(spec: LaunchSpec, with_limits: bool, cdi_ids: Sequence[str]) -> dict[str, Any]:
     """HostConfig: the init, the mounts, the GPUs, the job's limits where the daemon
     enforces them, and the user's own options where given (/dev/shm size, read-only

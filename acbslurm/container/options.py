@@ -97,7 +97,9 @@ class RunOptions:
     ulimits: list[Ulimit]
 
 
-# complexity: one check per option, in the order they are made
+# complexity: the checks run in the order their refusals are named (a line with two bad values is
+# refused for the first); one function keeps that order readable top to bottom, where helpers per
+# option would hide it.
 def parse(args: RunArgs) -> RunOptions:
     """Every check that needs only the command line, in the order made (a line with
     two bad values is refused for the first): --pull, --gpus, --mount, --env-file and
@@ -147,7 +149,9 @@ class Granted:
     devices: list[Device]
 
 
-# complexity: one check per option, in the order they are made
+# complexity: the checks run in the order their refusals are named (a line with two bad values is
+# refused for the first); one function keeps that order readable top to bottom, where helpers per
+# option would hide it.
 def grant(args: RunArgs, opts: RunOptions, settings: Settings, record: JobRecord | None) -> Granted:
     """The line's asks weighed against the job's ``record`` (this step's GPUs: see
     ``step_gpus.py``) and the node, in this order: --gpus, --cpus and --memory,
@@ -190,7 +194,9 @@ def _ruled(option: str, rule: Callable[[str], T], text: str) -> T:
         raise OptionError(option, str(exc)) from None
 
 
-# complexity: the form, then the source's checks, in turn
+# complexity: a validator: each branch is one refusal with its own message, in the order a bind's
+# parts are read (the form, the mode, the source, what it resolves to, the target); a helper per
+# rule would be called once.
 def parse_mount(
     spec: str, cwd: str | None = None, mounts: Sequence[tuple[str, str]] | None = None
 ) -> Mount:
@@ -250,7 +256,9 @@ def parse_size(spec: str) -> int:
 _GPU_COUNT = re.compile(r"^[0-9]+$")
 
 
-# complexity: each form Docker's --gpus takes, in turn
+# complexity: a validator over the forms Docker's --gpus takes (auto, all, none, a count refused, a
+# device list), each form a branch with its own answer or refusal; a helper per form would be called
+# once.
 def parse_gpus(spec: str) -> str | list[str]:
     """``auto`` (``all``: the same in a job) | ``none`` | a comma list of the job's GPUs,
     by UUID (GPU or MIG) or by their index in the job (0 is its first), with or without
@@ -326,7 +334,8 @@ class Limits:
     mem_bytes: int = 0  # 0: none
 
 
-# complexity: each limit's checks in turn
+# complexity: a validator: each branch is one refusal with its own message, --cpus' then --memory's
+# against the job's allocation; a helper per rule would be called once.
 def resolve_limits(cpus: float | None, memory: str | None, record: JobRecord | None) -> Limits:
     """The allocation's CPUs/memory, or lower values asked for; never more. ``cpus`` as
     Docker's NanoCpus: positive, finite, within the job's CPUs.
@@ -417,7 +426,8 @@ def port_range(text: str) -> tuple[int, int] | None:
     return lo, hi
 
 
-# complexity: the form, then the site's range
+# complexity: a validator: each branch is one refusal with its own message (the form, the ports'
+# range, the site's range); a helper per rule would be called once.
 def parse_publish(spec: str, allowed: tuple[int, int] | None) -> Publish:
     """``-p`` as `docker run` takes it, within the site's ``allowed`` range."""
     m = PUBLISH.match(spec)
@@ -556,7 +566,8 @@ def _devices_under(folder: str) -> list[tuple[str, int]]:
     return sorted(found)
 
 
-# complexity: one device file or a folder's, each checked in turn
+# complexity: a validator: a device file or a folder's files, then each refused as a GPU's or
+# outside the site's list, each refusal naming the path; a helper per rule would be called once.
 def parse_device(text: str, allowed: Sequence[str], gpu_files: Sequence[str] = ()) -> list[Device]:
     """``--device`` as `docker run` takes it (a directory: every device file in it),
     for device files of the site's list (``allowed_devices``) only, and never a GPU's

@@ -1,9 +1,10 @@
 """The user's Docker daemon's /info and pid, fetched on a thread from the start of a run.
 
-/info took 6-18 ms on Docker 26.1 and 28.5, and a GPU container's create waits for it:
-whether to ask for CDI devices depends on it (``cdi_ids``). `acbslurm run` starts the
-probe as soon as it knows the daemon's address: before anything else of the run is
-imported where the environment names the daemon (``probe_from_env``, called by
+/info is one of the daemon's slower answers
+(docs/benchmarks.md, "Where the client's time went"), and a GPU container's create
+waits for it: whether to ask for CDI devices depends on it (``cdi_ids``). `acbslurm run`
+starts the probe as soon as it knows the daemon's address: before anything else of the
+run is imported where the environment names the daemon (``probe_from_env``, called by
 cli/entry.py), else once the settings are read (run_command.py). /info then goes while
 the run's other modules are imported, the job is checked and the image looked up; this
 module imports little for that reason.
@@ -27,10 +28,11 @@ if TYPE_CHECKING:
     from acbslurm.container.patience import Patience
     from acbslurm.gpuvalue import Gpu
 
-# s: the run's client's timeout per request (a create pulls nothing, a start of a GPU
-# container took 0.2 s here). A call past it is asked again while the daemon answers
-# its ping (a burst of starts: container/patience.py); past it without a ping, the
-# daemon is stuck.
+# s: the run's client's timeout per request (a create pulls nothing, and a GPU
+# container's start takes a small part of it:
+# docs/benchmarks.md, "Where the client's time went"). A call past it is asked again
+# while the daemon answers its ping (a burst of starts: container/patience.py); past it
+# without a ping, the daemon is stuck.
 API_TIMEOUT = 30.0
 
 
@@ -110,7 +112,7 @@ def probe_daemon(api: EngineApi) -> InfoProbe:
 
 def probe_from_env(env: Mapping[str, str]) -> InfoProbe | None:
     """A probe of the daemon the environment names, started before the rest of the run
-    is imported (16 ms, in which /info is answered); None where only the site's settings
+    is imported, so that /info is answered meanwhile; None where only the site's settings
     name the daemon, or the address is not one acbslurm speaks (the run says why)."""
     host = env_docker_host(env)
     if host is None:

@@ -90,7 +90,9 @@ HOST_NOT_NODE = (
 )
 
 
-# complexity: the network decision in one place, case by case
+# complexity: one decision with several inputs (what was asked, the step's nodes, -p and --hostname,
+# whether the daemon shares the node's network), its cases ordered so that the first that applies
+# wins, which a split would hide.
 def _network(args: RunArgs, host: str) -> str | None:
     """The container's network mode: ``--network`` (host only where it is the node's),
     else the node's network for a step on several nodes where the daemon has it (the
@@ -133,7 +135,9 @@ def _cgroup_socket(mode: str, runtime_dir: str, job_id: str | None) -> str:
     return os.path.join(runtime_dir, check_job_id(job_id) + HELPER_DIR_SUFFIX, HELPER_SOCKET)
 
 
-# complexity: the run's one flow: parse, grant, launch, requeue
+# complexity: each step needs those before it (the record for the grant, the host for the probe and
+# the network), and every refusal comes before anything is created; split, the reader would hop to
+# check that order.
 def execute(args: RunArgs, early: InfoProbe | None = None) -> int:
     """Check ``args`` against the job's record, run the container; its exit code.
     ``early``: a probe started before the run's modules were imported (cli/entry.py),

@@ -32,7 +32,8 @@ class JobTrace:
     gpu_uuids: list[str] = field(default_factory=list)
     uuid_source: str = ""
 
-    # complexity: one field after another, each taken from the snapshot or kept.
+    # complexity: one field per line, each `or` or `if` that field's rule (keep what Slurm said only
+    # once); a helper per field would move the rule out of sight.
     def update(self, info: JobInfo) -> None:
         """Take what a new snapshot of the job says; keep what Slurm said only once."""
         self.state = info.state
@@ -80,7 +81,8 @@ class Phase:
     problems: list[str] = field(default_factory=list)
 
 
-# complexity: one flow of steps: submit, follow, fill the UUIDs from the inventory, check.
+# complexity: the steps share the traces by job id: the submit fills them, the watch updates them, a
+# timeout ends the phase with what they hold; split, the traces would be passed through each helper.
 def run_phase(
     scripts: list[tuple[str, float]],
     *,
@@ -152,8 +154,9 @@ def check_phase(jobs: list[JobTrace], *, gpus_on_node: int) -> list[str]:
     return problems + _queue_problems(jobs, ordered[:gpus_on_node], ordered[gpus_on_node:])
 
 
-# complexity: one check after another: the first jobs together, each later one waited
-# and took a freed GPU, one showed Resources.
+# complexity: the rules the queue phase must show, each with its own message; the count is the
+# comprehensions' clauses (which first jobs overlap, which job freed a GPU), which read as the rule
+# they state.
 def _queue_problems(
     jobs: list[JobTrace], first: list[JobTrace], later: list[JobTrace]
 ) -> list[str]:

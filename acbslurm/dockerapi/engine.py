@@ -1,7 +1,8 @@
 """A small Docker Engine API client over a unix socket (the hooks and `acbslurm run`).
 
-Why not the Docker SDK: importing it (requests, urllib3) costs ~100 ms, more than the
-prolog's whole budget and most of `acbslurm run`'s allowance over a plain `docker run`.
+Why not the Docker SDK: importing it (requests, urllib3) costs more than the prolog's
+whole budget and most of `acbslurm run`'s allowance over a plain `docker run`
+(docs/design.md, "Why its own Docker client").
 The calls needed are few and stable (Engine API >= 1.40, which has DeviceRequests):
 every one opens its own connection with a timeout, so nothing here can hang, and a
 second thread (a stop on SIGTERM) never shares a connection with a waiting one.

@@ -28,8 +28,8 @@ FIX_GRES = (
 )
 
 
-# complexity: one check after another, each adding its problem: the inventory's UUIDs
-# and minors, then the counts of slurm.conf, gres.conf and the node.
+# complexity: independent problems collected, not chained: each `if` adds its own sentence, so a
+# helper per problem would be a one-use function for a two-line rule.
 def _problems(
     ctx: Context, conf: SlurmConf | None, devices: list[str], gpus: list[GpuInfo]
 ) -> list[str]:
@@ -82,8 +82,9 @@ def _mapping(devices: list[str], gpus: list[GpuInfo]) -> tuple[list[str], list[s
     return lines, problems
 
 
-# complexity: one check after another, each its own outcome: a node slurm.conf has, the
-# inventory and gres.conf read, their problems, a GPU gres.conf leaves out.
+# complexity: a doctor check ends at its first outcome, in the order an admin must fix them (the
+# node's name first, or the rest would blame gres.conf wrongly); split, each helper would return an
+# outcome or None and the caller would test each.
 def check_gres(ctx: Context, conf: SlurmConf | None) -> Check:
     # ctx.node must be a node of slurm.conf (configless: no NodeName lines here). Checked
     # first: with several slurmd on this host (the sandbox's ``--nodes``), the host name

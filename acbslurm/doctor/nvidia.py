@@ -101,8 +101,9 @@ def _hook_search(ctx: Context, proc: str, config: str) -> tuple[str, str, str]:
     return where, path, config
 
 
-# complexity: one check after another: the hook on the daemon's PATH, the sandbox's
-# stand-in, the toolkit's config.
+# complexity: a doctor check ends at its first outcome, and the returns are the outcomes in the
+# order an admin fixes them (the hook, the sandbox's stand-in, the toolkit's config); split, each
+# helper would return an outcome or None and the caller would test each.
 def check_nvidia_hook(ctx: Context, proc: str = "/proc", config: str = TOOLKIT_CONFIG) -> Check:
     skipped = root_skip(ctx, "nvidia-hook")  # as `dockerd`: no daemon of root's to look at
     if skipped is not None:

@@ -10,7 +10,9 @@ from acbslurm.doctor.context import Context
 from acbslurm.doctor.result import Check, fail, ok
 
 
-# complexity: the path, then each of its parents in turn, each test one problem said.
+# complexity: one walk from the path up to /; the rules for a parent (root's, sticky, root's group)
+# sit beside the loop that applies them, each a problem said in the doctor's words, which a helper
+# per rule would separate.
 def _dir_problems(path: str) -> tuple[bool, list[str]]:
     """(whether ``path`` exists, what lets others than root change it or its parents)."""
     problems: list[str] = []

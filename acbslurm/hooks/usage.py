@@ -9,17 +9,17 @@ files: never through a link, bounded), bounded by the job's allocation (the GPUs
 gave it times its elapsed time: a pool cannot claim more than that), and written into
 the job's SystemComment through slurmdbd (``sacctmgr``), beside what is there.
 
-The epilog only writes the words into ``<record_dir>/usage-pending/`` (a file: well
-under a millisecond) and starts a sender in a session of its own (``send_pending``, from
-``entry.history_sender_main``): slurmdbd's calls take 100 to 300 ms (each request waits
-for a delayed TCP acknowledgement on 22.05) and a pool's usage waits until slurmdbd has
-recorded the job's end, none of which the epilog, and the node's next job, should wait
-for. slurmd kills what is left in a hook's process group when it returns; the sender
-is not in it. What the sender cannot send now (slurmdbd or its database down, the end
-not recorded yet) stays and the next epilog's sender sends it: nothing is lost (a job
-whose end is still not recorded after ``MAX_AGE``, a job requeued and held, is put
-aside as ``*.failed`` and said). Jobs without GPUs and without a pool cost one failed
-``open`` and one ``listdir``.
+The epilog only writes the words into ``<record_dir>/usage-pending/`` (one small file)
+and starts a sender in a session of its own (``send_pending``, from
+``epilog.history_sender_main``): slurmdbd's calls are slow (each request waits for a
+delayed TCP acknowledgement on 22.05; docs/benchmarks.md, "Hooks and `acbslurm run`")
+and a pool's usage waits until slurmdbd has recorded the job's end, none of which the
+epilog, and the node's next job, should wait for. slurmd kills what is left in a hook's
+process group when it returns; the sender is not in it. What the sender cannot send now
+(slurmdbd or its database down, the end not recorded yet) stays and the next epilog's
+sender sends it: nothing is lost (a job whose end is still not recorded after
+``MAX_AGE``, a job requeued and held, is put aside as ``*.failed`` and said). Jobs
+without GPUs and without a pool cost one failed ``open`` and one ``listdir``.
 
 On the hook path: no typing at run time (tests/unit/hooks/test_hooks_imports.py).
 """

@@ -145,7 +145,9 @@ def _with_network(p: Params, node_network: bool | None) -> Params:
     return replace(p, node_network=wanted)
 
 
-# complexity: one check per thing a running sandbox keeps, each its own message.
+# complexity: one guard per setting a running sandbox keeps, each refusing with the flag that would
+# change it; a table of settings would still need a message per row, so the guards read as the list
+# they are.
 def _same_shape(
     root: Path,
     old: Params,
@@ -323,7 +325,9 @@ class Sandbox:
                 continue
         return sorted(out, key=lambda r: (r.get("time", 0), r.get("container", "")))
 
-    # complexity: one polling loop: cancel, look at the nodes, resume a drained one.
+    # complexity: one polling loop under one deadline; each turn's node states and jobs left are
+    # what its timeout message says, so they stay in the loop's frame rather than pass out of
+    # helpers.
     def wait_idle(self, timeout: float = 60) -> None:
         """Cancel every job (again, while any is left) until no node has anything allocated."""
         from acbslurm.errors import SlurmError
@@ -398,7 +402,9 @@ class Sandbox:
         return all(s.running and s.ready for s in self.status())
 
     # -- up -------------------------------------------------------------------------
-    # complexity: one flow: check a running sandbox against what is asked, else start it.
+    # complexity: the order is the point: what runs is checked against what is asked before anything
+    # changes, the new parameters are built with the caller's choices winning in turn, and what a
+    # failed start left is stopped; split, the reader would hop to learn which choice wins.
     def up(
         self,
         gpu_count: int | None = None,
@@ -716,7 +722,9 @@ class Sandbox:
         return False
 
     # -- down -----------------------------------------------------------------------
-    # complexity: one flow: cancel the jobs, stop each component, then what is left.
+    # complexity: stopping goes on past any failure, in the order the components depend on each
+    # other; each branch only skips a step or says what it could not stop, which helpers would
+    # scatter.
     def down(self, progress: Progress = _quiet) -> list[str]:
         """Stop every process this sandbox started (by pid), newest first."""
         stopped = []

@@ -70,7 +70,7 @@ def server_pids(sid: int) -> set[int]:
     """A server's live processes: its session's, and every process below them or below
     its leader (one that made a session of its own is still there). Not its zombies:
     they hold nothing (no memory, no file, no mapping), and a killed server's orphans
-    wait for this machine's init to reap them (1.4 s here)."""
+    wait for this machine's init to reap them (docs/benchmarks.md, "Serve on vLLM")."""
     members = session_pids(sid)
     return members | {p for p, _ in _started(descendants(members | {sid}))}
 

@@ -77,7 +77,8 @@ def _thread_failed(args: threading.ExceptHookArgs) -> None:
 
 def trim_heap() -> None:
     """Give the C heap's free pages back to the system (glibc keeps them otherwise:
-    one huge prompt's tokenizing left the worker at 4x its size for good)."""
+    one huge prompt's tokenizing left the worker several times its size for good:
+    docs/benchmarks.md, "Serve")."""
     import ctypes
 
     with contextlib.suppress(OSError, AttributeError):  # AttributeError: not glibc

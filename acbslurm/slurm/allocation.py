@@ -74,7 +74,9 @@ class JobFacts:
         return f"{self.array_job}_{self.array_task}" if self.array_task else self.job_id
 
 
-# complexity: one row's fields checked one after another
+# complexity: the count is the row's conditional fields (Slurm's "(null)", a task id or none, a
+# number that may be blank), each on its field's line; a helper per field would move its default out
+# of sight.
 def parse_job_facts(text: str, job_id: str) -> JobFacts:
     """Job ``job_id``'s row of ``squeue -h -O JOB_FORMAT`` (an array's id lists every
     task: the row is the one whose JobID is ``job_id``). ValueError when none is."""

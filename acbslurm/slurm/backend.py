@@ -47,8 +47,9 @@ def pyslurm_version() -> str:
 
     if importlib.util.find_spec("pyslurm") is None:
         return ""
-    # Only now: importlib.metadata (with email.*) cost `acbslurm status` 30 ms on every
-    # run where slurm_backend is auto and no pyslurm is installed.
+    # Only now: importlib.metadata (with email.*) would be the largest import of every
+    # `acbslurm status` where slurm_backend is auto and no pyslurm is installed
+    # (docs/benchmarks.md, "`acbslurm status` on a long queue").
     import importlib.metadata
 
     try:

@@ -160,7 +160,8 @@ class GpuSlot:
         }
 
 
-# complexity: each node's GPUs, then each one's holder and state
+# complexity: the count is the loops' and the comprehension's clauses: one pass over the running
+# jobs, one over the nodes' GPUs, nothing a helper would name better than the comments do.
 def gpu_slots(*, record_dir: str = "", env: Mapping[str, str] | None = None) -> list[GpuSlot]:
     """Every GPU Slurm manages, with the running job holding it (or None) and, for a
     drained or down node, that state and the reason: its idle GPUs are not free.

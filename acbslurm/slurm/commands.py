@@ -64,7 +64,9 @@ def discard_started() -> None:
         stop_process(_STARTED.popitem()[1])
 
 
-# complexity: one run: the binary, its environment, the watchdog, the errors
+# complexity: every Slurm call passes here, and each option is one step on the way to proc.run (the
+# binary's path, a controller query's watchdog, a process started early), with the controller's own
+# error told apart where the watchdog raised it; split, one call's path would take several hops.
 def slurm(
     argv: Sequence[str],
     *,

@@ -85,7 +85,9 @@ def parse_squeue(text: str) -> list[JobInfo]:
     return parse_squeue_gpus(text)[0]
 
 
-# complexity: each row in turn, its GPUs beside it
+# complexity: one pass over squeue's rows: each field's clean-up (Slurm's "(null)", "None", "n/a")
+# sits where the field is named, and the comment's GPUs are read in the same pass; split, a field's
+# rule would sit away from its name.
 def parse_squeue_gpus(text: str) -> tuple[list[JobInfo], dict[str, JobGres]]:
     """``squeue -h -O SQUEUE_FORMAT``'s rows, and the GPUs of the running ones whose
     prologs all wrote theirs into the job's AdminComment (by squeue's id)."""
@@ -193,7 +195,8 @@ def _gpu_indices(gres: str) -> list[int]:
     return indices
 
 
-# complexity: each GPU group of one line in turn
+# complexity: the two ways a user's text can forge a GPU group (an unreadable host list, a node in
+# two groups) are refused where they show, beside the one comprehension they guard.
 def _line_gpus(line: str) -> list[Gpu]:
     """Each GPU of one ``scontrol -d -o show job`` line, on its node (scontrol -d's
     groups; node "" without them), by index: the UUIDs come from the AdminComment

@@ -52,10 +52,10 @@ _INVALID_JOB_ID = "invalid job id specified"
 # gentle on slurmctld (each is a cheap single-job request).
 _SCONTROL_PARALLEL = 4
 # More running jobs than this to ask about: one listing of every job instead of a call
-# each. A call is a fork, a munge credential and a request (10-20 ms on the sandbox), so
-# 256 jobs took seconds; the listing costs what the controller's whole table does, ended
-# jobs included until MinJobAge (0.45 s for a table of 6,000), so a few jobs are asked
-# one by one, by `status` without ids too (bench/status_bench.py).
+# each. A call is a fork, a munge credential and a request, so hundreds of jobs took
+# seconds; the listing costs what the controller's whole table does, ended jobs included
+# until MinJobAge, so a few jobs are asked one by one, by `status` without ids too
+# (docs/benchmarks.md, "`acbslurm status` on a long queue").
 _SCONTROL_ONE_BY_ONE = 16
 
 
@@ -133,7 +133,9 @@ def query_jobs(
     return jobs
 
 
-# complexity: the controller's rows, then sacct's for the rest, in order
+# complexity: each step settles what the next reads (sacct asked, its rows cleaned, its codes on the
+# controller's ended rows, then each id's rows) over the same three maps; split, every helper would
+# take and return them.
 def _scoped_rows(
     wanted: list[str], found: dict[str, JobInfo], env: Mapping[str, str] | None
 ) -> list[JobInfo]:
@@ -166,7 +168,8 @@ def _scoped_rows(
     return jobs
 
 
-# complexity: the three kinds of id sacct is asked about, in turn
+# complexity: the count is the comprehensions' conditions: three rules over one list, each with its
+# reason beside it; a helper per rule would be a one-line function called once.
 def _sacct_asked(wanted: list[str], found: Mapping[str, JobInfo]) -> list[str]:
     """The wanted ids sacct is asked about: those the controller does not show, arrays
     it shows (it may have forgotten tasks) and jobs it shows ended (for exit codes)."""
@@ -185,7 +188,8 @@ def _sacct_asked(wanted: list[str], found: Mapping[str, JobInfo]) -> list[str]:
     return [w for w in wanted if w not in found or w in arrays_shown or w in ended]
 
 
-# complexity: one id's own row, then its array tasks'
+# complexity: an array's own row is kept or dropped by what its tasks' rows say, so both are read in
+# one frame; split, the tasks would be passed back for that one rule.
 def _rows_of(w: str, found: Mapping[str, JobInfo], old: Mapping[str, JobInfo]) -> list[JobInfo]:
     """The rows of one wanted id: its own record and, for an array's id, its tasks'
     rows (``12_1``, ``12_[2-3]``; the controller's before sacct's); [] if none."""
@@ -270,7 +274,9 @@ def _squeue(
         raise
 
 
-# complexity: each job's GPUs from the first source that has them
+# complexity: three sources joined per job in the order they win (the cache, scontrol asked once for
+# what it lacks, this node's record), the record folder listed once before the loop; split, each
+# step would take the same four arguments and the reader would hop to learn which source wins.
 def _add_gpus(
     jobs: list[JobInfo],
     record_dir: str,
@@ -371,7 +377,9 @@ def _show_job(job_id: str, env: Mapping[str, str] | None) -> str:
     return res.stdout
 
 
-# complexity: one flow: the script, sbatch, its answer read
+# complexity: the pyslurm branch returns early; the rest is the pool's loop, whose rule (after a
+# failure, cancel what has not started, keep the ids of what ran) needs the futures at hand, so it
+# stays beside the loop it stops.
 def submit_script(
     script: str,
     *,
@@ -446,7 +454,9 @@ class CancelOutcome:
     unknown_rows: list[JobInfo]  # the UNKNOWN rows of ``unknown`` (their reasons)
 
 
-# complexity: one flow: which ids ran, ended or are unknown, then the cancel
+# complexity: one query, then each id sorted into unknown, ended or live (an array's tasks
+# together), then one scancel: the three lists are built and used in one frame, so a split would
+# pass them all out and back.
 def cancel_known(
     job_ids: Sequence[str], *, backend: str = "cli", signal: str = "", full: bool = False
 ) -> CancelOutcome:

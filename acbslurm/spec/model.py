@@ -316,7 +316,9 @@ def _pool_shape(get: Any, e: Errors) -> None:
         e.add(("nodes",), "a pool job needs a fixed node count (nodes: 2, not a range)")
 
 
-# complexity: one straight flow: each key checked in turn, then the checks across keys
+# complexity: every check adds to one Errors, so that a spec with several problems lists them all:
+# the keys are one constructor call, the checks across keys follow, each a rule with its reason
+# beside it.
 def validate(doc: Located) -> JobSpec:
     """Check a loaded spec; return the JobSpec or raise SpecError listing every problem."""
     e = Errors(doc)

@@ -111,7 +111,9 @@ class VllmServer:
             args += ["--chat-template", template]
         return args
 
-    # complexity: the server's command line, option after option
+    # complexity: one command line and its environment, built in the order vLLM reads them; each
+    # branch is an option this model or device kind adds, which a reader checks against vLLM's flags
+    # in one place.
     def command(self, devices: list[Any]) -> tuple[list[str], dict[str, str]]:
         spec = self.spec
         devices, gang = nodes.local_gang(spec, self.kind, devices, self.group)

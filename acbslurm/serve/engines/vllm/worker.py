@@ -61,9 +61,9 @@ RESIDUE_LIMIT = 2 << 30
 # broker counts it), so it needs nothing more; 0 would mean the whole device.
 AWAKE_HINT = 1
 # s a turn stays open once nothing is in flight or queued, unless another model waits:
-# a client's next request comes within it (a client at concurrency 1 sent its next one
-# 1-3 ms after its answer), and a turn per request cost it 18.7 ms of first token
-# (the release, the next grant: vLLM's benchmark client, bench/serve_bench.py).
+# a client's next request comes within it (a client at concurrency 1 sends its next one
+# right after its answer), so it does not pay a release and a new grant per request
+# (docs/serve.md, "Pool and gateway benchmark").
 LINGER = 0.025
 
 
@@ -243,9 +243,8 @@ class VllmWorker(Worker):
             with self.cond:
                 busy = bool(self.inflight)
             # A stream's chunks are progress already: no look at the counters while
-            # they flow.
-            # A look costs vLLM's own event loop, which streams the tokens: it renders
-            # all of its metrics, 52 kB, in 12-18 ms here (its /health: 0.4 ms).
+            # they flow. A look costs vLLM's own event loop, which streams the tokens:
+            # it renders all of its metrics for it (docs/benchmarks.md, "Serve on vLLM").
             if not busy:
                 last = None
                 continue
