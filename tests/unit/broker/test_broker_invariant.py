@@ -12,7 +12,7 @@ period (docs/broker.md): a live client notices the loss within the grace, so the
 grace may end only once every live old client has rejoined.
 """
 
-from hypothesis import HealthCheck, settings
+from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
@@ -246,8 +246,6 @@ class BrokerMachine(RuleBasedStateMachine):
 BrokerMachine.TestCase.settings = settings(
     max_examples=300,
     stateful_step_count=40,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow],
 )
 TestBrokerInvariant = BrokerMachine.TestCase
 

@@ -129,7 +129,7 @@ TOKENS = [
 ]  # fmt: skip
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(st.lists(st.sampled_from(TOKENS), max_size=8))
 def test_whatever_it_accepts_click_reads_the_same(argv: list[str]) -> None:
     fast = parse(argv)

@@ -210,7 +210,7 @@ _WORDS = st.sampled_from(
 _USER_TEXT = st.lists(st.one_of(_WORDS, st.text(max_size=12)), max_size=12).map("".join)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(_USER_TEXT)
 def test_no_user_text_widens_the_allocation(text: str) -> None:
     """Whatever a user writes in the fields they may set, the prolog reads the real
@@ -219,7 +219,7 @@ def test_no_user_text_widens_the_allocation(text: str) -> None:
     assert got == (Allocation(1, 500, (1,)), 1) or (got[0] == Allocation(1, 500) and got[1] >= 2)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(_USER_TEXT)
 def test_no_admin_text_moves_the_facts(comment: str) -> None:
     """squeue's fields before the AdminComment stay the job's whatever the comment holds
