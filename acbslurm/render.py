@@ -7,13 +7,18 @@ with quotes, ``$()``, backticks, ``;``, spaces or newlines does exactly the lite
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import jinja2
+
 from acbslurm.errors import ConfigError, SpecError
+from acbslurm.resources import templates_dir
+from acbslurm.userfiles import TEMPLATE_LIMIT, read_user_text
 
 if TYPE_CHECKING:
     from acbslurm.spec import JobSpec
@@ -50,8 +55,6 @@ def sbatch_quote(value: Any) -> str:
 
 
 def _environment(search_dir: Path) -> Any:
-    import jinja2
-
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader([str(search_dir)]),
         undefined=jinja2.StrictUndefined,
@@ -69,11 +72,6 @@ def _environment(search_dir: Path) -> Any:
 def _user_loader(folder: Path) -> Any:
     """A Jinja loader of ``folder`` that reads through ``userfiles`` (regular files of
     at most TEMPLATE_LIMIT bytes; the refusal names the file)."""
-    import os
-
-    import jinja2
-
-    from acbslurm.userfiles import TEMPLATE_LIMIT, read_user_text
 
     class UserFolderLoader(jinja2.BaseLoader):
         def get_source(self, environment: Any, template: str) -> tuple[str, str, Any]:  # noqa: ARG002 - jinja2's signature
@@ -99,10 +97,6 @@ def render(
     path, or argv words such as ``[python, -m, acbslurm]``). ``template`` is a site's own
     template file; by default the packaged ``sbatch.sh.j2``.
     """
-    import jinja2
-
-    from acbslurm.resources import templates_dir
-
     if template is None:
         search_dir, name = templates_dir(), DEFAULT_TEMPLATE
     else:

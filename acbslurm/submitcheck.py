@@ -19,7 +19,12 @@ import stat
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from acbslurm.errors import ConfigError
+from acbslurm.config import load_settings
+from acbslurm.dockerapi.engine import EngineApi, EngineError
+from acbslurm.dockerapi.hosts import find_docker_host
+from acbslurm.errors import ConfigError, DockerError
+from acbslurm.slurm.cluster import account_has_user, job_details, partition_exists
+from acbslurm.slurm.jobtypes import exit_status
 from acbslurm.values import field, mutable
 
 if TYPE_CHECKING:
@@ -112,8 +117,6 @@ def check_paths(spec: JobSpec, *, cwd: str, user: str) -> list[str]:
 
 def check_slurm(spec: JobSpec, *, user: str, env: Mapping[str, str] | None = None) -> Findings:
     """The partition and the account, as Slurm knows them."""
-    from acbslurm.slurm.cluster import account_has_user, partition_exists
-
     found = Findings()
     if spec.partition:
         known = partition_exists(spec.partition, env=env)
@@ -137,11 +140,6 @@ def check_slurm(spec: JobSpec, *, user: str, env: Mapping[str, str] | None = Non
 
 def check_image(spec: JobSpec, *, user: str) -> str | None:
     """A warning when the user's daemon here lacks the image (None: it has it, or no daemon)."""
-    from acbslurm.config import load_settings
-    from acbslurm.dockerapi.engine import EngineApi, EngineError
-    from acbslurm.dockerapi.hosts import find_docker_host
-    from acbslurm.errors import DockerError
-
     if spec.container is None:
         return None
     image, pull = spec.container.image, spec.container.pull
@@ -288,9 +286,6 @@ def explain_failure(
     job: JobInfo, spec: JobSpec | None, *, cwd: str, env: Mapping[str, str] | None = None
 ) -> list[str]:
     """Lines that say why ``job`` failed: reason, exit code, the error file's last lines."""
-    from acbslurm.slurm.cluster import job_details
-    from acbslurm.slurm.jobtypes import exit_status
-
     details = job_details(job.job_id, env=env)
     reason = job.reason or details.get("Reason", "")
     code, sig = exit_status(job.exit_code or details.get("ExitCode", ""))

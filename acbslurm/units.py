@@ -237,7 +237,7 @@ def parse_instant(text: str, now: float | None = None) -> int:
     elif raw.startswith("@") and is_ascii_int(raw[1:]):
         value = _count(raw[1:])
     elif raw.isascii():
-        from datetime import datetime
+        from datetime import datetime  # here: the hooks and `acbslurm run` import this module
 
         for fmt in _FORMATS:  # local time
             try:

@@ -23,7 +23,7 @@ def _detail(exc: BaseException) -> str:
 
 def connect(cfg: DbConfig) -> Any:
     """A MySQLdb connection (autocommit) with the accounting database selected."""
-    import MySQLdb
+    import MySQLdb  # the MySQL client library: not loaded by a report through the service
 
     log.debug("connecting to %s", cfg.describe())
     try:

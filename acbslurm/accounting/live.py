@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from acbslurm.accounting.gpuseconds import devices_text
 from acbslurm.errors import CommandError
+from acbslurm.slurm.commands import slurm
 from acbslurm.units import is_ascii_int
 
 # The job's own id, then its AdminComment (an admin's text and acbslurm's words): the
@@ -32,8 +33,6 @@ class LiveDevices:
 
 
 def _read() -> dict[int, str]:
-    from acbslurm.slurm.commands import slurm
-
     try:
         argv = ["squeue", "-h", "-t", "all", "-O", SQUEUE_FORMAT]
         out = slurm(argv, timeout=10, controller=True).stdout

@@ -20,6 +20,7 @@ from acbslurm.accounting.html import write_html
 from acbslurm.accounting.options import ReportOptions, Selection, resolve
 from acbslurm.accounting.output import JSON_FORMAT, write_csv, write_json, write_table
 from acbslurm.accounting.queries import Filters
+from acbslurm.accounting.remote import report_via_service
 from acbslurm.accounting.report import ReportRequest, fill_groups, iter_jobs, server_summable
 from acbslurm.accounting.rights import Rights, rights_for
 from acbslurm.accounting.schema import Schema, detect
@@ -190,8 +191,6 @@ def _write(
 def report(opts: ReportOptions, out: TextIO) -> None:
     """`acbslurm report`: straight from the database when this user can read its
     credentials (or names a database), else through the report service."""
-    from acbslurm.accounting.remote import report_via_service
-
     resolve(opts, int(time.time()))  # a bad option is refused here, before any connection
     settings = load_settings()
     # This user reads the database itself when it names one (on the command line or in

@@ -87,7 +87,7 @@ def resolve_user(text: str) -> int:
 
 
 def _stream(conn: Any, sql: str, params: list[Any]) -> Iterator[tuple[Any, ...]]:
-    import MySQLdb
+    import MySQLdb  # the MySQL client library: not loaded by a report through the service
     import MySQLdb.cursors
 
     cur = conn.cursor(MySQLdb.cursors.SSCursor)

@@ -78,7 +78,7 @@ def check_version(version: int) -> None:
 
 def fetch_rows(conn: Any, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
     """All rows of one query on slurmdbd's tables; a clear AccountingError otherwise."""
-    import MySQLdb
+    import MySQLdb  # the MySQL client library: not loaded by a report through the service
 
     cur = conn.cursor()
     try:

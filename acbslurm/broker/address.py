@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
+from acbslurm.config import load_settings
 from acbslurm.errors import ConfigError
 from acbslurm.jobrecord import JOB_ID
 from acbslurm.jobsockets import check_socket, job_dir, job_socket_path
@@ -29,7 +30,6 @@ def default_address(env: Mapping[str, str] | None = None) -> str:
     explicit = env.get("ACBSLURM_BROKER_ADDRESS")
     if explicit:
         return explicit
-    from acbslurm.config import load_settings
 
     settings = load_settings()
     job_id = env.get("SLURM_JOB_ID")

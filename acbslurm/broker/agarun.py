@@ -8,14 +8,17 @@ exit code is agarun's exit code.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 from pathlib import Path
 
 import click
 
+from acbslurm.broker.address import default_address, parse_address
 from acbslurm.clitypes import FiniteFloat
 from acbslurm.errors import AcbslurmError
+from acbslurm.units import size_bytes
 
 ENV_PREFIX = "ACBSLURM_AGARUN_"
 
@@ -99,9 +102,6 @@ def cli(
     command: tuple[str, ...],
 ) -> None:
     """Run `python app.py ...` so that its GPU work happens only under broker leases."""
-    from acbslurm.broker.address import default_address, parse_address
-    from acbslurm.units import size_bytes
-
     exe, rest = _split_python(command)
     try:
         mem = size_bytes(memory)
@@ -112,7 +112,7 @@ def cli(
     except AcbslurmError as exc:
         raise click.BadParameter(str(exc), param_hint="'--broker'") from None
     # Fail here, with a clear message, rather than inside the program.
-    from acbslurm.broker.client import BrokerClient
+    from acbslurm.broker.client import BrokerClient  # grpc: the optional broker extra
 
     BrokerClient(addr, name="agarun-probe", connect_timeout=connect_timeout).close()
     env = dict(os.environ)
@@ -145,8 +145,6 @@ def cli(
 
 def _grpc_sites() -> list[str]:
     """The folders agarun's grpc and protobuf are imported from."""
-    import importlib.util
-
     sites: list[str] = []
     for name in ("grpc", "google.protobuf"):
         spec = importlib.util.find_spec(name)

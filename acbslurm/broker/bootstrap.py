@@ -11,6 +11,10 @@ import runpy
 import sys
 from typing import Any
 
+from acbslurm.broker.grpc_tuning import CLIENT_EXPERIMENTS, inline_io
+from acbslurm.config import env_float, env_int
+from acbslurm.errors import AcbslurmError
+
 # Set by agarun: where its own grpc and protobuf live, and its Python's version.
 SITE_ENV = "ACBSLURM_AGARUN_SITE"
 PYVER_ENV = "ACBSLURM_AGARUN_PYVER"
@@ -48,9 +52,6 @@ def _fail_import(exc: ImportError) -> None:
 
 
 def main() -> None:
-    from acbslurm.broker.grpc_tuning import CLIENT_EXPERIMENTS, inline_io
-    from acbslurm.errors import AcbslurmError
-
     inline_io(CLIENT_EXPERIMENTS)  # before grpc is imported
     client_class, install_hooks = _broker_modules()
     env = os.environ
@@ -66,8 +67,6 @@ def main() -> None:
 
 
 def _start(client_class: Any, install: Any, args: list[str], env: Any) -> None:
-    from acbslurm.config import env_float, env_int
-
     # Every setting is read before the client connects: a bad one starts nothing.
     connect = env_float("ACBSLURM_AGARUN_TIMEOUT", 5.0, minimum=0.1, env=env)
     reconnect = env_float("ACBSLURM_AGARUN_RECONNECT", 30.0, env=env)

@@ -13,12 +13,13 @@ import os
 from collections.abc import Mapping
 
 from acbslurm.broker.core import Device
-from acbslurm.config import Settings
+from acbslurm.config import Settings, this_node
 from acbslurm.errors import ConfigError, GpuMappingError, SetupError
 from acbslurm.gpu.inventory import GpuInfo, load_static
 from acbslurm.gpu.mapping import comma_tokens
 from acbslurm.gpu.node import job_gpus
 from acbslurm.gpu.nvml import nvml_inventory
+from acbslurm.slurm.jobgpus import job_gpus_by_node
 from acbslurm.units import cpu_device_spec
 from acbslurm.values import frozen, replace
 
@@ -88,9 +89,6 @@ def all_nodes_devices(env: Mapping[str, str], settings: Settings) -> DeviceSet:
     taken from this node's (a job's nodes share one GPU type, its ``--gres``), the
     smallest size if this node's differ.
     """
-    from acbslurm.config import this_node
-    from acbslurm.slurm.jobgpus import job_gpus_by_node
-
     mine = _slurm_job_devices(env, settings).devices
     here = this_node(env)
     job = env["SLURM_JOB_ID"]

@@ -41,6 +41,7 @@ from acbslurm.broker.lane_server import LaneServer, token_matches
 from acbslurm.broker.proto import device_msg, pb, pb_grpc
 from acbslurm.errors import BrokerError
 from acbslurm.jobsockets import BROKER_SOCKET, check_socket, free_socket_path, lane_path
+from acbslurm.usagebook import write_broker_usage
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +72,6 @@ class BrokerService(pb_grpc.GpuBrokerServicer):  # type: ignore[misc]
         """The device-seconds per client name, the leases held now counted to now."""
         if self.usage_folder is None:
             return
-        from acbslurm.usagebook import write_broker_usage
 
         try:
             write_broker_usage(self.usage_folder, self.broker.held_until(time.monotonic()))

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 from typing import Any
 
+import grpc
+
+from acbslurm.broker.address import check_address
+from acbslurm.broker.proto import pb, pb_grpc
+from acbslurm.errors import BrokerError
+
 
 def fetch_status(address: str, timeout: float = 5.0) -> dict[str, Any]:
     """The broker's state as a plain dict (also used by tests and benchmarks)."""
-    import grpc
-
-    from acbslurm.broker.address import check_address
-    from acbslurm.broker.proto import pb, pb_grpc
-    from acbslurm.errors import BrokerError
-
     check_address(address)  # another user's socket: "permission denied", not a time-out
     with grpc.insecure_channel(address) as channel:
         try:

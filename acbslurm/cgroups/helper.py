@@ -77,7 +77,7 @@ def pid_file(record_dir: str, job_id: str) -> str:
 
 
 def _say(msg: str) -> None:
-    import syslog
+    import syslog  # the helper daemon's: the hooks import this module
 
     syslog.openlog("acbslurm-cgroup-helper", syslog.LOG_PID, syslog.LOG_DAEMON)
     with contextlib.suppress(OSError, ValueError):
@@ -194,6 +194,7 @@ class Warmer:
     move path ready (WARM_EVERY). Quietly does nothing where that cannot be done."""
 
     def __init__(self) -> None:
+        # the helper daemon's: the hooks import this module
         from acbslurm.cgroups.membership import memberships, mount_points, procs_file
 
         mounts = mount_points()
@@ -354,7 +355,7 @@ def start(record_dir: str, job_id: str, job_uid: int, job_gid: int, runtime_dir:
     session, no descriptor of slurmd's), its pid noted for the epilog; returns the pid.
     The prolog does not wait for it: a request that comes before it listens is retried
     (``runtime.py``)."""
-    import subprocess
+    import subprocess  # the prolog's start alone: the epilog imports this module too
 
     make_dir(runtime_dir, job_id)
     package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

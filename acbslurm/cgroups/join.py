@@ -36,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import signal
 import struct
 from collections.abc import Callable
 
@@ -253,8 +254,6 @@ def _procs_file(mounts: dict[str, str], m: Membership) -> str:
 def _same_process(pidfd: int, pid: int, born: str, when: str) -> None:
     """``pid`` still names the process of ``pidfd``: it has not ended (a zombie keeps
     its pid) and has the start time it had at the checks."""
-    import signal
-
     try:
         signal.pidfd_send_signal(pidfd, 0)
     except OSError:

@@ -7,13 +7,16 @@ import re
 
 import click
 
+from acbslurm.broker import core
+from acbslurm.broker.address import default_address, parse_address
+from acbslurm.broker.devices import resolve_devices
+from acbslurm.broker.grpc_tuning import SERVER_EXPERIMENTS, inline_io
 from acbslurm.clitypes import FiniteFloat
+from acbslurm.config import load_settings
 from acbslurm.errors import AcbslurmError
 
 
 def _address(value: str | None) -> str:
-    from acbslurm.broker.address import default_address, parse_address
-
     try:
         return parse_address(value or default_address())
     except AcbslurmError as exc:
@@ -90,13 +93,8 @@ def serve(
     recovery_grace: float,
 ) -> None:
     """Run the broker in the foreground until SIGTERM or Ctrl-C."""
-    from acbslurm.broker.grpc_tuning import SERVER_EXPERIMENTS, inline_io
-
     inline_io(SERVER_EXPERIMENTS)  # before grpc is imported
-    from acbslurm.broker import core
-    from acbslurm.broker.devices import resolve_devices
-    from acbslurm.broker.server import serve as run_server
-    from acbslurm.config import load_settings
+    from acbslurm.broker.server import serve as run_server  # imports grpc: after inline_io
 
     address = _address(listen)
     # Octal digits in ASCII only: int(..., 8) also reads Arabic-Indic digits and "6_00".
@@ -144,7 +142,7 @@ def serve(
 # (recovery, a holder, a waiting client); a helper per part would be a one-use printer.
 def status(address: str | None, timeout: float, as_json: bool) -> None:
     """Show the broker's devices, holders, waiting clients and counters."""
-    from acbslurm.broker.status import fetch_status
+    from acbslurm.broker.status import fetch_status  # imports grpc: serve's must follow inline_io
 
     st = fetch_status(_address(address), timeout)
     if as_json:

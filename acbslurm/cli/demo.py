@@ -5,6 +5,8 @@ from __future__ import annotations
 import click
 
 from acbslurm.clitypes import FiniteFloat
+from acbslurm.demo.on_sandbox import DemoOptions, run_demo
+from acbslurm.demo.show import NOT_OK
 
 
 @click.command()
@@ -60,9 +62,6 @@ def demo(
     cluster did not behave as the experiment expects (one GPU per job, queueing, hand-over).
     Leftover jobs on the sandbox are cancelled first.
     """
-    from acbslurm.demo.on_sandbox import DemoOptions, run_demo
-    from acbslurm.demo.show import NOT_OK
-
     opts = DemoOptions(
         sandbox_dir=sandbox_dir,
         spec=spec,

@@ -6,6 +6,8 @@ import json
 
 import click
 
+from acbslurm.doctor import format_text, run_doctor
+
 
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
@@ -20,8 +22,6 @@ def doctor(ctx: click.Context, as_json: bool, user: str | None, node: str | None
     """Check slurm.conf's hooks, gres.conf against the GPUs, the NVIDIA hook, the user's
     rootless Docker, the record directory, the report's database or service and the
     Slurm version; print ok or what is wrong and how to fix it. Exit 1 on any failure."""
-    from acbslurm.doctor import format_text, run_doctor
-
     checks = run_doctor(user=user, node=node)
     failed = any(c.failed for c in checks)
     if as_json:

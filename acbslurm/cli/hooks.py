@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 
 import click
 
 from acbslurm.errors import ConfigError
+
+# Each command imports what it alone needs in its own function: `acbslurm gpus` or
+# `acbslurm install-runtime` need none of the hooks' modules, nor a hook the others'.
 
 
 @click.command()
@@ -46,8 +50,6 @@ def install_runtime(path: str) -> None:
     (`"runtimes": {"acbslurm": {"path": PATH}}` in daemon.json): it is runc, and it puts a
     job's container into the job step's cgroups before the container's command runs.
     """
-    import sys
-
     from acbslurm.cgroups.runtime import script
 
     tmp = f"{path}.tmp"

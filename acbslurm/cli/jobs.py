@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import sys
 from pathlib import Path
@@ -15,10 +16,17 @@ from acbslurm.cli.jobstatus import backend as _backend
 from acbslurm.cli.jobstatus import record_dir as _record_dir
 from acbslurm.cli.jobstatus import user_name as _user
 from acbslurm.clitypes import AsciiInt, FiniteFloat
+from acbslurm.config import load_settings
+from acbslurm.render import render as render_script
+from acbslurm.serve.pooljob import pool_job
+from acbslurm.spec import load_spec
 
 if TYPE_CHECKING:
     from acbslurm.slurm.jobtypes import SubmitResult
     from acbslurm.spec import JobSpec
+
+# What submit alone needs (Slurm's client, the submit checks, the waiting) is imported
+# in its functions: `acbslurm render` needs none of it.
 
 _SET_HELP = "Override a spec key, e.g. --set mem=4G or --set container.image=x:1 (repeatable)."
 _TEMPLATE_HELP = "A site's own sbatch template (Jinja) instead of the packaged one."
@@ -39,12 +47,9 @@ def default_acbslurm_command() -> list[str]:
 
 def _load(spec_path: str, overrides: tuple[str, ...], check_paths: bool = True) -> JobSpec:
     """The spec; for a pool job (``serve:``) with its pool file checked and its GPUs set."""
-    from acbslurm.spec import load_spec
-
     spec = load_spec(spec_path, overrides)
     if spec.serve is None:
         return spec
-    from acbslurm.serve.pooljob import pool_job
 
     return pool_job(spec, check_paths=check_paths)
 
@@ -52,15 +57,9 @@ def _load(spec_path: str, overrides: tuple[str, ...], check_paths: bool = True) 
 def _render(spec: JobSpec, template: str | None, acbslurm: str | None) -> str:
     """The job script; acbslurm is called as --acbslurm, else the site's
     ``node_acbslurm`` (the path on the nodes), else as this one."""
-    from acbslurm.render import render as render_script
-
     if acbslurm:
         words = [acbslurm]
     else:
-        import shlex
-
-        from acbslurm.config import load_settings
-
         configured = load_settings().node_acbslurm
         words = shlex.split(configured) if configured else default_acbslurm_command()
     return render_script(spec, acbslurm=words, template=template)

@@ -7,9 +7,11 @@ import sys
 import click
 
 from acbslurm.accounting.gpuseconds import DEFINITIONS
-from acbslurm.accounting.options import BY_CHOICES, DEFAULT_START
+from acbslurm.accounting.options import BY_CHOICES, DEFAULT_START, OptionError, ReportOptions
 from acbslurm.accounting.output import FORMATS
 from acbslurm.clitypes import AsciiInt
+
+# `report` and `report serve` each import what they alone need in their function.
 
 
 @click.group("report", invoke_without_command=True)
@@ -128,7 +130,6 @@ def report(
     if ctx.invoked_subcommand is not None:
         return
     from acbslurm.accounting.make_report import report as run_report
-    from acbslurm.accounting.options import OptionError, ReportOptions
 
     opts = ReportOptions(
         users=users,

@@ -10,7 +10,13 @@ import time
 import click
 
 from acbslurm.clitypes import AsciiInt
-from acbslurm.sandbox.layout import DEFAULT_DIR, MAX_NODES
+from acbslurm.sandbox import Sandbox
+from acbslurm.sandbox.dockerversions import offered
+from acbslurm.sandbox.layout import DEFAULT_DIR, MAX_NODES, parse_gpu_types
+from acbslurm.sandbox.registry import account_file
+from acbslurm.slurm.versions import parse_release
+
+# The builds (Docker's, Slurm's) are imported in `up`, the one command that needs them.
 
 dir_option = click.option(
     "--dir",
@@ -27,7 +33,6 @@ def _slurm_release(ctx: click.Context, param: click.Parameter, value: str | None
     """``debian`` or a release such as 25.11.7, checked before the sandbox starts."""
     if value is None or value == "debian":
         return value
-    from acbslurm.slurm.versions import parse_release
 
     try:
         parse_release(value)
@@ -40,7 +45,6 @@ def _gpu_types(ctx: click.Context, param: click.Parameter, value: str | None) ->
     """``TYPE:N,...``, checked before the sandbox starts."""
     if not value:
         return value
-    from acbslurm.sandbox.layout import parse_gpu_types
 
     try:
         parse_gpu_types(value)
@@ -51,8 +55,6 @@ def _gpu_types(ctx: click.Context, param: click.Parameter, value: str | None) ->
 
 def _docker_version(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     """One of the offered releases (exit 2 naming them otherwise)."""
-    from acbslurm.sandbox.dockerversions import offered
-
     if value is None or value in offered():
         return value
     raise click.BadParameter(
@@ -161,7 +163,6 @@ def up(
     node_network: bool | None,
 ) -> None:
     """Start the sandbox, or check it if it is already up (idempotent)."""
-    from acbslurm.sandbox import Sandbox
     from acbslurm.sandbox.dockerbuild import ensure_fetched
     from acbslurm.sandbox.slurmbuild import choose_install
 
@@ -187,8 +188,6 @@ def up(
 @dir_option
 def down(root: str) -> None:
     """Stop every process the sandbox started (its state stays for the next `up`)."""
-    from acbslurm.sandbox import Sandbox
-
     sb = Sandbox(root)
     t0 = time.monotonic()
     stopped = sb.down(progress=_progress)
@@ -205,8 +204,6 @@ def restart(root: str, component: str) -> None:
     """Restart one COMPONENT (munged, mariadb, slurmdbd, slurmctld, slurmd or
     slurmd-NODE, dockerd-USER) without touching the others; running jobs are not
     cancelled."""
-    from acbslurm.sandbox import Sandbox
-
     click.echo(Sandbox(root).restart(component, progress=_progress))
 
 
@@ -216,9 +213,6 @@ def registry(root: str) -> None:
     """Start the sandbox's private registry (Debian's docker-registry with a login), if it
     is not running, holding the sandbox's busybox; print its address, its image and how
     to log in. It stops with `down`."""
-    from acbslurm.sandbox import Sandbox
-    from acbslurm.sandbox.registry import account_file
-
     sb = Sandbox(root)
     who = sb.private_registry()
     click.echo(f"registry at {who.address}, image {who.image()}")
@@ -235,8 +229,6 @@ def registry(root: str) -> None:
 @click.pass_context
 def status(ctx: click.Context, root: str, as_json: bool) -> None:
     """Show each component; exit 0 only if all are up and ready."""
-    from acbslurm.sandbox import Sandbox
-
     sb = Sandbox(root)
     rows = sb.status()
     if as_json:
@@ -259,8 +251,6 @@ def status(ctx: click.Context, root: str, as_json: bool) -> None:
 def env(root: str, as_json: bool) -> None:
     """Print the export lines that point sinfo, sbatch, sacct, docker and acbslurm at the
     sandbox:  eval "$(acbslurm sandbox env)"."""
-    from acbslurm.sandbox import Sandbox
-
     sb = Sandbox(root)
     values = sb.env()
     if as_json:

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 from typing import TYPE_CHECKING
 
 import click
+
+from acbslurm.serve.keys import read_keys
+from acbslurm.serve.limits import budget_path, describe
+from acbslurm.serve.modelmaker import cache_dir, demo_pool_yaml
+from acbslurm.serve.pool import check_listen, load_pool, load_pool_text
 
 if TYPE_CHECKING:
     from acbslurm.serve.pool import PoolSpec
@@ -15,7 +21,6 @@ def _listen(ctx: click.Context, param: click.Parameter, value: str | None) -> st
     """Checked before anything starts: a bad address names --listen and quotes itself."""
     if value is None:
         return None
-    from acbslurm.serve.pool import check_listen
 
     try:
         return check_listen(value)
@@ -28,15 +33,11 @@ def _pool(
 ) -> PoolSpec:
     """The pool of POOL_FILE, or of --demo (its models made on first use; ``engine``:
     every model's, default builtin)."""
-    from acbslurm.serve.pool import load_pool, load_pool_text
-
     if demo == bool(pool_file):
         raise click.UsageError("give a POOL_FILE or --demo (not both)")
     if engine and not demo:
         raise click.UsageError("--engine goes with --demo (a pool file names each model's engine:)")
     if demo:
-        from acbslurm.serve.modelmaker import cache_dir, demo_pool_yaml
-
         click.echo(f"demo models in {cache_dir()} (made on first use)", err=True)
         text = demo_pool_yaml(listen=listen or "127.0.0.1:8000", engine=engine or "builtin")
         return load_pool_text(text, "<demo pool>")
@@ -49,12 +50,8 @@ def _show(pool: PoolSpec) -> None:
     for m in pool.models:
         click.echo(f"{m.name}: {m.devices} device(s), {m.path}, engine {m.engine}")
     if pool.api_keys not in ("", "none"):
-        from acbslurm.serve.keys import read_keys
-
         click.echo(f"keys: {', '.join(read_keys(pool.api_keys).names)} ({pool.api_keys})")
     if pool.limits:
-        from acbslurm.serve.limits import budget_path, describe
-
         click.echo(describe(pool.limits, budget_path(pool.source)))
 
 
@@ -64,8 +61,6 @@ SERVE_MODULES = ("starlette", "uvicorn", "prometheus_client", "torch")
 
 
 def _need_serve_modules() -> None:
-    import importlib.util
-
     missing = [m for m in SERVE_MODULES if importlib.util.find_spec(m) is None]
     if missing:
         raise click.ClickException(
@@ -125,7 +120,7 @@ def serve(
     if check:
         _show(pool)
         return
-    from acbslurm.serve.runner import PoolServer
+    from acbslurm.serve.runner import PoolServer  # the serve extra's modules, checked above
 
     server = PoolServer(pool, listen=listen, address_file=address_file)
     shown = server.listen[:-2] + ":<a free port>" if server.listen.endswith(":0") else server.listen

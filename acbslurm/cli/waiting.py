@@ -11,6 +11,7 @@ change of a job (its state or its reason), for logs and scripts.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import time
@@ -18,6 +19,10 @@ from collections import Counter
 from typing import TYPE_CHECKING
 
 import click
+
+from acbslurm.slurm.jobs import query_jobs
+from acbslurm.slurm.watch import describe, watch_jobs
+from acbslurm.submitcheck import explain_failure
 
 if TYPE_CHECKING:
     from acbslurm.slurm.jobtypes import JobInfo
@@ -190,7 +195,6 @@ class Progress:
             sys.stderr.flush()
             self.width = len(line)
             return
-        from acbslurm.slurm.watch import describe
 
         for job in jobs:
             line = describe(job)
@@ -227,11 +231,6 @@ def follow(
     backend: str = "cli",
 ) -> list[JobInfo]:
     """Watch ``job_ids`` to their end; on Ctrl-C say they keep running and exit 130."""
-    import functools
-
-    from acbslurm.slurm.jobs import query_jobs
-    from acbslurm.slurm.watch import watch_jobs
-
     progress = Progress(live=live, quiet=quiet)
     snapshot: list[JobInfo] = []
     try:
@@ -266,8 +265,6 @@ def _ids(snapshot: list[JobInfo], left: list[str]) -> list[str]:
 
 def explain(failed: list[JobInfo], spec: JobSpec | None) -> None:
     """Why each failed job failed (the first few), on stderr."""
-    from acbslurm.submitcheck import explain_failure
-
     for job in failed[:EXPLAIN_AT_MOST]:
         for line in explain_failure(job, spec, cwd=os.getcwd()):
             click.echo(line, err=True)

@@ -122,6 +122,7 @@ _SIOCGIFADDR = 0x8915
 
 def interface_of(address: str) -> str | None:
     """The name of this network namespace's interface whose IPv4 address is ``address``."""
+    # only a step on several nodes: `acbslurm run` imports this module
     import fcntl
     import socket
     import struct
@@ -141,7 +142,7 @@ def socket_ifname_env(env: Mapping[str, str]) -> dict[str, str]:
     """GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME: the interface of the address this
     node's name (SLURMD_NODENAME) has, the one the other nodes reach it at; for a step
     on several nodes whose container has the node's network. Empty when not found."""
-    import socket
+    import socket  # only a step on several nodes: `acbslurm run` imports this module
 
     node = env.get("SLURMD_NODENAME", "")
     nodes = env.get("SLURM_STEP_NUM_NODES") or env.get("SLURM_NNODES") or "1"

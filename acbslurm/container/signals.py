@@ -262,7 +262,7 @@ class Relay:
 
     def _unpause(self) -> None:
         if self.stopped:
-            from acbslurm.container.freeze import resume
+            from acbslurm.container.freeze import resume  # as _pause's
 
             resume(self.stopped)
             self.stopped = []

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from acbslurm.container.options import OptionError
-from acbslurm.gpu.steps import NotTheJobsGpu
+from acbslurm.gpu.steps import NotTheJobsGpu, record_device_files
 from acbslurm.gpu.steps import step_record as _step_record
 from acbslurm.jobrecord import JobRecord
 
@@ -16,8 +16,6 @@ def step_record(
 ) -> JobRecord | None:
     """``gpu.steps.step_record``; a GPU the job lacks is a bad ``--gpus`` (exit 2).
     ``inventory``: the static GPU inventory setting, to find the GPUs' device files."""
-    from acbslurm.gpu.steps import record_device_files
-
     files = (
         record_device_files(rec, inventory) if rec is not None and "SLURM_STEP_ID" in env else []
     )

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import os
 
+from acbslurm.config import load_settings
 from acbslurm.errors import SetupError
+from acbslurm.sandbox import Sandbox
 from acbslurm.values import frozen
 
 
@@ -30,9 +32,6 @@ class Target:
 
 def sandbox_target(sandbox_dir: str | None) -> Target:
     """The sandbox at ``sandbox_dir`` (default: $ACBSLURM_SANDBOX_DIR...), which must be up."""
-    from acbslurm.config import load_settings
-    from acbslurm.sandbox import Sandbox
-
     sb = Sandbox.load(sandbox_dir)
     params = sb.params
     if not sb.is_up():

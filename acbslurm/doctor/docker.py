@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 
+from acbslurm.cgroups.runtime import CREATE_LINE, EXEC_LINE
 from acbslurm.dockerapi.engine import EngineApi
 from acbslurm.dockerapi.hosts import find_docker_host, user_docker_host
+from acbslurm.dockerapi.netns import shares_node_network
 from acbslurm.doctor.context import Context
 from acbslurm.doctor.result import Check, fail, ok, skip, warn
 from acbslurm.errors import DockerError
@@ -59,8 +61,6 @@ def check_node_network(ctx: Context) -> Check:
     """Whether the daemon's host network is this node's: what the containers of a job on
     several nodes need to reach each other (`acbslurm run` gives them the host network
     there by default)."""
-    from acbslurm.dockerapi.netns import shares_node_network
-
     skipped = root_skip(ctx, "node-network")
     if skipped is not None:
         return skipped
@@ -219,8 +219,6 @@ def _runtime_in_daemon(ctx: Context, name: str) -> Check:
 def stale_runtime(path: str) -> str:
     """Why the daemon's acbslurm runtime at ``path`` is not this release's script, or
     "": the join of a `docker exec` and of a create are in the script's lines."""
-    from acbslurm.cgroups.runtime import CREATE_LINE, EXEC_LINE
-
     try:
         with open(path, errors="replace") as f:
             text = f.read(65536)

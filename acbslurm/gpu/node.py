@@ -20,6 +20,7 @@ def node_inventory(settings: Settings) -> list[GpuInfo]:
     """The static inventory when configured, else NVML."""
     if settings.gpu_inventory:
         return load_static(settings.gpu_inventory)
+    # NVML only without a static inventory: the hooks import this module
     from acbslurm.gpu.nvml import nvml_inventory
 
     return nvml_inventory()

@@ -30,6 +30,7 @@ import os
 from collections.abc import Mapping, Sequence
 
 from acbslurm.errors import GpuMappingError
+from acbslurm.gpu.inventory import load_static
 from acbslurm.gpu.mapping import comma_tokens, is_uuid
 from acbslurm.gpuvalue import minors as known_minors
 from acbslurm.jobrecord import JobRecord
@@ -123,8 +124,6 @@ def record_device_files(rec: JobRecord, inventory: str) -> list[str]:
         return []
     named: dict[int, str] = {}
     if inventory:
-        from acbslurm.gpu.inventory import load_static
-
         try:
             named = {g.minor: g.device for g in load_static(inventory) if g.device}
         except (OSError, ValueError, GpuMappingError):

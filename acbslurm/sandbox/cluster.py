@@ -17,7 +17,7 @@ from typing import Any
 
 import acbslurm
 from acbslurm import proc
-from acbslurm.errors import CommandError, ConfigError, SetupError
+from acbslurm.errors import CommandError, ConfigError, SetupError, SlurmError
 from acbslurm.gpu.inventory import GpuInfo
 from acbslurm.sandbox import (
     docker,
@@ -44,6 +44,7 @@ from acbslurm.sandbox.layout import (
     parse_gpu_types,
 )
 from acbslurm.sandbox.procs import kill_marked, log_tail, read_proc, stop
+from acbslurm.slurm.jobs import cancel_and_wait
 from acbslurm.slurm.versions import SlurmInstall
 from acbslurm.values import frozen, replace
 
@@ -330,9 +331,6 @@ class Sandbox:
     # helpers.
     def wait_idle(self, timeout: float = 60) -> None:
         """Cancel every job (again, while any is left) until no node has anything allocated."""
-        from acbslurm.errors import SlurmError
-        from acbslurm.slurm.jobs import cancel_and_wait
-
         deadline = time.monotonic() + timeout
         state, left = "", ""
         while time.monotonic() < deadline:

@@ -7,6 +7,7 @@ import json
 import os
 import pwd
 import shutil
+import signal
 import stat
 import subprocess
 import tarfile
@@ -221,8 +222,6 @@ def stop_leftover_containerd(layout: Layout, user: str, node: str | None = None)
     """SIGKILL the containerd a killed dockerd left running (it is not tied to its
     parent): a new dockerd finds its pid file, takes it for alive, and times out on it.
     The containerd-shims, and so the containers, are left alone."""
-    import signal
-
     config = str(layout.user_runtime_dir(user, node) / "docker" / "containerd" / "containerd.toml")
     killed = []
     for entry in Path("/proc").iterdir():

@@ -9,6 +9,7 @@ compares device numbers); each node's inventory counts its own indices from 0.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import stat
 from pathlib import Path
@@ -139,8 +140,6 @@ def cdi_spec(all_gpus: list[GpuInfo], hook: str) -> dict[str, object]:
 def write_cdi_spec(layout: Layout, params: Params) -> None:
     """Every node's GPUs in one spec: the user's one daemon serves all nodes. JSON is
     YAML, and Docker's CDI code reads ``.yaml`` files with a YAML parser."""
-    import json
-
     all_gpus = [g for gs in by_node(layout, params).values() for g in gs]
     layout.cdi_dir.mkdir(parents=True, exist_ok=True)
     layout.cdi_dir.chmod(0o755)

@@ -9,6 +9,7 @@ from typing import Any
 
 import jinja2
 
+from acbslurm.cgroups.runtime import script
 from acbslurm.gpu.inventory import GpuInfo
 from acbslurm.resources import templates_dir
 from acbslurm.sandbox import nodenet
@@ -99,8 +100,6 @@ def write_standin_hook(layout: Layout) -> None:
 def write_oci_runtime(layout: Layout, params: Params) -> None:
     """acbslurm's OCI runtime for the sandbox user's daemon (``--add-runtime``), as a
     site installs it with `acbslurm install-runtime`."""
-    from acbslurm.cgroups.runtime import script
-
     layout.bin.mkdir(parents=True, exist_ok=True)
     if params.hooks_dir:  # the installed package's own file
         layout.oci_runtime.unlink(missing_ok=True)

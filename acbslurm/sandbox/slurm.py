@@ -11,6 +11,7 @@ from acbslurm.sandbox.layout import Layout, Params
 from acbslurm.sandbox.procs import Proc, spawn, wait_for
 from acbslurm.slurm.cluster import slurmctld_up
 from acbslurm.slurm.commands import slurm
+from acbslurm.slurm.jobs import cancel_and_wait
 from acbslurm.slurm.versions import DAEMONS, SlurmInstall, parse_release
 
 
@@ -199,8 +200,6 @@ def resume_if_drained(layout: Layout, params: Params) -> str | None:
 
 def cancel_all(layout: Layout, timeout: float = 20) -> None:
     """Cancel every job and wait for them to leave the node (before slurmd stops)."""
-    from acbslurm.slurm.jobs import cancel_and_wait
-
     cancel_and_wait(env=slurm_env(layout), timeout=timeout)
 
 

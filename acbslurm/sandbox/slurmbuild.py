@@ -14,13 +14,15 @@ import hashlib
 import json
 import os
 import shutil
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from acbslurm import proc
 from acbslurm.errors import SetupError
-from acbslurm.slurm.versions import SlurmInstall, parse_release
+from acbslurm.sandbox.slurm import installed_release
+from acbslurm.slurm.versions import DEBIAN_RELEASE, PYSLURM_FOR, SlurmInstall, major, parse_release
 
 DEFAULT_CACHE = "/var/cache/acbslurm/slurm"
 SOURCES_ENV = "ACBSLURM_SLURM_SOURCES"
@@ -251,8 +253,6 @@ def choose_install(
     ``--slurm debian`` (or Debian's release) is the packaged 22.05; ``--slurm-prefix``
     an existing installation; any other ``--slurm VERSION`` is built from source once.
     """
-    from acbslurm.slurm.versions import DEBIAN_RELEASE, major
-
     if prefix:
         return _prefix_install(prefix, release)
     if not release and source:
@@ -268,9 +268,6 @@ def choose_install(
 
 def _prefix_install(prefix: str, release: str | None) -> SlurmInstall:
     """``--slurm-prefix``: the Slurm installed there (of the ``--slurm`` release, if given)."""
-    from acbslurm.sandbox.slurm import installed_release
-    from acbslurm.slurm.versions import major
-
     found = installed_release(prefix)
     if release and release != "debian" and major(release) != major(found):
         raise SetupError(f"--slurm {release} but {prefix} holds Slurm {found}")
@@ -286,10 +283,6 @@ def ensure_pyslurm(install: SlurmInstall, progress: Progress) -> Path:
     """pyslurm built against ``install`` (once; ``pip install --target``): the directory
     to put on PYTHONPATH. ``SLURM_INCLUDE_DIR``/``SLURM_LIB_DIR`` point its build at
     this Slurm's headers and libslurm, as a site does for its own Slurm."""
-    import sys
-
-    from acbslurm.slurm.versions import PYSLURM_FOR, major
-
     want = PYSLURM_FOR.get(major(install.release))
     if want is None:
         raise SetupError(f"no pyslurm release is known to build against Slurm {install.release}")

@@ -49,6 +49,7 @@ from collections.abc import Callable
 from typing import Any
 
 from acbslurm.serve.api import ApiError
+from acbslurm.serve.keys import NAME
 from acbslurm.spec.yamlpos import Errors
 from acbslurm.values import frozen
 
@@ -182,8 +183,6 @@ def parse_limits(
     """The pool file's ``limits:`` (NAME -> limits), every error added to ``e`` with its
     line; ``names``: the key file's NAMEs when it was read (a limit for another NAME
     is a typo: it would limit nobody)."""
-    from acbslurm.serve.keys import NAME
-
     at = ("limits",)
     if not isinstance(raw, dict):
         e.add(at, f"must be a mapping of key NAME to its limits, got {raw!r}")

@@ -12,6 +12,7 @@ embedding model (a GPT-2 that vLLM turns into one: ``convert: embed``).
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -52,6 +53,7 @@ def _corpus_text() -> str:
 
 
 def make_tokenizer(vocab: int) -> object:
+    # torch, tokenizers, transformers: heavy, and only a demo model's making needs them
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -73,6 +75,7 @@ def make_tokenizer(vocab: int) -> object:
 
 def make_model(dest: str | os.PathLike[str], shape: TinyShape | None = None, seed: int = 0) -> Path:
     """Write a random GPT-2 with a trained tokenizer to ``dest`` (atomically)."""
+    # torch, tokenizers, transformers: heavy, and only a demo model's making needs them
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
 
@@ -101,8 +104,7 @@ def make_whisper(dest: str | os.PathLike[str], seed: int = 0) -> Path:
     """Write a random tiny Whisper (one encoder and one decoder layer, width 64, 80
     mel bins, 30 s of audio per window) with a Whisper tokenizer trained on the local
     corpus and Whisper's feature extractor, to ``dest`` (atomically)."""
-    import json
-
+    # torch, tokenizers, transformers: heavy, and only a demo model's making needs them
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import (

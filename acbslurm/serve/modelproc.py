@@ -29,6 +29,7 @@ def prepare_model_process() -> None:
 def load_causal_lm(spec: ModelSpec) -> tuple[Any, Any]:
     """``(model, dtype)``: the spec's model in its dtype, in eval mode, on the host, with
     ``ACBSLURM_SERVE_THREADS`` torch threads (1 by default: processes share the cores)."""
+    # after prepare_model_process (the environment torch reads) and the broker registration
     import torch
     from transformers import AutoModelForCausalLM
 

@@ -24,6 +24,7 @@ import socket
 import sys
 from typing import Any
 
+from acbslurm.errors import AcbslurmError
 from acbslurm.serve.engines import engine_kind
 from acbslurm.slurm.hostlist import expand_hostlist
 from acbslurm.slurm.steps import overlap_step_argv
@@ -94,7 +95,7 @@ def from_env(env: dict[str, str] | None = None) -> Placement:
 def reachable(node: str) -> str:
     """``node`` when its name resolves, else Slurm's ``NodeAddr`` for it (the name
     again when Slurm cannot say: the followers' error will then name it)."""
-    from acbslurm.errors import AcbslurmError
+    # Slurm's client, for a pool on several nodes only: the gateway imports this module
     from acbslurm.slurm.jobgpus import node_address
 
     try:

@@ -43,7 +43,9 @@ import yaml
 from acbslurm.errors import ConfigError, SpecError
 from acbslurm.serve.engines import ENGINES
 from acbslurm.serve.errors import KeyFileError, ListenError, PoolError
+from acbslurm.serve.keys import read_keys
 from acbslurm.serve.limits import KeyLimits, parse_limits
+from acbslurm.serve.routes import ROUTES
 from acbslurm.spec.yamlpos import Errors, Located, load_located, nearest_origin
 from acbslurm.units import cpu_device_spec, size_bytes
 from acbslurm.userfiles import MODEL_CONFIG_LIMIT, POOL_LIMIT, read_user_file, read_user_text
@@ -335,8 +337,6 @@ def _max_audio(value: Any, at: tuple[str, ...], e: Errors) -> int | None:
 
 
 def _routes(value: Any, at: tuple[str, ...], e: Errors) -> tuple[str, ...] | None:
-    from acbslurm.serve.routes import ROUTES
-
     if not isinstance(value, list) or not value:
         e.add(at, f"must be a non-empty list of routes ({', '.join(ROUTES)}), got {value!r}")
         return None
@@ -511,8 +511,6 @@ def _api_keys(value: Any, e: Errors, base: Path, check_paths: bool) -> str | Non
     path = Path(os.path.expanduser(text))
     path = path if path.is_absolute() else base / path
     if check_paths:
-        from acbslurm.serve.keys import read_keys
-
         try:
             read_keys(str(path))
         except KeyFileError as exc:
@@ -535,8 +533,6 @@ def _limits(
         return ()
     names = None
     if check_paths and api_keys:
-        from acbslurm.serve.keys import read_keys
-
         try:
             names = read_keys(api_keys).names
         except KeyFileError:

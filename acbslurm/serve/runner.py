@@ -19,7 +19,16 @@ import time
 from pathlib import Path
 from typing import Any
 
+import uvicorn
+
+from acbslurm.broker.address import default_address, socket_path
 from acbslurm.broker.core import Device
+from acbslurm.broker.devices import all_nodes_devices, cpu_devices, job_nodes_count, resolve_devices
+from acbslurm.config import load_settings
+from acbslurm.errors import AcbslurmError
+from acbslurm.gpu.inventory import EMULATED_GPU_NAME
+from acbslurm.jobrecord import JOB_ID
+from acbslurm.jobsockets import job_dir
 from acbslurm.serve.address import bind, describe, remove, write_private
 from acbslurm.serve.brokerhost import BrokerThread, summary
 from acbslurm.serve.errors import PoolError, ServeError
@@ -52,10 +61,6 @@ class BrokerChoice:
 
 
 def choose_broker(pool: PoolSpec, env: dict[str, str] | None = None) -> BrokerChoice:
-    from acbslurm.broker.devices import all_nodes_devices, job_nodes_count, resolve_devices
-    from acbslurm.config import load_settings
-    from acbslurm.errors import AcbslurmError
-
     env = dict(os.environ if env is None else env)
     address = pool.broker or _running_broker(env)
     if address:
@@ -78,7 +83,6 @@ def choose_broker(pool: PoolSpec, env: dict[str, str] | None = None) -> BrokerCh
             raise
         n = max(m.devices for m in pool.models)
         log.warning("no GPUs (%s); serving on %d CPU stand-in devices", exc, n)
-        from acbslurm.broker.devices import cpu_devices
 
         devices, source = cpu_devices(f"cpu:{n}"), f"cpu:{n} (no GPU found)"
     return BrokerChoice("", devices, device_kind(devices), None, source, _job_address(env))
@@ -86,8 +90,6 @@ def choose_broker(pool: PoolSpec, env: dict[str, str] | None = None) -> BrokerCh
 
 def _job_address(env: dict[str, str]) -> str:
     """Inside a Slurm job, the job's broker address when its folder exists, else ""."""
-    from acbslurm.broker.address import default_address, socket_path
-
     if not env.get("SLURM_JOB_ID") or env.get("ACBSLURM_BROKER_ADDRESS"):
         return ""
     address = default_address(env)
@@ -99,10 +101,6 @@ def usage_folder(env: dict[str, str]) -> str:
     """Where the pool's usage goes for the epilog to keep: inside a Slurm job, the job's
     runtime folder when the prolog made it for this user; "" otherwise (a pool outside
     Slurm keeps its usage in memory: ``/usage``, ``/metrics``)."""
-    from acbslurm.config import load_settings
-    from acbslurm.jobrecord import JOB_ID
-    from acbslurm.jobsockets import job_dir
-
     job_id = env.get("SLURM_JOB_ID", "")
     if not JOB_ID.match(job_id):
         return ""
@@ -120,8 +118,6 @@ def device_kind(devices: list[Device]) -> str:
     The sandbox's emulated GPUs (docs/sandbox.md) have no CUDA behind them: the broker
     leases them as it would real ones, and the models compute on the host's cores.
     """
-    from acbslurm.gpu.inventory import EMULATED_GPU_NAME
-
     stand_in = all(d.id.startswith("cpu") or d.name == EMULATED_GPU_NAME for d in devices)
     if stand_in and any(d.name == EMULATED_GPU_NAME for d in devices):
         log.warning("the devices are emulated GPUs: the models compute on the CPU")
@@ -134,8 +130,6 @@ def _running_broker(env: dict[str, str]) -> str:
     ``default_address`` knows where the job's broker listens; its last resort, the
     site's ``broker_address``, is not used here: outside a job the pool starts its own.
     """
-    from acbslurm.broker.address import default_address, socket_path
-
     if env.get("ACBSLURM_BROKER_ADDRESS"):
         return default_address(env)
     if not env.get("SLURM_JOB_ID"):
@@ -146,7 +140,7 @@ def _running_broker(env: dict[str, str]) -> str:
 
 
 def _existing(address: str) -> BrokerChoice:
-    from acbslurm.broker.client import BrokerClient
+    from acbslurm.broker.client import BrokerClient  # grpc: the optional broker extra
 
     with BrokerClient(address, name="serve:probe") as c:
         devices = list(c.devices)
@@ -246,8 +240,6 @@ class PoolServer:
         return "no key asked (loopback, outside Slurm): anyone on this machine may use it"
 
     def _build(self) -> Any:
-        import uvicorn
-
         # First: a second pool of the job on this node stops here (AccountingError),
         # before it takes the job's address file, key or GPUs from the first.
         folder = usage_folder(dict(os.environ))

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
 import json
 import logging
 import os
@@ -31,6 +32,7 @@ from collections.abc import Callable
 from typing import Any, NoReturn
 
 from acbslurm.config import env_float
+from acbslurm.errors import BrokerError
 from acbslurm.serve.api import prompt_chars
 from acbslurm.serve.errors import ProtocolError, TurnBroken
 from acbslurm.serve.modelproc import prepare_model_process
@@ -79,8 +81,6 @@ def trim_heap() -> None:
     """Give the C heap's free pages back to the system (glibc keeps them otherwise:
     one huge prompt's tokenizing left the worker several times its size for good:
     docs/benchmarks.md, "Serve")."""
-    import ctypes
-
     with contextlib.suppress(OSError, AttributeError):  # AttributeError: not glibc
         ctypes.CDLL(None).malloc_trim(0)
 
@@ -271,8 +271,7 @@ class Worker:
 
         Done before loading the model: while the broker is away, a restarted worker
         fails in a fraction of a second instead of after importing torch."""
-        from acbslurm.broker.client import BrokerClient
-        from acbslurm.errors import BrokerError
+        from acbslurm.broker.client import BrokerClient  # grpc: the optional broker extra
 
         try:
             self.client = BrokerClient(self.broker_address, name=f"serve:{self.spec.name}")

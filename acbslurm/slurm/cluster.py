@@ -12,6 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 from acbslurm.errors import AcbslurmError
 from acbslurm.slurm.commands import slurm
+from acbslurm.slurm.hostlist import expand_hostlist
+from acbslurm.slurm.jobs import query_jobs
+from acbslurm.slurm.jobtypes import elapsed_seconds
 from acbslurm.slurm.states import HOLDING_STATES
 from acbslurm.values import frozen
 
@@ -144,8 +147,6 @@ class GpuSlot:
 
     def as_json(self) -> dict[str, Any]:
         """`status --gpus --json`'s object for this GPU."""
-        from acbslurm.slurm.jobtypes import elapsed_seconds
-
         job = self.job
         return {
             "node": self.node,
@@ -170,9 +171,6 @@ def gpu_slots(*, record_dir: str = "", env: Mapping[str, str] | None = None) -> 
     with their GPU indices (one ``scontrol`` for all). A job on several nodes is shown
     on each with its indices.
     """
-    from acbslurm.slurm.hostlist import expand_hostlist
-    from acbslurm.slurm.jobs import query_jobs
-
     held: dict[tuple[str, int], JobInfo] = {}  # the job holding each (node, GPU index)
     for job in query_jobs(record_dir=record_dir, env=env):
         if job.state not in HOLDING_STATES or not job.node:

@@ -17,6 +17,8 @@ from collections.abc import Sequence
 
 from acbslurm.errors import SlurmError
 from acbslurm.gpuvalue import Gpu
+from acbslurm.slurm.allocation import query_job_facts
+from acbslurm.slurm.commands import slurm
 from acbslurm.slurm.gpu_history import parse_gpus
 
 WAIT = 30.0  # seconds for every node's token to appear
@@ -42,8 +44,6 @@ def job_gpus_by_node(
     Raises ``SlurmError`` naming the nodes whose GPUs are not recorded after ``wait``
     seconds (a prolog that did not run acbslurm's hook, or a job without GPUs there).
     """
-    from acbslurm.slurm.allocation import query_job_facts
-
     deadline = time.monotonic() + wait
     while True:
         facts = query_job_facts(job_id, bin_dir, timeout)
@@ -68,8 +68,6 @@ def node_address(node: str, bin_dir: str = "", timeout: float = 5.0) -> str:
     """The address slurmd of ``node`` is reached at (``NodeAddr``; the node's name when
     Slurm gives none): for a node name that does not resolve (several slurmd on one
     host, such as the sandbox's, or a site whose node names are not in DNS)."""
-    from acbslurm.slurm.commands import slurm
-
     line = slurm(["scontrol", "show", "node", "-o", node], timeout=timeout, bin_dir=bin_dir).stdout
     for tok in line.split():
         if tok.startswith("NodeAddr="):

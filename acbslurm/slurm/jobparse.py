@@ -123,7 +123,7 @@ def _comment_gpus(comment: str, nodelist: str) -> list[Gpu]:
     """The GPUs in ``comment`` of the nodes of ``nodelist``, in its order; [] unless
     every node has its token and each GPU its index (the prolog of a node may not have
     written yet, or not at all: scontrol is asked then)."""
-    from acbslurm.slurm.jobgpus import gpus_in_comment
+    from acbslurm.slurm.jobgpus import gpus_in_comment  # here: a status without GPUs needs none
 
     try:
         nodes = expand_hostlist(nodelist) if nodelist else []

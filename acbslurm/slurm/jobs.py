@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
@@ -34,6 +35,10 @@ from acbslurm.slurm.jobparse import (
 from acbslurm.slurm.jobtypes import JobGres, JobInfo, SubmitResult
 from acbslurm.slurm.states import HOLDING_STATES, LIVE_STATES
 from acbslurm.values import frozen, replace
+
+# jobrecord, concurrent.futures and pyslurm_backend (the optional pyslurm backend) are
+# imported in the functions that use them: `acbslurm status` needs none of them to list
+# jobs without records.
 
 if TYPE_CHECKING:
     from acbslurm.jobrecord import JobRecord
@@ -82,7 +87,6 @@ def _read_record(
 ) -> JobRecord | None:
     """The prolog's job record, if this node has a readable one (display only);
     ``names``: the directory's listing, so that a job without a record costs no open."""
-    from acbslurm.errors import ConfigError
     from acbslurm.jobrecord import read_record
 
     if not record_dir or (names is not None and f"{job_id}.json" not in names):
@@ -527,8 +531,6 @@ def cancel_and_wait(
     before its GPUs are free again. scancel is repeated while jobs remain (a job
     submitted meanwhile, a requeue). Raises ``SlurmError`` after ``timeout`` seconds.
     """
-    import time
-
     who = ["-u", user] if user else []
     deadline = time.monotonic() + timeout
     while True:

@@ -5,12 +5,13 @@ can build them without importing ``jobs`` back."""
 from __future__ import annotations
 
 import functools
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from acbslurm.errors import SlurmError
 from acbslurm.gpuvalue import Gpu
 from acbslurm.slurm.states import TERMINAL_STATES
-from acbslurm.units import is_ascii_int
+from acbslurm.units import is_ascii_int, time_limit_seconds
 from acbslurm.values import field, frozen, mutable
 
 if TYPE_CHECKING:
@@ -107,8 +108,6 @@ def exit_status(text: str) -> tuple[int | None, int | None]:
 @functools.lru_cache(maxsize=4096)
 def elapsed_seconds(text: str) -> int | None:
     """squeue's and sacct's elapsed time (``M:SS``, ``H:MM:SS``, ``D-HH:MM:SS``) in seconds."""
-    from acbslurm.units import time_limit_seconds
-
     if not text or text in ("INVALID", "UNLIMITED"):
         return None
     try:
@@ -120,8 +119,6 @@ def elapsed_seconds(text: str) -> int | None:
 @functools.lru_cache(maxsize=4096)
 def iso_local(text: str) -> str | None:
     """A Slurm time (``2024-05-01T10:00:00``, the host's local time) with its offset."""
-    from datetime import datetime
-
     if not text:
         return None
     try:

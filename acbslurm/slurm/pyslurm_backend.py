@@ -15,6 +15,8 @@ squeue and an scontrol per new job. Jobs the controller forgot still come from s
 
 from __future__ import annotations
 
+import os
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -22,6 +24,7 @@ from acbslurm.errors import ConfigError, SlurmError
 from acbslurm.gpuvalue import Gpu
 from acbslurm.slurm.jobtypes import JobGres, JobInfo, SubmitResult
 from acbslurm.slurm.states import HOLDING_STATES, TERMINAL_STATES
+from acbslurm.units import expand_ranges
 
 SUBMIT_ARGV = ["pyslurm", "JobSubmitDescription.submit"]
 
@@ -96,8 +99,6 @@ def sbatch_directives(script: str) -> dict[str, Any]:
 
 def submit_script(script: str, *, count: int = 1, cwd: str | None = None) -> SubmitResult:
     """Submit ``script`` ``count`` times."""
-    import os
-
     if count < 1:
         raise ConfigError(f"a submission of {count} jobs: count must be at least 1")
     pyslurm = _pyslurm()
@@ -157,8 +158,6 @@ def squeue_elapsed(seconds: int) -> str:
 
 def _local(unix: int | None) -> str:
     """A Slurm time as squeue prints it: the host's local time, no offset."""
-    import time
-
     if not unix:
         return ""
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(unix))
@@ -180,8 +179,6 @@ def display_id(job: Any) -> str:
 def job_gpus(job: Any) -> list[Gpu]:
     """The GPUs of a running job on each of its nodes (scontrol's ``GRES=gpu(IDX:..)``),
     without UUIDs (the job's records add those)."""
-    from acbslurm.units import expand_ranges
-
     out: list[Gpu] = []
     for node, layout in (job.get_resource_layout_per_node() or {}).items():
         found: set[int] = set()

@@ -9,6 +9,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from acbslurm.errors import SpecError, short_repr
 from acbslurm.mountrules import Mount
 from acbslurm.spec.container import CONTAINER_KEYS, ContainerSpec
@@ -31,8 +33,6 @@ __all__ = [
 
 def parse_spec(text: str, source: str, overrides: Sequence[str] = ()) -> JobSpec:
     """Validate spec ``text`` (named ``source`` in messages) with ``--set`` overrides."""
-    import yaml
-
     try:
         doc = load_located(text, source)
     except yaml.YAMLError as exc:
@@ -61,8 +61,6 @@ def _override_value(raw: str, key: str) -> Any:
 
     Read by the file's loader, so its bound on aliases (and on keys) holds here too.
     """
-    import yaml
-
     try:
         value = load_located(raw, f"--set {key}").value
     except (yaml.YAMLError, DuplicateKeyError):

@@ -6,6 +6,7 @@ of its value; validation errors can then say ``spec.yaml:7: mem: ...``.
 
 from __future__ import annotations
 
+import difflib
 from typing import Any
 
 import yaml
@@ -166,7 +167,5 @@ class Errors:
 
 def suggest(key: str, valid: tuple[str, ...]) -> str:
     """`` (did you mean 'x'?)`` for a key close to a valid one (``-`` read as ``_``)."""
-    import difflib
-
     candidates = difflib.get_close_matches(key.replace("-", "_"), valid, n=1, cutoff=0.6)
     return f" (did you mean {candidates[0]!r}?)" if candidates else ""

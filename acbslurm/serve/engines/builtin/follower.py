@@ -17,6 +17,9 @@ from acbslurm.serve.engines import follower_args
 from acbslurm.serve.modelproc import load_causal_lm, prepare_model_process
 from acbslurm.serve.pool import ModelSpec
 
+# residency, stages and group import torch: in the functions, after main's
+# prepare_model_process has set the environment torch and transformers read at import.
+
 EXIT_REFUSED = 3  # this stage cannot run (the leader tells the gateway why)
 EXIT_GROUP = 5  # the leader went away or failed
 

@@ -95,6 +95,7 @@ class Gang:
         """The CUDA ordinal of the first GPU of ``device_ids`` (by UUID, as agarun does)."""
         if self.kind != "cuda":
             return 0
+        # imports torch: not at the worker's start (Worker.register comes first)
         from acbslurm.broker.runtime import _cuda_ordinal
 
         return _cuda_ordinal(device_ids[0])

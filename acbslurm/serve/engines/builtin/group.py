@@ -41,6 +41,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed import TCPStore  # type: ignore[attr-defined]
 
+from acbslurm.broker.runtime import _cuda_ordinal
 from acbslurm.config import env_float
 from acbslurm.serve.errors import TurnBroken
 from acbslurm.values import mutable
@@ -239,8 +240,6 @@ class Follower:
         mine = box[0][self.stage.rank]
         ordinal = 0  # a CPU stand-in's
         if self.device == "cuda":
-            from acbslurm.broker.runtime import _cuda_ordinal
-
             ordinal = _cuda_ordinal(mine[0])
         seconds = self.residency.ensure_on_device(ordinal)
         report(seconds, self.residency.resident_bytes, self.stage.procs)

@@ -25,13 +25,19 @@ import sys
 import time
 from typing import Any, NoReturn
 
+from acbslurm.errors import BrokerError
 from acbslurm.serve import worker
 from acbslurm.serve.engines.builtin.gang import Gang
 from acbslurm.serve.modelproc import load_causal_lm
-from acbslurm.serve.placement import large_enough
+from acbslurm.serve.placement import from_env, large_enough
 from acbslurm.serve.protocol import Generate, Ready
 from acbslurm.serve.routes import BUILTIN, served
 from acbslurm.serve.worker import EXIT_BROKER, EXIT_GROUP, EXIT_REFUSED, Worker, longest_token
+
+# transformers and the modules that import torch (decoding, residency, stages, group)
+# are imported in the methods that use them: after the broker registration
+# (Worker.register), so that a worker without a broker fails before importing torch,
+# and after prepare_model_process has set the environment they read at import.
 
 log = logging.getLogger("acbslurm.serve.engines.builtin.worker")
 
@@ -116,8 +122,6 @@ class BuiltinWorker(Worker):
 
     def check_fit(self) -> int:
         """0 when the gang fits the broker's devices, else EXIT_REFUSED (gateway told)."""
-        from acbslurm.serve.placement import from_env
-
         count = self.spec.devices
         need = self.gang.share + self.spec.headroom
         devs = self.client.devices
@@ -278,8 +282,6 @@ class BuiltinWorker(Worker):
     def acquire(self) -> tuple[Any, float]:
         """The gang's lease and when it was granted; on a broker failure every queued
         request fails with 503 and the process exits."""
-        from acbslurm.errors import BrokerError
-
         spec = self.spec
         hint = spec.headroom + (0 if self.residency.resident else self.gang.share)
         t0 = time.monotonic()

@@ -31,13 +31,16 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from acbslurm.config import env_float
+from acbslurm.errors import BrokerError
 from acbslurm.serve import worker
 from acbslurm.serve.engines.vllm import nodes
 from acbslurm.serve.engines.vllm.answers import Seen, ask_usage, client_chunk, usage_of
 from acbslurm.serve.engines.vllm.client import VllmError
 from acbslurm.serve.engines.vllm.server import VllmServer, gpu_residue
+from acbslurm.serve.placement import large_enough
 from acbslurm.serve.pool import weights_bytes
 from acbslurm.serve.protocol import Body, Event, Generate, Ready
+from acbslurm.serve.routes import BUILTIN, ROUTES, served
 from acbslurm.serve.worker import EXIT_BROKER, EXIT_REFUSED, EXIT_THREAD, Worker, longest_token
 
 log = logging.getLogger("acbslurm.serve.engines.vllm")
@@ -98,6 +101,7 @@ class VllmWorker(Worker):
     server: VllmServer
 
     def load(self) -> None:
+        # after prepare_model_process (the environment it reads) and the broker registration
         from transformers import AutoConfig, AutoTokenizer
 
         spec = self.spec
@@ -152,8 +156,6 @@ class VllmWorker(Worker):
         )
 
     def check_fit(self) -> int:
-        from acbslurm.serve.placement import large_enough
-
         self.tell_server()  # its folder, before anything is started
         count = self.spec.devices
         need = self.share + self.spec.headroom
@@ -223,8 +225,6 @@ class VllmWorker(Worker):
         """What the server serves (its OpenAPI schema), less what the pool file leaves
         out; a server without the schema (``disable_fastapi_docs``) is taken at the pool
         file's word, else for a text model's."""
-        from acbslurm.serve.routes import BUILTIN, ROUTES, served
-
         try:
             engine = self.server.api.routes()
         except (VllmError, OSError, ValueError) as exc:
@@ -564,8 +564,6 @@ class VllmWorker(Worker):
         The memory hint is nothing more when the server is awake (its memory is
         resident), else its footprint; a server evicted while its request waited asks
         again with the footprint."""
-        from acbslurm.errors import BrokerError
-
         t0 = time.monotonic()
         try:
             while True:
