@@ -64,12 +64,17 @@ def test_kill_session_of_nobody_returns_at_once() -> None:
 # A vLLM server's shape: its leader (the API server) starts a process of its session (the
 # engine process) that holds a shared memory segment and a semaphore of multiprocessing's
 # spawn context (/dev/shm/sem.mp-*, kept on disk), and starts one of its own in a new
-# session (below it, outside the session). Each says its pid.
+# session (below it, outside the session). Each says its pid. Both are taken from
+# multiprocessing's resource tracker (a process of the same session): killed after the
+# engine, a busy machine could let it see the engine's end first and unlink them itself,
+# and which of the two removed them would be a race, not what kill_session found.
 ENGINE = """
 import multiprocessing, subprocess, sys, time
-from multiprocessing import shared_memory
+from multiprocessing import resource_tracker, shared_memory
 m = shared_memory.SharedMemory(create=True, size=4096)
 lock = multiprocessing.get_context("spawn").Lock()
+resource_tracker.unregister("/" + m.name, "shared_memory")
+resource_tracker.unregister(lock._semlock.name, "semaphore")
 away = subprocess.Popen(
     [sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True
 )
