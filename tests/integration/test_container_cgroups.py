@@ -165,16 +165,37 @@ def _kib(text: str) -> float:
     return float(m[1]) * 1024 ** " KMGT".index(m[2] or " ") / 1024
 
 
+def busy_loop(cpu_seconds: float) -> str:
+    """A shell command for the container: a busy loop that ends once it has used
+    ``cpu_seconds`` of CPU, as its own /proc stat counts (utime + stime, in USER_HZ
+    ticks, 100 on Linux). Not a wall time: on a loaded machine a loop gets a fraction
+    of a CPU, and what the step must show is CPU time."""
+    ticks = round(cpu_seconds * 100)
+    return (
+        "sh -c 'while read -r _ _ _ _ _ _ _ _ _ _ _ _ _ u s _ < /proc/$$/stat; "
+        f"[ $((u + s)) -lt {ticks} ]; do :; done'"
+    )
+
+
+# What the step's CPU must reach: the container's loop, as `acbslurm run` itself uses
+# well under one second. The loop runs past it: the step's count moves in whole
+# seconds of user and of system time (2.10-2.18 s for loops of 2.2 s by their own
+# stat, 3.10-3.17 s for 2.5 s), each short by under 1 s, so a loop of CPU_FLOOR + 1 s
+# shows at least CPU_FLOOR.
+CPU_FLOOR = 2.0
+LOOP_CPU = CPU_FLOOR + 1.0
+
+
 def test_sacct_counts_the_containers_cpu_time_and_memory(idle: Any, scripts: Path) -> None:
     """The container's CPU time and memory are the step's: sacct's TotalCPU of the step
-    that ran `acbslurm run` holds the container's busy loop (about 6 s of one CPU;
-    `acbslurm run` itself uses well under one), its MaxRSS the 60 MB string the
-    container's shell held for 4 s (sampled each second: ``--acctg-freq=1``; the
-    sandbox's JobAcctGatherFrequency is 30)."""
+    that ran `acbslurm run` holds the container's busy loop (LOOP_CPU of CPU, however
+    long that takes), its MaxRSS the 60 MB string the container's shell held for 4 s
+    (sampled each second: ``--acctg-freq=1``; the sandbox's JobAcctGatherFrequency is
+    30)."""
     sb = idle
     work = (
-        "timeout 6 sh -c 'while :; do :; done' & "
-        "x=$(head -c 60000000 /dev/zero | tr '\\0' a); sleep 4; wait; echo held ${#x}"
+        busy_loop(LOOP_CPU)
+        + " & x=$(head -c 60000000 /dev/zero | tr '\\0' a); sleep 4; wait; echo held ${#x}"
     )
     body = "exec srun " + acbslurm_run(IMAGE, "sh", "-c", work)
     job = submit(sb, scripts, body, "--gres=gpu:1", "--acctg-freq=1")
@@ -190,19 +211,20 @@ def test_sacct_counts_the_containers_cpu_time_and_memory(idle: Any, scripts: Pat
         out = step("TotalCPU")
         return _seconds(out) if re.match(r"^[0-9:.-]+$", out or "x") else 0.0
 
-    assert wait_until(f"step {job}.0's TotalCPU", lambda: step_cpu() >= 2.0, 60)
+    assert wait_until(f"step {job}.0's TotalCPU", lambda: step_cpu() >= CPU_FLOOR, 60)
     # The string alone is 57 MiB; acbslurm run's own Python is about 30 MB.
     assert _kib(step("MaxRSS") or "0") >= 50 * 1024, step("MaxRSS")
 
 
 def test_sstat_sees_the_running_containers_memory_and_cpu(idle: Any, scripts: Path) -> None:
     """While the container runs, `sstat` (the job's user's, as users run it) counts its
-    memory and CPU as the step's: the 60 MB string its shell holds and its busy loop,
-    sampled each second (``--acctg-freq=1``)."""
+    memory and CPU as the step's: the 60 MB string its shell holds and its busy loop
+    (LOOP_CPU of CPU), sampled each second (``--acctg-freq=1``)."""
     sb = idle
     work = (
         "x=$(head -c 60000000 /dev/zero | tr '\\0' a); "
-        "timeout 4 sh -c 'while :; do :; done'; echo busy-done; sleep 300"
+        + busy_loop(LOOP_CPU)
+        + "; echo busy-done; sleep 300"
     )
     body = "exec srun " + acbslurm_run(IMAGE, "sh", "-c", work)
     job = submit(sb, scripts, body, "--gres=gpu:1", "--acctg-freq=1")
@@ -225,7 +247,7 @@ def test_sstat_sees_the_running_containers_memory_and_cpu(idle: Any, scripts: Pa
     # The string alone is 57 MiB; acbslurm run's own Python is about 30 MB.
     wait_until(
         f"sstat of step {job}.0 to count the container",
-        lambda: (lambda got: got[0] >= 50 * 1024 and got[1] >= 2.0)(sstat()),
+        lambda: (lambda got: got[0] >= 50 * 1024 and got[1] >= CPU_FLOOR)(sstat()),
         60,
     )
     sb.run_slurm(["scancel", job])

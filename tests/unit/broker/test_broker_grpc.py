@@ -277,17 +277,23 @@ def test_a_normal_start_does_not_wait_and_an_unknown_state_waits_the_grace(
     d = broker_factory("--devices", "cpu:1", sock=d.socket)
     assert not fetch_status(d.address)["recovering"]
     d.kill()
-    d.socket.with_name("b.sock.state").write_text("garbage")
-    d = broker_factory("--devices", "cpu:1", "--recovery-grace", "4", sock=d.socket)
+    # An unknown state: recovering, as status and the CLI say, for a grace no step of
+    # this test outlasts (a loaded machine once spent 4 s on the CLI's start alone).
+    state = d.socket.with_name("b.sock.state")
+    state.write_text("garbage")
+    d = broker_factory("--devices", "cpu:1", "--recovery-grace", "600", sock=d.socket)
     st = fetch_status(d.address)
-    assert st["recovering"] and 0 < st["recovery_seconds_left"] <= 4
+    assert st["recovering"] and 0 < st["recovery_seconds_left"] <= 600
     r = run_cli("broker", "status", "--broker", d.address)
     assert "recovering after an unclean stop" in r.stdout
+    d.kill()
+    # ... and the grant comes when the grace ends, not before: the grace starts after t0
+    state.write_text("garbage")
+    t0 = time.monotonic()
+    d = broker_factory("--devices", "cpu:1", "--recovery-grace", "2", sock=d.socket)
     with BrokerClient(d.address) as c:
-        t0 = time.monotonic()
-        assert fetch_status(d.address)["recovering"]
-        c.release(c.acquire(1, timeout=10))  # granted when the grace ends
-        assert 0 < time.monotonic() - t0 < 5
+        c.release(c.acquire(1, timeout=10))
+        assert time.monotonic() - t0 >= 2
     assert not fetch_status(d.address)["recovering"]
 
 

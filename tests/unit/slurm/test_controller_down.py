@@ -99,6 +99,12 @@ def test_a_started_query_is_read_once_and_watched_as_a_run_one(
     assert [j.job_id for j in query_jobs(["12"])] == ["12"]
     assert log.read_text() == "run\n" and commands._STARTED == {}
     commands.start(squeue_argv(["12"], None))
+    # The started squeue runs on its own: its line may come after the next query's
+    # (it did on a loaded machine), so the count below waits for it first.
+    deadline = time.monotonic() + 30
+    while log.read_text() != "run\n" * 2:
+        assert time.monotonic() < deadline, log.read_text()
+        time.sleep(0.05)
     query_jobs(["12"], env=dict(os.environ))  # another environment: run anew
     assert log.read_text() == "run\n" * 3 and len(commands._STARTED) == 1
     assert [j.job_id for j in query_jobs(["12"])] == ["12"]  # the started one, read now
