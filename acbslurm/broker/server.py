@@ -400,8 +400,11 @@ class RunningBroker:
             self._tick = asyncio.get_running_loop().create_task(self.service.tick_forever())
         self._keep_usage()
         if self.broker.recovering:
+            # Ends when the status says it does (recovery_until was set as the state was
+            # read, before the server started), not a whole grace after the start.
+            left = max(0.0, self.broker.recovery_until - time.monotonic())
             self._recovery_timer = asyncio.get_running_loop().call_later(
-                self.recovery_grace, self.service.end_recovery
+                left, self.service.end_recovery
             )
         log.info("broker listening on %s with %d device(s)", self.address, len(self.broker.devices))
 
