@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -216,8 +217,10 @@ def _a_second_pool_is_refused(sb: Any, job_id: str, folder: Path, address: Path)
     before it takes the first pool's address file, key or GPUs (two pools would each
     rewrite the job's usage totals with their own alone)."""
     before = address.read_bytes()
-    argv = ["srun", f"--jobid={job_id}", "--overlap", "-n1", *ACBSLURM, "serve"]
-    argv.append(str(folder / "pool.yaml"))
+    # The venv's acbslurm, as the pool job's own (POOL_SUBMIT): the Debian package
+    # carries no `serve` extras, and a refusal for those would test nothing here.
+    serve = [sys.executable, "-m", "acbslurm", "serve", str(folder / "pool.yaml")]
+    argv = ["srun", f"--jobid={job_id}", "--overlap", "-n1", *serve]
     res = sb.run_as("user1", argv, check=False, extra_env={"PYTHONPATH": str(REPO)})
     assert res.returncode == 1, res.stderr
     assert "Error: another `acbslurm serve` of this job keeps its usage in " in res.stderr
