@@ -6,8 +6,8 @@ user2 by test_fault_hostile_daemon.py; standard library only.
 
 It listens at SOCKET (the path the site's ``docker_host`` names for its user) and answers
 every container list with VICTIM_ID, the id of a container in another user's daemon.
-Right after the first list it puts a link to VICTIM_SOCKET where its own socket was, so
-that the epilog's next connection (its removal of that id) would reach the victim's
+Before it answers the first list it puts a link to VICTIM_SOCKET where its own socket
+was, so that the epilog's next connection (its removal of that id) would reach the victim's
 daemon. Every request it gets, and the swap, go to LOG as JSON lines; it prints
 ``listening`` once it listens. On SIGTERM it removes what it put at SOCKET and ends.
 """
@@ -46,12 +46,15 @@ def serve(srv: socket.socket, sock_path: str, victim_sock: str, victim_id: str, 
             target = rest.rpartition(" ")[0]
             log(out, request=f"{method} {target}")
             if "/containers/json" in target:
-                answer(conn, "200 OK", json.dumps([{"Id": victim_id}]).encode())
+                # Swapped before the answer: the epilog's next connection comes after
+                # it. Swapped after, a fast epilog could connect to this socket first
+                # and its removal come here, which proves nothing.
                 if not swapped:
                     os.unlink(sock_path)
                     os.symlink(victim_sock, sock_path)
                     swapped = True
                     log(out, swapped=victim_sock)
+                answer(conn, "200 OK", json.dumps([{"Id": victim_id}]).encode())
             elif target.endswith("/_ping"):
                 answer(conn, "200 OK", b"OK")
             else:
